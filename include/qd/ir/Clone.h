@@ -1,0 +1,36 @@
+//===- qd/ir/Clone.h - Deep copies and structural equality -----*- C++ -*-===//
+#pragma once
+
+#include "qd/ir/Module.h"
+
+#include <string>
+#include <unordered_map>
+
+namespace qd {
+
+/// Maps original values to their copies while cloning.
+using ValueMap = std::unordered_map<const Value *, Value *>;
+
+/// Deep-copies `stmt` (with its nested blocks). Operands found in `map` are
+/// remapped; others are kept as they are (values defined outside the cloned
+/// region). Every cloned value is added to `map`.
+std::unique_ptr<Stmt> cloneStmt(const Stmt &stmt, ValueMap &map);
+
+/// Clones every statement of `from` to the end of `to`.
+void cloneBlockInto(const Block &from, Block &to, ValueMap &map);
+
+/// Deep-copies a kernel (arguments, body, names and locations) into a new,
+/// detached kernel named `newName`; field references are kept, so the clone
+/// belongs in the same module (use `cloneModule` to copy fields too).
+std::unique_ptr<Kernel> cloneKernel(const Kernel &kernel, std::string newName);
+
+/// Deep-copies a whole module.
+std::unique_ptr<Module> cloneModule(const Module &module);
+
+/// Structural equality: same fields, kernels, statements, operand structure
+/// (up to renaming of values), types and constants. Locations are ignored.
+/// On mismatch, `why` (if given) describes the first difference.
+bool isEquivalent(const Module &a, const Module &b, std::string *why = nullptr);
+bool isEquivalent(const Kernel &a, const Kernel &b, std::string *why = nullptr);
+
+} // namespace qd

@@ -1,0 +1,44 @@
+//===- qd/ir/Printer.h - Text form of the IR --------------------*- C++ -*-===//
+#pragma once
+
+#include "qd/ir/Module.h"
+
+#include <ostream>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+
+namespace qd {
+
+/// Unique printed names (`%x`, `%x.1`, `%0`) for every value of a kernel, in
+/// definition order, preferring each value's own name. Printing, the
+/// verifier's messages and debugging output all name values through it.
+class ValueNamer {
+public:
+  explicit ValueNamer(const Kernel &kernel);
+  /// `%name`, or `<null>` for a value outside the kernel.
+  const std::string &operator[](const Value *v) const;
+
+private:
+  void assign(const Value *v);
+  std::unordered_map<const Value *, std::string> names_;
+  std::unordered_set<std::string> used_;
+  unsigned counter_ = 0;
+};
+
+/// Prints a module in the text format of docs/ir.md. The output parses back
+/// to an equivalent module and prints identically. Value names come from
+/// `Value::name()`; unnamed or clashing values get unique names.
+std::string printModule(const Module &module);
+void printModule(const Module &module, std::ostream &os);
+std::string printKernel(const Kernel &kernel);
+
+/// One statement with its nested blocks, names resolved within its kernel.
+/// Meant for diagnostics and debugging; O(kernel size).
+std::string printStmt(const Stmt &stmt);
+
+/// Shortest decimal text that reads back to exactly `value` as `type`
+/// (`1.0`, `0.1`, `1e+30`, `inf`, `-inf`, `nan`).
+std::string formatFloat(double value, ScalarType type);
+
+} // namespace qd

@@ -1,0 +1,614 @@
+//===- qd/ir/Stmt.h - Statements and blocks ---------------------*- C++ -*-===//
+//
+// The statement hierarchy of the qd IR. Structured control flow: loops and ifs
+// own nested blocks; there are no branches between blocks. A statement is an
+// SSA value (possibly of void type) whose operands are tracked through use
+// lists. See docs/ir.md for the text form of each statement.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "qd/ir/Casting.h"
+#include "qd/ir/Location.h"
+#include "qd/ir/Value.h"
+
+#include <cstdint>
+#include <iterator>
+#include <list>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string_view>
+#include <vector>
+
+namespace qd {
+
+class Block;
+class Field;
+class Kernel;
+
+enum class StmtKind : uint8_t {
+  Const,
+  Binary,
+  Unary,
+  Cmp,
+  Select,
+  Cast,
+  Alloca,
+  LocalLoad,
+  LocalStore,
+  GlobalLoad,
+  GlobalStore,
+  AtomicAdd,
+  Shape,
+  For,
+  Serial,
+  While,
+  Break,
+  Continue,
+  If,
+  AdStackAlloca,
+  AdStackPush,
+  AdStackPop,
+  AdStackLoadTop,
+  AdStackLoadTopAdj,
+  AdStackAccAdjoint,
+};
+
+/// The mnemonic used in the text format (`const`, `add`, `adstack.push`...).
+/// Binary, unary and comparison statements print their operator instead.
+std::string_view mnemonic(StmtKind kind);
+
+class Stmt : public Value {
+public:
+  ~Stmt() override;
+
+  StmtKind kind() const { return kind_; }
+  const Location &loc() const { return loc_; }
+  void setLoc(Location loc) { loc_ = std::move(loc); }
+
+  /// The block that holds this statement (null while detached).
+  Block *parent() const { return parent_; }
+  /// The statement owning `parent()`, or null at the kernel's top level.
+  Stmt *parentStmt() const;
+  Kernel *kernel() const;
+  /// True for statements that own nested blocks (loops, if, serial).
+  bool isContainer() const { return !blocks_.empty(); }
+  /// True for statements that are kernel-level tasks (parallel for, serial).
+  bool isTask() const;
+
+  unsigned numOperands() const { return numOperands_; }
+  Value *operand(unsigned i) const { return operands_[i].get(); }
+  void setOperand(unsigned i, Value *v) { operands_[i].set(v); }
+  std::span<Use> operandUses() { return {operands_.get(), numOperands_}; }
+
+  unsigned numBlocks() const { return static_cast<unsigned>(blocks_.size()); }
+  Block &block(unsigned i) const { return *blocks_[i]; }
+
+  /// True when removing the statement (if unused) cannot change behaviour.
+  bool hasSideEffects() const;
+
+  /// Unlinks this statement from its block and destroys it. The statement
+  /// (and every statement nested inside it) must have no remaining uses
+  /// outside itself.
+  void erase();
+  /// Points every use of this statement at `replacement`, then erases it.
+  void replaceAndErase(Value *replacement) {
+    replaceAllUsesWith(replacement);
+    erase();
+  }
+  /// Detaches the statement from its block and hands ownership back.
+  std::unique_ptr<Stmt> remove();
+  /// Drops every operand reference of this statement and of all statements
+  /// nested in it, so a subtree can be deleted regardless of internal uses.
+  void dropAllReferences();
+
+  static bool classof(const Value *v) { return v->valueKind() == ValueKind::Stmt; }
+
+protected:
+  Stmt(StmtKind kind, Type type, unsigned numOperands, unsigned numBlocks = 0);
+  void initOperands(std::initializer_list<Value *> ops);
+  void initOperands(std::span<Value *const> ops, unsigned first = 0);
+
+private:
+  friend class Block;
+  StmtKind kind_;
+  Location loc_;
+  Block *parent_ = nullptr;
+  std::list<std::unique_ptr<Stmt>>::iterator self_;
+  unsigned numOperands_;
+  std::unique_ptr<Use[]> operands_;
+  std::vector<std::unique_ptr<Block>> blocks_;
+};
+
+/// An ordered list of statements. Owned by a container statement or, for the
+/// kernel's top level, by the kernel.
+class Block {
+  using List = std::list<std::unique_ptr<Stmt>>;
+
+public:
+  class iterator {
+  public:
+    using iterator_category = std::bidirectional_iterator_tag;
+    using value_type = Stmt;
+    using difference_type = std::ptrdiff_t;
+    using pointer = Stmt *;
+    using reference = Stmt &;
+    iterator() = default;
+    explicit iterator(List::iterator it) : it_(it) {}
+    Stmt &operator*() const { return **it_; }
+    Stmt *operator->() const { return it_->get(); }
+    iterator &operator++() {
+      ++it_;
+      return *this;
+    }
+    iterator operator++(int) { return iterator(it_++); }
+    iterator &operator--() {
+      --it_;
+      return *this;
+    }
+    iterator operator--(int) { return iterator(it_--); }
+    friend bool operator==(iterator a, iterator b) { return a.it_ == b.it_; }
+    List::iterator raw() const { return it_; }
+
+  private:
+    List::iterator it_;
+  };
+
+  explicit Block(Stmt *owner, Kernel *kernel) : owner_(owner), kernel_(kernel) {}
+  Block(const Block &) = delete;
+  Block &operator=(const Block &) = delete;
+  ~Block();
+
+  Stmt *owner() const { return owner_; }
+  Kernel *kernel() const;
+
+  iterator begin() { return iterator(stmts_.begin()); }
+  iterator end() { return iterator(stmts_.end()); }
+  bool empty() const { return stmts_.empty(); }
+  size_t size() const { return stmts_.size(); }
+  Stmt &front() { return *stmts_.front(); }
+  Stmt &back() { return *stmts_.back(); }
+  static iterator iteratorTo(Stmt *s) { return iterator(s->self_); }
+
+  /// Inserts `stmt` before `pos` and returns the raw pointer.
+  Stmt *insert(iterator pos, std::unique_ptr<Stmt> stmt);
+  Stmt *push_back(std::unique_ptr<Stmt> stmt) { return insert(end(), std::move(stmt)); }
+  template <typename T> T *push_back(std::unique_ptr<T> stmt) {
+    return static_cast<T *>(insert(end(), std::unique_ptr<Stmt>(std::move(stmt))));
+  }
+  /// Moves every statement of `other` before `pos`, leaving `other` empty.
+  void splice(iterator pos, Block &other);
+  /// Erases all statements (dropping internal references first).
+  void clear();
+
+  /// True if this block is `ancestor` or nested (transitively) inside it.
+  bool isNestedIn(const Block *ancestor) const;
+
+private:
+  friend class Stmt;
+  friend class Kernel;
+  Stmt *owner_;
+  Kernel *kernel_;
+  List stmts_;
+};
+
+//===----------------------------------------------------------------------===//
+// Scalar statements
+//===----------------------------------------------------------------------===//
+
+/// `%c = const 1.5 : f32`. Integers are stored sign-extended in an int64,
+/// floats as a double (an f32 constant is always exactly representable).
+class ConstStmt : public Stmt {
+public:
+  static std::unique_ptr<ConstStmt> getInt(ScalarType type, int64_t value);
+  static std::unique_ptr<ConstStmt> getFloat(ScalarType type, double value);
+
+  ScalarType scalarType() const { return type().element(); }
+  int64_t intValue() const { return int_; }
+  double floatValue() const { return float_; }
+  /// Equality of the stored bit patterns (so -0.0 != 0.0 and NaN == NaN).
+  bool sameValue(const ConstStmt &other) const;
+  bool isZero() const;
+  bool isOne() const;
+
+  static bool classof(const Value *v) { return isKindOf(v, StmtKind::Const); }
+  static bool isKindOf(const Value *v, StmtKind k) {
+    return Stmt::classof(v) && static_cast<const Stmt *>(v)->kind() == k;
+  }
+
+private:
+  explicit ConstStmt(ScalarType type) : Stmt(StmtKind::Const, Type::scalar(type), 0) {}
+  int64_t int_ = 0;
+  double float_ = 0;
+};
+
+enum class BinaryOp : uint8_t {
+  Add,
+  Sub,
+  Mul,
+  Div,
+  Rem,
+  Min,
+  Max,
+  Pow,
+  Atan2,
+  And,
+  Or,
+  Xor,
+  Shl,
+  Shr,
+};
+std::string_view toString(BinaryOp op);
+std::optional<BinaryOp> parseBinaryOp(std::string_view text);
+/// Ops defined only on integers (and i1): and, or, xor, shl, shr.
+bool isBitwise(BinaryOp op);
+/// Ops defined only on floats: pow, atan2.
+bool isFloatOnly(BinaryOp op);
+
+/// `%r = add %a, %b : f32`; both operands have the result type.
+class BinaryStmt : public Stmt {
+public:
+  BinaryStmt(BinaryOp op, Value *lhs, Value *rhs, Type type);
+  BinaryOp op() const { return op_; }
+  Value *lhs() const { return operand(0); }
+  Value *rhs() const { return operand(1); }
+  static bool classof(const Value *v) { return ConstStmt::isKindOf(v, StmtKind::Binary); }
+
+private:
+  BinaryOp op_;
+};
+
+enum class UnaryOp : uint8_t {
+  Neg,
+  Abs,
+  Sin,
+  Cos,
+  Tan,
+  Exp,
+  Log,
+  Sqrt,
+  Tanh,
+  Floor,
+  Ceil,
+  Not,
+};
+std::string_view toString(UnaryOp op);
+std::optional<UnaryOp> parseUnaryOp(std::string_view text);
+/// Ops defined only on floats (everything except neg, abs and not).
+bool isFloatOnly(UnaryOp op);
+
+/// `%r = sin %a : f32`; the operand has the result type.
+class UnaryStmt : public Stmt {
+public:
+  UnaryStmt(UnaryOp op, Value *operand, Type type);
+  UnaryOp op() const { return op_; }
+  Value *input() const { return operand(0); }
+  static bool classof(const Value *v) { return ConstStmt::isKindOf(v, StmtKind::Unary); }
+
+private:
+  UnaryOp op_;
+};
+
+enum class CmpPredicate : uint8_t { Eq, Ne, Lt, Le, Gt, Ge };
+std::string_view toString(CmpPredicate p);
+std::optional<CmpPredicate> parseCmpPredicate(std::string_view text);
+
+/// `%c = cmp lt %a, %b : f32`; the type is the operand type, the result i1.
+/// Float comparisons are ordered (false on NaN) except `ne` (true on NaN).
+class CmpStmt : public Stmt {
+public:
+  CmpStmt(CmpPredicate pred, Value *lhs, Value *rhs, ScalarType operandType);
+  CmpPredicate predicate() const { return pred_; }
+  ScalarType operandType() const { return operandType_; }
+  Value *lhs() const { return operand(0); }
+  Value *rhs() const { return operand(1); }
+  static bool classof(const Value *v) { return ConstStmt::isKindOf(v, StmtKind::Cmp); }
+
+private:
+  CmpPredicate pred_;
+  ScalarType operandType_;
+};
+
+/// `%r = select %c, %a, %b : f32`.
+class SelectStmt : public Stmt {
+public:
+  SelectStmt(Value *cond, Value *trueValue, Value *falseValue, Type type);
+  Value *cond() const { return operand(0); }
+  Value *trueValue() const { return operand(1); }
+  Value *falseValue() const { return operand(2); }
+  static bool classof(const Value *v) { return ConstStmt::isKindOf(v, StmtKind::Select); }
+};
+
+/// `%r = cast %a : f32 to i32`.
+class CastStmt : public Stmt {
+public:
+  CastStmt(Value *input, ScalarType from, ScalarType to);
+  Value *input() const { return operand(0); }
+  ScalarType from() const { return from_; }
+  ScalarType to() const { return type().element(); }
+  static bool classof(const Value *v) { return ConstStmt::isKindOf(v, StmtKind::Cast); }
+
+private:
+  ScalarType from_;
+};
+
+//===----------------------------------------------------------------------===//
+// Locals
+//===----------------------------------------------------------------------===//
+
+/// `%v = alloca f32`: a mutable per-thread local, zero-initialised.
+class AllocaStmt : public Stmt {
+public:
+  explicit AllocaStmt(ScalarType elem) : Stmt(StmtKind::Alloca, Type::local(elem), 0) {}
+  ScalarType elementType() const { return type().element(); }
+  static bool classof(const Value *v) { return ConstStmt::isKindOf(v, StmtKind::Alloca); }
+};
+
+/// `%a = load %v : f32`.
+class LocalLoadStmt : public Stmt {
+public:
+  LocalLoadStmt(Value *local, Type type);
+  Value *local() const { return operand(0); }
+  static bool classof(const Value *v) { return ConstStmt::isKindOf(v, StmtKind::LocalLoad); }
+};
+
+/// `store %v, %x`.
+class LocalStoreStmt : public Stmt {
+public:
+  LocalStoreStmt(Value *local, Value *value);
+  Value *local() const { return operand(0); }
+  Value *value() const { return operand(1); }
+  static bool classof(const Value *v) { return ConstStmt::isKindOf(v, StmtKind::LocalStore); }
+};
+
+//===----------------------------------------------------------------------===//
+// Global memory: fields and ndarray arguments
+//===----------------------------------------------------------------------===//
+
+/// Which buffer of a field or ndarray an access touches.
+enum class Component : uint8_t { Primal, Grad, Dual };
+std::string_view toString(Component c);
+
+/// Names the global a load/store/atomic refers to: either a module field or
+/// an ndarray kernel argument, plus the component (primal, grad or dual).
+struct GlobalRef {
+  Field *field = nullptr; // set for fields
+  Value *ndarray = nullptr; // set for ndarray arguments
+  Component component = Component::Primal;
+
+  static GlobalRef ofField(Field *f, Component c = Component::Primal) { return {f, nullptr, c}; }
+  static GlobalRef ofNdarray(Value *a, Component c = Component::Primal) { return {nullptr, a, c}; }
+};
+
+/// Shared layout of global accesses: operands are [ndarray?, indices..., value?].
+class GlobalAccessStmt : public Stmt {
+public:
+  bool isField() const { return field_ != nullptr; }
+  Field *field() const { return field_; }
+  Value *ndarray() const { return field_ ? nullptr : operand(0); }
+  Component component() const { return component_; }
+  GlobalRef ref() const { return {field_, ndarray(), component_}; }
+  unsigned numIndices() const { return numIndices_; }
+  Value *index(unsigned i) const { return operand(firstIndex() + i); }
+  std::vector<Value *> indices() const;
+  /// The element type of the accessed global.
+  ScalarType elementType() const;
+
+  static bool classof(const Value *v);
+
+protected:
+  GlobalAccessStmt(StmtKind kind, Type type, const GlobalRef &ref,
+                   std::span<Value *const> indices, Value *value);
+  unsigned firstIndex() const { return field_ ? 0 : 1; }
+
+private:
+  Field *field_;
+  Component component_;
+  unsigned numIndices_;
+};
+
+/// `%x = load @x[%i] : f32`, `%x = load %a.grad[%i, %j] : f32`.
+class GlobalLoadStmt : public GlobalAccessStmt {
+public:
+  GlobalLoadStmt(const GlobalRef &ref, std::span<Value *const> indices, Type type)
+      : GlobalAccessStmt(StmtKind::GlobalLoad, type, ref, indices, nullptr) {}
+  static bool classof(const Value *v) { return ConstStmt::isKindOf(v, StmtKind::GlobalLoad); }
+};
+
+/// `store @x[%i], %v`.
+class GlobalStoreStmt : public GlobalAccessStmt {
+public:
+  GlobalStoreStmt(const GlobalRef &ref, std::span<Value *const> indices, Value *value)
+      : GlobalAccessStmt(StmtKind::GlobalStore, Type(), ref, indices, value) {}
+  Value *value() const { return operand(numOperands() - 1); }
+  static bool classof(const Value *v) { return ConstStmt::isKindOf(v, StmtKind::GlobalStore); }
+};
+
+/// `atomic_add @y[], %v : f32`: adds `%v` atomically to the element.
+class AtomicAddStmt : public GlobalAccessStmt {
+public:
+  AtomicAddStmt(const GlobalRef &ref, std::span<Value *const> indices, Value *value,
+                ScalarType valueType)
+      : GlobalAccessStmt(StmtKind::AtomicAdd, Type(), ref, indices, value),
+        valueType_(valueType) {}
+  Value *value() const { return operand(numOperands() - 1); }
+  /// The type written after the colon in the text form.
+  ScalarType valueType() const { return valueType_; }
+  static bool classof(const Value *v) { return ConstStmt::isKindOf(v, StmtKind::AtomicAdd); }
+
+private:
+  ScalarType valueType_;
+};
+
+/// `%n = shape %a, 0 : i32`: the extent of an ndarray argument along an axis.
+class ShapeStmt : public Stmt {
+public:
+  ShapeStmt(Value *ndarray, unsigned axis, Type type);
+  Value *ndarray() const { return operand(0); }
+  unsigned axis() const { return axis_; }
+  static bool classof(const Value *v) { return ConstStmt::isKindOf(v, StmtKind::Shape); }
+
+private:
+  unsigned axis_;
+};
+
+//===----------------------------------------------------------------------===//
+// Control flow
+//===----------------------------------------------------------------------===//
+
+/// A loop bound: an i32 SSA value or an integer literal.
+struct Bound {
+  Value *value = nullptr;
+  int64_t constant = 0;
+
+  Bound() = default;
+  Bound(Value *v) : value(v) {}
+  Bound(int c) : constant(c) {}
+  Bound(int64_t c) : constant(c) {}
+  static Bound of(Value *v) { return Bound(v); }
+  static Bound of(int64_t c) { return Bound(c); }
+  bool isConstant() const { return value == nullptr; }
+};
+
+/// `for %i = 0 to %n { ... }` iterates %i over [begin, end) in order;
+/// `parallel for` is a kernel-level task whose iterations may run
+/// concurrently. The statement's value is the loop index (i32).
+class ForStmt : public Stmt {
+public:
+  ForStmt(Bound begin, Bound end, bool parallel);
+  bool isParallel() const { return parallel_; }
+  Block &body() const { return block(0); }
+  /// Null when the bound is a literal.
+  Value *beginValue() const { return operand(0); }
+  Value *endValue() const { return operand(1); }
+  int64_t beginConstant() const { return beginConst_; }
+  int64_t endConstant() const { return endConst_; }
+  Bound begin() const { return beginValue() ? Bound(beginValue()) : Bound(beginConst_); }
+  Bound end() const { return endValue() ? Bound(endValue()) : Bound(endConst_); }
+  void setBegin(Bound b);
+  void setEnd(Bound b);
+  static bool classof(const Value *v) { return ConstStmt::isKindOf(v, StmtKind::For); }
+
+private:
+  bool parallel_;
+  int64_t beginConst_ = 0;
+  int64_t endConst_ = 0;
+};
+
+/// `serial { ... }`: a kernel-level task run by a single thread.
+class SerialStmt : public Stmt {
+public:
+  SerialStmt() : Stmt(StmtKind::Serial, Type(), 0, 1) {}
+  Block &body() const { return block(0); }
+  static bool classof(const Value *v) { return ConstStmt::isKindOf(v, StmtKind::Serial); }
+};
+
+/// `while { ... }`: repeats its body until a `break` runs.
+class WhileStmt : public Stmt {
+public:
+  WhileStmt() : Stmt(StmtKind::While, Type(), 0, 1) {}
+  Block &body() const { return block(0); }
+  static bool classof(const Value *v) { return ConstStmt::isKindOf(v, StmtKind::While); }
+};
+
+/// `break`: leaves the innermost enclosing `for` or `while`.
+class BreakStmt : public Stmt {
+public:
+  BreakStmt() : Stmt(StmtKind::Break, Type(), 0) {}
+  static bool classof(const Value *v) { return ConstStmt::isKindOf(v, StmtKind::Break); }
+};
+
+/// `continue`: skips to the next iteration of the innermost loop.
+class ContinueStmt : public Stmt {
+public:
+  ContinueStmt() : Stmt(StmtKind::Continue, Type(), 0) {}
+  static bool classof(const Value *v) { return ConstStmt::isKindOf(v, StmtKind::Continue); }
+};
+
+/// `if %c { ... } else { ... }`; the else block may be empty.
+class IfStmt : public Stmt {
+public:
+  explicit IfStmt(Value *cond);
+  Value *cond() const { return operand(0); }
+  Block &thenBlock() const { return block(0); }
+  Block &elseBlock() const { return block(1); }
+  static bool classof(const Value *v) { return ConstStmt::isKindOf(v, StmtKind::If); }
+};
+
+//===----------------------------------------------------------------------===//
+// Adstacks
+//===----------------------------------------------------------------------===//
+
+/// `%s = adstack.alloca f32, capacity 0`: a per-thread stack of (primal,
+/// adjoint) pairs. Capacity 0 means "to be sized by the sizing passes".
+class AdStackAllocaStmt : public Stmt {
+public:
+  AdStackAllocaStmt(ScalarType elem, int64_t capacity)
+      : Stmt(StmtKind::AdStackAlloca, Type::adstack(elem), 0), capacity_(capacity) {}
+  ScalarType elementType() const { return type().element(); }
+  int64_t capacity() const { return capacity_; }
+  void setCapacity(int64_t c) { capacity_ = c; }
+  static bool classof(const Value *v) { return ConstStmt::isKindOf(v, StmtKind::AdStackAlloca); }
+
+private:
+  int64_t capacity_;
+};
+
+/// Base of the statements operating on an adstack (operand 0).
+class AdStackOpStmt : public Stmt {
+public:
+  Value *stack() const { return operand(0); }
+  static bool classof(const Value *v);
+
+protected:
+  AdStackOpStmt(StmtKind kind, Type type, Value *stack, Value *value);
+};
+
+/// `adstack.push %s, %v`: pushes (%v, adjoint 0).
+class AdStackPushStmt : public AdStackOpStmt {
+public:
+  AdStackPushStmt(Value *stack, Value *value)
+      : AdStackOpStmt(StmtKind::AdStackPush, Type(), stack, value) {}
+  Value *value() const { return operand(1); }
+  static bool classof(const Value *v) { return ConstStmt::isKindOf(v, StmtKind::AdStackPush); }
+};
+
+/// `adstack.pop %s`.
+class AdStackPopStmt : public AdStackOpStmt {
+public:
+  explicit AdStackPopStmt(Value *stack)
+      : AdStackOpStmt(StmtKind::AdStackPop, Type(), stack, nullptr) {}
+  static bool classof(const Value *v) { return ConstStmt::isKindOf(v, StmtKind::AdStackPop); }
+};
+
+/// `%t = adstack.load_top %s : f32`: the primal on top.
+class AdStackLoadTopStmt : public AdStackOpStmt {
+public:
+  AdStackLoadTopStmt(Value *stack, Type type)
+      : AdStackOpStmt(StmtKind::AdStackLoadTop, type, stack, nullptr) {}
+  static bool classof(const Value *v) { return ConstStmt::isKindOf(v, StmtKind::AdStackLoadTop); }
+};
+
+/// `%g = adstack.load_top_adj %s : f32`: the adjoint on top.
+class AdStackLoadTopAdjStmt : public AdStackOpStmt {
+public:
+  AdStackLoadTopAdjStmt(Value *stack, Type type)
+      : AdStackOpStmt(StmtKind::AdStackLoadTopAdj, type, stack, nullptr) {}
+  static bool classof(const Value *v) {
+    return ConstStmt::isKindOf(v, StmtKind::AdStackLoadTopAdj);
+  }
+};
+
+/// `adstack.acc_adjoint %s, %v`: adds %v to the adjoint on top.
+class AdStackAccAdjointStmt : public AdStackOpStmt {
+public:
+  AdStackAccAdjointStmt(Value *stack, Value *value)
+      : AdStackOpStmt(StmtKind::AdStackAccAdjoint, Type(), stack, value) {}
+  Value *value() const { return operand(1); }
+  static bool classof(const Value *v) {
+    return ConstStmt::isKindOf(v, StmtKind::AdStackAccAdjoint);
+  }
+};
+
+} // namespace qd

@@ -1,0 +1,27 @@
+//===- qd/transforms/Passes.h - Built-in passes -----------------*- C++ -*-===//
+#pragma once
+
+#include "qd/transforms/Pass.h"
+
+namespace qd {
+
+/// `fold`: replaces statements whose operands are constants by their exact
+/// value (see qd/analysis/ConstantFolding.h for what is never folded) and
+/// turns constant loop bounds into literals.
+std::unique_ptr<Pass> createFoldPass();
+
+/// `dce`: removes statements without side effects whose results are unused,
+/// locals that are only written, loops and ifs with empty bodies.
+std::unique_ptr<Pass> createDcePass();
+
+/// `simplify`: algebraic identities that hold exactly for the type (x + 0,
+/// x * 1, x - x on integers, select with equal arms, casts to the same
+/// type, double negation), ifs with a constant condition and loops that
+/// never run.
+std::unique_ptr<Pass> createSimplifyPass();
+
+/// Registers the passes above in `registry` (done automatically for
+/// `PassRegistry::global()`).
+void registerBuiltinPasses(PassRegistry &registry);
+
+} // namespace qd

@@ -1,0 +1,327 @@
+//===- Clone.cpp - Deep copies and structural equality --------------------===//
+#include "qd/ir/Clone.h"
+#include "qd/ir/Visitor.h"
+
+#include <fmt/format.h>
+
+#include <bit>
+#include <vector>
+
+namespace qd {
+namespace {
+
+using FieldMap = std::unordered_map<const Field *, Field *>;
+
+class Cloner : public StmtVisitor<Cloner, std::unique_ptr<Stmt>> {
+public:
+  Cloner(ValueMap &map, const FieldMap *fields) : map_(map), fields_(fields) {}
+
+  std::unique_ptr<Stmt> clone(const Stmt &s) {
+    std::unique_ptr<Stmt> c = visit(const_cast<Stmt &>(s));
+    c->setName(s.name());
+    c->setLoc(s.loc());
+    map_[&s] = c.get();
+    for (unsigned i = 0; i < s.numBlocks(); ++i)
+      cloneInto(s.block(i), c->block(i));
+    return c;
+  }
+
+  void cloneInto(const Block &from, Block &to) {
+    for (Stmt &s : const_cast<Block &>(from))
+      to.push_back(clone(s));
+  }
+
+  std::unique_ptr<Stmt> visitStmt(Stmt &) { return nullptr; }
+  std::unique_ptr<Stmt> visitConstStmt(ConstStmt &s) {
+    return isInteger(s.scalarType()) ? std::unique_ptr<Stmt>(ConstStmt::getInt(s.scalarType(), s.intValue()))
+                                     : std::unique_ptr<Stmt>(ConstStmt::getFloat(s.scalarType(), s.floatValue()));
+  }
+  std::unique_ptr<Stmt> visitBinaryStmt(BinaryStmt &s) {
+    return std::make_unique<BinaryStmt>(s.op(), m(s.lhs()), m(s.rhs()), s.type());
+  }
+  std::unique_ptr<Stmt> visitUnaryStmt(UnaryStmt &s) {
+    return std::make_unique<UnaryStmt>(s.op(), m(s.input()), s.type());
+  }
+  std::unique_ptr<Stmt> visitCmpStmt(CmpStmt &s) {
+    return std::make_unique<CmpStmt>(s.predicate(), m(s.lhs()), m(s.rhs()), s.operandType());
+  }
+  std::unique_ptr<Stmt> visitSelectStmt(SelectStmt &s) {
+    return std::make_unique<SelectStmt>(m(s.cond()), m(s.trueValue()), m(s.falseValue()),
+                                        s.type());
+  }
+  std::unique_ptr<Stmt> visitCastStmt(CastStmt &s) {
+    return std::make_unique<CastStmt>(m(s.input()), s.from(), s.to());
+  }
+  std::unique_ptr<Stmt> visitAllocaStmt(AllocaStmt &s) {
+    return std::make_unique<AllocaStmt>(s.elementType());
+  }
+  std::unique_ptr<Stmt> visitLocalLoadStmt(LocalLoadStmt &s) {
+    return std::make_unique<LocalLoadStmt>(m(s.local()), s.type());
+  }
+  std::unique_ptr<Stmt> visitLocalStoreStmt(LocalStoreStmt &s) {
+    return std::make_unique<LocalStoreStmt>(m(s.local()), m(s.value()));
+  }
+  std::unique_ptr<Stmt> visitGlobalLoadStmt(GlobalLoadStmt &s) {
+    auto idx = indices(s);
+    return std::make_unique<GlobalLoadStmt>(ref(s), idx, s.type());
+  }
+  std::unique_ptr<Stmt> visitGlobalStoreStmt(GlobalStoreStmt &s) {
+    auto idx = indices(s);
+    return std::make_unique<GlobalStoreStmt>(ref(s), idx, m(s.value()));
+  }
+  std::unique_ptr<Stmt> visitAtomicAddStmt(AtomicAddStmt &s) {
+    auto idx = indices(s);
+    return std::make_unique<AtomicAddStmt>(ref(s), idx, m(s.value()), s.valueType());
+  }
+  std::unique_ptr<Stmt> visitShapeStmt(ShapeStmt &s) {
+    return std::make_unique<ShapeStmt>(m(s.ndarray()), s.axis(), s.type());
+  }
+  std::unique_ptr<Stmt> visitForStmt(ForStmt &s) {
+    return std::make_unique<ForStmt>(bound(s.begin()), bound(s.end()), s.isParallel());
+  }
+  std::unique_ptr<Stmt> visitSerialStmt(SerialStmt &) { return std::make_unique<SerialStmt>(); }
+  std::unique_ptr<Stmt> visitWhileStmt(WhileStmt &) { return std::make_unique<WhileStmt>(); }
+  std::unique_ptr<Stmt> visitBreakStmt(BreakStmt &) { return std::make_unique<BreakStmt>(); }
+  std::unique_ptr<Stmt> visitContinueStmt(ContinueStmt &) {
+    return std::make_unique<ContinueStmt>();
+  }
+  std::unique_ptr<Stmt> visitIfStmt(IfStmt &s) { return std::make_unique<IfStmt>(m(s.cond())); }
+  std::unique_ptr<Stmt> visitAdStackAllocaStmt(AdStackAllocaStmt &s) {
+    return std::make_unique<AdStackAllocaStmt>(s.elementType(), s.capacity());
+  }
+  std::unique_ptr<Stmt> visitAdStackPushStmt(AdStackPushStmt &s) {
+    return std::make_unique<AdStackPushStmt>(m(s.stack()), m(s.value()));
+  }
+  std::unique_ptr<Stmt> visitAdStackPopStmt(AdStackPopStmt &s) {
+    return std::make_unique<AdStackPopStmt>(m(s.stack()));
+  }
+  std::unique_ptr<Stmt> visitAdStackLoadTopStmt(AdStackLoadTopStmt &s) {
+    return std::make_unique<AdStackLoadTopStmt>(m(s.stack()), s.type());
+  }
+  std::unique_ptr<Stmt> visitAdStackLoadTopAdjStmt(AdStackLoadTopAdjStmt &s) {
+    return std::make_unique<AdStackLoadTopAdjStmt>(m(s.stack()), s.type());
+  }
+  std::unique_ptr<Stmt> visitAdStackAccAdjointStmt(AdStackAccAdjointStmt &s) {
+    return std::make_unique<AdStackAccAdjointStmt>(m(s.stack()), m(s.value()));
+  }
+
+private:
+  Value *m(Value *v) const {
+    if (!v)
+      return nullptr;
+    auto it = map_.find(v);
+    return it == map_.end() ? v : it->second;
+  }
+  Bound bound(Bound b) const { return b.value ? Bound(m(b.value)) : b; }
+  std::vector<Value *> indices(const GlobalAccessStmt &s) const {
+    std::vector<Value *> out;
+    for (unsigned i = 0; i < s.numIndices(); ++i)
+      out.push_back(m(s.index(i)));
+    return out;
+  }
+  GlobalRef ref(const GlobalAccessStmt &s) const {
+    if (!s.isField())
+      return GlobalRef::ofNdarray(m(s.ndarray()), s.component());
+    Field *f = s.field();
+    if (fields_) {
+      auto it = fields_->find(f);
+      if (it != fields_->end())
+        f = it->second;
+    }
+    return GlobalRef::ofField(f, s.component());
+  }
+
+  ValueMap &map_;
+  const FieldMap *fields_;
+};
+
+std::unique_ptr<Kernel> cloneKernelImpl(const Kernel &kernel, std::string newName,
+                                        const FieldMap *fields) {
+  auto k = std::make_unique<Kernel>(std::move(newName));
+  k->setLoc(kernel.loc());
+  ValueMap map;
+  for (unsigned i = 0; i < kernel.numArguments(); ++i) {
+    const Argument *a = kernel.argument(i);
+    auto copy = std::make_unique<Argument>(a->name(), a->type(), a->hasGrad(), a->hasDual());
+    copy->setLoc(a->loc());
+    map[a] = k->addArgument(std::move(copy));
+  }
+  Cloner(map, fields).cloneInto(kernel.body(), k->body());
+  return k;
+}
+
+//===----------------------------------------------------------------------===//
+// Equivalence
+//===----------------------------------------------------------------------===//
+
+bool sameAttributes(const Stmt &a, const Stmt &b) {
+  if (a.kind() != b.kind() || a.type() != b.type() || a.numOperands() != b.numOperands() ||
+      a.numBlocks() != b.numBlocks())
+    return false;
+  switch (a.kind()) {
+  case StmtKind::Const:
+    return cast<ConstStmt>(a).sameValue(cast<ConstStmt>(b));
+  case StmtKind::Binary:
+    return cast<BinaryStmt>(a).op() == cast<BinaryStmt>(b).op();
+  case StmtKind::Unary:
+    return cast<UnaryStmt>(a).op() == cast<UnaryStmt>(b).op();
+  case StmtKind::Cmp:
+    return cast<CmpStmt>(a).predicate() == cast<CmpStmt>(b).predicate() &&
+           cast<CmpStmt>(a).operandType() == cast<CmpStmt>(b).operandType();
+  case StmtKind::Cast:
+    return cast<CastStmt>(a).from() == cast<CastStmt>(b).from();
+  case StmtKind::GlobalLoad:
+  case StmtKind::GlobalStore:
+  case StmtKind::AtomicAdd: {
+    auto &ga = cast<GlobalAccessStmt>(a);
+    auto &gb = cast<GlobalAccessStmt>(b);
+    if (ga.isField() != gb.isField() || ga.component() != gb.component() ||
+        ga.numIndices() != gb.numIndices())
+      return false;
+    if (ga.isField() && ga.field()->name() != gb.field()->name())
+      return false;
+    if (auto *aa = dyn_cast<AtomicAddStmt>(&a))
+      return aa->valueType() == cast<AtomicAddStmt>(b).valueType();
+    return true;
+  }
+  case StmtKind::Shape:
+    return cast<ShapeStmt>(a).axis() == cast<ShapeStmt>(b).axis();
+  case StmtKind::For: {
+    auto &fa = cast<ForStmt>(a);
+    auto &fb = cast<ForStmt>(b);
+    return fa.isParallel() == fb.isParallel() && fa.beginConstant() == fb.beginConstant() &&
+           fa.endConstant() == fb.endConstant();
+  }
+  case StmtKind::AdStackAlloca:
+    return cast<AdStackAllocaStmt>(a).capacity() == cast<AdStackAllocaStmt>(b).capacity();
+  default:
+    return true;
+  }
+}
+
+class KernelComparer {
+public:
+  KernelComparer(const Kernel &a, const Kernel &b, std::string *why) : a_(a), b_(b), why_(why) {}
+
+  bool run() {
+    if (a_.name() != b_.name())
+      return fail(fmt::format("kernel names differ: @{} vs @{}", a_.name(), b_.name()));
+    if (a_.numArguments() != b_.numArguments())
+      return fail(fmt::format("kernel @{}: argument counts differ", a_.name()));
+    for (unsigned i = 0; i < a_.numArguments(); ++i) {
+      const Argument *x = a_.argument(i), *y = b_.argument(i);
+      if (x->type() != y->type() || x->hasGrad() != y->hasGrad() || x->hasDual() != y->hasDual())
+        return fail(fmt::format("kernel @{}: argument {} differs", a_.name(), i));
+      map_[x] = y;
+    }
+    if (!pair(a_.body(), b_.body()))
+      return false;
+    for (auto [x, y] : stmts_)
+      for (unsigned i = 0; i < x->numOperands(); ++i) {
+        Value *ox = x->operand(i), *oy = y->operand(i);
+        if (!ox || !oy) {
+          if (ox != oy)
+            return fail(mismatch(*x, "an operand is missing on one side"));
+          continue;
+        }
+        auto it = map_.find(ox);
+        const Value *expected = it == map_.end() ? ox : it->second;
+        if (expected != oy)
+          return fail(mismatch(*x, fmt::format("operand {} refers to different values", i)));
+      }
+    return true;
+  }
+
+private:
+  bool pair(const Block &x, const Block &y) {
+    if (x.size() != y.size())
+      return fail(fmt::format("kernel @{}: a block has {} statements on one side and {} on the "
+                              "other",
+                              a_.name(), x.size(), y.size()));
+    auto ix = const_cast<Block &>(x).begin();
+    auto iy = const_cast<Block &>(y).begin();
+    for (; ix != const_cast<Block &>(x).end(); ++ix, ++iy) {
+      if (!sameAttributes(*ix, *iy))
+        return fail(mismatch(*ix, fmt::format("'{}' vs '{}'", mnemonic(ix->kind()),
+                                              mnemonic(iy->kind()))));
+      map_[&*ix] = &*iy;
+      stmts_.emplace_back(&*ix, &*iy);
+      for (unsigned i = 0; i < ix->numBlocks(); ++i)
+        if (!pair(ix->block(i), iy->block(i)))
+          return false;
+    }
+    return true;
+  }
+
+  std::string mismatch(const Stmt &s, const std::string &detail) const {
+    return fmt::format("kernel @{}: statement at {} differs: {}", a_.name(), s.loc().str(),
+                       detail);
+  }
+  bool fail(std::string message) {
+    if (why_)
+      *why_ = std::move(message);
+    return false;
+  }
+
+  const Kernel &a_;
+  const Kernel &b_;
+  std::string *why_;
+  std::unordered_map<const Value *, const Value *> map_;
+  std::vector<std::pair<const Stmt *, const Stmt *>> stmts_;
+};
+
+} // namespace
+
+std::unique_ptr<Stmt> cloneStmt(const Stmt &stmt, ValueMap &map) {
+  return Cloner(map, nullptr).clone(stmt);
+}
+
+void cloneBlockInto(const Block &from, Block &to, ValueMap &map) {
+  Cloner(map, nullptr).cloneInto(from, to);
+}
+
+std::unique_ptr<Kernel> cloneKernel(const Kernel &kernel, std::string newName) {
+  return cloneKernelImpl(kernel, std::move(newName), nullptr);
+}
+
+std::unique_ptr<Module> cloneModule(const Module &module) {
+  auto m = std::make_unique<Module>();
+  FieldMap fields;
+  for (const auto &f : module.fields()) {
+    auto copy = std::make_unique<Field>(f->name(), f->elementType(), f->shape(), f->hasGrad(),
+                                        f->hasDual());
+    copy->setLoc(f->loc());
+    fields[f.get()] = m->addField(std::move(copy));
+  }
+  for (const auto &k : module.kernels())
+    m->addKernel(cloneKernelImpl(*k, k->name(), &fields));
+  return m;
+}
+
+bool isEquivalent(const Kernel &a, const Kernel &b, std::string *why) {
+  return KernelComparer(a, b, why).run();
+}
+
+bool isEquivalent(const Module &a, const Module &b, std::string *why) {
+  auto fail = [&](std::string msg) {
+    if (why)
+      *why = std::move(msg);
+    return false;
+  };
+  if (a.fields().size() != b.fields().size())
+    return fail("modules have different numbers of fields");
+  for (size_t i = 0; i < a.fields().size(); ++i) {
+    const Field &x = *a.fields()[i], &y = *b.fields()[i];
+    if (x.name() != y.name() || x.elementType() != y.elementType() || x.shape() != y.shape() ||
+        x.hasGrad() != y.hasGrad() || x.hasDual() != y.hasDual())
+      return fail(fmt::format("field '@{}' differs", x.name()));
+  }
+  if (a.kernels().size() != b.kernels().size())
+    return fail("modules have different numbers of kernels");
+  for (size_t i = 0; i < a.kernels().size(); ++i)
+    if (!isEquivalent(*a.kernels()[i], *b.kernels()[i], why))
+      return false;
+  return true;
+}
+
+} // namespace qd

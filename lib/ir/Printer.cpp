@@ -1,0 +1,285 @@
+//===- Printer.cpp - Text form of the IR ----------------------------------===//
+#include "qd/ir/Printer.h"
+#include "qd/ir/Visitor.h"
+
+#include <fmt/format.h>
+
+#include <charconv>
+#include <cmath>
+#include <sstream>
+
+namespace qd {
+
+std::string formatFloat(double value, ScalarType type) {
+  if (std::isnan(value))
+    return std::signbit(value) ? "-nan" : "nan";
+  if (std::isinf(value))
+    return value < 0 ? "-inf" : "inf";
+  char buf[64];
+  std::to_chars_result r = type == ScalarType::F32
+                               ? std::to_chars(buf, buf + sizeof(buf), static_cast<float>(value))
+                               : std::to_chars(buf, buf + sizeof(buf), value);
+  std::string s(buf, r.ptr);
+  if (s.find_first_of(".e") == std::string::npos)
+    s += ".0";
+  return s;
+}
+
+namespace {
+
+class Printer : public StmtVisitor<Printer> {
+public:
+  Printer(std::ostream &os, const ValueNamer &names) : os_(os), names_(names) {}
+
+  void printBlock(const Block &block, unsigned indent) {
+    for (Stmt &s : const_cast<Block &>(block)) {
+      indent_ = indent;
+      os_ << std::string(indent * 2, ' ');
+      visit(s);
+      os_ << '\n';
+    }
+  }
+
+  void printBraced(const Block &block) {
+    unsigned indent = indent_;
+    os_ << "{\n";
+    printBlock(block, indent + 1);
+    os_ << std::string(indent * 2, ' ') << '}';
+    indent_ = indent;
+  }
+
+  // --- statements --------------------------------------------------------
+  void visitConstStmt(ConstStmt &s) {
+    def(s);
+    os_ << "const ";
+    ScalarType t = s.scalarType();
+    if (t == ScalarType::I1)
+      os_ << (s.intValue() ? "true" : "false");
+    else if (isInteger(t))
+      os_ << s.intValue();
+    else
+      os_ << formatFloat(s.floatValue(), t);
+    os_ << " : " << toString(t);
+  }
+  void visitBinaryStmt(BinaryStmt &s) {
+    def(s);
+    os_ << toString(s.op()) << ' ' << n(s.lhs()) << ", " << n(s.rhs()) << " : " << s.type().str();
+  }
+  void visitUnaryStmt(UnaryStmt &s) {
+    def(s);
+    os_ << toString(s.op()) << ' ' << n(s.input()) << " : " << s.type().str();
+  }
+  void visitCmpStmt(CmpStmt &s) {
+    def(s);
+    os_ << "cmp " << toString(s.predicate()) << ' ' << n(s.lhs()) << ", " << n(s.rhs()) << " : "
+        << toString(s.operandType());
+  }
+  void visitSelectStmt(SelectStmt &s) {
+    def(s);
+    os_ << "select " << n(s.cond()) << ", " << n(s.trueValue()) << ", " << n(s.falseValue())
+        << " : " << s.type().str();
+  }
+  void visitCastStmt(CastStmt &s) {
+    def(s);
+    os_ << "cast " << n(s.input()) << " : " << toString(s.from()) << " to " << toString(s.to());
+  }
+  void visitAllocaStmt(AllocaStmt &s) {
+    def(s);
+    os_ << "alloca " << toString(s.elementType());
+  }
+  void visitLocalLoadStmt(LocalLoadStmt &s) {
+    def(s);
+    os_ << "load " << n(s.local()) << " : " << s.type().str();
+  }
+  void visitLocalStoreStmt(LocalStoreStmt &s) {
+    os_ << "store " << n(s.local()) << ", " << n(s.value());
+  }
+  void visitGlobalLoadStmt(GlobalLoadStmt &s) {
+    def(s);
+    os_ << "load ";
+    access(s);
+    os_ << " : " << s.type().str();
+  }
+  void visitGlobalStoreStmt(GlobalStoreStmt &s) {
+    os_ << "store ";
+    access(s);
+    os_ << ", " << n(s.value());
+  }
+  void visitAtomicAddStmt(AtomicAddStmt &s) {
+    os_ << "atomic_add ";
+    access(s);
+    os_ << ", " << n(s.value()) << " : " << toString(s.valueType());
+  }
+  void visitShapeStmt(ShapeStmt &s) {
+    def(s);
+    os_ << "shape " << n(s.ndarray()) << ", " << s.axis() << " : " << s.type().str();
+  }
+  void visitForStmt(ForStmt &s) {
+    if (s.isParallel())
+      os_ << "parallel ";
+    os_ << "for " << n(&s) << " = ";
+    bound(s.begin());
+    os_ << " to ";
+    bound(s.end());
+    os_ << ' ';
+    printBraced(s.body());
+  }
+  void visitSerialStmt(SerialStmt &s) {
+    os_ << "serial ";
+    printBraced(s.body());
+  }
+  void visitWhileStmt(WhileStmt &s) {
+    os_ << "while ";
+    printBraced(s.body());
+  }
+  void visitBreakStmt(BreakStmt &) { os_ << "break"; }
+  void visitContinueStmt(ContinueStmt &) { os_ << "continue"; }
+  void visitIfStmt(IfStmt &s) {
+    os_ << "if " << n(s.cond()) << ' ';
+    printBraced(s.thenBlock());
+    if (!s.elseBlock().empty()) {
+      os_ << " else ";
+      printBraced(s.elseBlock());
+    }
+  }
+  void visitAdStackAllocaStmt(AdStackAllocaStmt &s) {
+    def(s);
+    os_ << "adstack.alloca " << toString(s.elementType()) << ", capacity " << s.capacity();
+  }
+  void visitAdStackPushStmt(AdStackPushStmt &s) {
+    os_ << "adstack.push " << n(s.stack()) << ", " << n(s.value());
+  }
+  void visitAdStackPopStmt(AdStackPopStmt &s) { os_ << "adstack.pop " << n(s.stack()); }
+  void visitAdStackLoadTopStmt(AdStackLoadTopStmt &s) {
+    def(s);
+    os_ << "adstack.load_top " << n(s.stack()) << " : " << s.type().str();
+  }
+  void visitAdStackLoadTopAdjStmt(AdStackLoadTopAdjStmt &s) {
+    def(s);
+    os_ << "adstack.load_top_adj " << n(s.stack()) << " : " << s.type().str();
+  }
+  void visitAdStackAccAdjointStmt(AdStackAccAdjointStmt &s) {
+    os_ << "adstack.acc_adjoint " << n(s.stack()) << ", " << n(s.value());
+  }
+
+private:
+  const std::string &n(const Value *v) const { return names_[v]; }
+  void def(const Stmt &s) { os_ << n(&s) << " = "; }
+  void bound(Bound b) {
+    if (b.value)
+      os_ << n(b.value);
+    else
+      os_ << b.constant;
+  }
+  void access(const GlobalAccessStmt &s) {
+    if (s.isField())
+      os_ << '@' << s.field()->name();
+    else
+      os_ << n(s.ndarray());
+    if (s.component() != Component::Primal)
+      os_ << '.' << toString(s.component());
+    os_ << '[';
+    for (unsigned i = 0; i < s.numIndices(); ++i)
+      os_ << (i ? ", " : "") << n(s.index(i));
+    os_ << ']';
+  }
+
+  std::ostream &os_;
+  const ValueNamer &names_;
+  unsigned indent_ = 0;
+};
+
+void printCompanions(std::ostream &os, bool grad, bool dual) {
+  if (grad)
+    os << " grad";
+  if (dual)
+    os << " dual";
+}
+
+void printKernelTo(const Kernel &kernel, std::ostream &os) {
+  ValueNamer names(kernel);
+  os << "kernel @" << kernel.name() << '(';
+  for (unsigned i = 0; i < kernel.numArguments(); ++i) {
+    const Argument *a = kernel.argument(i);
+    os << (i ? ", " : "") << names[a] << ": " << a->type().str();
+    printCompanions(os, a->hasGrad(), a->hasDual());
+  }
+  os << ") ";
+  Printer p(os, names);
+  p.printBraced(kernel.body());
+  os << '\n';
+}
+
+} // namespace
+
+ValueNamer::ValueNamer(const Kernel &kernel) {
+  for (unsigned i = 0; i < kernel.numArguments(); ++i)
+    assign(kernel.argument(i));
+  walk(const_cast<Kernel &>(kernel), [&](Stmt &s) {
+    if (!s.type().isVoid())
+      assign(&s);
+  });
+}
+
+const std::string &ValueNamer::operator[](const Value *v) const {
+  static const std::string unknown = "<null>";
+  auto it = names_.find(v);
+  return it == names_.end() ? unknown : it->second;
+}
+
+void ValueNamer::assign(const Value *v) {
+  const std::string &base = v->name();
+  std::string candidate = base.empty() ? std::to_string(counter_++) : base;
+  for (unsigned n = 1; used_.count(candidate); ++n)
+    candidate = base.empty() ? std::to_string(counter_++) : fmt::format("{}.{}", base, n);
+  used_.insert(candidate);
+  names_[v] = "%" + candidate;
+}
+
+void printModule(const Module &module, std::ostream &os) {
+  for (const auto &f : module.fields()) {
+    os << "field @" << f->name() << " : " << toString(f->elementType());
+    if (!f->shape().empty()) {
+      os << '[';
+      for (size_t i = 0; i < f->shape().size(); ++i)
+        os << (i ? ", " : "") << f->shape()[i];
+      os << ']';
+    }
+    printCompanions(os, f->hasGrad(), f->hasDual());
+    os << '\n';
+  }
+  bool first = module.fields().empty();
+  for (const auto &k : module.kernels()) {
+    if (!first)
+      os << '\n';
+    first = false;
+    printKernelTo(*k, os);
+  }
+}
+
+std::string printModule(const Module &module) {
+  std::ostringstream os;
+  printModule(module, os);
+  return os.str();
+}
+
+std::string printKernel(const Kernel &kernel) {
+  std::ostringstream os;
+  printKernelTo(kernel, os);
+  return os.str();
+}
+
+std::string printStmt(const Stmt &stmt) {
+  std::ostringstream os;
+  Kernel *k = stmt.kernel();
+  if (!k) {
+    os << "<detached " << mnemonic(stmt.kind()) << '>';
+    return os.str();
+  }
+  ValueNamer names(*k);
+  Printer p(os, names);
+  p.visit(const_cast<Stmt &>(stmt));
+  return os.str();
+}
+
+} // namespace qd

@@ -1,0 +1,418 @@
+//===- Stmt.cpp - Statements and blocks -----------------------------------===//
+#include "qd/ir/Stmt.h"
+#include "qd/ir/Module.h"
+
+#include <array>
+#include <bit>
+#include <cassert>
+#include <cstring>
+
+namespace qd {
+
+namespace {
+/// Maps an enum to its text spelling through a table indexed by the enum.
+template <typename Enum, size_t N>
+std::optional<Enum> lookupByName(const std::array<std::string_view, N> &names,
+                                 std::string_view text) {
+  for (size_t i = 0; i < N; ++i)
+    if (names[i] == text)
+      return static_cast<Enum>(i);
+  return std::nullopt;
+}
+
+constexpr std::array<std::string_view, 14> kBinaryNames = {
+    "add", "sub", "mul", "div", "rem", "min", "max", "pow", "atan2", "and", "or", "xor", "shl",
+    "shr"};
+constexpr std::array<std::string_view, 12> kUnaryNames = {
+    "neg", "abs", "sin", "cos", "tan", "exp", "log", "sqrt", "tanh", "floor", "ceil", "not"};
+constexpr std::array<std::string_view, 6> kCmpNames = {"eq", "ne", "lt", "le", "gt", "ge"};
+constexpr std::array<std::string_view, 25> kMnemonics = {
+    "const",         "binary",        "unary",
+    "cmp",           "select",        "cast",
+    "alloca",        "load",          "store",
+    "load",          "store",         "atomic_add",
+    "shape",         "for",           "serial",
+    "while",         "break",         "continue",
+    "if",            "adstack.alloca", "adstack.push",
+    "adstack.pop",   "adstack.load_top", "adstack.load_top_adj",
+    "adstack.acc_adjoint"};
+} // namespace
+
+std::string_view mnemonic(StmtKind kind) { return kMnemonics[static_cast<size_t>(kind)]; }
+std::string_view toString(BinaryOp op) { return kBinaryNames[static_cast<size_t>(op)]; }
+std::optional<BinaryOp> parseBinaryOp(std::string_view text) {
+  return lookupByName<BinaryOp>(kBinaryNames, text);
+}
+bool isBitwise(BinaryOp op) { return op >= BinaryOp::And; }
+bool isFloatOnly(BinaryOp op) { return op == BinaryOp::Pow || op == BinaryOp::Atan2; }
+std::string_view toString(UnaryOp op) { return kUnaryNames[static_cast<size_t>(op)]; }
+std::optional<UnaryOp> parseUnaryOp(std::string_view text) {
+  return lookupByName<UnaryOp>(kUnaryNames, text);
+}
+bool isFloatOnly(UnaryOp op) {
+  return op != UnaryOp::Neg && op != UnaryOp::Abs && op != UnaryOp::Not;
+}
+std::string_view toString(CmpPredicate p) { return kCmpNames[static_cast<size_t>(p)]; }
+std::optional<CmpPredicate> parseCmpPredicate(std::string_view text) {
+  return lookupByName<CmpPredicate>(kCmpNames, text);
+}
+std::string_view toString(Component c) {
+  switch (c) {
+  case Component::Primal:
+    return "";
+  case Component::Grad:
+    return "grad";
+  case Component::Dual:
+    return "dual";
+  }
+  return "";
+}
+
+//===----------------------------------------------------------------------===//
+// Stmt
+//===----------------------------------------------------------------------===//
+
+Stmt::Stmt(StmtKind kind, Type type, unsigned numOperands, unsigned numBlocks)
+    : Value(ValueKind::Stmt, type), kind_(kind), numOperands_(numOperands),
+      operands_(numOperands ? new Use[numOperands] : nullptr) {
+  for (unsigned i = 0; i < numOperands; ++i)
+    operands_[i].init(this, i);
+  for (unsigned i = 0; i < numBlocks; ++i)
+    blocks_.push_back(std::make_unique<Block>(this, nullptr));
+}
+
+Stmt::~Stmt() {
+  // Children go first: they may use values defined by this statement's
+  // operands, and the statement itself (e.g. a loop index).
+  for (auto &b : blocks_)
+    b->clear();
+}
+
+void Stmt::initOperands(std::initializer_list<Value *> ops) {
+  unsigned i = 0;
+  for (Value *v : ops)
+    operands_[i++].set(v);
+}
+
+void Stmt::initOperands(std::span<Value *const> ops, unsigned first) {
+  for (size_t i = 0; i < ops.size(); ++i)
+    operands_[first + i].set(ops[i]);
+}
+
+Stmt *Stmt::parentStmt() const { return parent_ ? parent_->owner() : nullptr; }
+
+Kernel *Stmt::kernel() const { return parent_ ? parent_->kernel() : nullptr; }
+
+bool Stmt::isTask() const {
+  if (kind_ == StmtKind::Serial)
+    return true;
+  if (auto *f = dyn_cast<ForStmt>(this))
+    return f->isParallel();
+  return false;
+}
+
+bool Stmt::hasSideEffects() const {
+  switch (kind_) {
+  case StmtKind::Const:
+  case StmtKind::Binary:
+  case StmtKind::Unary:
+  case StmtKind::Cmp:
+  case StmtKind::Select:
+  case StmtKind::Cast:
+  case StmtKind::Alloca:
+  case StmtKind::LocalLoad:
+  case StmtKind::GlobalLoad:
+  case StmtKind::Shape:
+  case StmtKind::AdStackAlloca:
+  case StmtKind::AdStackLoadTop:
+  case StmtKind::AdStackLoadTopAdj:
+    return false;
+  default:
+    return true;
+  }
+}
+
+void Stmt::dropAllReferences() {
+  for (unsigned i = 0; i < numOperands_; ++i)
+    operands_[i].set(nullptr);
+  for (auto &b : blocks_)
+    for (Stmt &s : *b)
+      s.dropAllReferences();
+}
+
+std::unique_ptr<Stmt> Stmt::remove() {
+  assert(parent_ && "removing a detached statement");
+  Block *b = parent_;
+  std::unique_ptr<Stmt> owned = std::move(*self_);
+  b->stmts_.erase(self_);
+  parent_ = nullptr;
+  return owned;
+}
+
+void Stmt::erase() {
+  dropAllReferences();
+  assert(!hasUses() && "erasing a statement that still has uses");
+  remove();
+}
+
+//===----------------------------------------------------------------------===//
+// Block
+//===----------------------------------------------------------------------===//
+
+Block::~Block() { clear(); }
+
+Kernel *Block::kernel() const {
+  if (kernel_)
+    return kernel_;
+  return owner_ ? owner_->kernel() : nullptr;
+}
+
+Stmt *Block::insert(iterator pos, std::unique_ptr<Stmt> stmt) {
+  assert(stmt && !stmt->parent_ && "inserting a statement that already has a block");
+  Stmt *raw = stmt.get();
+  raw->self_ = stmts_.insert(pos.raw(), std::move(stmt));
+  raw->parent_ = this;
+  return raw;
+}
+
+void Block::splice(iterator pos, Block &other) {
+  for (auto &s : other.stmts_)
+    s->parent_ = this;
+  stmts_.splice(pos.raw(), other.stmts_);
+}
+
+void Block::clear() {
+  for (auto &s : stmts_)
+    s->dropAllReferences();
+  // Destroy back to front so later statements (the users) go first.
+  while (!stmts_.empty())
+    stmts_.pop_back();
+}
+
+bool Block::isNestedIn(const Block *ancestor) const {
+  for (const Block *b = this; b; b = b->owner_ ? b->owner_->parent() : nullptr)
+    if (b == ancestor)
+      return true;
+  return false;
+}
+
+//===----------------------------------------------------------------------===//
+// Concrete statements
+//===----------------------------------------------------------------------===//
+
+std::unique_ptr<ConstStmt> ConstStmt::getInt(ScalarType type, int64_t value) {
+  assert(isInteger(type));
+  std::unique_ptr<ConstStmt> c(new ConstStmt(type));
+  c->int_ = value;
+  return c;
+}
+
+std::unique_ptr<ConstStmt> ConstStmt::getFloat(ScalarType type, double value) {
+  assert(isFloat(type));
+  std::unique_ptr<ConstStmt> c(new ConstStmt(type));
+  c->float_ = type == ScalarType::F32 ? static_cast<double>(static_cast<float>(value)) : value;
+  return c;
+}
+
+bool ConstStmt::sameValue(const ConstStmt &other) const {
+  if (scalarType() != other.scalarType())
+    return false;
+  if (isInteger(scalarType()))
+    return int_ == other.int_;
+  return std::bit_cast<uint64_t>(float_) == std::bit_cast<uint64_t>(other.float_);
+}
+
+bool ConstStmt::isZero() const { return isInteger(scalarType()) ? int_ == 0 : float_ == 0.0; }
+bool ConstStmt::isOne() const { return isInteger(scalarType()) ? int_ == 1 : float_ == 1.0; }
+
+BinaryStmt::BinaryStmt(BinaryOp op, Value *lhs, Value *rhs, Type type)
+    : Stmt(StmtKind::Binary, type, 2), op_(op) {
+  initOperands({lhs, rhs});
+}
+
+UnaryStmt::UnaryStmt(UnaryOp op, Value *input, Type type)
+    : Stmt(StmtKind::Unary, type, 1), op_(op) {
+  initOperands({input});
+}
+
+CmpStmt::CmpStmt(CmpPredicate pred, Value *lhs, Value *rhs, ScalarType operandType)
+    : Stmt(StmtKind::Cmp, Type::i1(), 2), pred_(pred), operandType_(operandType) {
+  initOperands({lhs, rhs});
+}
+
+SelectStmt::SelectStmt(Value *cond, Value *t, Value *f, Type type)
+    : Stmt(StmtKind::Select, type, 3) {
+  initOperands({cond, t, f});
+}
+
+CastStmt::CastStmt(Value *input, ScalarType from, ScalarType to)
+    : Stmt(StmtKind::Cast, Type::scalar(to), 1), from_(from) {
+  initOperands({input});
+}
+
+LocalLoadStmt::LocalLoadStmt(Value *local, Type type) : Stmt(StmtKind::LocalLoad, type, 1) {
+  initOperands({local});
+}
+
+LocalStoreStmt::LocalStoreStmt(Value *local, Value *value)
+    : Stmt(StmtKind::LocalStore, Type(), 2) {
+  initOperands({local, value});
+}
+
+bool GlobalAccessStmt::classof(const Value *v) {
+  if (!Stmt::classof(v))
+    return false;
+  StmtKind k = static_cast<const Stmt *>(v)->kind();
+  return k == StmtKind::GlobalLoad || k == StmtKind::GlobalStore || k == StmtKind::AtomicAdd;
+}
+
+GlobalAccessStmt::GlobalAccessStmt(StmtKind kind, Type type, const GlobalRef &ref,
+                                   std::span<Value *const> indices, Value *value)
+    : Stmt(kind, type,
+           static_cast<unsigned>((ref.field ? 0 : 1) + indices.size() + (value ? 1 : 0))),
+      field_(ref.field), component_(ref.component),
+      numIndices_(static_cast<unsigned>(indices.size())) {
+  assert((ref.field != nullptr) != (ref.ndarray != nullptr) && "exactly one global target");
+  unsigned next = 0;
+  if (!field_)
+    setOperand(next++, ref.ndarray);
+  initOperands(indices, next);
+  if (value)
+    setOperand(next + numIndices_, value);
+}
+
+std::vector<Value *> GlobalAccessStmt::indices() const {
+  std::vector<Value *> out;
+  for (unsigned i = 0; i < numIndices_; ++i)
+    out.push_back(index(i));
+  return out;
+}
+
+ScalarType GlobalAccessStmt::elementType() const {
+  if (field_)
+    return field_->elementType();
+  Value *a = ndarray();
+  return a ? a->type().element() : ScalarType::I32;
+}
+
+ShapeStmt::ShapeStmt(Value *ndarray, unsigned axis, Type type)
+    : Stmt(StmtKind::Shape, type, 1), axis_(axis) {
+  initOperands({ndarray});
+}
+
+ForStmt::ForStmt(Bound begin, Bound end, bool parallel)
+    : Stmt(StmtKind::For, Type::i32(), 2, 1), parallel_(parallel) {
+  setBegin(begin);
+  setEnd(end);
+}
+
+void ForStmt::setBegin(Bound b) {
+  setOperand(0, b.value);
+  beginConst_ = b.value ? 0 : b.constant;
+}
+
+void ForStmt::setEnd(Bound b) {
+  setOperand(1, b.value);
+  endConst_ = b.value ? 0 : b.constant;
+}
+
+IfStmt::IfStmt(Value *cond) : Stmt(StmtKind::If, Type(), 1, 2) { initOperands({cond}); }
+
+bool AdStackOpStmt::classof(const Value *v) {
+  if (!Stmt::classof(v))
+    return false;
+  StmtKind k = static_cast<const Stmt *>(v)->kind();
+  return k >= StmtKind::AdStackPush && k <= StmtKind::AdStackAccAdjoint;
+}
+
+AdStackOpStmt::AdStackOpStmt(StmtKind kind, Type type, Value *stack, Value *value)
+    : Stmt(kind, type, value ? 2 : 1) {
+  setOperand(0, stack);
+  if (value)
+    setOperand(1, value);
+}
+
+//===----------------------------------------------------------------------===//
+// Module
+//===----------------------------------------------------------------------===//
+
+int64_t Field::numElements() const {
+  int64_t n = 1;
+  for (int64_t d : shape_)
+    n *= d;
+  return n;
+}
+
+bool Field::hasComponent(Component c) const {
+  return c == Component::Primal || (c == Component::Grad && grad_) ||
+         (c == Component::Dual && dual_);
+}
+
+Argument::Argument(std::string name, Type type, bool grad, bool dual)
+    : Value(ValueKind::Argument, type), grad_(grad), dual_(dual) {
+  setName(std::move(name));
+}
+
+bool Argument::hasComponent(Component c) const {
+  return c == Component::Primal || (c == Component::Grad && grad_) ||
+         (c == Component::Dual && dual_);
+}
+
+Kernel::Kernel(std::string name)
+    : name_(std::move(name)), body_(std::make_unique<Block>(nullptr, this)) {}
+
+Kernel::~Kernel() {
+  // Statements may use arguments; destroy them first.
+  body_->clear();
+}
+
+Argument *Kernel::addArgument(std::unique_ptr<Argument> arg) {
+  arg->index_ = static_cast<unsigned>(args_.size());
+  arg->kernel_ = this;
+  args_.push_back(std::move(arg));
+  return args_.back().get();
+}
+
+Argument *Kernel::findArgument(std::string_view name) const {
+  for (auto &a : args_)
+    if (a->name() == name)
+      return a.get();
+  return nullptr;
+}
+
+Module::~Module() {
+  // Kernels reference fields; drop them first.
+  kernels_.clear();
+}
+
+Field *Module::addField(std::unique_ptr<Field> field) {
+  field->module_ = this;
+  fields_.push_back(std::move(field));
+  return fields_.back().get();
+}
+
+Field *Module::findField(std::string_view name) const {
+  for (auto &f : fields_)
+    if (f->name() == name)
+      return f.get();
+  return nullptr;
+}
+
+Kernel *Module::addKernel(std::unique_ptr<Kernel> kernel) {
+  kernel->module_ = this;
+  kernels_.push_back(std::move(kernel));
+  return kernels_.back().get();
+}
+
+Kernel *Module::findKernel(std::string_view name) const {
+  for (auto &k : kernels_)
+    if (k->name() == name)
+      return k.get();
+  return nullptr;
+}
+
+void Module::eraseKernel(Kernel *kernel) {
+  std::erase_if(kernels_, [&](const std::unique_ptr<Kernel> &k) { return k.get() == kernel; });
+}
+
+} // namespace qd

@@ -1,0 +1,399 @@
+//===- Verifier.cpp - IR well-formedness checks ---------------------------===//
+#include "qd/ir/Verifier.h"
+#include "qd/ir/Printer.h"
+#include "qd/ir/Visitor.h"
+
+#include <fmt/format.h>
+
+#include <unordered_map>
+#include <vector>
+
+namespace qd {
+namespace {
+
+std::string describeType(const Value *v) { return v ? v->type().str() : "nothing"; }
+
+/// The mnemonic a statement prints with, for messages.
+std::string opName(const Stmt &s) {
+  if (auto *b = dyn_cast<BinaryStmt>(&s))
+    return std::string(toString(b->op()));
+  if (auto *u = dyn_cast<UnaryStmt>(&s))
+    return std::string(toString(u->op()));
+  if (auto *f = dyn_cast<ForStmt>(&s))
+    return f->isParallel() ? "parallel for" : "for";
+  return std::string(mnemonic(s.kind()));
+}
+
+bool isLaunchTimeScalar(const Stmt &s) {
+  switch (s.kind()) {
+  case StmtKind::Const:
+  case StmtKind::Binary:
+  case StmtKind::Unary:
+  case StmtKind::Cmp:
+  case StmtKind::Select:
+  case StmtKind::Cast:
+  case StmtKind::GlobalLoad:
+  case StmtKind::Shape:
+    return true;
+  default:
+    return false;
+  }
+}
+
+class KernelVerifier : public StmtVisitor<KernelVerifier> {
+public:
+  KernelVerifier(const Kernel &kernel, std::vector<std::string> &errors)
+      : kernel_(kernel), names_(kernel), errors_(errors) {
+    walk(const_cast<Kernel &>(kernel), [&](Stmt &s) { order_[&s] = order_.size(); });
+  }
+
+  void run() {
+    for (unsigned i = 0; i < kernel_.numArguments(); ++i)
+      checkCompanions(kernel_.argument(i));
+    for (Stmt &s : const_cast<Block &>(kernel_.body())) {
+      current_ = &s;
+      if (!s.isTask() && !isLaunchTimeScalar(s))
+        error(fmt::format("'{}' cannot appear at the kernel's top level, which holds only tasks "
+                          "('parallel for', 'serial') and launch-time scalar statements; move "
+                          "it into a task",
+                          opName(s)));
+      checkStmt(s);
+    }
+  }
+
+  // --- per statement -------------------------------------------------------
+  void checkStmt(Stmt &s) {
+    current_ = &s;
+    for (unsigned i = 0; i < s.numOperands(); ++i)
+      checkOperandVisible(s, i);
+    if (s.isTask() && s.parentStmt())
+      error(fmt::format("'{}' is a task and must be at the kernel's top level; use '{}' inside "
+                        "a task",
+                        opName(s), s.kind() == StmtKind::Serial ? "the task body" : "for"));
+    visit(s);
+    for (unsigned b = 0; b < s.numBlocks(); ++b)
+      for (Stmt &child : s.block(b))
+        checkStmt(child);
+  }
+
+  void checkOperandVisible(Stmt &user, unsigned i) {
+    Value *v = user.operand(i);
+    if (!v) {
+      // Null operands are legal only for literal loop bounds.
+      if (!isa<ForStmt>(&user))
+        error(fmt::format("operand {} of '{}' is missing", i, opName(user)));
+      return;
+    }
+    if (auto *arg = dyn_cast<Argument>(v)) {
+      if (arg->kernel() != &kernel_)
+        error(fmt::format("'{}' uses argument %{} of another kernel", opName(user), arg->name()));
+      return;
+    }
+    auto *def = dyn_cast<Stmt>(v);
+    if (!def) {
+      error(fmt::format("'{}' uses an unresolved value", opName(user)));
+      return;
+    }
+    if (def->type().isVoid()) {
+      error(fmt::format("'{}' uses a statement without a result ('{}') as operand {}",
+                        opName(user), opName(*def), i));
+      return;
+    }
+    if (def->kernel() != &kernel_) {
+      error(fmt::format("'{}' uses a value {} that is not part of kernel @{}", opName(user),
+                        names_[v], kernel_.name()));
+      return;
+    }
+    if (auto *loop = dyn_cast<ForStmt>(def)) {
+      if (!user.parent()->isNestedIn(&loop->body()))
+        error(fmt::format("loop index {} (of the loop at {}) is used outside its loop",
+                          names_[v], loop->loc().str()));
+      return;
+    }
+    // Find the statement in the definition's block that contains the user.
+    Stmt *anchor = &user;
+    while (anchor && anchor->parent() != def->parent())
+      anchor = anchor->parentStmt();
+    if (!anchor) {
+      error(fmt::format("{} is not visible here: it is defined at {} inside a block that does "
+                        "not enclose this use",
+                        names_[v], def->loc().str()));
+      return;
+    }
+    if (anchor == def || order_[def] > order_[anchor])
+      error(fmt::format("{} is used before its definition at {}", names_[v], def->loc().str()));
+  }
+
+  // --- visitor hooks -------------------------------------------------------
+  void visitStmt(Stmt &) {}
+
+  void visitConstStmt(ConstStmt &s) {
+    if (!s.type().isScalar())
+      return error("'const' must have a scalar type");
+    if (s.scalarType() == ScalarType::I1 && s.intValue() != 0 && s.intValue() != 1)
+      error(fmt::format("i1 constant must be 0 or 1, got {}", s.intValue()));
+    if (s.scalarType() == ScalarType::I32 && static_cast<int32_t>(s.intValue()) != s.intValue())
+      error(fmt::format("constant {} does not fit in i32", s.intValue()));
+  }
+
+  void visitBinaryStmt(BinaryStmt &s) {
+    if (!requireScalarResult(s))
+      return;
+    ScalarType t = s.type().element();
+    if (isBitwise(s.op()) && isFloat(t))
+      error(fmt::format("'{}' is not defined on {}; it needs an integer or i1 type",
+                        toString(s.op()), toString(t)));
+    if (isFloatOnly(s.op()) && !isFloat(t))
+      error(fmt::format("'{}' needs a float type (f32 or f64), got {}", toString(s.op()),
+                        toString(t)));
+    expectType(s, s.lhs(), s.type(), "the result type");
+    expectType(s, s.rhs(), s.type(), "the result type");
+  }
+
+  void visitUnaryStmt(UnaryStmt &s) {
+    if (!requireScalarResult(s))
+      return;
+    ScalarType t = s.type().element();
+    if (isFloatOnly(s.op()) && !isFloat(t))
+      error(fmt::format("'{}' needs a float type (f32 or f64), got {}", toString(s.op()),
+                        toString(t)));
+    if (s.op() == UnaryOp::Not && isFloat(t))
+      error(fmt::format("'not' is not defined on {}; it needs an integer or i1 type",
+                        toString(t)));
+    if ((s.op() == UnaryOp::Neg || s.op() == UnaryOp::Abs) && t == ScalarType::I1)
+      error(fmt::format("'{}' is not defined on i1", toString(s.op())));
+    expectType(s, s.input(), s.type(), "the result type");
+  }
+
+  void visitCmpStmt(CmpStmt &s) {
+    Type t = Type::scalar(s.operandType());
+    expectType(s, s.lhs(), t, "the compared type");
+    expectType(s, s.rhs(), t, "the compared type");
+  }
+
+  void visitSelectStmt(SelectStmt &s) {
+    if (!requireScalarResult(s))
+      return;
+    expectType(s, s.cond(), Type::i1(), "the condition type");
+    expectType(s, s.trueValue(), s.type(), "the result type");
+    expectType(s, s.falseValue(), s.type(), "the result type");
+  }
+
+  void visitCastStmt(CastStmt &s) {
+    expectType(s, s.input(), Type::scalar(s.from()), "the source type");
+  }
+
+  void visitLocalLoadStmt(LocalLoadStmt &s) {
+    if (!requireScalarResult(s))
+      return;
+    if (!requireKind(s, s.local(), Type::Kind::Local, "a local (from 'alloca')"))
+      return;
+    if (s.local()->type().element() != s.type().element())
+      error(fmt::format("'load' of {} (a local<{}>) must have type {}, not {}",
+                        names_[s.local()], toString(s.local()->type().element()),
+                        toString(s.local()->type().element()), s.type().str()));
+  }
+
+  void visitLocalStoreStmt(LocalStoreStmt &s) {
+    if (!requireKind(s, s.local(), Type::Kind::Local, "a local (from 'alloca')"))
+      return;
+    expectType(s, s.value(), Type::scalar(s.local()->type().element()),
+               "the local's element type");
+  }
+
+  void visitGlobalAccessStmt(GlobalAccessStmt &s) {
+    std::string target;
+    unsigned ndim;
+    if (s.isField()) {
+      Field *f = s.field();
+      target = "@" + f->name();
+      ndim = f->ndim();
+      if (!f->hasComponent(s.component()))
+        error(fmt::format("field '{}' has no {} companion; declare it as 'field {} : ... {}'",
+                          target, toString(s.component()), target, toString(s.component())));
+    } else {
+      Value *a = s.ndarray();
+      target = names_[a];
+      if (!requireKind(s, a, Type::Kind::Ndarray, "an ndarray argument"))
+        return;
+      ndim = a->type().ndim();
+      auto *arg = dyn_cast<Argument>(a);
+      if (arg && !arg->hasComponent(s.component()))
+        error(fmt::format("ndarray argument {} has no {} companion; declare it with '{}'",
+                          target, toString(s.component()), toString(s.component())));
+    }
+    if (s.numIndices() != ndim)
+      error(fmt::format("'{}' has {} dimension{} but {} ind{} given", target, ndim,
+                        ndim == 1 ? "" : "s", s.numIndices(),
+                        s.numIndices() == 1 ? "ex was" : "ices were"));
+    for (unsigned i = 0; i < s.numIndices(); ++i) {
+      Value *idx = s.index(i);
+      if (idx && !(idx->type().isScalar(ScalarType::I32) || idx->type().isScalar(ScalarType::I64)))
+        error(fmt::format("index {} of '{}' has type {}; indices must be i32 or i64",
+                          names_[idx], target, describeType(idx)));
+    }
+    Type elem = Type::scalar(s.elementType());
+    if (auto *load = dyn_cast<GlobalLoadStmt>(&s)) {
+      if (load->type() != elem)
+        error(fmt::format("'load' of '{}' must have type {} (its element type), not {}", target,
+                          elem.str(), load->type().str()));
+    } else if (auto *store = dyn_cast<GlobalStoreStmt>(&s)) {
+      expectType(s, store->value(), elem, "the element type of '" + target + "'");
+    } else if (auto *add = dyn_cast<AtomicAddStmt>(&s)) {
+      if (Type::scalar(add->valueType()) != elem)
+        error(fmt::format("'atomic_add' on '{}' must have type {} (its element type), not {}",
+                          target, elem.str(), toString(add->valueType())));
+      else if (elem.element() == ScalarType::I1)
+        error(fmt::format("'atomic_add' is not defined on i1 ('{}')", target));
+      expectType(s, add->value(), elem, "the element type of '" + target + "'");
+    }
+  }
+
+  void visitShapeStmt(ShapeStmt &s) {
+    if (!requireKind(s, s.ndarray(), Type::Kind::Ndarray, "an ndarray argument"))
+      return;
+    unsigned ndim = s.ndarray()->type().ndim();
+    if (s.axis() >= ndim)
+      error(fmt::format("'shape' axis {} is out of range for {} with {} dimension{}", s.axis(),
+                        names_[s.ndarray()], ndim, ndim == 1 ? "" : "s"));
+    if (!(s.type().isScalar(ScalarType::I32) || s.type().isScalar(ScalarType::I64)))
+      error(fmt::format("'shape' must have type i32 or i64, not {}", s.type().str()));
+  }
+
+  void visitForStmt(ForStmt &s) {
+    for (Value *b : {s.beginValue(), s.endValue()})
+      if (b && !b->type().isScalar(ScalarType::I32))
+        error(fmt::format("loop bound {} has type {}; loop bounds must be i32 (cast it)",
+                          names_[b], describeType(b)));
+  }
+
+  void visitIfStmt(IfStmt &s) { expectType(s, s.cond(), Type::i1(), "the condition type"); }
+
+  void visitBreakStmt(BreakStmt &s) { checkLoopExit(s); }
+  void visitContinueStmt(ContinueStmt &s) { checkLoopExit(s); }
+
+  void visitAdStackAllocaStmt(AdStackAllocaStmt &s) {
+    if (s.capacity() < 0)
+      error(fmt::format("adstack capacity must be non-negative, got {}", s.capacity()));
+  }
+
+  void visitAdStackOpStmt(AdStackOpStmt &s) {
+    if (!requireKind(s, s.stack(), Type::Kind::AdStack, "an adstack (from 'adstack.alloca')"))
+      return;
+    ScalarType elem = s.stack()->type().element();
+    bool adjoint = s.kind() == StmtKind::AdStackLoadTopAdj ||
+                   s.kind() == StmtKind::AdStackAccAdjoint;
+    if (adjoint && !isFloat(elem))
+      error(fmt::format("'{}' needs a float adstack, but {} holds {} (integer adstacks carry no "
+                        "adjoint)",
+                        opName(s), names_[s.stack()], toString(elem)));
+    Type elemType = Type::scalar(elem);
+    if (auto *push = dyn_cast<AdStackPushStmt>(&s))
+      expectType(s, push->value(), elemType, "the adstack's element type");
+    else if (auto *acc = dyn_cast<AdStackAccAdjointStmt>(&s))
+      expectType(s, acc->value(), elemType, "the adstack's element type");
+    else if (!s.type().isVoid() && s.type() != elemType)
+      error(fmt::format("'{}' of {} must have type {}, not {}", opName(s), names_[s.stack()],
+                        toString(elem), s.type().str()));
+  }
+
+private:
+  void checkCompanions(const Argument *a) {
+    if ((a->hasGrad() || a->hasDual()) && !(a->isNdarray() && isFloat(a->type().element())))
+      error(fmt::format("argument %{} of type {} cannot have grad/dual companions; only float "
+                        "ndarrays can",
+                        a->name(), a->type().str()),
+            a->loc());
+  }
+
+  void checkLoopExit(Stmt &s) {
+    if (&s.parent()->back() != &s)
+      error(fmt::format("'{}' must be the last statement of its block", opName(s)));
+    for (Stmt *p = s.parentStmt(); p; p = p->parentStmt()) {
+      if (p->kind() == StmtKind::While || (p->kind() == StmtKind::For && !p->isTask()))
+        return;
+      if (auto *f = dyn_cast<ForStmt>(p); f && f->isParallel()) {
+        if (s.kind() == StmtKind::Break)
+          error("'break' cannot leave a 'parallel for' (its iterations run independently); "
+                "use 'continue' to end an iteration early");
+        return;
+      }
+    }
+    error(fmt::format("'{}' must be inside a 'for' or 'while' loop", opName(s)));
+  }
+
+  bool requireScalarResult(Stmt &s) {
+    if (s.type().isScalar())
+      return true;
+    error(fmt::format("'{}' must have a scalar result type, not {}", opName(s), s.type().str()));
+    return false;
+  }
+
+  bool requireKind(Stmt &s, Value *v, Type::Kind kind, std::string_view what) {
+    if (!v)
+      return false;
+    if (v->type().kind() == kind)
+      return true;
+    error(fmt::format("'{}' needs {}, but {} has type {}", opName(s), what, names_[v],
+                      describeType(v)));
+    return false;
+  }
+
+  void expectType(Stmt &s, Value *v, Type expected, std::string_view what) {
+    if (!v || v->type() == expected)
+      return;
+    error(fmt::format("'{}' operand {} has type {}, expected {} ({})", opName(s), names_[v],
+                      describeType(v), expected.str(), what));
+  }
+
+  void error(std::string message) { error(std::move(message), current_ ? current_->loc() : kernel_.loc()); }
+  void error(std::string message, const Location &loc) {
+    if (loc.isKnown())
+      errors_.push_back(fmt::format("{}: error: {}", loc.str(), message));
+    else
+      errors_.push_back(fmt::format("kernel @{}: error: {}", kernel_.name(), message));
+  }
+
+  const Kernel &kernel_;
+  ValueNamer names_;
+  std::vector<std::string> &errors_;
+  std::unordered_map<const Stmt *, size_t> order_;
+  Stmt *current_ = nullptr;
+};
+
+absl::Status toStatus(const std::vector<std::string> &errors) {
+  if (errors.empty())
+    return absl::OkStatus();
+  std::string message;
+  for (const std::string &e : errors) {
+    if (!message.empty())
+      message += '\n';
+    message += e;
+  }
+  return absl::InvalidArgumentError(message);
+}
+
+} // namespace
+
+absl::Status verify(const Kernel &kernel) {
+  std::vector<std::string> errors;
+  KernelVerifier(kernel, errors).run();
+  return toStatus(errors);
+}
+
+absl::Status verify(const Module &module) {
+  std::vector<std::string> errors;
+  for (const auto &f : module.fields()) {
+    if ((f->hasGrad() || f->hasDual()) && !isFloat(f->elementType())) {
+      std::string where = f->loc().isKnown() ? f->loc().str() + ": " : "";
+      errors.push_back(fmt::format("{}error: field '@{}' of type {} cannot have grad/dual "
+                                   "companions; only float fields can",
+                                   where, f->name(), toString(f->elementType())));
+    }
+  }
+  for (const auto &k : module.kernels())
+    KernelVerifier(*k, errors).run();
+  return toStatus(errors);
+}
+
+} // namespace qd

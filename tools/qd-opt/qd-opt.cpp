@@ -1,0 +1,240 @@
+//===- qd-opt.cpp - Parse, verify, transform and print qd IR -------------===//
+//
+//   qd-opt [input.qd|-] [--passes=fold,dce] [--print-after-all]
+//          [--verify-each=false] [--time-passes] [--split-input-file] [-o out]
+//
+// Reads a module (stdin by default), verifies it, runs the pipeline and
+// prints the result. Any diagnostic goes to stderr and the exit code is 1.
+//
+//===----------------------------------------------------------------------===//
+#include "qd/ir/Parser.h"
+#include "qd/ir/Printer.h"
+#include "qd/ir/Verifier.h"
+#include "qd/transforms/Passes.h"
+
+#include <fstream>
+#include <iostream>
+#include <iterator>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+struct Options {
+  std::string input = "-";
+  std::string output = "-";
+  std::string passes;
+  bool printAfterAll = false;
+  bool verifyEach = true;
+  bool timePasses = false;
+  bool splitInputFile = false;
+  bool listPasses = false;
+};
+Options opts;
+
+constexpr const char *kUsage =
+    "usage: qd-opt [options] [input.qd|-]\n"
+    "\n"
+    "Parses a qd module (stdin by default), verifies it, runs a pass pipeline and\n"
+    "prints the result.\n"
+    "\n"
+    "options:\n"
+    "  --passes=<p1,p2,...>   pass pipeline to run (see --list-passes)\n"
+    "  --print-after-all      print the IR to stderr after every pass\n"
+    "  --verify-each[=false]  verify the IR after every pass (default: on)\n"
+    "  --time-passes          report the wall time of every pass on stderr\n"
+    "  --split-input-file     process each '// -----' separated chunk on its own\n"
+    "  --list-passes          list the registered passes and exit\n"
+    "  -o <file>              write the output to <file> (default: stdout)\n"
+    "  -h, --help             show this help\n";
+
+/// Parses `--flag`, `--flag=true|false`; returns false for a bad value.
+bool parseBoolFlag(const std::string &arg, const std::string &name, bool &out, bool &matched) {
+  matched = false;
+  if (arg == name) {
+    out = matched = true;
+    return true;
+  }
+  if (arg.rfind(name + "=", 0) != 0)
+    return true;
+  matched = true;
+  std::string v = arg.substr(name.size() + 1);
+  if (v == "true" || v == "1")
+    out = true;
+  else if (v == "false" || v == "0")
+    out = false;
+  else
+    return false;
+  return true;
+}
+
+/// Returns 0 to continue, or an exit code (help: 0 via `exitNow`).
+bool parseArgs(int argc, char **argv, bool &exitNow, int &exitCode) {
+  exitNow = false;
+  bool sawInput = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    bool matched = false;
+    if (arg == "-h" || arg == "--help") {
+      std::cout << kUsage;
+      exitNow = true;
+      exitCode = 0;
+      return true;
+    }
+    if (arg.rfind("--passes=", 0) == 0) {
+      opts.passes = arg.substr(9);
+      continue;
+    }
+    if (arg == "-o") {
+      if (i + 1 >= argc) {
+        std::cerr << "qd-opt: error: -o needs a file name\n";
+        return false;
+      }
+      opts.output = argv[++i];
+      continue;
+    }
+    for (auto [name, flag] : {std::pair{"--print-after-all", &opts.printAfterAll},
+                              std::pair{"--verify-each", &opts.verifyEach},
+                              std::pair{"--time-passes", &opts.timePasses},
+                              std::pair{"--split-input-file", &opts.splitInputFile},
+                              std::pair{"--list-passes", &opts.listPasses}}) {
+      if (!parseBoolFlag(arg, name, *flag, matched)) {
+        std::cerr << "qd-opt: error: " << name << " takes true or false, got '" << arg << "'\n";
+        return false;
+      }
+      if (matched)
+        break;
+    }
+    if (matched)
+      continue;
+    if (arg.size() > 1 && arg[0] == '-') {
+      std::cerr << "qd-opt: error: unknown option '" << arg << "' (see --help)\n";
+      return false;
+    }
+    if (sawInput) {
+      std::cerr << "qd-opt: error: more than one input file given ('" << opts.input << "' and '"
+                << arg << "')\n";
+      return false;
+    }
+    opts.input = arg;
+    sawInput = true;
+  }
+  return true;
+}
+
+struct Chunk {
+  std::string text;
+  unsigned firstLine;
+};
+
+std::vector<Chunk> splitChunks(const std::string &text) {
+  std::vector<Chunk> chunks;
+  if (!opts.splitInputFile) {
+    chunks.push_back({text, 1});
+    return chunks;
+  }
+  std::istringstream in(text);
+  std::string line, current;
+  unsigned lineNo = 0, first = 1;
+  while (std::getline(in, line)) {
+    ++lineNo;
+    if (line.rfind("// -----", 0) == 0) {
+      chunks.push_back({current, first});
+      current.clear();
+      first = lineNo + 1;
+      continue;
+    }
+    current += line;
+    current += '\n';
+  }
+  chunks.push_back({current, first});
+  return chunks;
+}
+
+/// Parses, verifies and transforms one chunk; prints the result to `out`.
+bool processChunk(const Chunk &chunk, const std::string &filename, std::ostream &out) {
+  qd::ParseOptions options;
+  options.filename = filename;
+  options.firstLine = chunk.firstLine;
+  auto module = qd::parseModule(chunk.text, options);
+  if (!module.ok()) {
+    std::cerr << module.status().message() << '\n';
+    return false;
+  }
+  if (absl::Status v = qd::verify(**module); !v.ok()) {
+    std::cerr << v.message() << '\n';
+    return false;
+  }
+  qd::PassManagerOptions pmOptions;
+  pmOptions.verifyEach = opts.verifyEach;
+  pmOptions.timePasses = opts.timePasses;
+  std::ostringstream afterAll;
+  if (opts.printAfterAll)
+    pmOptions.printAfterAll = &afterAll;
+  qd::PassManager pm(pmOptions);
+  if (absl::Status s = pm.addPipeline(opts.passes); !s.ok()) {
+    std::cerr << "qd-opt: error: " << s.message() << '\n';
+    return false;
+  }
+  absl::Status result = pm.run(**module);
+  std::cerr << afterAll.str();
+  if (opts.timePasses)
+    pm.printTimings(std::cerr);
+  if (!result.ok()) {
+    std::cerr << "qd-opt: error: " << result.message() << '\n';
+    return false;
+  }
+  qd::printModule(**module, out);
+  return true;
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  bool exitNow;
+  int exitCode = 1;
+  if (!parseArgs(argc, argv, exitNow, exitCode))
+    return 1;
+  if (exitNow)
+    return exitCode;
+
+  if (opts.listPasses) {
+    for (const auto &[name, entry] : qd::PassRegistry::global().entries())
+      std::cout << "  " << name << " - " << entry.description << '\n';
+    return 0;
+  }
+
+  std::string text;
+  if (opts.input == "-") {
+    text.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
+  } else {
+    std::ifstream in(opts.input, std::ios::binary);
+    if (!in) {
+      std::cerr << "qd-opt: error: cannot read '" << opts.input << "'\n";
+      return 1;
+    }
+    text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  std::string filename = opts.input == "-" ? "<stdin>" : opts.input;
+
+  std::ostringstream out;
+  bool ok = true;
+  std::vector<Chunk> chunks = splitChunks(text);
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    if (i)
+      out << "// -----\n";
+    ok &= processChunk(chunks[i], filename, out);
+  }
+
+  if (opts.output == "-") {
+    std::cout << out.str();
+  } else {
+    std::ofstream file(opts.output, std::ios::binary);
+    if (!file || !(file << out.str())) {
+      std::cerr << "qd-opt: error: cannot write '" << opts.output << "'\n";
+      return 1;
+    }
+  }
+  return ok ? 0 : 1;
+}
