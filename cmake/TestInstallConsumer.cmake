@@ -1,0 +1,27 @@
+# Installs qd from QD_BUILD_DIR into a fresh prefix, then configures, builds
+# and runs examples/consumer against it. Run with cmake -P.
+set(prefix ${QD_WORK_DIR}/prefix)
+set(consumer_build ${QD_WORK_DIR}/build)
+file(REMOVE_RECURSE ${QD_WORK_DIR})
+
+function(run_step what)
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "${what} failed (${rc}):\n${out}\n${err}")
+  endif()
+  set(step_output "${out}" PARENT_SCOPE)
+endfunction()
+
+run_step("install" ${CMAKE_COMMAND} --install ${QD_BUILD_DIR} --prefix ${prefix})
+run_step("configure consumer" ${CMAKE_COMMAND} -S ${QD_SOURCE_DIR}/examples/consumer
+         -B ${consumer_build} -G ${CMAKE_GENERATOR} -DCMAKE_PREFIX_PATH=${prefix})
+run_step("build consumer" ${CMAKE_COMMAND} --build ${consumer_build})
+run_step("run consumer" ${consumer_build}/qd-consumer)
+
+string(FIND "${step_output}" "kernel @sum_sin()" has_kernel)
+string(FIND "${step_output}" "%s = sin %xi : f32" has_sin)
+string(FIND "${step_output}" "atomic_add @y[], %r : f32" has_add)
+if(has_kernel EQUAL -1 OR has_sin EQUAL -1 OR has_add EQUAL -1)
+  message(FATAL_ERROR "unexpected consumer output:\n${step_output}")
+endif()
+message(STATUS "consumer output:\n${step_output}")
