@@ -6,7 +6,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build ccache git python3 pkg-config
   llvm-19-dev llvm-19-tools clang-19 libclang-rt-19-dev libfuzzer-19-dev
-  libabsl-dev libfmt-dev libboost-graph-dev
+  libabsl-dev libfmt-dev libboost-graph-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev librapidcheck-dev libbenchmark-dev
   zlib1g-dev libzstd-dev libedit-dev libxml2-dev libffi-dev libncurses-dev
 )

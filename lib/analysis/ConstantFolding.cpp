@@ -25,11 +25,6 @@ int64_t minOf(ScalarType t) {
                               : std::numeric_limits<int64_t>::min();
 }
 
-/// Rounds a double result to the precision of `t`.
-double roundTo(ScalarType t, double v) {
-  return t == ScalarType::F32 ? static_cast<double>(static_cast<float>(v)) : v;
-}
-
 std::optional<ConstantValue> foldFloatBinary(BinaryOp op, ScalarType t, double a, double b) {
   // Each f32 operation is computed in float: double rounding through a
   // double intermediate is exact for +,-,*,/ and sqrt of floats, but doing
@@ -118,23 +113,9 @@ std::optional<ConstantValue> foldIntBinary(BinaryOp op, ScalarType t, int64_t a,
 
 } // namespace
 
-ConstantValue ConstantValue::ofInt(ScalarType t, int64_t v) {
-  ConstantValue c;
-  c.type = t;
-  c.i = v;
-  return c;
-}
-
-ConstantValue ConstantValue::ofFloat(ScalarType t, double v) {
-  ConstantValue c;
-  c.type = t;
-  c.f = roundTo(t, v);
-  return c;
-}
-
-ConstantValue ConstantValue::of(const ConstStmt &s) {
-  return qd::isFloat(s.scalarType()) ? ofFloat(s.scalarType(), s.floatValue())
-                                     : ofInt(s.scalarType(), s.intValue());
+Scalar constantOf(const ConstStmt &s) {
+  return qd::isFloat(s.scalarType()) ? Scalar::ofFloat(s.scalarType(), s.floatValue())
+                                     : Scalar::ofInt(s.scalarType(), s.intValue());
 }
 
 std::optional<ConstantValue> foldBinary(BinaryOp op, const ConstantValue &a,
@@ -272,7 +253,7 @@ std::optional<ConstantValue> evaluate(const Value *v, unsigned depth) {
   auto operand = [&](unsigned i) { return evaluate(s->operand(i), depth + 1); };
   switch (s->kind()) {
   case StmtKind::Const:
-    return ConstantValue::of(*cast<ConstStmt>(s));
+    return constantOf(*cast<ConstStmt>(s));
   case StmtKind::Binary: {
     auto a = operand(0), b = operand(1);
     if (!a || !b)

@@ -12,6 +12,7 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include "qd/ir/Scalar.h"
 #include "qd/ir/Stmt.h"
 
 #include <cstdint>
@@ -19,18 +20,9 @@
 
 namespace qd {
 
-/// A typed scalar constant. Integer types use `i` (sign-extended; i1 is 0 or
-/// 1), float types use `f` (an f32 value is exactly representable).
-struct ConstantValue {
-  ScalarType type = ScalarType::I32;
-  int64_t i = 0;
-  double f = 0;
-
-  static ConstantValue ofInt(ScalarType t, int64_t v);
-  static ConstantValue ofFloat(ScalarType t, double v);
-  static ConstantValue of(const ConstStmt &c);
-  bool isFloat() const { return qd::isFloat(type); }
-};
+/// Constants are plain typed scalars; `of` reads a `const` statement.
+using ConstantValue = Scalar;
+Scalar constantOf(const ConstStmt &c);
 
 std::optional<ConstantValue> foldBinary(BinaryOp op, const ConstantValue &a,
                                         const ConstantValue &b);

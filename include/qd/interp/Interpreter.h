@@ -1,0 +1,41 @@
+//===- qd/interp/Interpreter.h - Reference interpreter ----------*- C++ -*-===//
+//
+// The oracle every backend and transform is checked against. It executes
+// every statement with the semantics of docs/ir.md ("Semantics"), checks
+// every index, and stops a launch with an error naming the kernel, task and
+// statement on anything undefined (integer division by zero, shifts by the
+// bit width or more, adstack overflow or underflow, out-of-range indices).
+// Tasks run one iteration at a time in order, so results are deterministic;
+// for race-free kernels this equals any parallel execution.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "qd/runtime/Program.h"
+
+#include <unordered_map>
+
+namespace qd {
+
+class Interpreter : public Backend {
+public:
+  std::string_view name() const override { return "interp"; }
+  absl::Status launch(Program &program, const Kernel &kernel, std::span<const LaunchArg> args,
+                      const LaunchOptions &options) override;
+
+  /// The largest depth each adstack reached during the last launch (over
+  /// all iterations and tasks); stacks that never executed are absent.
+  const std::unordered_map<const AdStackAllocaStmt *, int64_t> &adStackMaxDepths() const {
+    return maxDepths_;
+  }
+  /// The capacity each adstack was given in the last launch.
+  const std::unordered_map<const AdStackAllocaStmt *, int64_t> &adStackCapacities() const {
+    return capacities_;
+  }
+
+private:
+  std::unordered_map<const AdStackAllocaStmt *, int64_t> maxDepths_;
+  std::unordered_map<const AdStackAllocaStmt *, int64_t> capacities_;
+};
+
+} // namespace qd

@@ -1,0 +1,98 @@
+//===- qd/runtime/Program.h - Module instances and launches -----*- C++ -*-===//
+#pragma once
+
+#include "qd/ir/Module.h"
+#include "qd/runtime/Buffer.h"
+
+#include <absl/status/status.h>
+
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <unordered_map>
+
+namespace qd {
+
+/// An ndarray passed to a launch: the primal buffer and optional grad/dual
+/// companions (required when the kernel argument declares them).
+struct NdarrayArg {
+  Buffer *primal = nullptr;
+  Buffer *grad = nullptr;
+  Buffer *dual = nullptr;
+  Buffer *component(Component c) const {
+    return c == Component::Primal ? primal : c == Component::Grad ? grad : dual;
+  }
+};
+
+/// One launch argument: a typed scalar or an ndarray.
+class LaunchArg {
+public:
+  static LaunchArg scalar(Scalar s) { return LaunchArg(s, nullptr); }
+  static LaunchArg i32(int32_t v) { return scalar(Scalar::ofInt(ScalarType::I32, v)); }
+  static LaunchArg i64(int64_t v) { return scalar(Scalar::ofInt(ScalarType::I64, v)); }
+  static LaunchArg f32(float v) { return scalar(Scalar::ofFloat(ScalarType::F32, v)); }
+  static LaunchArg f64(double v) { return scalar(Scalar::ofFloat(ScalarType::F64, v)); }
+  static LaunchArg ndarray(const NdarrayArg *a) { return LaunchArg(Scalar(), a); }
+
+  bool isNdarray() const { return ndarray_ != nullptr; }
+  const Scalar &scalarValue() const { return scalar_; }
+  const NdarrayArg &ndarrayValue() const { return *ndarray_; }
+
+private:
+  LaunchArg(Scalar s, const NdarrayArg *a) : scalar_(s), ndarray_(a) {}
+  Scalar scalar_;
+  const NdarrayArg *ndarray_;
+};
+
+struct LaunchOptions {
+  /// Report out-of-range field/ndarray indices as an error naming the
+  /// statement instead of touching memory (the interpreter always checks).
+  bool boundsChecked = false;
+  /// Capacity used for adstacks declared with capacity 0 that have no entry
+  /// in `adStackCapacities`; 0 means such a stack is an error.
+  int64_t defaultAdStackCapacity = 0;
+  /// Per-launch capacities (e.g. from the sizing analysis), overriding the
+  /// declared capacity.
+  std::unordered_map<const AdStackAllocaStmt *, int64_t> adStackCapacities;
+};
+
+/// Checks arity, scalar types, ndarray element types, ranks and companions
+/// of `args` against `kernel`'s parameters. Messages name the argument.
+absl::Status validateLaunchArgs(const Kernel &kernel, std::span<const LaunchArg> args);
+
+class Program;
+
+/// A way of executing kernels (the interpreter, the CPU JIT, ...).
+class Backend {
+public:
+  virtual ~Backend() = default;
+  virtual std::string_view name() const = 0;
+  /// Runs `kernel` (which belongs to `program.module()`) with validated args.
+  virtual absl::Status launch(Program &program, const Kernel &kernel,
+                              std::span<const LaunchArg> args, const LaunchOptions &options) = 0;
+};
+
+/// A module instantiated in memory: zero-initialised storage for every field
+/// and each declared grad/dual companion. The module must outlive it.
+class Program {
+public:
+  static absl::StatusOr<std::unique_ptr<Program>> create(const Module &module);
+
+  const Module &module() const { return module_; }
+  /// Storage of a field component, or null if the field or companion does
+  /// not exist.
+  Buffer *field(std::string_view name, Component c = Component::Primal);
+  Buffer *field(const Field &f, Component c = Component::Primal);
+
+  /// Validates the arguments and runs kernel `name` on `backend`.
+  absl::Status launch(std::string_view name, std::span<const LaunchArg> args, Backend &backend,
+                      const LaunchOptions &options = {});
+
+private:
+  explicit Program(const Module &m) : module_(m) {}
+  const Module &module_;
+  std::map<std::pair<const Field *, Component>, Buffer> fields_;
+};
+
+} // namespace qd

@@ -1,0 +1,434 @@
+//===- qd-run.cpp - Run kernels from a .qd file ---------------------------===//
+//
+//   qd-run kernel.qd [--kernel=NAME]... [--backend=interp] [--inputs=in.json]
+//          [--set FIELD=JSON]... [--arg NAME=JSON]... [--print=a,b.grad,...]
+//          [--bounds-check] [--adstack-capacity=N] [--report-adstacks]
+//
+// Fields and ndarray arguments are given as (nested) JSON arrays, scalars as
+// JSON numbers or booleans; `NAME.grad` / `NAME.dual` address companions.
+// An inputs file is {"fields": {NAME: JSON}, "args": {NAME: JSON}}. After
+// the kernels ran, the requested fields/ndarrays are printed as one JSON
+// object (floats in shortest round-trip form; NaN and infinities as the
+// strings "nan", "inf", "-inf").
+//
+//===----------------------------------------------------------------------===//
+#include "qd/interp/Interpreter.h"
+#include "qd/ir/Parser.h"
+#include "qd/ir/Printer.h"
+#include "qd/ir/Verifier.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <fstream>
+#include <iostream>
+#include <iterator>
+#include <limits>
+#include <map>
+#include <sstream>
+
+using json = nlohmann::json;
+
+namespace {
+
+constexpr const char *kUsage =
+    "usage: qd-run <kernel.qd> [options]\n"
+    "\n"
+    "Runs kernels of a qd module and prints fields/ndarrays as JSON.\n"
+    "\n"
+    "options:\n"
+    "  --kernel=NAME          kernel to launch (repeat to launch several in order;\n"
+    "                         default: the module's only kernel)\n"
+    "  --backend=NAME         execution backend: interp (default)\n"
+    "  --inputs=FILE          JSON file {\"fields\": {...}, \"args\": {...}}\n"
+    "  --set NAME=JSON        initial value of a field (or NAME.grad / NAME.dual)\n"
+    "  --arg NAME=JSON        kernel argument: number, boolean or nested array\n"
+    "  --print=A,B.grad,...   what to print (default: every field and ndarray)\n"
+    "  --bounds-check         report out-of-range indices (always on for interp)\n"
+    "  --adstack-capacity=N   capacity of adstacks declared with capacity 0\n"
+    "  --report-adstacks      print each adstack's capacity and maximum depth\n";
+
+struct Failure {
+  std::string message;
+};
+
+[[noreturn]] void die(std::string message) { throw Failure{std::move(message)}; }
+
+std::string readFile(const std::string &path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    die("cannot read '" + path + "'");
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+json parseJson(const std::string &text, const std::string &what) {
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded())
+    die("malformed JSON in " + what + ": '" + text.substr(0, 80) + "'");
+  return j;
+}
+
+std::pair<std::string, qd::Component> splitName(const std::string &name) {
+  size_t dot = name.rfind('.');
+  if (dot != std::string::npos) {
+    std::string suffix = name.substr(dot + 1);
+    if (suffix == "grad")
+      return {name.substr(0, dot), qd::Component::Grad};
+    if (suffix == "dual")
+      return {name.substr(0, dot), qd::Component::Dual};
+  }
+  return {name, qd::Component::Primal};
+}
+
+qd::Scalar toScalar(const json &j, qd::ScalarType t, const std::string &what) {
+  using qd::ScalarType;
+  if (t == ScalarType::I1) {
+    if (j.is_boolean())
+      return qd::Scalar::ofInt(t, j.get<bool>());
+    if (j.is_number_integer() && (j.get<int64_t>() == 0 || j.get<int64_t>() == 1))
+      return qd::Scalar::ofInt(t, j.get<int64_t>());
+    die(what + " must be true or false, got " + j.dump());
+  }
+  if (qd::isInteger(t)) {
+    if (!j.is_number_integer())
+      die(what + " must be an integer (" + std::string(qd::toString(t)) + "), got " + j.dump());
+    if (j.is_number_unsigned() && j.get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max()))
+      die(what + " does not fit in " + std::string(qd::toString(t)) + ": " + j.dump());
+    int64_t v = j.get<int64_t>();
+    if (t == ScalarType::I32 && static_cast<int32_t>(v) != v)
+      die(what + " does not fit in i32: " + j.dump());
+    return qd::Scalar::ofInt(t, v);
+  }
+  if (j.is_number())
+    return qd::Scalar::ofFloat(t, j.get<double>());
+  if (j.is_string()) {
+    std::string s = j.get<std::string>();
+    double inf = std::numeric_limits<double>::infinity();
+    if (s == "nan")
+      return qd::Scalar::ofFloat(t, std::numeric_limits<double>::quiet_NaN());
+    if (s == "inf")
+      return qd::Scalar::ofFloat(t, inf);
+    if (s == "-inf")
+      return qd::Scalar::ofFloat(t, -inf);
+  }
+  die(what + " must be a number, got " + j.dump());
+}
+
+/// Shape of a rectangular nested JSON array (a scalar has shape []).
+std::vector<int64_t> shapeOf(const json &j, const std::string &what) {
+  std::vector<int64_t> shape;
+  const json *cur = &j;
+  while (cur->is_array()) {
+    shape.push_back(static_cast<int64_t>(cur->size()));
+    if (cur->empty())
+      break;
+    cur = &(*cur)[0];
+  }
+  (void)what;
+  return shape;
+}
+
+void flatten(const json &j, const std::vector<int64_t> &shape, size_t dim,
+             std::vector<const json *> &out, const std::string &what) {
+  if (dim == shape.size()) {
+    if (j.is_array())
+      die(what + " is not rectangular: nested deeper than its first element");
+    out.push_back(&j);
+    return;
+  }
+  if (!j.is_array() || static_cast<int64_t>(j.size()) != shape[dim])
+    die(what + " is not rectangular: expected " + std::to_string(shape[dim]) +
+        " elements at depth " + std::to_string(dim));
+  for (const json &e : j)
+    flatten(e, shape, dim + 1, out, what);
+}
+
+void fillBuffer(qd::Buffer &buf, const json &j, const std::string &what) {
+  std::vector<const json *> elems;
+  if (buf.ndim() == 0 && !j.is_array()) {
+    elems.push_back(&j);
+  } else {
+    flatten(j, buf.shape(), 0, elems, what);
+  }
+  for (size_t i = 0; i < elems.size(); ++i)
+    buf.set(static_cast<int64_t>(i),
+            toScalar(*elems[i], buf.elementType(), what + " element " + std::to_string(i)));
+}
+
+json scalarToJson(const qd::Scalar &s) {
+  if (!s.isFloat())
+    return s.type == qd::ScalarType::I1 ? json(s.i != 0) : json(s.i);
+  if (std::isnan(s.f) || std::isinf(s.f))
+    return json(qd::formatFloat(s.f, s.type));
+  // Emit the shortest round-trip text as a raw JSON number.
+  return json::parse(qd::formatFloat(s.f, s.type));
+}
+
+json bufferToJson(const qd::Buffer &buf) {
+  if (buf.ndim() == 0)
+    return scalarToJson(buf.get(0));
+  std::function<json(size_t, int64_t &)> build = [&](size_t dim, int64_t &flat) {
+    json arr = json::array();
+    for (int64_t i = 0; i < buf.shape()[dim]; ++i)
+      arr.push_back(dim + 1 == buf.ndim() ? scalarToJson(buf.get(flat++)) : build(dim + 1, flat));
+    return arr;
+  };
+  int64_t flat = 0;
+  return build(0, flat);
+}
+
+struct Ndarray {
+  qd::Buffer primal, grad, dual;
+  qd::NdarrayArg arg;
+};
+
+int run(int argc, char **argv) {
+  std::string file, backendName = "interp", inputsFile;
+  std::vector<std::string> kernels, printList;
+  std::vector<std::pair<std::string, std::string>> sets, argValues;
+  bool printGiven = false, reportAdStacks = false;
+  qd::LaunchOptions options;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto value = [&](const std::string &flag) -> std::optional<std::string> {
+      if (a.rfind(flag + "=", 0) == 0)
+        return a.substr(flag.size() + 1);
+      if (a == flag) {
+        if (i + 1 >= argc)
+          die(flag + " needs a value");
+        return std::string(argv[++i]);
+      }
+      return std::nullopt;
+    };
+    auto keyValue = [&](const std::string &v, const std::string &flag) {
+      size_t eq = v.find('=');
+      if (eq == std::string::npos || eq == 0)
+        die(flag + " expects NAME=JSON, got '" + v + "'");
+      return std::pair(v.substr(0, eq), v.substr(eq + 1));
+    };
+    if (a == "-h" || a == "--help") {
+      std::cout << kUsage;
+      return 0;
+    }
+    if (auto v = value("--kernel"))
+      kernels.push_back(*v);
+    else if (auto v = value("--backend"))
+      backendName = *v;
+    else if (auto v = value("--inputs"))
+      inputsFile = *v;
+    else if (auto v = value("--set"))
+      sets.push_back(keyValue(*v, "--set"));
+    else if (auto v = value("--arg"))
+      argValues.push_back(keyValue(*v, "--arg"));
+    else if (auto v = value("--print")) {
+      printGiven = true;
+      std::stringstream ss(*v);
+      for (std::string item; std::getline(ss, item, ',');)
+        if (!item.empty())
+          printList.push_back(item);
+    } else if (auto v = value("--adstack-capacity")) {
+      try {
+        options.defaultAdStackCapacity = std::stoll(*v);
+      } catch (...) {
+        die("--adstack-capacity expects an integer, got '" + *v + "'");
+      }
+      if (options.defaultAdStackCapacity < 0)
+        die("--adstack-capacity must be non-negative");
+    } else if (a == "--bounds-check")
+      options.boundsChecked = true;
+    else if (a == "--report-adstacks")
+      reportAdStacks = true;
+    else if (a.size() > 1 && a[0] == '-')
+      die("unknown option '" + a + "' (see --help)");
+    else if (file.empty())
+      file = a;
+    else
+      die("more than one input file given ('" + file + "' and '" + a + "')");
+  }
+  if (file.empty())
+    die("no input file (see --help)");
+  if (backendName != "interp")
+    die("unknown backend '" + backendName + "'; available backends: interp");
+
+  auto parsed = qd::parseModule(readFile(file), {file, 1});
+  if (!parsed.ok())
+    die(std::string(parsed.status().message()));
+  qd::Module &module = **parsed;
+  if (absl::Status v = qd::verify(module); !v.ok())
+    die(std::string(v.message()));
+
+  if (kernels.empty()) {
+    if (module.kernels().size() != 1)
+      die("the module has " + std::to_string(module.kernels().size()) +
+          " kernels; choose with --kernel=NAME");
+    kernels.push_back(module.kernels()[0]->name());
+  }
+  for (const std::string &k : kernels)
+    if (!module.findKernel(k))
+      die("no kernel named '@" + k + "' in " + file);
+
+  auto program = qd::Program::create(module);
+  if (!program.ok())
+    die(std::string(program.status().message()));
+
+  // Gather inputs: the file first, then command-line values override.
+  std::map<std::string, json> fieldInputs, argInputs;
+  if (!inputsFile.empty()) {
+    json in = parseJson(readFile(inputsFile), "'" + inputsFile + "'");
+    if (!in.is_object())
+      die("'" + inputsFile + "' must hold a JSON object with \"fields\" and/or \"args\"");
+    for (auto &[key, val] : in.items()) {
+      if (key != "fields" && key != "args")
+        die("unknown key \"" + key + "\" in '" + inputsFile + "' (expected fields, args)");
+      if (!val.is_object())
+        die("\"" + key + "\" in '" + inputsFile + "' must be an object");
+      for (auto &[name, v] : val.items())
+        (key == "fields" ? fieldInputs : argInputs)[name] = v;
+    }
+  }
+  for (auto &[name, text] : sets)
+    fieldInputs[name] = parseJson(text, "--set " + name);
+  for (auto &[name, text] : argValues)
+    argInputs[name] = parseJson(text, "--arg " + name);
+
+  for (auto &[name, value] : fieldInputs) {
+    auto [base, comp] = splitName(name);
+    qd::Buffer *buf = (*program)->field(base, comp);
+    if (!buf)
+      die("no field '@" + name + "' in " + file);
+    fillBuffer(*buf, value, "field '@" + name + "'");
+  }
+
+  // Ndarray arguments are shared by name across the launched kernels.
+  std::map<std::string, std::unique_ptr<Ndarray>> ndarrays;
+  std::map<std::string, const qd::Argument *> ndarrayParams;
+  for (const std::string &kname : kernels) {
+    const qd::Kernel &k = *module.findKernel(kname);
+    for (unsigned i = 0; i < k.numArguments(); ++i) {
+      const qd::Argument *p = k.argument(i);
+      if (!p->isNdarray() || ndarrays.count(p->name()))
+        continue;
+      auto it = argInputs.find(p->name());
+      if (it == argInputs.end())
+        die("missing ndarray argument '" + p->name() + "' of kernel @" + kname +
+            " (pass --arg " + p->name() + "=[...])");
+      std::vector<int64_t> shape = shapeOf(it->second, p->name());
+      if (shape.size() != p->type().ndim())
+        die("ndarray argument '" + p->name() + "' is " + p->type().str() + " but the value has " +
+            std::to_string(shape.size()) + " dimension(s)");
+      auto nd = std::make_unique<Ndarray>();
+      auto make = [&](qd::Buffer &b) {
+        auto r = qd::Buffer::create(p->type().element(), shape);
+        if (!r.ok())
+          die(std::string(r.status().message()));
+        b = *std::move(r);
+      };
+      make(nd->primal);
+      fillBuffer(nd->primal, it->second, "argument '" + p->name() + "'");
+      nd->arg.primal = &nd->primal;
+      for (qd::Component c : {qd::Component::Grad, qd::Component::Dual}) {
+        if (!p->hasComponent(c))
+          continue;
+        qd::Buffer &b = c == qd::Component::Grad ? nd->grad : nd->dual;
+        make(b);
+        std::string cname = p->name() + "." + std::string(qd::toString(c));
+        if (auto g = argInputs.find(cname); g != argInputs.end())
+          fillBuffer(b, g->second, "argument '" + cname + "'");
+        (c == qd::Component::Grad ? nd->arg.grad : nd->arg.dual) = &b;
+      }
+      ndarrayParams[p->name()] = p;
+      ndarrays[p->name()] = std::move(nd);
+    }
+  }
+  for (auto &[name, v] : argInputs) {
+    std::string base = splitName(name).first;
+    bool known = false;
+    for (const std::string &kname : kernels)
+      known |= module.findKernel(kname)->findArgument(base) != nullptr;
+    if (!known)
+      die("no kernel argument named '" + base + "' in the launched kernel(s)");
+  }
+
+  qd::Interpreter interp;
+  std::vector<std::string> adstackReport;
+  for (const std::string &kname : kernels) {
+    const qd::Kernel &k = *module.findKernel(kname);
+    std::vector<qd::LaunchArg> args;
+    for (unsigned i = 0; i < k.numArguments(); ++i) {
+      const qd::Argument *p = k.argument(i);
+      if (p->isNdarray()) {
+        args.push_back(qd::LaunchArg::ndarray(&ndarrays.at(p->name())->arg));
+        continue;
+      }
+      auto it = argInputs.find(p->name());
+      if (it == argInputs.end())
+        die("missing argument '" + p->name() + "' of kernel @" + kname + " (pass --arg " +
+            p->name() + "=VALUE)");
+      args.push_back(qd::LaunchArg::scalar(
+          toScalar(it->second, p->type().element(), "argument '" + p->name() + "'")));
+    }
+    if (absl::Status s = (*program)->launch(kname, args, interp, options); !s.ok())
+      die(std::string(s.message()));
+    if (reportAdStacks) {
+      std::vector<std::pair<std::string, std::string>> rows;
+      for (auto &[stack, depth] : interp.adStackMaxDepths())
+        rows.emplace_back(stack->loc().str(),
+                          "kernel @" + kname + ": adstack at " + stack->loc().str() +
+                              ": capacity " + std::to_string(interp.adStackCapacities().at(stack)) +
+                              ", max depth " + std::to_string(depth));
+      std::sort(rows.begin(), rows.end());
+      for (auto &r : rows)
+        adstackReport.push_back(r.second);
+    }
+  }
+  for (const std::string &line : adstackReport)
+    std::cerr << line << '\n';
+
+  // Output.
+  if (!printGiven) {
+    for (const auto &f : module.fields())
+      for (qd::Component c : {qd::Component::Primal, qd::Component::Grad, qd::Component::Dual})
+        if (f->hasComponent(c))
+          printList.push_back(f->name() + (c == qd::Component::Primal
+                                                ? ""
+                                                : "." + std::string(qd::toString(c))));
+    for (auto &[name, p] : ndarrayParams)
+      for (qd::Component c : {qd::Component::Primal, qd::Component::Grad, qd::Component::Dual})
+        if (p->hasComponent(c))
+          printList.push_back(name + (c == qd::Component::Primal
+                                          ? ""
+                                          : "." + std::string(qd::toString(c))));
+  }
+  json out = json::object();
+  std::vector<std::string> order;
+  for (const std::string &name : printList) {
+    auto [base, comp] = splitName(name);
+    const qd::Buffer *buf = (*program)->field(base, comp);
+    if (!buf) {
+      auto it = ndarrays.find(base);
+      if (it != ndarrays.end())
+        buf = it->second->arg.component(comp);
+    }
+    if (!buf)
+      die("cannot print '" + name + "': no such field or ndarray argument (or companion)");
+    out[name] = bufferToJson(*buf);
+    order.push_back(name);
+  }
+  // Keep the requested order (nlohmann sorts object keys).
+  std::cout << '{';
+  for (size_t i = 0; i < order.size(); ++i)
+    std::cout << (i ? ", " : "") << json(order[i]).dump() << ": " << out[order[i]].dump();
+  std::cout << "}\n";
+  return 0;
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  try {
+    return run(argc, argv);
+  } catch (const Failure &f) {
+    std::cerr << "qd-run: error: " << f.message << '\n';
+    return 1;
+  }
+}
