@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # The main job, from a fresh machine: installs dependencies, builds qd, then
-# parses, verifies and optimises the example kernel and prints the result.
-#   scripts/run-example.sh [kernel.qd] [pipeline]
+# optimises the example kernel with qd-opt and runs it on the reference
+# interpreter with qd-run, printing the fields as JSON.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh
 ./scripts/build.sh >/dev/null
-kernel=${1:-examples/kernels/sin_loop.qd}
-pipeline=${2:-fold,simplify,dce}
-echo "== qd-opt --passes=$pipeline $kernel"
-"${BUILD_DIR:-build}/tools/qd-opt/qd-opt" --passes="$pipeline" "$kernel"
+bin=${BUILD_DIR:-build}/tools
+kernel=examples/kernels/sin_loop.qd
+echo "== qd-opt --passes=fold,simplify,dce $kernel"
+"$bin/qd-opt/qd-opt" --passes=fold,simplify,dce "$kernel"
+echo "== qd-run $kernel (n = 3, x = 0, 0.25, ..., 3.75)"
+"$bin/qd-run/qd-run" "$kernel" --set n=3 \
+  --set 'x=[0,0.25,0.5,0.75,1,1.25,1.5,1.75,2,2.25,2.5,2.75,3,3.25,3.5,3.75]' --print=x,y

@@ -428,7 +428,9 @@ int main(int argc, char **argv) {
   try {
     return run(argc, argv);
   } catch (const Failure &f) {
-    std::cerr << "qd-run: error: " << f.message << '\n';
+    // Diagnostics that already carry `file:line:col: error:` stand alone.
+    bool located = f.message.find(": error: ") != std::string::npos;
+    std::cerr << (located ? "" : "qd-run: error: ") << f.message << '\n';
     return 1;
   }
 }
