@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <limits>
+#include <unordered_map>
 
 namespace qd {
 
@@ -137,8 +138,8 @@ std::optional<ConstantValue> foldUnary(UnaryOp op, const ConstantValue &a) {
     case UnaryOp::Abs:
       return ConstantValue::ofFloat(t, std::fabs(a.f));
     case UnaryOp::Sqrt: // correctly rounded in IEEE 754
-      return ConstantValue::ofFloat(
-          t, f32 ? static_cast<double>(std::sqrt(static_cast<float>(a.f))) : std::sqrt(a.f));
+      return ConstantValue::ofFloat(t, f32 ? static_cast<double>(std::sqrt(static_cast<float>(a.f)))
+                                           : std::sqrt(a.f));
     case UnaryOp::Floor:
       return ConstantValue::ofFloat(t, std::floor(a.f));
     case UnaryOp::Ceil:
@@ -246,44 +247,75 @@ std::optional<ConstantValue> foldCast(const ConstantValue &a, ScalarType to) {
 }
 
 namespace {
-std::optional<ConstantValue> evaluate(const Value *v, unsigned depth) {
-  if (depth > 64 || !v || !Stmt::classof(v))
-    return std::nullopt;
-  const auto *s = static_cast<const Stmt *>(v);
-  auto operand = [&](unsigned i) { return evaluate(s->operand(i), depth + 1); };
-  switch (s->kind()) {
-  case StmtKind::Const:
-    return constantOf(*cast<ConstStmt>(s));
-  case StmtKind::Binary: {
-    auto a = operand(0), b = operand(1);
-    if (!a || !b)
+/// Evaluates a tree of foldable statements. Results are memoized per value,
+/// so shared operands (a DAG such as `%b = add %a, %a; %c = add %b, %b ...`)
+/// are evaluated once instead of once per path. Too deep a tree makes the
+/// whole evaluation fail, so a memoized result never depends on the depth at
+/// which it was first reached.
+class Evaluator {
+public:
+  std::optional<ConstantValue> run(const Value *v) {
+    std::optional<ConstantValue> r = evaluate(v, 0);
+    return tooDeep_ ? std::nullopt : r;
+  }
+
+private:
+  std::optional<ConstantValue> evaluate(const Value *v, unsigned depth) {
+    if (depth > 64) {
+      tooDeep_ = true;
       return std::nullopt;
-    return foldBinary(cast<BinaryStmt>(s)->op(), *a, *b);
-  }
-  case StmtKind::Unary: {
-    auto a = operand(0);
-    return a ? foldUnary(cast<UnaryStmt>(s)->op(), *a) : std::nullopt;
-  }
-  case StmtKind::Cmp: {
-    auto a = operand(0), b = operand(1);
-    if (!a || !b)
+    }
+    if (tooDeep_ || !v || !Stmt::classof(v))
       return std::nullopt;
-    return foldCmp(cast<CmpStmt>(s)->predicate(), *a, *b);
+    auto it = memo_.find(v);
+    if (it != memo_.end())
+      return it->second;
+    std::optional<ConstantValue> r = compute(static_cast<const Stmt *>(v), depth);
+    memo_.emplace(v, r);
+    return r;
   }
-  case StmtKind::Select: {
-    auto c = operand(0);
-    if (!c)
+
+  std::optional<ConstantValue> compute(const Stmt *s, unsigned depth) {
+    auto operand = [&](unsigned i) { return evaluate(s->operand(i), depth + 1); };
+    switch (s->kind()) {
+    case StmtKind::Const:
+      return constantOf(*cast<ConstStmt>(s));
+    case StmtKind::Binary: {
+      auto a = operand(0);
+      auto b = a ? operand(1) : std::nullopt;
+      if (!a || !b)
+        return std::nullopt;
+      return foldBinary(cast<BinaryStmt>(s)->op(), *a, *b);
+    }
+    case StmtKind::Unary: {
+      auto a = operand(0);
+      return a ? foldUnary(cast<UnaryStmt>(s)->op(), *a) : std::nullopt;
+    }
+    case StmtKind::Cmp: {
+      auto a = operand(0);
+      auto b = a ? operand(1) : std::nullopt;
+      if (!a || !b)
+        return std::nullopt;
+      return foldCmp(cast<CmpStmt>(s)->predicate(), *a, *b);
+    }
+    case StmtKind::Select: {
+      auto c = operand(0);
+      if (!c)
+        return std::nullopt;
+      return operand(c->i ? 1 : 2);
+    }
+    case StmtKind::Cast: {
+      auto a = operand(0);
+      return a ? foldCast(*a, cast<CastStmt>(s)->to()) : std::nullopt;
+    }
+    default:
       return std::nullopt;
-    return operand(c->i ? 1 : 2);
+    }
   }
-  case StmtKind::Cast: {
-    auto a = operand(0);
-    return a ? foldCast(*a, cast<CastStmt>(s)->to()) : std::nullopt;
-  }
-  default:
-    return std::nullopt;
-  }
-}
+
+  std::unordered_map<const Value *, std::optional<ConstantValue>> memo_;
+  bool tooDeep_ = false;
+};
 
 std::optional<int64_t> boundValue(Bound b) {
   if (b.isConstant())
@@ -292,7 +324,9 @@ std::optional<int64_t> boundValue(Bound b) {
 }
 } // namespace
 
-std::optional<ConstantValue> evaluateConstant(const Value *v) { return evaluate(v, 0); }
+std::optional<ConstantValue> evaluateConstant(const Value *v) {
+  return Evaluator().run(v);
+}
 
 std::optional<int64_t> evaluateConstantInt(const Value *v) {
   auto c = evaluateConstant(v);

@@ -62,9 +62,9 @@ private:
 
   Flow fail(const Stmt &s, const std::string &what) {
     std::string where = task_ ? fmt::format(", task at {}", task_->loc().str()) : "";
-    error_ = absl::FailedPreconditionError(fmt::format(
-        "{}: error: {} (in kernel @{}{}: {})", s.loc().str(), what, kernel_.name(), where,
-        printStmt(s)));
+    error_ = absl::FailedPreconditionError(fmt::format("{}: error: {} (in kernel @{}{}: {})",
+                                                       s.loc().str(), what, kernel_.name(), where,
+                                                       printStmt(s)));
     return Flow::Error;
   }
 
@@ -77,9 +77,7 @@ private:
     return Flow::Normal;
   }
 
-  std::optional<int64_t> bound(Bound b) {
-    return b.isConstant() ? b.constant : reg(b.value).i;
-  }
+  std::optional<int64_t> bound(Bound b) { return b.isConstant() ? b.constant : reg(b.value).i; }
 
   /// Resolves the buffer and flat element index of a global access.
   Buffer *access(const GlobalAccessStmt &s, int64_t &flat, Flow &flow) {
@@ -110,8 +108,8 @@ private:
         shown += (i ? ", " : "") + std::to_string(idx[i]);
       for (size_t i = 0; i < buf->shape().size(); ++i)
         shape += (i ? ", " : "") + std::to_string(buf->shape()[i]);
-      flow = fail(s, fmt::format("index [{}] is out of range for '{}' of shape [{}]", shown,
-                                 name, shape));
+      flow = fail(
+          s, fmt::format("index [{}] is out of range for '{}' of shape [{}]", shown, name, shape));
       return nullptr;
     }
     flat = *f;

@@ -18,7 +18,9 @@ int64_t wrap(ScalarType t, uint64_t bits) {
   }
 }
 
-Scalar makeInt(ScalarType t, uint64_t bits) { return Scalar::ofInt(t, wrap(t, bits)); }
+Scalar makeInt(ScalarType t, uint64_t bits) {
+  return Scalar::ofInt(t, wrap(t, bits));
+}
 
 /// Applies `op` in the precision of `t` (float for f32, double for f64).
 template <typename Op> Scalar floatOp(ScalarType t, double a, double b, Op op) {
@@ -196,8 +198,9 @@ bool evalCmp(CmpPredicate pred, const Scalar &a, const Scalar &b) {
 Scalar evalCast(const Scalar &a, ScalarType to) {
   if (!a.isFloat()) {
     if (isFloat(to))
-      return Scalar::ofFloat(to, to == ScalarType::F32 ? static_cast<double>(static_cast<float>(a.i))
-                                                       : static_cast<double>(a.i));
+      return Scalar::ofFloat(to, to == ScalarType::F32
+                                     ? static_cast<double>(static_cast<float>(a.i))
+                                     : static_cast<double>(a.i));
     if (to == ScalarType::I1)
       return Scalar::ofInt(to, a.i != 0);
     return makeInt(to, static_cast<uint64_t>(a.i));

@@ -1,5 +1,6 @@
 //===- Clone.cpp - Deep copies and structural equality --------------------===//
 #include "qd/ir/Clone.h"
+#include "qd/ir/Printer.h"
 #include "qd/ir/Visitor.h"
 
 #include <fmt/format.h>
@@ -33,8 +34,9 @@ public:
 
   std::unique_ptr<Stmt> visitStmt(Stmt &) { return nullptr; }
   std::unique_ptr<Stmt> visitConstStmt(ConstStmt &s) {
-    return isInteger(s.scalarType()) ? std::unique_ptr<Stmt>(ConstStmt::getInt(s.scalarType(), s.intValue()))
-                                     : std::unique_ptr<Stmt>(ConstStmt::getFloat(s.scalarType(), s.floatValue()));
+    return isInteger(s.scalarType())
+               ? std::unique_ptr<Stmt>(ConstStmt::getInt(s.scalarType(), s.intValue()))
+               : std::unique_ptr<Stmt>(ConstStmt::getFloat(s.scalarType(), s.floatValue()));
   }
   std::unique_ptr<Stmt> visitBinaryStmt(BinaryStmt &s) {
     return std::make_unique<BinaryStmt>(s.op(), m(s.lhs()), m(s.rhs()), s.type());
@@ -46,8 +48,7 @@ public:
     return std::make_unique<CmpStmt>(s.predicate(), m(s.lhs()), m(s.rhs()), s.operandType());
   }
   std::unique_ptr<Stmt> visitSelectStmt(SelectStmt &s) {
-    return std::make_unique<SelectStmt>(m(s.cond()), m(s.trueValue()), m(s.falseValue()),
-                                        s.type());
+    return std::make_unique<SelectStmt>(m(s.cond()), m(s.trueValue()), m(s.falseValue()), s.type());
   }
   std::unique_ptr<Stmt> visitCastStmt(CastStmt &s) {
     return std::make_unique<CastStmt>(m(s.input()), s.from(), s.to());
@@ -147,6 +148,13 @@ std::unique_ptr<Kernel> cloneKernelImpl(const Kernel &kernel, std::string newNam
     map[a] = k->addArgument(std::move(copy));
   }
   Cloner(map, fields).cloneInto(kernel.body(), k->body());
+  // A use before its definition (invalid, but cloned faithfully) was cloned
+  // before its definition entered the map; point it at the copy too.
+  walk(*k, [&](Stmt &s) {
+    for (unsigned i = 0; i < s.numOperands(); ++i)
+      if (auto it = map.find(s.operand(i)); it != map.end())
+        s.setOperand(i, it->second);
+  });
   return k;
 }
 
@@ -242,8 +250,7 @@ private:
     auto iy = const_cast<Block &>(y).begin();
     for (; ix != const_cast<Block &>(x).end(); ++ix, ++iy) {
       if (!sameAttributes(*ix, *iy))
-        return fail(mismatch(*ix, fmt::format("'{}' vs '{}'", mnemonic(ix->kind()),
-                                              mnemonic(iy->kind()))));
+        return fail(mismatch(*ix, fmt::format("'{}' vs '{}'", header(*ix), header(*iy))));
       map_[&*ix] = &*iy;
       stmts_.emplace_back(&*ix, &*iy);
       for (unsigned i = 0; i < ix->numBlocks(); ++i)
@@ -253,9 +260,17 @@ private:
     return true;
   }
 
+  /// The statement as printed, without nested blocks (`for %i = 0 to %n`).
+  static std::string header(const Stmt &s) {
+    std::string text = printStmt(s);
+    text = text.substr(0, text.find('\n'));
+    if (text.ends_with(" {"))
+      text.resize(text.size() - 2);
+    return text;
+  }
+
   std::string mismatch(const Stmt &s, const std::string &detail) const {
-    return fmt::format("kernel @{}: statement at {} differs: {}", a_.name(), s.loc().str(),
-                       detail);
+    return fmt::format("kernel @{}: statement at {} differs: {}", a_.name(), s.loc().str(), detail);
   }
   bool fail(std::string message) {
     if (why_)

@@ -42,7 +42,9 @@ CastStmt *IRBuilder::cast(Value *v, ScalarType to) {
   return insert(std::make_unique<CastStmt>(v, v->type().element(), to));
 }
 
-AllocaStmt *IRBuilder::alloca(ScalarType elem) { return insert(std::make_unique<AllocaStmt>(elem)); }
+AllocaStmt *IRBuilder::alloca(ScalarType elem) {
+  return insert(std::make_unique<AllocaStmt>(elem));
+}
 LocalLoadStmt *IRBuilder::load(Value *local) {
   return insert(std::make_unique<LocalLoadStmt>(local, Type::scalar(local->type().element())));
 }
@@ -92,8 +94,7 @@ AdStackPopStmt *IRBuilder::adstackPop(Value *stack) {
   return insert(std::make_unique<AdStackPopStmt>(stack));
 }
 AdStackLoadTopStmt *IRBuilder::adstackLoadTop(Value *stack) {
-  return insert(
-      std::make_unique<AdStackLoadTopStmt>(stack, Type::scalar(stack->type().element())));
+  return insert(std::make_unique<AdStackLoadTopStmt>(stack, Type::scalar(stack->type().element())));
 }
 AdStackLoadTopAdjStmt *IRBuilder::adstackLoadTopAdj(Value *stack) {
   return insert(
@@ -103,8 +104,12 @@ AdStackAccAdjointStmt *IRBuilder::adstackAccAdjoint(Value *stack, Value *value) 
   return insert(std::make_unique<AdStackAccAdjointStmt>(stack, value));
 }
 
-BreakStmt *IRBuilder::brk() { return insert(std::make_unique<BreakStmt>()); }
-ContinueStmt *IRBuilder::cont() { return insert(std::make_unique<ContinueStmt>()); }
+BreakStmt *IRBuilder::brk() {
+  return insert(std::make_unique<BreakStmt>());
+}
+ContinueStmt *IRBuilder::cont() {
+  return insert(std::make_unique<ContinueStmt>());
+}
 
 //===----------------------------------------------------------------------===//
 // Scopes
@@ -121,7 +126,9 @@ IRBuilder::Scope::Scope(Scope &&other) noexcept
   other.builder_ = nullptr;
 }
 
-IRBuilder::Scope::~Scope() { close(); }
+IRBuilder::Scope::~Scope() {
+  close();
+}
 
 void IRBuilder::Scope::close() {
   if (!builder_)

@@ -47,10 +47,12 @@ struct Token {
 };
 
 bool isIdentChar(char c) {
-  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-         c == '_' || c == '.';
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+         c == '.';
 }
-bool isDigit(char c) { return c >= '0' && c <= '9'; }
+bool isDigit(char c) {
+  return c >= '0' && c <= '9';
+}
 
 std::string_view describe(Tok t) {
   switch (t) {
@@ -155,9 +157,8 @@ public:
       advance();
       // Exponent signs are part of the number: 1e-5.
       while (pos_ < text_.size() &&
-             (isIdentChar(text_[pos_]) ||
-              ((text_[pos_] == '-' || text_[pos_] == '+') &&
-               (text_[pos_ - 1] == 'e' || text_[pos_ - 1] == 'E'))))
+             (isIdentChar(text_[pos_]) || ((text_[pos_] == '-' || text_[pos_] == '+') &&
+                                           (text_[pos_ - 1] == 'e' || text_[pos_ - 1] == 'E'))))
         advance();
       t.kind = Tok::Number;
       t.text = text_.substr(start, pos_ - start);
@@ -287,8 +288,8 @@ private:
     if (tok_.kind == Tok::Ident)
       t = parseScalarType(tok_.text);
     if (!t)
-      return failHere(fmt::format("expected a scalar type (i1, i32, i64, f32, f64), found {}",
-                                  found()));
+      return failHere(
+          fmt::format("expected a scalar type (i1, i32, i64, f32, f64), found {}", found()));
     out = *t;
     consume();
     return true;
@@ -457,8 +458,8 @@ private:
     std::string name(nameTok.text);
     auto it = values_.find(name);
     if (it != values_.end())
-      return fail(nameTok, fmt::format("redefinition of '%{}' (first defined at {}:{})", name,
-                                       it->second.line, it->second.col));
+      return fail(nameTok, fmt::format("redefinition of '%{}' (first defined at {})", name,
+                                       Location(file_, it->second.line, it->second.col).str()));
     v->setName(name);
     values_[name] = {v, nameTok.line, nameTok.col};
     auto ref = forwardRefs_.find(name);
@@ -549,7 +550,7 @@ private:
       consume();
       if (!expect(Tok::Equal, "'=' after the result name"))
         return nullptr;
-      std::unique_ptr<Stmt> s = parseValueStmt();
+      std::unique_ptr<Stmt> s = parseValueStmt(nameTok);
       if (!s || !define(nameTok, s.get()))
         return nullptr;
       s->setLoc(loc(nameTok));
@@ -607,9 +608,9 @@ private:
       return std::make_unique<AdStackPopStmt>(s);
     }
     bool producesValue = kw == "const" || kw == "load" || kw == "alloca" || kw == "cmp" ||
-                         kw == "select" || kw == "cast" || kw == "shape" ||
-                         parseBinaryOp(kw) || parseUnaryOp(kw) ||
-                         kw.starts_with("adstack.");
+                         kw == "select" || kw == "cast" || kw == "shape" || parseBinaryOp(kw) ||
+                         parseUnaryOp(kw) || kw == "adstack.alloca" || kw == "adstack.load_top" ||
+                         kw == "adstack.load_top_adj";
     if (producesValue)
       fail(kwTok, fmt::format("'{}' produces a value; write '%name = {} ...'", kw, kw));
     else
@@ -618,7 +619,14 @@ private:
     return nullptr;
   }
 
-  std::unique_ptr<Stmt> parseValueStmt() {
+  /// Statements that never produce a value (`%x = store ...` is an error).
+  static bool isVoidStatement(std::string_view kw) {
+    return kw == "store" || kw == "atomic_add" || kw == "parallel" || kw == "for" ||
+           kw == "serial" || kw == "while" || kw == "if" || kw == "break" || kw == "continue" ||
+           kw == "adstack.push" || kw == "adstack.pop" || kw == "adstack.acc_adjoint";
+  }
+
+  std::unique_ptr<Stmt> parseValueStmt(const Token &nameTok) {
     if (tok_.kind != Tok::Ident) {
       failHere(fmt::format("expected an operation after '=', found {}", found()));
       return nullptr;
@@ -668,8 +676,8 @@ private:
     if (op == "cast") {
       std::vector<Value *> ops;
       ScalarType from, to;
-      if (!parseOperands(ops, 1) || !parseTypeSuffix(from) ||
-          !expectKeyword("to") || !parseScalarTypeTok(to))
+      if (!parseOperands(ops, 1) || !parseTypeSuffix(from) || !expectKeyword("to") ||
+          !parseScalarTypeTok(to))
         return nullptr;
       return std::make_unique<CastStmt>(ops[0], from, to);
     }
@@ -723,7 +731,10 @@ private:
         return std::make_unique<AdStackLoadTopStmt>(s, Type::scalar(t));
       return std::make_unique<AdStackLoadTopAdjStmt>(s, Type::scalar(t));
     }
-    fail(opTok, fmt::format("unknown operation '{}'", op));
+    if (isVoidStatement(op))
+      fail(opTok, fmt::format("'{}' does not produce a value; remove '%{} ='", op, nameTok.text));
+    else
+      fail(opTok, fmt::format("unknown operation '{}'", op));
     return nullptr;
   }
 
@@ -756,8 +767,8 @@ private:
       int64_t v;
       auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
       if (ec == std::errc() && ptr == text.data() + text.size()) {
-        if (t == ScalarType::I32 && (v < std::numeric_limits<int32_t>::min() ||
-                                     v > std::numeric_limits<int32_t>::max())) {
+        if (t == ScalarType::I32 &&
+            (v < std::numeric_limits<int32_t>::min() || v > std::numeric_limits<int32_t>::max())) {
           fail(valueTok, fmt::format("constant {} does not fit in i32", v));
           return nullptr;
         }
@@ -766,8 +777,8 @@ private:
       if (ec == std::errc::result_out_of_range)
         fail(valueTok, fmt::format("constant {} does not fit in i64", text));
       else
-        fail(valueTok, fmt::format("expected an integer constant for {}, found '{}'",
-                                   toString(t), valueTok.text));
+        fail(valueTok, fmt::format("expected an integer constant for {}, found '{}'", toString(t),
+                                   valueTok.text));
       return nullptr;
     }
     // Floats: parse directly in the target precision so f32 literals round
@@ -929,7 +940,8 @@ private:
 
   std::unique_ptr<Stmt> parseFor(bool parallel) {
     Token indexTok = tok_;
-    if (!expect(Tok::Local, "loop index '%name'") || !expect(Tok::Equal, "'=' after the loop index"))
+    if (!expect(Tok::Local, "loop index '%name'") ||
+        !expect(Tok::Equal, "'=' after the loop index"))
       return nullptr;
     Bound begin, end;
     if (!parseBound(begin) || !expectKeyword("to") || !parseBound(end))

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <sstream>
@@ -228,7 +229,12 @@ const std::string &ValueNamer::operator[](const Value *v) const {
 }
 
 void ValueNamer::assign(const Value *v) {
-  const std::string &base = v->name();
+  // Name hints set from C++ may hold characters the parser does not accept
+  // after '%' (letters, digits, '_' and '.'); replace them.
+  std::string base = v->name();
+  for (char &c : base)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '.')
+      c = '_';
   std::string candidate = base.empty() ? std::to_string(counter_++) : base;
   for (unsigned n = 1; used_.count(candidate); ++n)
     candidate = base.empty() ? std::to_string(counter_++) : fmt::format("{}.{}", base, n);

@@ -5,7 +5,9 @@
 #include <array>
 #include <bit>
 #include <cassert>
+#include <cmath>
 #include <cstring>
+#include <limits>
 
 namespace qd {
 
@@ -20,39 +22,66 @@ std::optional<Enum> lookupByName(const std::array<std::string_view, N> &names,
   return std::nullopt;
 }
 
-constexpr std::array<std::string_view, 14> kBinaryNames = {
-    "add", "sub", "mul", "div", "rem", "min", "max", "pow", "atan2", "and", "or", "xor", "shl",
-    "shr"};
+constexpr std::array<std::string_view, 14> kBinaryNames = {"add", "sub", "mul", "div",   "rem",
+                                                           "min", "max", "pow", "atan2", "and",
+                                                           "or",  "xor", "shl", "shr"};
 constexpr std::array<std::string_view, 12> kUnaryNames = {
     "neg", "abs", "sin", "cos", "tan", "exp", "log", "sqrt", "tanh", "floor", "ceil", "not"};
 constexpr std::array<std::string_view, 6> kCmpNames = {"eq", "ne", "lt", "le", "gt", "ge"};
-constexpr std::array<std::string_view, 25> kMnemonics = {
-    "const",         "binary",        "unary",
-    "cmp",           "select",        "cast",
-    "alloca",        "load",          "store",
-    "load",          "store",         "atomic_add",
-    "shape",         "for",           "serial",
-    "while",         "break",         "continue",
-    "if",            "adstack.alloca", "adstack.push",
-    "adstack.pop",   "adstack.load_top", "adstack.load_top_adj",
-    "adstack.acc_adjoint"};
+constexpr std::array<std::string_view, 25> kMnemonics = {"const",
+                                                         "binary",
+                                                         "unary",
+                                                         "cmp",
+                                                         "select",
+                                                         "cast",
+                                                         "alloca",
+                                                         "load",
+                                                         "store",
+                                                         "load",
+                                                         "store",
+                                                         "atomic_add",
+                                                         "shape",
+                                                         "for",
+                                                         "serial",
+                                                         "while",
+                                                         "break",
+                                                         "continue",
+                                                         "if",
+                                                         "adstack.alloca",
+                                                         "adstack.push",
+                                                         "adstack.pop",
+                                                         "adstack.load_top",
+                                                         "adstack.load_top_adj",
+                                                         "adstack.acc_adjoint"};
 } // namespace
 
-std::string_view mnemonic(StmtKind kind) { return kMnemonics[static_cast<size_t>(kind)]; }
-std::string_view toString(BinaryOp op) { return kBinaryNames[static_cast<size_t>(op)]; }
+std::string_view mnemonic(StmtKind kind) {
+  return kMnemonics[static_cast<size_t>(kind)];
+}
+std::string_view toString(BinaryOp op) {
+  return kBinaryNames[static_cast<size_t>(op)];
+}
 std::optional<BinaryOp> parseBinaryOp(std::string_view text) {
   return lookupByName<BinaryOp>(kBinaryNames, text);
 }
-bool isBitwise(BinaryOp op) { return op >= BinaryOp::And; }
-bool isFloatOnly(BinaryOp op) { return op == BinaryOp::Pow || op == BinaryOp::Atan2; }
-std::string_view toString(UnaryOp op) { return kUnaryNames[static_cast<size_t>(op)]; }
+bool isBitwise(BinaryOp op) {
+  return op >= BinaryOp::And;
+}
+bool isFloatOnly(BinaryOp op) {
+  return op == BinaryOp::Pow || op == BinaryOp::Atan2;
+}
+std::string_view toString(UnaryOp op) {
+  return kUnaryNames[static_cast<size_t>(op)];
+}
 std::optional<UnaryOp> parseUnaryOp(std::string_view text) {
   return lookupByName<UnaryOp>(kUnaryNames, text);
 }
 bool isFloatOnly(UnaryOp op) {
   return op != UnaryOp::Neg && op != UnaryOp::Abs && op != UnaryOp::Not;
 }
-std::string_view toString(CmpPredicate p) { return kCmpNames[static_cast<size_t>(p)]; }
+std::string_view toString(CmpPredicate p) {
+  return kCmpNames[static_cast<size_t>(p)];
+}
 std::optional<CmpPredicate> parseCmpPredicate(std::string_view text) {
   return lookupByName<CmpPredicate>(kCmpNames, text);
 }
@@ -99,9 +128,13 @@ void Stmt::initOperands(std::span<Value *const> ops, unsigned first) {
     operands_[first + i].set(ops[i]);
 }
 
-Stmt *Stmt::parentStmt() const { return parent_ ? parent_->owner() : nullptr; }
+Stmt *Stmt::parentStmt() const {
+  return parent_ ? parent_->owner() : nullptr;
+}
 
-Kernel *Stmt::kernel() const { return parent_ ? parent_->kernel() : nullptr; }
+Kernel *Stmt::kernel() const {
+  return parent_ ? parent_->kernel() : nullptr;
+}
 
 bool Stmt::isTask() const {
   if (kind_ == StmtKind::Serial)
@@ -159,7 +192,9 @@ void Stmt::erase() {
 // Block
 //===----------------------------------------------------------------------===//
 
-Block::~Block() { clear(); }
+Block::~Block() {
+  clear();
+}
 
 Kernel *Block::kernel() const {
   if (kernel_)
@@ -210,6 +245,10 @@ std::unique_ptr<ConstStmt> ConstStmt::getInt(ScalarType type, int64_t value) {
 std::unique_ptr<ConstStmt> ConstStmt::getFloat(ScalarType type, double value) {
   assert(isFloat(type));
   std::unique_ptr<ConstStmt> c(new ConstStmt(type));
+  // The text form cannot spell NaN payloads, so NaNs are kept canonical (the
+  // quiet NaN with the sign of `value`) to keep print -> parse exact.
+  if (std::isnan(value))
+    value = std::copysign(std::numeric_limits<double>::quiet_NaN(), value);
   c->float_ = type == ScalarType::F32 ? static_cast<double>(static_cast<float>(value)) : value;
   return c;
 }
@@ -222,8 +261,12 @@ bool ConstStmt::sameValue(const ConstStmt &other) const {
   return std::bit_cast<uint64_t>(float_) == std::bit_cast<uint64_t>(other.float_);
 }
 
-bool ConstStmt::isZero() const { return isInteger(scalarType()) ? int_ == 0 : float_ == 0.0; }
-bool ConstStmt::isOne() const { return isInteger(scalarType()) ? int_ == 1 : float_ == 1.0; }
+bool ConstStmt::isZero() const {
+  return isInteger(scalarType()) ? int_ == 0 : float_ == 0.0;
+}
+bool ConstStmt::isOne() const {
+  return isInteger(scalarType()) ? int_ == 1 : float_ == 1.0;
+}
 
 BinaryStmt::BinaryStmt(BinaryOp op, Value *lhs, Value *rhs, Type type)
     : Stmt(StmtKind::Binary, type, 2), op_(op) {
@@ -254,8 +297,7 @@ LocalLoadStmt::LocalLoadStmt(Value *local, Type type) : Stmt(StmtKind::LocalLoad
   initOperands({local});
 }
 
-LocalStoreStmt::LocalStoreStmt(Value *local, Value *value)
-    : Stmt(StmtKind::LocalStore, Type(), 2) {
+LocalStoreStmt::LocalStoreStmt(Value *local, Value *value) : Stmt(StmtKind::LocalStore, Type(), 2) {
   initOperands({local, value});
 }
 
@@ -316,7 +358,9 @@ void ForStmt::setEnd(Bound b) {
   endConst_ = b.value ? 0 : b.constant;
 }
 
-IfStmt::IfStmt(Value *cond) : Stmt(StmtKind::If, Type(), 1, 2) { initOperands({cond}); }
+IfStmt::IfStmt(Value *cond) : Stmt(StmtKind::If, Type(), 1, 2) {
+  initOperands({cond});
+}
 
 bool AdStackOpStmt::classof(const Value *v) {
   if (!Stmt::classof(v))

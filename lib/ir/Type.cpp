@@ -1,6 +1,6 @@
 //===- Type.cpp - IR types and locations ----------------------------------===//
-#include "qd/ir/Location.h"
 #include "qd/ir/Type.h"
+#include "qd/ir/Location.h"
 
 #include <fmt/format.h>
 
@@ -23,8 +23,8 @@ std::string_view toString(ScalarType type) {
 }
 
 std::optional<ScalarType> parseScalarType(std::string_view text) {
-  for (ScalarType t : {ScalarType::I1, ScalarType::I32, ScalarType::I64, ScalarType::F32,
-                       ScalarType::F64})
+  for (ScalarType t :
+       {ScalarType::I1, ScalarType::I32, ScalarType::I64, ScalarType::F32, ScalarType::F64})
     if (toString(t) == text)
       return t;
   return std::nullopt;
@@ -44,7 +44,9 @@ unsigned bitWidth(ScalarType t) {
   return 0;
 }
 
-unsigned storageBytes(ScalarType t) { return t == ScalarType::I1 ? 1 : bitWidth(t) / 8; }
+unsigned storageBytes(ScalarType t) {
+  return t == ScalarType::I1 ? 1 : bitWidth(t) / 8;
+}
 
 std::string Type::str() const {
   switch (kind_) {

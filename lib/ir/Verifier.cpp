@@ -5,13 +5,16 @@
 
 #include <fmt/format.h>
 
+#include <cctype>
 #include <unordered_map>
 #include <vector>
 
 namespace qd {
 namespace {
 
-std::string describeType(const Value *v) { return v ? v->type().str() : "nothing"; }
+std::string describeType(const Value *v) {
+  return v ? v->type().str() : "nothing";
+}
 
 /// The mnemonic a statement prints with, for messages.
 std::string opName(const Stmt &s) {
@@ -22,6 +25,17 @@ std::string opName(const Stmt &s) {
   if (auto *f = dyn_cast<ForStmt>(&s))
     return f->isParallel() ? "parallel for" : "for";
   return std::string(mnemonic(s.kind()));
+}
+
+/// Names the text format can spell after `@`: letters, digits, '_' and '.'
+/// (field names exclude '.', which separates the grad/dual suffix).
+bool isGlobalName(std::string_view name, bool allowDot) {
+  if (name.empty())
+    return false;
+  for (char c : name)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && !(allowDot && c == '.'))
+      return false;
+  return true;
 }
 
 bool isLaunchTimeScalar(const Stmt &s) {
@@ -48,8 +62,12 @@ public:
   }
 
   void run() {
+    if (!isGlobalName(kernel_.name(), /*allowDot=*/true))
+      error(fmt::format("kernel name '@{}' is not a valid name; use letters, digits, '_' and '.'",
+                        kernel_.name()),
+            kernel_.loc());
     for (unsigned i = 0; i < kernel_.numArguments(); ++i)
-      checkCompanions(kernel_.argument(i));
+      checkArgument(kernel_.argument(i));
     for (Stmt &s : const_cast<Block &>(kernel_.body())) {
       current_ = &s;
       if (!s.isTask() && !isLaunchTimeScalar(s))
@@ -67,9 +85,10 @@ public:
     for (unsigned i = 0; i < s.numOperands(); ++i)
       checkOperandVisible(s, i);
     if (s.isTask() && s.parentStmt())
-      error(fmt::format("'{}' is a task and must be at the kernel's top level; use '{}' inside "
-                        "a task",
-                        opName(s), s.kind() == StmtKind::Serial ? "the task body" : "for"));
+      error(fmt::format("'{}' is a task and must be at the kernel's top level; {}", opName(s),
+                        s.kind() == StmtKind::Serial
+                            ? "inside a task, write its statements directly"
+                            : "use 'for' inside a task"));
     visit(s);
     for (unsigned b = 0; b < s.numBlocks(); ++b)
       for (Stmt &child : s.block(b))
@@ -95,19 +114,24 @@ public:
       return;
     }
     if (def->type().isVoid()) {
-      error(fmt::format("'{}' uses a statement without a result ('{}') as operand {}",
-                        opName(user), opName(*def), i));
+      error(fmt::format("'{}' uses a statement without a result ('{}') as operand {}", opName(user),
+                        opName(*def), i));
       return;
     }
     if (def->kernel() != &kernel_) {
-      error(fmt::format("'{}' uses a value {} that is not part of kernel @{}", opName(user),
-                        names_[v], kernel_.name()));
+      // This kernel's namer does not know the value: describe it by its own name.
+      std::string name = def->name().empty() ? "an unnamed value" : "%" + def->name();
+      Kernel *owner = def->kernel();
+      error(fmt::format("'{}' uses {} ('{}'), which is not part of kernel @{}; {}", opName(user),
+                        name, mnemonic(def->kind()), kernel_.name(),
+                        owner ? fmt::format("it belongs to kernel @{}", owner->name())
+                              : std::string("it is not inserted in any kernel")));
       return;
     }
     if (auto *loop = dyn_cast<ForStmt>(def)) {
       if (!user.parent()->isNestedIn(&loop->body()))
-        error(fmt::format("loop index {} (of the loop at {}) is used outside its loop",
-                          names_[v], loop->loc().str()));
+        error(fmt::format("loop index {} (of the loop at {}) is used outside its loop", names_[v],
+                          loop->loc().str()));
       return;
     }
     // Find the statement in the definition's block that contains the user.
@@ -158,8 +182,7 @@ public:
       error(fmt::format("'{}' needs a float type (f32 or f64), got {}", toString(s.op()),
                         toString(t)));
     if (s.op() == UnaryOp::Not && isFloat(t))
-      error(fmt::format("'not' is not defined on {}; it needs an integer or i1 type",
-                        toString(t)));
+      error(fmt::format("'not' is not defined on {}; it needs an integer or i1 type", toString(t)));
     if ((s.op() == UnaryOp::Neg || s.op() == UnaryOp::Abs) && t == ScalarType::I1)
       error(fmt::format("'{}' is not defined on i1", toString(s.op())));
     expectType(s, s.input(), s.type(), "the result type");
@@ -189,16 +212,15 @@ public:
     if (!requireKind(s, s.local(), Type::Kind::Local, "a local (from 'alloca')"))
       return;
     if (s.local()->type().element() != s.type().element())
-      error(fmt::format("'load' of {} (a local<{}>) must have type {}, not {}",
-                        names_[s.local()], toString(s.local()->type().element()),
+      error(fmt::format("'load' of {} (a local<{}>) must have type {}, not {}", names_[s.local()],
+                        toString(s.local()->type().element()),
                         toString(s.local()->type().element()), s.type().str()));
   }
 
   void visitLocalStoreStmt(LocalStoreStmt &s) {
     if (!requireKind(s, s.local(), Type::Kind::Local, "a local (from 'alloca')"))
       return;
-    expectType(s, s.value(), Type::scalar(s.local()->type().element()),
-               "the local's element type");
+    expectType(s, s.value(), Type::scalar(s.local()->type().element()), "the local's element type");
   }
 
   void visitGlobalAccessStmt(GlobalAccessStmt &s) {
@@ -219,8 +241,8 @@ public:
       ndim = a->type().ndim();
       auto *arg = dyn_cast<Argument>(a);
       if (arg && !arg->hasComponent(s.component()))
-        error(fmt::format("ndarray argument {} has no {} companion; declare it with '{}'",
-                          target, toString(s.component()), toString(s.component())));
+        error(fmt::format("ndarray argument {} has no {} companion; declare it with '{}'", target,
+                          toString(s.component()), toString(s.component())));
     }
     if (s.numIndices() != ndim)
       error(fmt::format("'{}' has {} dimension{} but {} ind{} given", target, ndim,
@@ -229,8 +251,8 @@ public:
     for (unsigned i = 0; i < s.numIndices(); ++i) {
       Value *idx = s.index(i);
       if (idx && !(idx->type().isScalar(ScalarType::I32) || idx->type().isScalar(ScalarType::I64)))
-        error(fmt::format("index {} of '{}' has type {}; indices must be i32 or i64",
-                          names_[idx], target, describeType(idx)));
+        error(fmt::format("index {} of '{}' has type {}; indices must be i32 or i64", names_[idx],
+                          target, describeType(idx)));
     }
     Type elem = Type::scalar(s.elementType());
     if (auto *load = dyn_cast<GlobalLoadStmt>(&s)) {
@@ -263,8 +285,11 @@ public:
   void visitForStmt(ForStmt &s) {
     for (Value *b : {s.beginValue(), s.endValue()})
       if (b && !b->type().isScalar(ScalarType::I32))
-        error(fmt::format("loop bound {} has type {}; loop bounds must be i32 (cast it)",
-                          names_[b], describeType(b)));
+        error(fmt::format("loop bound {} has type {}; loop bounds must be i32 (cast it)", names_[b],
+                          describeType(b)));
+    for (Bound b : {s.begin(), s.end()})
+      if (b.isConstant() && static_cast<int32_t>(b.constant) != b.constant)
+        error(fmt::format("loop bound {} does not fit in i32", b.constant));
   }
 
   void visitIfStmt(IfStmt &s) { expectType(s, s.cond(), Type::i1(), "the condition type"); }
@@ -281,8 +306,8 @@ public:
     if (!requireKind(s, s.stack(), Type::Kind::AdStack, "an adstack (from 'adstack.alloca')"))
       return;
     ScalarType elem = s.stack()->type().element();
-    bool adjoint = s.kind() == StmtKind::AdStackLoadTopAdj ||
-                   s.kind() == StmtKind::AdStackAccAdjoint;
+    bool adjoint =
+        s.kind() == StmtKind::AdStackLoadTopAdj || s.kind() == StmtKind::AdStackAccAdjoint;
     if (adjoint && !isFloat(elem))
       error(fmt::format("'{}' needs a float adstack, but {} holds {} (integer adstacks carry no "
                         "adjoint)",
@@ -298,7 +323,16 @@ public:
   }
 
 private:
-  void checkCompanions(const Argument *a) {
+  void checkArgument(const Argument *a) {
+    Type t = a->type();
+    if (!t.isScalar() && !t.isNdarray())
+      error(fmt::format("argument %{} has type {}; arguments are scalars or ndarrays", a->name(),
+                        t.str()),
+            a->loc());
+    if (t.isNdarray() && (t.ndim() < 1 || t.ndim() > 8))
+      error(fmt::format("ndarray argument %{} has rank {}; the rank must be between 1 and 8",
+                        a->name(), t.ndim()),
+            a->loc());
     if ((a->hasGrad() || a->hasDual()) && !(a->isNdarray() && isFloat(a->type().element())))
       error(fmt::format("argument %{} of type {} cannot have grad/dual companions; only float "
                         "ndarrays can",
@@ -346,12 +380,16 @@ private:
                       describeType(v), expected.str(), what));
   }
 
-  void error(std::string message) { error(std::move(message), current_ ? current_->loc() : kernel_.loc()); }
+  void error(std::string message) {
+    error(std::move(message), current_ ? current_->loc() : kernel_.loc());
+  }
   void error(std::string message, const Location &loc) {
-    if (loc.isKnown())
-      errors_.push_back(fmt::format("{}: error: {}", loc.str(), message));
-    else
-      errors_.push_back(fmt::format("kernel @{}: error: {}", kernel_.name(), message));
+    std::string line = loc.isKnown()
+                           ? fmt::format("{}: error: {}", loc.str(), message)
+                           : fmt::format("kernel @{}: error: {}", kernel_.name(), message);
+    // `add %a, %a` with a bad %a: say it once.
+    if (errors_.empty() || errors_.back() != line)
+      errors_.push_back(std::move(line));
   }
 
   const Kernel &kernel_;
@@ -384,13 +422,28 @@ absl::Status verify(const Kernel &kernel) {
 absl::Status verify(const Module &module) {
   std::vector<std::string> errors;
   for (const auto &f : module.fields()) {
-    if ((f->hasGrad() || f->hasDual()) && !isFloat(f->elementType())) {
-      std::string where = f->loc().isKnown() ? f->loc().str() + ": " : "";
-      errors.push_back(fmt::format("{}error: field '@{}' of type {} cannot have grad/dual "
+    std::string where = f->loc().isKnown() ? f->loc().str() : "field @" + f->name();
+    if ((f->hasGrad() || f->hasDual()) && !isFloat(f->elementType()))
+      errors.push_back(fmt::format("{}: error: field '@{}' of type {} cannot have grad/dual "
                                    "companions; only float fields can",
                                    where, f->name(), toString(f->elementType())));
-    }
+    for (int64_t extent : f->shape())
+      if (extent < 1)
+        errors.push_back(fmt::format("{}: error: field '@{}' has extent {}; extents must be "
+                                     "positive",
+                                     where, f->name(), extent));
+    if (!isGlobalName(f->name(), /*allowDot=*/false))
+      errors.push_back(fmt::format("{}: error: field name '@{}' is not a valid name; use "
+                                   "letters, digits and '_'",
+                                   where, f->name()));
+    if (module.findField(f->name()) != f.get())
+      errors.push_back(fmt::format("{}: error: redefinition of field '@{}'", where, f->name()));
   }
+  for (const auto &k : module.kernels())
+    if (module.findKernel(k->name()) != k.get())
+      errors.push_back(fmt::format("{}: error: redefinition of kernel '@{}'",
+                                   k->loc().isKnown() ? k->loc().str() : "kernel @" + k->name(),
+                                   k->name()));
   for (const auto &k : module.kernels())
     KernelVerifier(*k, errors).run();
   return toStatus(errors);

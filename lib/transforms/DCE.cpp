@@ -71,6 +71,8 @@ public:
 
 } // namespace
 
-std::unique_ptr<Pass> createDcePass() { return std::make_unique<DcePass>(); }
+std::unique_ptr<Pass> createDcePass() {
+  return std::make_unique<DcePass>();
+}
 
 } // namespace qd

@@ -78,6 +78,8 @@ public:
 
 } // namespace
 
-std::unique_ptr<Pass> createFoldPass() { return std::make_unique<FoldPass>(); }
+std::unique_ptr<Pass> createFoldPass() {
+  return std::make_unique<FoldPass>();
+}
 
 } // namespace qd

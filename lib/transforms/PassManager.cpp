@@ -43,8 +43,7 @@ absl::StatusOr<std::unique_ptr<Pass>> PassRegistry::create(std::string_view name
   std::string known;
   for (const auto &[n, e] : entries_)
     known += (known.empty() ? "" : ", ") + n;
-  return absl::NotFoundError(
-      fmt::format("unknown pass '{}'; registered passes: {}", name, known));
+  return absl::NotFoundError(fmt::format("unknown pass '{}'; registered passes: {}", name, known));
 }
 
 namespace {
@@ -68,9 +67,8 @@ absl::Status PassManager::addPipeline(std::string_view pipeline, const PassRegis
     std::string_view name = trim(pipeline.substr(start, comma - start));
     start = comma + 1;
     if (name.empty())
-      return absl::InvalidArgumentError(
-          fmt::format("empty pass name in pipeline '{}'; separate names with single commas",
-                      pipeline));
+      return absl::InvalidArgumentError(fmt::format(
+          "empty pass name in pipeline '{}'; separate names with single commas", pipeline));
     absl::StatusOr<std::unique_ptr<Pass>> pass = registry.create(name);
     if (!pass.ok())
       return pass.status();
@@ -86,9 +84,8 @@ absl::Status PassManager::run(Module &module) {
     if (options_.timePasses)
       timings_.push_back({std::string(pass->name()), std::chrono::steady_clock::now() - start});
     if (!r.ok())
-      return absl::Status(r.status().code(),
-                          fmt::format("pass '{}' failed: {}", pass->name(),
-                                      std::string(r.status().message())));
+      return absl::Status(r.status().code(), fmt::format("pass '{}' failed: {}", pass->name(),
+                                                         std::string(r.status().message())));
     if (options_.printAfterAll) {
       *options_.printAfterAll << "// ----- IR after " << pass->name() << " -----\n";
       printModule(module, *options_.printAfterAll);
@@ -96,9 +93,9 @@ absl::Status PassManager::run(Module &module) {
     if (options_.verifyEach) {
       absl::Status v = verify(module);
       if (!v.ok())
-        return absl::InternalError(fmt::format(
-            "pass '{}' produced invalid IR (this is a bug in the pass):\n{}", pass->name(),
-            std::string(v.message())));
+        return absl::InternalError(
+            fmt::format("pass '{}' produced invalid IR (this is a bug in the pass):\n{}",
+                        pass->name(), std::string(v.message())));
     }
   }
   return absl::OkStatus();
@@ -119,12 +116,10 @@ void PassManager::printTimings(std::ostream &os) const {
 
 void registerBuiltinPasses(PassRegistry &registry) {
   // Names are unique here, so the statuses are always OK.
-  (void)registry.add("fold", "fold constant expressions and constant loop bounds",
-                     createFoldPass);
+  (void)registry.add("fold", "fold constant expressions and constant loop bounds", createFoldPass);
   (void)registry.add("dce", "remove dead statements, write-only locals and empty control flow",
                      createDcePass);
-  (void)registry.add("simplify",
-                     "exact algebraic simplification, constant ifs and zero-trip loops",
+  (void)registry.add("simplify", "exact algebraic simplification, constant ifs and zero-trip loops",
                      createSimplifyPass);
 }
 

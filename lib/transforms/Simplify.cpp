@@ -16,7 +16,9 @@
 namespace qd {
 namespace {
 
-const ConstStmt *asConst(const Value *v) { return dyn_cast<ConstStmt>(v); }
+const ConstStmt *asConst(const Value *v) {
+  return dyn_cast<ConstStmt>(v);
+}
 
 bool isIntZero(const Value *v) {
   auto *c = asConst(v);
@@ -124,6 +126,15 @@ bool canInline(const IfStmt &s, const Block &chosen) {
   return !exits || &s.parent()->back() == &s;
 }
 
+/// True when every use of the loop index is in the loop's body (always, in
+/// verified IR): erasing the loop then drops them all.
+bool indexUsedOnlyInside(const ForStmt &loop) {
+  for (const Use &u : loop.uses())
+    if (!u.user()->parent()->isNestedIn(&loop.body()))
+      return false;
+  return true;
+}
+
 class SimplifyPass : public KernelPass {
 public:
   std::string_view name() const override { return "simplify"; }
@@ -151,7 +162,7 @@ private:
         }
       }
       if (auto *loop = dyn_cast<ForStmt>(&s)) {
-        if (constantTripCount(*loop) == 0 && !loop->hasUses()) {
+        if (constantTripCount(*loop) == 0 && indexUsedOnlyInside(*loop)) {
           loop->erase();
           changed_ = true;
           continue;
@@ -193,6 +204,8 @@ private:
 
 } // namespace
 
-std::unique_ptr<Pass> createSimplifyPass() { return std::make_unique<SimplifyPass>(); }
+std::unique_ptr<Pass> createSimplifyPass() {
+  return std::make_unique<SimplifyPass>();
+}
 
 } // namespace qd

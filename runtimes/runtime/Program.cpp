@@ -13,9 +13,8 @@ absl::StatusOr<std::unique_ptr<Program>> Program::create(const Module &module) {
         continue;
       absl::StatusOr<Buffer> b = Buffer::create(f->elementType(), f->shape());
       if (!b.ok())
-        return absl::InvalidArgumentError(
-            fmt::format("cannot allocate field '@{}': {}", f->name(),
-                        std::string(b.status().message())));
+        return absl::InvalidArgumentError(fmt::format("cannot allocate field '@{}': {}", f->name(),
+                                                      std::string(b.status().message())));
       p->fields_.emplace(std::pair(f.get(), c), *std::move(b));
     }
   }
@@ -34,24 +33,22 @@ Buffer *Program::field(std::string_view name, Component c) {
 
 absl::Status validateLaunchArgs(const Kernel &kernel, std::span<const LaunchArg> args) {
   if (args.size() != kernel.numArguments())
-    return absl::InvalidArgumentError(
-        fmt::format("kernel @{} takes {} argument{} but {} {} given", kernel.name(),
-                    kernel.numArguments(), kernel.numArguments() == 1 ? "" : "s", args.size(),
-                    args.size() == 1 ? "was" : "were"));
+    return absl::InvalidArgumentError(fmt::format(
+        "kernel @{} takes {} argument{} but {} {} given", kernel.name(), kernel.numArguments(),
+        kernel.numArguments() == 1 ? "" : "s", args.size(), args.size() == 1 ? "was" : "were"));
   for (unsigned i = 0; i < kernel.numArguments(); ++i) {
     const Argument &param = *kernel.argument(i);
     const LaunchArg &arg = args[i];
-    std::string what = fmt::format("argument {} (%{}) of kernel @{}", i, param.name(),
-                                   kernel.name());
+    std::string what =
+        fmt::format("argument {} (%{}) of kernel @{}", i, param.name(), kernel.name());
     if (!param.isNdarray()) {
       if (arg.isNdarray())
-        return absl::InvalidArgumentError(
-            fmt::format("{} is a scalar of type {}, but an ndarray was given", what,
-                        param.type().str()));
+        return absl::InvalidArgumentError(fmt::format(
+            "{} is a scalar of type {}, but an ndarray was given", what, param.type().str()));
       if (arg.scalarValue().type != param.type().element())
-        return absl::InvalidArgumentError(
-            fmt::format("{} has type {}, but a {} value was given", what, param.type().str(),
-                        toString(arg.scalarValue().type)));
+        return absl::InvalidArgumentError(fmt::format("{} has type {}, but a {} value was given",
+                                                      what, param.type().str(),
+                                                      toString(arg.scalarValue().type)));
       continue;
     }
     if (!arg.isNdarray() || !arg.ndarrayValue().primal)
@@ -60,22 +57,22 @@ absl::Status validateLaunchArgs(const Kernel &kernel, std::span<const LaunchArg>
     const NdarrayArg &nd = arg.ndarrayValue();
     const Buffer &primal = *nd.primal;
     if (primal.elementType() != param.type().element() || primal.ndim() != param.type().ndim())
-      return absl::InvalidArgumentError(fmt::format(
-          "{} is an {}, but the buffer given holds {} with {} dimension{}", what,
-          param.type().str(), toString(primal.elementType()), primal.ndim(),
-          primal.ndim() == 1 ? "" : "s"));
+      return absl::InvalidArgumentError(
+          fmt::format("{} is an {}, but the buffer given holds {} with {} dimension{}", what,
+                      param.type().str(), toString(primal.elementType()), primal.ndim(),
+                      primal.ndim() == 1 ? "" : "s"));
     for (Component c : {Component::Grad, Component::Dual}) {
       if (!param.hasComponent(c))
         continue;
       const Buffer *b = nd.component(c);
       if (!b)
-        return absl::InvalidArgumentError(fmt::format(
-            "{} declares a {} companion, but no {} buffer was given", what, toString(c),
-            toString(c)));
+        return absl::InvalidArgumentError(
+            fmt::format("{} declares a {} companion, but no {} buffer was given", what, toString(c),
+                        toString(c)));
       if (b->elementType() != primal.elementType() || b->shape() != primal.shape())
-        return absl::InvalidArgumentError(fmt::format(
-            "the {} buffer of {} must have the primal's element type and shape", toString(c),
-            what));
+        return absl::InvalidArgumentError(
+            fmt::format("the {} buffer of {} must have the primal's element type and shape",
+                        toString(c), what));
     }
   }
   return absl::OkStatus();

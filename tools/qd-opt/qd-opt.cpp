@@ -205,6 +205,12 @@ int main(int argc, char **argv) {
     return 0;
   }
 
+  // A bad pipeline is reported once, before any input is read.
+  if (absl::Status s = qd::PassManager().addPipeline(opts.passes); !s.ok()) {
+    std::cerr << "qd-opt: error: " << s.message() << '\n';
+    return 1;
+  }
+
   std::string text;
   if (opts.input == "-") {
     text.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
@@ -229,7 +235,7 @@ int main(int argc, char **argv) {
 
   if (opts.output == "-") {
     std::cout << out.str();
-  } else {
+  } else if (ok) { // a failed run leaves no output file that looks valid
     std::ofstream file(opts.output, std::ios::binary);
     if (!file || !(file << out.str())) {
       std::cerr << "qd-opt: error: cannot write '" << opts.output << "'\n";

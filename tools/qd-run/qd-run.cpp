@@ -52,7 +52,9 @@ struct Failure {
   std::string message;
 };
 
-[[noreturn]] void die(std::string message) { throw Failure{std::move(message)}; }
+[[noreturn]] void die(std::string message) {
+  throw Failure{std::move(message)};
+}
 
 std::string readFile(const std::string &path) {
   std::ifstream in(path, std::ios::binary);
@@ -310,8 +312,8 @@ int run(int argc, char **argv) {
         continue;
       auto it = argInputs.find(p->name());
       if (it == argInputs.end())
-        die("missing ndarray argument '" + p->name() + "' of kernel @" + kname +
-            " (pass --arg " + p->name() + "=[...])");
+        die("missing ndarray argument '" + p->name() + "' of kernel @" + kname + " (pass --arg " +
+            p->name() + "=[...])");
       std::vector<int64_t> shape = shapeOf(it->second, p->name());
       if (shape.size() != p->type().ndim())
         die("ndarray argument '" + p->name() + "' is " + p->type().str() + " but the value has " +
@@ -389,15 +391,13 @@ int run(int argc, char **argv) {
     for (const auto &f : module.fields())
       for (qd::Component c : {qd::Component::Primal, qd::Component::Grad, qd::Component::Dual})
         if (f->hasComponent(c))
-          printList.push_back(f->name() + (c == qd::Component::Primal
-                                                ? ""
-                                                : "." + std::string(qd::toString(c))));
+          printList.push_back(
+              f->name() + (c == qd::Component::Primal ? "" : "." + std::string(qd::toString(c))));
     for (auto &[name, p] : ndarrayParams)
       for (qd::Component c : {qd::Component::Primal, qd::Component::Grad, qd::Component::Dual})
         if (p->hasComponent(c))
-          printList.push_back(name + (c == qd::Component::Primal
-                                          ? ""
-                                          : "." + std::string(qd::toString(c))));
+          printList.push_back(
+              name + (c == qd::Component::Primal ? "" : "." + std::string(qd::toString(c))));
   }
   json out = json::object();
   std::vector<std::string> order;

@@ -15,8 +15,7 @@ template <typename To, typename From> bool isa(const From *v) {
   return v != nullptr && To::classof(v);
 }
 template <typename To, typename From>
-  requires(!std::is_pointer_v<From>)
-bool isa(const From &v) {
+requires(!std::is_pointer_v<From>) bool isa(const From &v) {
   return To::classof(&v);
 }
 
@@ -29,14 +28,12 @@ template <typename To, typename From> const To *cast(const From *v) {
   return static_cast<const To *>(v);
 }
 template <typename To, typename From>
-  requires(!std::is_pointer_v<From>)
-To &cast(From &v) {
+requires(!std::is_pointer_v<From>) To &cast(From &v) {
   assert(isa<To>(v) && "cast<> to an incompatible type");
   return static_cast<To &>(v);
 }
 template <typename To, typename From>
-  requires(!std::is_pointer_v<From>)
-const To &cast(const From &v) {
+requires(!std::is_pointer_v<From>) const To &cast(const From &v) {
   assert(isa<To>(v) && "cast<> to an incompatible type");
   return static_cast<const To &>(v);
 }

@@ -198,7 +198,8 @@ private:
 //===----------------------------------------------------------------------===//
 
 /// `%c = const 1.5 : f32`. Integers are stored sign-extended in an int64,
-/// floats as a double (an f32 constant is always exactly representable).
+/// floats as a double (an f32 constant is always exactly representable; a
+/// NaN is always the quiet NaN, keeping only its sign).
 class ConstStmt : public Stmt {
 public:
   static std::unique_ptr<ConstStmt> getInt(ScalarType type, int64_t value);
@@ -373,7 +374,7 @@ std::string_view toString(Component c);
 /// Names the global a load/store/atomic refers to: either a module field or
 /// an ndarray kernel argument, plus the component (primal, grad or dual).
 struct GlobalRef {
-  Field *field = nullptr; // set for fields
+  Field *field = nullptr;   // set for fields
   Value *ndarray = nullptr; // set for ndarray arguments
   Component component = Component::Primal;
 
@@ -398,8 +399,8 @@ public:
   static bool classof(const Value *v);
 
 protected:
-  GlobalAccessStmt(StmtKind kind, Type type, const GlobalRef &ref,
-                   std::span<Value *const> indices, Value *value);
+  GlobalAccessStmt(StmtKind kind, Type type, const GlobalRef &ref, std::span<Value *const> indices,
+                   Value *value);
   unsigned firstIndex() const { return field_ ? 0 : 1; }
 
 private:
@@ -430,8 +431,7 @@ class AtomicAddStmt : public GlobalAccessStmt {
 public:
   AtomicAddStmt(const GlobalRef &ref, std::span<Value *const> indices, Value *value,
                 ScalarType valueType)
-      : GlobalAccessStmt(StmtKind::AtomicAdd, Type(), ref, indices, value),
-        valueType_(valueType) {}
+      : GlobalAccessStmt(StmtKind::AtomicAdd, Type(), ref, indices, value), valueType_(valueType) {}
   Value *value() const { return operand(numOperands() - 1); }
   /// The type written after the colon in the text form.
   ScalarType valueType() const { return valueType_; }

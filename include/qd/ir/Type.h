@@ -17,8 +17,12 @@ enum class ScalarType : uint8_t { I1, I32, I64, F32, F64 };
 
 std::string_view toString(ScalarType type);
 std::optional<ScalarType> parseScalarType(std::string_view text);
-inline bool isFloat(ScalarType t) { return t == ScalarType::F32 || t == ScalarType::F64; }
-inline bool isInteger(ScalarType t) { return !isFloat(t); }
+inline bool isFloat(ScalarType t) {
+  return t == ScalarType::F32 || t == ScalarType::F64;
+}
+inline bool isInteger(ScalarType t) {
+  return !isFloat(t);
+}
 /// Width in bits (i1 counts as 1).
 unsigned bitWidth(ScalarType t);
 /// Bytes one element occupies in memory (i1 is stored as one byte).
@@ -36,7 +40,9 @@ public:
   static constexpr Type scalar(ScalarType e) { return Type(Kind::Scalar, e, 0); }
   static constexpr Type local(ScalarType e) { return Type(Kind::Local, e, 0); }
   static constexpr Type adstack(ScalarType e) { return Type(Kind::AdStack, e, 0); }
-  static constexpr Type ndarray(ScalarType e, unsigned ndim) { return Type(Kind::Ndarray, e, ndim); }
+  static constexpr Type ndarray(ScalarType e, unsigned ndim) {
+    return Type(Kind::Ndarray, e, ndim);
+  }
 
   static constexpr Type i1() { return scalar(ScalarType::I1); }
   static constexpr Type i32() { return scalar(ScalarType::I32); }
@@ -58,7 +64,8 @@ public:
   bool isNdarray() const { return kind_ == Kind::Ndarray; }
 
   friend bool operator==(const Type &a, const Type &b) {
-    return a.kind_ == b.kind_ && (a.kind_ == Kind::Void || a.elem_ == b.elem_) && a.ndim_ == b.ndim_;
+    return a.kind_ == b.kind_ && (a.kind_ == Kind::Void || a.elem_ == b.elem_) &&
+           a.ndim_ == b.ndim_;
   }
 
   /// Text form as it appears in the IR: `f32`, `local<f32>`, `adstack<f32>`,

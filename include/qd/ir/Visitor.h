@@ -15,8 +15,8 @@ public:
   RetT visit(Stmt &s) {
     auto *self = static_cast<Derived *>(this);
     switch (s.kind()) {
-#define QD_DISPATCH(KIND, CLASS)                                                                 \
-  case StmtKind::KIND:                                                                           \
+#define QD_DISPATCH(KIND, CLASS)                                                                   \
+  case StmtKind::KIND:                                                                             \
     return self->visit##CLASS(static_cast<CLASS &>(s));
       QD_DISPATCH(Const, ConstStmt)
       QD_DISPATCH(Binary, BinaryStmt)
@@ -48,9 +48,13 @@ public:
     return self->visitStmt(s);
   }
 
-  RetT visitStmt(Stmt &) { return RetT(); }
-#define QD_FORWARD(CLASS, BASE)                                                                  \
-  RetT visit##CLASS(CLASS &s) { return static_cast<Derived *>(this)->visit##BASE(s); }
+  RetT visitStmt(Stmt &) {
+    return RetT();
+  }
+#define QD_FORWARD(CLASS, BASE)                                                                    \
+  RetT visit##CLASS(CLASS &s) {                                                                    \
+    return static_cast<Derived *>(this)->visit##BASE(s);                                           \
+  }
   QD_FORWARD(ConstStmt, Stmt)
   QD_FORWARD(BinaryStmt, Stmt)
   QD_FORWARD(UnaryStmt, Stmt)
@@ -117,6 +121,8 @@ template <typename Fn> void walkMutable(Block &block, Fn &&fn) {
   }
 }
 
-template <typename Fn> void walk(Kernel &k, Fn &&fn) { walk(k.body(), std::forward<Fn>(fn)); }
+template <typename Fn> void walk(Kernel &k, Fn &&fn) {
+  walk(k.body(), std::forward<Fn>(fn));
+}
 
 } // namespace qd

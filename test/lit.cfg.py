@@ -1,0 +1,37 @@
+# lit configuration for the qd text-format tests (see test/CMakeLists.txt).
+import os
+
+import lit.formats
+
+config.name = "qd"
+config.test_format = lit.formats.ShTest(execute_external=False)
+config.suffixes = [".qd"]
+config.excludes = ["CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py", "lit.site.cfg.py.in",
+                   "Inputs"]
+
+config.test_source_root = os.path.dirname(__file__)
+config.test_exec_root = os.path.join(config.qd_obj_root, "test")
+
+# Tests must not depend on the caller's locale; tools are substituted by full
+# path, so a stray qd-opt in PATH is never used.
+config.environment["LC_ALL"] = "C"
+
+
+def tool(name, directory):
+    path = os.path.join(directory, name)
+    if not os.path.exists(path):
+        lit_config.fatal(f"cannot find {name} at {path}")
+    return path
+
+
+config.substitutions.append(("%qd_src_root", config.qd_src_root))
+# Whole-word substitutions, as LLVM's ToolSubst does: '-o' or 'count' inside a
+# CHECK pattern on the RUN line is never rewritten.
+for name, directory in [("qd-opt", config.qd_tools_dir),
+                        ("qd-run", config.qd_run_dir),
+                        ("FileCheck", config.llvm_tools_dir),
+                        ("not", config.llvm_tools_dir),
+                        ("split-file", config.llvm_tools_dir),
+                        ("count", config.llvm_tools_dir)]:
+    config.substitutions.append(
+        (r"(?<![\w/.-])" + name.replace("-", r"\-") + r"(?![\w/.-])", tool(name, directory)))
