@@ -1,6 +1,6 @@
 //===- InterpreterTest.cpp - Runtime data model and reference interpreter -===//
 #include "qd/interp/Interpreter.h"
-#include "qd/interp/Semantics.h"
+#include "qd/ir/ScalarOps.h"
 #include "qd/ir/Parser.h"
 #include "qd/ir/Verifier.h"
 #include "qd/ir/Visitor.h"

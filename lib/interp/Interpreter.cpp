@@ -1,7 +1,7 @@
 //===- Interpreter.cpp - Reference interpreter ----------------------------===//
 #include "qd/interp/Interpreter.h"
-#include "qd/interp/Semantics.h"
 #include "qd/ir/Printer.h"
+#include "qd/ir/ScalarOps.h"
 #include "qd/ir/Visitor.h"
 
 #include <fmt/format.h>

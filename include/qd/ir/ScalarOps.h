@@ -1,7 +1,8 @@
-//===- qd/interp/Semantics.h - Scalar operation semantics -------*- C++ -*-===//
+//===- qd/ir/ScalarOps.h - Scalar operation semantics -----------*- C++ -*-===//
 //
-// The defined result of every scalar operation, shared by the interpreter
-// and by tests of the backends. Operations that are undefined (integer
+// The defined result of every scalar operation, shared by the interpreter,
+// the constant folder (which declines the cases a backend could compute
+// differently) and tests of the backends. Operations that are undefined (integer
 // division by zero, shifts out of range) return an error message instead.
 //
 //===----------------------------------------------------------------------===//

@@ -1,5 +1,5 @@
-//===- Semantics.cpp - Scalar operation semantics -------------------------===//
-#include "qd/interp/Semantics.h"
+//===- ScalarOps.cpp - Scalar operation semantics -------------------------===//
+#include "qd/ir/ScalarOps.h"
 
 #include <cmath>
 #include <limits>
