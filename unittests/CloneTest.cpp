@@ -211,10 +211,10 @@ TEST(CloneTest, CloneStmtRemapsOperands) {
   auto &cadd = cast<BinaryStmt>(cl->body().front());
   auto &cmul = cast<BinaryStmt>(cl->body().back());
   EXPECT_EQ(map.at(inner), &cadd);
-  EXPECT_EQ(cadd.lhs(), cl);   // the cloned loop's index
-  EXPECT_EQ(cadd.rhs(), two);  // remapped through the map
+  EXPECT_EQ(cadd.lhs(), cl);  // the cloned loop's index
+  EXPECT_EQ(cadd.rhs(), two); // remapped through the map
   EXPECT_EQ(cmul.lhs(), &cadd);
-  EXPECT_EQ(cmul.rhs(), n);    // outside value, kept
+  EXPECT_EQ(cmul.rhs(), n); // outside value, kept
   EXPECT_EQ(cl->endValue(), n);
   EXPECT_EQ(one->numUses(), 1u);
   EXPECT_EQ(two->numUses(), 1u);
@@ -393,14 +393,14 @@ kernel @k() {
 }
 
 TEST(CloneTest, EquivalenceOfSignedZerosAndNaNs) {
-  auto [eq1, why1] =
-      compare("kernel @k() {\n  %a = const 0.0 : f64\n}", "kernel @k() {\n  %a = const -0.0 : f64\n}");
+  auto [eq1, why1] = compare("kernel @k() {\n  %a = const 0.0 : f64\n}",
+                             "kernel @k() {\n  %a = const -0.0 : f64\n}");
   EXPECT_FALSE(eq1);
-  auto [eq2, why2] =
-      compare("kernel @k() {\n  %a = const nan : f64\n}", "kernel @k() {\n  %a = const nan : f64\n}");
+  auto [eq2, why2] = compare("kernel @k() {\n  %a = const nan : f64\n}",
+                             "kernel @k() {\n  %a = const nan : f64\n}");
   EXPECT_TRUE(eq2) << why2;
-  auto [eq3, why3] =
-      compare("kernel @k() {\n  %a = const nan : f32\n}", "kernel @k() {\n  %a = const -nan : f32\n}");
+  auto [eq3, why3] = compare("kernel @k() {\n  %a = const nan : f32\n}",
+                             "kernel @k() {\n  %a = const -nan : f32\n}");
   EXPECT_FALSE(eq3);
 }
 

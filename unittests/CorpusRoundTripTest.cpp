@@ -152,8 +152,9 @@ void checkValidChunk(const Chunk &chunk, const std::string &where, const std::st
   std::string p1 = printModule(**original);
   absl::StatusOr<std::unique_ptr<Module>> reparsed = parseModule(p1);
   if (!reparsed.ok()) {
-    ADD_FAILURE() << where << ": printed form does not parse: "
-                  << std::string(reparsed.status().message()) << "\nprinted:\n"
+    ADD_FAILURE() << where
+                  << ": printed form does not parse: " << std::string(reparsed.status().message())
+                  << "\nprinted:\n"
                   << p1;
     return;
   }

@@ -195,7 +195,8 @@ TEST(IRBuilderTest, EveryStatementKindVerifiesAndPrints) {
 TEST(IRBuilderTest, InfersResultTypes) {
   Module m;
   Kernel *k = m.addKernel(std::make_unique<Kernel>("k"));
-  Argument *arr = k->addArgument(std::make_unique<Argument>("a", Type::ndarray(ScalarType::F64, 3)));
+  Argument *arr =
+      k->addArgument(std::make_unique<Argument>("a", Type::ndarray(ScalarType::F64, 3)));
   IRBuilder b(*k);
   auto task = b.serial();
   ConstStmt *f = b.f32(1.5f);
@@ -210,8 +211,7 @@ TEST(IRBuilderTest, InfersResultTypes) {
   AllocaStmt *v = b.alloca(ScalarType::I64);
   EXPECT_EQ(v->type(), Type::local(ScalarType::I64));
   EXPECT_EQ(b.load(v)->type(), Type::i64());
-  EXPECT_EQ(b.load(GlobalRef::ofNdarray(arr), {b.i32(0), b.i32(0), b.i32(0)})->type(),
-            Type::f64());
+  EXPECT_EQ(b.load(GlobalRef::ofNdarray(arr), {b.i32(0), b.i32(0), b.i32(0)})->type(), Type::f64());
   EXPECT_EQ(b.shape(arr, 2)->type(), Type::i32());
   EXPECT_EQ(b.shape(arr, 2, ScalarType::I64)->type(), Type::i64());
   EXPECT_EQ(b.shape(arr, 2)->axis(), 2u);

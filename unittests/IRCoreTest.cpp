@@ -86,8 +86,8 @@ TEST(IRCoreTest, TypePredicatesAndEquality) {
 }
 
 TEST(IRCoreTest, ScalarTypeNamesAndWidths) {
-  for (ScalarType t : {ScalarType::I1, ScalarType::I32, ScalarType::I64, ScalarType::F32,
-                       ScalarType::F64})
+  for (ScalarType t :
+       {ScalarType::I1, ScalarType::I32, ScalarType::I64, ScalarType::F32, ScalarType::F64})
     EXPECT_EQ(parseScalarType(toString(t)), t);
   EXPECT_EQ(parseScalarType("f16"), std::nullopt);
   EXPECT_EQ(parseScalarType(""), std::nullopt);
@@ -530,10 +530,11 @@ TEST(IRCoreTest, ParentAndKernelLinks) {
 
 TEST(IRCoreTest, HasSideEffectsClassification) {
   Module m;
-  Field *fx = m.addField(std::make_unique<Field>("x", ScalarType::F32,
-                                                 std::vector<int64_t>{4}, true, false));
+  Field *fx = m.addField(
+      std::make_unique<Field>("x", ScalarType::F32, std::vector<int64_t>{4}, true, false));
   Kernel *k = m.addKernel(std::make_unique<Kernel>("k"));
-  Argument *arr = k->addArgument(std::make_unique<Argument>("a", Type::ndarray(ScalarType::F32, 1)));
+  Argument *arr =
+      k->addArgument(std::make_unique<Argument>("a", Type::ndarray(ScalarType::F32, 1)));
   IRBuilder b(*k);
   auto task = b.parallelFor(0, 4);
   Value *i = task.index();
@@ -674,10 +675,10 @@ TEST(IRCoreTest, DestroyDeeplyNestedKernel) {
 
 TEST(IRCoreTest, FieldCompanionsAndShape) {
   Module m;
-  Field *x = m.addField(std::make_unique<Field>("x", ScalarType::F32,
-                                                std::vector<int64_t>{4, 5}, true, false));
-  Field *s = m.addField(std::make_unique<Field>("s", ScalarType::F64, std::vector<int64_t>{},
-                                                false, true));
+  Field *x = m.addField(
+      std::make_unique<Field>("x", ScalarType::F32, std::vector<int64_t>{4, 5}, true, false));
+  Field *s = m.addField(
+      std::make_unique<Field>("s", ScalarType::F64, std::vector<int64_t>{}, false, true));
   EXPECT_EQ(x->name(), "x");
   EXPECT_EQ(x->module(), &m);
   EXPECT_EQ(x->ndim(), 2u);
@@ -734,8 +735,8 @@ TEST(IRCoreTest, ArgumentCompanionsAndIndices) {
 
 TEST(IRCoreTest, GlobalAccessLayout) {
   Module m;
-  Field *fx = m.addField(std::make_unique<Field>("x", ScalarType::F32,
-                                                 std::vector<int64_t>{4, 4}, true, false));
+  Field *fx = m.addField(
+      std::make_unique<Field>("x", ScalarType::F32, std::vector<int64_t>{4, 4}, true, false));
   Kernel *k = m.addKernel(std::make_unique<Kernel>("k"));
   Argument *arr = k->addArgument(
       std::make_unique<Argument>("a", Type::ndarray(ScalarType::F64, 2), true, false));
@@ -794,7 +795,8 @@ TEST(IRCoreTest, ConstStmtValues) {
   auto nan1 = ConstStmt::getFloat(ScalarType::F64, std::numeric_limits<double>::quiet_NaN());
   auto nan2 = ConstStmt::getFloat(ScalarType::F64, std::numeric_limits<double>::quiet_NaN());
   EXPECT_TRUE(nan1->sameValue(*nan2));
-  EXPECT_FALSE(ConstStmt::getInt(ScalarType::I32, 1)->sameValue(*ConstStmt::getInt(ScalarType::I64, 1)));
+  EXPECT_FALSE(
+      ConstStmt::getInt(ScalarType::I32, 1)->sameValue(*ConstStmt::getInt(ScalarType::I64, 1)));
   EXPECT_TRUE(ConstStmt::getInt(ScalarType::I32, 1)->isOne());
   EXPECT_TRUE(ConstStmt::getFloat(ScalarType::F32, 1.0)->isOne());
   EXPECT_FALSE(ConstStmt::getInt(ScalarType::I32, 2)->isOne());

@@ -1,7 +1,7 @@
 //===- InterpreterTest.cpp - Runtime data model and reference interpreter -===//
 #include "qd/interp/Interpreter.h"
-#include "qd/ir/ScalarOps.h"
 #include "qd/ir/Parser.h"
+#include "qd/ir/ScalarOps.h"
 #include "qd/ir/Verifier.h"
 #include "qd/ir/Visitor.h"
 
@@ -56,7 +56,9 @@ public:
   Interpreter interp;
 };
 
-std::string message(const absl::Status &s) { return std::string(s.message()); }
+std::string message(const absl::Status &s) {
+  return std::string(s.message());
+}
 
 const AdStackAllocaStmt *findStack(Module &m) {
   const AdStackAllocaStmt *found = nullptr;
@@ -72,10 +74,18 @@ const AdStackAllocaStmt *findStack(Module &m) {
 // Scalar semantics
 //===----------------------------------------------------------------------===//
 
-Scalar i32(int64_t v) { return Scalar::ofInt(ScalarType::I32, v); }
-Scalar i64(int64_t v) { return Scalar::ofInt(ScalarType::I64, v); }
-Scalar f32(double v) { return Scalar::ofFloat(ScalarType::F32, v); }
-Scalar f64(double v) { return Scalar::ofFloat(ScalarType::F64, v); }
+Scalar i32(int64_t v) {
+  return Scalar::ofInt(ScalarType::I32, v);
+}
+Scalar i64(int64_t v) {
+  return Scalar::ofInt(ScalarType::I64, v);
+}
+Scalar f32(double v) {
+  return Scalar::ofFloat(ScalarType::F32, v);
+}
+Scalar f64(double v) {
+  return Scalar::ofFloat(ScalarType::F64, v);
+}
 Scalar ok(const ScalarResult &r) {
   EXPECT_TRUE(std::holds_alternative<Scalar>(r)) << std::get<std::string>(r);
   return std::get<Scalar>(r);

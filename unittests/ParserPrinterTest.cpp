@@ -242,15 +242,48 @@ void checkFloatRoundTrip(ScalarType type, double value) {
 TEST(ParserPrinterTest, SpecialFloatConstantsRoundTrip) {
   using D = std::numeric_limits<double>;
   using F = std::numeric_limits<float>;
-  for (double d : {0.0, -0.0, 1.0, -1.0, 0.1, 1.0 / 3, 1e300, -1e-300, D::infinity(),
-                   -D::infinity(), D::quiet_NaN(), -D::quiet_NaN(), D::max(), D::lowest(),
-                   D::min(), D::denorm_min(), -D::denorm_min(), D::min() - D::denorm_min(),
-                   D::epsilon(), 9007199254740993.0, 123456789.0})
+  for (double d : {0.0,
+                   -0.0,
+                   1.0,
+                   -1.0,
+                   0.1,
+                   1.0 / 3,
+                   1e300,
+                   -1e-300,
+                   D::infinity(),
+                   -D::infinity(),
+                   D::quiet_NaN(),
+                   -D::quiet_NaN(),
+                   D::max(),
+                   D::lowest(),
+                   D::min(),
+                   D::denorm_min(),
+                   -D::denorm_min(),
+                   D::min() - D::denorm_min(),
+                   D::epsilon(),
+                   9007199254740993.0,
+                   123456789.0})
     checkFloatRoundTrip(ScalarType::F64, d);
-  for (float f : {0.0f, -0.0f, 1.0f, 0.1f, 0.2f, 1.0f / 3, 16777217.0f, F::infinity(),
-                  -F::infinity(), F::quiet_NaN(), -F::quiet_NaN(), F::max(), F::lowest(),
-                  F::min(), F::denorm_min(), -F::denorm_min(), F::min() - F::denorm_min(),
-                  F::epsilon(), 1e30f, 3.4028235e38f})
+  for (float f : {0.0f,
+                  -0.0f,
+                  1.0f,
+                  0.1f,
+                  0.2f,
+                  1.0f / 3,
+                  16777217.0f,
+                  F::infinity(),
+                  -F::infinity(),
+                  F::quiet_NaN(),
+                  -F::quiet_NaN(),
+                  F::max(),
+                  F::lowest(),
+                  F::min(),
+                  F::denorm_min(),
+                  -F::denorm_min(),
+                  F::min() - F::denorm_min(),
+                  F::epsilon(),
+                  1e30f,
+                  3.4028235e38f})
     checkFloatRoundTrip(ScalarType::F32, f);
 }
 
@@ -312,8 +345,8 @@ RC_GTEST_PROP(ParserPrinterTest, SubnormalAndExtremeFloatsRoundTrip, ()) {
   checkFloatRoundTrip(ScalarType::F64, std::bit_cast<double>(sign | exponent << 52 | mantissa));
   uint32_t m32 = *rc::gen::inRange<uint32_t>(0, uint32_t{1} << 23);
   uint32_t e32 = *rc::gen::elementOf(std::vector<uint32_t>{0, 1, 2, 0xfe, 0xff});
-  checkFloatRoundTrip(ScalarType::F32, std::bit_cast<float>(static_cast<uint32_t>(sign >> 32) |
-                                                            e32 << 23 | m32));
+  checkFloatRoundTrip(ScalarType::F32,
+                      std::bit_cast<float>(static_cast<uint32_t>(sign >> 32) | e32 << 23 | m32));
   RC_ASSERT(!::testing::Test::HasFailure());
 }
 
@@ -470,8 +503,8 @@ RC_GTEST_PROP(ParserPrinterTest, MutatedInputNeverCrashes, ()) {
   int edits = *rc::gen::inRange(1, 6);
   for (int e = 0; e < edits && !text.empty(); ++e) {
     size_t pos = *rc::gen::inRange<size_t>(0, text.size());
-    char c = *rc::gen::element('%', '@', '{', '}', '(', ')', '[', ']', ',', ':', '=', '<', '>',
-                               '-', '0', '9', 'e', '.', ' ', '\n', 'x', '$');
+    char c = *rc::gen::element('%', '@', '{', '}', '(', ')', '[', ']', ',', ':', '=', '<', '>', '-',
+                               '0', '9', 'e', '.', ' ', '\n', 'x', '$');
     switch (*rc::gen::inRange(0, 3)) {
     case 0:
       text[pos] = c;
@@ -514,15 +547,15 @@ TEST(ParserPrinterTest, ValueNamerRenamesUnnamedAndDuplicates) {
   Argument *a2 = k->addArgument(std::make_unique<Argument>("", Type::i32()));
   IRBuilder b(*k);
   auto task = b.serial();
-  Value *c0 = b.i32(0);       // unnamed -> next number
-  Value *c1 = b.add(a1, a2);  // named "x" like the argument -> x.1
+  Value *c0 = b.i32(0);      // unnamed -> next number
+  Value *c1 = b.add(a1, a2); // named "x" like the argument -> x.1
   c1->setName("x");
-  Value *c2 = b.add(c1, c0);  // named "1", which the counter also wants
+  Value *c2 = b.add(c1, c0); // named "1", which the counter also wants
   c2->setName("1");
-  Value *c3 = b.add(c2, c0);  // unnamed -> skips the taken "1"
-  Value *c4 = b.add(c3, c0);  // named "x" again -> x.2
+  Value *c3 = b.add(c2, c0); // unnamed -> skips the taken "1"
+  Value *c4 = b.add(c3, c0); // named "x" again -> x.2
   c4->setName("x");
-  Value *c5 = b.add(c4, c0);  // literally named "x.1", already taken -> x.1.1
+  Value *c5 = b.add(c4, c0); // literally named "x.1", already taken -> x.1.1
   c5->setName("x.1");
   task.close();
 
@@ -571,7 +604,8 @@ TEST(ParserPrinterTest, PrintStmt) {
 TEST(ParserPrinterTest, NdarrayComponentNamesAreNotConfusedWithValues) {
   // `%a.grad` is the grad companion of %a unless a value of ndarray type is
   // literally named `a.grad`.
-  std::unique_ptr<Module> m = parseOk(R"(kernel @k(%a: ndarray<f32, 1> grad, %a.grad: ndarray<f32, 1>) {
+  std::unique_ptr<Module> m =
+      parseOk(R"(kernel @k(%a: ndarray<f32, 1> grad, %a.grad: ndarray<f32, 1>) {
   parallel for %i = 0 to 4 {
     %x = load %a.grad[%i] : f32
     %y = load %a.grad.grad[%i] : f32

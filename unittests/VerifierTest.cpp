@@ -6,10 +6,10 @@
 // no location, so messages start with `kernel @name: error:`.
 //
 //===----------------------------------------------------------------------===//
+#include "qd/ir/Verifier.h"
 #include "qd/ir/IRBuilder.h"
 #include "qd/ir/Parser.h"
 #include "qd/ir/Printer.h"
-#include "qd/ir/Verifier.h"
 
 #include <gtest/gtest.h>
 
@@ -250,10 +250,9 @@ TEST(VerifierTest, FieldsAndGlobalNames) {
   Module m;
   m.addField(std::make_unique<Field>("ok", ScalarType::F32, std::vector<int64_t>{2}, true, true));
   m.addField(std::make_unique<Field>("n", ScalarType::I32, std::vector<int64_t>{}, true, false));
-  m.addField(std::make_unique<Field>("e", ScalarType::F32, std::vector<int64_t>{3, 0}, false,
-                                     false));
-  m.addField(std::make_unique<Field>("a.b", ScalarType::F32, std::vector<int64_t>{}, false,
-                                     false));
+  m.addField(
+      std::make_unique<Field>("e", ScalarType::F32, std::vector<int64_t>{3, 0}, false, false));
+  m.addField(std::make_unique<Field>("a.b", ScalarType::F32, std::vector<int64_t>{}, false, false));
   m.addField(std::make_unique<Field>("ok", ScalarType::F64, std::vector<int64_t>{}, false, false));
   m.addKernel(std::make_unique<Kernel>("k"));
   m.addKernel(std::make_unique<Kernel>("k"));
