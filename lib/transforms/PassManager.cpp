@@ -59,6 +59,8 @@ std::string_view trim(std::string_view s) {
 absl::Status PassManager::addPipeline(std::string_view pipeline, const PassRegistry &registry) {
   if (trim(pipeline).empty())
     return absl::OkStatus();
+  // Parse the whole pipeline first so that an error adds nothing.
+  std::vector<std::unique_ptr<Pass>> parsed;
   size_t start = 0;
   while (start <= pipeline.size()) {
     size_t comma = pipeline.find(',', start);
@@ -72,8 +74,10 @@ absl::Status PassManager::addPipeline(std::string_view pipeline, const PassRegis
     absl::StatusOr<std::unique_ptr<Pass>> pass = registry.create(name);
     if (!pass.ok())
       return pass.status();
-    addPass(*std::move(pass));
+    parsed.push_back(*std::move(pass));
   }
+  for (auto &pass : parsed)
+    addPass(std::move(pass));
   return absl::OkStatus();
 }
 

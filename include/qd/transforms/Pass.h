@@ -73,7 +73,8 @@ public:
 
   void addPass(std::unique_ptr<Pass> pass) { passes_.push_back(std::move(pass)); }
   /// Appends the passes of a comma-separated pipeline such as "fold,dce".
-  /// Unknown names and empty elements are errors naming the problem.
+  /// Unknown names and empty elements are errors naming the problem; on
+  /// error no pass of the pipeline is added.
   absl::Status addPipeline(std::string_view pipeline,
                            const PassRegistry &registry = PassRegistry::global());
   size_t size() const { return passes_.size(); }
