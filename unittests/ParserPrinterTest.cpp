@@ -11,7 +11,6 @@
 #include <bit>
 #include <cmath>
 #include <limits>
-#include <regex>
 
 namespace qd {
 namespace {
@@ -468,10 +467,26 @@ TEST(ParserPrinterTest, FirstLineShiftsLineNumbers) {
             "split.qd:12:5: error: 'break' must be inside a 'for' or 'while' loop");
 }
 
+/// `file:line:col: error: <something>`. (No std::regex: GCC 12 warns inside
+/// it under the sanitizers.)
+bool isLocatedError(std::string_view message, std::string_view file) {
+  if (!message.starts_with(file) || !message.substr(file.size()).starts_with(':'))
+    return false;
+  message.remove_prefix(file.size() + 1);
+  for (int field = 0; field < 2; ++field) {
+    size_t digits = 0;
+    while (digits < message.size() && message[digits] >= '0' && message[digits] <= '9')
+      ++digits;
+    if (digits == 0 || digits >= message.size() || message[digits] != ':')
+      return false;
+    message.remove_prefix(digits + 1);
+  }
+  return message.starts_with(" error: ") && message.size() > 8;
+}
+
 TEST(ParserPrinterTest, TruncatedInputNeverCrashes) {
   // Every prefix of a valid module parses or fails cleanly with a located
   // message; whatever parses can be verified and printed.
-  const std::regex located(R"(^t\.qd:[0-9]+:[0-9]+: error: .+)");
   ParseOptions options;
   options.filename = "t.qd";
   for (const char *text : {kDesignExample, kReverseExample}) {
@@ -487,7 +502,7 @@ TEST(ParserPrinterTest, TruncatedInputNeverCrashes) {
       }
       EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument);
       std::string message(m.status().message());
-      EXPECT_TRUE(std::regex_search(message, located)) << "prefix " << len << ": " << message;
+      EXPECT_TRUE(isLocatedError(message, "t.qd")) << "prefix " << len << ": " << message;
       EXPECT_EQ(message.find('\n'), std::string::npos) << message;
     }
     // The empty prefix, the full text and every cut right after a top-level
@@ -532,7 +547,7 @@ RC_GTEST_PROP(ParserPrinterTest, MutatedInputNeverCrashes, ()) {
     }
   } else {
     RC_ASSERT(m.status().code() == absl::StatusCode::kInvalidArgument);
-    RC_ASSERT(std::string(m.status().message()).starts_with("m.qd:"));
+    RC_ASSERT(isLocatedError(std::string(m.status().message()), "m.qd"));
   }
 }
 
