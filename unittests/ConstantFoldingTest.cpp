@@ -384,11 +384,11 @@ TEST(ConstantFoldingTest, ConstantTripCount) {
 
 TEST(ConstantFoldingTest, ConstantOfStatement) {
   auto c = ConstStmt::getFloat(ScalarType::F32, 0.1);
-  ConstantValue v = constantOf(*c);
+  ConstantValue v = c->value();
   EXPECT_EQ(v.type, ScalarType::F32);
   EXPECT_EQ(v.f, static_cast<double>(0.1f));
   auto i = ConstStmt::getInt(ScalarType::I64, -3);
-  EXPECT_EQ(constantOf(*i), i64(-3));
+  EXPECT_EQ(i->value(), i64(-3));
 }
 
 //===----------------------------------------------------------------------===//

@@ -31,10 +31,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct Chunk {
-  std::string text;
-  unsigned firstLine;
-};
+using Chunk = SourceChunk;
 
 struct CorpusFile {
   fs::path path;
@@ -105,28 +102,8 @@ bool usesSplitInput(const CorpusFile &f) {
   });
 }
 
-/// Splits like `qd-opt --split-input-file`: on lines starting with
-/// `// -----`, each chunk starting on the line after its separator.
 std::vector<Chunk> splitChunks(const std::string &text, bool split) {
-  if (!split)
-    return {{text, 1}};
-  std::vector<Chunk> chunks;
-  std::istringstream in(text);
-  std::string line, current;
-  unsigned lineNo = 0, first = 1;
-  while (std::getline(in, line)) {
-    ++lineNo;
-    if (line.starts_with("// -----")) {
-      chunks.push_back({current, first});
-      current.clear();
-      first = lineNo + 1;
-      continue;
-    }
-    current += line;
-    current += '\n';
-  }
-  chunks.push_back({current, first});
-  return chunks;
+  return split ? splitSourceChunks(text) : std::vector<Chunk>{{text, 1}};
 }
 
 /// Parses and verifies; returns the module or the first error.

@@ -8,11 +8,6 @@
 
 namespace qd {
 
-Scalar constantOf(const ConstStmt &s) {
-  return qd::isFloat(s.scalarType()) ? Scalar::ofFloat(s.scalarType(), s.floatValue())
-                                     : Scalar::ofInt(s.scalarType(), s.intValue());
-}
-
 namespace {
 
 int64_t minOf(ScalarType t) {
@@ -122,7 +117,7 @@ private:
     auto operand = [&](unsigned i) { return evaluate(s->operand(i), depth + 1); };
     switch (s->kind()) {
     case StmtKind::Const:
-      return constantOf(*cast<ConstStmt>(s));
+      return cast<ConstStmt>(s)->value();
     case StmtKind::Binary: {
       auto a = operand(0);
       auto b = a ? operand(1) : std::nullopt;

@@ -120,12 +120,9 @@ private:
 
   Flow exec(Stmt &s) {
     switch (s.kind()) {
-    case StmtKind::Const: {
-      auto &c = cast<ConstStmt>(s);
-      reg(&s) = isFloat(c.scalarType()) ? Scalar::ofFloat(c.scalarType(), c.floatValue())
-                                        : Scalar::ofInt(c.scalarType(), c.intValue());
+    case StmtKind::Const:
+      reg(&s) = cast<ConstStmt>(s).value();
       return Flow::Normal;
-    }
     case StmtKind::Binary: {
       auto &b = cast<BinaryStmt>(s);
       ScalarResult r = evalBinary(b.op(), reg(b.lhs()), reg(b.rhs()));

@@ -970,6 +970,23 @@ private:
 
 } // namespace
 
+std::vector<SourceChunk> splitSourceChunks(std::string_view text) {
+  std::vector<SourceChunk> chunks(1);
+  unsigned lineNo = 0;
+  while (!text.empty()) {
+    size_t eol = text.find('\n');
+    std::string_view line = text.substr(0, eol);
+    text.remove_prefix(eol == std::string_view::npos ? text.size() : eol + 1);
+    ++lineNo;
+    if (line.starts_with("// -----")) {
+      chunks.push_back({"", lineNo + 1});
+      continue;
+    }
+    chunks.back().text.append(line).push_back('\n');
+  }
+  return chunks;
+}
+
 absl::StatusOr<std::unique_ptr<Module>> parseModule(std::string_view text,
                                                     const ParseOptions &options) {
   Parser p(text, options);

@@ -261,6 +261,11 @@ bool ConstStmt::sameValue(const ConstStmt &other) const {
   return std::bit_cast<uint64_t>(float_) == std::bit_cast<uint64_t>(other.float_);
 }
 
+Scalar ConstStmt::value() const {
+  return isFloat(scalarType()) ? Scalar::ofFloat(scalarType(), float_)
+                               : Scalar::ofInt(scalarType(), int_);
+}
+
 bool ConstStmt::isZero() const {
   return isInteger(scalarType()) ? int_ == 0 : float_ == 0.0;
 }

@@ -123,37 +123,8 @@ bool parseArgs(int argc, char **argv, bool &exitNow, int &exitCode) {
   return true;
 }
 
-struct Chunk {
-  std::string text;
-  unsigned firstLine;
-};
-
-std::vector<Chunk> splitChunks(const std::string &text) {
-  std::vector<Chunk> chunks;
-  if (!opts.splitInputFile) {
-    chunks.push_back({text, 1});
-    return chunks;
-  }
-  std::istringstream in(text);
-  std::string line, current;
-  unsigned lineNo = 0, first = 1;
-  while (std::getline(in, line)) {
-    ++lineNo;
-    if (line.rfind("// -----", 0) == 0) {
-      chunks.push_back({current, first});
-      current.clear();
-      first = lineNo + 1;
-      continue;
-    }
-    current += line;
-    current += '\n';
-  }
-  chunks.push_back({current, first});
-  return chunks;
-}
-
 /// Parses, verifies and transforms one chunk; prints the result to `out`.
-bool processChunk(const Chunk &chunk, const std::string &filename, std::ostream &out) {
+bool processChunk(const qd::SourceChunk &chunk, const std::string &filename, std::ostream &out) {
   qd::ParseOptions options;
   options.filename = filename;
   options.firstLine = chunk.firstLine;
@@ -226,7 +197,8 @@ int main(int argc, char **argv) {
 
   std::ostringstream out;
   bool ok = true;
-  std::vector<Chunk> chunks = splitChunks(text);
+  std::vector<qd::SourceChunk> chunks =
+      opts.splitInputFile ? qd::splitSourceChunks(text) : std::vector{qd::SourceChunk{text, 1}};
   for (size_t i = 0; i < chunks.size(); ++i) {
     if (i)
       out << "// -----\n";

@@ -20,9 +20,8 @@
 
 namespace qd {
 
-/// Constants are plain typed scalars; `of` reads a `const` statement.
+/// Constants are plain typed scalars (`ConstStmt::value()` reads one).
 using ConstantValue = Scalar;
-Scalar constantOf(const ConstStmt &c);
 
 std::optional<ConstantValue> foldBinary(BinaryOp op, const ConstantValue &a,
                                         const ConstantValue &b);

@@ -6,7 +6,9 @@
 #include <absl/status/statusor.h>
 
 #include <memory>
+#include <string>
 #include <string_view>
+#include <vector>
 
 namespace qd {
 
@@ -16,6 +18,17 @@ struct ParseOptions {
   /// Line number of the first line of `text` (for split input files).
   unsigned firstLine = 1;
 };
+
+/// A piece of a split input file and the line it starts on.
+struct SourceChunk {
+  std::string text;
+  unsigned firstLine = 1;
+};
+
+/// Splits `text` on lines starting with `// -----` (the convention of
+/// `qd-opt --split-input-file`); each chunk starts on the line after its
+/// separator, so diagnostics keep the file's line numbers.
+std::vector<SourceChunk> splitSourceChunks(std::string_view text);
 
 /// Parses a module in the text format of docs/ir.md. On malformed input the
 /// status is InvalidArgument with `file:line:col: error: <what was expected>`.

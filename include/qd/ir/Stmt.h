@@ -10,6 +10,7 @@
 
 #include "qd/ir/Casting.h"
 #include "qd/ir/Location.h"
+#include "qd/ir/Scalar.h"
 #include "qd/ir/Value.h"
 
 #include <cstdint>
@@ -210,6 +211,8 @@ public:
   double floatValue() const { return float_; }
   /// Equality of the stored bit patterns (so -0.0 != 0.0 and NaN == NaN).
   bool sameValue(const ConstStmt &other) const;
+  /// The constant as a typed scalar.
+  Scalar value() const;
   bool isZero() const;
   bool isOne() const;
 
