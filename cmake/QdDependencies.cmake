@@ -14,3 +14,6 @@ target_include_directories(qd_llvm SYSTEM INTERFACE ${LLVM_INCLUDE_DIRS})
 target_compile_definitions(qd_llvm INTERFACE ${LLVM_DEFINITIONS})
 target_link_libraries(qd_llvm INTERFACE LLVM)
 set(QD_LLVM_TOOLS_DIR ${LLVM_TOOLS_BINARY_DIR})
+
+# Boost.Graph is header-only; only qd::analysis uses it, privately.
+find_package(Boost 1.74 REQUIRED)

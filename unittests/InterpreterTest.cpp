@@ -526,6 +526,7 @@ TEST(AdStack, PushPopTopAdjointAndDepthTracking) {
 TEST(AdStack, OverflowStopsTheLaunchWithLocationsAndCapacity) {
   Harness h(kStackModule);
   LaunchOptions options;
+  options.sizeAdStacks = false; // the interpreter's own check, without sizing
   options.defaultAdStackCapacity = 2;
   EXPECT_EQ(message(h.run("k", {LaunchArg::i32(3)}, options)),
             "t.qd:13:7: error: adstack overflow: the adstack declared at t.qd:8:5 has capacity 2 "
@@ -547,7 +548,9 @@ TEST(AdStack, PerLaunchCapacitiesOverrideDeclarations) {
 
 TEST(AdStack, UnsizedStackWithoutDefaultIsAnError) {
   Harness h(kStackModule);
-  std::string m = message(h.run("k", {LaunchArg::i32(1)}));
+  LaunchOptions options;
+  options.sizeAdStacks = false;
+  std::string m = message(h.run("k", {LaunchArg::i32(1)}, options));
   EXPECT_NE(m.find("t.qd:8:5: error: adstack has no capacity"), std::string::npos) << m;
 }
 

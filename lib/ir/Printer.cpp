@@ -282,7 +282,11 @@ std::string printStmt(const Stmt &stmt) {
     os << "<detached " << mnemonic(stmt.kind()) << '>';
     return os.str();
   }
-  ValueNamer names(*k);
+  return printStmt(stmt, ValueNamer(*k));
+}
+
+std::string printStmt(const Stmt &stmt, const ValueNamer &names) {
+  std::ostringstream os;
   Printer p(os, names);
   p.visit(const_cast<Stmt &>(stmt));
   return os.str();

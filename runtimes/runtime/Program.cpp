@@ -85,7 +85,106 @@ absl::Status Program::launch(std::string_view name, std::span<const LaunchArg> a
     return absl::NotFoundError(fmt::format("no kernel named '@{}' in the module", name));
   if (absl::Status s = validateLaunchArgs(*k, args); !s.ok())
     return s;
-  return backend.launch(*this, *k, args, options);
+  if (!options.sizeAdStacks)
+    return backend.launch(*this, *k, args, options);
+  auto capacities = adStackCapacities(*k, args, options.defaultAdStackCapacity);
+  if (!capacities.ok())
+    return capacities.status();
+  LaunchOptions sized = options;
+  for (auto &[stack, cap] : *capacities)
+    sized.adStackCapacities.try_emplace(stack, cap); // explicit entries win
+  lastCapacities_.clear();
+  for (auto &[stack, cap] : sized.adStackCapacities)
+    lastCapacities_[stack] = cap;
+  return backend.launch(*this, *k, args, sized);
+}
+
+const KernelSizing &Program::adStackSizing(const Kernel &kernel) {
+  auto &slot = sizing_[&kernel];
+  if (!slot)
+    slot = std::make_unique<KernelSizing>(sizeAdStacks(kernel));
+  return *slot;
+}
+
+namespace {
+
+/// What a SizeExpr reads, taken from a launch's arguments and the program's
+/// live field storage.
+class LaunchInputs : public SizeExprInputs {
+public:
+  LaunchInputs(Program &program, std::span<const LaunchArg> args)
+      : program_(program), args_(args) {}
+
+  std::optional<int64_t> scalarArg(unsigned i) const override {
+    if (i >= args_.size() || args_[i].isNdarray() || isFloat(args_[i].scalarValue().type))
+      return std::nullopt;
+    return args_[i].scalarValue().i;
+  }
+  std::optional<int64_t> fieldElement(const std::string &name,
+                                      std::span<const int64_t> idx) const override {
+    return element(program_.field(name), idx);
+  }
+  std::optional<int64_t> ndarrayShape(unsigned i, unsigned axis) const override {
+    const Buffer *b = ndarray(i);
+    if (!b || axis >= b->ndim())
+      return std::nullopt;
+    return b->shape()[axis];
+  }
+  std::optional<int64_t> ndarrayElement(unsigned i, std::span<const int64_t> idx) const override {
+    return element(ndarray(i), idx);
+  }
+
+private:
+  const Buffer *ndarray(unsigned i) const {
+    if (i >= args_.size() || !args_[i].isNdarray())
+      return nullptr;
+    return args_[i].ndarrayValue().primal;
+  }
+  static std::optional<int64_t> element(const Buffer *b, std::span<const int64_t> idx) {
+    if (!b || isFloat(b->elementType()))
+      return std::nullopt;
+    std::optional<int64_t> flat = b->flatIndex(idx);
+    if (!flat)
+      return std::nullopt;
+    return b->get(*flat).i;
+  }
+  Program &program_;
+  std::span<const LaunchArg> args_;
+};
+
+} // namespace
+
+absl::StatusOr<std::unordered_map<const AdStackAllocaStmt *, int64_t>>
+Program::adStackCapacities(const Kernel &kernel, std::span<const LaunchArg> args,
+                           int64_t defaultCapacity) {
+  const KernelSizing &sizing = adStackSizing(kernel);
+  std::unordered_map<const AdStackAllocaStmt *, int64_t> out;
+  LaunchInputs inputs(*this, args);
+  for (const AdStackSize &s : sizing.stacks()) {
+    switch (s.tier) {
+    case SizingTier::Declared:
+      break; // the backend reads the declared capacity
+    case SizingTier::Constant:
+      out[s.stack] = s.capacity;
+      break;
+    case SizingTier::Default:
+      out[s.stack] = defaultCapacity > 0 ? defaultCapacity : s.capacity;
+      break;
+    case SizingTier::LaunchTime: {
+      absl::StatusOr<int64_t> v = evaluateSizeExpr(*s.expr, inputs);
+      if (!v.ok())
+        return absl::Status(
+            v.status().code(),
+            fmt::format("{}: error: cannot size adstack {} of kernel @{} for this launch: its "
+                        "bound is {}, and {}",
+                        s.stack->loc().str(), s.name, kernel.name(),
+                        printSizeExpr(*s.expr, sizing.names()), std::string(v.status().message())));
+      out[s.stack] = std::max<int64_t>(*v, 1);
+      break;
+    }
+    }
+  }
+  return out;
 }
 
 } // namespace qd

@@ -7,11 +7,14 @@
 // prints the result. Any diagnostic goes to stderr and the exit code is 1.
 //
 //===----------------------------------------------------------------------===//
+#include "qd/analysis/AdStackSizing.h"
+#include "qd/analysis/CFG.h"
 #include "qd/ir/Parser.h"
 #include "qd/ir/Printer.h"
 #include "qd/ir/Verifier.h"
 #include "qd/transforms/Passes.h"
 
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <iterator>
@@ -30,6 +33,9 @@ struct Options {
   bool timePasses = false;
   bool splitInputFile = false;
   bool listPasses = false;
+  bool reportAdStacks = false;
+  bool dumpCfg = false;
+  int64_t defaultCapacity = 256;
 };
 Options opts;
 
@@ -46,6 +52,12 @@ constexpr const char *kUsage =
     "  --time-passes          report the wall time of every pass on stderr\n"
     "  --split-input-file     process each '// -----' separated chunk on its own\n"
     "  --list-passes          list the registered passes and exit\n"
+    "  --report-ad-stacks     after the passes, print how every adstack is sized\n"
+    "                         (tier, method, bound) instead of the module\n"
+    "  --adstack-default-capacity=<n>\n"
+    "                         capacity of stacks outside the sizing grammar (256)\n"
+    "  --dump-cfg             after the passes, print each kernel's control-flow\n"
+    "                         graph as Graphviz instead of the module\n"
     "  -o <file>              write the output to <file> (default: stdout)\n"
     "  -h, --help             show this help\n";
 
@@ -86,6 +98,18 @@ bool parseArgs(int argc, char **argv, bool &exitNow, int &exitCode) {
       opts.passes = arg.substr(9);
       continue;
     }
+    if (arg.rfind("--adstack-default-capacity=", 0) == 0) {
+      std::string v = arg.substr(27);
+      char *end = nullptr;
+      long long n = std::strtoll(v.c_str(), &end, 10);
+      if (v.empty() || *end || n <= 0) {
+        std::cerr << "qd-opt: error: --adstack-default-capacity takes a positive integer, got '"
+                  << v << "'\n";
+        return false;
+      }
+      opts.defaultCapacity = n;
+      continue;
+    }
     if (arg == "-o") {
       if (i + 1 >= argc) {
         std::cerr << "qd-opt: error: -o needs a file name\n";
@@ -98,7 +122,9 @@ bool parseArgs(int argc, char **argv, bool &exitNow, int &exitCode) {
                               std::pair{"--verify-each", &opts.verifyEach},
                               std::pair{"--time-passes", &opts.timePasses},
                               std::pair{"--split-input-file", &opts.splitInputFile},
-                              std::pair{"--list-passes", &opts.listPasses}}) {
+                              std::pair{"--list-passes", &opts.listPasses},
+                              std::pair{"--report-ad-stacks", &opts.reportAdStacks},
+                              std::pair{"--dump-cfg", &opts.dumpCfg}}) {
       if (!parseBoolFlag(arg, name, *flag, matched)) {
         std::cerr << "qd-opt: error: " << name << " takes true or false, got '" << arg << "'\n";
         return false;
@@ -156,7 +182,26 @@ bool processChunk(const qd::SourceChunk &chunk, const std::string &filename, std
     std::cerr << "qd-opt: error: " << result.message() << '\n';
     return false;
   }
-  qd::printModule(**module, out);
+  if (opts.dumpCfg) {
+    for (const auto &kernel : (*module)->kernels()) {
+      qd::ControlFlowGraph cfg = qd::ControlFlowGraph::build(*kernel);
+      cfg.simplify();
+      out << cfg.toDot();
+    }
+  }
+  if (opts.reportAdStacks) {
+    qd::SizingOptions sizing;
+    sizing.defaultCapacity = opts.defaultCapacity;
+    for (const auto &kernel : (*module)->kernels()) {
+      qd::KernelSizing result = qd::sizeAdStacks(*kernel, sizing);
+      for (const std::string &w : result.warnings())
+        std::cerr << w << '\n';
+      for (const qd::AdStackSize &stack : result.stacks())
+        out << "@" << kernel->name() << ": " << result.describe(stack) << '\n';
+    }
+  }
+  if (!opts.dumpCfg && !opts.reportAdStacks)
+    qd::printModule(**module, out);
   return true;
 }
 

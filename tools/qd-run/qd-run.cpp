@@ -3,6 +3,7 @@
 //   qd-run kernel.qd [--kernel=NAME]... [--backend=interp] [--inputs=in.json]
 //          [--set FIELD=JSON]... [--arg NAME=JSON]... [--print=a,b.grad,...]
 //          [--bounds-check] [--adstack-capacity=N] [--report-adstacks]
+//          [--no-adstack-sizing]
 //
 // Fields and ndarray arguments are given as (nested) JSON arrays, scalars as
 // JSON numbers or booleans; `NAME.grad` / `NAME.dual` address companions.
@@ -45,7 +46,9 @@ constexpr const char *kUsage =
     "  --arg NAME=JSON        kernel argument: number, boolean or nested array\n"
     "  --print=A,B.grad,...   what to print (default: every field and ndarray)\n"
     "  --bounds-check         report out-of-range indices (always on for interp)\n"
-    "  --adstack-capacity=N   capacity of adstacks declared with capacity 0\n"
+    "  --adstack-capacity=N   capacity of adstacks the sizing cannot bound (tier 3);\n"
+    "                         with --no-adstack-sizing, of every capacity-0 adstack\n"
+    "  --no-adstack-sizing    do not size adstacks before each launch\n"
     "  --report-adstacks      print each adstack's capacity and maximum depth\n";
 
 struct Failure {
@@ -240,6 +243,8 @@ int run(int argc, char **argv) {
       options.boundsChecked = true;
     else if (a == "--report-adstacks")
       reportAdStacks = true;
+    else if (a == "--no-adstack-sizing")
+      options.sizeAdStacks = false;
     else if (a.size() > 1 && a[0] == '-')
       die("unknown option '" + a + "' (see --help)");
     else if (file.empty())

@@ -36,6 +36,9 @@ std::string printKernel(const Kernel &kernel);
 /// One statement with its nested blocks, names resolved within its kernel.
 /// Meant for diagnostics and debugging; O(kernel size).
 std::string printStmt(const Stmt &stmt);
+/// Same, with names from a namer built once for the statement's kernel
+/// (O(statement size)).
+std::string printStmt(const Stmt &stmt, const ValueNamer &names);
 
 /// Shortest decimal text that reads back to exactly `value` as `type`
 /// (`1.0`, `0.1`, `1e+30`, `inf`, `-inf`, `nan`).

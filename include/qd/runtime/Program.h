@@ -1,6 +1,7 @@
 //===- qd/runtime/Program.h - Module instances and launches -----*- C++ -*-===//
 #pragma once
 
+#include "qd/analysis/AdStackSizing.h"
 #include "qd/ir/Module.h"
 #include "qd/runtime/Buffer.h"
 
@@ -49,11 +50,17 @@ struct LaunchOptions {
   /// Report out-of-range field/ndarray indices as an error naming the
   /// statement instead of touching memory (the interpreter always checks).
   bool boundsChecked = false;
-  /// Capacity used for adstacks declared with capacity 0 that have no entry
-  /// in `adStackCapacities`; 0 means such a stack is an error.
+  /// Capacity of adstacks declared with capacity 0 that get no other
+  /// capacity: with `sizeAdStacks`, the tier-3 stacks (0 = the sizing
+  /// default, 256); without it, every such stack (0 = an error).
   int64_t defaultAdStackCapacity = 0;
-  /// Per-launch capacities (e.g. from the sizing analysis), overriding the
-  /// declared capacity.
+  /// Size every capacity-0 adstack before the launch from the kernel's
+  /// sizing (docs/sizing.md): constants, SizeExprs evaluated against this
+  /// launch's arguments and field contents, or the default. Only
+  /// `Program::launch` does this; `Backend::launch` takes the options as
+  /// given.
+  bool sizeAdStacks = true;
+  /// Per-launch capacities, overriding the declared and sized capacity.
   std::unordered_map<const AdStackAllocaStmt *, int64_t> adStackCapacities;
 };
 
@@ -85,13 +92,30 @@ public:
   Buffer *field(std::string_view name, Component c = Component::Primal);
   Buffer *field(const Field &f, Component c = Component::Primal);
 
-  /// Validates the arguments and runs kernel `name` on `backend`.
+  /// Validates the arguments, sizes the kernel's adstacks for this launch
+  /// and runs kernel `name` on `backend`.
   absl::Status launch(std::string_view name, std::span<const LaunchArg> args, Backend &backend,
                       const LaunchOptions &options = {});
+
+  /// The sizing of `kernel`'s adstacks, computed at its first launch and
+  /// cached: a kernel must not be changed after it was launched through
+  /// this program.
+  const KernelSizing &adStackSizing(const Kernel &kernel);
+  /// The capacity of every capacity-0 adstack for a launch of `kernel` with
+  /// `args` against the current field contents (what `launch` uses).
+  absl::StatusOr<std::unordered_map<const AdStackAllocaStmt *, int64_t>>
+  adStackCapacities(const Kernel &kernel, std::span<const LaunchArg> args,
+                    int64_t defaultCapacity = 0);
+  /// The capacities the last sized launch used.
+  const std::unordered_map<const AdStackAllocaStmt *, int64_t> &lastAdStackCapacities() const {
+    return lastCapacities_;
+  }
 
 private:
   explicit Program(const Module &m) : module_(m) {}
   const Module &module_;
+  std::unordered_map<const Kernel *, std::unique_ptr<KernelSizing>> sizing_;
+  std::unordered_map<const AdStackAllocaStmt *, int64_t> lastCapacities_;
   std::map<std::pair<const Field *, Component>, Buffer> fields_;
 };
 

@@ -1,0 +1,157 @@
+//===- qd/analysis/SizeExpr.h - Launch-time adstack bounds ------*- C++ -*-===//
+//
+// A SizeExpr is a symbolic upper bound on an adstack's depth whose value is
+// known only at launch: it reads kernel scalar arguments, field elements,
+// ndarray shapes and elements, and takes maxima over the ranges of loop
+// variables. Expressions are immutable trees shared by pointer; the
+// constructors fold constants, so an expression with no launch-time leaf is
+// a single Const node.
+//
+// Evaluation (`evaluateSizeExpr`) uses saturating int64 arithmetic and never
+// reads outside a buffer: a read whose index is out of range makes the
+// value of the enclosing iteration of a MaxOverRange unknown, and that
+// iteration is skipped (the kernel itself cannot execute the loop whose
+// bound performs that read). Only a read outside every MaxOverRange is an
+// error.
+//
+// Serialisation is a flat post-order list of nodes behind a format version
+// (see docs/sizing.md), so a compiled kernel cached on disk sizes its stacks
+// exactly as a fresh compile does.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include <absl/status/statusor.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace qd {
+
+class Kernel;
+
+enum class SizeExprKind : uint8_t {
+  Const,        // value()
+  ScalarArg,    // argIndex(): an integer scalar kernel argument
+  FieldLoad,    // fieldName(), operands() = indices
+  NdarrayShape, // argIndex(), axis()
+  NdarrayRead,  // argIndex(), operands() = indices
+  BoundVar,     // var(): the value of an enclosing MaxOverRange variable
+  Add,
+  Sub,
+  Mul,
+  Max,
+  MaxOverRange, // var(), operands() = {begin, end, body}; 0 on an empty range
+};
+std::string_view toString(SizeExprKind kind);
+
+class SizeExpr;
+using SizeExprRef = std::shared_ptr<const SizeExpr>;
+
+class SizeExpr {
+public:
+  // Leaves.
+  static SizeExprRef constant(int64_t value);
+  static SizeExprRef scalarArg(unsigned argIndex);
+  static SizeExprRef fieldLoad(std::string field, std::vector<SizeExprRef> indices);
+  static SizeExprRef ndarrayShape(unsigned argIndex, unsigned axis);
+  static SizeExprRef ndarrayRead(unsigned argIndex, std::vector<SizeExprRef> indices);
+  static SizeExprRef boundVar(unsigned var);
+
+  // Operators. These simplify: constants fold (saturating), x+0, x*1, x*0,
+  // max(x, x) and max(x, 0) for x >= 0 disappear, and a MaxOverRange whose
+  // range is a non-empty constant and whose body does not use the variable
+  // is its body.
+  static SizeExprRef add(SizeExprRef a, SizeExprRef b);
+  static SizeExprRef sub(SizeExprRef a, SizeExprRef b);
+  static SizeExprRef mul(SizeExprRef a, SizeExprRef b);
+  static SizeExprRef max(SizeExprRef a, SizeExprRef b);
+  static SizeExprRef maxOverRange(unsigned var, SizeExprRef begin, SizeExprRef end,
+                                  SizeExprRef body);
+  /// The number of iterations of `range(begin, end)`: max(end - begin, 0).
+  static SizeExprRef tripCount(SizeExprRef begin, SizeExprRef end);
+
+  /// Builds a node without simplifying (deserialisation and tests).
+  static SizeExprRef make(SizeExprKind kind, std::vector<SizeExprRef> operands, int64_t value = 0,
+                          unsigned index = 0, unsigned axis = 0, std::string field = {});
+
+  SizeExprKind kind() const { return kind_; }
+  bool isConst() const { return kind_ == SizeExprKind::Const; }
+  int64_t value() const { return value_; }
+  unsigned argIndex() const { return index_; }
+  unsigned var() const { return index_; }
+  unsigned axis() const { return axis_; }
+  const std::string &fieldName() const { return field_; }
+  const std::vector<SizeExprRef> &operands() const { return operands_; }
+  /// Number of nodes in the tree (shared subtrees counted once per use).
+  size_t size() const { return size_; }
+
+  /// True if the expression reads `var` outside a MaxOverRange binding it.
+  bool usesVar(unsigned var) const;
+  /// True if the value is provably >= 0 for every launch.
+  bool isNonNegative() const;
+  /// Structural equality.
+  bool equals(const SizeExpr &other) const;
+
+private:
+  SizeExpr() = default;
+  SizeExprKind kind_ = SizeExprKind::Const;
+  int64_t value_ = 0;
+  unsigned index_ = 0;
+  unsigned axis_ = 0;
+  std::string field_;
+  std::vector<SizeExprRef> operands_;
+  std::vector<unsigned> freeVars_; // sorted
+  size_t size_ = 1;
+  bool nonNegative_ = false;
+};
+
+/// How `printSizeExpr` names arguments and variables. Unset names print as
+/// `%arg<i>` and `%v<i>`.
+struct SizeExprNames {
+  std::function<std::string(unsigned)> argName;
+  std::function<std::string(unsigned)> varName;
+  /// Argument and variable names of a kernel's parameters (`%n`).
+  static SizeExprNames forKernel(const Kernel &kernel);
+};
+
+/// Readable form: `max(@n[] - 1, 0) * 2`, `max(%i in [0, shape(%a, 0)): %a[%i])`.
+std::string printSizeExpr(const SizeExpr &e, const SizeExprNames &names = {});
+
+/// The data an evaluation reads. Each accessor returns nullopt when the
+/// element does not exist (bad argument, out-of-range index, non-integer).
+class SizeExprInputs {
+public:
+  virtual ~SizeExprInputs();
+  virtual std::optional<int64_t> scalarArg(unsigned argIndex) const = 0;
+  virtual std::optional<int64_t> fieldElement(const std::string &field,
+                                              std::span<const int64_t> indices) const = 0;
+  virtual std::optional<int64_t> ndarrayShape(unsigned argIndex, unsigned axis) const = 0;
+  virtual std::optional<int64_t> ndarrayElement(unsigned argIndex,
+                                                std::span<const int64_t> indices) const = 0;
+};
+
+/// Evaluates `e` with saturating int64 arithmetic. `maxIterations` bounds
+/// the total number of MaxOverRange iterations (a guard against a corrupt or
+/// huge range); exceeding it is an error.
+absl::StatusOr<int64_t> evaluateSizeExpr(const SizeExpr &e, const SizeExprInputs &inputs,
+                                         int64_t maxIterations = int64_t(1) << 32);
+
+/// The serialisation format version written in the header.
+inline constexpr uint32_t kSizeExprFormatVersion = 1;
+
+/// Flat post-order bytes: magic "QDSX", version, node count, then each node
+/// (kind, payload, operand indices that refer to earlier nodes); the last
+/// node is the root.
+std::vector<uint8_t> serializeSizeExpr(const SizeExpr &e);
+/// Reads what `serializeSizeExpr` wrote. Every malformed input (truncated,
+/// wrong magic or version, forward or missing operand references, operand
+/// counts that do not match the kind, unbound variables) is an error.
+absl::StatusOr<SizeExprRef> deserializeSizeExpr(std::span<const uint8_t> bytes);
+
+} // namespace qd

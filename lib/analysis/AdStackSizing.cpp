@@ -1,0 +1,716 @@
+//===- AdStackSizing.cpp - Adstack capacities -----------------------------===//
+//
+// The structural tiers evaluate a small path algebra over the structured IR.
+// A region (statement or block) is summarised relative to the stack depth at
+// its entry by
+//   fall  the largest net depth on paths that leave it normally,
+//   brk   ... on paths that leave it through a `break`,
+//   cont  ... on paths that leave it through a `continue`,
+//   peak  the largest depth reached inside it (>= 0),
+// where a missing path is "none". Sequencing adds, if arms take the max, and a
+// loop with trip count T and per-iteration net `it` peaks at
+// (T - 1) * max(it, 0) + peak(body) (just peak(body) when it <= 0). Values
+// are SizeExprs, so the same code gives constants (tier 1, everything folds)
+// and launch-time expressions (tier 2).
+//
+//===----------------------------------------------------------------------===//
+#include "qd/analysis/AdStackSizing.h"
+
+#include "qd/analysis/CFG.h"
+#include "qd/analysis/ConstantFolding.h"
+#include "qd/ir/Module.h"
+#include "qd/ir/Printer.h"
+#include "qd/ir/Stmt.h"
+#include "qd/ir/Visitor.h"
+
+#include <boost/graph/adjacency_list.hpp>
+#include <boost/graph/bellman_ford_shortest_paths.hpp>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <limits>
+#include <optional>
+#include <unordered_map>
+#include <unordered_set>
+
+namespace qd {
+
+std::string_view toString(SizingTier tier) {
+  switch (tier) {
+  case SizingTier::Declared:
+    return "declared";
+  case SizingTier::Constant:
+    return "tier 1 constant";
+  case SizingTier::LaunchTime:
+    return "tier 2 launch-time";
+  case SizingTier::Default:
+    return "tier 3 default";
+  }
+  return "?";
+}
+
+std::string_view toString(SizingMethod method) {
+  switch (method) {
+  case SizingMethod::Declared:
+    return "declared";
+  case SizingMethod::Unused:
+    return "unused";
+  case SizingMethod::Structural:
+    return "structural";
+  case SizingMethod::BellmanFord:
+    return "bellman-ford";
+  case SizingMethod::Evaluated:
+    return "evaluated";
+  case SizingMethod::SizeExpr:
+    return "size-expr";
+  case SizingMethod::Default:
+    return "default";
+  }
+  return "?";
+}
+
+const AdStackSize *KernelSizing::find(const AdStackAllocaStmt *stack) const {
+  for (const AdStackSize &s : stacks_)
+    if (s.stack == stack)
+      return &s;
+  return nullptr;
+}
+
+std::string KernelSizing::describe(const AdStackSize &s) const {
+  std::string bound = s.expr ? printSizeExpr(*s.expr, names_) : std::to_string(s.capacity);
+  std::string out =
+      fmt::format("adstack {} ({}) at {}: {} [{}] = {}", s.name, toString(s.stack->elementType()),
+                  s.stack->loc().str(), toString(s.tier), toString(s.method), bound);
+  if (s.tier == SizingTier::Constant || s.tier == SizingTier::LaunchTime)
+    out += s.exact ? " (exact)" : " (upper bound)";
+  if (!s.reason.empty())
+    out += ": " + s.reason;
+  return out;
+}
+
+namespace {
+
+using E = SizeExprRef;
+
+E cst(int64_t v) { return SizeExpr::constant(v); }
+E maxOpt(const E &a, const E &b) {
+  if (!a)
+    return b;
+  if (!b)
+    return a;
+  return SizeExpr::max(a, b);
+}
+bool sameOpt(const E &a, const E &b) { return (!a && !b) || (a && b && a->equals(*b)); }
+
+bool isClosed(const SizeExpr &e) {
+  switch (e.kind()) {
+  case SizeExprKind::ScalarArg:
+  case SizeExprKind::FieldLoad:
+  case SizeExprKind::NdarrayShape:
+  case SizeExprKind::NdarrayRead:
+    return false;
+  default:
+    for (const auto &op : e.operands())
+      if (!isClosed(*op))
+        return false;
+    return true;
+  }
+}
+
+class NoInputs : public SizeExprInputs {
+public:
+  std::optional<int64_t> scalarArg(unsigned) const override { return std::nullopt; }
+  std::optional<int64_t> fieldElement(const std::string &,
+                                      std::span<const int64_t>) const override {
+    return std::nullopt;
+  }
+  std::optional<int64_t> ndarrayShape(unsigned, unsigned) const override { return std::nullopt; }
+  std::optional<int64_t> ndarrayElement(unsigned, std::span<const int64_t>) const override {
+    return std::nullopt;
+  }
+};
+
+struct Summary {
+  E fall, brk, cont, peak;
+  bool exact = true;
+  static Summary identity() { return {cst(0), nullptr, nullptr, cst(0), true}; }
+};
+
+Summary seq(const Summary &a, const Summary &b) {
+  Summary r;
+  r.fall = a.fall && b.fall ? SizeExpr::add(a.fall, b.fall) : nullptr;
+  r.brk = maxOpt(a.brk, a.fall && b.brk ? SizeExpr::add(a.fall, b.brk) : nullptr);
+  r.cont = maxOpt(a.cont, a.fall && b.cont ? SizeExpr::add(a.fall, b.cont) : nullptr);
+  r.peak = a.fall ? SizeExpr::max(a.peak, SizeExpr::add(a.fall, b.peak)) : a.peak;
+  r.exact = a.exact && b.exact;
+  return r;
+}
+
+/// What is known about a kernel before sizing its stacks.
+struct KernelFacts {
+  std::vector<AdStackAllocaStmt *> allocas;
+  std::unordered_map<const Value *, std::vector<AdStackOpStmt *>> ops; // program order
+  std::unordered_map<const Stmt *, uint32_t> preorder;
+  std::unordered_map<const Block *, std::vector<Stmt *>> jumpChildren;
+  std::unordered_map<const ForStmt *, unsigned> varOf;
+  std::vector<const ForStmt *> loops;
+  std::unordered_set<const Field *> writtenFields;
+  std::unordered_set<const Value *> writtenNdarrays;
+
+  explicit KernelFacts(const Kernel &kernel) {
+    uint32_t n = 0;
+    Block &body = const_cast<Kernel &>(kernel).body();
+    walk(body, [&](Stmt &s) {
+      preorder[&s] = n++;
+      if (auto *a = dyn_cast<AdStackAllocaStmt>(&s))
+        allocas.push_back(a);
+      else if (auto *op = dyn_cast<AdStackOpStmt>(&s))
+        ops[op->stack()].push_back(op);
+      else if (auto *f = dyn_cast<ForStmt>(&s)) {
+        varOf[f] = static_cast<unsigned>(loops.size());
+        loops.push_back(f);
+      } else if (s.kind() == StmtKind::GlobalStore || s.kind() == StmtKind::AtomicAdd) {
+        auto &g = cast<GlobalAccessStmt>(s);
+        if (g.component() == Component::Primal) {
+          if (g.isField())
+            writtenFields.insert(g.field());
+          else
+            writtenNdarrays.insert(g.ndarray());
+        }
+      }
+    });
+    markJumps(body);
+  }
+
+  // Returns whether `b` contains a break/continue that leaves the innermost
+  // statement around it; records such statements per block.
+  bool markJumps(Block &b) {
+    bool any = false;
+    for (Stmt &s : b) {
+      bool escapes = false;
+      if (s.kind() == StmtKind::Break || s.kind() == StmtKind::Continue)
+        escapes = true;
+      else if (s.kind() == StmtKind::If || s.kind() == StmtKind::Serial) {
+        for (unsigned i = 0; i < s.numBlocks(); ++i)
+          escapes |= markJumps(s.block(i));
+      } else {
+        for (unsigned i = 0; i < s.numBlocks(); ++i)
+          markJumps(s.block(i)); // loops capture their own jumps
+      }
+      if (escapes) {
+        jumpChildren[&b].push_back(&s);
+        any = true;
+      }
+    }
+    return any;
+  }
+};
+
+/// Sizes one stack: the structural algebra in constant or symbolic mode.
+class StructuralSizer {
+public:
+  StructuralSizer(const KernelFacts &facts, bool symbolic,
+                  std::unordered_map<const Value *, E> &captureCache,
+                  std::unordered_map<const Value *, std::string> &captureErrors)
+      : facts_(facts), symbolic_(symbolic), cache_(captureCache), captureErrors_(captureErrors) {}
+
+  /// The depth bound, or null with `reason()` set.
+  E size(const AdStackAllocaStmt &a) {
+    scope_ = a.parent();
+    relevant_.clear();
+    seen_.clear();
+    auto it = facts_.ops.find(&a);
+    if (it != facts_.ops.end())
+      for (AdStackOpStmt *op : it->second) {
+        Stmt *child = op;
+        while (child->parent() != scope_) {
+          Stmt *up = child->parentStmt();
+          if (!up)
+            return fail(fmt::format("the adstack operation at {} is outside the adstack's block",
+                                    op->loc().str()));
+          if (seen_.insert(child).second)
+            relevant_[child->parent()].push_back(child);
+          child = up;
+        }
+        if (seen_.insert(child).second)
+          relevant_[scope_].push_back(child);
+      }
+    Summary s = block(*scope_, facts_.preorder.at(&a) + 1);
+    if (failed_)
+      return nullptr;
+    exact_ = s.exact;
+    E depth = s.peak;
+    // Loops around the alloca: the capacity is the maximum over their
+    // iterations (threads included) of the depth reached in one of them.
+    for (Stmt *up = a.parentStmt(); up && !failed_; up = up->parentStmt()) {
+      auto *loop = dyn_cast<ForStmt>(up);
+      if (!loop)
+        continue;
+      unsigned v = facts_.varOf.at(loop);
+      if (!depth->usesVar(v))
+        continue;
+      E begin = bound(loop->begin(), *loop);
+      E end = bound(loop->end(), *loop);
+      if (failed_)
+        return nullptr;
+      depth = SizeExpr::maxOverRange(v, begin, end, depth);
+    }
+    if (failed_)
+      return nullptr;
+    return depth;
+  }
+
+  bool exact() const { return exact_; }
+  const std::string &reason() const { return reason_; }
+
+private:
+  E fail(std::string why) {
+    if (!failed_)
+      reason_ = std::move(why);
+    failed_ = true;
+    return nullptr;
+  }
+
+  Summary block(Block &b, uint32_t from) {
+    std::vector<Stmt *> children;
+    if (auto it = relevant_.find(&b); it != relevant_.end())
+      children = it->second;
+    if (auto it = facts_.jumpChildren.find(&b); it != facts_.jumpChildren.end())
+      for (Stmt *s : it->second)
+        if (!seen_.count(s))
+          children.push_back(s);
+    std::vector<std::pair<uint32_t, Stmt *>> ordered;
+    for (Stmt *s : children) {
+      uint32_t p = facts_.preorder.at(s);
+      if (p >= from)
+        ordered.emplace_back(p, s);
+    }
+    std::sort(ordered.begin(), ordered.end());
+    Summary acc = Summary::identity();
+    for (auto &[p, s] : ordered) {
+      if (failed_ || !acc.fall)
+        break;
+      acc = seq(acc, stmt(*s));
+    }
+    return acc;
+  }
+
+  Summary stmt(Stmt &s) {
+    Summary r = Summary::identity();
+    switch (s.kind()) {
+    case StmtKind::AdStackPush:
+      r.fall = r.peak = cst(1);
+      return r;
+    case StmtKind::AdStackPop:
+      r.fall = cst(-1);
+      return r;
+    case StmtKind::Break:
+      return {nullptr, cst(0), nullptr, cst(0), false};
+    case StmtKind::Continue:
+      return {nullptr, nullptr, cst(0), cst(0), false};
+    case StmtKind::If: {
+      auto &i = cast<IfStmt>(s);
+      Summary t = block(i.thenBlock(), 0);
+      Summary e = block(i.elseBlock(), 0);
+      r.fall = maxOpt(t.fall, e.fall);
+      r.brk = maxOpt(t.brk, e.brk);
+      r.cont = maxOpt(t.cont, e.cont);
+      r.peak = SizeExpr::max(t.peak, e.peak);
+      r.exact = t.exact && e.exact && sameOpt(t.fall, e.fall) && t.peak->equals(*e.peak);
+      return r;
+    }
+    case StmtKind::Serial:
+      return block(s.block(0), 0);
+    case StmtKind::For:
+      return forLoop(cast<ForStmt>(s));
+    case StmtKind::While:
+      return whileLoop(cast<WhileStmt>(s));
+    default:
+      return r; // load_top, load_top_adj, acc_adjoint: depth unchanged
+    }
+  }
+
+  Summary whileLoop(WhileStmt &w) {
+    Summary b = block(w.body(), 0);
+    E it = maxOpt(b.fall, b.cont);
+    if (it && !(it->isConst() && it->value() <= 0)) {
+      fail(fmt::format("the while loop at {} may push more than it pops per iteration, and its "
+                       "trip count is not known before it runs",
+                       w.loc().str()));
+      return Summary::identity();
+    }
+    // Iteration k starts at k * it <= 0, so the first iteration peaks highest
+    // and the exit through a break is at most brk.
+    return {b.brk, nullptr, nullptr, b.peak, b.exact && !b.cont};
+  }
+
+  Summary forLoop(ForStmt &loop) {
+    Summary b = block(loop.body(), 0);
+    if (failed_)
+      return b;
+    E begin, end, trip;
+    if (symbolic_) {
+      begin = bound(loop.begin(), loop);
+      end = bound(loop.end(), loop);
+      if (failed_)
+        return b;
+      trip = SizeExpr::tripCount(begin, end);
+    } else {
+      std::optional<int64_t> t = constantTripCount(loop);
+      if (!t) {
+        fail(fmt::format("the loop at {} has bounds that are not compile-time constants",
+                         loop.loc().str()));
+        return b;
+      }
+      trip = cst(*t);
+      begin = cst(0);
+      end = trip;
+    }
+    unsigned v = facts_.varOf.at(&loop);
+    E it = maxOpt(b.fall, b.cont);
+    E br = b.brk, p = b.peak;
+    bool exact = b.exact && !b.cont && !b.brk;
+    // A body whose depth depends on the loop's own index: bound every
+    // iteration by the largest one (sound; exact only for a constant body).
+    auto hoist = [&](E &x) {
+      if (x && x->usesVar(v)) {
+        x = SizeExpr::maxOverRange(v, begin, end, x);
+        exact = false;
+      }
+    };
+    hoist(it);
+    hoist(br);
+    hoist(p);
+    if (trip->isConst() && trip->value() == 0)
+      return Summary::identity();
+    // `guard(x)`: x when the loop runs at least once, 0 otherwise.
+    auto guard = [&](const E &x) {
+      if (trip->isConst())
+        return x;
+      return SizeExpr::maxOverRange(v, begin, end, x);
+    };
+    Summary r;
+    r.exact = exact;
+    if (!it) { // every iteration leaves through a break: at most one runs
+      r.peak = guard(p);
+      r.fall = br ? guard(br) : cst(0);
+      if (!trip->isConst())
+        r.fall = SizeExpr::max(r.fall, cst(0));
+      return r;
+    }
+    if (it->isConst() && it->value() <= 0) {
+      r.peak = guard(p);
+      r.fall = SizeExpr::mul(trip, it);
+    } else {
+      E itp = SizeExpr::max(it, cst(0));
+      if (!it->isNonNegative())
+        r.exact = false;
+      E tm1 = SizeExpr::sub(trip, cst(1));
+      r.peak = p->equals(*itp) ? SizeExpr::mul(trip, itp)
+                               : guard(SizeExpr::add(SizeExpr::mul(tm1, itp), p));
+      r.fall = SizeExpr::mul(trip, itp);
+      if (br)
+        br = SizeExpr::add(SizeExpr::mul(tm1, itp), br);
+    }
+    if (br)
+      r.fall = SizeExpr::max(r.fall, guard(br));
+    return r;
+  }
+
+  E bound(Bound b, const ForStmt &loop) {
+    if (b.isConstant())
+      return cst(b.constant);
+    E e = capture(b.value);
+    if (!e)
+      fail(fmt::format("the loop at {} has a bound outside the SizeExpr grammar: {}",
+                       loop.loc().str(), captureErrors_[b.value]));
+    return e;
+  }
+
+  /// The value of an integer SSA value as a SizeExpr, or null (reason in
+  /// captureErrors_).
+  E capture(const Value *v) {
+    if (auto it = cache_.find(v); it != cache_.end())
+      return it->second;
+    E e = captureUncached(v);
+    cache_[v] = e;
+    return e;
+  }
+
+  E reject(const Value *v, std::string why) {
+    captureErrors_[v] = std::move(why);
+    return nullptr;
+  }
+
+  E captureUncached(const Value *v) {
+    if (auto c = evaluateConstantInt(v))
+      return cst(*c);
+    if (auto *arg = dyn_cast<Argument>(v)) {
+      if (arg->isNdarray() || !isInteger(arg->type().element()))
+        return reject(v, fmt::format("argument %{} is not an integer scalar", arg->name()));
+      return SizeExpr::scalarArg(arg->index());
+    }
+    const auto *s = dyn_cast<Stmt>(v);
+    if (!s)
+      return reject(v, "unknown value");
+    std::string where = s->loc().str();
+    switch (s->kind()) {
+    case StmtKind::Shape: {
+      auto &sh = cast<ShapeStmt>(*s);
+      auto *arg = dyn_cast<Argument>(sh.ndarray());
+      if (!arg)
+        return reject(v, fmt::format("the shape at {} is not of a kernel argument", where));
+      return SizeExpr::ndarrayShape(arg->index(), sh.axis());
+    }
+    case StmtKind::For: {
+      auto &loop = cast<ForStmt>(*s);
+      return SizeExpr::boundVar(facts_.varOf.at(&loop));
+    }
+    case StmtKind::GlobalLoad: {
+      auto &g = cast<GlobalLoadStmt>(*s);
+      std::string name = g.isField() ? "@" + g.field()->name() : "%" + g.ndarray()->name();
+      if (g.component() != Component::Primal || !isInteger(g.elementType()))
+        return reject(v, fmt::format("the load at {} does not read integer primal data", where));
+      bool written = g.isField() ? facts_.writtenFields.count(g.field()) > 0
+                                 : facts_.writtenNdarrays.count(g.ndarray()) > 0;
+      if (written)
+        return reject(v, fmt::format("the kernel writes {}, so the value the loop at {} reads may "
+                                     "differ from its value at launch",
+                                     name, where));
+      std::vector<E> idx;
+      for (unsigned i = 0; i < g.numIndices(); ++i) {
+        E e = capture(g.index(i));
+        if (!e)
+          return reject(v, captureErrors_[g.index(i)]);
+        idx.push_back(e);
+      }
+      if (g.isField())
+        return SizeExpr::fieldLoad(g.field()->name(), std::move(idx));
+      auto *arg = dyn_cast<Argument>(g.ndarray());
+      if (!arg)
+        return reject(v, fmt::format("the load at {} is not from a kernel argument", where));
+      return SizeExpr::ndarrayRead(arg->index(), std::move(idx));
+    }
+    case StmtKind::Binary: {
+      auto &b = cast<BinaryStmt>(*s);
+      if (!isInteger(b.type().element()) || b.type().element() == ScalarType::I1)
+        return reject(v, fmt::format("the operation at {} is not on integers", where));
+      E l = capture(b.lhs());
+      if (!l)
+        return reject(v, captureErrors_[b.lhs()]);
+      E r = capture(b.rhs());
+      if (!r)
+        return reject(v, captureErrors_[b.rhs()]);
+      switch (b.op()) {
+      case BinaryOp::Add:
+        return SizeExpr::add(l, r);
+      case BinaryOp::Sub:
+        return SizeExpr::sub(l, r);
+      case BinaryOp::Mul:
+        return SizeExpr::mul(l, r);
+      case BinaryOp::Max:
+        return SizeExpr::max(l, r);
+      default:
+        return reject(v, fmt::format("'{}' at {} is not one of add, sub, mul, max",
+                                     toString(b.op()), where));
+      }
+    }
+    case StmtKind::Cast: {
+      auto &c = cast<CastStmt>(*s);
+      if (isInteger(c.from()) && c.from() != ScalarType::I1 && isInteger(c.to()) &&
+          bitWidth(c.to()) >= bitWidth(c.from())) {
+        E in = capture(c.input());
+        return in ? in : reject(v, captureErrors_[c.input()]);
+      }
+      return reject(v, fmt::format("the cast at {} may change the value", where));
+    }
+    case StmtKind::LocalLoad:
+      return reject(v, fmt::format("the value at {} is loaded from a local variable, so it is only "
+                                   "known while the kernel runs",
+                                   where));
+    default:
+      return reject(v, fmt::format("'{}' at {} is not in the grammar", mnemonic(s->kind()), where));
+    }
+  }
+
+  const KernelFacts &facts_;
+  bool symbolic_;
+  std::unordered_map<const Value *, E> &cache_;
+  std::unordered_map<const Value *, std::string> &captureErrors_;
+  Block *scope_ = nullptr;
+  std::unordered_map<const Block *, std::vector<Stmt *>> relevant_;
+  std::unordered_set<const Stmt *> seen_;
+  bool failed_ = false;
+  bool exact_ = true;
+  std::string reason_;
+};
+
+/// Longest path of net pushes from the alloca over its scope's CFG nodes.
+std::optional<int64_t> longestPath(const ControlFlowGraph &cfg, const AdStackAllocaStmt &a,
+                                   const std::vector<AdStackOpStmt *> &ops) {
+  std::vector<unsigned> region = cfg.nodesInRange(cfg.preorder(&a), cfg.scopeEnd(&a));
+  std::unordered_map<unsigned, unsigned> local;
+  for (unsigned i = 0; i < region.size(); ++i)
+    local[region[i]] = i;
+  const size_t n = region.size();
+  std::vector<int64_t> net(n, 0), peak(n, 0);
+  for (AdStackOpStmt *op : ops) {
+    auto it = local.find(cfg.nodeOf(op));
+    if (it == local.end())
+      return std::nullopt; // not reachable from the alloca: leave to other tiers
+    int64_t &d = net[it->second];
+    if (op->kind() == StmtKind::AdStackPush)
+      peak[it->second] = std::max(peak[it->second], ++d);
+    else if (op->kind() == StmtKind::AdStackPop)
+      --d;
+  }
+  using Graph = boost::adjacency_list<boost::vecS, boost::vecS, boost::directedS, boost::no_property,
+                                      boost::property<boost::edge_weight_t, int64_t>>;
+  Graph g(n);
+  unsigned src = local.at(cfg.nodeOf(&a));
+  for (unsigned i = 0; i < n; ++i)
+    for (unsigned succ : cfg.node(region[i]).succs) {
+      auto it = local.find(succ);
+      // Entering the alloca's node again starts a fresh stack.
+      if (it != local.end() && it->second != src)
+        boost::add_edge(i, it->second, -net[i], g);
+    }
+  constexpr int64_t kInf = std::numeric_limits<int64_t>::max();
+  std::vector<int64_t> dist(n, kInf);
+  dist[src] = 0;
+  bool ok = boost::bellman_ford_shortest_paths(
+      g, static_cast<int>(n),
+      boost::weight_map(boost::get(boost::edge_weight, g)).distance_map(dist.data()));
+  if (!ok)
+    return std::nullopt;
+  int64_t best = 0;
+  for (unsigned i = 0; i < n; ++i)
+    if (dist[i] != kInf)
+      best = std::max(best, -dist[i] + peak[i]);
+  return best;
+}
+
+} // namespace
+
+std::optional<int64_t> bellmanFordDepth(const Kernel &kernel, const AdStackAllocaStmt &stack) {
+  ControlFlowGraph cfg = ControlFlowGraph::build(kernel);
+  cfg.simplify();
+  KernelFacts facts(kernel);
+  static const std::vector<AdStackOpStmt *> none;
+  auto it = facts.ops.find(&stack);
+  return longestPath(cfg, stack, it == facts.ops.end() ? none : it->second);
+}
+
+KernelSizing sizeAdStacks(const Kernel &kernel, const SizingOptions &options) {
+  KernelSizing out;
+  KernelFacts facts(kernel);
+  if (facts.allocas.empty())
+    return out;
+  ValueNamer namer(kernel);
+  out.names_ = SizeExprNames::forKernel(kernel);
+  for (const ForStmt *loop : facts.loops)
+    out.varNames_.push_back(namer[loop]);
+  out.names_.varName = [names = out.varNames_](unsigned v) {
+    return v < names.size() ? names[v] : fmt::format("%v{}", v);
+  };
+  std::unordered_map<const Value *, E> constCache, symCache;
+  std::unordered_map<const Value *, std::string> constErrors, symErrors;
+  std::optional<ControlFlowGraph> cfg;
+  static const std::vector<AdStackOpStmt *> none;
+
+  for (AdStackAllocaStmt *a : facts.allocas) {
+    AdStackSize r;
+    r.stack = a;
+    r.name = namer[a];
+    auto opsIt = facts.ops.find(a);
+    const auto &ops = opsIt == facts.ops.end() ? none : opsIt->second;
+    bool anyPush = std::any_of(ops.begin(), ops.end(),
+                               [](const Stmt *s) { return s->kind() == StmtKind::AdStackPush; });
+    auto constant = [&](SizingMethod m, int64_t depth, bool exact) {
+      r.tier = SizingTier::Constant;
+      r.method = m;
+      r.capacity = std::max<int64_t>(depth, 1);
+      r.exact = exact;
+    };
+    if (a->capacity() != 0) {
+      r.tier = SizingTier::Declared;
+      r.method = SizingMethod::Declared;
+      r.capacity = a->capacity();
+      r.exact = false;
+      out.stacks_.push_back(std::move(r));
+      continue;
+    }
+    if (!anyPush) {
+      constant(SizingMethod::Unused, 1, true);
+      out.stacks_.push_back(std::move(r));
+      continue;
+    }
+    std::string overflow;
+    // Tier 1a: structural with constant trip counts.
+    if (options.structural) {
+      StructuralSizer s(facts, /*symbolic=*/false, constCache, constErrors);
+      if (E depth = s.size(*a)) {
+        if (depth->isConst()) {
+          constant(SizingMethod::Structural, depth->value(), s.exact());
+          out.stacks_.push_back(std::move(r));
+          continue;
+        }
+        overflow = "the bound overflows int64";
+      }
+    }
+    // Tier 1b: Bellman-Ford on the CFG.
+    if (options.bellmanFord) {
+      if (!cfg) {
+        cfg = ControlFlowGraph::build(kernel);
+        cfg->simplify();
+      }
+      if (auto depth = longestPath(*cfg, *a, ops)) {
+        constant(SizingMethod::BellmanFord, *depth, false);
+        out.stacks_.push_back(std::move(r));
+        continue;
+      }
+    }
+    // Tier 2: launch-time expression (or a closed one evaluated now).
+    std::string reason;
+    if (overflow.empty()) {
+      StructuralSizer s(facts, /*symbolic=*/true, symCache, symErrors);
+      if (E depth = s.size(*a)) {
+        if (!isClosed(*depth)) {
+          r.tier = SizingTier::LaunchTime;
+          r.method = SizingMethod::SizeExpr;
+          r.expr = depth;
+          r.exact = s.exact();
+          out.stacks_.push_back(std::move(r));
+          continue;
+        }
+        auto v = evaluateSizeExpr(*depth, NoInputs(), options.compileTimeEvalSteps);
+        if (v.ok()) {
+          constant(SizingMethod::Evaluated, *v, s.exact());
+          out.stacks_.push_back(std::move(r));
+          continue;
+        }
+        reason = fmt::format("its bound {} cannot be computed: {}",
+                             printSizeExpr(*depth, out.names_), std::string(v.status().message()));
+      } else {
+        reason = s.reason();
+      }
+    } else {
+      reason = overflow;
+    }
+    // Tier 3.
+    r.tier = SizingTier::Default;
+    r.method = SizingMethod::Default;
+    r.capacity = options.defaultCapacity;
+    r.reason = reason;
+    out.warnings_.push_back(
+        fmt::format("{}: warning: adstack {} in kernel @{} is outside the sizing grammar ({}); it "
+                    "gets the default capacity {}, and a launch that pushes more fails with an "
+                    "overflow error. Give it an explicit capacity or bound its loops with "
+                    "arguments, fields or ndarray data the kernel does not write",
+                    a->loc().str(), r.name, kernel.name(), reason, options.defaultCapacity));
+    out.stacks_.push_back(std::move(r));
+  }
+  return out;
+}
+
+} // namespace qd
