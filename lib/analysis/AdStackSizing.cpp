@@ -92,7 +92,9 @@ namespace {
 
 using E = SizeExprRef;
 
-E cst(int64_t v) { return SizeExpr::constant(v); }
+E cst(int64_t v) {
+  return SizeExpr::constant(v);
+}
 E maxOpt(const E &a, const E &b) {
   if (!a)
     return b;
@@ -100,7 +102,9 @@ E maxOpt(const E &a, const E &b) {
     return a;
   return SizeExpr::max(a, b);
 }
-bool sameOpt(const E &a, const E &b) { return (!a && !b) || (a && b && a->equals(*b)); }
+bool sameOpt(const E &a, const E &b) {
+  return (!a && !b) || (a && b && a->equals(*b));
+}
 
 bool isClosed(const SizeExpr &e) {
   switch (e.kind()) {
@@ -511,8 +515,8 @@ private:
       case BinaryOp::Max:
         return SizeExpr::max(l, r);
       default:
-        return reject(v, fmt::format("'{}' at {} is not one of add, sub, mul, max",
-                                     toString(b.op()), where));
+        return reject(
+            v, fmt::format("'{}' at {} is not one of add, sub, mul, max", toString(b.op()), where));
       }
     }
     case StmtKind::Cast: {
@@ -564,8 +568,9 @@ std::optional<int64_t> longestPath(const ControlFlowGraph &cfg, const AdStackAll
     else if (op->kind() == StmtKind::AdStackPop)
       --d;
   }
-  using Graph = boost::adjacency_list<boost::vecS, boost::vecS, boost::directedS, boost::no_property,
-                                      boost::property<boost::edge_weight_t, int64_t>>;
+  using Graph =
+      boost::adjacency_list<boost::vecS, boost::vecS, boost::directedS, boost::no_property,
+                            boost::property<boost::edge_weight_t, int64_t>>;
   Graph g(n);
   unsigned src = local.at(cfg.nodeOf(&a));
   for (unsigned i = 0; i < n; ++i)
@@ -686,6 +691,15 @@ KernelSizing sizeAdStacks(const Kernel &kernel, const SizingOptions &options) {
         auto v = evaluateSizeExpr(*depth, NoInputs(), options.compileTimeEvalSteps);
         if (v.ok()) {
           constant(SizingMethod::Evaluated, *v, s.exact());
+          out.stacks_.push_back(std::move(r));
+          continue;
+        }
+        if (v.status().code() != absl::StatusCode::kOutOfRange) {
+          // Too long to evaluate now (a huge range): evaluate at launch.
+          r.tier = SizingTier::LaunchTime;
+          r.method = SizingMethod::SizeExpr;
+          r.expr = depth;
+          r.exact = s.exact();
           out.stacks_.push_back(std::move(r));
           continue;
         }

@@ -281,12 +281,12 @@ std::vector<unsigned> ControlFlowGraph::immediateDominators() const {
       boost::add_edge(u, v, g);
   std::vector<Vertex> idom(nodes_.size(), boost::graph_traits<Graph>::null_vertex());
   auto index = boost::get(boost::vertex_index, g);
-  boost::lengauer_tarjan_dominator_tree(
-      g, boost::vertex(entry(), g), boost::make_iterator_property_map(idom.begin(), index));
+  boost::lengauer_tarjan_dominator_tree(g, boost::vertex(entry(), g),
+                                        boost::make_iterator_property_map(idom.begin(), index));
   std::vector<unsigned> out(nodes_.size());
   for (unsigned u = 0; u < nodes_.size(); ++u)
-    out[u] = idom[u] == boost::graph_traits<Graph>::null_vertex() ? u
-                                                                  : static_cast<unsigned>(idom[u]);
+    out[u] =
+        idom[u] == boost::graph_traits<Graph>::null_vertex() ? u : static_cast<unsigned>(idom[u]);
   return out;
 }
 

@@ -97,9 +97,8 @@ SizeExprRef SizeExpr::make(SizeExprKind kind, std::vector<SizeExprRef> operands,
   std::vector<unsigned> vars;
   for (size_t i = 0; i < e->operands_.size(); ++i) {
     const SizeExpr &op = *e->operands_[i];
-    size = op.size_ > std::numeric_limits<size_t>::max() - size
-               ? std::numeric_limits<size_t>::max()
-               : size + op.size_;
+    size = op.size_ > std::numeric_limits<size_t>::max() - size ? std::numeric_limits<size_t>::max()
+                                                                : size + op.size_;
     for (unsigned v : op.freeVars_)
       if (!(kind == SizeExprKind::MaxOverRange && i == 2 && v == index))
         vars.push_back(v);
@@ -134,7 +133,9 @@ SizeExprRef SizeExpr::make(SizeExprKind kind, std::vector<SizeExprRef> operands,
   return e;
 }
 
-SizeExprRef SizeExpr::constant(int64_t value) { return make(SizeExprKind::Const, {}, value); }
+SizeExprRef SizeExpr::constant(int64_t value) {
+  return make(SizeExprKind::Const, {}, value);
+}
 SizeExprRef SizeExpr::scalarArg(unsigned argIndex) {
   return make(SizeExprKind::ScalarArg, {}, 0, argIndex);
 }
@@ -147,7 +148,9 @@ SizeExprRef SizeExpr::ndarrayShape(unsigned argIndex, unsigned axis) {
 SizeExprRef SizeExpr::ndarrayRead(unsigned argIndex, std::vector<SizeExprRef> indices) {
   return make(SizeExprKind::NdarrayRead, std::move(indices), 0, argIndex);
 }
-SizeExprRef SizeExpr::boundVar(unsigned var) { return make(SizeExprKind::BoundVar, {}, 0, var); }
+SizeExprRef SizeExpr::boundVar(unsigned var) {
+  return make(SizeExprKind::BoundVar, {}, 0, var);
+}
 
 SizeExprRef SizeExpr::add(SizeExprRef a, SizeExprRef b) {
   if (a->isConst() && b->isConst())
@@ -195,6 +198,15 @@ SizeExprRef SizeExpr::max(SizeExprRef a, SizeExprRef b) {
     std::swap(a, b); // constants go right: max(x, c)
   if (b->isConst() && b->value() <= 0 && a->isNonNegative())
     return a;
+  // max(x, x + y) = x + y for y >= 0 (sequences of pushes stay linear).
+  auto absorbs = [](const SizeExpr &sum, const SizeExpr &x) {
+    return sum.kind() == SizeExprKind::Add && sum.operands()[1]->isNonNegative() &&
+           sum.operands()[0]->equals(x);
+  };
+  if (absorbs(*b, *a))
+    return b;
+  if (absorbs(*a, *b))
+    return a;
   return make(SizeExprKind::Max, {std::move(a), std::move(b)});
 }
 
@@ -220,7 +232,9 @@ bool SizeExpr::usesVar(unsigned var) const {
   return std::binary_search(freeVars_.begin(), freeVars_.end(), var);
 }
 
-bool SizeExpr::isNonNegative() const { return nonNegative_; }
+bool SizeExpr::isNonNegative() const {
+  return nonNegative_;
+}
 
 bool SizeExpr::equals(const SizeExpr &o) const {
   if (this == &o)
@@ -300,7 +314,9 @@ private:
   std::string arg(unsigned i) {
     return names_.argName ? names_.argName(i) : fmt::format("%arg{}", i);
   }
-  std::string var(unsigned v) { return names_.varName ? names_.varName(v) : fmt::format("%v{}", v); }
+  std::string var(unsigned v) {
+    return names_.varName ? names_.varName(v) : fmt::format("%v{}", v);
+  }
   const SizeExprNames &names_;
 };
 
@@ -382,6 +398,15 @@ public:
       int64_t best = 0;
       bool any = false;
       bool usesVar = ops[2]->usesVar(e.var());
+      // A body that never decreases as the variable grows peaks at the last
+      // iteration (unless that iteration reads out of range: then scan).
+      if (usesVar && *begin < *end && isMonotone(*ops[2], e.var())) {
+        vars_.emplace_back(e.var(), *end - 1);
+        auto v = eval(*ops[2]);
+        vars_.pop_back();
+        if (v || failed_)
+          return v;
+      }
       for (int64_t i = *begin; i < *end && !failed_; ++i) {
         vars_.emplace_back(e.var(), i);
         auto v = eval(*ops[2]);
@@ -407,6 +432,32 @@ public:
   const std::optional<std::string> &firstUnknown() const { return firstUnknown_; }
 
 private:
+  /// True if `e` is non-decreasing in `var` (reads are not: data is
+  /// arbitrary).
+  static bool isMonotone(const SizeExpr &e, unsigned var) {
+    if (!e.usesVar(var))
+      return true;
+    const auto &ops = e.operands();
+    switch (e.kind()) {
+    case SizeExprKind::BoundVar:
+      return true;
+    case SizeExprKind::Add:
+    case SizeExprKind::Max:
+      return isMonotone(*ops[0], var) && isMonotone(*ops[1], var);
+    case SizeExprKind::Sub:
+      return isMonotone(*ops[0], var) && !ops[1]->usesVar(var);
+    case SizeExprKind::Mul:
+      return ops[0]->isNonNegative() && ops[1]->isNonNegative() && isMonotone(*ops[0], var) &&
+             isMonotone(*ops[1], var);
+    case SizeExprKind::MaxOverRange:
+      // A longer range can only raise a non-negative maximum.
+      return !ops[0]->usesVar(var) && isMonotone(*ops[1], var) && ops[2]->isNonNegative() &&
+             isMonotone(*ops[2], var);
+    default:
+      return false;
+    }
+  }
+
   std::optional<int64_t> fail(std::string msg) {
     if (!failed_)
       error_ = std::move(msg);
@@ -667,8 +718,8 @@ absl::StatusOr<SizeExprRef> deserializeSizeExpr(std::span<const uint8_t> bytes) 
       if (!ref)
         return bad(at, "truncated operand list");
       if (*ref >= n)
-        return bad(at, fmt::format("node {} refers to node {}, which does not precede it", n,
-                                   *ref));
+        return bad(at,
+                   fmt::format("node {} refers to node {}, which does not precede it", n, *ref));
       ops.push_back(nodes[*ref]);
       d = std::max(d, depth[*ref]);
     }

@@ -125,6 +125,9 @@ void registerBuiltinPasses(PassRegistry &registry) {
                      createDcePass);
   (void)registry.add("simplify", "exact algebraic simplification, constant ifs and zero-trip loops",
                      createSimplifyPass);
+  (void)registry.add("size-adstacks",
+                     "write compile-time adstack capacities (sizing tier 1) into the IR",
+                     createSizeAdStacksPass);
 }
 
 } // namespace qd

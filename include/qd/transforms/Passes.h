@@ -20,6 +20,11 @@ std::unique_ptr<Pass> createDcePass();
 /// never run.
 std::unique_ptr<Pass> createSimplifyPass();
 
+/// `size-adstacks`: writes the capacity of every adstack whose size is a
+/// compile-time constant (tier 1 of qd/analysis/AdStackSizing.h) into its
+/// `adstack.alloca`; the others stay 0 and are sized at launch.
+std::unique_ptr<Pass> createSizeAdStacksPass();
+
 /// Registers the passes above in `registry` (done automatically for
 /// `PassRegistry::global()`).
 void registerBuiltinPasses(PassRegistry &registry);
