@@ -549,8 +549,166 @@ private:
   std::string reason_;
 };
 
-/// Longest path of net pushes from the alloca over its scope's CFG nodes.
+/// Reusable per-kernel scratch for `longestPath`: the region-local index of
+/// every CFG node (~0u outside the current region).
+struct PathScratch {
+  std::vector<unsigned> localOf;
+};
+
+/// Longest path of net pushes from the alloca over its scope's CFG nodes, or
+/// nullopt when a cycle reachable from the alloca has a positive net.
+///
+/// This is Bellman-Ford from the alloca's node (edge u -> v weighted by the
+/// net of u, maximised), organised so that it stays linear in the region on
+/// the CFGs of structured code instead of O(nodes * edges):
+///  - a positive cycle lies inside one strongly connected component, and a
+///    component whose nodes neither push nor pop has only zero-weight
+///    cycles, so only components holding a push or pop are searched for one
+///    (Bellman-Ford over the component alone, from a virtual source);
+///  - with no positive cycle, the distances are relaxed in reverse
+///    post-order until nothing changes: one pass plus a check pass when
+///    every loop is entered through its header (the longest paths then need
+///    no back edge), at most one pass per node otherwise.
 std::optional<int64_t> longestPath(const ControlFlowGraph &cfg, const AdStackAllocaStmt &a,
+                                   const std::vector<AdStackOpStmt *> &ops,
+                                   PathScratch &scratch) {
+  std::vector<unsigned> region = cfg.nodesInRange(cfg.preorder(&a), cfg.scopeEnd(&a));
+  std::vector<unsigned> &local = scratch.localOf;
+  if (local.size() < cfg.numNodes())
+    local.assign(cfg.numNodes(), ~0u);
+  const unsigned n = static_cast<unsigned>(region.size());
+  for (unsigned i = 0; i < n; ++i)
+    local[region[i]] = i;
+  struct Reset { // leaves the scratch all ~0u again on every return path
+    std::vector<unsigned> &local;
+    const std::vector<unsigned> &region;
+    ~Reset() {
+      for (unsigned u : region)
+        local[u] = ~0u;
+    }
+  } reset{local, region};
+
+  std::vector<int64_t> net(n, 0), peak(n, 0);
+  for (AdStackOpStmt *op : ops) {
+    unsigned i = local[cfg.nodeOf(op)];
+    if (i == ~0u)
+      return std::nullopt; // not reachable from the alloca: leave to other tiers
+    int64_t &d = net[i];
+    if (op->kind() == StmtKind::AdStackPush)
+      peak[i] = std::max(peak[i], ++d);
+    else if (op->kind() == StmtKind::AdStackPop)
+      --d;
+  }
+  const unsigned src = local[cfg.nodeOf(&a)];
+  // Region edges; entering the alloca's node again starts a fresh stack.
+  std::vector<std::vector<unsigned>> succs(n), preds(n);
+  for (unsigned i = 0; i < n; ++i)
+    for (unsigned succ : cfg.node(region[i]).succs) {
+      unsigned j = local[succ];
+      if (j != ~0u && j != src) {
+        succs[i].push_back(j);
+        preds[j].push_back(i);
+      }
+    }
+
+  // Nodes reachable from the alloca, in reverse post-order.
+  std::vector<unsigned> rpo;
+  rpo.reserve(n);
+  std::vector<bool> reached(n, false);
+  {
+    std::vector<std::pair<unsigned, unsigned>> stack{{src, 0}};
+    reached[src] = true;
+    while (!stack.empty()) {
+      unsigned u = stack.back().first;
+      unsigned k = stack.back().second++;
+      if (k < succs[u].size()) {
+        unsigned v = succs[u][k];
+        if (!reached[v]) {
+          reached[v] = true;
+          stack.emplace_back(v, 0);
+        }
+      } else {
+        rpo.push_back(u);
+        stack.pop_back();
+      }
+    }
+    std::reverse(rpo.begin(), rpo.end());
+  }
+
+  // Strongly connected components of the reachable part (Kosaraju: reverse
+  // DFS in reverse post-order); search the ones that push or pop.
+  constexpr unsigned kNone = ~0u;
+  std::vector<unsigned> comp(n, kNone);
+  std::vector<unsigned> members, work;
+  std::vector<int64_t> d(n, 0);
+  unsigned numComps = 0;
+  for (unsigned root : rpo) {
+    if (comp[root] != kNone)
+      continue;
+    unsigned c = numComps++;
+    members.clear();
+    work.assign(1, root);
+    comp[root] = c;
+    bool touches = false, cyclic = false;
+    while (!work.empty()) {
+      unsigned u = work.back();
+      work.pop_back();
+      members.push_back(u);
+      touches |= net[u] != 0;
+      for (unsigned p : preds[u]) {
+        if (p == u)
+          cyclic = true;
+        if (reached[p] && comp[p] == kNone) {
+          comp[p] = c;
+          work.push_back(p);
+        }
+      }
+    }
+    if (!touches || (members.size() == 1 && !cyclic))
+      continue;
+    // Bellman-Ford inside the component from a virtual source: a simple
+    // path has at most |members| - 1 edges, so a change in pass |members|
+    // means a positive cycle.
+    for (unsigned u : members)
+      d[u] = 0;
+    for (size_t pass = 0;; ++pass) {
+      bool changed = false;
+      for (unsigned u : members)
+        for (unsigned v : succs[u])
+          if (comp[v] == c && d[u] + net[u] > d[v]) {
+            d[v] = d[u] + net[u];
+            changed = true;
+          }
+      if (!changed)
+        break;
+      if (pass >= members.size())
+        return std::nullopt;
+    }
+  }
+
+  // No positive cycle: relax in reverse post-order until a fixpoint.
+  constexpr int64_t kUnset = std::numeric_limits<int64_t>::min();
+  std::fill(d.begin(), d.end(), kUnset);
+  d[src] = 0;
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (unsigned u : rpo)
+      if (d[u] != kUnset)
+        for (unsigned v : succs[u])
+          if (d[u] + net[u] > d[v]) {
+            d[v] = d[u] + net[u];
+            changed = true;
+          }
+  }
+  int64_t best = 0;
+  for (unsigned u : rpo)
+    best = std::max(best, d[u] + peak[u]);
+  return best;
+}
+
+#ifdef QD_SIZING_CHECK_BF
+/// Longest path of net pushes from the alloca over its scope's CFG nodes.
+std::optional<int64_t> longestPathBoost(const ControlFlowGraph &cfg, const AdStackAllocaStmt &a,
                                    const std::vector<AdStackOpStmt *> &ops) {
   std::vector<unsigned> region = cfg.nodesInRange(cfg.preorder(&a), cfg.scopeEnd(&a));
   std::unordered_map<unsigned, unsigned> local;
@@ -595,6 +753,8 @@ std::optional<int64_t> longestPath(const ControlFlowGraph &cfg, const AdStackAll
   return best;
 }
 
+#endif
+
 } // namespace
 
 std::optional<int64_t> bellmanFordDepth(const Kernel &kernel, const AdStackAllocaStmt &stack) {
@@ -603,7 +763,8 @@ std::optional<int64_t> bellmanFordDepth(const Kernel &kernel, const AdStackAlloc
   KernelFacts facts(kernel);
   static const std::vector<AdStackOpStmt *> none;
   auto it = facts.ops.find(&stack);
-  return longestPath(cfg, stack, it == facts.ops.end() ? none : it->second);
+  PathScratch scratch;
+  return longestPath(cfg, stack, it == facts.ops.end() ? none : it->second, scratch);
 }
 
 KernelSizing sizeAdStacks(const Kernel &kernel, const SizingOptions &options) {
@@ -621,6 +782,7 @@ KernelSizing sizeAdStacks(const Kernel &kernel, const SizingOptions &options) {
   std::unordered_map<const Value *, E> constCache, symCache;
   std::unordered_map<const Value *, std::string> constErrors, symErrors;
   std::optional<ControlFlowGraph> cfg;
+  PathScratch pathScratch;
   static const std::vector<AdStackOpStmt *> none;
 
   for (AdStackAllocaStmt *a : facts.allocas) {
@@ -669,7 +831,12 @@ KernelSizing sizeAdStacks(const Kernel &kernel, const SizingOptions &options) {
         cfg = ControlFlowGraph::build(kernel);
         cfg->simplify();
       }
-      if (auto depth = longestPath(*cfg, *a, ops)) {
+      auto depth = longestPath(*cfg, *a, ops, pathScratch);
+#ifdef QD_SIZING_CHECK_BF
+      if (depth != longestPathBoost(*cfg, *a, ops))
+        std::abort();
+#endif
+      if (depth) {
         constant(SizingMethod::BellmanFord, *depth, false);
         out.stacks_.push_back(std::move(r));
         continue;

@@ -215,6 +215,8 @@ SizeExprRef SizeExpr::maxOverRange(unsigned var, SizeExprRef begin, SizeExprRef 
   bool constRange = begin->isConst() && end->isConst();
   if (constRange && begin->value() >= end->value())
     return constant(0);
+  if (body->isConst() && body->value() == 0)
+    return body; // 0 whether or not the range is empty
   if (!body->usesVar(var)) {
     if (constRange)
       return body;
@@ -398,6 +400,9 @@ public:
       int64_t best = 0;
       bool any = false;
       bool usesVar = ops[2]->usesVar(e.var());
+      // A skipped iteration is not an error: forget its unknown read, so that
+      // an error names a read outside every max-over-range.
+      const std::optional<std::string> unknownBefore = firstUnknown_;
       // A body that never decreases as the variable grows peaks at the last
       // iteration (unless that iteration reads out of range: then scan).
       if (usesVar && *begin < *end && isMonotone(*ops[2], e.var())) {
@@ -406,6 +411,7 @@ public:
         vars_.pop_back();
         if (v || failed_)
           return v;
+        firstUnknown_ = unknownBefore;
       }
       for (int64_t i = *begin; i < *end && !failed_; ++i) {
         vars_.emplace_back(e.var(), i);
@@ -414,6 +420,8 @@ public:
         if (v) {
           best = any ? std::max(best, *v) : *v;
           any = true;
+        } else {
+          firstUnknown_ = unknownBefore;
         }
         if (!usesVar)
           break; // every iteration gives the same value

@@ -160,23 +160,29 @@ void fillBuffer(qd::Buffer &buf, const json &j, const std::string &what) {
             toScalar(*elems[i], buf.elementType(), what + " element " + std::to_string(i)));
 }
 
-json scalarToJson(const qd::Scalar &s) {
+// Output is written as text, not through nlohmann::json: its number printer
+// (Grisu2) is not always shortest and knows nothing of f32, so 0.89722383f
+// would print as 0.8972238300000001.
+std::string scalarText(const qd::Scalar &s) {
   if (!s.isFloat())
-    return s.type == qd::ScalarType::I1 ? json(s.i != 0) : json(s.i);
+    return s.type == qd::ScalarType::I1 ? (s.i ? "true" : "false") : std::to_string(s.i);
+  std::string text = qd::formatFloat(s.f, s.type);
   if (std::isnan(s.f) || std::isinf(s.f))
-    return json(qd::formatFloat(s.f, s.type));
-  // Emit the shortest round-trip text as a raw JSON number.
-  return json::parse(qd::formatFloat(s.f, s.type));
+    return '"' + text + '"';
+  return text;
 }
 
-json bufferToJson(const qd::Buffer &buf) {
+std::string bufferText(const qd::Buffer &buf) {
   if (buf.ndim() == 0)
-    return scalarToJson(buf.get(0));
-  std::function<json(size_t, int64_t &)> build = [&](size_t dim, int64_t &flat) {
-    json arr = json::array();
-    for (int64_t i = 0; i < buf.shape()[dim]; ++i)
-      arr.push_back(dim + 1 == buf.ndim() ? scalarToJson(buf.get(flat++)) : build(dim + 1, flat));
-    return arr;
+    return scalarText(buf.get(0));
+  std::function<std::string(size_t, int64_t &)> build = [&](size_t dim, int64_t &flat) {
+    std::string arr = "[";
+    for (int64_t i = 0; i < buf.shape()[dim]; ++i) {
+      if (i)
+        arr += ',';
+      arr += dim + 1 == buf.ndim() ? scalarText(buf.get(flat++)) : build(dim + 1, flat);
+    }
+    return arr + "]";
   };
   int64_t flat = 0;
   return build(0, flat);
@@ -404,9 +410,9 @@ int run(int argc, char **argv) {
           printList.push_back(
               name + (c == qd::Component::Primal ? "" : "." + std::string(qd::toString(c))));
   }
-  json out = json::object();
-  std::vector<std::string> order;
-  for (const std::string &name : printList) {
+  std::string text = "{";
+  for (size_t i = 0; i < printList.size(); ++i) {
+    const std::string &name = printList[i];
     auto [base, comp] = splitName(name);
     const qd::Buffer *buf = (*program)->field(base, comp);
     if (!buf) {
@@ -416,14 +422,9 @@ int run(int argc, char **argv) {
     }
     if (!buf)
       die("cannot print '" + name + "': no such field or ndarray argument (or companion)");
-    out[name] = bufferToJson(*buf);
-    order.push_back(name);
+    text += (i ? ", " : "") + json(name).dump() + ": " + bufferText(*buf);
   }
-  // Keep the requested order (nlohmann sorts object keys).
-  std::cout << '{';
-  for (size_t i = 0; i < order.size(); ++i)
-    std::cout << (i ? ", " : "") << json(order[i]).dump() << ": " << out[order[i]].dump();
-  std::cout << "}\n";
+  std::cout << text << "}\n";
   return 0;
 }
 
