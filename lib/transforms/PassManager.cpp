@@ -128,6 +128,8 @@ void registerBuiltinPasses(PassRegistry &registry) {
   (void)registry.add("size-adstacks",
                      "write compile-time adstack capacities (sizing tier 1) into the IR",
                      createSizeAdStacksPass);
+  (void)registry.add("reverse-ad", "add the reverse-mode gradient kernel @<k>_grad of every kernel",
+                     createReverseAdPass);
 }
 
 } // namespace qd

@@ -25,6 +25,10 @@ std::unique_ptr<Pass> createSimplifyPass();
 /// `adstack.alloca`; the others stay 0 and are sized at launch.
 std::unique_ptr<Pass> createSizeAdStacksPass();
 
+/// `reverse-ad`: adds the gradient kernel `@<k>_grad` of every kernel `@k`
+/// (qd/transforms/AutoDiff.h, docs/autodiff.md).
+std::unique_ptr<Pass> createReverseAdPass();
+
 /// Registers the passes above in `registry` (done automatically for
 /// `PassRegistry::global()`).
 void registerBuiltinPasses(PassRegistry &registry);

@@ -1,0 +1,47 @@
+//===- qd/transforms/AutoDiff.h - Reverse- and forward-mode AD --*- C++ -*-===//
+//
+// Reverse mode builds, for a kernel @k, a gradient kernel @k_grad with the
+// same arguments. It reads the grad companions of the globals @k writes (the
+// output adjoints, seeded by the caller) and accumulates into the grad
+// companions of the globals @k reads. It must be launched after @k, on the
+// same data: it replays @k's computations from the primal values that @k
+// left in memory, so @k must never write a global after reading it in the
+// same launch (the global-access rule; see checkGlobalAccesses).
+//
+// Each task of @k becomes a task of @k_grad (in reverse order). Its body
+// runs the forward computation, then the reverse sweep:
+//  - straight-line code and if/else are reversed in place;
+//  - a loop is run forward once, pushing, at the start of every iteration,
+//    the values of the loop-carried locals whose per-iteration value the
+//    reverse sweep needs (non-linear uses, indices, conditions, bounds) onto
+//    adstacks; its reverse runs the iterations backwards, and each iteration
+//    restores those locals from the stacks, recomputes its own values and
+//    reverses itself. Locals used only linearly get no stack.
+//  - a while loop, or a loop with a break, also records its trip count.
+//
+// docs/autodiff.md describes the supported operations and the errors.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "qd/ir/Module.h"
+
+#include <absl/status/statusor.h>
+
+#include <string>
+
+namespace qd {
+
+/// Adds the gradient kernel of `kernel` to `module` (named `<name>_grad`
+/// unless `gradName` is given) and returns it. Errors name the statement
+/// that cannot be differentiated.
+absl::StatusOr<Kernel *> buildGradientKernel(Module &module, const Kernel &kernel,
+                                             std::string gradName = {});
+
+/// Adds the forward-mode kernel `<name>_dual`: it computes what `kernel`
+/// computes and, for every float value, its tangent; tangents of loads come
+/// from the dual companions and stores write them to the dual companions.
+absl::StatusOr<Kernel *> buildDualKernel(Module &module, const Kernel &kernel,
+                                         std::string dualName = {});
+
+} // namespace qd
