@@ -30,6 +30,7 @@
 #include <algorithm>
 #include <limits>
 #include <optional>
+#include <span>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -246,13 +247,25 @@ public:
     E depth = s.peak;
     // Loops around the alloca: the capacity is the maximum over their
     // iterations (threads included) of the depth reached in one of them.
-    for (Stmt *up = a.parentStmt(); up && !failed_; up = up->parentStmt()) {
+    // The maximum is only reached when every iteration runs the alloca: an
+    // if, a while or a break/continue between the loop and the alloca may
+    // skip it in the iteration that gives the maximum.
+    bool mayBeSkipped = false;
+    for (Stmt *child = const_cast<AdStackAllocaStmt *>(&a), *up = a.parentStmt(); up && !failed_;
+         child = up, up = up->parentStmt()) {
+      if (auto it = facts_.jumpChildren.find(child->parent()); it != facts_.jumpChildren.end())
+        for (Stmt *j : it->second)
+          mayBeSkipped |= facts_.preorder.at(j) < facts_.preorder.at(child);
       auto *loop = dyn_cast<ForStmt>(up);
-      if (!loop)
+      if (!loop) {
+        mayBeSkipped |= up->kind() == StmtKind::If || up->kind() == StmtKind::While;
         continue;
+      }
       unsigned v = facts_.varOf.at(loop);
       if (!depth->usesVar(v))
         continue;
+      if (mayBeSkipped)
+        exact_ = false;
       E begin = bound(loop->begin(), *loop);
       E end = bound(loop->end(), *loop);
       if (failed_)
@@ -353,6 +366,22 @@ private:
     if (failed_)
       return b;
     E begin, end, trip;
+    E iter = maxOpt(b.fall, b.cont);
+    bool nonPositive = !iter || (iter->isConst() && iter->value() <= 0);
+    // (Symbolic mode only: with constant trip counts the tier-1 structural
+    // pass leaves these shapes to Bellman-Ford, which handles them exactly.)
+    auto capturable = [&](Bound bd) { return bd.isConstant() || capture(bd.value) != nullptr; };
+    if (symbolic_ && nonPositive && !(capturable(loop.begin()) && capturable(loop.end())) &&
+        !b.peak->usesVar(facts_.varOf.at(&loop)) &&
+        (!b.brk || !b.brk->usesVar(facts_.varOf.at(&loop)))) {
+      // Iterations never raise the depth they start at: the first one peaks
+      // highest, whatever the trip count (which may even be data-dependent).
+      Summary r;
+      r.peak = b.peak;
+      r.fall = maxOpt(cst(0), b.brk);
+      r.exact = false;
+      return r;
+    }
     if (symbolic_) {
       begin = bound(loop.begin(), loop);
       end = bound(loop.end(), loop);
@@ -555,6 +584,29 @@ struct PathScratch {
   std::vector<unsigned> localOf;
 };
 
+/// True if the subgraph of the nodes in component `c` has a cycle whose
+/// net number of pushes is positive.
+template <typename Succs>
+bool hasPositiveCycle(const std::vector<unsigned> &members, const std::vector<unsigned> &comp,
+                      unsigned c, const std::vector<int64_t> &net, Succs &&succs) {
+  using Graph =
+      boost::adjacency_list<boost::vecS, boost::vecS, boost::directedS, boost::no_property,
+                            boost::property<boost::edge_weight_t, int64_t>>;
+  std::unordered_map<unsigned, unsigned> index;
+  for (unsigned i = 0; i < members.size(); ++i)
+    index[members[i]] = i;
+  Graph g(members.size());
+  for (unsigned i = 0; i < members.size(); ++i)
+    for (unsigned v : succs(members[i]))
+      if (comp[v] == c)
+        boost::add_edge(i, index.at(v), -net[members[i]], g);
+  // Every node starts at distance 0 (a virtual source reaching all).
+  std::vector<int64_t> dist(members.size(), 0);
+  return !boost::bellman_ford_shortest_paths(
+      g, static_cast<int>(members.size()),
+      boost::weight_map(boost::get(boost::edge_weight, g)).distance_map(dist.data()));
+}
+
 /// Longest path of net pushes from the alloca over its scope's CFG nodes, or
 /// nullopt when a cycle reachable from the alloca has a positive net.
 ///
@@ -570,8 +622,7 @@ struct PathScratch {
 ///    every loop is entered through its header (the longest paths then need
 ///    no back edge), at most one pass per node otherwise.
 std::optional<int64_t> longestPath(const ControlFlowGraph &cfg, const AdStackAllocaStmt &a,
-                                   const std::vector<AdStackOpStmt *> &ops,
-                                   PathScratch &scratch) {
+                                   const std::vector<AdStackOpStmt *> &ops, PathScratch &scratch) {
   std::vector<unsigned> region = cfg.nodesInRange(cfg.preorder(&a), cfg.scopeEnd(&a));
   std::vector<unsigned> &local = scratch.localOf;
   if (local.size() < cfg.numNodes())
@@ -600,16 +651,41 @@ std::optional<int64_t> longestPath(const ControlFlowGraph &cfg, const AdStackAll
       --d;
   }
   const unsigned src = local[cfg.nodeOf(&a)];
-  // Region edges; entering the alloca's node again starts a fresh stack.
-  std::vector<std::vector<unsigned>> succs(n), preds(n);
-  for (unsigned i = 0; i < n; ++i)
-    for (unsigned succ : cfg.node(region[i]).succs) {
-      unsigned j = local[succ];
-      if (j != ~0u && j != src) {
-        succs[i].push_back(j);
-        preds[j].push_back(i);
+  // Region edges in compressed rows (succs of u: succ[succBegin[u] ..
+  // succBegin[u + 1]), likewise preds); entering the alloca's node again
+  // starts a fresh stack.
+  std::vector<unsigned> succBegin(n + 1, 0), predBegin(n + 1, 0);
+  auto forEachRegionEdge = [&](auto &&fn) {
+    for (unsigned i = 0; i < n; ++i)
+      for (unsigned succ : cfg.node(region[i]).succs) {
+        unsigned j = local[succ];
+        if (j != ~0u && j != src)
+          fn(i, j);
       }
-    }
+  };
+  forEachRegionEdge([&](unsigned i, unsigned j) {
+    ++succBegin[i + 1];
+    ++predBegin[j + 1];
+  });
+  for (unsigned i = 0; i < n; ++i) {
+    succBegin[i + 1] += succBegin[i];
+    predBegin[i + 1] += predBegin[i];
+  }
+  std::vector<unsigned> succ(succBegin[n]), pred(predBegin[n]);
+  {
+    std::vector<unsigned> succFill(succBegin.begin(), succBegin.end() - 1);
+    std::vector<unsigned> predFill(predBegin.begin(), predBegin.end() - 1);
+    forEachRegionEdge([&](unsigned i, unsigned j) {
+      succ[succFill[i]++] = j;
+      pred[predFill[j]++] = i;
+    });
+  }
+  auto succs = [&](unsigned u) {
+    return std::span<const unsigned>(succ.data() + succBegin[u], succBegin[u + 1] - succBegin[u]);
+  };
+  auto preds = [&](unsigned u) {
+    return std::span<const unsigned>(pred.data() + predBegin[u], predBegin[u + 1] - predBegin[u]);
+  };
 
   // Nodes reachable from the alloca, in reverse post-order.
   std::vector<unsigned> rpo;
@@ -621,8 +697,8 @@ std::optional<int64_t> longestPath(const ControlFlowGraph &cfg, const AdStackAll
     while (!stack.empty()) {
       unsigned u = stack.back().first;
       unsigned k = stack.back().second++;
-      if (k < succs[u].size()) {
-        unsigned v = succs[u][k];
+      if (k < succs(u).size()) {
+        unsigned v = succs(u)[k];
         if (!reached[v]) {
           reached[v] = true;
           stack.emplace_back(v, 0);
@@ -655,7 +731,7 @@ std::optional<int64_t> longestPath(const ControlFlowGraph &cfg, const AdStackAll
       work.pop_back();
       members.push_back(u);
       touches |= net[u] != 0;
-      for (unsigned p : preds[u]) {
+      for (unsigned p : preds(u)) {
         if (p == u)
           cyclic = true;
         if (reached[p] && comp[p] == kNone) {
@@ -666,24 +742,10 @@ std::optional<int64_t> longestPath(const ControlFlowGraph &cfg, const AdStackAll
     }
     if (!touches || (members.size() == 1 && !cyclic))
       continue;
-    // Bellman-Ford inside the component from a virtual source: a simple
-    // path has at most |members| - 1 edges, so a change in pass |members|
-    // means a positive cycle.
-    for (unsigned u : members)
-      d[u] = 0;
-    for (size_t pass = 0;; ++pass) {
-      bool changed = false;
-      for (unsigned u : members)
-        for (unsigned v : succs[u])
-          if (comp[v] == c && d[u] + net[u] > d[v]) {
-            d[v] = d[u] + net[u];
-            changed = true;
-          }
-      if (!changed)
-        break;
-      if (pass >= members.size())
-        return std::nullopt;
-    }
+    // Bellman-Ford (Boost.Graph) on the component alone, with weights
+    // -net: a negative cycle is a cycle that pushes more than it pops.
+    if (hasPositiveCycle(members, comp, c, net, succs))
+      return std::nullopt;
   }
 
   // No positive cycle: relax in reverse post-order until a fixpoint.
@@ -694,7 +756,7 @@ std::optional<int64_t> longestPath(const ControlFlowGraph &cfg, const AdStackAll
     changed = false;
     for (unsigned u : rpo)
       if (d[u] != kUnset)
-        for (unsigned v : succs[u])
+        for (unsigned v : succs(u))
           if (d[u] + net[u] > d[v]) {
             d[v] = d[u] + net[u];
             changed = true;
@@ -705,55 +767,6 @@ std::optional<int64_t> longestPath(const ControlFlowGraph &cfg, const AdStackAll
     best = std::max(best, d[u] + peak[u]);
   return best;
 }
-
-#ifdef QD_SIZING_CHECK_BF
-/// Longest path of net pushes from the alloca over its scope's CFG nodes.
-std::optional<int64_t> longestPathBoost(const ControlFlowGraph &cfg, const AdStackAllocaStmt &a,
-                                   const std::vector<AdStackOpStmt *> &ops) {
-  std::vector<unsigned> region = cfg.nodesInRange(cfg.preorder(&a), cfg.scopeEnd(&a));
-  std::unordered_map<unsigned, unsigned> local;
-  for (unsigned i = 0; i < region.size(); ++i)
-    local[region[i]] = i;
-  const size_t n = region.size();
-  std::vector<int64_t> net(n, 0), peak(n, 0);
-  for (AdStackOpStmt *op : ops) {
-    auto it = local.find(cfg.nodeOf(op));
-    if (it == local.end())
-      return std::nullopt; // not reachable from the alloca: leave to other tiers
-    int64_t &d = net[it->second];
-    if (op->kind() == StmtKind::AdStackPush)
-      peak[it->second] = std::max(peak[it->second], ++d);
-    else if (op->kind() == StmtKind::AdStackPop)
-      --d;
-  }
-  using Graph =
-      boost::adjacency_list<boost::vecS, boost::vecS, boost::directedS, boost::no_property,
-                            boost::property<boost::edge_weight_t, int64_t>>;
-  Graph g(n);
-  unsigned src = local.at(cfg.nodeOf(&a));
-  for (unsigned i = 0; i < n; ++i)
-    for (unsigned succ : cfg.node(region[i]).succs) {
-      auto it = local.find(succ);
-      // Entering the alloca's node again starts a fresh stack.
-      if (it != local.end() && it->second != src)
-        boost::add_edge(i, it->second, -net[i], g);
-    }
-  constexpr int64_t kInf = std::numeric_limits<int64_t>::max();
-  std::vector<int64_t> dist(n, kInf);
-  dist[src] = 0;
-  bool ok = boost::bellman_ford_shortest_paths(
-      g, static_cast<int>(n),
-      boost::weight_map(boost::get(boost::edge_weight, g)).distance_map(dist.data()));
-  if (!ok)
-    return std::nullopt;
-  int64_t best = 0;
-  for (unsigned i = 0; i < n; ++i)
-    if (dist[i] != kInf)
-      best = std::max(best, -dist[i] + peak[i]);
-  return best;
-}
-
-#endif
 
 } // namespace
 
@@ -832,10 +845,6 @@ KernelSizing sizeAdStacks(const Kernel &kernel, const SizingOptions &options) {
         cfg->simplify();
       }
       auto depth = longestPath(*cfg, *a, ops, pathScratch);
-#ifdef QD_SIZING_CHECK_BF
-      if (depth != longestPathBoost(*cfg, *a, ops))
-        std::abort();
-#endif
       if (depth) {
         constant(SizingMethod::BellmanFord, *depth, false);
         out.stacks_.push_back(std::move(r));

@@ -180,6 +180,22 @@ void ControlFlowGraph::simplify() {
   auto startsWithAlloca = [&](unsigned v) {
     return !nodes_[v].stmts.empty() && nodes_[v].stmts.front()->kind() == StmtKind::AdStackAlloca;
   };
+  // The anchor range of each stack's scope. A merge must keep the anchor
+  // ranges exact: it never moves a statement into or out of a scope (the
+  // node after a loop left by a break, or after an if whose other arm
+  // jumps, can have its only predecessor inside a scope).
+  std::vector<std::pair<uint32_t, uint32_t>> scopes;
+  for (const Node &node : nodes_)
+    for (const Stmt *s : node.stmts)
+      if (s->kind() == StmtKind::AdStackAlloca)
+        scopes.emplace_back(preorder(s), scopeEnd(s));
+  auto sameScopes = [&](unsigned a, unsigned b) {
+    uint32_t x = nodes_[a].anchor, y = nodes_[b].anchor;
+    for (auto [lo, hi] : scopes)
+      if ((lo <= x && x < hi) != (lo <= y && y < hi))
+        return false;
+    return true;
+  };
   auto removeEdge = [&](std::vector<unsigned> &list, unsigned v) {
     auto it = std::find(list.begin(), list.end(), v);
     if (it != list.end())
@@ -236,7 +252,8 @@ void ControlFlowGraph::simplify() {
       continue;
     while (nodes_[u].succs.size() == 1) {
       unsigned v = nodes_[u].succs[0];
-      if (v == u || v == exit_ || dead[v] || nodes_[v].preds.size() != 1 || startsWithAlloca(v))
+      if (v == u || v == exit_ || dead[v] || nodes_[v].preds.size() != 1 || startsWithAlloca(v) ||
+          !sameScopes(u, v))
         break;
       Node &a = nodes_[u];
       Node &b = nodes_[v];
@@ -317,7 +334,7 @@ std::string ControlFlowGraph::toDot() const {
     const Node &node = nodes_[u];
     std::string label = fmt::format("n{}: {}", u, node.label);
     if (node.owner && node.owner->loc().isKnown())
-      label += " (" + node.owner->loc().str() + ")";
+      label += " (" + dotEscape(node.owner->loc().str()) + ")"; // the file name is arbitrary
     label += "\\l";
     for (const Stmt *s : node.stmts) {
       std::string text;

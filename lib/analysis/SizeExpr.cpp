@@ -340,7 +340,7 @@ class Evaluator {
 public:
   Evaluator(const SizeExprInputs &in, int64_t stepLimit) : in_(in), stepsLeft_(stepLimit) {}
 
-  // nullopt = unknown (an out-of-range read); errors stop the evaluation.
+  // nullopt only when the evaluation failed (see error()).
   std::optional<int64_t> eval(const SizeExpr &e) {
     if (failed_)
       return std::nullopt;
@@ -369,13 +369,14 @@ public:
       }
       auto v = e.kind() == SizeExprKind::FieldLoad ? in_.fieldElement(e.fieldName(), idx)
                                                    : in_.ndarrayElement(e.argIndex(), idx);
-      if (!v && !firstUnknown_)
-        firstUnknown_ = fmt::format("{}[{}]",
-                                    e.kind() == SizeExprKind::FieldLoad
-                                        ? "@" + e.fieldName()
-                                        : fmt::format("argument {}", e.argIndex()),
-                                    fmt::join(idx, ", "));
-      return v;
+      // An element outside the buffer is never read: no valid execution
+      // performs that read (the kernel guards the index, or the read itself
+      // would be an error), so any fixed value keeps the bound sound: the
+      // bound then covers the input extended with that value, whose valid
+      // executions include every valid execution of this launch. 0 is used.
+      // (Treating it as "unknown" and dropping the iteration is unsound: the
+      // same iteration may push on a path that never performs the read.)
+      return v ? *v : 0;
     }
     case SizeExprKind::BoundVar:
       for (auto it = vars_.rbegin(); it != vars_.rend(); ++it)
@@ -397,38 +398,27 @@ public:
       auto end = eval(*ops[1]);
       if (!begin || !end)
         return std::nullopt;
-      int64_t best = 0;
-      bool any = false;
+      if (*begin >= *end)
+        return 0;
       bool usesVar = ops[2]->usesVar(e.var());
-      // A skipped iteration is not an error: forget its unknown read, so that
-      // an error names a read outside every max-over-range.
-      const std::optional<std::string> unknownBefore = firstUnknown_;
-      // A body that never decreases as the variable grows peaks at the last
-      // iteration (unless that iteration reads out of range: then scan).
-      if (usesVar && *begin < *end && isMonotone(*ops[2], e.var())) {
+      // A body that does not use the variable has one value; a body that
+      // never decreases as the variable grows peaks at the last iteration.
+      if (!usesVar || isMonotone(*ops[2], e.var())) {
         vars_.emplace_back(e.var(), *end - 1);
         auto v = eval(*ops[2]);
         vars_.pop_back();
-        if (v || failed_)
-          return v;
-        firstUnknown_ = unknownBefore;
+        return v;
       }
-      for (int64_t i = *begin; i < *end && !failed_; ++i) {
+      int64_t best = 0;
+      for (int64_t i = *begin; i < *end; ++i) {
         vars_.emplace_back(e.var(), i);
         auto v = eval(*ops[2]);
         vars_.pop_back();
-        if (v) {
-          best = any ? std::max(best, *v) : *v;
-          any = true;
-        } else {
-          firstUnknown_ = unknownBefore;
-        }
-        if (!usesVar)
-          break; // every iteration gives the same value
+        if (!v)
+          return std::nullopt;
+        best = i == *begin ? *v : std::max(best, *v);
       }
-      if (failed_)
-        return std::nullopt;
-      return any ? best : 0;
+      return best;
     }
     }
     return fail("corrupt expression");
@@ -437,7 +427,6 @@ public:
   bool failed() const { return failed_; }
   bool saturated() const { return saturated_; }
   const std::string &error() const { return error_; }
-  const std::optional<std::string> &firstUnknown() const { return firstUnknown_; }
 
 private:
   /// True if `e` is non-decreasing in `var` (reads are not: data is
@@ -499,7 +488,6 @@ private:
   bool failed_ = false;
   bool saturated_ = false;
   std::string error_;
-  std::optional<std::string> firstUnknown_;
 };
 
 } // namespace
@@ -508,12 +496,8 @@ absl::StatusOr<int64_t> evaluateSizeExpr(const SizeExpr &e, const SizeExprInputs
                                          int64_t stepLimit) {
   Evaluator ev(inputs, stepLimit);
   std::optional<int64_t> v = ev.eval(e);
-  if (ev.failed())
+  if (ev.failed() || !v)
     return absl::InvalidArgumentError(ev.error());
-  if (!v)
-    return absl::OutOfRangeError(
-        fmt::format("the bound reads {}, which is outside the buffer for this launch",
-                    ev.firstUnknown().value_or("an element")));
   if (ev.saturated())
     return absl::OutOfRangeError(
         "the bound overflows int64 for this launch (saturated arithmetic)");

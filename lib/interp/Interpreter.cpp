@@ -92,8 +92,12 @@ private:
       buf = nd->component(s.component());
       name = "%" + s.ndarray()->name();
     }
-    if (s.component() != Component::Primal)
-      name += "." + std::string(toString(s.component()));
+    if (s.component() != Component::Primal) {
+      // Appended piecewise: `"." + std::string(...)` trips a false GCC 12
+      // -Wrestrict at -O3.
+      name += '.';
+      name += toString(s.component());
+    }
     if (!buf) {
       flow = fail(s, fmt::format("'{}' has no storage", name));
       return nullptr;

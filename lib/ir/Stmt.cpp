@@ -144,6 +144,22 @@ bool Stmt::isTask() const {
   return false;
 }
 
+bool isRecomputable(const Stmt &s) {
+  switch (s.kind()) {
+  case StmtKind::Const:
+  case StmtKind::Binary:
+  case StmtKind::Unary:
+  case StmtKind::Cmp:
+  case StmtKind::Select:
+  case StmtKind::Cast:
+  case StmtKind::GlobalLoad:
+  case StmtKind::Shape:
+    return true;
+  default:
+    return false;
+  }
+}
+
 bool Stmt::hasSideEffects() const {
   switch (kind_) {
   case StmtKind::Const:

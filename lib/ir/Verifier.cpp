@@ -38,21 +38,7 @@ bool isGlobalName(std::string_view name, bool allowDot) {
   return true;
 }
 
-bool isLaunchTimeScalar(const Stmt &s) {
-  switch (s.kind()) {
-  case StmtKind::Const:
-  case StmtKind::Binary:
-  case StmtKind::Unary:
-  case StmtKind::Cmp:
-  case StmtKind::Select:
-  case StmtKind::Cast:
-  case StmtKind::GlobalLoad:
-  case StmtKind::Shape:
-    return true;
-  default:
-    return false;
-  }
-}
+bool isLaunchTimeScalar(const Stmt &s) { return isRecomputable(s); }
 
 class KernelVerifier : public StmtVisitor<KernelVerifier> {
 public:

@@ -35,4 +35,8 @@ std::unique_ptr<Pass> createReverseAdPass() {
   return std::make_unique<DerivedKernelPass>("reverse-ad", buildGradientKernel);
 }
 
+std::unique_ptr<Pass> createForwardAdPass() {
+  return std::make_unique<DerivedKernelPass>("forward-ad", buildDualKernel);
+}
+
 } // namespace qd

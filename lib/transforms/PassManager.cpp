@@ -130,6 +130,8 @@ void registerBuiltinPasses(PassRegistry &registry) {
                      createSizeAdStacksPass);
   (void)registry.add("reverse-ad", "add the reverse-mode gradient kernel @<k>_grad of every kernel",
                      createReverseAdPass);
+  (void)registry.add("forward-ad", "add the forward-mode tangent kernel @<k>_dual of every kernel",
+                     createForwardAdPass);
 }
 
 } // namespace qd

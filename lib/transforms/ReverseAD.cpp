@@ -30,7 +30,9 @@
 namespace qd {
 namespace {
 
-bool isFloatValue(const Value *v) { return v && v->type().isFloatScalar(); }
+bool isFloatValue(const Value *v) {
+  return v && v->type().isFloatScalar();
+}
 
 //===----------------------------------------------------------------------===//
 // Lowering break/continue to flags
@@ -92,8 +94,8 @@ private:
       ++it;
       bool here = false;
       if (s.kind() == StmtKind::Break || s.kind() == StmtKind::Continue) {
-        IRBuilder::before(s).store(state_, IRBuilder::before(s).i32(
-                                               s.kind() == StmtKind::Break ? 2 : 1));
+        IRBuilder::before(s).store(state_,
+                                   IRBuilder::before(s).i32(s.kind() == StmtKind::Break ? 2 : 1));
         mayBreak |= s.kind() == StmtKind::Break;
         s.erase();
         here = true; // the verifier guarantees nothing follows a jump
@@ -463,19 +465,29 @@ private:
   Value *primal(const Value *v, Frame &f, IRBuilder &b) {
     if (!v)
       return nullptr;
+    for (auto it = armScopes_.rbegin(); it != armScopes_.rend(); ++it)
+      if (auto found = it->find(v); found != it->end())
+        return found->second;
     for (Frame *fr = &f; fr; fr = fr->parent) {
       if (auto it = fr->direct.find(v); it != fr->direct.end())
         return it->second;
       if (auto it = fr->backup.find(v); it != fr->backup.end())
         return b.load(it->second);
     }
-    // Constants are recreated where they are used.
-    if (auto *c = dyn_cast<ConstStmt>(v))
-      return isInteger(c->scalarType()) ? b.constInt(c->scalarType(), c->intValue())
-                                        : b.constFloat(c->scalarType(), c->floatValue());
+    // A value computed inside an if arm and not visible here is recomputed:
+    // nothing the gradient kernel runs writes primal memory, and only loads
+    // of locals (which do change) are saved in backups.
+    if (auto *s = dyn_cast<Stmt>(v); s && isRecomputable(*s)) {
+      ValueMap map;
+      for (unsigned i = 0; i < s->numOperands(); ++i)
+        if (Value *op = s->operand(i); op && !map.count(op))
+          map[op] = primal(op, f, b);
+      return b.insert(cloneStmt(*s, map));
+    }
     internalError_ = fmt::format("no forward value for {}", printStmt(*cast<Stmt>(v)));
     return b.constInt(ScalarType::I32, 0);
   }
+
 
   Bound bound(Bound src, Frame &f, IRBuilder &b) {
     return src.isConstant() ? src : Bound(primal(src.value, f, b));
@@ -510,9 +522,12 @@ private:
       if (!inArm) {
         f.direct[&s] = c;
       } else {
-        AllocaStmt *save = atTop(f).alloca(c->type().element());
-        b.store(save, c);
-        f.backup[&s] = save;
+        armScopes_.back()[&s] = c;
+        if (s.kind() == StmtKind::LocalLoad) { // the only value that cannot be recomputed
+          AllocaStmt *save = atTop(f).alloca(c->type().element());
+          b.store(save, c);
+          f.backup[&s] = save;
+        }
       }
     }
     return c;
@@ -526,9 +541,12 @@ private:
       case StmtKind::If: {
         auto &i = cast<IfStmt>(s);
         auto scope = b.ifThen(primal(i.cond(), f, b));
+        armScopes_.emplace_back();
         forward(i.thenBlock(), b, f, true);
+        armScopes_.back().clear();
         scope.otherwise();
         forward(i.elseBlock(), b, f, true);
+        armScopes_.pop_back();
         break;
       }
       case StmtKind::For:
@@ -760,8 +778,8 @@ private:
     switch (s.kind()) {
     case StmtKind::LocalStore: {
       auto &st = cast<LocalStoreStmt>(s);
-      Frame *owner = owner_.count(cast<Stmt>(st.local())) ? owner_.at(cast<Stmt>(st.local()))
-                                                           : nullptr;
+      Frame *owner =
+          owner_.count(cast<Stmt>(st.local())) ? owner_.at(cast<Stmt>(st.local())) : nullptr;
       if (!owner || !activity_.active(st.local()))
         return;
       auto it = owner->adj.find(st.local());
@@ -901,8 +919,8 @@ private:
       case BinaryOp::Max: {
         // The operand the result came from gets the adjoint (lhs on ties).
         Value *xv = p(x), *yv = p(y);
-        Value *takesX = b.cmp(bin.op() == BinaryOp::Min ? CmpPredicate::Le : CmpPredicate::Ge,
-                              xv, yv);
+        Value *takesX =
+            b.cmp(bin.op() == BinaryOp::Min ? CmpPredicate::Le : CmpPredicate::Ge, xv, yv);
         accumulate(x, b.select(takesX, g, c(0)), b);
         accumulate(y, b.select(takesX, c(0), g), b);
         return;
@@ -950,6 +968,7 @@ private:
   std::vector<const Value *> work_;
   std::unordered_map<const Stmt *, LoopPlan> plans_;
   std::unordered_map<const Stmt *, Frame *> owner_;
+  std::vector<std::unordered_map<const Value *, Value *>> armScopes_;
   struct PairHash {
     size_t operator()(const std::pair<const Stmt *, const AllocaStmt *> &p) const {
       return std::hash<const void *>()(p.first) * 31 + std::hash<const void *>()(p.second);

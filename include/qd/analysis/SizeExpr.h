@@ -7,12 +7,10 @@
 // constructors fold constants, so an expression with no launch-time leaf is
 // a single Const node.
 //
-// Evaluation (`evaluateSizeExpr`) uses saturating int64 arithmetic and never
-// reads outside a buffer: a read whose index is out of range makes the
-// value of the enclosing iteration of a MaxOverRange unknown, and that
-// iteration is skipped (the kernel itself cannot execute the loop whose
-// bound performs that read). Only a read outside every MaxOverRange is an
-// error.
+// Evaluation (`evaluateSizeExpr`) uses saturating int64 arithmetic (a
+// saturated result is an error, never a wrong number) and never reads
+// outside a buffer: an out-of-range element evaluates to 0. No valid
+// execution performs that read, so any fixed value keeps the bound sound.
 //
 // Serialisation is a flat post-order list of nodes behind a format version
 // (see docs/sizing.md), so a compiled kernel cached on disk sizes its stacks
@@ -136,11 +134,12 @@ public:
                                                 std::span<const int64_t> indices) const = 0;
 };
 
-/// Evaluates `e` with saturating int64 arithmetic. `maxIterations` bounds
-/// the total number of MaxOverRange iterations (a guard against a corrupt or
-/// huge range); exceeding it is an error.
+/// Evaluates `e` with saturating int64 arithmetic. `stepLimit` bounds the
+/// number of nodes evaluated (MaxOverRange bodies count once per iteration),
+/// a guard against a corrupt or huge range; exceeding it is an
+/// InvalidArgument error. Saturation is an OutOfRange error.
 absl::StatusOr<int64_t> evaluateSizeExpr(const SizeExpr &e, const SizeExprInputs &inputs,
-                                         int64_t maxIterations = int64_t(1) << 32);
+                                         int64_t stepLimit = int64_t(1) << 32);
 
 /// The serialisation format version written in the header.
 inline constexpr uint32_t kSizeExprFormatVersion = 1;

@@ -60,6 +60,12 @@ enum class StmtKind : uint8_t {
 /// Binary, unary and comparison statements print their operator instead.
 std::string_view mnemonic(StmtKind kind);
 
+/// True for statements whose value depends only on their operands and on
+/// memory they read (const, binary, unary, cmp, select, cast, global load,
+/// shape): they may run at launch time, and recomputing one where its
+/// operands are available gives the same value while memory is unchanged.
+bool isRecomputable(const Stmt &s);
+
 class Stmt : public Value {
 public:
   ~Stmt() override;

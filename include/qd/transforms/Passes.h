@@ -29,6 +29,10 @@ std::unique_ptr<Pass> createSizeAdStacksPass();
 /// (qd/transforms/AutoDiff.h, docs/autodiff.md).
 std::unique_ptr<Pass> createReverseAdPass();
 
+/// `forward-ad`: adds the forward-mode kernel `@<k>_dual` of every kernel
+/// `@k`, which computes tangents into dual companions.
+std::unique_ptr<Pass> createForwardAdPass();
+
 /// Registers the passes above in `registry` (done automatically for
 /// `PassRegistry::global()`).
 void registerBuiltinPasses(PassRegistry &registry);
