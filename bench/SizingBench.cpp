@@ -18,7 +18,7 @@
 //
 //   arg-bound      for 0..%m { push }                    tier 2 size-expr
 //   const-nest     for 0..8 { for 0..4 { push } }        tier 1 structural
-//   balanced       for 0..%m { push; pop }               tier 1 structural
+//   balanced       for 0..%m { push; pop }               tier 1 bellman-ford
 //   triangular     for i 0..%m { for 0..i { push } }     tier 2 size-expr
 //   if-else        for 0..4 { if { push push } else { push } }   tier 1 structural
 //   field-bound    for 0..@bounds[3] { push }            tier 2 size-expr
@@ -94,9 +94,10 @@ Expected expected(Pattern p) {
   switch (p) {
   case Pattern::ConstNest:
   case Pattern::IfElse:
-  case Pattern::While:
-  case Pattern::Balanced: // net <= 0 per iteration: structural whatever the bound
+  case Pattern::While: // net <= 0 per iteration: no trip count needed
     return {SizingTier::Constant, SizingMethod::Structural};
+  case Pattern::Balanced: // a dynamic trip count: left to Bellman-Ford
+    return {SizingTier::Constant, SizingMethod::BellmanFord};
   case Pattern::TriConst:
     return {SizingTier::Constant, SizingMethod::Evaluated};
   case Pattern::ArgBound:

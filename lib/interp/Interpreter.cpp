@@ -5,8 +5,10 @@
 #include "qd/ir/Visitor.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <limits>
+#include <map>
 #include <vector>
 
 namespace qd {
@@ -120,6 +122,18 @@ private:
     return buf;
   }
 
+  static std::string globalName(const GlobalAccessStmt &s) {
+    return s.isField() ? "@" + s.field()->name() : "%" + s.ndarray()->name();
+  }
+  static std::string elementText(const Buffer &buf, int64_t flat) {
+    std::vector<int64_t> idx(buf.ndim());
+    for (unsigned d = buf.ndim(); d-- > 0;) {
+      idx[d] = flat % buf.shape()[d];
+      flat /= buf.shape()[d];
+    }
+    return fmt::format("{}", fmt::join(idx, ", "));
+  }
+
   AdStack &stackOf(const AdStackOpStmt &s) { return stacks_[slotOf_.at(s.stack())]; }
 
   Flow exec(Stmt &s) {
@@ -177,6 +191,18 @@ private:
       Buffer *buf = access(g, flat, flow);
       if (!buf)
         return flow;
+      if (options_.checkGlobalAccesses && g.component() == Component::Primal) {
+        auto key = std::pair<const Buffer *, int64_t>(buf, flat);
+        if (s.kind() == StmtKind::GlobalLoad) {
+          firstReads_.try_emplace(key, &s);
+        } else if (auto it = firstReads_.find(key); it != firstReads_.end()) {
+          return fail(
+              s, fmt::format("{}[{}] is written here after it was read at {} in the same launch; "
+                             "reverse mode replays that read from memory, so the gradient would "
+                             "use the new value. Write the result to another field or ndarray",
+                             globalName(g), elementText(*buf, flat), it->second->loc().str()));
+        }
+      }
       if (s.kind() == StmtKind::GlobalLoad)
         reg(&s) = buf->get(flat);
       else if (auto *st = dyn_cast<GlobalStoreStmt>(&s))
@@ -292,6 +318,7 @@ private:
   std::unordered_map<const Value *, const NdarrayArg *> ndarrays_;
   const Stmt *task_ = nullptr;
   absl::Status error_;
+  std::map<std::pair<const Buffer *, int64_t>, const Stmt *> firstReads_;
 };
 
 } // namespace

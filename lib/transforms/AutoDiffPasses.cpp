@@ -1,6 +1,9 @@
 //===- AutoDiffPasses.cpp - reverse-ad and forward-ad passes --------------===//
+#include "qd/analysis/GlobalAccess.h"
 #include "qd/transforms/AutoDiff.h"
 #include "qd/transforms/Passes.h"
+
+#include <fmt/format.h>
 
 #include <vector>
 
@@ -29,7 +32,30 @@ private:
   Builder build_;
 };
 
+/// Fails with every write-after-read of a global (qd/analysis/GlobalAccess.h).
+class CheckGlobalAccessesPass : public KernelPass {
+public:
+  std::string_view name() const override { return "check-global-accesses"; }
+  absl::StatusOr<bool> runOnKernel(Kernel &kernel) override {
+    std::string report;
+    for (const GlobalAccessConflict &c : findGlobalAccessConflicts(kernel))
+      report += fmt::format("{}{}: error: {} may be written here after it is read at {} in the "
+                            "same launch (kernel @{}); reverse mode replays reads from memory, so "
+                            "the gradient would be wrong. Write the result to another field or "
+                            "ndarray",
+                            report.empty() ? "" : "\n", c.write->loc().str(), c.global,
+                            c.read->loc().str(), kernel.name());
+    if (!report.empty())
+      return absl::FailedPreconditionError(report);
+    return false;
+  }
+};
+
 } // namespace
+
+std::unique_ptr<Pass> createCheckGlobalAccessesPass() {
+  return std::make_unique<CheckGlobalAccessesPass>();
+}
 
 std::unique_ptr<Pass> createReverseAdPass() {
   return std::make_unique<DerivedKernelPass>("reverse-ad", buildGradientKernel);

@@ -130,6 +130,9 @@ void registerBuiltinPasses(PassRegistry &registry) {
                      createSizeAdStacksPass);
   (void)registry.add("reverse-ad", "add the reverse-mode gradient kernel @<k>_grad of every kernel",
                      createReverseAdPass);
+  (void)registry.add("check-global-accesses",
+                     "fail when a kernel may write a global after reading it in the same launch",
+                     createCheckGlobalAccessesPass);
   (void)registry.add("forward-ad", "add the forward-mode tangent kernel @<k>_dual of every kernel",
                      createForwardAdPass);
 }

@@ -794,7 +794,10 @@ private:
     case StmtKind::AtomicAdd: {
       auto &g = cast<GlobalAccessStmt>(s);
       Value *v = s.operand(s.numOperands() - 1);
-      if (!hasGrad(g) || !activity_.active(v))
+      bool store = s.kind() == StmtKind::GlobalStore;
+      // A store overwrites the element: the values stored before it (reversed
+      // after it) get none of its adjoint, so the store also zeroes it.
+      if (!hasGrad(g) || !isFloatValue(v) || (!store && !activity_.active(v)))
         return;
       std::vector<Value *> idx;
       for (unsigned i = 0; i < g.numIndices(); ++i)
@@ -803,7 +806,10 @@ private:
       ref.component = Component::Grad;
       if (ref.ndarray)
         ref.ndarray = primal(ref.ndarray, f, b);
-      accumulate(v, b.load(ref, idx), b);
+      if (activity_.active(v))
+        accumulate(v, b.load(ref, idx), b);
+      if (store)
+        b.store(ref, idx, b.constFloat(v->type().element(), 0));
       return;
     }
     default:

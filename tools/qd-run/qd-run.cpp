@@ -49,6 +49,9 @@ constexpr const char *kUsage =
     "  --adstack-capacity=N   capacity of adstacks the sizing cannot bound (tier 3);\n"
     "                         with --no-adstack-sizing, of every capacity-0 adstack\n"
     "  --no-adstack-sizing    do not size adstacks before each launch\n"
+    "  --check-global-accesses\n"
+    "                         fail when a launch writes a field or ndarray element\n"
+    "                         it read earlier in the same launch\n"
     "  --report-adstacks      print each adstack's capacity and maximum depth\n";
 
 struct Failure {
@@ -251,6 +254,8 @@ int run(int argc, char **argv) {
       reportAdStacks = true;
     else if (a == "--no-adstack-sizing")
       options.sizeAdStacks = false;
+    else if (a == "--check-global-accesses")
+      options.checkGlobalAccesses = true;
     else if (a.size() > 1 && a[0] == '-')
       die("unknown option '" + a + "' (see --help)");
     else if (file.empty())

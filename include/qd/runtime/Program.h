@@ -50,6 +50,10 @@ struct LaunchOptions {
   /// Report out-of-range field/ndarray indices as an error naming the
   /// statement instead of touching memory (the interpreter always checks).
   bool boundsChecked = false;
+  /// Stop the launch when a field or ndarray element is written after it was
+  /// read in the same launch (the rule reverse mode relies on; see
+  /// docs/autodiff.md). Primal data only. The interpreter implements it.
+  bool checkGlobalAccesses = false;
   /// Capacity of adstacks declared with capacity 0 that get no other
   /// capacity: with `sizeAdStacks`, the tier-3 stacks (0 = the sizing
   /// default, 256); without it, every such stack (0 = an error).

@@ -33,6 +33,10 @@ std::unique_ptr<Pass> createReverseAdPass();
 /// `@k`, which computes tangents into dual companions.
 std::unique_ptr<Pass> createForwardAdPass();
 
+/// `check-global-accesses`: fails, naming both statements, when a kernel may
+/// write a field or ndarray element after reading it in the same launch.
+std::unique_ptr<Pass> createCheckGlobalAccessesPass();
+
 /// Registers the passes above in `registry` (done automatically for
 /// `PassRegistry::global()`).
 void registerBuiltinPasses(PassRegistry &registry);
