@@ -1,0 +1,1578 @@
+//===- AutoDiffTest.cpp - Reverse-mode autodiff against finite differences ===//
+//
+// Every gradient kernel built here is verified, run on the interpreter after
+// its primal kernel, and compared with central finite differences of
+// sum(output * seed) over every element of every grad-bearing input.
+//
+//===----------------------------------------------------------------------===//
+#include "qd/transforms/AutoDiff.h"
+#include "qd/interp/Interpreter.h"
+#include "qd/ir/Parser.h"
+#include "qd/ir/Printer.h"
+#include "qd/ir/Verifier.h"
+#include "qd/ir/Visitor.h"
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <rapidcheck/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace qd {
+namespace {
+
+//===----------------------------------------------------------------------===//
+// Harness
+//===----------------------------------------------------------------------===//
+
+/// An ndarray argument: its shape, primal values and, for outputs, the seed
+/// of its grad companion (inputs get a zeroed grad companion).
+struct NdSpec {
+  std::vector<int64_t> shape;
+  std::vector<double> values;
+  std::vector<double> seed; // empty: an input (or no grad companion)
+};
+
+/// A kernel argument: a scalar or an ndarray.
+struct ArgSpec {
+  std::optional<Scalar> scalar;
+  NdSpec nd;
+  static ArgSpec i32(int32_t v) { return {Scalar::ofInt(ScalarType::I32, v), {}}; }
+  static ArgSpec f64(double v) { return {Scalar::ofFloat(ScalarType::F64, v), {}}; }
+  static ArgSpec ndarray(NdSpec s) { return {std::nullopt, std::move(s)}; }
+};
+
+/// One gradient check: the module, the kernel, its arguments, the initial
+/// field contents and the seeds of the outputs (fields with a seed are
+/// outputs; every other grad-bearing field, and every grad-bearing ndarray
+/// without a seed, is an input).
+struct GradCase {
+  std::string text;
+  std::string kernel = "k";
+  std::vector<ArgSpec> args;
+  std::map<std::string, std::vector<double>> init;
+  std::map<std::string, std::vector<double>> seeds;
+  LaunchOptions options;
+  double rtol = 1e-6, atol = 1e-8;
+  double step = 1e-5;
+  /// Skip elements where the finite differences at `step` and `step / 4`
+  /// disagree (a kink or a jump near the input; used by the property).
+  bool skipNonSmooth = false;
+};
+
+/// The reverse gradient of every input element, by input name
+/// (`x` for field @x, `%a` for ndarray argument %a).
+using Grads = std::map<std::string, std::vector<double>>;
+
+struct Instance {
+  std::unique_ptr<Program> program;
+  std::vector<Buffer> primals, grads; // per argument (empty for scalars)
+  std::vector<NdarrayArg> nds;
+  std::vector<LaunchArg> args;
+};
+
+class GradChecker {
+public:
+  explicit GradChecker(GradCase c) : c_(std::move(c)) {
+    // Every kernel here obeys the rule reverse mode relies on.
+    c_.options.checkGlobalAccesses = true;
+  }
+
+  /// Parses, differentiates and verifies; returns an error text or "".
+  std::string build() {
+    auto m = parseModule(c_.text, {"t.qd", 1});
+    if (!m.ok())
+      return "parse: " + std::string(m.status().message());
+    module_ = *std::move(m);
+    if (absl::Status v = verify(*module_); !v.ok())
+      return "verify (source): " + std::string(v.message());
+    Kernel *k = module_->findKernel(c_.kernel);
+    if (!k)
+      return "no kernel @" + c_.kernel;
+    auto g = buildGradientKernel(*module_, *k);
+    if (!g.ok())
+      return "reverse-ad: " + std::string(g.status().message());
+    grad_ = *g;
+    if (absl::Status v = verify(*module_); !v.ok())
+      return "verify (gradient): " + std::string(v.message()) + "\n" + printModule(*module_);
+    return "";
+  }
+
+  Module &module() { return *module_; }
+  Kernel &gradKernel() { return *grad_; }
+  std::string gradText() { return printKernel(*grad_); }
+
+  /// A fresh program with the case's inputs, with `perturb` added to one
+  /// input element (field name or `%arg`, flat index).
+  absl::StatusOr<Instance> instantiate(const std::string &pname = "", int64_t pidx = 0,
+                                       double delta = 0) {
+    Instance in;
+    auto p = Program::create(*module_);
+    if (!p.ok())
+      return p.status();
+    in.program = *std::move(p);
+    for (auto &[name, values] : c_.init) {
+      Buffer *b = in.program->field(name);
+      if (!b)
+        return absl::InvalidArgumentError("no field " + name);
+      for (size_t i = 0; i < values.size(); ++i)
+        b->set(static_cast<int64_t>(i), isFloat(b->elementType())
+                                            ? Scalar::ofFloat(b->elementType(), values[i])
+                                            : Scalar::ofInt(b->elementType(), int64_t(values[i])));
+    }
+    if (!pname.empty() && pname[0] != '%') {
+      Buffer *b = in.program->field(pname);
+      b->set(pidx, Scalar::ofFloat(b->elementType(), b->get(pidx).f + delta));
+    }
+    Kernel *k = module_->findKernel(c_.kernel);
+    in.primals.resize(c_.args.size());
+    in.grads.resize(c_.args.size());
+    in.nds.resize(c_.args.size());
+    for (size_t i = 0; i < c_.args.size(); ++i) {
+      const ArgSpec &a = c_.args[i];
+      if (a.scalar)
+        continue;
+      const Argument *formal = k->argument(static_cast<unsigned>(i));
+      ScalarType elem = formal->type().element();
+      auto pb = Buffer::create(elem, a.nd.shape);
+      auto gb = Buffer::create(elem, a.nd.shape);
+      if (!pb.ok() || !gb.ok())
+        return absl::InvalidArgumentError("bad ndarray shape");
+      in.primals[i] = *std::move(pb);
+      in.grads[i] = *std::move(gb);
+      for (size_t j = 0; j < a.nd.values.size(); ++j)
+        in.primals[i].set(int64_t(j), Scalar::ofFloat(elem, a.nd.values[j]));
+      if (pname == "%" + formal->name())
+        in.primals[i].set(pidx, Scalar::ofFloat(elem, in.primals[i].get(pidx).f + delta));
+      in.nds[i].primal = &in.primals[i];
+      if (formal->hasGrad())
+        in.nds[i].grad = &in.grads[i];
+    }
+    for (size_t i = 0; i < c_.args.size(); ++i)
+      in.args.push_back(c_.args[i].scalar ? LaunchArg::scalar(*c_.args[i].scalar)
+                                          : LaunchArg::ndarray(&in.nds[i]));
+    return in;
+  }
+
+  /// sum(output * seed) after the primal kernel, with one input perturbed.
+  absl::StatusOr<double> objective(const std::string &pname, int64_t pidx, double delta) {
+    auto in = instantiate(pname, pidx, delta);
+    if (!in.ok())
+      return in.status();
+    if (absl::Status s = in->program->launch(c_.kernel, in->args, interp_, c_.options); !s.ok())
+      return s;
+    double sum = 0;
+    for (auto &[name, seed] : c_.seeds) {
+      Buffer *b = in->program->field(name);
+      for (size_t i = 0; i < seed.size(); ++i)
+        sum += b->get(int64_t(i)).f * seed[i];
+    }
+    for (size_t i = 0; i < c_.args.size(); ++i)
+      for (size_t j = 0; j < c_.args[i].nd.seed.size(); ++j)
+        sum += in->primals[i].get(int64_t(j)).f * c_.args[i].nd.seed[j];
+    return sum;
+  }
+
+  /// Runs @k then @k_grad with the seeds; returns the input gradients.
+  absl::StatusOr<Grads> gradients() {
+    auto in = instantiate();
+    if (!in.ok())
+      return in.status();
+    for (auto &[name, seed] : c_.seeds) {
+      Buffer *b = in->program->field(name, Component::Grad);
+      if (!b)
+        return absl::InvalidArgumentError("no grad companion for " + name);
+      for (size_t i = 0; i < seed.size(); ++i)
+        b->set(int64_t(i), Scalar::ofFloat(b->elementType(), seed[i]));
+    }
+    for (size_t i = 0; i < c_.args.size(); ++i)
+      for (size_t j = 0; j < c_.args[i].nd.seed.size(); ++j)
+        in->grads[i].set(int64_t(j),
+                         Scalar::ofFloat(in->grads[i].elementType(), c_.args[i].nd.seed[j]));
+    if (absl::Status s = in->program->launch(c_.kernel, in->args, interp_, c_.options); !s.ok())
+      return s;
+    if (absl::Status s = in->program->launch(grad_->name(), in->args, interp_, c_.options); !s.ok())
+      return s;
+    lastDepths_ = interp_.adStackMaxDepths();
+    Grads out;
+    for (const auto &f : module_->fields()) {
+      if (!f->hasGrad() || c_.seeds.count(f->name()))
+        continue;
+      Buffer *b = in->program->field(*f, Component::Grad);
+      for (int64_t i = 0; i < b->numElements(); ++i)
+        out[f->name()].push_back(b->get(i).f);
+    }
+    Kernel *k = module_->findKernel(c_.kernel);
+    for (size_t i = 0; i < c_.args.size(); ++i) {
+      if (c_.args[i].scalar || !k->argument(unsigned(i))->hasGrad() || !c_.args[i].nd.seed.empty())
+        continue;
+      auto &v = out["%" + k->argument(unsigned(i))->name()];
+      for (int64_t j = 0; j < in->grads[i].numElements(); ++j)
+        v.push_back(in->grads[i].get(j).f);
+    }
+    return out;
+  }
+
+  /// Central difference with step h.
+  double central(const std::string &name, int64_t i, double h, std::string &err) {
+    auto plus = objective(name, i, h), minus = objective(name, i, -h);
+    if (!plus.ok() || !minus.ok()) {
+      err = "forward run failed: " +
+            std::string((plus.ok() ? minus.status() : plus.status()).message());
+      return 0;
+    }
+    return (*plus - *minus) / (2 * h);
+  }
+
+  /// Richardson-extrapolated central differences (error O(h^4)).
+  double fd(const std::string &name, int64_t i, double h, std::string &err) {
+    double coarse = central(name, i, h, err);
+    double fine = central(name, i, h / 2, err);
+    return (4 * fine - coarse) / 3;
+  }
+
+  /// Builds, runs and compares; returns "" or a description of the mismatch.
+  std::string check(Grads *result = nullptr) {
+    if (!module_)
+      if (std::string e = build(); !e.empty())
+        return e;
+    auto g = gradients();
+    if (!g.ok())
+      return "gradient run failed: " + std::string(g.status().message()) + "\n" +
+             printModule(*module_);
+    if (result)
+      *result = *g;
+    std::ostringstream bad;
+    for (auto &[name, values] : *g) {
+      for (size_t i = 0; i < values.size(); ++i) {
+        std::string err;
+        double h = c_.step;
+        double expect = fd(name, int64_t(i), h, err);
+        if (!err.empty())
+          return err;
+        if (c_.skipNonSmooth) {
+          double fine = fd(name, int64_t(i), h / 4, err);
+          if (std::abs(fine - expect) > 1e-4 * std::max(1.0, std::abs(expect))) {
+            ++skipped_;
+            continue;
+          }
+        }
+        if (!std::isfinite(values[i]) ||
+            std::abs(values[i] - expect) > c_.atol + c_.rtol * std::abs(expect))
+          bad << fmt::format("  d/d{}[{}]: reverse {:.17g}, finite differences {:.17g}\n", name, i,
+                             values[i], expect);
+      }
+    }
+    if (!bad.str().empty())
+      return "wrong gradients:\n" + bad.str() + printModule(*module_);
+    return forwardMismatch(*g);
+  }
+
+  /// Forward mode must agree with reverse mode: for every input element,
+  /// the dual kernel run with a unit tangent on that element gives
+  /// sum(output.dual * seed) equal to the reverse gradient of the element.
+  std::string forwardMismatch(const Grads &reverse) {
+    auto m = parseModule(c_.text, {"t.qd", 1});
+    if (!m.ok())
+      return "parse: " + std::string(m.status().message());
+    std::unique_ptr<Module> dualModule = *std::move(m);
+    for (const auto &f : dualModule->fields())
+      if (f->hasGrad())
+        f->setHasDual(true);
+    Kernel *k = dualModule->findKernel(c_.kernel);
+    for (unsigned i = 0; i < k->numArguments(); ++i)
+      if (k->argument(i)->hasGrad())
+        k->argument(i)->setHasDual(true);
+    auto dual = buildDualKernel(*dualModule, *k);
+    if (!dual.ok())
+      return "forward-ad: " + std::string(dual.status().message());
+    if (absl::Status v = verify(*dualModule); !v.ok())
+      return "verify (dual): " + std::string(v.message()) + "\n" + printModule(*dualModule);
+    std::ostringstream bad;
+    for (auto &[name, values] : reverse) {
+      for (size_t e = 0; e < values.size(); ++e) {
+        auto p = Program::create(*dualModule);
+        if (!p.ok())
+          return std::string(p.status().message());
+        Program &prog = **p;
+        for (auto &[fname, init] : c_.init) {
+          Buffer *b = prog.field(fname);
+          for (size_t i = 0; i < init.size(); ++i)
+            b->set(int64_t(i), isFloat(b->elementType())
+                                   ? Scalar::ofFloat(b->elementType(), init[i])
+                                   : Scalar::ofInt(b->elementType(), int64_t(init[i])));
+        }
+        if (name[0] != '%') {
+          Buffer *d = prog.field(name, Component::Dual);
+          d->set(int64_t(e), Scalar::ofFloat(d->elementType(), 1));
+        }
+        std::vector<Buffer> primals(c_.args.size()), duals(c_.args.size());
+        std::vector<NdarrayArg> nds(c_.args.size());
+        std::vector<LaunchArg> args;
+        for (size_t i = 0; i < c_.args.size(); ++i) {
+          const ArgSpec &a = c_.args[i];
+          if (a.scalar) {
+            args.push_back(LaunchArg::scalar(*a.scalar));
+            continue;
+          }
+          const Argument *formal = k->argument(unsigned(i));
+          ScalarType elem = formal->type().element();
+          primals[i] = *Buffer::create(elem, a.nd.shape);
+          duals[i] = *Buffer::create(elem, a.nd.shape);
+          for (size_t j = 0; j < a.nd.values.size(); ++j)
+            primals[i].set(int64_t(j), Scalar::ofFloat(elem, a.nd.values[j]));
+          if (name == "%" + formal->name())
+            duals[i].set(int64_t(e), Scalar::ofFloat(elem, 1));
+          nds[i].primal = &primals[i];
+          if (formal->hasDual())
+            nds[i].dual = &duals[i];
+          if (formal->hasGrad()) // declared; unused by the dual kernel
+            nds[i].grad = &duals[i];
+          args.push_back(LaunchArg::ndarray(&nds[i]));
+        }
+        if (absl::Status st = prog.launch((*dual)->name(), args, interp_, c_.options); !st.ok())
+          return "dual run failed: " + std::string(st.message());
+        double tangent = 0;
+        for (auto &[sname, seed] : c_.seeds) {
+          Buffer *b = prog.field(sname, Component::Dual);
+          for (size_t i = 0; i < seed.size(); ++i)
+            tangent += b->get(int64_t(i)).f * seed[i];
+        }
+        for (size_t i = 0; i < c_.args.size(); ++i)
+          for (size_t j = 0; j < c_.args[i].nd.seed.size(); ++j)
+            tangent += duals[i].get(int64_t(j)).f * c_.args[i].nd.seed[j];
+        if (!(std::abs(tangent - values[e]) <= 1e-12 + 1e-9 * std::abs(values[e])))
+          bad << fmt::format("  d/d{}[{}]: reverse {:.17g}, forward {:.17g}\n", name, e, values[e],
+                             tangent);
+      }
+    }
+    if (!bad.str().empty())
+      return "forward and reverse mode disagree:\n" + bad.str() + printModule(*dualModule);
+    return "";
+  }
+
+  int skipped() const { return skipped_; }
+  const std::unordered_map<const AdStackAllocaStmt *, int64_t> &lastDepths() const {
+    return lastDepths_;
+  }
+
+private:
+  GradCase c_;
+  std::unique_ptr<Module> module_;
+  Kernel *grad_ = nullptr;
+  Interpreter interp_;
+  std::unordered_map<const AdStackAllocaStmt *, int64_t> lastDepths_;
+  int skipped_ = 0;
+};
+
+/// Checks `c` against finite differences and returns the gradients.
+Grads expectGradOk(GradCase c) {
+  GradChecker g(std::move(c));
+  Grads out;
+  std::string e = g.check(&out);
+  EXPECT_EQ(e, "");
+  return out;
+}
+
+std::vector<const AdStackAllocaStmt *> stacksOf(const Kernel &k) {
+  std::vector<const AdStackAllocaStmt *> out;
+  walk(const_cast<Kernel &>(k), [&](Stmt &s) {
+    if (auto *a = dyn_cast<AdStackAllocaStmt>(&s))
+      out.push_back(a);
+  });
+  return out;
+}
+
+std::string buildError(const std::string &text, const std::string &kernel = "k") {
+  auto m = parseModule(text, {"t.qd", 1});
+  EXPECT_TRUE(m.ok()) << m.status().message();
+  if (!m.ok())
+    return "";
+  EXPECT_TRUE(verify(**m).ok());
+  auto g = buildGradientKernel(**m, *(*m)->findKernel(kernel));
+  if (g.ok())
+    return "<no error>";
+  return std::string(g.status().message());
+}
+
+//===----------------------------------------------------------------------===//
+// Differentiable operations, one kernel each
+//===----------------------------------------------------------------------===//
+
+/// y[] += f(x0, x1) for an expression over %a = x[0], %b = x[1].
+GradCase binaryCase(const std::string &body, std::vector<double> x) {
+  GradCase c;
+  c.text = "field @x : f64[2] grad\nfield @y : f64 grad\n"
+           "kernel @k() {\n  serial {\n    %i0 = const 0 : i32\n    %i1 = const 1 : i32\n"
+           "    %a = load @x[%i0] : f64\n    %b = load @x[%i1] : f64\n" +
+           body + "    atomic_add @y[], %r : f64\n  }\n}\n";
+  c.init["x"] = std::move(x);
+  c.seeds["y"] = {1.5};
+  return c;
+}
+
+struct OpCase {
+  const char *name;
+  const char *body;
+  std::vector<double> x;
+};
+
+class OpTest : public ::testing::TestWithParam<OpCase> {};
+
+TEST_P(OpTest, MatchesFiniteDifferences) {
+  const OpCase &o = GetParam();
+  Grads g = expectGradOk(binaryCase(o.body, o.x));
+  // Every op here depends on %a: its gradient is not trivially zero.
+  ASSERT_EQ(g.count("x"), 1u);
+  EXPECT_NE(g["x"][0], 0.0);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    AutoDiffTest, OpTest,
+    ::testing::Values(
+        OpCase{"add", "    %r = add %a, %b : f64\n", {0.3, -1.2}},
+        OpCase{"add_same", "    %r = add %a, %a : f64\n", {0.3, -1.2}},
+        OpCase{"sub", "    %r = sub %a, %b : f64\n", {0.3, -1.2}},
+        OpCase{"sub_same", "    %t = mul %a, %a : f64\n    %r = sub %t, %a : f64\n", {0.3, 1}},
+        OpCase{"mul", "    %r = mul %a, %b : f64\n", {0.3, -1.2}},
+        OpCase{"mul_same", "    %r = mul %a, %a : f64\n", {0.7, -1.2}},
+        OpCase{"div", "    %r = div %a, %b : f64\n", {0.3, -1.2}},
+        OpCase{"div_same", "    %t = sin %a : f64\n    %r = div %t, %a : f64\n", {0.3, 1}},
+        OpCase{"neg", "    %t = neg %a : f64\n    %r = mul %t, %b : f64\n", {0.3, -1.2}},
+        OpCase{"min_lhs", "    %r = min %a, %b : f64\n", {-2.0, 1.0}},
+        OpCase{"min_rhs", "    %r = min %b, %a : f64\n", {-2.0, 1.0}},
+        OpCase{"max_lhs", "    %r = max %a, %b : f64\n", {2.0, 1.0}},
+        OpCase{"max_rhs", "    %r = max %b, %a : f64\n", {2.0, 1.0}},
+        OpCase{"abs_neg", "    %r = abs %a : f64\n", {-0.7, 1}},
+        OpCase{"abs_pos", "    %r = abs %a : f64\n", {0.7, 1}},
+        OpCase{"select_true",
+               "    %p = cmp lt %a, %b : f64\n    %s = sin %a : f64\n"
+               "    %r = select %p, %s, %b : f64\n",
+               {0.3, 1.2}},
+        OpCase{"select_false",
+               "    %p = cmp lt %a, %b : f64\n    %s = sin %b : f64\n"
+               "    %r = select %p, %s, %a : f64\n",
+               {1.3, 1.2}},
+        OpCase{"sin", "    %r = sin %a : f64\n", {0.3, 0}},
+        OpCase{"cos", "    %r = cos %a : f64\n", {0.3, 0}},
+        OpCase{"tan", "    %r = tan %a : f64\n", {0.3, 0}},
+        OpCase{"exp", "    %r = exp %a : f64\n", {0.3, 0}},
+        OpCase{"log", "    %r = log %a : f64\n", {0.3, 0}},
+        OpCase{"sqrt", "    %r = sqrt %a : f64\n", {0.3, 0}},
+        OpCase{"tanh", "    %r = tanh %a : f64\n", {0.3, 0}},
+        OpCase{"pow", "    %r = pow %a, %b : f64\n", {1.3, 2.5}},
+        OpCase{"pow_same", "    %r = pow %a, %a : f64\n", {1.3, 0}},
+        OpCase{"pow_int_exponent", "    %r = pow %a, %b : f64\n", {-1.3, 3.0}},
+        OpCase{"atan2", "    %r = atan2 %a, %b : f64\n", {0.3, -1.2}},
+        OpCase{"atan2_same", "    %t = mul %a, %a : f64\n    %r = atan2 %a, %t : f64\n", {0.3, 0}},
+        OpCase{"chain",
+               "    %t = mul %a, %b : f64\n    %u = exp %t : f64\n    %v = tanh %u : f64\n"
+               "    %w = sqrt %u : f64\n    %s = add %v, %w : f64\n    %r = mul %s, %a : f64\n",
+               {0.3, -1.2}}),
+    [](const auto &info) { return std::string(info.param.name); });
+
+TEST(AutoDiffTest, PowGradientOfBothOperandsIsExact) {
+  // d/da a^b = b a^(b-1) = 2.5 * 1.3^1.5; d/db = a^b log a.
+  Grads g = expectGradOk(binaryCase("    %r = pow %a, %b : f64\n", {1.3, 2.5}));
+  EXPECT_NEAR(g["x"][0], 1.5 * 2.5 * std::pow(1.3, 1.5), 1e-12);
+  EXPECT_NEAR(g["x"][1], 1.5 * std::pow(1.3, 2.5) * std::log(1.3), 1e-12);
+}
+
+TEST(AutoDiffTest, F32CastsCarryTheGradientInF32) {
+  GradCase c = binaryCase("    %t = cast %a : f64 to f32\n    %u = mul %t, %t : f32\n"
+                          "    %r = cast %u : f32 to f64\n",
+                          {0.75, 0});
+  GradChecker g(c);
+  ASSERT_EQ(g.build(), "");
+  auto grads = g.gradients();
+  ASSERT_TRUE(grads.ok()) << grads.status().message();
+  EXPECT_EQ((*grads)["x"][0], 1.5 * 2 * 0.75); // exact in f32
+  EXPECT_EQ((*grads)["x"][1], 0.0);
+}
+
+TEST(AutoDiffTest, F64ToF32ToF64MatchesFiniteDifferencesInF32Precision) {
+  GradCase c = binaryCase("    %t = cast %a : f64 to f32\n    %u = sin %t : f32\n"
+                          "    %r = cast %u : f32 to f64\n",
+                          {0.5, 0});
+  c.step = 1e-2;
+  c.rtol = 1e-5;
+  Grads g = expectGradOk(c);
+  EXPECT_EQ(g["x"][0], double(1.5f * std::cos(0.5f)));
+}
+
+TEST(AutoDiffTest, IntegerCastsStopTheGradient) {
+  // y = float(int(a * 10)) + b: d/da is exactly 0 (a stopped gradient, not
+  // a finite difference), d/db is 1.
+  GradCase c = binaryCase("    %ten = const 10.0 : f64\n    %t = mul %a, %ten : f64\n"
+                          "    %n = cast %t : f64 to i32\n    %f = cast %n : i32 to f64\n"
+                          "    %r = add %f, %b : f64\n",
+                          {0.37, 2});
+  Grads g = expectGradOk(c);
+  EXPECT_EQ(g["x"][0], 0.0);
+  EXPECT_EQ(g["x"][1], 1.5);
+  // Through i64 and i1 too.
+  Grads g2 =
+      expectGradOk(binaryCase("    %n = cast %a : f64 to i64\n    %f = cast %n : i64 to f64\n"
+                              "    %p = cast %b : f64 to i1\n    %q = cast %p : i1 to f64\n"
+                              "    %s = add %f, %q : f64\n    %r = mul %s, %b : f64\n",
+                              {3.5, 2}));
+  EXPECT_EQ(g2["x"][0], 0.0);
+  EXPECT_EQ(g2["x"][1], 1.5 * 4); // (3 + 1) * d(b)/db
+}
+
+TEST(AutoDiffTest, NdarrayArgumentsWithGradCompanions) {
+  GradCase c;
+  c.text = R"(
+field @y : f64 grad
+kernel @k(%a: ndarray<f64, 2> grad, %w: ndarray<f64, 1> grad, %o: ndarray<f64, 1> grad) {
+  parallel for %i = 0 to 2 {
+    %cols = shape %a, 1 : i32
+    %acc = alloca f64
+    for %j = 0 to %cols {
+      %v = load %a[%i, %j] : f64
+      %ww = load %w[%j] : f64
+      %p = mul %v, %ww : f64
+      %s = sin %p : f64
+      %old = load %acc : f64
+      %n = add %old, %s : f64
+      store %acc, %n
+    }
+    %r = load %acc : f64
+    store %o[%i], %r
+    %r2 = mul %r, %r : f64
+    atomic_add @y[], %r2 : f64
+  }
+}
+)";
+  c.args = {ArgSpec::ndarray({{2, 3}, {0.1, 0.2, 0.3, -0.4, 0.5, 0.6}, {}}),
+            ArgSpec::ndarray({{3}, {1.0, -0.5, 0.25}, {}}),
+            ArgSpec::ndarray({{2}, {0, 0}, {0.5, -2.0}})};
+  c.seeds["y"] = {1.0};
+  Grads g = expectGradOk(c);
+  EXPECT_EQ(g["%a"].size(), 6u);
+  EXPECT_EQ(g["%w"].size(), 3u);
+  EXPECT_EQ(g.count("%o"), 0u);
+}
+
+TEST(AutoDiffTest, AtomicAddAndStoreOutputs) {
+  GradCase c;
+  c.text = R"(
+field @x : f64[3] grad
+field @s : f64 grad
+field @z : f64[3] grad
+kernel @k() {
+  parallel for %i = 0 to 3 {
+    %v = load @x[%i] : f64
+    %e = exp %v : f64
+    atomic_add @s[], %e : f64
+    atomic_add @s[], %v : f64
+    %t = tanh %v : f64
+    store @z[%i], %t
+  }
+}
+)";
+  c.init["x"] = {0.1, -0.2, 0.3};
+  c.seeds["s"] = {2.0};
+  c.seeds["z"] = {1.0, -1.0, 3.0};
+  Grads g = expectGradOk(c);
+  for (int i = 0; i < 3; ++i) {
+    double x = c.init["x"][i], t = std::tanh(x);
+    EXPECT_NEAR(g["x"][i], 2.0 * (std::exp(x) + 1) + c.seeds["z"][i] * (1 - t * t), 1e-12);
+  }
+}
+
+// Only the last store to an element reaches the output: the values stored
+// before it, or added to it before it, get no gradient (regression: every
+// store used to read the seed).
+TEST(AutoDiffTest, OverwrittenOutputsGetNoGradient) {
+  GradCase c;
+  c.text = R"(
+field @x : f64[4] grad
+field @z : f64[2] grad
+field @w : f64 grad
+kernel @k(%o: ndarray<f64, 1> grad) {
+  serial {
+    %zero = const 0 : i32
+    %one = const 1 : i32
+    for %j = 0 to 3 {
+      %v = load @x[%j] : f64
+      %s = sin %v : f64
+      store @z[%zero], %s
+      store %o[%zero], %v
+    }
+    %a = load @x[%zero] : f64
+    atomic_add @z[%one], %a : f64
+    %b = load @x[%one] : f64
+    %e = exp %b : f64
+    store @z[%one], %e
+    %three = const 3 : i32
+    %d = load @x[%three] : f64
+    store @w[], %d
+    %c = const 2.0 : f64
+    store @w[], %c
+  }
+}
+)";
+  c.args = {ArgSpec::ndarray({{1}, {0}, {3.0}})};
+  c.init["x"] = {0.1, 0.2, 0.3, 0.4};
+  c.seeds["z"] = {1.0, 10.0};
+  c.seeds["w"] = {100.0};
+  Grads g = expectGradOk(c);
+  EXPECT_EQ(g["x"], (std::vector<double>{0, 10 * std::exp(0.2), std::cos(0.3) + 3, 0}));
+}
+
+TEST(AutoDiffTest, LaunchTimeIntegerStatementsAndScalarArguments) {
+  GradCase c;
+  c.text = R"(
+field @x : f64[4] grad
+field @y : f64 grad
+kernel @k(%n: i32, %scale: f64) {
+  %m = sub %n, %n : i32
+  parallel for %i = %m to %n {
+    %v = load @x[%i] : f64
+    %w = mul %v, %scale : f64
+    %c = cos %w : f64
+    atomic_add @y[], %c : f64
+  }
+}
+)";
+  c.args = {ArgSpec::i32(3), ArgSpec::f64(0.7)};
+  c.init["x"] = {0.1, 0.2, 0.3, 0.4};
+  c.seeds["y"] = {1.0};
+  Grads g = expectGradOk(c);
+  EXPECT_EQ(g["x"][3], 0.0); // outside the range
+  EXPECT_NEAR(g["x"][0], -std::sin(0.07) * 0.7, 1e-12);
+}
+
+//===----------------------------------------------------------------------===//
+// Control flow
+//===----------------------------------------------------------------------===//
+
+GradCase loopCase(std::string text) {
+  GradCase c;
+  c.text = std::move(text);
+  c.init["x"] = {0.3, -0.2, 0.45, 0.1};
+  c.seeds["y"] = {1.0};
+  return c;
+}
+
+constexpr const char *kHeader = "field @x : f64[4] grad\nfield @y : f64 grad\n"
+                                "field @n : i32[4]\n";
+
+TEST(AutoDiffTest, NestedDynamicBoundsFromFieldsArgsAndShapes) {
+  GradCase c = loopCase(std::string(kHeader) + R"(
+kernel @k(%m: i32, %a: ndarray<f64, 1> grad) {
+  parallel for %i = 0 to 2 {
+    %v = alloca f64
+    %x0 = load @x[%i] : f64
+    store %v, %x0
+    %z = const 0 : i32
+    %nb = load @n[%z] : i32
+    for %j = 0 to %nb {
+      %len = shape %a, 0 : i32
+      for %k = 0 to %len {
+        for %l = 0 to %m {
+          %cur = load %v : f64
+          %av = load %a[%k] : f64
+          %p = mul %cur, %av : f64
+          %s = sin %p : f64
+          %h = const 0.5 : f64
+          %q = mul %s, %h : f64
+          %t = add %q, %cur : f64
+          store %v, %t
+        }
+      }
+    }
+    %r = load %v : f64
+    atomic_add @y[], %r : f64
+  }
+}
+)");
+  c.args = {ArgSpec::i32(2), ArgSpec::ndarray({{3}, {0.5, -0.25, 0.75}, {}})};
+  c.init["n"] = {2, 0, 0, 0};
+  expectGradOk(c);
+}
+
+TEST(AutoDiffTest, WhileWithBreakOnData) {
+  GradCase c = loopCase(std::string(kHeader) + R"(
+kernel @k() {
+  parallel for %i = 0 to 4 {
+    %v = alloca f64
+    %cnt = alloca i32
+    %x0 = load @x[%i] : f64
+    store %v, %x0
+    while {
+      %c = load %cnt : i32
+      %one = const 1 : i32
+      %c1 = add %c, %one : i32
+      store %cnt, %c1
+      %cur = load %v : f64
+      %s = sin %cur : f64
+      %k = const 0.3 : f64
+      %t = add %s, %k : f64
+      store %v, %t
+      %lim = const 0.9 : f64
+      %big = cmp gt %t, %lim : f64
+      %ten = const 10 : i32
+      %many = cmp ge %c1, %ten : i32
+      %stop = or %big, %many : i1
+      if %stop {
+        break
+      }
+    }
+    %r = load %v : f64
+    %cf = load %cnt : i32
+    %cff = cast %cf : i32 to f64
+    %rr = mul %r, %cff : f64
+    atomic_add @y[], %rr : f64
+  }
+}
+)");
+  expectGradOk(c);
+}
+
+TEST(AutoDiffTest, IfElseOnLoopCarriedValue) {
+  GradCase c = loopCase(std::string(kHeader) + R"(
+kernel @k() {
+  parallel for %i = 0 to 4 {
+    %v = alloca f64
+    %x0 = load @x[%i] : f64
+    store %v, %x0
+    for %j = 0 to 6 {
+      %cur = load %v : f64
+      %z = const 0.0 : f64
+      %pos = cmp gt %cur, %z : f64
+      if %pos {
+        %s = sin %cur : f64
+        %k = const -0.4 : f64
+        %t = add %s, %k : f64
+        store %v, %t
+      } else {
+        %c = cos %cur : f64
+        %t2 = mul %c, %cur : f64
+        %k2 = const 0.35 : f64
+        %t3 = add %t2, %k2 : f64
+        store %v, %t3
+      }
+    }
+    %r = load %v : f64
+    atomic_add @y[], %r : f64
+  }
+}
+)");
+  expectGradOk(c);
+}
+
+TEST(AutoDiffTest, ContinueInsideLoops) {
+  GradCase c = loopCase(std::string(kHeader) + R"(
+kernel @k() {
+  parallel for %i = 0 to 4 {
+    %v = alloca f64
+    %x0 = load @x[%i] : f64
+    store %v, %x0
+    for %j = 0 to 7 {
+      %one = const 1 : i32
+      %par = and %j, %one : i32
+      %odd = cast %par : i32 to i1
+      %cur = load %v : f64
+      %s = sin %cur : f64
+      %k = const 0.2 : f64
+      %t = add %s, %k : f64
+      store %v, %t
+      if %odd {
+        continue
+      }
+      %cur2 = load %v : f64
+      %sq = mul %cur2, %cur2 : f64
+      %t2 = add %sq, %k : f64
+      store %v, %t2
+    }
+    %r = load %v : f64
+    atomic_add @y[], %r : f64
+  }
+}
+)");
+  expectGradOk(c);
+}
+
+TEST(AutoDiffTest, LoopCarriedIntegerIndexesAField) {
+  GradCase c = loopCase(std::string(kHeader) + R"(
+kernel @k() {
+  parallel for %i = 0 to 4 {
+    %v = alloca f64
+    %idx = alloca i32
+    store %idx, %i
+    for %j = 0 to 5 {
+      %cur = load %v : f64
+      %ix = load %idx : i32
+      %xv = load @x[%ix] : f64
+      %p = mul %cur, %xv : f64
+      %s = sin %p : f64
+      %t = add %s, %xv : f64
+      store %v, %t
+      %three = const 3 : i32
+      %four = const 4 : i32
+      %n1 = add %ix, %three : i32
+      %n2 = rem %n1, %four : i32
+      store %idx, %n2
+    }
+    %r = load %v : f64
+    atomic_add @y[], %r : f64
+  }
+}
+)");
+  GradChecker g(c);
+  ASSERT_EQ(g.build(), "");
+  bool hasI32Stack = false;
+  for (const AdStackAllocaStmt *s : stacksOf(g.gradKernel()))
+    hasI32Stack |= s->elementType() == ScalarType::I32;
+  EXPECT_TRUE(hasI32Stack) << g.gradText();
+  EXPECT_EQ(g.check(), "");
+}
+
+// Counted loops replay index last - k from a non-zero dynamic begin.
+TEST(AutoDiffTest, BreakingLoopWithDynamicBegin) {
+  for (double lo : {0, 1, 2}) {
+    GradCase c = loopCase(std::string(kHeader) + R"(
+kernel @k() {
+  parallel for %i = 0 to 2 {
+    %v = alloca f64
+    %x0 = load @x[%i] : f64
+    store %v, %x0
+    %z = const 0 : i32
+    %lo = load @n[%z] : i32
+    %o = const 1 : i32
+    %hi = load @n[%o] : i32
+    for %j = %lo to %hi {
+      %cur = load %v : f64
+      %xj = load @x[%j] : f64
+      %p = mul %cur, %xj : f64
+      %s = sin %p : f64
+      %t = add %s, %xj : f64
+      store %v, %t
+      %lim = const 0.9 : f64
+      %big = cmp gt %t, %lim : f64
+      if %big {
+        break
+      }
+    }
+    %r = load %v : f64
+    atomic_add @y[], %r : f64
+  }
+}
+)");
+    c.init["n"] = {lo, 4, 0, 0};
+    SCOPED_TRACE(lo);
+    expectGradOk(c);
+  }
+}
+
+TEST(AutoDiffTest, TriangularLoops) {
+  GradCase c = loopCase(std::string(kHeader) + R"(
+kernel @k() {
+  parallel for %i = 0 to 4 {
+    %v = alloca f64
+    %x0 = load @x[%i] : f64
+    store %v, %x0
+    for %j = 0 to 4 {
+      for %k = 0 to %j {
+        %cur = load %v : f64
+        %xk = load @x[%k] : f64
+        %p = mul %cur, %xk : f64
+        %s = sin %p : f64
+        %t = add %s, %cur : f64
+        %h = const 0.5 : f64
+        %t2 = mul %t, %h : f64
+        store %v, %t2
+      }
+    }
+    %r = load %v : f64
+    atomic_add @y[], %r : f64
+  }
+}
+)");
+  expectGradOk(c);
+}
+
+// Seed 001: sibling loops with a dynamic trip count, and a statement between
+// them that the second loop uses in its body and as a nested loop's bound.
+TEST(AutoDiffTest, SiblingLoopsWithStatementsBetween) {
+  GradCase c = loopCase(std::string(kHeader) + R"(
+kernel @k() {
+  parallel for %i = 0 to 2 {
+    %v = alloca f64
+    %x0 = load @x[%i] : f64
+    store %v, %x0
+    %z = const 0 : i32
+    %n0 = load @n[%z] : i32
+    for %j = 0 to %n0 {
+      %cur = load %v : f64
+      %s = sin %cur : f64
+      %k = const 0.1 : f64
+      %t = add %s, %k : f64
+      store %v, %t
+    }
+    %o = const 1 : i32
+    %trip = load @n[%o] : i32
+    %w = load @x[%o] : f64
+    %w2 = mul %w, %w : f64
+    for %j2 = 0 to %n0 {
+      for %k2 = 0 to %trip {
+        %cur2 = load %v : f64
+        %p = mul %cur2, %w2 : f64
+        %s2 = sin %p : f64
+        %q = add %s2, %cur2 : f64
+        store %v, %q
+      }
+      %cur3 = load %v : f64
+      %p3 = mul %cur3, %w : f64
+      %c3 = cos %p3 : f64
+      store %v, %c3
+    }
+    %r = load %v : f64
+    atomic_add @y[], %r : f64
+  }
+}
+)");
+  c.init["n"] = {3, 2, 0, 0};
+  expectGradOk(c);
+}
+
+TEST(AutoDiffTest, RuntimeIfWrapsLoopWithLoopCarriedValues) {
+  for (double gate : {1.0, -1.0}) {
+    GradCase c = loopCase(std::string(kHeader) + R"(
+field @g : f64
+kernel @k() {
+  parallel for %i = 0 to 4 {
+    %v = alloca f64
+    %u = alloca f64
+    %x0 = load @x[%i] : f64
+    store %v, %x0
+    store %u, %x0
+    %gv = load @g[] : f64
+    %z = const 0.0 : f64
+    %on = cmp gt %gv, %z : f64
+    %zi = const 0 : i32
+    %nn = load @n[%zi] : i32
+    if %on {
+      for %j = 0 to %nn {
+        %cur = load %v : f64
+        %s = sin %cur : f64
+        %uu = load %u : f64
+        %m = mul %s, %uu : f64
+        %t = add %m, %cur : f64
+        store %v, %t
+        %c = cos %uu : f64
+        store %u, %c
+      }
+    } else {
+      %cur0 = load %v : f64
+      %e = exp %cur0 : f64
+      store %v, %e
+    }
+    %after = load %v : f64
+    %uu2 = load %u : f64
+    %r = mul %after, %uu2 : f64
+    atomic_add @y[], %r : f64
+  }
+}
+)");
+    c.init["n"] = {3, 0, 0, 0};
+    c.init["g"] = {gate};
+    SCOPED_TRACE(gate);
+    expectGradOk(c);
+  }
+}
+
+// The condition is computed inside the if body from loop-carried values and
+// controls a later if (a lowered `a && b`).
+TEST(AutoDiffTest, ShortCircuitLikeCondition) {
+  GradCase c = loopCase(std::string(kHeader) + R"(
+kernel @k() {
+  parallel for %i = 0 to 4 {
+    %v = alloca f64
+    %flag = alloca i1
+    %x0 = load @x[%i] : f64
+    store %v, %x0
+    for %j = 0 to 6 {
+      %f = const false : i1
+      store %flag, %f
+      %cur = load %v : f64
+      %z = const 0.0 : f64
+      %a = cmp gt %cur, %z : f64
+      if %a {
+        %cur1 = load %v : f64
+        %s = sin %cur1 : f64
+        %lim = const 0.2 : f64
+        %b = cmp gt %s, %lim : f64
+        store %flag, %b
+        %h = const 0.9 : f64
+        %t = mul %cur1, %h : f64
+        store %v, %t
+      }
+      %fl = load %flag : i1
+      if %fl {
+        %cur2 = load %v : f64
+        %sq = mul %cur2, %cur2 : f64
+        %k = const 0.1 : f64
+        %t2 = sub %sq, %k : f64
+        store %v, %t2
+      } else {
+        %cur3 = load %v : f64
+        %c = cos %cur3 : f64
+        %t3 = mul %c, %cur3 : f64
+        store %v, %t3
+      }
+    }
+    %r = load %v : f64
+    atomic_add @y[], %r : f64
+  }
+}
+)");
+  c.init["x"] = {0.9, -0.2, 0.45, 1.4};
+  expectGradOk(c);
+}
+
+constexpr const char *kSinLoop = R"(
+field @x : f64[4] grad
+field @y : f64 grad
+field @n : i32
+kernel @k() {
+  parallel for %i = 0 to 4 {
+    %v = alloca f64
+    %x0 = load @x[%i] : f64
+    store %v, %x0
+    %nn = load @n[] : i32
+    for %j = 0 to %nn {
+      %cur = load %v : f64
+      %s = sin %cur : f64
+      %k = const 0.1 : f64
+      %t = add %s, %k : f64
+      store %v, %t
+    }
+    %r = load %v : f64
+    atomic_add @y[], %r : f64
+  }
+}
+)";
+
+TEST(AutoDiffTest, SinLoopWithDefaultCapacityOneIsSized) {
+  std::string text = kSinLoop;
+  text.replace(text.find("%nn = load @n[] : i32"), 21, "%nn = const 5 : i32");
+  GradCase c = loopCase(text);
+  c.options.defaultAdStackCapacity = 1;
+  GradChecker g(c);
+  EXPECT_EQ(g.check(), "");
+  ASSERT_EQ(stacksOf(g.gradKernel()).size(), 1u);
+  EXPECT_EQ(g.lastDepths().at(stacksOf(g.gradKernel())[0]), 5);
+}
+
+TEST(AutoDiffTest, RangeBoundReadFromAField) {
+  for (double n : {0, 1, 2, 7}) {
+    GradCase c = loopCase(kSinLoop);
+    c.init["n"] = {n};
+    c.options.defaultAdStackCapacity = 1;
+    SCOPED_TRACE(n);
+    Grads g = expectGradOk(c);
+    if (n == 0) {
+      EXPECT_EQ(g["x"], (std::vector<double>{1, 1, 1, 1}));
+    }
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Stack counts
+//===----------------------------------------------------------------------===//
+
+std::string loopWith(const std::string &update) {
+  return R"(
+field @x : f64[4] grad
+field @y : f64 grad
+kernel @k() {
+  parallel for %i = 0 to 4 {
+    %v = alloca f64
+    %x0 = load @x[%i] : f64
+    store %v, %x0
+    for %j = 0 to 8 {
+      %cur = load %v : f64
+)" + update +
+         R"(      store %v, %t
+    }
+    %r = load %v : f64
+    atomic_add @y[], %r : f64
+  }
+}
+)";
+}
+
+TEST(AutoDiffTest, LinearLoopCarriedValueNeedsNoStack) {
+  GradChecker g(loopCase(loopWith("      %a = const 0.95 : f64\n      %m = mul %cur, %a : f64\n"
+                                  "      %b = const 0.01 : f64\n      %t = add %m, %b : f64\n")));
+  ASSERT_EQ(g.build(), "");
+  EXPECT_EQ(stacksOf(g.gradKernel()).size(), 0u) << g.gradText();
+  Grads out;
+  EXPECT_EQ(g.check(&out), "");
+  EXPECT_NEAR(out["x"][0], std::pow(0.95, 8), 1e-14);
+}
+
+TEST(AutoDiffTest, NonLinearLoopCarriedValueNeedsOneStack) {
+  GradChecker g(loopCase(loopWith("      %s = sin %cur : f64\n      %b = const 0.01 : f64\n"
+                                  "      %t = add %s, %b : f64\n")));
+  ASSERT_EQ(g.build(), "");
+  auto stacks = stacksOf(g.gradKernel());
+  ASSERT_EQ(stacks.size(), 1u) << g.gradText();
+  EXPECT_EQ(stacks[0]->elementType(), ScalarType::F64);
+  EXPECT_EQ(g.check(), "");
+}
+
+TEST(AutoDiffTest, IntegerLoopCarriedIndexGetsAnI32Stack) {
+  GradChecker g(loopCase(R"(
+field @x : f64[4] grad
+field @y : f64 grad
+kernel @k() {
+  parallel for %i = 0 to 4 {
+    %idx = alloca i32
+    for %j = 0 to 6 {
+      %ix = load %idx : i32
+      %xv = load @x[%ix] : f64
+      %s = mul %xv, %xv : f64
+      atomic_add @y[], %s : f64
+      %one = const 1 : i32
+      %three = const 3 : i32
+      %a = add %ix, %one : i32
+      %b = and %a, %three : i32
+      store %idx, %b
+    }
+  }
+}
+)"));
+  ASSERT_EQ(g.build(), "");
+  auto stacks = stacksOf(g.gradKernel());
+  ASSERT_EQ(stacks.size(), 1u) << g.gradText();
+  EXPECT_EQ(stacks[0]->elementType(), ScalarType::I32);
+  Grads out;
+  EXPECT_EQ(g.check(&out), "");
+  // Each thread visits indices 0,1,2,3,0,1: x0 and x1 twice, x2 and x3 once.
+  std::vector<double> x = {0.3, -0.2, 0.45, 0.1};
+  for (int i = 0; i < 4; ++i)
+    EXPECT_NEAR(out["x"][i], 4 * (i < 2 ? 2 : 1) * 2 * x[i], 1e-14);
+}
+
+//===----------------------------------------------------------------------===//
+// Errors
+//===----------------------------------------------------------------------===//
+
+TEST(AutoDiffTest, NonDifferentiableOpsNameTheStatement) {
+  std::string floorK = R"(field @x : f64[2] grad
+field @y : f64 grad
+kernel @k() {
+  serial {
+    %i = const 0 : i32
+    %a = load @x[%i] : f64
+    %f = floor %a : f64
+    atomic_add @y[], %f : f64
+  }
+}
+)";
+  EXPECT_EQ(buildError(floorK),
+            "t.qd:7:5: error: reverse-ad: 'floor' is not differentiable; cast the value to an "
+            "integer to stop its gradient explicitly (in kernel @k: %f = floor %a : f64)");
+  std::string ceilK = floorK;
+  ceilK.replace(ceilK.find("floor"), 5, "ceil");
+  EXPECT_EQ(buildError(ceilK),
+            "t.qd:7:5: error: reverse-ad: 'ceil' is not differentiable; cast the value to an "
+            "integer to stop its gradient explicitly (in kernel @k: %f = ceil %a : f64)");
+  std::string remK = floorK;
+  remK.replace(remK.find("floor %a"), 8, "rem %a, %a");
+  EXPECT_EQ(buildError(remK),
+            "t.qd:7:5: error: reverse-ad: 'rem' is not differentiable; compute it from values "
+            "without a gradient (in kernel @k: %f = rem %a, %a : f64)");
+  // Off the differentiated path, floor is fine.
+  std::string inactive = floorK;
+  inactive.replace(inactive.find("atomic_add @y[], %f"), 19, "atomic_add @y[], %a");
+  EXPECT_EQ(buildError(inactive), "<no error>");
+}
+
+TEST(AutoDiffTest, KernelWithAdStacksIsRejected) {
+  EXPECT_EQ(buildError(R"(field @y : f64 grad
+kernel @k() {
+  serial {
+    %s = adstack.alloca f64, capacity 4
+    %one = const 1.0 : f64
+    adstack.push %s, %one
+    %t = adstack.load_top %s : f64
+    atomic_add @y[], %t : f64
+    adstack.pop %s
+  }
+}
+)"),
+            "t.qd:4:5: error: reverse-ad: the kernel already uses adstacks; differentiate the "
+            "kernel before adding them (in kernel @k: %s = adstack.alloca f64, capacity 4)");
+}
+
+TEST(AutoDiffTest, NameClashIsAnError) {
+  std::string text = "kernel @k() {\n}\nkernel @k_grad() {\n}\n";
+  EXPECT_EQ(buildError(text), "reverse-ad: the module already has a kernel named '@k_grad'; "
+                              "remove it or pick another name");
+  auto m = parseModule(text);
+  ASSERT_TRUE(m.ok());
+  auto g = buildGradientKernel(**m, *(*m)->findKernel("k"), "k_adj");
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  EXPECT_EQ((*g)->name(), "k_adj");
+  EXPECT_EQ(buildGradientKernel(**m, *(*m)->findKernel("k"), "k_adj").status().code(),
+            absl::StatusCode::kAlreadyExists);
+}
+
+//===----------------------------------------------------------------------===//
+// Property: random kernels against finite differences
+//===----------------------------------------------------------------------===//
+
+/// Generates a random well-formed f64 kernel. All float values stay in a
+/// bounded range: updates are sin/cos/tanh, products with constants in
+/// [-1, 1] or with a sine, averages, and selects.
+class KernelGen {
+public:
+  std::string generate() {
+    numLocals_ = *rc::gen::inRange(1, 4);
+    std::ostringstream body;
+    out_ = &body;
+    indent_ = "    ";
+    intScope_.push_back({"%i"});
+    floatScope_.push_back({});
+    line("%ic = alloca i32");
+    line("store %ic, %i");
+    for (int l = 0; l < numLocals_; ++l) {
+      line(fmt::format("%v{} = alloca f64", l));
+      std::string idx = intExpr();
+      std::string x = fresh();
+      line(fmt::format("{} = load @x[{}] : f64", x, idx));
+      line(fmt::format("store %v{}, {}", l, x));
+    }
+    block(0);
+    for (int l = 0; l < numLocals_; ++l) {
+      std::string r = fresh();
+      line(fmt::format("{} = load %v{} : f64", r, l));
+      if (*rc::gen::inRange(0, 2))
+        line(fmt::format("atomic_add @y[], {} : f64", r));
+      else
+        line(fmt::format("store @z{}[%i], {}", l, r));
+    }
+    std::ostringstream k;
+    k << "field @x : f64[" << kX << "] grad\nfield @y : f64 grad\n";
+    for (int l = 0; l < 3; ++l)
+      k << "field @z" << l << " : f64[" << kThreads << "] grad\n";
+    k << "field @cnt : i32[3]\n";
+    k << "kernel @k() {\n  parallel for %i = 0 to " << kThreads << " {\n"
+      << body.str() << "  }\n}\n";
+    return k.str();
+  }
+
+  static constexpr int kX = 4, kThreads = 2;
+
+private:
+  void line(const std::string &s) { *out_ << indent_ << s << "\n"; }
+  std::string fresh() { return fmt::format("%t{}", counter_++); }
+  std::string local() { return fmt::format("%v{}", *rc::gen::inRange(0, numLocals_)); }
+
+  std::string constant(double lo, double hi) {
+    int k = *rc::gen::inRange(0, 21);
+    double v = lo + (hi - lo) * k / 20.0;
+    std::string c = fresh();
+    line(fmt::format("{} = const {} : f64", c, v));
+    return c;
+  }
+
+  /// An in-range index of @x: an int in scope (non-negative), mod kX.
+  std::string intExpr() {
+    std::vector<std::string> all;
+    for (auto &s : intScope_)
+      all.insert(all.end(), s.begin(), s.end());
+    std::string base;
+    if (*rc::gen::inRange(0, 4) == 0) {
+      base = fresh();
+      line(fmt::format("{} = load %ic : i32", base));
+    } else {
+      base = *rc::gen::elementOf(all);
+    }
+    std::string m = fresh(), r = fresh();
+    line(fmt::format("{} = const {} : i32", m, kX));
+    line(fmt::format("{} = rem {}, {} : i32", r, base, m));
+    return r;
+  }
+
+  /// A float operand: a local's current value, a float SSA value in scope,
+  /// or a fresh load of @x.
+  std::string operand() {
+    std::vector<std::string> all;
+    for (auto &s : floatScope_)
+      all.insert(all.end(), s.begin(), s.end());
+    int pick = *rc::gen::inRange(0, 6);
+    if (pick == 0 && !all.empty())
+      return *rc::gen::elementOf(all);
+    if (pick == 1) {
+      std::string idx = intExpr();
+      std::string v = fresh();
+      line(fmt::format("{} = load @x[{}] : f64", v, idx));
+      return v;
+    }
+    std::string v = fresh();
+    line(fmt::format("{} = load {} : f64", v, local()));
+    return v;
+  }
+
+  /// A bounded float expression.
+  std::string expr() {
+    std::string a = operand();
+    std::string r = fresh();
+    switch (*rc::gen::inRange(0, 8)) {
+    case 0:
+      line(fmt::format("{} = sin {} : f64", r, a));
+      break;
+    case 1:
+      line(fmt::format("{} = cos {} : f64", r, a));
+      break;
+    case 2:
+      line(fmt::format("{} = tanh {} : f64", r, a));
+      break;
+    case 3: {
+      std::string c = constant(-1, 1);
+      line(fmt::format("{} = mul {}, {} : f64", r, a, c));
+      break;
+    }
+    case 4: { // average
+      std::string b = operand(), s = fresh(), h = constant(0.5, 0.5);
+      line(fmt::format("{} = add {}, {} : f64", s, a, b));
+      line(fmt::format("{} = mul {}, {} : f64", r, s, h));
+      break;
+    }
+    case 5: { // a * sin(b)
+      std::string b = operand(), s = fresh();
+      line(fmt::format("{} = sin {} : f64", s, b));
+      line(fmt::format("{} = mul {}, {} : f64", r, a, s));
+      break;
+    }
+    case 6: { // select on data
+      std::string b = operand(), p = fresh(), c = constant(-1, 1), t = fresh();
+      line(fmt::format("{} = cmp lt {}, {} : f64", p, a, b));
+      line(fmt::format("{} = mul {}, {} : f64", t, b, c));
+      line(fmt::format("{} = select {}, {}, {} : f64", r, p, a, t));
+      break;
+    }
+    default: { // a - c
+      std::string c = constant(-0.5, 0.5);
+      line(fmt::format("{} = sub {}, {} : f64", r, a, c));
+      break;
+    }
+    }
+    return r;
+  }
+
+  std::string bound() {
+    std::vector<std::string> all;
+    for (auto &s : intScope_)
+      all.insert(all.end(), s.begin(), s.end());
+    switch (*rc::gen::inRange(0, 4)) {
+    case 0:
+      return std::to_string(*rc::gen::inRange(0, 4));
+    case 1: {
+      std::string z = fresh(), b = fresh();
+      line(fmt::format("{} = const {} : i32", z, *rc::gen::inRange(0, 3)));
+      line(fmt::format("{} = load @cnt[{}] : i32", b, z));
+      intScope_.back().push_back(b); // usable later in this block
+      return b;
+    }
+    case 2: { // an enclosing index (or another int in scope), capped at 3
+      std::string base = *rc::gen::elementOf(all), m = fresh(), r = fresh();
+      line(fmt::format("{} = const 4 : i32", m));
+      line(fmt::format("{} = rem {}, {} : i32", r, base, m));
+      return r;
+    }
+    default:
+      return *rc::gen::elementOf(all);
+    }
+  }
+
+  void stmt(int depth, bool control = false) {
+    int kind = control ? *rc::gen::inRange(4, 10) : *rc::gen::inRange(0, depth >= 3 ? 4 : 10);
+    if (kind == 9 && loopDepth_ == 0)
+      kind = 6;
+    switch (kind) {
+    case 0:
+    case 1:
+    case 2: { // assignment
+      std::string v = local();
+      std::string e = expr();
+      line(fmt::format("store {}, {}", v, e));
+      return;
+    }
+    case 3: { // int update / float SSA value for later / an output write
+      int what = *rc::gen::inRange(0, 3);
+      if (what == 2) { // outputs may be overwritten or accumulated many times
+        std::string v = operand();
+        if (*rc::gen::inRange(0, 2))
+          line(fmt::format("store @z{}[%i], {}", *rc::gen::inRange(0, 3), v));
+        else
+          line(fmt::format("atomic_add @y[], {} : f64", v));
+      } else if (what == 1) {
+        std::string c = fresh(), a = fresh(), one = fresh();
+        line(fmt::format("{} = load %ic : i32", c));
+        line(fmt::format("{} = const {} : i32", one, *rc::gen::inRange(1, 3)));
+        line(fmt::format("{} = add {}, {} : i32", a, c, one));
+        line(fmt::format("store %ic, {}", a));
+      } else {
+        floatScope_.back().push_back(expr());
+      }
+      return;
+    }
+    case 4:
+    case 5: { // for
+      std::string lo = *rc::gen::inRange(0, 3) ? "0" : bound(), hi = bound();
+      std::string j = fmt::format("%j{}", counter_++);
+      line(fmt::format("for {} = {} to {} {{", j, lo, hi));
+      ++loopDepth_;
+      nest(depth, {j});
+      --loopDepth_;
+      line("}");
+      return;
+    }
+    case 9: { // a data-dependent break or continue in a loop
+      std::string a = operand(), t = constant(-0.8, 0.8), p = fresh();
+      line(fmt::format("{} = cmp gt {}, {} : f64", p, a, t));
+      line(fmt::format("if {} {{", p));
+      indent_ += "  ";
+      intScope_.emplace_back();
+      floatScope_.emplace_back();
+      if (*rc::gen::inRange(0, 2))
+        stmt(depth + 1);
+      intScope_.pop_back();
+      floatScope_.pop_back();
+      line(*rc::gen::inRange(0, 2) ? "break" : "continue");
+      indent_.resize(indent_.size() - 2);
+      line("}");
+      return;
+    }
+    case 6: { // if/else on data
+      std::string a = operand(), b = operand(), p = fresh();
+      line(fmt::format("{} = cmp gt {}, {} : f64", p, a, b));
+      line(fmt::format("if {} {{", p));
+      nest(depth, {});
+      if (*rc::gen::inRange(0, 2)) {
+        line("} else {");
+        nest(depth, {});
+      }
+      line("}");
+      return;
+    }
+    case 7: { // while with a bounded counter and a data break
+      std::string c = fmt::format("%w{}", counter_++);
+      line(fmt::format("{} = alloca i32", c));
+      line("while {");
+      indent_ += "  ";
+      std::string cv = fresh(), lim = fresh(), done = fresh(), one = fresh(), nx = fresh();
+      line(fmt::format("{} = load {} : i32", cv, c));
+      line(fmt::format("{} = const {} : i32", lim, *rc::gen::inRange(1, 5)));
+      line(fmt::format("{} = cmp ge {}, {} : i32", done, cv, lim));
+      line(fmt::format("if {} {{", done));
+      line("  break");
+      line("}");
+      line(fmt::format("{} = const 1 : i32", one));
+      line(fmt::format("{} = add {}, {} : i32", nx, cv, one));
+      line(fmt::format("store {}, {}", c, nx));
+      intScope_.push_back({cv});
+      floatScope_.push_back({});
+      ++loopDepth_;
+      int n = *rc::gen::inRange(1, 3);
+      for (int s = 0; s < n; ++s)
+        stmt(depth + 1);
+      --loopDepth_;
+      if (*rc::gen::inRange(0, 2)) {
+        std::string a = operand(), t = constant(-0.8, 0.8), p = fresh();
+        line(fmt::format("{} = cmp gt {}, {} : f64", p, a, t));
+        line(fmt::format("if {} {{", p));
+        line("  break");
+        line("}");
+      }
+      intScope_.pop_back();
+      floatScope_.pop_back();
+      indent_.resize(indent_.size() - 2);
+      line("}");
+      return;
+    }
+    default: { // continue/break-free nested block via if on a loop index
+      std::vector<std::string> all;
+      for (auto &s : intScope_)
+        all.insert(all.end(), s.begin(), s.end());
+      std::string base = *rc::gen::elementOf(all), one = fresh(), par = fresh(), p = fresh();
+      line(fmt::format("{} = const 1 : i32", one));
+      line(fmt::format("{} = and {}, {} : i32", par, base, one));
+      line(fmt::format("{} = cast {} : i32 to i1", p, par));
+      line(fmt::format("if {} {{", p));
+      nest(depth, {});
+      line("}");
+      return;
+    }
+    }
+  }
+
+  void nest(int depth, std::vector<std::string> ints) {
+    indent_ += "  ";
+    intScope_.push_back(std::move(ints));
+    floatScope_.push_back({});
+    block(depth + 1);
+    intScope_.pop_back();
+    floatScope_.pop_back();
+    indent_.resize(indent_.size() - 2);
+  }
+
+  void block(int depth) {
+    int n = *rc::gen::inRange(1, depth == 0 ? 7 : 4);
+    int control = depth == 0 ? *rc::gen::inRange(0, n) : -1; // the top level has a loop or if
+    for (int s = 0; s < n; ++s)
+      stmt(depth, s == control);
+  }
+
+  std::ostringstream *out_ = nullptr;
+  std::string indent_;
+  int counter_ = 0;
+  int numLocals_ = 1;
+  int loopDepth_ = 0;
+  std::vector<std::vector<std::string>> intScope_, floatScope_;
+};
+
+RC_GTEST_PROP(AutoDiffTest, RandomKernelsMatchFiniteDifferences, ()) {
+  KernelGen gen;
+  std::string text = gen.generate();
+  GradCase c;
+  c.text = text;
+  // Never 0 nor a multiple of 1/20 (the constants compared with): a kink at
+  // exactly the input has equal central differences at every step.
+  c.init["x"] = *rc::gen::container<std::vector<double>>(
+      KernelGen::kX,
+      rc::gen::map(rc::gen::inRange(-100, 100), [](int v) { return (v + 0.5) / 97; }));
+  c.init["cnt"] = *rc::gen::container<std::vector<double>>(
+      3, rc::gen::map(rc::gen::inRange(0, 4), [](int v) { return double(v); }));
+  c.seeds["y"] = {1.0};
+  for (int l = 0; l < 3; ++l)
+    c.seeds[fmt::format("z{}", l)] = {0.5 + l, -1.0 + l};
+  // Loops bounded by `rem` and while loops get the default capacity (256).
+  c.options.defaultAdStackCapacity = 0;
+  c.skipNonSmooth = true;
+  c.rtol = 1e-5;
+  c.atol = 1e-7;
+  RC_CLASSIFY(text.find("while") != std::string::npos, "while");
+  RC_CLASSIFY(text.find("for %j") != std::string::npos, "for");
+  RC_CLASSIFY(text.find(" if ") != std::string::npos, "if");
+  GradChecker g(c);
+  std::string err = g.check();
+  RC_CLASSIFY(g.skipped() > 0, "non-smooth elements skipped");
+  if (!err.empty())
+    RC_FAIL(err + "\nsource kernel:\n" + text);
+}
+
+} // namespace
+} // namespace qd
