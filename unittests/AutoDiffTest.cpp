@@ -1130,6 +1130,44 @@ TEST(AutoDiffTest, NonLinearLoopCarriedValueNeedsOneStack) {
   EXPECT_EQ(g.check(), "");
 }
 
+// A linear inner loop inside a non-linear outer loop: the outer loop saves
+// v once per iteration (sin needs it); the inner loop's reverse needs no
+// primal value, and the value after it is recomputed by its forward run, so
+// it gets no stack of its own.
+TEST(AutoDiffTest, LinearInnerLoopInsideNonLinearOuterLoopNeedsNoInnerStack) {
+  GradChecker g(loopCase(R"(
+field @x : f64[4] grad
+field @y : f64 grad
+kernel @k() {
+  parallel for %i = 0 to 4 {
+    %v = alloca f64
+    %x0 = load @x[%i] : f64
+    store %v, %x0
+    for %j = 0 to 3 {
+      for %k = 0 to 4 {
+        %a = load %v : f64
+        %h = const 0.75 : f64
+        %b = mul %a, %h : f64
+        %c = neg %b : f64
+        store %v, %c
+      }
+      %cur = load %v : f64
+      %s = sin %cur : f64
+      store %v, %s
+    }
+    %r = load %v : f64
+    atomic_add @y[], %r : f64
+  }
+}
+)"));
+  ASSERT_EQ(g.build(), "");
+  auto stacks = stacksOf(g.gradKernel());
+  ASSERT_EQ(stacks.size(), 1u) << g.gradText();
+  EXPECT_EQ(g.check(), "");
+  // The outer loop's stack holds one value per outer iteration.
+  EXPECT_EQ(g.lastDepths().at(stacks[0]), 3);
+}
+
 TEST(AutoDiffTest, IntegerLoopCarriedIndexGetsAnI32Stack) {
   GradChecker g(loopCase(R"(
 field @x : f64[4] grad

@@ -314,13 +314,26 @@ private:
   //===--- what the reverse needs ------------------------------------------===//
 
   void need(const Value *v) {
-    if (v && isa<Stmt>(v) && needed_.insert(v).second)
+    if (v && isa<Stmt>(v) && (!needScope_ || needScope_->count(cast<Stmt>(v))) &&
+        needTarget_->insert(v).second)
       work_.push_back(v);
   }
 
   void computeNeeded() {
     std::vector<Stmt *> stmts;
     walk(src_.body(), [&](Stmt &s) { stmts.push_back(&s); });
+    computeNeededIn(stmts, nullptr, needed_, neededLocals_);
+  }
+
+  /// The values whose primal the reverse of `stmts` needs (non-linear
+  /// operands, conditions, bounds, indices, and what they are computed
+  /// from), following operands only within `scope` when it is given.
+  void computeNeededIn(const std::vector<Stmt *> &stmts,
+                       const std::unordered_set<const Stmt *> *scope,
+                       std::unordered_set<const Value *> &values,
+                       std::unordered_set<const Value *> &locals) {
+    needTarget_ = &values;
+    needScope_ = scope;
     std::unordered_map<const Value *, std::vector<LocalStoreStmt *>> storesTo;
     for (Stmt *s : stmts) {
       if (auto *st = dyn_cast<LocalStoreStmt>(s))
@@ -404,11 +417,12 @@ private:
       for (unsigned i = 0; i < s->numOperands(); ++i)
         need(s->operand(i));
       if (auto *ld = dyn_cast<LocalLoadStmt>(s)) {
-        neededLocals_.insert(ld->local());
+        locals.insert(ld->local());
         for (LocalStoreStmt *st : storesTo[ld->local()])
           need(st->value());
       }
     }
+    needScope_ = nullptr;
   }
 
   /// Locals loaded/stored anywhere inside `loop`.
@@ -418,14 +432,20 @@ private:
         return;
       if (s.isTask())
         return;
-      std::unordered_set<const Value *> read, written;
+      // A loop-carried local is saved only if the reverse of the loop's own
+      // body needs its value; what later code needs is recomputed by the
+      // forward run of the loop.
+      std::vector<Stmt *> inside;
+      walk(s.block(0), [&](Stmt &inner) { inside.push_back(&inner); });
+      std::unordered_set<const Stmt *> scope(inside.begin(), inside.end());
+      std::unordered_set<const Value *> neededInside, read;
+      computeNeededIn(inside, &scope, neededInside, read);
+      std::unordered_set<const Value *> written;
       std::vector<AllocaStmt *> order;
       walk(s.block(0), [&](Stmt &inner) {
         Value *local = nullptr;
         if (auto *ld = dyn_cast<LocalLoadStmt>(&inner)) {
           local = ld->local();
-          if (neededLoads(*ld))
-            read.insert(local);
         } else if (auto *st = dyn_cast<LocalStoreStmt>(&inner)) {
           local = st->local();
           written.insert(local);
@@ -447,8 +467,6 @@ private:
       plans_[&s] = std::move(plan);
     });
   }
-
-  bool neededLoads(const LocalLoadStmt &ld) const { return needed_.count(&ld) > 0; }
 
   void markOwner(Block &b, Frame *f) {
     for (Stmt &s : b) {
@@ -487,7 +505,6 @@ private:
     internalError_ = fmt::format("no forward value for {}", printStmt(*cast<Stmt>(v)));
     return b.constInt(ScalarType::I32, 0);
   }
-
 
   Bound bound(Bound src, Frame &f, IRBuilder &b) {
     return src.isConstant() ? src : Bound(primal(src.value, f, b));
@@ -971,6 +988,8 @@ private:
   Activity activity_;
   std::unordered_set<const Value *> needed_;
   std::unordered_set<const Value *> neededLocals_;
+  std::unordered_set<const Value *> *needTarget_ = nullptr;
+  const std::unordered_set<const Stmt *> *needScope_ = nullptr;
   std::vector<const Value *> work_;
   std::unordered_map<const Stmt *, LoopPlan> plans_;
   std::unordered_map<const Stmt *, Frame *> owner_;
