@@ -13,6 +13,10 @@ add_library(qd_llvm INTERFACE)
 target_include_directories(qd_llvm SYSTEM INTERFACE ${LLVM_INCLUDE_DIRS})
 target_compile_definitions(qd_llvm INTERFACE ${LLVM_DEFINITIONS})
 target_link_libraries(qd_llvm INTERFACE LLVM)
+# Exported (as qd::llvm) so that installed static qd libraries that use LLVM
+# link it; qdConfig.cmake finds LLVM for consumers.
+set_target_properties(qd_llvm PROPERTIES EXPORT_NAME llvm)
+set_property(GLOBAL APPEND PROPERTY QD_EXPORTED_TARGETS qd_llvm)
 set(QD_LLVM_TOOLS_DIR ${LLVM_TOOLS_BINARY_DIR})
 
 # Boost.Graph is header-only; only qd::analysis uses it, privately.

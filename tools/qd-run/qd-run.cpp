@@ -17,6 +17,7 @@
 #include "qd/ir/Parser.h"
 #include "qd/ir/Printer.h"
 #include "qd/ir/Verifier.h"
+#include "qd/runtime/CpuBackend.h"
 
 #include <nlohmann/json.hpp>
 
@@ -40,7 +41,7 @@ constexpr const char *kUsage =
     "options:\n"
     "  --kernel=NAME          kernel to launch (repeat to launch several in order;\n"
     "                         default: the module's only kernel)\n"
-    "  --backend=NAME         execution backend: interp (default)\n"
+    "  --backend=NAME         execution backend: interp (default) or cpu (LLVM JIT)\n"
     "  --inputs=FILE          JSON file {\"fields\": {...}, \"args\": {...}}\n"
     "  --set NAME=JSON        initial value of a field (or NAME.grad / NAME.dual)\n"
     "  --arg NAME=JSON        kernel argument: number, boolean or nested array\n"
@@ -265,8 +266,8 @@ int run(int argc, char **argv) {
   }
   if (file.empty())
     die("no input file (see --help)");
-  if (backendName != "interp")
-    die("unknown backend '" + backendName + "'; available backends: interp");
+  if (backendName != "interp" && backendName != "cpu")
+    die("unknown backend '" + backendName + "'; available backends: interp, cpu");
 
   auto parsed = qd::parseModule(readFile(file), {file, 1});
   if (!parsed.ok())
@@ -368,6 +369,14 @@ int run(int argc, char **argv) {
   }
 
   qd::Interpreter interp;
+  std::unique_ptr<qd::CpuBackend> cpu;
+  if (backendName == "cpu") {
+    auto created = qd::CpuBackend::create();
+    if (!created.ok())
+      die(std::string(created.status().message()));
+    cpu = *std::move(created);
+  }
+  qd::Backend &backend = cpu ? static_cast<qd::Backend &>(*cpu) : interp;
   std::vector<std::string> adstackReport;
   for (const std::string &kname : kernels) {
     const qd::Kernel &k = *module.findKernel(kname);
@@ -385,9 +394,21 @@ int run(int argc, char **argv) {
       args.push_back(qd::LaunchArg::scalar(
           toScalar(it->second, p->type().element(), "argument '" + p->name() + "'")));
     }
-    if (absl::Status s = (*program)->launch(kname, args, interp, options); !s.ok())
+    if (absl::Status s = (*program)->launch(kname, args, backend, options); !s.ok())
       die(std::string(s.message()));
-    if (reportAdStacks) {
+    if (reportAdStacks && cpu) {
+      std::vector<std::pair<std::string, std::string>> rows;
+      for (auto &[stack, cap] : (*program)->lastAdStackCapacities())
+        rows.emplace_back(stack->loc().str(), "kernel @" + kname + ": adstack at " +
+                                                  stack->loc().str() + ": capacity " +
+                                                  std::to_string(cap));
+      std::sort(rows.begin(), rows.end());
+      for (auto &r : rows)
+        adstackReport.push_back(r.second);
+      adstackReport.push_back("kernel @" + kname + ": adstack heap " +
+                              std::to_string(cpu->lastAdStackHeapBytes()) + " bytes (" +
+                              std::to_string(cpu->numThreads()) + " workers)");
+    } else if (reportAdStacks) {
       std::vector<std::pair<std::string, std::string>> rows;
       for (auto &[stack, depth] : interp.adStackMaxDepths())
         rows.emplace_back(stack->loc().str(),

@@ -1,0 +1,105 @@
+//===- qd/codegen/llvm/KernelCodegen.h - LLVM IR for kernels ----*- C++ -*-===//
+//
+// Lowers a verified kernel to an LLVM module with one entry function,
+//
+//   void qd_kernel(QdLaunchContext *ctx)
+//
+// that runs the kernel's top-level statements and tasks in order. A parallel
+// task is outlined into
+//
+//   void qd_task_<n>(QdLaunchContext *ctx, const int64_t *captures,
+//                    int64_t begin, int64_t end, int32_t worker)
+//
+// which runs iterations [begin, end); the entry function hands it to the
+// runtime through `qd_rt_parallel_for` (declared, defined by the runtime).
+// Captures are the top-level values the task uses, one 8-byte slot each.
+//
+// Semantics follow docs/ir.md exactly (the interpreter is the reference):
+// wrapping integer arithmetic, INT_MIN / -1 wraps, saturating float-to-int
+// casts, NaN-losing float min/max with -0 < +0. Integer division by zero,
+// out-of-range shifts, out-of-range indices (when bounds checks are on) and
+// adstack underflow record an *error site* in the context and continue with
+// a harmless value; the runtime turns the first one into an error.
+//
+// Adstacks live in a heap the runtime owns: the stack with id `s` of the
+// worker `w` starts at heap + w * stride + offsets[s] and holds an int64
+// count followed by its entries (primal and adjoint for float stacks, the
+// primal only for integer stacks). A push past capacities[s] writes nothing
+// and raises needed[s] (an atomic max), so the runtime can report the
+// capacity the launch needed.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "qd/ir/Module.h"
+
+#include <absl/status/statusor.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace llvm {
+class LLVMContext;
+class Module;
+} // namespace llvm
+
+namespace qd {
+
+/// The launch context shared by generated code and the runtime (the
+/// generated code addresses its fields by index: keep the order).
+struct QdLaunchContext {
+  void **globals;            // data pointer of every global slot
+  const int64_t *ndShapes;   // shapes of ndarray arguments, packed
+  const int64_t *scalars;    // kernel arguments: ints sign-extended, floats as raw bits
+  char *heap;                // adstack heap
+  int64_t stride;            // bytes per worker in the heap
+  const int64_t *offsets;    // per stack id: byte offset in a worker's slice
+  const int64_t *capacities; // per stack id: capacity (entries)
+  int64_t *needed;           // per stack id: largest count a push asked for
+  int32_t *error;            // 0, or 1 + the id of the first error site hit
+  void *runtime;             // passed back to qd_rt_parallel_for
+};
+
+struct CodegenOptions {
+  /// Check every field/ndarray index (an error site instead of a wild
+  /// access).
+  bool boundsChecked = false;
+};
+
+/// Everything the runtime needs to launch the code of one kernel.
+struct KernelLayout {
+  struct GlobalSlot {
+    const Field *field = nullptr;      // or
+    const Argument *ndarray = nullptr; // an ndarray argument
+    Component component = Component::Primal;
+  };
+  struct ErrorSite {
+    const Stmt *stmt;
+    std::string what;
+  };
+  struct Stack {
+    const AdStackAllocaStmt *stmt;
+    const Stmt *task;    // the top-level statement (task) holding it
+    unsigned entryBytes; // bytes per entry
+  };
+  std::vector<GlobalSlot> slots;
+  std::vector<ErrorSite> sites;
+  std::vector<Stack> stacks;
+  /// Per kernel argument: index of its first extent in ndShapes (ndarrays).
+  std::vector<unsigned> shapeOffset;
+  unsigned numShapes = 0;
+};
+
+/// Emits `kernel` into a new module of `context`.
+absl::StatusOr<std::unique_ptr<llvm::Module>> emitKernel(const Kernel &kernel,
+                                                         llvm::LLVMContext &context,
+                                                         const CodegenOptions &options,
+                                                         KernelLayout &layout);
+
+/// Bytes an adstack of `elem` entries needs for `capacity` entries
+/// (count included, rounded up to 8).
+int64_t adStackBytes(ScalarType elem, int64_t capacity);
+
+} // namespace qd

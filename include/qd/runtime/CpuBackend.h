@@ -1,0 +1,63 @@
+//===- qd/runtime/CpuBackend.h - LLVM JIT backend for the CPU ---*- C++ -*-===//
+//
+// Compiles kernels to native code with the LLVM ORC JIT (O3) and runs them:
+// serial code on the calling thread, each parallel task in chunks on a pool
+// of worker threads. Compiled kernels are cached per (kernel, bounds
+// checking) for the lifetime of the backend.
+//
+// Adstacks live in one heap the backend owns (never on a thread's stack):
+// each task lays out its stacks in a per-worker slice (offset, capacity per
+// stack), the slice size ("stride") is the largest over the tasks, and the
+// heap holds one slice per worker. Capacities come from the launch options
+// (Program::launch sizes every stack before each launch), so a new bound
+// needs no recompilation; the heap grows by amortised doubling and is
+// reused across launches. A push past a capacity writes nothing; the launch
+// then fails with an error naming the kernel, task, stack and the capacity
+// it needed, and the next launch starts clean.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "qd/runtime/Program.h"
+
+#include <absl/status/statusor.h>
+
+#include <cstdint>
+#include <memory>
+
+namespace qd {
+
+struct CpuBackendOptions {
+  /// Worker threads for parallel tasks (0: one per hardware thread).
+  unsigned threads = 0;
+  /// Iterations per chunk of a parallel task (0: about 8 chunks per worker).
+  int64_t chunk = 0;
+};
+
+class CpuBackend : public Backend {
+public:
+  static absl::StatusOr<std::unique_ptr<CpuBackend>> create(const CpuBackendOptions &options = {});
+  ~CpuBackend() override;
+
+  std::string_view name() const override { return "cpu"; }
+  absl::Status launch(Program &program, const Kernel &kernel, std::span<const LaunchArg> args,
+                      const LaunchOptions &options) override;
+
+  unsigned numThreads() const;
+  /// Adstack heap bytes the last launch used (stride x workers).
+  int64_t lastAdStackHeapBytes() const;
+  /// Bytes currently allocated for the adstack heap.
+  int64_t adStackHeapCapacityBytes() const;
+  /// Seconds spent compiling `kernel` (0 if it was not compiled yet).
+  double compileSeconds(const Kernel &kernel) const;
+  /// The optimised LLVM IR of a compiled kernel (for tests and debugging).
+  absl::StatusOr<std::string> llvmIR(const Kernel &kernel, bool boundsChecked = false);
+
+  struct Impl;
+
+private:
+  explicit CpuBackend(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+} // namespace qd

@@ -1,0 +1,848 @@
+//===- KernelCodegen.cpp - LLVM IR for kernels ----------------------------===//
+#include "qd/codegen/llvm/KernelCodegen.h"
+
+#include "qd/ir/Printer.h"
+#include "qd/ir/Visitor.h"
+
+#include <fmt/format.h>
+#include <llvm/IR/IRBuilder.h>
+#include <llvm/IR/Intrinsics.h>
+#include <llvm/IR/LLVMContext.h>
+#include <llvm/IR/MDBuilder.h>
+#include <llvm/IR/Module.h>
+#include <llvm/IR/Verifier.h>
+#include <llvm/Support/raw_ostream.h>
+
+#include <map>
+#include <unordered_map>
+#include <unordered_set>
+
+namespace qd {
+
+int64_t adStackBytes(ScalarType elem, int64_t capacity) {
+  int64_t entry = isFloat(elem) ? 2 * storageBytes(elem) : storageBytes(elem);
+  return (8 + capacity * entry + 7) / 8 * 8;
+}
+
+namespace {
+
+using llvm::BasicBlock;
+using LV = llvm::Value;
+
+enum CtxField : unsigned {
+  kGlobals,
+  kShapes,
+  kScalars,
+  kHeap,
+  kStride,
+  kOffsets,
+  kCapacities,
+  kNeeded,
+  kError,
+  kRuntime
+};
+
+class Emitter {
+public:
+  Emitter(const Kernel &k, llvm::LLVMContext &c, const CodegenOptions &o, KernelLayout &l)
+      : kernel_(k), ctx_(c), opts_(o), layout_(l),
+        module_(std::make_unique<llvm::Module>("qd." + k.name(), c)), b_(c) {
+    ptrTy_ = llvm::PointerType::getUnqual(c);
+    i64_ = b_.getInt64Ty();
+    i32_ = b_.getInt32Ty();
+    ctxTy_ = llvm::StructType::create(
+        c, {ptrTy_, ptrTy_, ptrTy_, ptrTy_, i64_, ptrTy_, ptrTy_, ptrTy_, ptrTy_, ptrTy_},
+        "QdLaunchContext");
+  }
+
+  absl::StatusOr<std::unique_ptr<llvm::Module>> run() {
+    // Layout of arguments' shapes.
+    layout_.shapeOffset.assign(kernel_.numArguments(), 0);
+    for (unsigned i = 0; i < kernel_.numArguments(); ++i)
+      if (kernel_.argument(i)->isNdarray()) {
+        layout_.shapeOffset[i] = layout_.numShapes;
+        layout_.numShapes += kernel_.argument(i)->type().ndim();
+      }
+    auto *mainTy = llvm::FunctionType::get(b_.getVoidTy(), {ptrTy_}, false);
+    llvm::Function *mainFn =
+        llvm::Function::Create(mainTy, llvm::Function::ExternalLinkage, "qd_kernel", module_.get());
+    beginFunction(mainFn, mainFn->getArg(0), b_.getInt32(0));
+    topLevel_ = true;
+    for (Stmt &s : const_cast<Kernel &>(kernel_).body()) {
+      if (s.isTask()) {
+        currentTask_ = &s;
+        if (auto *loop = dyn_cast<ForStmt>(&s))
+          emitParallelTask(*loop);
+        else
+          emitBlock(s.block(0));
+        currentTask_ = nullptr;
+      } else {
+        emitStmt(s);
+      }
+    }
+    b_.CreateRetVoid();
+    if (!error_.empty())
+      return absl::InternalError(error_);
+    std::string text;
+    llvm::raw_string_ostream os(text);
+    if (llvm::verifyModule(*module_, &os))
+      return absl::InternalError("codegen produced invalid LLVM IR: " + os.str());
+    return std::move(module_);
+  }
+
+private:
+  //===--- helpers ---------------------------------------------------------===//
+
+  llvm::Type *typeOf(ScalarType t) {
+    switch (t) {
+    case ScalarType::I1:
+      return b_.getInt1Ty();
+    case ScalarType::I32:
+      return i32_;
+    case ScalarType::I64:
+      return i64_;
+    case ScalarType::F32:
+      return b_.getFloatTy();
+    case ScalarType::F64:
+      return b_.getDoubleTy();
+    }
+    return i32_;
+  }
+  /// In-memory type (i1 is a byte).
+  llvm::Type *memTypeOf(ScalarType t) { return t == ScalarType::I1 ? b_.getInt8Ty() : typeOf(t); }
+
+  LV *toMem(LV *v, ScalarType t) {
+    return t == ScalarType::I1 ? b_.CreateZExt(v, b_.getInt8Ty()) : v;
+  }
+  LV *fromMem(LV *v, ScalarType t) {
+    return t == ScalarType::I1 ? b_.CreateICmpNE(v, b_.getInt8(0)) : v;
+  }
+
+  void beginFunction(llvm::Function *fn, LV *ctx, LV *worker) {
+    fn_ = fn;
+    entry_ = BasicBlock::Create(ctx_, "entry", fn);
+    BasicBlock *body = BasicBlock::Create(ctx_, "body", fn);
+    b_.SetInsertPoint(entry_);
+    b_.CreateBr(body);
+    b_.SetInsertPoint(body);
+    ctxArg_ = ctx;
+    worker_ = worker;
+    ctxCache_.clear();
+    baseCache_.clear();
+  }
+
+  /// An alloca in the function's entry block.
+  llvm::AllocaInst *entryAlloca(llvm::Type *t, const char *name = "") {
+    llvm::IRBuilder<> eb(entry_, entry_->begin());
+    return eb.CreateAlloca(t, nullptr, name);
+  }
+
+  /// A field of the launch context, loaded once in the entry block (the
+  /// context does not change during a launch).
+  LV *ctxField(CtxField f) {
+    LV *&cached = ctxCache_[f];
+    if (!cached) {
+      llvm::IRBuilder<> eb(entry_->getTerminator());
+      cached = eb.CreateLoad(f == kStride ? static_cast<llvm::Type *>(i64_) : ptrTy_,
+                             eb.CreateStructGEP(ctxTy_, ctxArg_, f));
+    }
+    return cached;
+  }
+
+  LV *get(const Value *v) {
+    auto it = values_.find(v);
+    if (it != values_.end())
+      return it->second;
+    if (auto *a = dyn_cast<Argument>(v)) {
+      // Scalar arguments are read from ctx->scalars.
+      LV *slot = b_.CreateGEP(i64_, ctxField(kScalars), b_.getInt64(a->index()));
+      LV *raw = b_.CreateLoad(i64_, slot);
+      ScalarType t = a->type().element();
+      if (isFloat(t)) {
+        if (t == ScalarType::F32)
+          return b_.CreateBitCast(b_.CreateTrunc(raw, i32_), b_.getFloatTy());
+        return b_.CreateBitCast(raw, b_.getDoubleTy());
+      }
+      return t == ScalarType::I64 ? raw : b_.CreateTrunc(raw, typeOf(t));
+    }
+    error_ = "codegen: no value for an operand";
+    return llvm::UndefValue::get(i32_);
+  }
+
+  unsigned site(const Stmt &s, std::string what) {
+    layout_.sites.push_back({&s, std::move(what)});
+    return static_cast<unsigned>(layout_.sites.size());
+  }
+
+  /// Records error site `id` (the first one wins).
+  void raise(unsigned id) {
+    b_.CreateAtomicCmpXchg(ctxField(kError), b_.getInt32(0), b_.getInt32(id), llvm::MaybeAlign(4),
+                           llvm::AtomicOrdering::Monotonic, llvm::AtomicOrdering::Monotonic);
+  }
+
+  /// if (cond) { raise(id) }; continues after.
+  void raiseIf(LV *cond, unsigned id) {
+    BasicBlock *bad = BasicBlock::Create(ctx_, "error", fn_);
+    BasicBlock *ok = BasicBlock::Create(ctx_, "ok", fn_);
+    b_.CreateCondBr(cond, bad, ok);
+    b_.SetInsertPoint(bad);
+    raise(id);
+    b_.CreateBr(ok);
+    b_.SetInsertPoint(ok);
+  }
+
+  llvm::Function *intrinsic(llvm::Intrinsic::ID id, llvm::ArrayRef<llvm::Type *> types) {
+    return llvm::Intrinsic::getDeclaration(module_.get(), id, types);
+  }
+  llvm::FunctionCallee libm(const std::string &name, llvm::Type *t, unsigned arity) {
+    std::vector<llvm::Type *> params(arity, t);
+    return module_->getOrInsertFunction(name, llvm::FunctionType::get(t, params, false));
+  }
+  static std::string libmName(const char *base, ScalarType t) {
+    return t == ScalarType::F32 ? std::string(base) + "f" : std::string(base);
+  }
+
+  //===--- blocks and statements ------------------------------------------===//
+
+  void emitBlock(Block &block) {
+    for (Stmt &s : block) {
+      emitStmt(s);
+      if (b_.GetInsertBlock()->getTerminator())
+        return; // after break/continue (always the last statement)
+    }
+  }
+
+  void emitStmt(Stmt &s) {
+    switch (s.kind()) {
+    case StmtKind::Const: {
+      auto &c = cast<ConstStmt>(s);
+      llvm::Type *t = typeOf(c.scalarType());
+      values_[&s] = isFloat(c.scalarType()) ? llvm::ConstantFP::get(t, c.floatValue())
+                                            : llvm::ConstantInt::get(t, c.intValue(), true);
+      return;
+    }
+    case StmtKind::Binary:
+      values_[&s] = binary(cast<BinaryStmt>(s));
+      return;
+    case StmtKind::Unary:
+      values_[&s] = unary(cast<UnaryStmt>(s));
+      return;
+    case StmtKind::Cmp:
+      values_[&s] = compare(cast<CmpStmt>(s));
+      return;
+    case StmtKind::Select: {
+      auto &sel = cast<SelectStmt>(s);
+      values_[&s] = b_.CreateSelect(get(sel.cond()), get(sel.trueValue()), get(sel.falseValue()));
+      return;
+    }
+    case StmtKind::Cast:
+      values_[&s] = castValue(cast<CastStmt>(s));
+      return;
+    case StmtKind::Alloca: {
+      auto &a = cast<AllocaStmt>(s);
+      llvm::AllocaInst *slot = entryAlloca(typeOf(a.elementType()));
+      b_.CreateStore(llvm::Constant::getNullValue(typeOf(a.elementType())), slot);
+      values_[&s] = slot;
+      return;
+    }
+    case StmtKind::LocalLoad: {
+      auto &ld = cast<LocalLoadStmt>(s);
+      values_[&s] = b_.CreateLoad(typeOf(ld.type().element()), get(ld.local()));
+      return;
+    }
+    case StmtKind::LocalStore: {
+      auto &st = cast<LocalStoreStmt>(s);
+      b_.CreateStore(get(st.value()), get(st.local()));
+      return;
+    }
+    case StmtKind::GlobalLoad:
+    case StmtKind::GlobalStore:
+    case StmtKind::AtomicAdd:
+      globalAccess(cast<GlobalAccessStmt>(s));
+      return;
+    case StmtKind::Shape: {
+      auto &sh = cast<ShapeStmt>(s);
+      LV *extent = ndShape(cast<Argument>(sh.ndarray()), sh.axis());
+      values_[&s] = b_.CreateTrunc(extent, typeOf(sh.type().element()));
+      return;
+    }
+    case StmtKind::For:
+      forLoop(cast<ForStmt>(s));
+      return;
+    case StmtKind::While:
+      whileLoop(cast<WhileStmt>(s));
+      return;
+    case StmtKind::If:
+      ifStmt(cast<IfStmt>(s));
+      return;
+    case StmtKind::Break:
+      b_.CreateBr(loops_.back().second);
+      return;
+    case StmtKind::Continue:
+      b_.CreateBr(loops_.back().first);
+      return;
+    case StmtKind::Serial:
+      emitBlock(s.block(0));
+      return;
+    case StmtKind::AdStackAlloca:
+    case StmtKind::AdStackPush:
+    case StmtKind::AdStackPop:
+    case StmtKind::AdStackLoadTop:
+    case StmtKind::AdStackLoadTopAdj:
+    case StmtKind::AdStackAccAdjoint:
+      adstack(s);
+      return;
+    }
+  }
+
+  //===--- arithmetic --------------------------------------------------------===//
+
+  LV *binary(BinaryStmt &s) {
+    ScalarType t = s.type().element();
+    LV *x = get(s.lhs()), *y = get(s.rhs());
+    llvm::Type *ty = typeOf(t);
+    if (isFloat(t)) {
+      switch (s.op()) {
+      case BinaryOp::Add:
+        return b_.CreateFAdd(x, y);
+      case BinaryOp::Sub:
+        return b_.CreateFSub(x, y);
+      case BinaryOp::Mul:
+        return b_.CreateFMul(x, y);
+      case BinaryOp::Div:
+        return b_.CreateFDiv(x, y);
+      case BinaryOp::Rem:
+        return b_.CreateFRem(x, y);
+      case BinaryOp::Min:
+      case BinaryOp::Max:
+        return floatMinMax(x, y, t, s.op() == BinaryOp::Min);
+      case BinaryOp::Pow:
+        return b_.CreateCall(intrinsic(llvm::Intrinsic::pow, {ty}), {x, y});
+      case BinaryOp::Atan2:
+        return b_.CreateCall(libm(libmName("atan2", t), ty, 2), {x, y});
+      default:
+        break;
+      }
+      return x;
+    }
+    bool isBool = t == ScalarType::I1;
+    switch (s.op()) {
+    case BinaryOp::Add:
+      return b_.CreateAdd(x, y);
+    case BinaryOp::Sub:
+      return b_.CreateSub(x, y);
+    case BinaryOp::Mul:
+      return b_.CreateMul(x, y);
+    case BinaryOp::Div:
+    case BinaryOp::Rem: {
+      bool div = s.op() == BinaryOp::Div;
+      LV *zero = llvm::ConstantInt::get(ty, 0);
+      raiseIf(b_.CreateICmpEQ(y, zero), site(s, "integer division by zero"));
+      // A zero divisor becomes 1 (the launch fails anyway); INT_MIN / -1
+      // wraps: x * -1 = -x, remainder 0.
+      LV *safeY = b_.CreateSelect(b_.CreateICmpEQ(y, zero), llvm::ConstantInt::get(ty, 1), y);
+      if (isBool)
+        return div ? b_.CreateUDiv(x, safeY) : b_.CreateURem(x, safeY);
+      LV *minusOne = b_.CreateICmpEQ(safeY, llvm::ConstantInt::get(ty, -1, true));
+      LV *safe = b_.CreateSelect(minusOne, llvm::ConstantInt::get(ty, 1), safeY);
+      LV *q = div ? b_.CreateSDiv(x, safe) : b_.CreateSRem(x, safe);
+      return b_.CreateSelect(minusOne, div ? b_.CreateSub(zero, x) : zero, q);
+    }
+    case BinaryOp::Min:
+      return b_.CreateBinaryIntrinsic(isBool ? llvm::Intrinsic::umin : llvm::Intrinsic::smin, x, y);
+    case BinaryOp::Max:
+      return b_.CreateBinaryIntrinsic(isBool ? llvm::Intrinsic::umax : llvm::Intrinsic::smax, x, y);
+    case BinaryOp::And:
+      return b_.CreateAnd(x, y);
+    case BinaryOp::Or:
+      return b_.CreateOr(x, y);
+    case BinaryOp::Xor:
+      return b_.CreateXor(x, y);
+    case BinaryOp::Shl:
+    case BinaryOp::Shr: {
+      unsigned width = bitWidth(t);
+      LV *bad = isBool ? b_.CreateICmpNE(y, llvm::ConstantInt::get(ty, 0))
+                       : b_.CreateICmpUGE(y, llvm::ConstantInt::get(ty, width));
+      raiseIf(bad, site(s, fmt::format("shift amount is outside [0, {})", width)));
+      LV *amount = b_.CreateSelect(bad, llvm::ConstantInt::get(ty, 0), y);
+      return s.op() == BinaryOp::Shl
+                 ? b_.CreateShl(x, amount)
+                 : (isBool ? b_.CreateLShr(x, amount) : b_.CreateAShr(x, amount));
+    }
+    default:
+      return x;
+    }
+  }
+
+  /// min/max where NaN loses to a number and -0 < +0.
+  LV *floatMinMax(LV *x, LV *y, ScalarType t, bool isMin) {
+    llvm::Type *ty = typeOf(t);
+    llvm::Type *ity = t == ScalarType::F32 ? static_cast<llvm::Type *>(i32_) : i64_;
+    LV *xNan = b_.CreateFCmpUNO(x, x);
+    LV *yNan = b_.CreateFCmpUNO(y, y);
+    LV *xFirst = isMin ? b_.CreateFCmpOLT(x, y) : b_.CreateFCmpOGT(x, y);
+    LV *yFirst = isMin ? b_.CreateFCmpOLT(y, x) : b_.CreateFCmpOGT(y, x);
+    // Equal (or both zero): combine sign bits; min keeps a set sign, max a clear one.
+    LV *xi = b_.CreateBitCast(x, ity), *yi = b_.CreateBitCast(y, ity);
+    LV *same = b_.CreateBitCast(isMin ? b_.CreateOr(xi, yi) : b_.CreateAnd(xi, yi), ty);
+    LV *r = b_.CreateSelect(yFirst, y, same);
+    r = b_.CreateSelect(xFirst, x, r);
+    r = b_.CreateSelect(yNan, x, r);
+    return b_.CreateSelect(xNan, y, r);
+  }
+
+  LV *unary(UnaryStmt &s) {
+    ScalarType t = s.type().element();
+    llvm::Type *ty = typeOf(t);
+    LV *x = get(s.input());
+    auto call1 = [&](llvm::Intrinsic::ID id) { return b_.CreateCall(intrinsic(id, {ty}), {x}); };
+    if (isFloat(t)) {
+      switch (s.op()) {
+      case UnaryOp::Neg:
+        return b_.CreateFNeg(x);
+      case UnaryOp::Abs:
+        return call1(llvm::Intrinsic::fabs);
+      case UnaryOp::Sin:
+        return call1(llvm::Intrinsic::sin);
+      case UnaryOp::Cos:
+        return call1(llvm::Intrinsic::cos);
+      case UnaryOp::Exp:
+        return call1(llvm::Intrinsic::exp);
+      case UnaryOp::Log:
+        return call1(llvm::Intrinsic::log);
+      case UnaryOp::Sqrt:
+        return call1(llvm::Intrinsic::sqrt);
+      case UnaryOp::Floor:
+        return call1(llvm::Intrinsic::floor);
+      case UnaryOp::Ceil:
+        return call1(llvm::Intrinsic::ceil);
+      case UnaryOp::Tan:
+        return b_.CreateCall(libm(libmName("tan", t), ty, 1), {x});
+      case UnaryOp::Tanh:
+        return b_.CreateCall(libm(libmName("tanh", t), ty, 1), {x});
+      case UnaryOp::Not:
+        return x;
+      }
+    }
+    switch (s.op()) {
+    case UnaryOp::Neg:
+      return b_.CreateSub(llvm::ConstantInt::get(ty, 0), x);
+    case UnaryOp::Abs:
+      if (t == ScalarType::I1)
+        return x;
+      return b_.CreateBinaryIntrinsic(llvm::Intrinsic::abs, x, b_.getFalse());
+    case UnaryOp::Not:
+      return b_.CreateNot(x);
+    default:
+      return x;
+    }
+  }
+
+  LV *compare(CmpStmt &s) {
+    LV *x = get(s.lhs()), *y = get(s.rhs());
+    ScalarType t = s.operandType();
+    using P = llvm::CmpInst::Predicate;
+    P p;
+    if (isFloat(t)) {
+      static const P preds[] = {P::FCMP_OEQ, P::FCMP_UNE, P::FCMP_OLT,
+                                P::FCMP_OLE, P::FCMP_OGT, P::FCMP_OGE};
+      p = preds[static_cast<int>(s.predicate())];
+      return b_.CreateFCmp(p, x, y);
+    }
+    bool u = t == ScalarType::I1;
+    static const P signedPreds[] = {P::ICMP_EQ,  P::ICMP_NE,  P::ICMP_SLT,
+                                    P::ICMP_SLE, P::ICMP_SGT, P::ICMP_SGE};
+    static const P unsignedPreds[] = {P::ICMP_EQ,  P::ICMP_NE,  P::ICMP_ULT,
+                                      P::ICMP_ULE, P::ICMP_UGT, P::ICMP_UGE};
+    p = (u ? unsignedPreds : signedPreds)[static_cast<int>(s.predicate())];
+    return b_.CreateICmp(p, x, y);
+  }
+
+  LV *castValue(CastStmt &s) {
+    LV *x = get(s.input());
+    ScalarType from = s.from(), to = s.to();
+    llvm::Type *ty = typeOf(to);
+    if (from == to)
+      return x;
+    if (to == ScalarType::I1) // "not zero"
+      return isFloat(from) ? b_.CreateFCmpUNE(x, llvm::ConstantFP::get(typeOf(from), 0))
+                           : b_.CreateICmpNE(x, llvm::ConstantInt::get(typeOf(from), 0));
+    if (isFloat(from) && isFloat(to))
+      return b_.CreateFPCast(x, ty);
+    if (isFloat(from)) // truncate, saturate, NaN -> 0
+      return b_.CreateIntrinsic(llvm::Intrinsic::fptosi_sat, {ty, typeOf(from)}, {x});
+    if (isFloat(to))
+      return from == ScalarType::I1 ? b_.CreateUIToFP(x, ty) : b_.CreateSIToFP(x, ty);
+    if (from == ScalarType::I1)
+      return b_.CreateZExt(x, ty);
+    return b_.CreateSExtOrTrunc(x, ty);
+  }
+
+  //===--- globals ---------------------------------------------------------===//
+
+  unsigned slotOf(const GlobalAccessStmt &g) {
+    const Field *f = g.isField() ? g.field() : nullptr;
+    const Argument *a = g.isField() ? nullptr : cast<Argument>(g.ndarray());
+    for (unsigned i = 0; i < layout_.slots.size(); ++i) {
+      const auto &s = layout_.slots[i];
+      if (s.field == f && s.ndarray == a && s.component == g.component())
+        return i;
+    }
+    layout_.slots.push_back({f, a, g.component()});
+    return static_cast<unsigned>(layout_.slots.size() - 1);
+  }
+
+  LV *ndShape(const Argument *a, unsigned axis) {
+    unsigned off = layout_.shapeOffset[a->index()] + axis;
+    return b_.CreateLoad(i64_, b_.CreateGEP(i64_, ctxField(kShapes), b_.getInt64(off)));
+  }
+
+  void globalAccess(GlobalAccessStmt &g) {
+    ScalarType elem = g.elementType();
+    llvm::Type *mem = memTypeOf(elem);
+    // Extents and the row-major flat index.
+    std::vector<LV *> extents;
+    if (g.isField())
+      for (int64_t e : g.field()->shape())
+        extents.push_back(b_.getInt64(e));
+    else
+      for (unsigned d = 0; d < g.numIndices(); ++d)
+        extents.push_back(ndShape(cast<Argument>(g.ndarray()), d));
+    LV *flat = b_.getInt64(0);
+    LV *bad = b_.getFalse();
+    for (unsigned d = 0; d < g.numIndices(); ++d) {
+      LV *idx = b_.CreateSExt(get(g.index(d)), i64_);
+      if (opts_.boundsChecked)
+        bad = b_.CreateOr(bad, b_.CreateICmpUGE(idx, extents[d])); // negative is huge unsigned
+      flat = b_.CreateAdd(b_.CreateMul(flat, extents[d]), idx);
+    }
+    LV *base =
+        b_.CreateLoad(ptrTy_, b_.CreateGEP(ptrTy_, ctxField(kGlobals), b_.getInt64(slotOf(g))));
+    BasicBlock *after = nullptr, *skip = nullptr, *from = nullptr;
+    if (opts_.boundsChecked && g.numIndices() > 0) {
+      BasicBlock *inRange = BasicBlock::Create(ctx_, "in.range", fn_);
+      skip = BasicBlock::Create(ctx_, "out.of.range", fn_);
+      after = BasicBlock::Create(ctx_, "access.done", fn_);
+      b_.CreateCondBr(bad, skip, inRange);
+      b_.SetInsertPoint(skip);
+      raise(site(g, "index out of range"));
+      b_.CreateBr(after);
+      b_.SetInsertPoint(inRange);
+    }
+    LV *ptr = b_.CreateGEP(mem, base, flat);
+    LV *loaded = nullptr;
+    if (g.kind() == StmtKind::GlobalLoad) {
+      loaded = fromMem(b_.CreateLoad(mem, ptr), elem);
+    } else if (auto *st = dyn_cast<GlobalStoreStmt>(&g)) {
+      b_.CreateStore(toMem(get(st->value()), elem), ptr);
+    } else {
+      LV *v = get(cast<AtomicAddStmt>(g).value());
+      llvm::AtomicRMWInst::BinOp op = isFloat(elem)            ? llvm::AtomicRMWInst::FAdd
+                                      : elem == ScalarType::I1 ? llvm::AtomicRMWInst::Xor
+                                                               : llvm::AtomicRMWInst::Add;
+      b_.CreateAtomicRMW(op, ptr, toMem(v, elem), llvm::MaybeAlign(storageBytes(elem)),
+                         llvm::AtomicOrdering::Monotonic);
+    }
+    if (after) {
+      from = b_.GetInsertBlock();
+      b_.CreateBr(after);
+      b_.SetInsertPoint(after);
+      if (loaded) {
+        llvm::PHINode *phi = b_.CreatePHI(typeOf(elem), 2);
+        phi->addIncoming(loaded, from);
+        phi->addIncoming(llvm::Constant::getNullValue(typeOf(elem)), skip);
+        loaded = phi;
+      }
+    }
+    if (loaded)
+      values_[&g] = loaded;
+  }
+
+  //===--- control flow ----------------------------------------------------===//
+
+  LV *boundValue(Bound bd) {
+    return bd.isConstant() ? b_.getInt32(static_cast<int32_t>(bd.constant)) : get(bd.value);
+  }
+
+  /// for i in [begin, end) with `body(i)`; continue goes to the latch.
+  template <typename Body> void countedLoop(LV *begin, LV *end, llvm::Type *ty, Body &&body) {
+    llvm::AllocaInst *counter = entryAlloca(ty, "i");
+    b_.CreateStore(begin, counter);
+    BasicBlock *header = BasicBlock::Create(ctx_, "for.header", fn_);
+    BasicBlock *bodyBB = BasicBlock::Create(ctx_, "for.body", fn_);
+    BasicBlock *latch = BasicBlock::Create(ctx_, "for.latch", fn_);
+    BasicBlock *exit = BasicBlock::Create(ctx_, "for.exit", fn_);
+    b_.CreateBr(header);
+    b_.SetInsertPoint(header);
+    LV *i = b_.CreateLoad(ty, counter);
+    b_.CreateCondBr(b_.CreateICmpSLT(i, end), bodyBB, exit);
+    b_.SetInsertPoint(bodyBB);
+    loops_.emplace_back(latch, exit);
+    body(i);
+    loops_.pop_back();
+    if (!b_.GetInsertBlock()->getTerminator())
+      b_.CreateBr(latch);
+    b_.SetInsertPoint(latch);
+    LV *next = b_.CreateAdd(b_.CreateLoad(ty, counter), llvm::ConstantInt::get(ty, 1));
+    b_.CreateStore(next, counter);
+    b_.CreateBr(header);
+    b_.SetInsertPoint(exit);
+  }
+
+  void forLoop(ForStmt &loop) {
+    countedLoop(boundValue(loop.begin()), boundValue(loop.end()), i32_, [&](LV *i) {
+      values_[&loop] = i;
+      emitBlock(loop.body());
+    });
+  }
+
+  void whileLoop(WhileStmt &w) {
+    BasicBlock *header = BasicBlock::Create(ctx_, "while.body", fn_);
+    BasicBlock *exit = BasicBlock::Create(ctx_, "while.exit", fn_);
+    b_.CreateBr(header);
+    b_.SetInsertPoint(header);
+    loops_.emplace_back(header, exit);
+    emitBlock(w.body());
+    loops_.pop_back();
+    if (!b_.GetInsertBlock()->getTerminator())
+      b_.CreateBr(header);
+    b_.SetInsertPoint(exit);
+  }
+
+  void ifStmt(IfStmt &i) {
+    BasicBlock *thenBB = BasicBlock::Create(ctx_, "if.then", fn_);
+    BasicBlock *elseBB = BasicBlock::Create(ctx_, "if.else", fn_);
+    BasicBlock *join = BasicBlock::Create(ctx_, "if.join", fn_);
+    b_.CreateCondBr(get(i.cond()), thenBB, elseBB);
+    for (int arm = 0; arm < 2; ++arm) {
+      b_.SetInsertPoint(arm == 0 ? thenBB : elseBB);
+      emitBlock(arm == 0 ? i.thenBlock() : i.elseBlock());
+      if (!b_.GetInsertBlock()->getTerminator())
+        b_.CreateBr(join);
+    }
+    b_.SetInsertPoint(join);
+  }
+
+  /// Outlines a parallel task and hands it to the runtime.
+  void emitParallelTask(ForStmt &task) {
+    // Top-level values the task uses.
+    std::vector<const Value *> captures;
+    std::unordered_set<const Value *> seen;
+    walk(task.body(), [&](Stmt &s) {
+      for (unsigned i = 0; i < s.numOperands(); ++i) {
+        const Value *op = s.operand(i);
+        auto *def = dyn_cast<Stmt>(op);
+        if (def && !def->parentStmt() && !def->isTask() && values_.count(def) &&
+            seen.insert(def).second)
+          captures.push_back(def);
+      }
+    });
+    LV *begin = b_.CreateSExt(boundValue(task.begin()), i64_);
+    LV *end = b_.CreateSExt(boundValue(task.end()), i64_);
+    llvm::AllocaInst *buf =
+        entryAlloca(llvm::ArrayType::get(i64_, std::max<size_t>(captures.size(), 1)), "captures");
+    for (size_t i = 0; i < captures.size(); ++i)
+      b_.CreateStore(toSlot(values_.at(captures[i])),
+                     b_.CreateConstGEP2_64(buf->getAllocatedType(), buf, 0, i));
+    // The outlined function.
+    auto *taskTy =
+        llvm::FunctionType::get(b_.getVoidTy(), {ptrTy_, ptrTy_, i64_, i64_, i32_}, false);
+    llvm::Function *taskFn =
+        llvm::Function::Create(taskTy, llvm::Function::ExternalLinkage,
+                               fmt::format("qd_task_{}", taskCount_++), module_.get());
+    // Save the caller's state, emit the task, restore.
+    auto savedValues = values_;
+    llvm::Function *savedFn = fn_;
+    BasicBlock *savedEntry = entry_;
+    LV *savedCtx = ctxArg_, *savedWorker = worker_;
+    auto savedCtxCache = ctxCache_;
+    auto savedBaseCache = baseCache_;
+    llvm::IRBuilderBase::InsertPoint savedIP = b_.saveIP();
+
+    beginFunction(taskFn, taskFn->getArg(0), taskFn->getArg(4));
+    for (size_t i = 0; i < captures.size(); ++i) {
+      LV *raw = b_.CreateLoad(i64_, b_.CreateGEP(i64_, taskFn->getArg(1), b_.getInt64(i)));
+      values_[captures[i]] = fromSlot(raw, captures[i]->type().element());
+    }
+    countedLoop(taskFn->getArg(2), taskFn->getArg(3), i64_, [&](LV *i) {
+      values_[&task] = b_.CreateTrunc(i, i32_);
+      emitBlock(task.body());
+    });
+    b_.CreateRetVoid();
+
+    values_ = std::move(savedValues);
+    fn_ = savedFn;
+    entry_ = savedEntry;
+    ctxArg_ = savedCtx;
+    worker_ = savedWorker;
+    ctxCache_ = std::move(savedCtxCache);
+    baseCache_ = std::move(savedBaseCache);
+    b_.restoreIP(savedIP);
+    llvm::FunctionCallee pf = module_->getOrInsertFunction(
+        "qd_rt_parallel_for",
+        llvm::FunctionType::get(b_.getVoidTy(), {ptrTy_, ptrTy_, ptrTy_, i64_, i64_}, false));
+    b_.CreateCall(pf, {ctxArg_, taskFn, buf, begin, end});
+  }
+
+  LV *toSlot(LV *v) {
+    llvm::Type *t = v->getType();
+    if (t->isFloatTy())
+      return b_.CreateZExt(b_.CreateBitCast(v, i32_), i64_);
+    if (t->isDoubleTy())
+      return b_.CreateBitCast(v, i64_);
+    if (t->isIntegerTy(1))
+      return b_.CreateZExt(v, i64_);
+    return b_.CreateSExtOrTrunc(v, i64_);
+  }
+  LV *fromSlot(LV *raw, ScalarType t) {
+    switch (t) {
+    case ScalarType::F32:
+      return b_.CreateBitCast(b_.CreateTrunc(raw, i32_), b_.getFloatTy());
+    case ScalarType::F64:
+      return b_.CreateBitCast(raw, b_.getDoubleTy());
+    default:
+      return b_.CreateTrunc(raw, typeOf(t));
+    }
+  }
+
+  //===--- adstacks ----------------------------------------------------------===//
+
+  struct StackRef {
+    unsigned id;
+    ScalarType elem;
+  };
+
+  /// Base address and capacity of stack `id` for this worker, computed once
+  /// in the entry block: heap + worker * stride + offsets[id].
+  std::pair<LV *, LV *> stackInfo(unsigned id) {
+    auto &cached = baseCache_[id];
+    if (!cached.first) {
+      LV *offsets = ctxField(kOffsets), *stride = ctxField(kStride), *heap = ctxField(kHeap);
+      LV *caps = ctxField(kCapacities);
+      llvm::IRBuilder<> eb(entry_->getTerminator());
+      LV *offset = eb.CreateLoad(i64_, eb.CreateGEP(i64_, offsets, eb.getInt64(id)));
+      LV *perWorker = eb.CreateMul(eb.CreateZExt(worker_, i64_), stride);
+      cached.first = eb.CreateGEP(eb.getInt8Ty(), heap, eb.CreateAdd(perWorker, offset));
+      cached.second = eb.CreateLoad(i64_, eb.CreateGEP(i64_, caps, eb.getInt64(id)));
+    }
+    return cached;
+  }
+  LV *stackBase(unsigned id) { return stackInfo(id).first; }
+  LV *capacity(unsigned id) { return stackInfo(id).second; }
+  /// Address of entry `index` (primal; the adjoint follows it).
+  LV *entryAddr(LV *base, LV *index, ScalarType elem) {
+    int64_t entry = isFloat(elem) ? 2 * storageBytes(elem) : storageBytes(elem);
+    LV *byteOff = b_.CreateAdd(b_.getInt64(8), b_.CreateMul(index, b_.getInt64(entry)));
+    return b_.CreateGEP(b_.getInt8Ty(), base, byteOff);
+  }
+
+  void adstack(Stmt &s) {
+    if (auto *a = dyn_cast<AdStackAllocaStmt>(&s)) {
+      unsigned id = static_cast<unsigned>(layout_.stacks.size());
+      ScalarType elem = a->elementType();
+      layout_.stacks.push_back(
+          {a, currentTask_,
+           static_cast<unsigned>(isFloat(elem) ? 2 * storageBytes(elem) : storageBytes(elem))});
+      stacks_[a] = {id, elem};
+      b_.CreateStore(b_.getInt64(0), stackBase(id)); // count = 0
+      return;
+    }
+    auto &op = cast<AdStackOpStmt>(s);
+    StackRef st = stacks_.at(op.stack());
+    LV *base = stackBase(st.id);
+    LV *count = b_.CreateLoad(i64_, base);
+    llvm::Type *mem = memTypeOf(st.elem);
+    if (s.kind() == StmtKind::AdStackPush) {
+      LV *cap = capacity(st.id);
+      LV *fits = b_.CreateICmpSLT(count, cap);
+      BasicBlock *write = BasicBlock::Create(ctx_, "push.write", fn_);
+      BasicBlock *over = BasicBlock::Create(ctx_, "push.overflow", fn_);
+      BasicBlock *done = BasicBlock::Create(ctx_, "push.done", fn_);
+      b_.CreateCondBr(fits, write, over, llvm::MDBuilder(ctx_).createBranchWeights(1000, 1));
+      b_.SetInsertPoint(write);
+      LV *addr = entryAddr(base, count, st.elem);
+      b_.CreateStore(toMem(get(cast<AdStackPushStmt>(s).value()), st.elem), addr);
+      if (isFloat(st.elem))
+        b_.CreateStore(llvm::Constant::getNullValue(mem),
+                       b_.CreateGEP(b_.getInt8Ty(), addr, b_.getInt64(storageBytes(st.elem))));
+      b_.CreateBr(done);
+      b_.SetInsertPoint(over);
+      // Nothing is written; remember the depth this push asked for.
+      b_.CreateAtomicRMW(llvm::AtomicRMWInst::Max,
+                         b_.CreateGEP(i64_, ctxField(kNeeded), b_.getInt64(st.id)),
+                         b_.CreateAdd(count, b_.getInt64(1)), llvm::MaybeAlign(8),
+                         llvm::AtomicOrdering::Monotonic);
+      b_.CreateBr(done);
+      b_.SetInsertPoint(done);
+      b_.CreateStore(b_.CreateAdd(count, b_.getInt64(1)), base);
+      return;
+    }
+    // pop / load_top / load_top_adj / acc_adjoint need a non-empty stack.
+    unsigned underflow =
+        site(s, fmt::format("adstack underflow: the adstack declared at {} is empty",
+                            cast<Stmt>(op.stack())->loc().str()));
+    raiseIf(b_.CreateICmpSLE(count, b_.getInt64(0)), underflow);
+    // Past the capacity (after an overflow) the top is not stored: read the
+    // last stored entry; the launch reports the overflow anyway.
+    LV *cap = capacity(st.id);
+    LV *top = b_.CreateSub(count, b_.getInt64(1));
+    top = b_.CreateSelect(b_.CreateICmpSLT(top, cap), top, b_.CreateSub(cap, b_.getInt64(1)));
+    top = b_.CreateSelect(b_.CreateICmpSLT(top, b_.getInt64(0)), b_.getInt64(0), top);
+    LV *addr = entryAddr(base, top, st.elem);
+    LV *adjAddr = b_.CreateGEP(b_.getInt8Ty(), addr, b_.getInt64(storageBytes(st.elem)));
+    switch (s.kind()) {
+    case StmtKind::AdStackPop:
+      b_.CreateStore(b_.CreateSelect(b_.CreateICmpSGT(count, b_.getInt64(0)),
+                                     b_.CreateSub(count, b_.getInt64(1)), count),
+                     base);
+      return;
+    case StmtKind::AdStackLoadTop:
+      values_[&s] = fromMem(b_.CreateLoad(mem, addr), st.elem);
+      return;
+    case StmtKind::AdStackLoadTopAdj:
+      values_[&s] = b_.CreateLoad(mem, adjAddr);
+      return;
+    case StmtKind::AdStackAccAdjoint: {
+      LV *cur = b_.CreateLoad(mem, adjAddr);
+      b_.CreateStore(b_.CreateFAdd(cur, get(cast<AdStackAccAdjointStmt>(s).value())), adjAddr);
+      return;
+    }
+    default:
+      return;
+    }
+  }
+
+  const Kernel &kernel_;
+  llvm::LLVMContext &ctx_;
+  const CodegenOptions &opts_;
+  KernelLayout &layout_;
+  std::unique_ptr<llvm::Module> module_;
+  llvm::IRBuilder<> b_;
+  llvm::PointerType *ptrTy_;
+  llvm::IntegerType *i64_, *i32_;
+  llvm::StructType *ctxTy_;
+  llvm::Function *fn_ = nullptr;
+  BasicBlock *entry_ = nullptr;
+  LV *ctxArg_ = nullptr, *worker_ = nullptr;
+  bool topLevel_ = false;
+  const Stmt *currentTask_ = nullptr;
+  unsigned taskCount_ = 0;
+  std::unordered_map<const Value *, LV *> values_;
+  std::unordered_map<const Value *, StackRef> stacks_;
+  std::unordered_map<unsigned, LV *> ctxCache_;
+  std::unordered_map<unsigned, std::pair<LV *, LV *>> baseCache_;
+  std::vector<std::pair<BasicBlock *, BasicBlock *>> loops_; // (continue, break)
+  std::string error_;
+};
+
+} // namespace
+
+absl::StatusOr<std::unique_ptr<llvm::Module>> emitKernel(const Kernel &kernel,
+                                                         llvm::LLVMContext &context,
+                                                         const CodegenOptions &options,
+                                                         KernelLayout &layout) {
+  layout = KernelLayout();
+  return Emitter(kernel, context, options, layout).run();
+}
+
+} // namespace qd

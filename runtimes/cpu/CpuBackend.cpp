@@ -1,0 +1,398 @@
+//===- CpuBackend.cpp - LLVM JIT backend for the CPU ----------------------===//
+#include "qd/runtime/CpuBackend.h"
+
+#include "qd/codegen/llvm/KernelCodegen.h"
+#include "qd/ir/Printer.h"
+
+#include <fmt/format.h>
+#include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
+#include <llvm/ExecutionEngine/Orc/LLJIT.h>
+#include <llvm/ExecutionEngine/Orc/ThreadSafeModule.h>
+#include <llvm/IR/LLVMContext.h>
+#include <llvm/IR/Module.h>
+#include <llvm/Passes/PassBuilder.h>
+#include <llvm/Support/TargetSelect.h>
+#include <llvm/Support/raw_ostream.h>
+#include <llvm/Target/TargetMachine.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <thread>
+
+namespace qd {
+
+using TaskFn = void (*)(QdLaunchContext *, const int64_t *, int64_t, int64_t, int32_t);
+using KernelFn = void (*)(QdLaunchContext *);
+
+namespace {
+
+/// Persistent workers that run the chunks of one parallel task at a time.
+class ThreadPool {
+public:
+  explicit ThreadPool(unsigned n, int64_t chunk) : n_(std::max(1u, n)), chunk_(chunk) {
+    for (unsigned w = 1; w < n_; ++w)
+      threads_.emplace_back([this, w] { loop(w); });
+  }
+  ~ThreadPool() {
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+      ++generation_;
+    }
+    cv_.notify_all();
+    for (auto &t : threads_)
+      t.join();
+  }
+  unsigned size() const { return n_; }
+
+  void run(QdLaunchContext *ctx, TaskFn fn, const int64_t *captures, int64_t begin, int64_t end) {
+    if (end <= begin)
+      return;
+    int64_t total = end - begin;
+    int64_t chunk = chunk_ > 0 ? chunk_ : std::max<int64_t>(1, total / (int64_t(n_) * 8));
+    if (n_ == 1 || total <= chunk) {
+      fn(ctx, captures, begin, end, 0);
+      return;
+    }
+    {
+      std::lock_guard lock(mu_);
+      job_ = {ctx, fn, captures, begin, end, chunk};
+      next_.store(begin);
+      busy_ = n_ - 1;
+      ++generation_;
+    }
+    cv_.notify_all();
+    work(0);
+    std::unique_lock lock(mu_);
+    done_.wait(lock, [&] { return busy_ == 0; });
+  }
+
+private:
+  struct Job {
+    QdLaunchContext *ctx;
+    TaskFn fn;
+    const int64_t *captures;
+    int64_t begin, end, chunk;
+  };
+
+  void work(unsigned worker) {
+    Job job;
+    {
+      std::lock_guard lock(mu_);
+      job = job_;
+    }
+    for (;;) {
+      int64_t b = next_.fetch_add(job.chunk);
+      if (b >= job.end)
+        break;
+      job.fn(job.ctx, job.captures, b, std::min(job.end, b + job.chunk),
+             static_cast<int32_t>(worker));
+    }
+  }
+
+  void loop(unsigned worker) {
+    uint64_t seen = 0;
+    for (;;) {
+      {
+        std::unique_lock lock(mu_);
+        cv_.wait(lock, [&] { return generation_ != seen; });
+        seen = generation_;
+        if (stop_)
+          return;
+      }
+      work(worker);
+      {
+        std::lock_guard lock(mu_);
+        if (--busy_ == 0)
+          done_.notify_one();
+      }
+    }
+  }
+
+  unsigned n_;
+  int64_t chunk_;
+  std::vector<std::thread> threads_;
+  std::mutex mu_;
+  std::condition_variable cv_, done_;
+  uint64_t generation_ = 0;
+  bool stop_ = false;
+  unsigned busy_ = 0;
+  Job job_{};
+  std::atomic<int64_t> next_{0};
+};
+
+} // namespace
+
+extern "C" void qd_rt_parallel_for(QdLaunchContext *ctx, TaskFn fn, const int64_t *captures,
+                                   int64_t begin, int64_t end) {
+  static_cast<ThreadPool *>(ctx->runtime)->run(ctx, fn, captures, begin, end);
+}
+
+struct CpuBackend::Impl {
+  struct Compiled {
+    KernelFn fn = nullptr;
+    KernelLayout layout;
+    double seconds = 0;
+    std::string ir;
+  };
+
+  std::unique_ptr<llvm::orc::LLJIT> jit;
+  std::unique_ptr<ThreadPool> pool;
+  std::map<std::pair<const Kernel *, bool>, Compiled> cache;
+  unsigned counter = 0;
+  std::unique_ptr<char[]> heap;
+  int64_t heapBytes = 0;
+  int64_t lastHeapBytes = 0;
+
+  absl::StatusOr<Compiled *> compile(const Kernel &kernel, bool boundsChecked) {
+    auto key = std::pair(&kernel, boundsChecked);
+    if (auto it = cache.find(key); it != cache.end())
+      return &it->second;
+    auto start = std::chrono::steady_clock::now();
+    Compiled c;
+    auto context = std::make_unique<llvm::LLVMContext>();
+    CodegenOptions opts;
+    opts.boundsChecked = boundsChecked;
+    auto module = emitKernel(kernel, *context, opts, c.layout);
+    if (!module.ok())
+      return module.status();
+    llvm::Module &m = **module;
+    // Unique names per compiled kernel in the shared JIT.
+    std::string prefix = fmt::format("qdk{}_", counter++);
+    for (llvm::Function &f : m)
+      if (!f.isDeclaration())
+        f.setName(prefix + f.getName().str());
+    m.setDataLayout(jit->getDataLayout());
+    m.setTargetTriple(jit->getTargetTriple().str());
+    optimize(m);
+    llvm::raw_string_ostream os(c.ir);
+    m.print(os, nullptr);
+    llvm::orc::ThreadSafeModule tsm(std::move(*module), std::move(context));
+    if (llvm::Error e = jit->addIRModule(std::move(tsm)))
+      return absl::InternalError("cpu backend: cannot add the module to the JIT: " +
+                                 llvm::toString(std::move(e)));
+    auto sym = jit->lookup(prefix + "qd_kernel");
+    if (!sym)
+      return absl::InternalError("cpu backend: " + llvm::toString(sym.takeError()));
+    c.fn = sym->toPtr<KernelFn>();
+    c.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return &cache.emplace(key, std::move(c)).first->second;
+  }
+
+  void optimize(llvm::Module &m) {
+    llvm::LoopAnalysisManager lam;
+    llvm::FunctionAnalysisManager fam;
+    llvm::CGSCCAnalysisManager cgam;
+    llvm::ModuleAnalysisManager mam;
+    auto tmb = llvm::orc::JITTargetMachineBuilder::detectHost();
+    std::unique_ptr<llvm::TargetMachine> tm;
+    if (tmb) {
+      tmb->setCodeGenOptLevel(llvm::CodeGenOptLevel::Aggressive);
+      if (auto t = tmb->createTargetMachine())
+        tm = std::move(*t);
+    }
+    llvm::PassBuilder pb(tm.get());
+    pb.registerModuleAnalyses(mam);
+    pb.registerCGSCCAnalyses(cgam);
+    pb.registerFunctionAnalyses(fam);
+    pb.registerLoopAnalyses(lam);
+    pb.crossRegisterProxies(lam, fam, cgam, mam);
+    llvm::ModulePassManager mpm = pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O3);
+    mpm.run(m, mam);
+  }
+};
+
+CpuBackend::CpuBackend(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+CpuBackend::~CpuBackend() = default;
+
+absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::create(const CpuBackendOptions &options) {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    llvm::InitializeNativeTarget();
+    llvm::InitializeNativeTargetAsmPrinter();
+  });
+  auto impl = std::make_unique<Impl>();
+  auto jtmb = llvm::orc::JITTargetMachineBuilder::detectHost();
+  if (!jtmb)
+    return absl::InternalError("cpu backend: cannot detect the host: " +
+                               llvm::toString(jtmb.takeError()));
+  jtmb->setCodeGenOptLevel(llvm::CodeGenOptLevel::Aggressive);
+  auto jit = llvm::orc::LLJITBuilder().setJITTargetMachineBuilder(std::move(*jtmb)).create();
+  if (!jit)
+    return absl::InternalError("cpu backend: cannot create the JIT: " +
+                               llvm::toString(jit.takeError()));
+  impl->jit = std::move(*jit);
+  llvm::orc::JITDylib &main = impl->jit->getMainJITDylib();
+  // libm and the rest of the process (sinf, atan2...).
+  auto gen = llvm::orc::DynamicLibrarySearchGenerator::GetForCurrentProcess(
+      impl->jit->getDataLayout().getGlobalPrefix());
+  if (!gen)
+    return absl::InternalError("cpu backend: " + llvm::toString(gen.takeError()));
+  main.addGenerator(std::move(*gen));
+  llvm::orc::SymbolMap runtime;
+  runtime[impl->jit->mangleAndIntern("qd_rt_parallel_for")] = {
+      llvm::orc::ExecutorAddr::fromPtr(&qd_rt_parallel_for), llvm::JITSymbolFlags::Exported};
+  if (llvm::Error e = main.define(llvm::orc::absoluteSymbols(std::move(runtime))))
+    return absl::InternalError("cpu backend: " + llvm::toString(std::move(e)));
+  unsigned threads = options.threads ? options.threads : std::thread::hardware_concurrency();
+  impl->pool = std::make_unique<ThreadPool>(std::max(1u, threads), options.chunk);
+  return std::unique_ptr<CpuBackend>(new CpuBackend(std::move(impl)));
+}
+
+unsigned CpuBackend::numThreads() const {
+  return impl_->pool->size();
+}
+int64_t CpuBackend::lastAdStackHeapBytes() const {
+  return impl_->lastHeapBytes;
+}
+int64_t CpuBackend::adStackHeapCapacityBytes() const {
+  return impl_->heapBytes;
+}
+
+double CpuBackend::compileSeconds(const Kernel &kernel) const {
+  double s = 0;
+  for (auto &[key, c] : impl_->cache)
+    if (key.first == &kernel)
+      s += c.seconds;
+  return s;
+}
+
+absl::StatusOr<std::string> CpuBackend::llvmIR(const Kernel &kernel, bool boundsChecked) {
+  auto c = impl_->compile(kernel, boundsChecked);
+  if (!c.ok())
+    return c.status();
+  return (*c)->ir;
+}
+
+namespace {
+
+const Stmt *taskOf(const Stmt *s) {
+  while (s && s->parentStmt())
+    s = s->parentStmt();
+  return s && s->isTask() ? s : nullptr;
+}
+
+std::string where(const Kernel &kernel, const Stmt *task) {
+  return task ? fmt::format("kernel @{}, task at {}", kernel.name(), task->loc().str())
+              : fmt::format("kernel @{}", kernel.name());
+}
+
+} // namespace
+
+absl::Status CpuBackend::launch(Program &program, const Kernel &kernel,
+                                std::span<const LaunchArg> args, const LaunchOptions &options) {
+  if (absl::Status s = validateLaunchArgs(kernel, args); !s.ok())
+    return s;
+  auto compiled = impl_->compile(kernel, options.boundsChecked);
+  if (!compiled.ok())
+    return compiled.status();
+  const KernelLayout &layout = (*compiled)->layout;
+
+  // Global slots.
+  std::vector<void *> globals;
+  for (const auto &slot : layout.slots) {
+    Buffer *b = nullptr;
+    std::string name;
+    if (slot.field) {
+      b = program.field(*slot.field, slot.component);
+      name = "@" + slot.field->name();
+    } else {
+      b = args[slot.ndarray->index()].ndarrayValue().component(slot.component);
+      name = "%" + slot.ndarray->name();
+    }
+    if (!b)
+      return absl::FailedPreconditionError(fmt::format(
+          "kernel @{} uses '{}{}', which has no storage in this launch", kernel.name(), name,
+          slot.component == Component::Primal ? "" : "." + std::string(toString(slot.component))));
+    globals.push_back(b->data());
+  }
+  std::vector<int64_t> shapes(layout.numShapes + 1, 0), scalars(args.size() + 1, 0);
+  for (unsigned i = 0; i < args.size(); ++i) {
+    if (args[i].isNdarray()) {
+      const Buffer &b = *args[i].ndarrayValue().primal;
+      for (unsigned d = 0; d < b.ndim(); ++d)
+        shapes[layout.shapeOffset[i] + d] = b.shape()[d];
+      continue;
+    }
+    const Scalar &s = args[i].scalarValue();
+    if (s.type == ScalarType::F32) {
+      float f = static_cast<float>(s.f);
+      uint32_t bits;
+      std::memcpy(&bits, &f, 4);
+      scalars[i] = bits;
+    } else if (s.type == ScalarType::F64) {
+      std::memcpy(&scalars[i], &s.f, 8);
+    } else {
+      scalars[i] = s.i;
+    }
+  }
+
+  // Adstack layout: per task, stacks one after the other in a worker's slice.
+  size_t numStacks = layout.stacks.size();
+  std::vector<int64_t> offsets(numStacks + 1, 0), caps(numStacks + 1, 0), needed(numStacks + 1, 0);
+  std::map<const Stmt *, int64_t> used;
+  int64_t stride = 0;
+  for (size_t i = 0; i < numStacks; ++i) {
+    const auto &st = layout.stacks[i];
+    int64_t cap = st.stmt->capacity();
+    if (auto it = options.adStackCapacities.find(st.stmt); it != options.adStackCapacities.end())
+      cap = it->second;
+    else if (cap == 0)
+      cap = options.defaultAdStackCapacity;
+    if (cap <= 0)
+      return absl::FailedPreconditionError(
+          fmt::format("{}: error: adstack has no capacity: size it (qd sizing passes) or set "
+                      "LaunchOptions::defaultAdStackCapacity ({})",
+                      st.stmt->loc().str(), where(kernel, st.task)));
+    if (cap > (int64_t(1) << 40))
+      return absl::ResourceExhaustedError(
+          fmt::format("{}: error: adstack capacity {} is too large ({})", st.stmt->loc().str(), cap,
+                      where(kernel, st.task)));
+    caps[i] = cap;
+    int64_t &at = used[st.task];
+    offsets[i] = at;
+    at += adStackBytes(st.stmt->elementType(), cap);
+    stride = std::max(stride, at);
+  }
+  int64_t heapNeed = stride * numThreads();
+  if (heapNeed > impl_->heapBytes) {
+    int64_t grown = std::max(heapNeed, 2 * impl_->heapBytes);
+    impl_->heap.reset(new (std::nothrow) char[grown]);
+    if (!impl_->heap) {
+      impl_->heapBytes = 0;
+      return absl::ResourceExhaustedError(fmt::format(
+          "kernel @{}: cannot allocate {} bytes of adstack heap", kernel.name(), grown));
+    }
+    impl_->heapBytes = grown;
+  }
+  impl_->lastHeapBytes = heapNeed;
+
+  int32_t error = 0;
+  QdLaunchContext ctx{globals.data(), shapes.data(),    scalars.data(), impl_->heap.get(),
+                      stride,         offsets.data(),   caps.data(),    needed.data(),
+                      &error,         impl_->pool.get()};
+  (*compiled)->fn(&ctx);
+
+  for (size_t i = 0; i < numStacks; ++i)
+    if (needed[i] > caps[i]) {
+      const auto &st = layout.stacks[i];
+      return absl::ResourceExhaustedError(fmt::format(
+          "{}: error: adstack overflow: the adstack declared at {} ({}) has capacity {} and this "
+          "launch needed {}; give it a larger capacity or let Program::launch size it",
+          st.stmt->loc().str(), st.stmt->loc().str(), where(kernel, st.task), caps[i], needed[i]));
+    }
+  if (error) {
+    const auto &site = layout.sites[error - 1];
+    return absl::FailedPreconditionError(
+        fmt::format("{}: error: {} (in {}: {})", site.stmt->loc().str(), site.what,
+                    where(kernel, taskOf(site.stmt)), printStmt(*site.stmt)));
+  }
+  return absl::OkStatus();
+}
+
+} // namespace qd
