@@ -129,6 +129,8 @@ private:
     worker_ = worker;
     ctxCache_.clear();
     baseCache_.clear();
+    shapeCache_.clear();
+    slotCache_.clear();
   }
 
   /// An alloca in the function's entry block.
@@ -492,9 +494,27 @@ private:
     return static_cast<unsigned>(layout_.slots.size() - 1);
   }
 
+  /// ndarray extents and global base pointers are loaded once per function
+  /// in the entry block: stores to global data could otherwise alias them,
+  /// and LLVM would reload them in every iteration.
   LV *ndShape(const Argument *a, unsigned axis) {
     unsigned off = layout_.shapeOffset[a->index()] + axis;
-    return b_.CreateLoad(i64_, b_.CreateGEP(i64_, ctxField(kShapes), b_.getInt64(off)));
+    LV *&cached = shapeCache_[off];
+    if (!cached) {
+      LV *shapes = ctxField(kShapes);
+      llvm::IRBuilder<> eb(entry_->getTerminator());
+      cached = eb.CreateLoad(i64_, eb.CreateGEP(i64_, shapes, eb.getInt64(off)));
+    }
+    return cached;
+  }
+  LV *slotBase(unsigned slot) {
+    LV *&cached = slotCache_[slot];
+    if (!cached) {
+      LV *globals = ctxField(kGlobals);
+      llvm::IRBuilder<> eb(entry_->getTerminator());
+      cached = eb.CreateLoad(ptrTy_, eb.CreateGEP(ptrTy_, globals, eb.getInt64(slot)));
+    }
+    return cached;
   }
 
   void globalAccess(GlobalAccessStmt &g) {
@@ -516,8 +536,7 @@ private:
         bad = b_.CreateOr(bad, b_.CreateICmpUGE(idx, extents[d])); // negative is huge unsigned
       flat = b_.CreateAdd(b_.CreateMul(flat, extents[d]), idx);
     }
-    LV *base =
-        b_.CreateLoad(ptrTy_, b_.CreateGEP(ptrTy_, ctxField(kGlobals), b_.getInt64(slotOf(g))));
+    LV *base = slotBase(slotOf(g));
     BasicBlock *after = nullptr, *skip = nullptr, *from = nullptr;
     if (opts_.boundsChecked && g.numIndices() > 0) {
       BasicBlock *inRange = BasicBlock::Create(ctx_, "in.range", fn_);
@@ -657,6 +676,8 @@ private:
     LV *savedCtx = ctxArg_, *savedWorker = worker_;
     auto savedCtxCache = ctxCache_;
     auto savedBaseCache = baseCache_;
+    auto savedShapeCache = shapeCache_;
+    auto savedSlotCache = slotCache_;
     llvm::IRBuilderBase::InsertPoint savedIP = b_.saveIP();
 
     beginFunction(taskFn, taskFn->getArg(0), taskFn->getArg(4));
@@ -677,6 +698,8 @@ private:
     worker_ = savedWorker;
     ctxCache_ = std::move(savedCtxCache);
     baseCache_ = std::move(savedBaseCache);
+    shapeCache_ = std::move(savedShapeCache);
+    slotCache_ = std::move(savedSlotCache);
     b_.restoreIP(savedIP);
     llvm::FunctionCallee pf = module_->getOrInsertFunction(
         "qd_rt_parallel_for",
@@ -831,6 +854,7 @@ private:
   std::unordered_map<const Value *, StackRef> stacks_;
   std::unordered_map<unsigned, LV *> ctxCache_;
   std::unordered_map<unsigned, std::pair<LV *, LV *>> baseCache_;
+  std::unordered_map<unsigned, LV *> shapeCache_, slotCache_;
   std::vector<std::pair<BasicBlock *, BasicBlock *>> loops_; // (continue, break)
   std::string error_;
 };
