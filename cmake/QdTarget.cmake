@@ -7,6 +7,15 @@ function(qd_set_flags target)
   if(QD_SANITIZE)
     target_compile_options(${target} PRIVATE -fsanitize=address,undefined -fno-omit-frame-pointer
                                               -fno-sanitize-recover=undefined)
+    # PUBLIC: whatever links a sanitized static library needs the runtimes
+    # (the installed package passes them on to consumers too).
+    target_link_options(${target} PUBLIC -fsanitize=address,undefined)
+  endif()
+  if(QD_BUILD_FUZZERS)
+    # Coverage for libFuzzer plus ASan and fatal UBSan in every qd target of
+    # a fuzz build (clang); the fuzz targets add -fsanitize=fuzzer (fuzz/).
+    target_compile_options(${target} PRIVATE -fsanitize=fuzzer-no-link,address,undefined
+                                              -fno-sanitize-recover=undefined -fno-omit-frame-pointer)
     target_link_options(${target} PRIVATE -fsanitize=address,undefined)
   endif()
 endfunction()

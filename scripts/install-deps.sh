@@ -9,6 +9,7 @@ packages=(
   libabsl-dev libfmt-dev libboost-graph-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev librapidcheck-dev libbenchmark-dev
   zlib1g-dev libzstd-dev libedit-dev libxml2-dev libffi-dev libncurses-dev
+  libadolc-dev python3-torch  # peers of bench/run-gradients.sh
 )
 
 missing=()

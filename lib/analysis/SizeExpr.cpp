@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <limits>
 #include <unordered_map>
+#include <utility>
 
 namespace qd {
 
@@ -340,16 +341,96 @@ class Evaluator {
 public:
   Evaluator(const SizeExprInputs &in, int64_t stepLimit) : in_(in), stepsLeft_(stepLimit) {}
 
-  // nullopt only when the evaluation failed (see error()).
+  // nullopt only when the evaluation failed (see error()). The recursion
+  // keeps its frame small (the rarer kinds are evaluated out of line):
+  // expressions nest up to 4096 deep, and a sanitized build's frames are
+  // large.
   std::optional<int64_t> eval(const SizeExpr &e) {
     if (failed_)
       return std::nullopt;
     if (--stepsLeft_ < 0)
-      return fail("the evaluation exceeded its step limit (a huge or corrupt range)");
-    const auto &ops = e.operands();
+      return stepLimitExceeded();
     switch (e.kind()) {
     case SizeExprKind::Const:
       return e.value();
+    case SizeExprKind::BoundVar:
+      for (auto it = vars_.rbegin(); it != vars_.rend(); ++it)
+        if (it->first == e.var())
+          return it->second;
+      return unboundVar(e);
+    case SizeExprKind::Add:
+    case SizeExprKind::Sub:
+    case SizeExprKind::Mul:
+    case SizeExprKind::Max: {
+      auto a = eval(*e.operands()[0]);
+      if (!a)
+        return std::nullopt;
+      auto b = eval(*e.operands()[1]);
+      if (!b)
+        return std::nullopt;
+      return arith(e.kind(), *a, *b);
+    }
+    case SizeExprKind::MaxOverRange:
+      return evalMaxOverRange(e);
+    default:
+      return evalLeaf(e);
+    }
+  }
+
+  bool failed() const { return failed_; }
+  bool saturated() const { return saturated_; }
+  const std::string &error() const { return error_; }
+
+private:
+  /// True if `e` is non-decreasing in `var` (reads are not: data is
+  /// arbitrary). Memoised per (node, variable): a deserialised expression
+  /// is a DAG whose shared subtrees would otherwise be visited once per
+  /// path, exponentially many times.
+  bool isMonotone(const SizeExpr &e, unsigned var) {
+    if (!e.usesVar(var))
+      return true;
+    auto key = std::make_pair(&e, var);
+    if (auto it = monotone_.find(key); it != monotone_.end())
+      return it->second;
+    const auto &ops = e.operands();
+    bool result = false;
+    switch (e.kind()) {
+    case SizeExprKind::BoundVar:
+      result = true;
+      break;
+    case SizeExprKind::Add:
+    case SizeExprKind::Max:
+      result = isMonotone(*ops[0], var) && isMonotone(*ops[1], var);
+      break;
+    case SizeExprKind::Sub:
+      result = isMonotone(*ops[0], var) && !ops[1]->usesVar(var);
+      break;
+    case SizeExprKind::Mul:
+      result = ops[0]->isNonNegative() && ops[1]->isNonNegative() && isMonotone(*ops[0], var) &&
+               isMonotone(*ops[1], var);
+      break;
+    case SizeExprKind::MaxOverRange:
+      // A longer range can only raise a non-negative maximum.
+      result = !ops[0]->usesVar(var) && isMonotone(*ops[1], var) && ops[2]->isNonNegative() &&
+               isMonotone(*ops[2], var);
+      break;
+    default:
+      break;
+    }
+    monotone_.emplace(key, result);
+    return result;
+  }
+
+  [[gnu::noinline]] std::optional<int64_t> stepLimitExceeded() {
+    return fail("the evaluation exceeded its step limit (a huge or corrupt range)");
+  }
+  [[gnu::noinline]] std::optional<int64_t> unboundVar(const SizeExpr &e) {
+    return fail(fmt::format("variable %v{} is not bound by an enclosing max", e.var()));
+  }
+
+  /// Scalar arguments, shapes and element reads.
+  [[gnu::noinline]] std::optional<int64_t> evalLeaf(const SizeExpr &e) {
+    switch (e.kind()) {
     case SizeExprKind::ScalarArg:
       if (auto v = in_.scalarArg(e.argIndex()))
         return v;
@@ -361,7 +442,7 @@ public:
     case SizeExprKind::FieldLoad:
     case SizeExprKind::NdarrayRead: {
       std::vector<int64_t> idx;
-      for (const auto &op : ops) {
+      for (const auto &op : e.operands()) {
         auto v = eval(*op);
         if (!v)
           return std::nullopt;
@@ -378,81 +459,38 @@ public:
       // same iteration may push on a path that never performs the read.)
       return v ? *v : 0;
     }
-    case SizeExprKind::BoundVar:
-      for (auto it = vars_.rbegin(); it != vars_.rend(); ++it)
-        if (it->first == e.var())
-          return it->second;
-      return fail(fmt::format("variable %v{} is not bound by an enclosing max", e.var()));
-    case SizeExprKind::Add:
-    case SizeExprKind::Sub:
-    case SizeExprKind::Mul:
-    case SizeExprKind::Max: {
-      auto a = eval(*ops[0]);
-      auto b = eval(*ops[1]);
-      if (!a || !b)
-        return std::nullopt;
-      return arith(e.kind(), *a, *b);
+    default:
+      return fail("corrupt expression");
     }
-    case SizeExprKind::MaxOverRange: {
-      auto begin = eval(*ops[0]);
-      auto end = eval(*ops[1]);
-      if (!begin || !end)
-        return std::nullopt;
-      if (*begin >= *end)
-        return 0;
-      bool usesVar = ops[2]->usesVar(e.var());
-      // A body that does not use the variable has one value; a body that
-      // never decreases as the variable grows peaks at the last iteration.
-      if (!usesVar || isMonotone(*ops[2], e.var())) {
-        vars_.emplace_back(e.var(), *end - 1);
-        auto v = eval(*ops[2]);
-        vars_.pop_back();
-        return v;
-      }
-      int64_t best = 0;
-      for (int64_t i = *begin; i < *end; ++i) {
-        vars_.emplace_back(e.var(), i);
-        auto v = eval(*ops[2]);
-        vars_.pop_back();
-        if (!v)
-          return std::nullopt;
-        best = i == *begin ? *v : std::max(best, *v);
-      }
-      return best;
-    }
-    }
-    return fail("corrupt expression");
   }
 
-  bool failed() const { return failed_; }
-  bool saturated() const { return saturated_; }
-  const std::string &error() const { return error_; }
-
-private:
-  /// True if `e` is non-decreasing in `var` (reads are not: data is
-  /// arbitrary).
-  static bool isMonotone(const SizeExpr &e, unsigned var) {
-    if (!e.usesVar(var))
-      return true;
+  [[gnu::noinline]] std::optional<int64_t> evalMaxOverRange(const SizeExpr &e) {
     const auto &ops = e.operands();
-    switch (e.kind()) {
-    case SizeExprKind::BoundVar:
-      return true;
-    case SizeExprKind::Add:
-    case SizeExprKind::Max:
-      return isMonotone(*ops[0], var) && isMonotone(*ops[1], var);
-    case SizeExprKind::Sub:
-      return isMonotone(*ops[0], var) && !ops[1]->usesVar(var);
-    case SizeExprKind::Mul:
-      return ops[0]->isNonNegative() && ops[1]->isNonNegative() && isMonotone(*ops[0], var) &&
-             isMonotone(*ops[1], var);
-    case SizeExprKind::MaxOverRange:
-      // A longer range can only raise a non-negative maximum.
-      return !ops[0]->usesVar(var) && isMonotone(*ops[1], var) && ops[2]->isNonNegative() &&
-             isMonotone(*ops[2], var);
-    default:
-      return false;
+    auto begin = eval(*ops[0]);
+    auto end = eval(*ops[1]);
+    if (!begin || !end)
+      return std::nullopt;
+    if (*begin >= *end)
+      return 0;
+    bool usesVar = ops[2]->usesVar(e.var());
+    // A body that does not use the variable has one value; a body that
+    // never decreases as the variable grows peaks at the last iteration.
+    if (!usesVar || isMonotone(*ops[2], e.var())) {
+      vars_.emplace_back(e.var(), *end - 1);
+      auto v = eval(*ops[2]);
+      vars_.pop_back();
+      return v;
     }
+    int64_t best = 0;
+    for (int64_t i = *begin; i < *end; ++i) {
+      vars_.emplace_back(e.var(), i);
+      auto v = eval(*ops[2]);
+      vars_.pop_back();
+      if (!v)
+        return std::nullopt;
+      best = i == *begin ? *v : std::max(best, *v);
+    }
+    return best;
   }
 
   std::optional<int64_t> fail(std::string msg) {
@@ -485,6 +523,12 @@ private:
   const SizeExprInputs &in_;
   int64_t stepsLeft_;
   std::vector<std::pair<unsigned, int64_t>> vars_;
+  struct NodeVarHash {
+    size_t operator()(const std::pair<const SizeExpr *, unsigned> &k) const {
+      return std::hash<const SizeExpr *>()(k.first) ^ (size_t(k.second) * 0x9e3779b97f4a7c15ull);
+    }
+  };
+  std::unordered_map<std::pair<const SizeExpr *, unsigned>, bool, NodeVarHash> monotone_;
   bool failed_ = false;
   bool saturated_ = false;
   std::string error_;
@@ -522,12 +566,43 @@ void putVarint(std::vector<uint8_t> &out, uint64_t v) {
 
 class Writer {
 public:
-  uint64_t emit(const SizeExpr &e) {
-    if (auto it = ids_.find(&e); it != ids_.end())
-      return it->second;
+  /// Writes `root` and every node below it not written yet, in post-order
+  /// (operands left to right). An explicit stack, not recursion: a chain
+  /// nests thousands of nodes deep, past the stack of a sanitized build.
+  uint64_t emit(const SizeExpr &root) {
+    std::vector<std::pair<const SizeExpr *, size_t>> stack;
+    if (!ids_.contains(&root))
+      stack.emplace_back(&root, 0);
+    while (!stack.empty()) {
+      auto [e, next] = stack.back();
+      if (next < e->operands().size()) {
+        ++stack.back().second;
+        const SizeExpr *op = e->operands()[next].get();
+        if (!ids_.contains(op))
+          stack.emplace_back(op, 0);
+        continue;
+      }
+      stack.pop_back();
+      if (!ids_.contains(e))
+        write(*e);
+    }
+    return ids_.at(&root);
+  }
+  std::vector<uint8_t> finish() {
+    std::vector<uint8_t> out(kMagic, kMagic + 4);
+    for (int i = 0; i < 4; ++i)
+      out.push_back(static_cast<uint8_t>(kSizeExprFormatVersion >> (8 * i)));
+    putVarint(out, count_);
+    out.insert(out.end(), body_.begin(), body_.end());
+    return out;
+  }
+
+private:
+  /// Writes one node whose operands are all written.
+  void write(const SizeExpr &e) {
     std::vector<uint64_t> refs;
     for (const auto &op : e.operands())
-      refs.push_back(emit(*op));
+      refs.push_back(ids_.at(op.get()));
     body_.push_back(static_cast<uint8_t>(e.kind()));
     switch (e.kind()) {
     case SizeExprKind::Const: {
@@ -560,20 +635,9 @@ public:
     }
     for (uint64_t r : refs)
       putVarint(body_, r);
-    uint64_t id = count_++;
-    ids_.emplace(&e, id);
-    return id;
-  }
-  std::vector<uint8_t> finish() {
-    std::vector<uint8_t> out(kMagic, kMagic + 4);
-    for (int i = 0; i < 4; ++i)
-      out.push_back(static_cast<uint8_t>(kSizeExprFormatVersion >> (8 * i)));
-    putVarint(out, count_);
-    out.insert(out.end(), body_.begin(), body_.end());
-    return out;
+    ids_.emplace(&e, count_++);
   }
 
-private:
   std::unordered_map<const SizeExpr *, uint64_t> ids_;
   std::vector<uint8_t> body_;
   uint64_t count_ = 0;

@@ -1,8 +1,10 @@
 //===- Stmt.cpp - Statements and blocks -----------------------------------===//
 #include "qd/ir/Stmt.h"
+
 #include "qd/ir/Module.h"
 
 #include <array>
+#include <atomic>
 #include <bit>
 #include <cassert>
 #include <cmath>
@@ -418,13 +420,19 @@ Argument::Argument(std::string name, Type type, bool grad, bool dual)
   setName(std::move(name));
 }
 
+static uint64_t nextKernelId() {
+  static std::atomic<uint64_t> next{1};
+  return next.fetch_add(1, std::memory_order_relaxed);
+}
+
 bool Argument::hasComponent(Component c) const {
   return c == Component::Primal || (c == Component::Grad && grad_) ||
          (c == Component::Dual && dual_);
 }
 
 Kernel::Kernel(std::string name)
-    : name_(std::move(name)), body_(std::make_unique<Block>(nullptr, this)) {}
+    : uniqueId_(nextKernelId()), name_(std::move(name)),
+      body_(std::make_unique<Block>(nullptr, this)) {}
 
 Kernel::~Kernel() {
   // Statements may use arguments; destroy them first.

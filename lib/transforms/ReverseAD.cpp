@@ -795,16 +795,18 @@ private:
     switch (s.kind()) {
     case StmtKind::LocalStore: {
       auto &st = cast<LocalStoreStmt>(s);
-      Frame *owner =
-          owner_.count(cast<Stmt>(st.local())) ? owner_.at(cast<Stmt>(st.local())) : nullptr;
-      if (!owner || !activity_.active(st.local()))
+      if (!activity_.active(st.local()))
         return;
-      auto it = owner->adj.find(st.local());
-      if (it == owner->adj.end())
+      // The local's adjoint may only be read here: in a loop, the loads
+      // that feed it can come earlier in the body (later iterations of the
+      // forward run reach this store's reverse through the back edge), so
+      // it is created if it does not exist yet.
+      AllocaStmt *adj = adjointOf(st.local(), b);
+      if (!adj)
         return;
-      Value *g = b.load(it->second);
+      Value *g = b.load(adj);
       accumulate(st.value(), g, b);
-      b.store(it->second, b.constFloat(st.value()->type().element(), 0));
+      b.store(adj, b.constFloat(st.value()->type().element(), 0));
       return;
     }
     case StmtKind::GlobalStore:

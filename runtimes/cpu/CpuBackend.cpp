@@ -143,14 +143,16 @@ struct CpuBackend::Impl {
 
   std::unique_ptr<llvm::orc::LLJIT> jit;
   std::unique_ptr<ThreadPool> pool;
-  std::map<std::pair<const Kernel *, bool>, Compiled> cache;
+  /// Keyed by Kernel::uniqueId(), never by address: a destroyed kernel's
+  /// address may be reused by a new one.
+  std::map<std::pair<uint64_t, bool>, Compiled> cache;
   unsigned counter = 0;
   std::unique_ptr<char[]> heap;
   int64_t heapBytes = 0;
   int64_t lastHeapBytes = 0;
 
   absl::StatusOr<Compiled *> compile(const Kernel &kernel, bool boundsChecked) {
-    auto key = std::pair(&kernel, boundsChecked);
+    auto key = std::pair(kernel.uniqueId(), boundsChecked);
     if (auto it = cache.find(key); it != cache.end())
       return &it->second;
     auto start = std::chrono::steady_clock::now();
@@ -257,7 +259,7 @@ int64_t CpuBackend::adStackHeapCapacityBytes() const {
 double CpuBackend::compileSeconds(const Kernel &kernel) const {
   double s = 0;
   for (auto &[key, c] : impl_->cache)
-    if (key.first == &kernel)
+    if (key.first == kernel.uniqueId())
       s += c.seconds;
   return s;
 }
@@ -308,7 +310,8 @@ absl::Status CpuBackend::launch(Program &program, const Kernel &kernel,
     if (!b)
       return absl::FailedPreconditionError(fmt::format(
           "kernel @{} uses '{}{}', which has no storage in this launch", kernel.name(), name,
-          slot.component == Component::Primal ? "" : "." + std::string(toString(slot.component))));
+          slot.component == Component::Primal ? std::string()
+                                              : fmt::format(".{}", toString(slot.component))));
     globals.push_back(b->data());
   }
   std::vector<int64_t> shapes(layout.numShapes + 1, 0), scalars(args.size() + 1, 0);

@@ -87,6 +87,10 @@ public:
   const std::string &name() const { return name_; }
   void setName(std::string n) { name_ = std::move(n); }
   Module *module() const { return module_; }
+  /// A number no other kernel of this process has had or will have (unlike
+  /// the kernel's address, which a later kernel may reuse): a key for caches
+  /// of compiled code.
+  uint64_t uniqueId() const { return uniqueId_; }
   const Location &loc() const { return loc_; }
   void setLoc(Location l) { loc_ = std::move(l); }
 
@@ -99,6 +103,7 @@ public:
 
 private:
   friend class Module;
+  uint64_t uniqueId_;
   std::string name_;
   Module *module_ = nullptr;
   Location loc_;

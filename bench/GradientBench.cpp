@@ -1,0 +1,768 @@
+//===- GradientBench.cpp - Gradients: qd-cpu vs hand-written and peers ----===//
+//
+// qd-bench-gradients: reverse-mode gradients computed by the LLVM CPU backend
+// (qd-cpu) against a hand-written scalar reverse loop with the same thread
+// count, a vectorised hand-written loop (-ffast-math, libmvec), ADOL-C,
+// PyTorch CPU (numbers from bench/torch_gradients.py, merged with --torch)
+// and the reference interpreter, on the workloads of GradientWorkloads.h:
+//
+//  (a) sin        v = sin(v) + 0.1 repeated K = 64 times (K read from a field)
+//  (b) triangular for j < m[i] { for k < j { v = sin(v + 0.01 k) + 0.1 } },
+//                 m[i] = 4 + 7i mod 13 read from a field (4..16)
+//  (c) spring     8-mass chain with cubic springs, 16 loop-carried f32
+//                 values (positions, velocities), T = 64 steps (from a field)
+//
+// The qd kernels are IR text (f32 fields with grad companions); the gradient
+// kernel comes from buildGradientKernel. For each workload the table shows
+// the forward and the gradient time (min over --reps runs, wall clock; a
+// "gradient" is everything from the inputs and the output adjoints to the
+// input adjoints: qd's gradient kernel replays the forward itself), the
+// ratio to qd-cpu's gradient time, and the largest relative error of the
+// gradient against the hand-written scalar loop (every implementation is
+// checked, so a fast wrong answer shows). ADOL-C and the interpreter run a
+// smaller element count and are scaled linearly (the row says so). Below
+// each table: the adstack heap the gradient launch used against the exact
+// need (the deepest each stack got, measured by the interpreter, in the
+// backend's layout, times the workers) and the compile time of each kernel.
+//
+// A last line per workload times launches on one element (per-launch
+// overhead of Program::launch and of CpuBackend::launch alone).
+//
+// Usage: qd-bench-gradients [--threads 2] [--reps 3] [--torch FILE.json]
+//                           [--only a,b,c] [--dump-ir a|b|c [--dump-n N]]
+// (--dump-ir prints the module at N elements, its gradient kernel and the
+// gradient's optimised LLVM IR.)
+//
+//===----------------------------------------------------------------------===//
+#include "GradientWorkloads.h"
+
+#include "qd/codegen/llvm/KernelCodegen.h"
+#include "qd/interp/Interpreter.h"
+#include "qd/ir/Parser.h"
+#include "qd/ir/Printer.h"
+#include "qd/runtime/CpuBackend.h"
+#include "qd/transforms/AutoDiff.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+using namespace qdbench;
+using json = nlohmann::json;
+
+namespace {
+
+[[noreturn]] void die(const std::string &msg) {
+  std::fprintf(stderr, "qd-bench-gradients: %s\n", msg.c_str());
+  std::exit(1);
+}
+
+template <typename T> T check(absl::StatusOr<T> s, const char *what) {
+  if (!s.ok())
+    die(fmt::format("{}: {}", what, s.status().ToString()));
+  return std::move(*s);
+}
+void check(const absl::Status &s, const char *what) {
+  if (!s.ok())
+    die(fmt::format("{}: {}", what, s.ToString()));
+}
+
+double nowMs() {
+  return std::chrono::duration<double, std::milli>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+/// Min over `reps` runs of `fn`, with `before` (untimed) before each run.
+double timeMin(int reps, const std::function<void()> &before, const std::function<void()> &fn) {
+  double best = 1e300;
+  for (int r = 0; r < reps; ++r) {
+    if (before)
+      before();
+    double t0 = nowMs();
+    fn();
+    best = std::min(best, nowMs() - t0);
+  }
+  return best;
+}
+
+//===--- kernels as IR text ---------------------------------------------===//
+
+std::string sinIR(int64_t n) {
+  return fmt::format(R"(field @x : f32[{0}] grad
+field @y : f32[{0}] grad
+field @n : i32
+
+kernel @sinloop() {{
+  parallel for %i = 0 to {0} {{
+    %xi = load @x[%i] : f32
+    %v = alloca f32
+    store %v, %xi
+    %n = load @n[] : i32
+    for %j = 0 to %n {{
+      %a = load %v : f32
+      %s = sin %a : f32
+      %c = const 0.1 : f32
+      %b = add %s, %c : f32
+      store %v, %b
+    }}
+    %r = load %v : f32
+    store @y[%i], %r
+  }}
+}}
+)",
+                     n);
+}
+
+std::string triIR(int64_t n) {
+  return fmt::format(R"(field @x : f32[{0}] grad
+field @y : f32[{0}] grad
+field @m : i32[{0}]
+
+kernel @tri() {{
+  parallel for %i = 0 to {0} {{
+    %xi = load @x[%i] : f32
+    %v = alloca f32
+    store %v, %xi
+    %mi = load @m[%i] : i32
+    for %j = 0 to %mi {{
+      for %k = 0 to %j {{
+        %a = load %v : f32
+        %kf = cast %k : i32 to f32
+        %c = const 0.01 : f32
+        %d = mul %kf, %c : f32
+        %e = add %a, %d : f32
+        %s = sin %e : f32
+        %h = const 0.1 : f32
+        %b = add %s, %h : f32
+        store %v, %b
+      }}
+    }}
+    %r = load %v : f32
+    store @y[%i], %r
+  }}
+}}
+)",
+                     n);
+}
+
+/// The spring chain, generated: locals %P0..%P7, %Q0..%Q7.
+std::string springIR(int64_t n) {
+  std::ostringstream o;
+  o << fmt::format("field @p : f32[{0}, {1}] grad\nfield @q : f32[{0}, {1}] grad\n"
+                   "field @out : f32[{0}] grad\nfield @steps : i32\n\n",
+                   n, kChain);
+  o << "kernel @spring() {\n";
+  o << fmt::format("  parallel for %i = 0 to {} {{\n", n);
+  auto c = [&](const char *name, float v) {
+    o << fmt::format("    %{} = const {:.9g} : f32\n", name, v);
+  };
+  c("zero", 0.0f);
+  c("L", kSpringRest);
+  c("C", kSpringCubic);
+  c("K", kSpringK);
+  c("D", kSpringDamp);
+  c("dt", kSpringDt);
+  for (int k = 0; k < kChain; ++k) {
+    o << fmt::format("    %k{0} = const {0} : i32\n", k);
+    o << fmt::format("    %p{0}in = load @p[%i, %k{0}] : f32\n", k);
+    o << fmt::format("    %q{0}in = load @q[%i, %k{0}] : f32\n", k);
+    o << fmt::format("    %P{0} = alloca f32\n    store %P{0}, %p{0}in\n", k);
+    o << fmt::format("    %Q{0} = alloca f32\n    store %Q{0}, %q{0}in\n", k);
+  }
+  o << "    %T = load @steps[] : i32\n";
+  o << "    for %t = 0 to %T {\n";
+  for (int k = 0; k < kChain; ++k)
+    o << fmt::format("      %p{0} = load %P{0} : f32\n      %q{0} = load %Q{0} : f32\n", k);
+  for (int k = 0; k < kChain; ++k) {
+    if (k == 0)
+      o << "      %e0 = sub %p0, %L : f32\n";
+    else
+      o << fmt::format("      %d{0} = sub %p{0}, %p{1} : f32\n"
+                       "      %e{0} = sub %d{0}, %L : f32\n",
+                       k, k - 1);
+    o << fmt::format("      %ee{0} = mul %e{0}, %e{0} : f32\n"
+                     "      %eee{0} = mul %ee{0}, %e{0} : f32\n"
+                     "      %ec{0} = mul %eee{0}, %C : f32\n"
+                     "      %g{0} = add %e{0}, %ec{0} : f32\n",
+                     k);
+  }
+  for (int k = 0; k < kChain; ++k) {
+    std::string next = k + 1 < kChain ? fmt::format("%g{}", k + 1) : "%zero";
+    o << fmt::format("      %fd{0} = sub {1}, %g{0} : f32\n"
+                     "      %f{0} = mul %fd{0}, %K : f32\n"
+                     "      %dq{0} = mul %D, %q{0} : f32\n"
+                     "      %a{0} = sub %f{0}, %dq{0} : f32\n"
+                     "      %adt{0} = mul %a{0}, %dt : f32\n"
+                     "      %qn{0} = add %q{0}, %adt{0} : f32\n"
+                     "      store %Q{0}, %qn{0}\n"
+                     "      %dp{0} = mul %dt, %qn{0} : f32\n"
+                     "      %pn{0} = add %p{0}, %dp{0} : f32\n"
+                     "      store %P{0}, %pn{0}\n",
+                     k, next);
+  }
+  o << "    }\n";
+  o << "    %s0 = load %P0 : f32\n";
+  for (int k = 1; k < kChain; ++k)
+    o << fmt::format("    %l{0} = load %P{0} : f32\n    %s{0} = add %s{1}, %l{0} : f32\n", k,
+                     k - 1);
+  o << fmt::format("    store @out[%i], %s{}\n", kChain - 1);
+  o << "  }\n}\n";
+  return o.str();
+}
+
+//===--- qd runs ---------------------------------------------------------===//
+
+float *f32(qd::Program &p, const char *name, qd::Component c = qd::Component::Primal) {
+  qd::Buffer *b = p.field(name, c);
+  if (!b)
+    die(fmt::format("no field {}", name));
+  return reinterpret_cast<float *>(b->data());
+}
+int32_t *i32(qd::Program &p, const char *name) {
+  return reinterpret_cast<int32_t *>(p.field(name)->data());
+}
+
+struct Workload {
+  std::string key, title;
+  int64_t n = 0;       // elements (chains for (c))
+  int64_t nAdolc = 0;  // elements ADOL-C runs (scaled to n)
+  int64_t nInterp = 0; // elements the interpreter runs (scaled to n)
+  std::function<std::string(int64_t)> ir;
+  std::string kernel;
+  std::vector<std::string> gradFields; // input adjoints, compared
+  std::string seed;                    // output whose adjoint is seeded with 1
+  std::function<void(qd::Program &, int64_t)> init;
+  int64_t gradElemsPerItem = 1; // gradient floats per element (16 for (c))
+};
+
+struct QdResult {
+  double fwdMs = 0, gradMs = 0, compileFwdMs = 0, compileGradMs = 0;
+  int64_t heapBytes = 0;
+  std::vector<float> grad; // gradFields concatenated
+  std::string gradIR, gradLLVM;
+  int64_t stacks = 0, capacitySum = 0;
+};
+
+struct QdModule {
+  std::unique_ptr<qd::Module> module;
+  const qd::Kernel *fwd = nullptr;
+  const qd::Kernel *grad = nullptr;
+  std::unique_ptr<qd::Program> program;
+};
+
+QdModule makeModule(const Workload &w, int64_t n) {
+  QdModule m;
+  m.module = check(qd::parseModule(w.ir(n), {.filename = w.key + ".qd"}), "parse");
+  m.fwd = m.module->findKernel(w.kernel);
+  if (!m.fwd)
+    die("no kernel " + w.kernel);
+  m.grad = check(qd::buildGradientKernel(*m.module, *m.fwd), "buildGradientKernel");
+  m.program = check(qd::Program::create(*m.module), "Program::create");
+  w.init(*m.program, n);
+  return m;
+}
+
+/// Zeroes the input adjoints and seeds the output adjoint with 1 (the
+/// gradient kernel clears the output adjoints it consumed).
+void zeroGrads(const Workload &w, qd::Program &p) {
+  for (const auto &f : w.gradFields) {
+    qd::Buffer *b = p.field(f, qd::Component::Grad);
+    std::memset(b->data(), 0, b->sizeInBytes());
+  }
+  qd::Buffer *seed = p.field(w.seed, qd::Component::Grad);
+  float *s = reinterpret_cast<float *>(seed->data());
+  std::fill(s, s + seed->numElements(), 1.0f);
+}
+
+std::vector<float> collectGrads(const Workload &w, qd::Program &p) {
+  std::vector<float> out;
+  for (const auto &f : w.gradFields) {
+    qd::Buffer *b = p.field(f, qd::Component::Grad);
+    const float *d = reinterpret_cast<const float *>(b->data());
+    out.insert(out.end(), d, d + b->numElements());
+  }
+  return out;
+}
+
+QdResult runQd(const Workload &w, qd::CpuBackend &cpu, int reps, bool keepIR) {
+  QdModule m = makeModule(w, w.n);
+  qd::Program &p = *m.program;
+  QdResult r;
+  // Warm-up launches (compile), then timed ones.
+  check(p.launch(m.fwd->name(), {}, cpu), "forward launch");
+  zeroGrads(w, p);
+  check(p.launch(m.grad->name(), {}, cpu), "gradient launch");
+  r.compileFwdMs = 1e3 * cpu.compileSeconds(*m.fwd);
+  r.compileGradMs = 1e3 * cpu.compileSeconds(*m.grad);
+  r.fwdMs = timeMin(reps, nullptr, [&] { check(p.launch(m.fwd->name(), {}, cpu), "forward"); });
+  r.gradMs = timeMin(
+      reps, [&] { zeroGrads(w, p); },
+      [&] { check(p.launch(m.grad->name(), {}, cpu), "gradient"); });
+  r.heapBytes = cpu.lastAdStackHeapBytes();
+  for (const auto &[stack, cap] : p.lastAdStackCapacities()) {
+    ++r.stacks;
+    r.capacitySum += cap;
+  }
+  r.grad = collectGrads(w, p);
+  if (keepIR) {
+    r.gradIR = qd::printKernel(*m.grad);
+    r.gradLLVM = check(cpu.llvmIR(*m.grad), "llvmIR");
+  }
+  return r;
+}
+
+struct InterpResult {
+  double fwdMs = 0, gradMs = 0; // at nInterp elements
+  std::vector<float> grad;      // nInterp * gradElemsPerItem values per field
+  int64_t exactPerWorker = 0;   // sum over stacks of adStackBytes(elem, max depth)
+  int64_t depthSum = 0;
+};
+
+InterpResult runInterp(const Workload &w) {
+  QdModule m = makeModule(w, w.nInterp);
+  qd::Program &p = *m.program;
+  qd::Interpreter interp;
+  InterpResult r;
+  r.fwdMs = timeMin(1, nullptr, [&] { check(p.launch(m.fwd->name(), {}, interp), "interp fwd"); });
+  zeroGrads(w, p);
+  r.gradMs =
+      timeMin(1, nullptr, [&] { check(p.launch(m.grad->name(), {}, interp), "interp grad"); });
+  for (const auto &[stack, depth] : interp.adStackMaxDepths()) {
+    r.exactPerWorker += qd::adStackBytes(stack->elementType(), depth);
+    r.depthSum += depth;
+  }
+  r.grad = collectGrads(w, p);
+  return r;
+}
+
+/// Largest |a - ref| / max(|ref|, 1e-6 max|ref|) over the elements of
+/// `a`; `refStride` / `stride` map element e of field f (of `perField`
+/// values) to its position.
+double maxRelErr(const std::vector<float> &a, const std::vector<float> &ref) {
+  double scale = 0;
+  for (float v : ref)
+    scale = std::max(scale, double(std::fabs(v)));
+  double worst = 0;
+  for (size_t i = 0; i < a.size() && i < ref.size(); ++i) {
+    double d = std::fabs(double(a[i]) - double(ref[i]));
+    double den = std::max(double(std::fabs(ref[i])), 1e-6 * scale);
+    double e = den > 0 ? d / den : d;
+    if (std::isnan(e))
+      return INFINITY;
+    worst = std::max(worst, e);
+  }
+  return worst;
+}
+
+/// The gradient of the hand-written loop restricted to the first `n`
+/// elements of each field (fields of `fullN * per` values).
+std::vector<float> prefix(const std::vector<float> &g, size_t fields, int64_t fullN, int64_t n,
+                          int64_t per) {
+  std::vector<float> out;
+  for (size_t f = 0; f < fields; ++f)
+    out.insert(out.end(), g.begin() + f * fullN * per, g.begin() + f * fullN * per + n * per);
+  return out;
+}
+
+struct Row {
+  std::string impl;
+  std::string threads;
+  std::optional<double> fwdMs, gradMs;
+  std::optional<double> err;
+  std::string note;
+};
+
+std::string fmtMs(std::optional<double> v) {
+  if (!v)
+    return "n/a";
+  return *v >= 100 ? fmt::format("{:.0f}", *v) : fmt::format("{:.1f}", *v);
+}
+
+void printTable(const std::vector<Row> &rows, double qdGrad) {
+  fmt::print("  {:<30} {:>3} {:>10} {:>11} {:>9} {:>12}  {}\n", "implementation", "thr", "fwd ms",
+             "grad ms", "grad/qd", "max rel err", "note");
+  for (const Row &r : rows) {
+    std::string ratio = r.gradMs ? fmt::format("{:.2f}x", *r.gradMs / qdGrad) : "n/a";
+    std::string err = r.err ? fmt::format("{:.1e}", *r.err) : "-";
+    fmt::print("  {:<30} {:>3} {:>10} {:>11} {:>9} {:>12}  {}\n", r.impl, r.threads, fmtMs(r.fwdMs),
+               fmtMs(r.gradMs), ratio, err, r.note);
+  }
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  unsigned threads = 2;
+  int reps = 3;
+  std::string torchFile, only = "a,b,c", dump;
+  int64_t dumpN = 1024;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc)
+        die("missing value after " + a);
+      return argv[++i];
+    };
+    if (a == "--threads")
+      threads = static_cast<unsigned>(std::stoi(next()));
+    else if (a == "--reps")
+      reps = std::stoi(next());
+    else if (a == "--torch")
+      torchFile = next();
+    else if (a == "--only")
+      only = next();
+    else if (a == "--dump-ir")
+      dump = next();
+    else if (a == "--dump-n")
+      dumpN = std::stoll(next());
+    else
+      die("usage: qd-bench-gradients [--threads N] [--reps N] [--torch FILE] [--only a,b,c] "
+          "[--dump-ir a|b|c [--dump-n N]]");
+  }
+
+  json torch;
+  if (!torchFile.empty()) {
+    std::ifstream in(torchFile);
+    torch = json::parse(in, nullptr, false);
+    if (torch.is_discarded())
+      torch = json{{"available", false}, {"reason", "unreadable " + torchFile}};
+  } else {
+    torch = json{{"available", false}, {"reason", "not run (no --torch FILE)"}};
+  }
+
+  std::vector<Workload> workloads;
+  {
+    Workload w;
+    w.key = "a";
+    w.title = fmt::format("(a) sin: v = sin(v) + 0.1, K = {} (read from a field)", kSinSteps);
+    w.n = int64_t(1) << 20;
+    w.nAdolc = int64_t(1) << 14;
+    w.nInterp = int64_t(1) << 10;
+    w.ir = sinIR;
+    w.kernel = "sinloop";
+    w.gradFields = {"x"};
+    w.seed = "y";
+    w.init = [](qd::Program &p, int64_t n) {
+      float *x = f32(p, "x");
+      for (int64_t i = 0; i < n; ++i)
+        x[i] = sinInput(i);
+      *i32(p, "n") = kSinSteps;
+    };
+    workloads.push_back(w);
+  }
+  {
+    Workload w;
+    w.key = "b";
+    w.title = "(b) triangular: for j < m[i] { for k < j { v = sin(v + 0.01k) + 0.1 } }, "
+              "m[i] = 4..16 from a field";
+    w.n = int64_t(1) << 20;
+    w.nAdolc = int64_t(1) << 14;
+    w.nInterp = int64_t(1) << 10;
+    w.ir = triIR;
+    w.kernel = "tri";
+    w.gradFields = {"x"};
+    w.seed = "y";
+    w.init = [](qd::Program &p, int64_t n) {
+      float *x = f32(p, "x");
+      int32_t *m = i32(p, "m");
+      for (int64_t i = 0; i < n; ++i) {
+        x[i] = sinInput(i);
+        m[i] = triBound(i);
+      }
+    };
+    workloads.push_back(w);
+  }
+  {
+    Workload w;
+    w.key = "c";
+    w.title = fmt::format("(c) spring chain: {} masses (16 loop-carried f32), T = {} steps "
+                          "(from a field)",
+                          kChain, kSpringSteps);
+    w.n = int64_t(1) << 16;
+    w.nAdolc = int64_t(1) << 10;
+    w.nInterp = int64_t(1) << 7;
+    w.ir = springIR;
+    w.kernel = "spring";
+    w.gradFields = {"p", "q"};
+    w.seed = "out";
+    w.gradElemsPerItem = kChain;
+    w.init = [](qd::Program &p, int64_t n) {
+      float *pp = f32(p, "p"), *qq = f32(p, "q");
+      for (int64_t i = 0; i < n; ++i)
+        for (int k = 0; k < kChain; ++k) {
+          pp[i * kChain + k] = springP(i, k);
+          qq[i * kChain + k] = springQ(i, k);
+        }
+      *i32(p, "steps") = kSpringSteps;
+    };
+    workloads.push_back(w);
+  }
+
+  if (!dump.empty()) {
+    for (const Workload &w : workloads)
+      if (w.key == dump) {
+        auto cpu = check(qd::CpuBackend::create({.threads = threads}), "CpuBackend::create");
+        Workload small = w;
+        small.n = dumpN;
+        QdResult r = runQd(small, *cpu, 1, true);
+        fmt::print(";;; module (N = {})\n{}\n;;; gradient kernel\n{}\n"
+                   ";;; optimised LLVM IR of the gradient kernel\n{}\n",
+                   small.n, w.ir(small.n), r.gradIR, r.gradLLVM);
+        return 0;
+      }
+    die("--dump-ir: unknown workload " + dump);
+  }
+
+  auto cpu = check(qd::CpuBackend::create({.threads = threads}), "CpuBackend::create");
+  auto cpu1 = check(qd::CpuBackend::create({.threads = 1}), "CpuBackend::create");
+  double start = nowMs();
+  fmt::print("qd-bench-gradients: {} threads for qd-cpu and the hand-written loops "
+             "({} hardware threads), min of {} runs, wall-clock ms\n",
+             cpu->numThreads(), std::thread::hardware_concurrency(), reps);
+  if (!torch.value("available", false))
+    fmt::print("PyTorch: n/a ({})\n", torch.value("reason", std::string("unknown")));
+  else
+    fmt::print("PyTorch {} (eager autograd, float32)\n", torch.value("version", std::string("?")));
+  if (!haveAdolc())
+    fmt::print("ADOL-C: n/a (built without libadolc-dev)\n");
+
+  std::vector<std::string> summary;
+  for (const Workload &w : workloads) {
+    if (only.find(w.key) == std::string::npos)
+      continue;
+    const int64_t n = w.n, per = w.gradElemsPerItem;
+    const size_t fields = w.gradFields.size();
+    fmt::print("\n{}, N = {}{}\n", w.title, n, w.key == "c" ? " chains" : " elements");
+    std::vector<Row> rows;
+
+    // Inputs for the hand-written loops and peers (same formulas as init).
+    std::vector<float> x, ygrad(n, 1.0f), y(n);
+    std::vector<int32_t> m;
+    std::vector<float> p, q;
+    if (w.key == "c") {
+      p.resize(n * per);
+      q.resize(n * per);
+      for (int64_t i = 0; i < n; ++i)
+        for (int k = 0; k < kChain; ++k) {
+          p[i * per + k] = springP(i, k);
+          q[i * per + k] = springQ(i, k);
+        }
+    } else {
+      x.resize(n);
+      for (int64_t i = 0; i < n; ++i)
+        x[i] = sinInput(i);
+      if (w.key == "b") {
+        m.resize(n);
+        for (int64_t i = 0; i < n; ++i)
+          m[i] = triBound(i);
+      }
+    }
+    std::vector<float> g(fields * n * per);
+    auto zero = [&] { std::fill(g.begin(), g.end(), 0.0f); };
+    float *g0 = g.data(), *g1 = g.data() + n * per;
+
+    // Hand-written scalar: the reference gradient.
+    Row hw{"hand-written scalar", std::to_string(threads), {}, {}, {}, {}};
+    std::function<void()> hwFwd, hwGrad;
+    if (w.key == "a") {
+      hwFwd = [&] { sinForward(x.data(), y.data(), n, kSinSteps, threads); };
+      hwGrad = [&] { sinGradient(x.data(), ygrad.data(), g0, n, kSinSteps, threads); };
+    } else if (w.key == "b") {
+      hwFwd = [&] { triForward(x.data(), m.data(), y.data(), n, threads); };
+      hwGrad = [&] { triGradient(x.data(), m.data(), ygrad.data(), g0, n, threads); };
+    } else {
+      hwFwd = [&] { springForward(p.data(), q.data(), y.data(), n, kSpringSteps, threads); };
+      hwGrad = [&] {
+        springGradient(p.data(), q.data(), ygrad.data(), g0, g1, n, kSpringSteps, threads);
+      };
+    }
+    hw.fwdMs = timeMin(reps, nullptr, hwFwd);
+    hw.gradMs = timeMin(reps, zero, hwGrad);
+    const std::vector<float> ref = g;
+    double refSum = 0;
+    for (float v : ref)
+      refSum += v;
+
+    // qd-cpu.
+    QdResult qr = runQd(w, *cpu, reps, false);
+    Row qdRow{"qd-cpu (LLVM JIT)", std::to_string(cpu->numThreads()), qr.fwdMs,
+              qr.gradMs,           maxRelErr(qr.grad, ref),           {}};
+    rows.push_back(qdRow);
+    rows.push_back(hw);
+    rows.back().err = 0.0;
+    rows.back().note = "reference gradient";
+
+    // Vectorised hand-written loop.
+    Row vec{"hand-written vectorised", std::to_string(threads), {}, {}, {}, {}};
+    if (w.key == "a") {
+      vec.fwdMs =
+          timeMin(reps, nullptr, [&] { sinForwardVec(x.data(), y.data(), n, kSinSteps, threads); });
+      vec.gradMs = timeMin(
+          reps, zero, [&] { sinGradientVec(x.data(), ygrad.data(), g0, n, kSinSteps, threads); });
+      vec.err = maxRelErr(g, ref);
+      vec.note = "-O3 -ffast-math -mavx2, libmvec";
+    } else if (w.key == "c") {
+      vec.fwdMs = timeMin(reps, nullptr, [&] {
+        springForwardVec(p.data(), q.data(), y.data(), n, kSpringSteps, threads);
+      });
+      vec.gradMs = timeMin(reps, zero, [&] {
+        springGradientVec(p.data(), q.data(), ygrad.data(), g0, g1, n, kSpringSteps, threads);
+      });
+      vec.err = maxRelErr(g, ref);
+      vec.note = "-O3 -ffast-math -mavx2, SoA blocks of 64";
+    } else {
+      vec.note = "not written (per-element trip counts)";
+    }
+    rows.push_back(vec);
+
+    // qd-cpu on one thread (for the single-threaded peers).
+    {
+      QdResult q1 = runQd(w, *cpu1, 1, false);
+      Row r{"qd-cpu (LLVM JIT)", "1", q1.fwdMs, q1.gradMs, maxRelErr(q1.grad, ref), "1 run"};
+      rows.push_back(r);
+    }
+
+    // ADOL-C, scaled.
+    if (haveAdolc()) {
+      int64_t na = w.nAdolc;
+      std::vector<float> ga(fields * na * per, 0.0f);
+      double ms = 0;
+      if (w.key == "a")
+        ms = timeMin(1, nullptr,
+                     [&] { sinGradientAdolc(x.data(), ygrad.data(), ga.data(), na, kSinSteps); });
+      else if (w.key == "b")
+        ms = timeMin(1, nullptr,
+                     [&] { triGradientAdolc(x.data(), m.data(), ygrad.data(), ga.data(), na); });
+      else
+        ms = timeMin(1, nullptr, [&] {
+          springGradientAdolc(p.data(), q.data(), ygrad.data(), ga.data(), ga.data() + na * per, na,
+                              kSpringSteps);
+        });
+      Row r{"ADOL-C 2.7 (tape reuse)",
+            "1",
+            std::nullopt,
+            ms * double(n) / double(na),
+            maxRelErr(ga, prefix(ref, fields, n, na, per)),
+            fmt::format("{} elements x{} (scaled), double", na, n / na)};
+      rows.push_back(r);
+    } else {
+      rows.push_back({"ADOL-C", "1", std::nullopt, std::nullopt, std::nullopt, "not built"});
+    }
+
+    // PyTorch.
+    if (w.key == "b") {
+      rows.push_back({"PyTorch eager", "-", std::nullopt, std::nullopt, std::nullopt,
+                      "n/a: per-element trip counts do not map to tensor ops"});
+    } else if (!torch.value("available", false) || !torch.contains(w.key)) {
+      rows.push_back({"PyTorch eager", "-", std::nullopt, std::nullopt, std::nullopt,
+                      "n/a: " + torch.value("reason", std::string("no result"))});
+    } else {
+      const json &t = torch[w.key];
+      // Compare the sums of the gradients (per field) with the reference
+      // over the elements torch ran (fewer than N: scaled).
+      int64_t nt = std::min<int64_t>(t.value("n", n), n);
+      double tscale = double(n) / double(nt);
+      double err = 0;
+      for (size_t f = 0; f < fields; ++f) {
+        double s = 0;
+        for (int64_t i = 0; i < nt * per; ++i)
+          s += ref[f * n * per + i];
+        double ts = t["grad_sums"][f].get<double>();
+        err = std::max(err, std::fabs(ts - s) / std::max(std::fabs(s), 1e-30));
+      }
+      for (const auto &[thr, v] : t["threads"].items()) {
+        double fg = tscale * v["fwd_graph_ms"].get<double>();
+        double bw = tscale * v["bwd_ms"].get<double>();
+        Row r{
+            "PyTorch eager autograd",
+            thr,
+            tscale * v["fwd_ms"].get<double>(),
+            fg + bw,
+            err,
+            fmt::format("grad = fwd with graph {:.0f} + backward {:.0f}; err of the sum", fg, bw)};
+        if (nt != n)
+          r.note += fmt::format("; {} elements x{} (scaled)", nt, n / nt);
+        rows.push_back(r);
+      }
+    }
+
+    // Interpreter, scaled; also measures the exact adstack need.
+    InterpResult ir = runInterp(w);
+    double scale = double(n) / double(w.nInterp);
+    rows.push_back({"interpreter", "1", ir.fwdMs * scale, ir.gradMs * scale,
+                    maxRelErr(ir.grad, prefix(ref, fields, n, w.nInterp, per)),
+                    fmt::format("{} elements x{} (scaled)", w.nInterp, n / w.nInterp)});
+
+    for (Row &r : rows)
+      if (r.err && *r.err > 1e-3)
+        r.note = "WRONG GRADIENT" + (r.note.empty() ? "" : "; " + r.note);
+    printTable(rows, qr.gradMs);
+    int64_t exact = ir.exactPerWorker * cpu->numThreads();
+    fmt::print("  adstack heap: {} bytes for {} stacks (capacities sum {}), exact need {} bytes "
+               "(max depths sum {}, x {} workers): {:.2f}x\n",
+               qr.heapBytes, qr.stacks, qr.capacitySum, exact, ir.depthSum, cpu->numThreads(),
+               exact ? double(qr.heapBytes) / double(exact) : 0.0);
+    fmt::print("  compile: forward kernel {:.1f} ms, gradient kernel {:.1f} ms\n", qr.compileFwdMs,
+               qr.compileGradMs);
+    {
+      // Per-launch overhead: the same kernels on one element, many launches.
+      Workload tiny = w;
+      tiny.n = 1;
+      QdModule tm = makeModule(tiny, 1);
+      qd::Program &tp = *tm.program;
+      check(tp.launch(tm.fwd->name(), {}, *cpu), "forward");
+      check(tp.launch(tm.grad->name(), {}, *cpu), "gradient");
+      const int launches = 200;
+      double f = timeMin(1, nullptr, [&] {
+        for (int l = 0; l < launches; ++l)
+          check(tp.launch(tm.fwd->name(), {}, *cpu), "forward");
+      });
+      double gms = timeMin(1, nullptr, [&] {
+        for (int l = 0; l < launches; ++l)
+          check(tp.launch(tm.grad->name(), {}, *cpu), "gradient");
+      });
+      // The backend alone (capacities of the last sized launch, no sizing).
+      qd::LaunchOptions direct;
+      direct.adStackCapacities = tp.lastAdStackCapacities();
+      double gb = timeMin(1, nullptr, [&] {
+        for (int l = 0; l < launches; ++l)
+          check(cpu->launch(tp, *tm.grad, {}, direct), "gradient");
+      });
+      fmt::print("  launch overhead (N = 1, {} launches): forward {:.0f} us, gradient {:.0f} us "
+                 "per Program::launch ({:.0f} us in CpuBackend::launch alone)\n",
+                 launches, 1e3 * f / launches, 1e3 * gms / launches, 1e3 * gb / launches);
+    }
+    (void)refSum;
+    double hwRatio = qr.gradMs / *hw.gradMs;
+    summary.push_back(fmt::format(
+        "  ({}) qd/hand-written {:.2f}x (target <= 1.2x){}; qd/vectorised {}; ADOL-C/qd {}{}; "
+        "heap {:.2f}x of exact",
+        w.key, hwRatio, hwRatio <= 1.2 ? "" : " MISSED",
+        vec.gradMs ? fmt::format("{:.1f}x", qr.gradMs / *vec.gradMs) : "n/a",
+        haveAdolc() ? fmt::format("{:.1f}x", rows[4].gradMs.value_or(0) / qr.gradMs) : "n/a",
+        haveAdolc() ? (rows[4].gradMs.value_or(0) / qr.gradMs >= 10 ? " (target >= 10x)"
+                                                                    : " (target >= 10x) MISSED")
+                    : "",
+        exact ? double(qr.heapBytes) / double(exact) : 0.0));
+  }
+  fmt::print("\nsummary (gradient times):\n");
+  for (const auto &s : summary)
+    fmt::print("{}\n", s);
+  fmt::print("total benchmark time {:.1f} s\n", (nowMs() - start) / 1e3);
+  return 0;
+}

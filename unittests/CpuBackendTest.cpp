@@ -1,0 +1,1988 @@
+//===- CpuBackendTest.cpp - The LLVM CPU backend against the interpreter --===//
+//
+// Differential tests: every kernel of the corpus (and their gradient and
+// dual kernels), hand-written edge cases of docs/ir.md's semantics, adstack
+// heap sizing and overflow, the compile cache and random kernels run on the
+// reference interpreter and on the CPU backend, and must agree.
+//
+//===----------------------------------------------------------------------===//
+#include "qd/runtime/CpuBackend.h"
+#include "qd/codegen/llvm/KernelCodegen.h"
+#include "qd/interp/Interpreter.h"
+#include "qd/ir/Parser.h"
+#include "qd/ir/Printer.h"
+#include "qd/ir/Verifier.h"
+#include "qd/ir/Visitor.h"
+#include "qd/transforms/AutoDiff.h"
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <rapidcheck/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+namespace qd {
+namespace {
+
+// Each random kernel compiles four times (kernel and gradient, two
+// backends): 25 cases keep the property at a few seconds. RC_PARAMS set by
+// the caller wins.
+const bool kRcDefaults = [] {
+  setenv("RC_PARAMS", "max_success=25", /*overwrite=*/0);
+  return true;
+}();
+
+//===----------------------------------------------------------------------===//
+// Shared helpers
+//===----------------------------------------------------------------------===//
+
+/// One process-wide backend of each flavour (JIT set-up is not free).
+CpuBackend &cpuSerial() { // one worker: iterations run in order, exactly like the interpreter
+  static std::unique_ptr<CpuBackend> b = [] {
+    CpuBackendOptions o;
+    o.threads = 1;
+    return *CpuBackend::create(o);
+  }();
+  return *b;
+}
+CpuBackend &cpuParallel() { // four workers taking one iteration at a time
+  static std::unique_ptr<CpuBackend> b = [] {
+    CpuBackendOptions o;
+    o.threads = 4;
+    o.chunk = 1;
+    return *CpuBackend::create(o);
+  }();
+  return *b;
+}
+
+std::string message(const absl::Status &s) {
+  return std::string(s.message());
+}
+
+/// `file:line:col` of an error message (`file:line:col: error: ...`).
+std::string locationPrefix(const absl::Status &s) {
+  std::string m = message(s);
+  size_t at = m.find(": error:");
+  return at == std::string::npos ? std::string() : m.substr(0, at);
+}
+
+size_t countOf(const std::string &haystack, const std::string &needle) {
+  size_t n = 0;
+  for (size_t at = haystack.find(needle); at != std::string::npos;
+       at = haystack.find(needle, at + 1))
+    ++n;
+  return n;
+}
+
+/// Equal values: integers exactly; floats exactly (NaNs of any payload are
+/// equal, -0 differs from +0) when `rtol` is 0, else within
+/// rtol * max(|a|, |b|, 1).
+bool sameScalar(const Scalar &a, const Scalar &b, double rtol) {
+  if (a.type != b.type)
+    return false;
+  if (!a.isFloat())
+    return a.i == b.i;
+  if (std::isnan(a.f) || std::isnan(b.f))
+    return std::isnan(a.f) && std::isnan(b.f);
+  if (rtol == 0)
+    return a.f == b.f && std::signbit(a.f) == std::signbit(b.f);
+  if (std::isinf(a.f) || std::isinf(b.f))
+    return a.f == b.f;
+  return std::fabs(a.f - b.f) <= rtol * std::max({std::fabs(a.f), std::fabs(b.f), 1.0});
+}
+
+/// Empty if equal, else the first difference.
+std::string compareBuffers(const std::string &what, const Buffer &a, const Buffer &b, double rtol) {
+  if (a.shape() != b.shape() || a.elementType() != b.elementType())
+    return what + ": shapes differ";
+  for (int64_t i = 0; i < a.numElements(); ++i)
+    if (!sameScalar(a.get(i), b.get(i), rtol))
+      return fmt::format("{}[{}]: interp {} vs cpu {}", what, i, a.get(i).str(), b.get(i).str());
+  return {};
+}
+
+double tolFor(ScalarType t) {
+  return t == ScalarType::F32 ? 1e-5 : 1e-12;
+}
+
+constexpr Component kComponents[] = {Component::Primal, Component::Grad, Component::Dual};
+
+std::string componentSuffix(Component c) {
+  return c == Component::Primal ? "" : "." + std::string(toString(c));
+}
+
+/// Compares every field component of two programs of the same module.
+std::string compareFields(const Module &m, Program &a, Program &b, bool exact) {
+  for (auto &f : m.fields())
+    for (Component c : kComponents) {
+      Buffer *x = a.field(*f, c), *y = b.field(*f, c);
+      if (!x || !y)
+        continue;
+      std::string d = compareBuffers("@" + f->name() + componentSuffix(c), *x, *y,
+                                     exact ? 0 : tolFor(f->elementType()));
+      if (!d.empty())
+        return d;
+    }
+  return {};
+}
+
+/// splitmix64: deterministic data for both backends.
+struct Rng {
+  uint64_t s;
+  uint64_t next() {
+    uint64_t z = (s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+  int64_t intIn(int64_t lo, int64_t hi) { // inclusive
+    return lo + static_cast<int64_t>(next() % static_cast<uint64_t>(hi - lo + 1));
+  }
+  double unit() { return static_cast<double>(next() >> 11) / static_cast<double>(1ull << 53); }
+};
+
+Scalar randomScalar(ScalarType t, Rng &r) {
+  if (isFloat(t))
+    return Scalar::ofFloat(t, -2 + 4 * r.unit());
+  if (t == ScalarType::I1)
+    return Scalar::ofInt(t, r.intIn(0, 1));
+  return Scalar::ofInt(t, r.intIn(0, 5));
+}
+
+void fill(Buffer &b, Rng &r) {
+  for (int64_t i = 0; i < b.numElements(); ++i)
+    b.set(i, randomScalar(b.elementType(), r));
+}
+
+/// A program of a module plus launch arguments for one kernel, filled with
+/// data from `seed` (two instances with the same seed hold the same data).
+struct Instance {
+  std::unique_ptr<Program> program;
+  std::vector<std::unique_ptr<Buffer>> buffers;
+  std::vector<std::unique_ptr<NdarrayArg>> ndarrays;
+  std::vector<LaunchArg> args;
+  std::vector<std::pair<std::string, NdarrayArg *>> named;
+};
+
+std::unique_ptr<Instance> makeInstance(const Module &m, const Kernel &k, uint64_t seed,
+                                       int variant) {
+  auto inst = std::make_unique<Instance>();
+  auto p = Program::create(m);
+  if (!p.ok())
+    return nullptr;
+  inst->program = *std::move(p);
+  Rng r{seed};
+  for (auto &f : m.fields())
+    for (Component c : kComponents)
+      if (Buffer *b = inst->program->field(*f, c))
+        fill(*b, r);
+  for (unsigned i = 0; i < k.numArguments(); ++i) {
+    const Argument *a = k.argument(i);
+    ScalarType t = a->type().element();
+    if (!a->isNdarray()) {
+      inst->args.push_back(LaunchArg::scalar(randomScalar(t, r)));
+      continue;
+    }
+    unsigned nd = a->type().ndim();
+    std::vector<int64_t> shape;
+    for (unsigned d = 0; d < nd; ++d)
+      shape.push_back(variant == 0 ? (nd <= 2 ? 4 : 2) : r.intIn(1, nd <= 2 ? 6 : 3));
+    auto arg = std::make_unique<NdarrayArg>();
+    for (Component c : kComponents) {
+      if (c != Component::Primal && !a->hasComponent(c))
+        continue;
+      auto b = std::make_unique<Buffer>(*Buffer::create(t, shape));
+      fill(*b, r);
+      (c == Component::Primal ? arg->primal
+       : c == Component::Grad ? arg->grad
+                              : arg->dual) = b.get();
+      inst->buffers.push_back(std::move(b));
+    }
+    inst->args.push_back(LaunchArg::ndarray(arg.get()));
+    inst->named.emplace_back("%" + a->name(), arg.get());
+    inst->ndarrays.push_back(std::move(arg));
+  }
+  return inst;
+}
+
+std::string compareInstances(const Module &m, Instance &a, Instance &b, bool exact) {
+  std::string d = compareFields(m, *a.program, *b.program, exact);
+  if (!d.empty())
+    return d;
+  for (size_t i = 0; i < a.named.size(); ++i)
+    for (Component c : kComponents) {
+      Buffer *x = a.named[i].second->component(c), *y = b.named[i].second->component(c);
+      if (!x || !y)
+        continue;
+      d = compareBuffers(a.named[i].first + componentSuffix(c), *x, *y,
+                         exact ? 0 : tolFor(x->elementType()));
+      if (!d.empty())
+        return d;
+    }
+  return {};
+}
+
+/// Runs the interpreter on another thread; gives up after `seconds` (a
+/// kernel that loops forever on random data). On a timeout the caller must
+/// leak everything the launch uses.
+absl::Status interpretWithTimeout(Program &program, const std::string &kernel,
+                                  const std::vector<LaunchArg> &args, const LaunchOptions &opts,
+                                  double seconds, bool &timedOut) {
+  struct State {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+    absl::Status status;
+  };
+  auto state = std::make_shared<State>();
+  std::thread t([state, &program, kernel, args, opts] {
+    Interpreter interp;
+    absl::Status s = program.launch(kernel, args, interp, opts);
+    std::lock_guard lock(state->mu);
+    state->status = s;
+    state->done = true;
+    state->cv.notify_all();
+  });
+  std::unique_lock lock(state->mu);
+  timedOut = !state->cv.wait_for(lock, std::chrono::duration<double>(seconds),
+                                 [&] { return state->done; });
+  lock.unlock();
+  if (timedOut) {
+    t.detach();
+    return absl::DeadlineExceededError("interpreter timed out");
+  }
+  t.join();
+  return state->status;
+}
+
+/// A `while` whose body (outside nested loops) has no `break` never ends.
+bool hasEndlessWhile(Kernel &k) {
+  bool endless = false;
+  walk(k, [&](Stmt &s) {
+    if (s.kind() != StmtKind::While)
+      return;
+    bool found = false;
+    std::function<void(Block &)> scan = [&](Block &b) {
+      for (Stmt &t : b) {
+        if (t.kind() == StmtKind::Break)
+          found = true;
+        if (t.kind() == StmtKind::If)
+          for (unsigned i = 0; i < t.numBlocks(); ++i)
+            scan(t.block(i));
+      }
+    };
+    scan(s.block(0));
+    endless |= !found;
+  });
+  return endless;
+}
+
+/// A parallel task whose result depends on the order of its iterations: a
+/// stored global that is not indexed by the loop index (the same indices in
+/// every access), or an atomically updated global that is also read.
+bool mayRace(Kernel &k) {
+  for (Stmt &t : k.body()) {
+    auto *loop = dyn_cast<ForStmt>(&t);
+    if (!loop || !loop->isParallel())
+      continue;
+    std::map<std::tuple<const Field *, const Value *, Component>, std::vector<GlobalAccessStmt *>>
+        groups;
+    walk(loop->body(), [&](Stmt &s) {
+      if (auto *g = dyn_cast<GlobalAccessStmt>(&s))
+        groups[{g->field(), g->ndarray(), g->component()}].push_back(g);
+    });
+    for (auto &[target, accesses] : groups) {
+      bool stored = false, atomic = false, loaded = false;
+      for (auto *g : accesses) {
+        stored |= g->kind() == StmtKind::GlobalStore;
+        atomic |= g->kind() == StmtKind::AtomicAdd;
+        loaded |= g->kind() == StmtKind::GlobalLoad;
+      }
+      if (atomic && (loaded || stored))
+        return true;
+      if (!stored)
+        continue;
+      GlobalAccessStmt *first = accesses.front();
+      bool byIndex = false;
+      for (unsigned d = 0; d < first->numIndices(); ++d)
+        byIndex |= first->index(d) == loop;
+      if (!byIndex)
+        return true;
+      for (auto *g : accesses)
+        for (unsigned d = 0; d < g->numIndices(); ++d)
+          if (g->index(d) != first->index(d))
+            return true;
+    }
+  }
+  return false;
+}
+
+/// A loop the interpreter cannot finish in time (a constant range of more
+/// than 10^7 iterations).
+bool hasHugeLoop(Kernel &k) {
+  bool huge = false;
+  walk(k, [&](Stmt &s) {
+    if (auto *f = dyn_cast<ForStmt>(&s); f && f->begin().isConstant() && f->end().isConstant())
+      huge |= f->end().constant - f->begin().constant > 10'000'000;
+  });
+  return huge;
+}
+
+bool hasParallelTask(Kernel &k) {
+  for (Stmt &s : k.body())
+    if (auto *f = dyn_cast<ForStmt>(&s); f && f->isParallel())
+      return true;
+  return false;
+}
+
+//===----------------------------------------------------------------------===//
+// 1. Differential corpus test
+//===----------------------------------------------------------------------===//
+
+struct CorpusStats {
+  int kernels = 0;        // kernels (incl. derived) compared
+  int launches = 0;       // launches compared
+  int bothErrored = 0;    // launches where both backends reported an error
+  int sameLocation = 0;   // ... with the same statement location
+  int derived = 0;        // gradient/dual kernels among `kernels`
+  int skippedEndless = 0; // kernels with a `while` that has no break
+  int timedOut = 0;
+  int racy = 0;     // parallel kernels compared with one worker only
+  int tooLarge = 0; // declared adstack capacities the cpu backend refuses
+  std::vector<std::string> failures;
+};
+
+void compareKernel(Module &m, Kernel &k, const std::string &where, uint64_t seedBase,
+                   CorpusStats &stats, std::vector<std::unique_ptr<Module>> &leaked,
+                   std::unique_ptr<Module> &owner) {
+  if (hasEndlessWhile(k) || hasHugeLoop(k)) {
+    ++stats.skippedEndless;
+    return;
+  }
+  bool hasNd = false;
+  for (unsigned i = 0; i < k.numArguments(); ++i)
+    hasNd |= k.argument(i)->isNdarray();
+  bool parallel = hasParallelTask(k) && !mayRace(k);
+  stats.racy += hasParallelTask(k) && mayRace(k);
+  ++stats.kernels;
+  for (int variant = 0; variant < (hasNd ? 3 : 2); ++variant) {
+    uint64_t seed = seedBase * 7919 + static_cast<uint64_t>(variant) * 104729 +
+                    std::hash<std::string>()(k.name());
+    auto ref = makeInstance(m, k, seed, variant);
+    auto cpu = makeInstance(m, k, seed, variant);
+    if (!ref || !cpu)
+      return;
+    LaunchOptions opts;
+    opts.boundsChecked = true;
+    bool timedOut = false;
+    absl::Status si = interpretWithTimeout(*ref->program, k.name(), ref->args, opts, 2, timedOut);
+    if (timedOut) {
+      ++stats.timedOut;
+      std::cout << "[corpus] interpreter timeout: " << where << " @" << k.name() << "\n";
+      ref.release(); // the interpreter thread still uses it
+      leaked.push_back(std::move(owner));
+      return;
+    }
+    ++stats.launches;
+    std::string tag = fmt::format("{} kernel @{} (data variant {})", where, k.name(), variant);
+    absl::Status sc = cpu->program->launch(k.name(), cpu->args, cpuSerial(), opts);
+    if (!si.ok()) {
+      if (sc.ok()) {
+        stats.failures.push_back(tag + ": interpreter failed (" + message(si) +
+                                 ") but the cpu backend succeeded");
+        continue;
+      }
+      ++stats.bothErrored;
+      // One worker runs in the interpreter's order, so the first error site
+      // is the same, unless the cpu backend reports an overflow (it checks
+      // those after the run, before the error sites).
+      if (locationPrefix(si) == locationPrefix(sc))
+        ++stats.sameLocation;
+      else if (message(sc).find("adstack overflow") == std::string::npos)
+        stats.failures.push_back(tag + ": different errors:\n  interp: " + message(si) +
+                                 "\n  cpu:    " + message(sc));
+      continue;
+    }
+    if (!sc.ok() && sc.code() == absl::StatusCode::kResourceExhausted &&
+        message(sc).find("is too large") != std::string::npos) {
+      // The interpreter grows stacks on demand; the cpu backend allocates
+      // every capacity up front and refuses absurd ones (above 2^40).
+      ++stats.tooLarge;
+      continue;
+    }
+    if (!sc.ok()) {
+      stats.failures.push_back(tag + ": cpu backend failed: " + message(sc));
+      continue;
+    }
+    if (std::string d = compareInstances(m, *ref, *cpu, /*exact=*/true); !d.empty()) {
+      stats.failures.push_back(tag + " (1 worker): " + d);
+      continue;
+    }
+    if (!parallel)
+      continue;
+    auto par = makeInstance(m, k, seed, variant);
+    absl::Status sp = par->program->launch(k.name(), par->args, cpuParallel(), opts);
+    if (!sp.ok())
+      stats.failures.push_back(tag + ": cpu backend (4 workers) failed: " + message(sp));
+    else if (std::string d = compareInstances(m, *ref, *par, /*exact=*/false); !d.empty())
+      stats.failures.push_back(tag + " (4 workers): " + d);
+  }
+}
+
+std::vector<std::filesystem::path> corpusFiles() {
+  std::vector<std::filesystem::path> files;
+  for (const char *dir : {"test", "examples"})
+    for (auto &e :
+         std::filesystem::recursive_directory_iterator(std::filesystem::path(QD_SOURCE_DIR) / dir))
+      if (e.is_regular_file() && e.path().extension() == ".qd")
+        files.push_back(e.path());
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+TEST(CpuBackendTest, CorpusKernelsMatchTheInterpreter) {
+  CorpusStats stats;
+  std::vector<std::unique_ptr<Module>> leaked;
+  int chunkIndex = 0;
+  auto files = corpusFiles();
+  ASSERT_GT(files.size(), 20u);
+  for (const auto &path : files) {
+    std::ifstream in(path);
+    std::stringstream text;
+    text << in.rdbuf();
+    std::string rel = std::filesystem::relative(path, QD_SOURCE_DIR).string();
+    for (const SourceChunk &chunk : splitSourceChunks(text.str())) {
+      ++chunkIndex;
+      auto parsed = parseModule(chunk.text, {rel, chunk.firstLine});
+      if (!parsed.ok() || !verify(**parsed).ok())
+        continue;
+      std::unique_ptr<Module> module = *std::move(parsed);
+      // Derived kernels first: they may add companions the programs need.
+      std::vector<Kernel *> originals;
+      for (auto &k : module->kernels())
+        originals.push_back(k.get());
+      std::vector<Kernel *> derived;
+      for (Kernel *k : originals) {
+        if (module->findKernel(k->name() + "_grad") || module->findKernel(k->name() + "_dual"))
+          continue;
+        if (auto g = buildGradientKernel(*module, *k); g.ok())
+          derived.push_back(*g);
+        if (auto d = buildDualKernel(*module, *k); d.ok())
+          derived.push_back(*d);
+      }
+      if (absl::Status v = verify(*module); !v.ok()) {
+        stats.failures.push_back(rel + ": derived kernels do not verify: " + message(v));
+        continue;
+      }
+      std::vector<Kernel *> all = originals;
+      all.insert(all.end(), derived.begin(), derived.end());
+      stats.derived += static_cast<int>(derived.size());
+      for (Kernel *k : all) {
+        if (!module)
+          break; // leaked after a timeout
+        compareKernel(*module, *k, fmt::format("{}:{}", rel, chunk.firstLine),
+                      static_cast<uint64_t>(chunkIndex), stats, leaked, module);
+      }
+    }
+  }
+  for (auto &m : leaked)
+    (void)m.release(); // still used by a timed-out interpreter thread
+  std::cout << fmt::format("[corpus] {} kernels compared ({} gradient/dual), {} launches, {} "
+                           "where both backends failed ({} at the same statement), {} skipped "
+                           "(endless while or huge loop), {} order-dependent (1 worker only), {} "
+                           "interpreter timeouts, {} refused adstack "
+                           "capacities\n",
+                           stats.kernels, stats.derived, stats.launches, stats.bothErrored,
+                           stats.sameLocation, stats.skippedEndless, stats.racy, stats.timedOut,
+                           stats.tooLarge);
+  EXPECT_EQ(stats.timedOut, 0);
+  EXPECT_GT(stats.kernels, 150);
+  EXPECT_GT(stats.derived, 30);
+  EXPECT_GT(stats.launches - stats.bothErrored, 200); // most launches compare data
+  for (const auto &f : stats.failures)
+    ADD_FAILURE() << f;
+}
+
+//===----------------------------------------------------------------------===//
+// Harness for hand-written kernels: one program per backend
+//===----------------------------------------------------------------------===//
+
+class Pair {
+public:
+  explicit Pair(std::string_view text, CpuBackend *cpu = nullptr) : cpu_(cpu ? cpu : &cpuSerial()) {
+    auto m = parseModule(text, {"t.qd", 1});
+    EXPECT_TRUE(m.ok()) << m.status().message();
+    module = *std::move(m);
+    absl::Status v = verify(*module);
+    EXPECT_TRUE(v.ok()) << v.message();
+  }
+  /// Creates the programs (after any derived kernels were added).
+  void instantiate() {
+    ref = *Program::create(*module);
+    cpu = *Program::create(*module);
+  }
+  /// Runs `kernel` on both; returns (interp, cpu) statuses.
+  std::pair<absl::Status, absl::Status>
+  run(std::string_view kernel, std::vector<LaunchArg> args = {}, LaunchOptions options = {}) {
+    if (!ref)
+      instantiate();
+    absl::Status a = ref->launch(kernel, args, interp, options);
+    absl::Status b = cpu->launch(kernel, args, *cpu_, options);
+    return {a, b};
+  }
+  void runOk(std::string_view kernel, std::vector<LaunchArg> args = {},
+             LaunchOptions options = {}) {
+    auto [a, b] = run(kernel, args, options);
+    ASSERT_TRUE(a.ok()) << a.message();
+    ASSERT_TRUE(b.ok()) << b.message();
+  }
+  void set(std::string_view field, std::vector<double> values, Component c = Component::Primal) {
+    if (!ref)
+      instantiate();
+    for (Program *p : {ref.get(), cpu.get()}) {
+      Buffer *b = p->field(field, c);
+      for (size_t i = 0; i < values.size(); ++i)
+        b->set(static_cast<int64_t>(i),
+               isFloat(b->elementType())
+                   ? Scalar::ofFloat(b->elementType(), values[i])
+                   : Scalar::ofInt(b->elementType(), static_cast<int64_t>(values[i])));
+    }
+  }
+  void setRaw(std::string_view field, std::vector<Scalar> values) {
+    if (!ref)
+      instantiate();
+    for (Program *p : {ref.get(), cpu.get()})
+      for (size_t i = 0; i < values.size(); ++i)
+        p->field(field)->set(static_cast<int64_t>(i), values[i]);
+  }
+  Scalar cpuValue(std::string_view field, int64_t i = 0, Component c = Component::Primal) {
+    return cpu->field(field, c)->get(i);
+  }
+  Scalar refValue(std::string_view field, int64_t i = 0, Component c = Component::Primal) {
+    return ref->field(field, c)->get(i);
+  }
+  /// Both backends computed exactly the same `field` component.
+  void expectSameExactly(std::string_view field, Component c = Component::Primal) {
+    std::string d =
+        compareBuffers(std::string(field), *ref->field(field, c), *cpu->field(field, c), 0);
+    EXPECT_TRUE(d.empty()) << d;
+  }
+  /// Both backends computed the same thing for every field.
+  void expectSame(bool exact = true) {
+    std::string d = compareFields(*module, *ref, *cpu, exact);
+    EXPECT_TRUE(d.empty()) << d;
+  }
+
+  std::unique_ptr<Module> module;
+  std::unique_ptr<Program> ref, cpu;
+  Interpreter interp;
+  CpuBackend *cpu_;
+};
+
+Scalar I32(int64_t v) {
+  return Scalar::ofInt(ScalarType::I32, v);
+}
+Scalar I64(int64_t v) {
+  return Scalar::ofInt(ScalarType::I64, v);
+}
+Scalar I1(bool v) {
+  return Scalar::ofInt(ScalarType::I1, v);
+}
+Scalar F32(double v) {
+  return Scalar::ofFloat(ScalarType::F32, v);
+}
+Scalar F64(double v) {
+  return Scalar::ofFloat(ScalarType::F64, v);
+}
+
+/// Expects output element `i` of `field` to be `want` on both backends.
+#define EXPECT_BOTH(p, field, i, want)                                                             \
+  do {                                                                                             \
+    Scalar w_ = (want);                                                                            \
+    EXPECT_TRUE(sameScalar((p).refValue(field, i), w_, 0))                                         \
+        << "interp " << field << "[" << i << "] = " << (p).refValue(field, i).str() << ", want "   \
+        << w_.str();                                                                               \
+    EXPECT_TRUE(sameScalar((p).cpuValue(field, i), w_, 0))                                         \
+        << "cpu " << field << "[" << i << "] = " << (p).cpuValue(field, i).str() << ", want "      \
+        << w_.str();                                                                               \
+  } while (0)
+
+constexpr int32_t kMin32 = std::numeric_limits<int32_t>::min();
+constexpr int32_t kMax32 = std::numeric_limits<int32_t>::max();
+constexpr int64_t kMin64 = std::numeric_limits<int64_t>::min();
+constexpr int64_t kMax64 = std::numeric_limits<int64_t>::max();
+
+//===----------------------------------------------------------------------===//
+// 2. Semantics edge cases
+//===----------------------------------------------------------------------===//
+
+TEST(CpuBackendTest, IntegerArithmeticWraps) {
+  Pair p(R"(
+field @a : i32[4]
+field @b : i64[4]
+field @o : i32[8]
+field @q : i64[8]
+kernel @k() {
+  serial {
+    %c0 = const 0 : i32
+    %c1 = const 1 : i32
+    %c2 = const 2 : i32
+    %c3 = const 3 : i32
+    %max = load @a[%c0] : i32
+    %one = load @a[%c1] : i32
+    %min = load @a[%c2] : i32
+    %big = load @a[%c3] : i32
+    %r0 = add %max, %one : i32
+    store @o[%c0], %r0
+    %r1 = sub %min, %one : i32
+    store @o[%c1], %r1
+    %r2 = mul %big, %big : i32
+    store @o[%c2], %r2
+    %r3 = neg %min : i32
+    store @o[%c3], %r3
+    %c4 = const 4 : i32
+    %r4 = abs %min : i32
+    store @o[%c4], %r4
+    %M = load @b[%c0] : i64
+    %O = load @b[%c1] : i64
+    %N = load @b[%c2] : i64
+    %s0 = add %M, %O : i64
+    store @q[%c0], %s0
+    %s1 = sub %N, %O : i64
+    store @q[%c1], %s1
+    %s2 = mul %M, %M : i64
+    store @q[%c2], %s2
+    %s3 = neg %N : i64
+    store @q[%c3], %s3
+    %c5 = const 5 : i32
+    %s4 = cast %M : i64 to i32
+    store @o[%c5], %s4
+    %s5 = cast %min : i32 to i64
+    store @q[%c5], %s5
+  }
+}
+)");
+  p.setRaw("a", {I32(kMax32), I32(1), I32(kMin32), I32(65536 + 3)});
+  p.setRaw("b", {I64(kMax64), I64(1), I64(kMin64), I64(0)});
+  p.runOk("k");
+  EXPECT_BOTH(p, "o", 0, I32(kMin32));
+  EXPECT_BOTH(p, "o", 1, I32(kMax32));
+  EXPECT_BOTH(p, "o", 2, I32(static_cast<int32_t>(uint32_t(65539) * uint32_t(65539))));
+  EXPECT_BOTH(p, "o", 3, I32(kMin32)); // -INT_MIN wraps
+  EXPECT_BOTH(p, "o", 4, I32(kMin32)); // abs(INT_MIN) wraps
+  EXPECT_BOTH(p, "o", 5, I32(-1));     // (i32) INT64_MAX
+  EXPECT_BOTH(p, "q", 0, I64(kMin64));
+  EXPECT_BOTH(p, "q", 1, I64(kMax64));
+  EXPECT_BOTH(p, "q", 2, I64(1)); // (2^63-1)^2 mod 2^64
+  EXPECT_BOTH(p, "q", 3, I64(kMin64));
+  EXPECT_BOTH(p, "q", 5, I64(kMin32)); // sign-extended
+  p.expectSame();
+}
+
+TEST(CpuBackendTest, IntegerDivisionTruncatesAndIntMinByMinusOneWraps) {
+  Pair p(R"(
+field @x : i32[8]
+field @y : i32[8]
+field @d : i32[8]
+field @r : i32[8]
+field @X : i64[2]
+field @Y : i64[2]
+field @D : i64[2]
+field @R : i64[2]
+kernel @k() {
+  parallel for %i = 0 to 8 {
+    %a = load @x[%i] : i32
+    %b = load @y[%i] : i32
+    %q = div %a, %b : i32
+    store @d[%i], %q
+    %m = rem %a, %b : i32
+    store @r[%i], %m
+  }
+  parallel for %j = 0 to 2 {
+    %A = load @X[%j] : i64
+    %B = load @Y[%j] : i64
+    %Q = div %A, %B : i64
+    store @D[%j], %Q
+    %M = rem %A, %B : i64
+    store @R[%j], %M
+  }
+}
+)");
+  p.set("x", {7, -7, 7, -7, kMin32, kMin32, kMax32, 0});
+  p.set("y", {2, 2, -2, -2, -1, 1, -1, -5});
+  p.setRaw("X", {I64(kMin64), I64(-9)});
+  p.setRaw("Y", {I64(-1), I64(4)});
+  p.runOk("k");
+  int32_t wantD[] = {3, -3, -3, 3, kMin32, kMin32, -kMax32, 0};
+  int32_t wantR[] = {1, -1, 1, -1, 0, 0, 0, 0};
+  for (int i = 0; i < 8; ++i) {
+    EXPECT_BOTH(p, "d", i, I32(wantD[i]));
+    EXPECT_BOTH(p, "r", i, I32(wantR[i]));
+  }
+  EXPECT_BOTH(p, "D", 0, I64(kMin64));
+  EXPECT_BOTH(p, "R", 0, I64(0));
+  EXPECT_BOTH(p, "D", 1, I64(-2));
+  EXPECT_BOTH(p, "R", 1, I64(-1));
+}
+
+TEST(CpuBackendTest, DivisionByZeroIsAnErrorNamingTheStatement) {
+  const char *text = R"(
+field @x : i32[8]
+field @y : i32[8]
+field @o : i64[8]
+kernel @k() {
+  parallel for %i = 0 to 8 {
+    %a = load @x[%i] : i32
+    %b = load @y[%i] : i32
+    %q = div %a, %b : i32
+    %w = cast %q : i32 to i64
+    store @o[%i], %w
+  }
+}
+kernel @r(%d: i64) {
+  serial {
+    %c = const 5 : i64
+    %m = rem %c, %d : i64
+    %z = const 0 : i32
+    store @o[%z], %m
+  }
+}
+)";
+  for (CpuBackend *backend : {&cpuSerial(), &cpuParallel()}) {
+    Pair p(text, backend);
+    p.set("x", {1, 2, 3, 4, 5, 6, 7, 8});
+    p.set("y", {1, 1, 0, 1, 1, 0, 1, 1});
+    auto [a, b] = p.run("k");
+    ASSERT_FALSE(a.ok());
+    ASSERT_FALSE(b.ok());
+    EXPECT_EQ(locationPrefix(a), "t.qd:9:5");
+    EXPECT_EQ(locationPrefix(b), "t.qd:9:5");
+    EXPECT_NE(message(b).find("integer division by zero"), std::string::npos) << message(b);
+    EXPECT_NE(message(b).find("kernel @k, task at t.qd:6:3"), std::string::npos) << message(b);
+    EXPECT_NE(message(b).find("%q = div %a, %b : i32"), std::string::npos) << message(b);
+    auto [c, d] = p.run("r", {LaunchArg::i64(0)});
+    EXPECT_EQ(locationPrefix(c), "t.qd:17:5");
+    EXPECT_EQ(locationPrefix(d), "t.qd:17:5");
+    // The next launch starts clean.
+    p.runOk("r", {LaunchArg::i64(3)});
+    EXPECT_BOTH(p, "o", 0, I64(2));
+  }
+}
+
+TEST(CpuBackendTest, ShiftsAreArithmeticAndOutOfRangeAmountsAreErrors) {
+  Pair p(R"(
+field @x : i32[4]
+field @s : i32[4]
+field @o : i32[8]
+field @X : i64
+field @S : i64
+field @O : i64[2]
+kernel @k() {
+  parallel for %i = 0 to 4 {
+    %a = load @x[%i] : i32
+    %b = load @s[%i] : i32
+    %l = shl %a, %b : i32
+    store @o[%i], %l
+    %r = shr %a, %b : i32
+    %four = const 4 : i32
+    %j = add %i, %four : i32
+    store @o[%j], %r
+  }
+  serial {
+    %A = load @X[] : i64
+    %B = load @S[] : i64
+    %L = shl %A, %B : i64
+    %z = const 0 : i32
+    store @O[%z], %L
+    %R = shr %A, %B : i64
+    %one = const 1 : i32
+    store @O[%one], %R
+  }
+}
+)");
+  p.set("x", {1, -8, -1, 0x40000000});
+  p.set("s", {31, 1, 31, 1});
+  p.setRaw("X", {I64(-3)});
+  p.setRaw("S", {I64(63)});
+  p.runOk("k");
+  EXPECT_BOTH(p, "o", 0, I32(kMin32));
+  EXPECT_BOTH(p, "o", 1, I32(-16));
+  EXPECT_BOTH(p, "o", 2, I32(kMin32));
+  EXPECT_BOTH(p, "o", 3, I32(kMin32));
+  EXPECT_BOTH(p, "o", 4, I32(0));
+  EXPECT_BOTH(p, "o", 5, I32(-4)); // arithmetic
+  EXPECT_BOTH(p, "o", 6, I32(-1));
+  EXPECT_BOTH(p, "o", 7, I32(0x20000000));
+  EXPECT_BOTH(p, "O", 0, I64(kMin64));
+  EXPECT_BOTH(p, "O", 1, I64(-1));
+  for (int64_t bad : {32, -1, 1000}) {
+    p.set("s", {0, 0, static_cast<double>(bad), 0});
+    auto [a, b] = p.run("k");
+    EXPECT_EQ(locationPrefix(a), "t.qd:12:5") << message(a);
+    EXPECT_EQ(locationPrefix(b), "t.qd:12:5") << message(b);
+    EXPECT_NE(message(b).find("shift amount is outside [0, 32)"), std::string::npos) << message(b);
+  }
+  p.set("s", {0, 0, 0, 0});
+  p.setRaw("S", {I64(64)});
+  auto [a, b] = p.run("k");
+  EXPECT_EQ(locationPrefix(a), "t.qd:22:5") << message(a);
+  EXPECT_EQ(locationPrefix(b), "t.qd:22:5") << message(b);
+}
+
+TEST(CpuBackendTest, FloatToIntCastsSaturate) {
+  Pair p(R"(
+field @f : f32[8]
+field @d : f64[8]
+field @a : i32[8]
+field @b : i64[8]
+field @c : i32[8]
+field @e : i1[8]
+kernel @k() {
+  parallel for %i = 0 to 8 {
+    %x = load @f[%i] : f32
+    %y = load @d[%i] : f64
+    %p = cast %x : f32 to i32
+    store @a[%i], %p
+    %q = cast %y : f64 to i64
+    store @b[%i], %q
+    %r = cast %y : f64 to i32
+    store @c[%i], %r
+    %s = cast %y : f64 to i1
+    store @e[%i], %s
+  }
+}
+)");
+  const double nan = std::numeric_limits<double>::quiet_NaN(),
+               inf = std::numeric_limits<double>::infinity();
+  p.set("f", {nan, inf, -inf, 3e9, -3e9, -3.7, 2.9, -0.0});
+  p.set("d", {nan, inf, -inf, 1e20, -1e20, -3.7, 2147483647.9, -0.0});
+  p.runOk("k");
+  int32_t wantA[] = {0, kMax32, kMin32, kMax32, kMin32, -3, 2, 0};
+  int64_t wantB[] = {0, kMax64, kMin64, kMax64, kMin64, -3, 2147483647, 0};
+  int32_t wantC[] = {0, kMax32, kMin32, kMax32, kMin32, -3, kMax32, 0};
+  bool wantE[] = {true, true, true, true, true, true, true, false};
+  for (int i = 0; i < 8; ++i) {
+    EXPECT_BOTH(p, "a", i, I32(wantA[i]));
+    EXPECT_BOTH(p, "b", i, I64(wantB[i]));
+    EXPECT_BOTH(p, "c", i, I32(wantC[i]));
+    EXPECT_BOTH(p, "e", i, I1(wantE[i]));
+  }
+}
+
+TEST(CpuBackendTest, I1IsUnsigned) {
+  Pair p(R"(
+field @a : i1[4]
+field @b : i1[4]
+field @o : i1[40]
+field @n : i32[8]
+field @g : f32[4]
+kernel @k() {
+  parallel for %i = 0 to 4 {
+    %x = load @a[%i] : i1
+    %y = load @b[%i] : i1
+    %c10 = const 10 : i32
+    %base = mul %i, %c10 : i32
+    %r0 = add %x, %y : i1
+    store @o[%base], %r0
+    %k1 = const 1 : i32
+    %j1 = add %base, %k1 : i32
+    %r1 = mul %x, %y : i1
+    store @o[%j1], %r1
+    %k2 = const 2 : i32
+    %j2 = add %base, %k2 : i32
+    %r2 = min %x, %y : i1
+    store @o[%j2], %r2
+    %k3 = const 3 : i32
+    %j3 = add %base, %k3 : i32
+    %r3 = max %x, %y : i1
+    store @o[%j3], %r3
+    %k4 = const 4 : i32
+    %j4 = add %base, %k4 : i32
+    %r4 = cmp lt %x, %y : i1
+    store @o[%j4], %r4
+    %k5 = const 5 : i32
+    %j5 = add %base, %k5 : i32
+    %r5 = cmp ge %x, %y : i1
+    store @o[%j5], %r5
+    %k6 = const 6 : i32
+    %j6 = add %base, %k6 : i32
+    %r6 = sub %x, %y : i1
+    store @o[%j6], %r6
+    %k7 = const 7 : i32
+    %j7 = add %base, %k7 : i32
+    %r7 = not %x : i1
+    store @o[%j7], %r7
+    %k8 = const 8 : i32
+    %j8 = add %base, %k8 : i32
+    %r8 = xor %x, %y : i1
+    store @o[%j8], %r8
+    %z = cast %x : i1 to i32
+    store @n[%i], %z
+    %four = const 4 : i32
+    %i4 = add %i, %four : i32
+    %w = cast %y : i1 to i64
+    %w3 = const -3 : i64
+    %ww = add %w, %w3 : i64
+    %wv = cast %ww : i64 to i32
+    store @n[%i4], %wv
+    %fv = cast %x : i1 to f32
+    store @g[%i], %fv
+  }
+}
+)");
+  p.set("a", {0, 0, 1, 1});
+  p.set("b", {0, 1, 0, 1});
+  p.runOk("k");
+  for (int i = 0; i < 4; ++i) {
+    bool x = i >= 2, y = i % 2 == 1;
+    EXPECT_BOTH(p, "o", i * 10 + 0, I1(x != y));
+    EXPECT_BOTH(p, "o", i * 10 + 1, I1(x && y));
+    EXPECT_BOTH(p, "o", i * 10 + 2, I1(x && y));
+    EXPECT_BOTH(p, "o", i * 10 + 3, I1(x || y));
+    EXPECT_BOTH(p, "o", i * 10 + 4, I1(!x && y)); // false < true
+    EXPECT_BOTH(p, "o", i * 10 + 5, I1(x || !y));
+    EXPECT_BOTH(p, "o", i * 10 + 6, I1(x != y));
+    EXPECT_BOTH(p, "o", i * 10 + 7, I1(!x));
+    EXPECT_BOTH(p, "o", i * 10 + 8, I1(x != y));
+    EXPECT_BOTH(p, "n", i, I32(x ? 1 : 0)); // zero-extends
+    EXPECT_BOTH(p, "n", i + 4, I32(y ? -2 : -3));
+    EXPECT_BOTH(p, "g", i, F32(x ? 1 : 0));
+  }
+}
+
+TEST(CpuBackendTest, FloatMinMaxLoseNaNAndOrderSignedZeros) {
+  Pair p(R"(
+field @x : f64[8]
+field @y : f64[8]
+field @mn : f64[8]
+field @mx : f64[8]
+field @fx : f32[8]
+field @fy : f32[8]
+field @fmn : f32[8]
+field @fmx : f32[8]
+kernel @k() {
+  parallel for %i = 0 to 8 {
+    %a = load @x[%i] : f64
+    %b = load @y[%i] : f64
+    %m = min %a, %b : f64
+    store @mn[%i], %m
+    %M = max %a, %b : f64
+    store @mx[%i], %M
+    %c = load @fx[%i] : f32
+    %d = load @fy[%i] : f32
+    %n = min %c, %d : f32
+    store @fmn[%i], %n
+    %N = max %c, %d : f32
+    store @fmx[%i], %N
+  }
+}
+)");
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  std::vector<double> x = {nan, 1, nan, -0.0, 0.0, -0.0, 2, -3};
+  std::vector<double> y = {1, nan, nan, 0.0, -0.0, -0.0, -5, -3};
+  p.set("x", x);
+  p.set("y", y);
+  p.set("fx", x);
+  p.set("fy", y);
+  p.runOk("k");
+  double wantMin[] = {1, 1, nan, -0.0, -0.0, -0.0, -5, -3};
+  double wantMax[] = {1, 1, nan, 0.0, 0.0, -0.0, 2, -3};
+  for (int i = 0; i < 8; ++i) {
+    EXPECT_BOTH(p, "mn", i, F64(wantMin[i]));
+    EXPECT_BOTH(p, "mx", i, F64(wantMax[i]));
+    EXPECT_BOTH(p, "fmn", i, F32(wantMin[i]));
+    EXPECT_BOTH(p, "fmx", i, F32(wantMax[i]));
+  }
+}
+
+TEST(CpuBackendTest, MathFunctionsAndPrecision) {
+  Pair p(R"(
+field @x : f32[4]
+field @y : f32[4]
+field @X : f64[4]
+field @Y : f64[4]
+field @o : f32[32]
+field @O : f64[32]
+kernel @k() {
+  parallel for %i = 0 to 4 {
+    %a = load @x[%i] : f32
+    %b = load @y[%i] : f32
+    %A = load @X[%i] : f64
+    %B = load @Y[%i] : f64
+    %c4 = const 4 : i32
+    %p = pow %a, %b : f32
+    store @o[%i], %p
+    %P = pow %A, %B : f64
+    store @O[%i], %P
+    %j1 = add %i, %c4 : i32
+    %t = atan2 %a, %b : f32
+    store @o[%j1], %t
+    %T = atan2 %A, %B : f64
+    store @O[%j1], %T
+    %j2 = add %j1, %c4 : i32
+    %u = tan %a : f32
+    store @o[%j2], %u
+    %U = tan %A : f64
+    store @O[%j2], %U
+    %j3 = add %j2, %c4 : i32
+    %h = tanh %a : f32
+    store @o[%j3], %h
+    %H = tanh %A : f64
+    store @O[%j3], %H
+    %j4 = add %j3, %c4 : i32
+    %s = add %a, %b : f32
+    store @o[%j4], %s
+    %S = add %A, %B : f64
+    store @O[%j4], %S
+    %j5 = add %j4, %c4 : i32
+    %e = sin %a : f32
+    %l = exp %e : f32
+    %q = sqrt %l : f32
+    store @o[%j5], %q
+    %E = sin %A : f64
+    %L = exp %E : f64
+    %Q = sqrt %L : f64
+    store @O[%j5], %Q
+    %j6 = add %j5, %c4 : i32
+    %r = rem %a, %b : f32
+    store @o[%j6], %r
+    %R = rem %A, %B : f64
+    store @O[%j6], %R
+    %j7 = add %j6, %c4 : i32
+    %ad = cast %a : f32 to f64
+    %bd = cast %b : f32 to f64
+    %sd = add %ad, %bd : f64
+    %sf = cast %sd : f64 to f32
+    store @o[%j7], %sf
+    %Ad = cast %A : f64 to f32
+    %Ab = cast %Ad : f32 to f64
+    store @O[%j7], %Ab
+  }
+}
+)");
+  std::vector<double> x = {1.7, -0.5, 16777216, 0.1}, y = {2.3, 3, 1, 0.2};
+  p.set("x", x);
+  p.set("y", y);
+  p.set("X", x);
+  p.set("Y", y);
+  p.runOk("k");
+  p.expectSame();
+  for (int i = 0; i < 4; ++i) {
+    float a = static_cast<float>(x[i]), b = static_cast<float>(y[i]);
+    double A = x[i], B = y[i];
+    EXPECT_BOTH(p, "o", i, F32(std::pow(a, b)));
+    EXPECT_BOTH(p, "O", i, F64(std::pow(A, B)));
+    EXPECT_BOTH(p, "o", i + 4, F32(std::atan2(a, b)));
+    EXPECT_BOTH(p, "O", i + 4, F64(std::atan2(A, B)));
+    EXPECT_BOTH(p, "o", i + 8, F32(std::tan(a)));
+    EXPECT_BOTH(p, "O", i + 8, F64(std::tan(A)));
+    EXPECT_BOTH(p, "o", i + 12, F32(std::tanh(a)));
+    EXPECT_BOTH(p, "O", i + 12, F64(std::tanh(A)));
+    EXPECT_BOTH(p, "o", i + 16, F32(a + b)); // in f32
+    EXPECT_BOTH(p, "O", i + 16, F64(A + B));
+    EXPECT_BOTH(p, "o", i + 20, F32(std::sqrt(std::exp(std::sin(a)))));
+    EXPECT_BOTH(p, "O", i + 20, F64(std::sqrt(std::exp(std::sin(A)))));
+    EXPECT_BOTH(p, "o", i + 24, F32(std::fmod(a, b)));
+    EXPECT_BOTH(p, "O", i + 24, F64(std::fmod(A, B)));
+    EXPECT_BOTH(p, "o", i + 28, F32(static_cast<float>(double(a) + double(b))));
+    EXPECT_BOTH(p, "O", i + 28, F64(static_cast<double>(static_cast<float>(A))));
+  }
+  // The documented precision examples.
+  EXPECT_EQ(p.cpuValue("o", 16 + 2).f, 16777216.0); // 2^24 + 1 rounds back in f32
+  EXPECT_EQ(p.cpuValue("O", 16 + 2).f, 16777217.0);
+  EXPECT_EQ(p.cpuValue("o", 16 + 3).f, static_cast<double>(0.1f + 0.2f));
+  EXPECT_EQ(p.cpuValue("O", 16 + 3).f, 0.1 + 0.2);
+}
+
+TEST(CpuBackendTest, AtomicsInParallelTasksSumEveryContribution) {
+  const char *text = R"(
+field @si : i64
+field @sf : f64
+field @sh : f32
+field @bins : i32[8]
+kernel @k(%n: i32) {
+  parallel for %i = 0 to %n {
+    %w = cast %i : i32 to i64
+    atomic_add @si[], %w : i64
+    %one = const 1.0 : f64
+    atomic_add @sf[], %one : f64
+    %half = const 0.5 : f32
+    atomic_add @sh[], %half : f32
+    %seven = const 7 : i32
+    %b = and %i, %seven : i32
+    %c1 = const 1 : i32
+    atomic_add @bins[%b], %c1 : i32
+  }
+}
+)";
+  std::unique_ptr<CpuBackend> many = *CpuBackend::create({/*threads=*/8, /*chunk=*/0});
+  for (CpuBackend *backend : {&cpuParallel(), many.get()}) {
+    Pair p(text, backend);
+    const int n = 200000;
+    p.runOk("k", {LaunchArg::i32(n)});
+    EXPECT_BOTH(p, "si", 0, I64(int64_t(n) * (n - 1) / 2));
+    EXPECT_BOTH(p, "sf", 0, F64(n));
+    EXPECT_BOTH(p, "sh", 0, F32(n / 2));
+    for (int b = 0; b < 8; ++b)
+      EXPECT_BOTH(p, "bins", b, I32(n / 8));
+  }
+}
+
+TEST(CpuBackendTest, BreakContinueWhileAndNestedIfs) {
+  Pair p(R"(
+field @x : i32[16]
+field @o : i32[16]
+field @w : i32[16]
+field @cls : i32[16]
+kernel @k() {
+  parallel for %i = 0 to 16 {
+    %acc = alloca i32
+    for %j = 0 to 100 {
+      %two = const 2 : i32
+      %odd = rem %j, %two : i32
+      %c0 = const 0 : i32
+      %isOdd = cmp ne %odd, %c0 : i32
+      if %isOdd {
+        continue
+      }
+      %lim = load @x[%i] : i32
+      %done = cmp ge %j, %lim : i32
+      if %done {
+        break
+      }
+      %a = load %acc : i32
+      %a2 = add %a, %j : i32
+      store %acc, %a2
+    }
+    %r = load %acc : i32
+    store @o[%i], %r
+    %cnt = alloca i32
+    %v = alloca i32
+    %start = load @x[%i] : i32
+    store %v, %start
+    while {
+      %cur = load %v : i32
+      %one = const 1 : i32
+      %le = cmp le %cur, %one : i32
+      if %le {
+        break
+      }
+      %c = load %cnt : i32
+      %cc = add %c, %one : i32
+      store %cnt, %cc
+      %two2 = const 2 : i32
+      %half = div %cur, %two2 : i32
+      store %v, %half
+    }
+    %steps = load %cnt : i32
+    store @w[%i], %steps
+    %xv = load @x[%i] : i32
+    %t5 = const 5 : i32
+    %t10 = const 10 : i32
+    %lt5 = cmp lt %xv, %t5 : i32
+    if %lt5 {
+      %z = const 0 : i32
+      %isz = cmp eq %xv, %z : i32
+      if %isz {
+        %m1 = const -1 : i32
+        store @cls[%i], %m1
+      } else {
+        %k1 = const 1 : i32
+        store @cls[%i], %k1
+      }
+    } else {
+      %lt10 = cmp lt %xv, %t10 : i32
+      if %lt10 {
+        %c2 = const 2 : i32
+        store @cls[%i], %c2
+      } else {
+        %c3 = const 3 : i32
+        store @cls[%i], %c3
+      }
+    }
+  }
+}
+)");
+  std::vector<double> xs;
+  for (int i = 0; i < 16; ++i)
+    xs.push_back(i * 7 % 23);
+  p.set("x", xs);
+  p.runOk("k");
+  for (int i = 0; i < 16; ++i) {
+    int lim = i * 7 % 23, acc = 0, steps = 0;
+    for (int j = 0; j < 100; ++j) {
+      if (j % 2)
+        continue;
+      if (j >= lim)
+        break;
+      acc += j;
+    }
+    for (int v = lim; v > 1; v /= 2)
+      ++steps;
+    EXPECT_BOTH(p, "o", i, I32(acc));
+    EXPECT_BOTH(p, "w", i, I32(steps));
+    EXPECT_BOTH(p, "cls", i, I32(lim < 5 ? (lim == 0 ? -1 : 1) : lim < 10 ? 2 : 3));
+  }
+}
+
+TEST(CpuBackendTest, OutOfRangeIndicesAreErrorsWhenBoundsChecked) {
+  const char *text = R"(
+field @x : f32[16]
+field @y : f32[4, 4]
+kernel @k(%n: i32) {
+  parallel for %i = 0 to %n {
+    %v = load @x[%i] : f32
+    %z = const 0 : i32
+    store @y[%z, %i], %v
+  }
+}
+kernel @nd(%a: ndarray<f64, 1>, %off: i32) {
+  serial {
+    %j = const 0 : i32
+    %k = add %j, %off : i32
+    %v = load %a[%k] : f64
+    store %a[%j], %v
+  }
+}
+)";
+  for (CpuBackend *backend : {&cpuSerial(), &cpuParallel()}) {
+    Pair p(text, backend);
+    LaunchOptions checked;
+    checked.boundsChecked = true;
+    p.runOk("k", {LaunchArg::i32(4)}, checked);
+    auto [a, b] = p.run("k", {LaunchArg::i32(17)}, checked);
+    ASSERT_FALSE(a.ok());
+    ASSERT_FALSE(b.ok());
+    // The interpreter stops at %i = 4 (the store); with 4 workers the first
+    // error may also be the load of %i = 16.
+    EXPECT_EQ(locationPrefix(a), "t.qd:8:5");
+    if (backend == &cpuSerial()) {
+      EXPECT_EQ(locationPrefix(b), "t.qd:8:5");
+    } else {
+      EXPECT_TRUE(locationPrefix(b) == "t.qd:8:5" || locationPrefix(b) == "t.qd:6:5") << message(b);
+    }
+    EXPECT_NE(message(b).find("index out of range"), std::string::npos) << message(b);
+    EXPECT_NE(message(b).find("kernel @k, task at t.qd:5:3"), std::string::npos) << message(b);
+    Buffer arr = *Buffer::create(ScalarType::F64, {3});
+    NdarrayArg nd{&arr};
+    for (int off : {3, -1, 100000}) {
+      auto [c, d] = p.run("nd", {LaunchArg::ndarray(&nd), LaunchArg::i32(off)}, checked);
+      EXPECT_EQ(locationPrefix(c), "t.qd:15:5") << message(c);
+      EXPECT_EQ(locationPrefix(d), "t.qd:15:5") << message(d);
+    }
+    arr.set(2, F64(4.5));
+    p.runOk("nd", {LaunchArg::ndarray(&nd), LaunchArg::i32(2)}, checked);
+    EXPECT_EQ(arr.get(0).f, 4.5);
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// 3. Adstacks
+//===----------------------------------------------------------------------===//
+
+std::vector<const AdStackAllocaStmt *> stacksOf(Kernel &k) {
+  std::vector<const AdStackAllocaStmt *> out;
+  walk(k, [&](Stmt &s) {
+    if (auto *a = dyn_cast<AdStackAllocaStmt>(&s))
+      out.push_back(a);
+  });
+  return out;
+}
+
+const Stmt *topLevelOf(const Stmt *s) {
+  while (s->parentStmt())
+    s = s->parentStmt();
+  return s;
+}
+
+constexpr const char *kSinLoopF64 = R"(
+field @x : f64[4] grad
+field @y : f64 grad
+field @n : i32
+kernel @compute() {
+  parallel for %i = 0 to 4 {
+    %xi = load @x[%i] : f64
+    %v = alloca f64
+    store %v, %xi
+    %n = load @n[] : i32
+    for %j = 0 to %n {
+      %a = load %v : f64
+      %s = sin %a : f64
+      %c = const 0.1 : f64
+      %b = add %s, %c : f64
+      store %v, %b
+    }
+    %r = load %v : f64
+    atomic_add @y[], %r : f64
+  }
+}
+)";
+
+TEST(CpuBackendTest, AdStacksLargerThan256KBPerThread) {
+  Pair p(kSinLoopF64, &cpuParallel());
+  auto g = buildGradientKernel(*p.module, *p.module->findKernel("compute"));
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  auto stacks = stacksOf(**g);
+  ASSERT_FALSE(stacks.empty());
+  p.instantiate();
+  const int n = 40000;
+  p.set("n", {n});
+  p.set("x", {0.3, -1.2, 2.0, 0.7});
+  p.runOk("compute");
+  p.set("y", {1.0}, Component::Grad);
+  p.runOk("compute_grad");
+  p.expectSame(/*exact=*/false);             // @y: an atomic sum in any order
+  p.expectSameExactly("x", Component::Grad); // one atomic_add per element
+  // The capacity is the exact bound: 40000 f64 entries of 16 bytes.
+  int64_t stride = 0;
+  for (auto *s : stacks) {
+    int64_t cap = p.cpu->lastAdStackCapacities().at(s);
+    if (s->elementType() == ScalarType::F64) {
+      EXPECT_EQ(cap, n);
+    }
+    stride += adStackBytes(s->elementType(), cap);
+  }
+  EXPECT_GT(stride, 256 * 1024);
+  EXPECT_EQ(cpuParallel().lastAdStackHeapBytes(), stride * cpuParallel().numThreads());
+  // d/dx of sin-iterates is finite and non-trivial.
+  for (int i = 0; i < 4; ++i) {
+    double gi = p.cpuValue("x", i, Component::Grad).f;
+    EXPECT_TRUE(std::isfinite(gi));
+  }
+}
+
+TEST(CpuBackendTest, GrowingBoundStaysExactAndReusesTheHeap) {
+  std::unique_ptr<CpuBackend> backend = *CpuBackend::create({/*threads=*/3, /*chunk=*/1});
+  auto text = std::string(kSinLoopF64);
+  Pair p(text, backend.get());
+  auto g = buildGradientKernel(*p.module, *p.module->findKernel("compute"));
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  auto stacks = stacksOf(**g);
+  p.instantiate();
+  EXPECT_EQ(backend->adStackHeapCapacityBytes(), 0);
+  int64_t lastCapacity = 0;
+  for (int n : {1, 20, 50, 512, 20, 1}) {
+    p.set("n", {static_cast<double>(n)});
+    p.set("x", {0.3, -1.2, 2.0, 0.7});
+    p.set("y", {0.0});
+    p.set("x", {0, 0, 0, 0}, Component::Grad);
+    p.runOk("compute");
+    p.set("y", {1.0}, Component::Grad);
+    p.runOk("compute_grad");
+    p.expectSame(/*exact=*/false);
+    p.expectSameExactly("x", Component::Grad);
+    int64_t stride = 0;
+    for (auto *s : stacks) {
+      int64_t cap = p.cpu->lastAdStackCapacities().at(s);
+      EXPECT_EQ(p.ref->lastAdStackCapacities().at(s), cap);
+      if (s->elementType() == ScalarType::F64) {
+        EXPECT_EQ(cap, n) << "n = " << n;
+      }
+      stride += adStackBytes(s->elementType(), cap);
+    }
+    EXPECT_EQ(backend->lastAdStackHeapBytes(), stride * 3) << "n = " << n;
+    EXPECT_GE(backend->adStackHeapCapacityBytes(), backend->lastAdStackHeapBytes());
+    EXPECT_GE(backend->adStackHeapCapacityBytes(), lastCapacity) << "the heap never shrinks";
+    lastCapacity = backend->adStackHeapCapacityBytes();
+    // Against a closed form: dv_{k+1}/dv_k = cos(v_k).
+    for (int i = 0; i < 4; ++i) {
+      double v = std::vector<double>{0.3, -1.2, 2.0, 0.7}[i], d = 1;
+      for (int j = 0; j < n; ++j) {
+        d *= std::cos(v);
+        v = std::sin(v) + 0.1;
+      }
+      EXPECT_NEAR(p.cpuValue("x", i, Component::Grad).f, d, 1e-12);
+    }
+  }
+  // Shrinking bounds reuse the grown heap.
+  EXPECT_GE(lastCapacity, adStackBytes(ScalarType::F64, 512) * 3);
+}
+
+TEST(CpuBackendTest, OverflowOfManyThreadsIsOneErrorAndTheNextLaunchIsClean) {
+  std::unique_ptr<CpuBackend> cpu = *CpuBackend::create({/*threads=*/4, /*chunk=*/1});
+  Pair p(R"(
+field @x : f64[64] grad
+field @y : f64 grad
+field @n : i32
+kernel @compute() {
+  parallel for %i = 0 to 64 {
+    %xi = load @x[%i] : f64
+    %v = alloca f64
+    store %v, %xi
+    %n = load @n[] : i32
+    for %j = 0 to %n {
+      %a = load %v : f64
+      %s = sin %a : f64
+      %b = mul %s, %a : f64
+      store %v, %b
+    }
+    %r = load %v : f64
+    atomic_add @y[], %r : f64
+  }
+}
+)",
+         cpu.get());
+  auto g = buildGradientKernel(*p.module, *p.module->findKernel("compute"));
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  auto stacks = stacksOf(**g);
+  ASSERT_EQ(stacks.size(), 1u);
+  const AdStackAllocaStmt *stack = stacks[0];
+  p.instantiate();
+  p.set("n", {10});
+  std::vector<double> xs;
+  for (int i = 0; i < 64; ++i)
+    xs.push_back(0.5 + i / 64.0);
+  p.set("x", xs);
+  p.runOk("compute");
+  p.set("y", {1.0}, Component::Grad);
+  LaunchOptions small;
+  small.sizeAdStacks = false;
+  small.defaultAdStackCapacity = 2;
+  absl::Status s = p.cpu->launch("compute_grad", {}, *cpu, small);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  std::string m = message(s);
+  std::string loc = stack->loc().str();
+  EXPECT_EQ(countOf(m, "adstack overflow"), 1u) << m;
+  EXPECT_EQ(countOf(m, "error:"), 1u) << m;
+  EXPECT_NE(m.find("the adstack declared at " + loc), std::string::npos) << m;
+  EXPECT_NE(m.find(fmt::format("kernel @compute_grad, task at {}", topLevelOf(stack)->loc().str())),
+            std::string::npos)
+      << m;
+  EXPECT_NE(m.find("has capacity 2 and this launch needed 10"), std::string::npos) << m;
+  // The interpreter agrees that capacity 2 is too small.
+  Interpreter interp;
+  EXPECT_FALSE(p.ref->launch("compute_grad", {}, interp, small).ok());
+  // Enough capacity: a clean, correct launch.
+  LaunchOptions enough = small;
+  enough.defaultAdStackCapacity = 10;
+  p.set("x", std::vector<double>(64, 0.0), Component::Grad);
+  p.runOk("compute_grad", {}, enough);
+  p.expectSame(/*exact=*/false);
+  p.expectSameExactly("x", Component::Grad);
+  EXPECT_NE(p.cpuValue("x", 3, Component::Grad).f, 0.0);
+  // An overflow again, then the backend and the program go away.
+  EXPECT_FALSE(p.cpu->launch("compute_grad", {}, *cpu, small).ok());
+  cpu.reset();
+  p.cpu.reset();
+}
+
+//===----------------------------------------------------------------------===//
+// 4. Compile cache
+//===----------------------------------------------------------------------===//
+
+TEST(CpuBackendTest, KernelsCompileOncePerBoundsCheckingMode) {
+  std::unique_ptr<CpuBackend> cpu = *CpuBackend::create({2, 0});
+  Pair p(R"(
+field @x : f32[8]
+kernel @k(%s: f32) {
+  parallel for %i = 0 to 8 {
+    %v = load @x[%i] : f32
+    %w = mul %v, %s : f32
+    store @x[%i], %w
+  }
+}
+)",
+         cpu.get());
+  const Kernel &k = *p.module->findKernel("k");
+  EXPECT_EQ(cpu->compileSeconds(k), 0.0);
+  p.set("x", {1, 2, 3, 4, 5, 6, 7, 8});
+  p.runOk("k", {LaunchArg::f32(2)});
+  double once = cpu->compileSeconds(k);
+  EXPECT_GT(once, 0.0);
+  p.runOk("k", {LaunchArg::f32(0.5)});
+  EXPECT_EQ(cpu->compileSeconds(k), once);
+  LaunchOptions checked;
+  checked.boundsChecked = true;
+  p.runOk("k", {LaunchArg::f32(3)}, checked);
+  double both = cpu->compileSeconds(k);
+  EXPECT_GT(both, once);
+  p.runOk("k", {LaunchArg::f32(1)}, checked);
+  p.runOk("k", {LaunchArg::f32(1)});
+  EXPECT_EQ(cpu->compileSeconds(k), both);
+  for (int i = 0; i < 8; ++i)
+    EXPECT_BOTH(p, "x", i, F32((i + 1) * 3));
+  // The IR of both compilations is available; only one checks bounds.
+  auto plain = cpu->llvmIR(k, false), withChecks = cpu->llvmIR(k, true);
+  ASSERT_TRUE(plain.ok());
+  ASSERT_TRUE(withChecks.ok());
+  EXPECT_NE(*plain, *withChecks);
+  EXPECT_EQ(cpu->compileSeconds(k), both);
+}
+
+TEST(CpuBackendTest, ANewKernelAtAFreedKernelsAddressIsCompiledAgain) {
+  // Modules come and go while the backend lives; the allocator may hand a
+  // new kernel the address of a freed one. Each must run its own code
+  // against its own fields, never a cached entry of the freed kernel (the
+  // corpus test hit that: a stale layout with dangling field pointers).
+  std::unique_ptr<CpuBackend> cpu = *CpuBackend::create({1, 0});
+  for (int round = 0; round < 12; ++round) {
+    Pair p(fmt::format(R"(
+field @x : i32[{}]
+kernel @k() {{
+  parallel for %i = 0 to {} {{
+    %c = const {} : i32
+    %v = add %i, %c : i32
+    store @x[%i], %v
+  }}
+}}
+)",
+                       round + 1, round + 1, 100 * round),
+           cpu.get());
+    p.runOk("k", {}, {});
+    for (int i = 0; i <= round; ++i)
+      EXPECT_BOTH(p, "x", i, I32(100 * round + i));
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// 5. Property: random kernels and their gradients
+//===----------------------------------------------------------------------===//
+
+/// Random well-formed kernels (after AutoDiffTest's generator): a parallel
+/// task with f64 locals, nested loops with dynamic bounds, ifs, breaks and
+/// continues, while loops with a bounded counter, f32 round trips, and
+/// integer locals updated with wrapping, bitwise and shift operations.
+class KernelGen {
+public:
+  std::string generate() {
+    numLocals_ = *rc::gen::inRange(1, 4);
+    std::ostringstream body;
+    out_ = &body;
+    indent_ = "    ";
+    intScope_.push_back({"%i"});
+    floatScope_.push_back({});
+    line("%ic = alloca i32");
+    line("store %ic, %i");
+    line("%im = alloca i64");
+    for (int l = 0; l < numLocals_; ++l) {
+      line(fmt::format("%v{} = alloca f64", l));
+      std::string idx = intExpr();
+      std::string x = fresh();
+      line(fmt::format("{} = load @x[{}] : f64", x, idx));
+      line(fmt::format("store %v{}, {}", l, x));
+    }
+    block(0);
+    for (int l = 0; l < numLocals_; ++l) {
+      std::string r = fresh();
+      line(fmt::format("{} = load %v{} : f64", r, l));
+      if (*rc::gen::inRange(0, 2))
+        line(fmt::format("atomic_add @y[], {} : f64", r));
+      else
+        line(fmt::format("store @z{}[%i], {}", l, r));
+    }
+    std::string c = fresh(), m = fresh();
+    line(fmt::format("{} = load %ic : i32", c));
+    line(fmt::format("store @ci[%i], {}", c));
+    line(fmt::format("{} = load %im : i64", m));
+    line(fmt::format("atomic_add @cm[], {} : i64", m));
+    std::ostringstream k;
+    k << "field @x : f64[" << kX << "] grad\nfield @y : f64 grad\n";
+    for (int l = 0; l < 3; ++l)
+      k << "field @z" << l << " : f64[" << kThreads << "] grad\n";
+    k << "field @cnt : i32[3]\nfield @ci : i32[" << kThreads << "]\nfield @cm : i64\n";
+    k << "kernel @k() {\n  parallel for %i = 0 to " << kThreads << " {\n"
+      << body.str() << "  }\n}\n";
+    return k.str();
+  }
+
+  static constexpr int kX = 4, kThreads = 6;
+
+private:
+  void line(const std::string &s) { *out_ << indent_ << s << "\n"; }
+  std::string fresh() { return fmt::format("%t{}", counter_++); }
+  std::string local() { return fmt::format("%v{}", *rc::gen::inRange(0, numLocals_)); }
+  std::string anyInt() {
+    std::vector<std::string> all;
+    for (auto &s : intScope_)
+      all.insert(all.end(), s.begin(), s.end());
+    return *rc::gen::elementOf(all);
+  }
+
+  std::string constant(double lo, double hi) {
+    int k = *rc::gen::inRange(0, 21);
+    double v = lo + (hi - lo) * k / 20.0;
+    std::string c = fresh();
+    line(fmt::format("{} = const {} : f64", c, v));
+    return c;
+  }
+
+  /// An in-range index of @x: a non-negative int in scope, mod kX.
+  std::string intExpr() {
+    std::string base;
+    if (*rc::gen::inRange(0, 4) == 0) {
+      base = fresh();
+      line(fmt::format("{} = load %ic : i32", base));
+    } else {
+      base = anyInt();
+    }
+    std::string m = fresh(), r = fresh();
+    line(fmt::format("{} = const {} : i32", m, kX));
+    line(fmt::format("{} = rem {}, {} : i32", r, base, m));
+    return r;
+  }
+
+  std::string operand() {
+    std::vector<std::string> all;
+    for (auto &s : floatScope_)
+      all.insert(all.end(), s.begin(), s.end());
+    int pick = *rc::gen::inRange(0, 6);
+    if (pick == 0 && !all.empty())
+      return *rc::gen::elementOf(all);
+    if (pick == 1) {
+      std::string idx = intExpr();
+      std::string v = fresh();
+      line(fmt::format("{} = load @x[{}] : f64", v, idx));
+      return v;
+    }
+    std::string v = fresh();
+    line(fmt::format("{} = load {} : f64", v, local()));
+    return v;
+  }
+
+  std::string expr() {
+    std::string a = operand();
+    std::string r = fresh();
+    switch (*rc::gen::inRange(0, 10)) {
+    case 0:
+      line(fmt::format("{} = sin {} : f64", r, a));
+      break;
+    case 1:
+      line(fmt::format("{} = cos {} : f64", r, a));
+      break;
+    case 2:
+      line(fmt::format("{} = tanh {} : f64", r, a));
+      break;
+    case 3: {
+      std::string c = constant(-1, 1);
+      line(fmt::format("{} = mul {}, {} : f64", r, a, c));
+      break;
+    }
+    case 4: {
+      std::string b = operand(), s = fresh(), h = constant(0.5, 0.5);
+      line(fmt::format("{} = add {}, {} : f64", s, a, b));
+      line(fmt::format("{} = mul {}, {} : f64", r, s, h));
+      break;
+    }
+    case 5: {
+      std::string b = operand(), s = fresh();
+      line(fmt::format("{} = sin {} : f64", s, b));
+      line(fmt::format("{} = mul {}, {} : f64", r, a, s));
+      break;
+    }
+    case 6: {
+      std::string b = operand(), p = fresh(), c = constant(-1, 1), t = fresh();
+      line(fmt::format("{} = cmp lt {}, {} : f64", p, a, b));
+      line(fmt::format("{} = mul {}, {} : f64", t, b, c));
+      line(fmt::format("{} = select {}, {}, {} : f64", r, p, a, t));
+      break;
+    }
+    case 7: { // an f32 round trip
+      std::string f = fresh(), s = fresh();
+      line(fmt::format("{} = cast {} : f64 to f32", f, a));
+      line(fmt::format("{} = sin {} : f32", s, f));
+      line(fmt::format("{} = cast {} : f32 to f64", r, s));
+      break;
+    }
+    case 8: { // min/max
+      std::string b = operand();
+      line(fmt::format("{} = {} {}, {} : f64", r, *rc::gen::inRange(0, 2) ? "min" : "max", a, b));
+      break;
+    }
+    default: {
+      std::string c = constant(-0.5, 0.5);
+      line(fmt::format("{} = sub {}, {} : f64", r, a, c));
+      break;
+    }
+    }
+    return r;
+  }
+
+  std::string bound() {
+    switch (*rc::gen::inRange(0, 4)) {
+    case 0:
+      return std::to_string(*rc::gen::inRange(0, 4));
+    case 1: {
+      std::string z = fresh(), b = fresh();
+      line(fmt::format("{} = const {} : i32", z, *rc::gen::inRange(0, 3)));
+      line(fmt::format("{} = load @cnt[{}] : i32", b, z));
+      intScope_.back().push_back(b);
+      return b;
+    }
+    case 2: {
+      std::string base = anyInt(), m = fresh(), r = fresh();
+      line(fmt::format("{} = const 4 : i32", m));
+      line(fmt::format("{} = rem {}, {} : i32", r, base, m));
+      return r;
+    }
+    default:
+      return anyInt();
+    }
+  }
+
+  /// Updates the integer locals: %ic stays non-negative and small (it
+  /// indexes @x through `rem`); %im takes wrapping and bitwise operations.
+  void intUpdate() {
+    std::string c = fresh(), a = fresh(), k = fresh();
+    line(fmt::format("{} = load %ic : i32", c));
+    switch (*rc::gen::inRange(0, 4)) {
+    case 0:
+      line(fmt::format("{} = const {} : i32", k, *rc::gen::inRange(1, 3)));
+      line(fmt::format("{} = add {}, {} : i32", a, c, k));
+      break;
+    case 1:
+      line(fmt::format("{} = const {} : i32", k, *rc::gen::inRange(1, 4)));
+      line(fmt::format("{} = xor {}, {} : i32", a, c, k));
+      break;
+    case 2:
+      line(fmt::format("{} = const 1 : i32", k));
+      line(fmt::format("{} = shr {}, {} : i32", a, c, k));
+      break;
+    default: {
+      std::string t = fresh(), m = fresh();
+      line(fmt::format("{} = const 3 : i32", k));
+      line(fmt::format("{} = mul {}, {} : i32", t, c, k));
+      line(fmt::format("{} = const 1021 : i32", m));
+      line(fmt::format("{} = rem {}, {} : i32", a, t, m));
+      break;
+    }
+    }
+    line(fmt::format("store %ic, {}", a));
+    // %im = %im * big + float-derived value (wraps freely).
+    std::string m = fresh(), big = fresh(), p = fresh(), f = fresh(), fi = fresh(), s = fresh();
+    line(fmt::format("{} = load %im : i64", m));
+    line(fmt::format("{} = const 6364136223846793005 : i64", big));
+    line(fmt::format("{} = mul {}, {} : i64", p, m, big));
+    std::string src = operand();
+    line(fmt::format("{} = mul {}, {} : f64", f, src, constant(1e6, 1e6)));
+    line(fmt::format("{} = cast {} : f64 to i64", fi, f));
+    line(fmt::format("{} = {} {}, {} : i64", s, *rc::gen::inRange(0, 2) ? "add" : "xor", p, fi));
+    line(fmt::format("store %im, {}", s));
+  }
+
+  void stmt(int depth, bool control = false) {
+    int kind = control ? *rc::gen::inRange(4, 10) : *rc::gen::inRange(0, depth >= 3 ? 4 : 10);
+    if (kind == 9 && loopDepth_ == 0)
+      kind = 6;
+    switch (kind) {
+    case 0:
+    case 1:
+    case 2: {
+      std::string v = local();
+      std::string e = expr();
+      line(fmt::format("store {}, {}", v, e));
+      return;
+    }
+    case 3: {
+      int what = *rc::gen::inRange(0, 3);
+      if (what == 2) {
+        std::string v = operand();
+        if (*rc::gen::inRange(0, 2))
+          line(fmt::format("store @z{}[%i], {}", *rc::gen::inRange(0, 3), v));
+        else
+          line(fmt::format("atomic_add @y[], {} : f64", v));
+      } else if (what == 1) {
+        intUpdate();
+      } else {
+        floatScope_.back().push_back(expr());
+      }
+      return;
+    }
+    case 4:
+    case 5: {
+      std::string lo = *rc::gen::inRange(0, 3) ? "0" : bound(), hi = bound();
+      std::string j = fmt::format("%j{}", counter_++);
+      line(fmt::format("for {} = {} to {} {{", j, lo, hi));
+      ++loopDepth_;
+      nest(depth, {j});
+      --loopDepth_;
+      line("}");
+      return;
+    }
+    case 9: {
+      std::string a = operand(), t = constant(-0.8, 0.8), p = fresh();
+      line(fmt::format("{} = cmp gt {}, {} : f64", p, a, t));
+      line(fmt::format("if {} {{", p));
+      indent_ += "  ";
+      intScope_.emplace_back();
+      floatScope_.emplace_back();
+      if (*rc::gen::inRange(0, 2))
+        stmt(depth + 1);
+      intScope_.pop_back();
+      floatScope_.pop_back();
+      line(*rc::gen::inRange(0, 2) ? "break" : "continue");
+      indent_.resize(indent_.size() - 2);
+      line("}");
+      return;
+    }
+    case 6: {
+      std::string a = operand(), b = operand(), p = fresh();
+      line(fmt::format("{} = cmp gt {}, {} : f64", p, a, b));
+      line(fmt::format("if {} {{", p));
+      nest(depth, {});
+      if (*rc::gen::inRange(0, 2)) {
+        line("} else {");
+        nest(depth, {});
+      }
+      line("}");
+      return;
+    }
+    case 7: {
+      std::string c = fmt::format("%w{}", counter_++);
+      line(fmt::format("{} = alloca i32", c));
+      line("while {");
+      indent_ += "  ";
+      std::string cv = fresh(), lim = fresh(), done = fresh(), one = fresh(), nx = fresh();
+      line(fmt::format("{} = load {} : i32", cv, c));
+      line(fmt::format("{} = const {} : i32", lim, *rc::gen::inRange(1, 5)));
+      line(fmt::format("{} = cmp ge {}, {} : i32", done, cv, lim));
+      line(fmt::format("if {} {{", done));
+      line("  break");
+      line("}");
+      line(fmt::format("{} = const 1 : i32", one));
+      line(fmt::format("{} = add {}, {} : i32", nx, cv, one));
+      line(fmt::format("store {}, {}", c, nx));
+      intScope_.push_back({cv});
+      floatScope_.push_back({});
+      ++loopDepth_;
+      int n = *rc::gen::inRange(1, 3);
+      for (int s = 0; s < n; ++s)
+        stmt(depth + 1);
+      --loopDepth_;
+      if (*rc::gen::inRange(0, 2)) {
+        std::string a = operand(), t = constant(-0.8, 0.8), p = fresh();
+        line(fmt::format("{} = cmp gt {}, {} : f64", p, a, t));
+        line(fmt::format("if {} {{", p));
+        line("  break");
+        line("}");
+      }
+      intScope_.pop_back();
+      floatScope_.pop_back();
+      indent_.resize(indent_.size() - 2);
+      line("}");
+      return;
+    }
+    default: {
+      std::string base = anyInt(), one = fresh(), par = fresh(), p = fresh();
+      line(fmt::format("{} = const 1 : i32", one));
+      line(fmt::format("{} = and {}, {} : i32", par, base, one));
+      line(fmt::format("{} = cast {} : i32 to i1", p, par));
+      line(fmt::format("if {} {{", p));
+      nest(depth, {});
+      line("}");
+      return;
+    }
+    }
+  }
+
+  void nest(int depth, std::vector<std::string> ints) {
+    indent_ += "  ";
+    intScope_.push_back(std::move(ints));
+    floatScope_.push_back({});
+    block(depth + 1);
+    intScope_.pop_back();
+    floatScope_.pop_back();
+    indent_.resize(indent_.size() - 2);
+  }
+
+  void block(int depth) {
+    int n = *rc::gen::inRange(1, depth == 0 ? 7 : 4);
+    int control = depth == 0 ? *rc::gen::inRange(0, n) : -1;
+    for (int s = 0; s < n; ++s)
+      stmt(depth, s == control);
+  }
+
+  std::ostringstream *out_ = nullptr;
+  std::string indent_;
+  int counter_ = 0;
+  int numLocals_ = 1;
+  int loopDepth_ = 0;
+  std::vector<std::vector<std::string>> intScope_, floatScope_;
+};
+
+/// Runs `k` then `k_grad` on the interpreter and on `cpu`; empty if all
+/// fields agree (within `rtol` of each other; 0 = exactly).
+std::string runRandomKernel(Module &m, const std::vector<double> &x, const std::vector<double> &cnt,
+                            CpuBackend &cpu, double rtol) {
+  auto ref = *Program::create(m), out = *Program::create(m);
+  for (Program *p : {ref.get(), out.get()}) {
+    for (size_t i = 0; i < x.size(); ++i)
+      p->field("x")->set(static_cast<int64_t>(i), F64(x[i]));
+    for (size_t i = 0; i < cnt.size(); ++i)
+      p->field("cnt")->set(static_cast<int64_t>(i), I32(static_cast<int64_t>(cnt[i])));
+  }
+  Interpreter interp;
+  LaunchOptions opts;
+  opts.boundsChecked = true;
+  for (const char *k : {"k", "k_grad"}) {
+    absl::Status a = ref->launch(k, {}, interp, opts);
+    absl::Status b = out->launch(k, {}, cpu, opts);
+    if (a.ok() != b.ok())
+      return fmt::format("@{}: interp: {}; cpu: {}", k, a.ToString(), b.ToString());
+    if (!a.ok())
+      return {};                 // both failed: nothing more to compare
+    if (std::string(k) == "k") { // seed the output adjoints
+      for (Program *p : {ref.get(), out.get()}) {
+        p->field("y", Component::Grad)->set(0, F64(1.0));
+        for (int l = 0; l < 3; ++l)
+          for (int i = 0; i < KernelGen::kThreads; ++i)
+            p->field(fmt::format("z{}", l), Component::Grad)->set(i, F64(0.5 + l - 0.25 * i));
+      }
+    }
+    std::string d = compareFields(m, *ref, *out, rtol == 0);
+    if (!d.empty() && rtol != 0) {
+      // compareFields uses the per-type tolerance; also accept `rtol`.
+      d.clear();
+      for (auto &f : m.fields())
+        for (Component c : kComponents) {
+          Buffer *p = ref->field(*f, c), *q = out->field(*f, c);
+          if (p && q && d.empty())
+            d = compareBuffers("@" + f->name() + componentSuffix(c), *p, *q, rtol);
+        }
+    }
+    if (!d.empty())
+      return fmt::format("after @{}: {}", k, d);
+  }
+  return {};
+}
+
+RC_GTEST_PROP(CpuBackendTest, RandomKernelsAndGradientsMatchTheInterpreter, ()) {
+  KernelGen gen;
+  std::string text = gen.generate();
+  auto parsed = parseModule(text, {"gen.qd", 1});
+  RC_ASSERT(parsed.ok());
+  std::unique_ptr<Module> m = *std::move(parsed);
+  absl::Status v = verify(*m);
+  if (!v.ok())
+    RC_FAIL("generated kernel does not verify: " + message(v) + "\n" + text);
+  auto g = buildGradientKernel(*m, *m->findKernel("k"));
+  if (!g.ok())
+    RC_FAIL("no gradient: " + message(g.status()) + "\n" + text);
+  auto x = *rc::gen::container<std::vector<double>>(
+      KernelGen::kX, rc::gen::map(rc::gen::inRange(-100, 100), [](int v) { return v / 37.0; }));
+  auto cnt = *rc::gen::container<std::vector<double>>(
+      3, rc::gen::map(rc::gen::inRange(0, 4), [](int v) { return double(v); }));
+  RC_CLASSIFY(text.find("while") != std::string::npos, "while");
+  RC_CLASSIFY(text.find("break") != std::string::npos, "break");
+  // One worker: the interpreter's order, bit-identical results.
+  std::string d = runRandomKernel(*m, x, cnt, cpuSerial(), 0);
+  if (!d.empty())
+    RC_FAIL("1 worker: " + d + "\nkernel:\n" + text + "\ngradient:\n" + printKernel(**g));
+  // Four workers: atomic f64 sums in another order.
+  d = runRandomKernel(*m, x, cnt, cpuParallel(), 1e-9);
+  if (!d.empty())
+    RC_FAIL("4 workers: " + d + "\nkernel:\n" + text + "\ngradient:\n" + printKernel(**g));
+}
+
+} // namespace
+} // namespace qd
