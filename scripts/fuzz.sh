@@ -9,7 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECONDS_PER_TARGET=${1:-30}
-shift || true
+[ $# -gt 0 ] && shift
 BUILD_DIR=${BUILD_DIR:-build-fuzz}
 ALL_TARGETS=(qd-fuzz-parser qd-fuzz-sizing qd-fuzz-sizeexpr qd-fuzz-reverse-ad)
 TARGETS=("$@")
@@ -55,7 +55,9 @@ for t in "${TARGETS[@]}"; do
     -max_total_time="$SECONDS_PER_TARGET" -timeout=10 -rss_limit_mb=2048 \
     -print_final_stats=1 -artifact_prefix="$BUILD_DIR/artifacts/$t-" >"$log" 2>&1 || rc=$?
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
-  done_line=$(grep -E '^#[0-9]+[[:space:]]+DONE' "$log" | tail -1 || true)
+  # grep's status 1 (no DONE line: libFuzzer stopped early, caught below via
+  # rc) is expected; 2 (an unreadable log) still fails the script.
+  done_line=$({ grep -E '^#[0-9]+[[:space:]]+DONE' "$log" || [ $? -eq 1 ]; } | tail -1)
   cov=$(sed -nE 's/.* cov: ([0-9]+) .*/\1/p' <<<"$done_line")
   corp=$(sed -nE 's/.* corp: ([0-9]+\/[0-9a-zA-Z]+) .*/\1/p' <<<"$done_line")
   rate=$(sed -nE 's/.* exec\/s: ([0-9]+) .*/\1/p' <<<"$done_line")
@@ -63,7 +65,9 @@ for t in "${TARGETS[@]}"; do
     failed+=("$t")
     echo "--- $t FAILED (exit $rc); the end of its log:"
     tail -n 60 "$log"
-    ls -1 "$BUILD_DIR/artifacts/$t-"* 2>/dev/null | sed 's/^/artifact: /' || true
+    for a in "$BUILD_DIR/artifacts/$t-"*; do
+      [ -e "$a" ] && echo "artifact: $a"
+    done
   fi
   summary+=("$(printf '%-20s %10s execs %8s exec/s  cov %6s  corpus %s  %s' "$t" "${execs:-?}" \
     "${rate:-?}" "${cov:-?}" "${corp:-?}" "$([ "$rc" -eq 0 ] && echo ok || echo "FAILED ($rc)")")")

@@ -104,11 +104,11 @@ void checkConsistent(const ControlFlowGraph &g) {
   }
   EXPECT_EQ(fromSuccs, fromPreds);
   EXPECT_EQ(g.numEdges(), fromSuccs.size());
-  EXPECT_EQ(g.entry(), 0u);
-  EXPECT_TRUE(g.node(g.entry()).preds.empty());
-  EXPECT_EQ(g.node(g.entry()).label, "entry");
-  EXPECT_EQ(g.node(g.exit()).label, "exit");
-  EXPECT_TRUE(g.node(g.exit()).succs.empty());
+  EXPECT_EQ(g.entryNode(), 0u);
+  EXPECT_TRUE(g.node(g.entryNode()).preds.empty());
+  EXPECT_EQ(g.node(g.entryNode()).label, "entry");
+  EXPECT_EQ(g.node(g.exitNode()).label, "exit");
+  EXPECT_TRUE(g.node(g.exitNode()).succs.empty());
 }
 
 /// For every adstack.alloca: it starts its node, and the nodes anchored in
@@ -163,7 +163,7 @@ kernel @k(%n: i32) {
             (std::vector<std::string>{"entry", "exit", "kernel", "serial", "serial.exit"}));
   EXPECT_EQ(edges(g), (Edges{{0, 2}, {2, 3}, {3, 4}, {4, 1}}));
   EXPECT_EQ(contents(g), (std::vector<std::string>{"", "", "", "%a %b", ""}));
-  EXPECT_EQ(g.exit(), 1u);
+  EXPECT_EQ(g.exitNode(), 1u);
   g.simplify();
   checkConsistent(g);
   EXPECT_EQ(labels(g), (std::vector<std::string>{"entry", "exit", "serial"}));
@@ -514,7 +514,7 @@ TEST(CFGTest, PreorderAndScopes) {
   // Anchors.
   EXPECT_EQ(g.node(g.nodeOf(s)).anchor, 3u);
   EXPECT_EQ(g.node(g.nodeOf(t)).anchor, 6u);
-  EXPECT_EQ(g.node(g.exit()).anchor, 10u);
+  EXPECT_EQ(g.node(g.exitNode()).anchor, 10u);
 }
 
 TEST(CFGTest, ScopesStayExactAfterSimplify) {

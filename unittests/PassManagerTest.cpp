@@ -103,7 +103,8 @@ TEST(PassManagerTest, UnknownPassListsTheRegisteredOnes) {
   ASSERT_FALSE(p.ok());
   EXPECT_EQ(p.status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(std::string(p.status().message()),
-            "unknown pass 'fodl'; registered passes: check-global-accesses, dce, fold, forward-ad, reverse-ad, simplify, size-adstacks");
+            "unknown pass 'fodl'; registered passes: check-global-accesses, dce, fold, forward-ad, "
+            "reverse-ad, simplify, size-adstacks");
 
   // The global registry may hold more passes; it lists at least these.
   PassManager pm;

@@ -366,8 +366,8 @@ private:
     if (failed_)
       return b;
     E begin, end, trip;
-    E iter = maxOpt(b.fall, b.cont);
-    bool nonPositive = !iter || (iter->isConst() && iter->value() <= 0);
+    E it = maxOpt(b.fall, b.cont); // net change of one iteration
+    bool nonPositive = !it || (it->isConst() && it->value() <= 0);
     // (Symbolic mode only: with constant trip counts the tier-1 structural
     // pass leaves these shapes to Bellman-Ford, which handles them exactly.)
     auto capturable = [&](Bound bd) { return bd.isConstant() || capture(bd.value) != nullptr; };
@@ -400,7 +400,6 @@ private:
       end = trip;
     }
     unsigned v = facts_.varOf.at(&loop);
-    E it = maxOpt(b.fall, b.cont);
     E br = b.brk, p = b.peak;
     bool exact = b.exact && !b.cont && !b.brk;
     // A body whose depth depends on the loop's own index: bound every

@@ -205,8 +205,8 @@ void ControlFlowGraph::simplify() {
   // Unreachable nodes (code after break/continue, the exit of an endless
   // while): everything the entry cannot reach, except the exit.
   std::vector<bool> seen(n, false);
-  std::vector<unsigned> work{entry()};
-  seen[entry()] = true;
+  std::vector<unsigned> work{entryNode()};
+  seen[entryNode()] = true;
   while (!work.empty()) {
     unsigned u = work.back();
     work.pop_back();
@@ -230,8 +230,8 @@ void ControlFlowGraph::simplify() {
   // Empty pass-through nodes: redirect predecessors to the single successor.
   for (unsigned u = 0; u < n; ++u) {
     Node &node = nodes_[u];
-    if (dead[u] || u == entry() || u == exit_ || !node.stmts.empty() || node.succs.size() != 1 ||
-        node.succs[0] == u)
+    if (dead[u] || u == entryNode() || u == exit_ || !node.stmts.empty() ||
+        node.succs.size() != 1 || node.succs[0] == u)
       continue;
     unsigned next = node.succs[0];
     removeEdge(nodes_[next].preds, u);
@@ -248,7 +248,7 @@ void ControlFlowGraph::simplify() {
 
   // Chains: u -> v where u has one successor and v one predecessor.
   for (unsigned u = 0; u < n; ++u) {
-    if (dead[u] || u == entry())
+    if (dead[u] || u == entryNode())
       continue;
     while (nodes_[u].succs.size() == 1) {
       unsigned v = nodes_[u].succs[0];
@@ -298,7 +298,7 @@ std::vector<unsigned> ControlFlowGraph::immediateDominators() const {
       boost::add_edge(u, v, g);
   std::vector<Vertex> idom(nodes_.size(), boost::graph_traits<Graph>::null_vertex());
   auto index = boost::get(boost::vertex_index, g);
-  boost::lengauer_tarjan_dominator_tree(g, boost::vertex(entry(), g),
+  boost::lengauer_tarjan_dominator_tree(g, boost::vertex(entryNode(), g),
                                         boost::make_iterator_property_map(idom.begin(), index));
   std::vector<unsigned> out(nodes_.size());
   for (unsigned u = 0; u < nodes_.size(); ++u)

@@ -38,7 +38,9 @@ bool isGlobalName(std::string_view name, bool allowDot) {
   return true;
 }
 
-bool isLaunchTimeScalar(const Stmt &s) { return isRecomputable(s); }
+bool isLaunchTimeScalar(const Stmt &s) {
+  return isRecomputable(s);
+}
 
 class KernelVerifier : public StmtVisitor<KernelVerifier> {
 public:

@@ -677,17 +677,15 @@ private:
 
   //===--- reverse code ----------------------------------------------------===//
 
-  AllocaStmt *adjointOf(const Value *v, IRBuilder &) {
+  AllocaStmt *adjointOf(const Value *v) {
     Frame *owner = owner_.count(cast<Stmt>(v)) ? owner_.at(cast<Stmt>(v)) : nullptr;
     if (!owner) {
       internalError_ = "no frame owns " + printStmt(*cast<Stmt>(v));
       return nullptr;
     }
     AllocaStmt *&a = owner->adj[v];
-    if (!a) {
-      ScalarType t = v->type().isLocal() ? v->type().element() : v->type().element();
-      a = atTop(*owner).alloca(t);
-    }
+    if (!a) // a local's adjoint has the local's element type
+      a = atTop(*owner).alloca(v->type().element());
     return a;
   }
 
@@ -695,7 +693,7 @@ private:
   void accumulate(const Value *v, Value *x, IRBuilder &b) {
     if (!v || !activity_.active(v))
       return;
-    AllocaStmt *a = adjointOf(v, b);
+    AllocaStmt *a = adjointOf(v);
     if (!a)
       return;
     b.store(a, b.add(b.load(a), x));
@@ -742,26 +740,23 @@ private:
     for (AllocaStmt *a : plan.atEntry)
       b.store(primal(a, f, b), b.load(entrySaves_.at({&loop, a})));
     auto *l = dyn_cast<ForStmt>(&loop);
-    Value *first = nullptr, *last = nullptr; // iteration k runs index last - k
+    // Iteration k of the reverse loop runs index `last - k`; `last` is
+    // computed once, before the loop.
+    auto value = [&](Bound bd) {
+      return bd.isConstant() ? b.i32(static_cast<int32_t>(bd.constant)) : bd.value;
+    };
+    Value *last = nullptr;
     std::optional<IRBuilder::LoopScope> scope;
     if (plan.counted) {
       Value *count = b.load(counters_.at(&loop));
+      if (l)
+        last = b.sub(b.add(value(bound(l->begin(), f, b)), count), b.i32(1));
       scope.emplace(b.forRange(b.i32(0), count));
-      if (l) {
-        Value *lo = l->begin().isConstant() ? b.i32(static_cast<int32_t>(l->beginConstant()))
-                                            : primal(l->beginValue(), f, b);
-        first = lo;
-        last = b.sub(b.add(lo, count), b.i32(1));
-      }
     } else {
       Bound lo = bound(l->begin(), f, b), hi = bound(l->end(), f, b);
+      last = b.sub(b.add(value(lo), value(hi)), b.i32(1));
       scope.emplace(b.forRange(lo, hi));
-      Value *loV = lo.isConstant() ? b.i32(static_cast<int32_t>(lo.constant)) : lo.value;
-      Value *hiV = hi.isConstant() ? b.i32(static_cast<int32_t>(hi.constant)) : hi.value;
-      last = b.sub(b.add(loV, hiV), b.i32(1));
-      first = loV;
     }
-    (void)first;
     Frame inner;
     inner.parent = &f;
     inner.block = &scope->stmt()->body();
@@ -801,7 +796,7 @@ private:
       // that feed it can come earlier in the body (later iterations of the
       // forward run reach this store's reverse through the back edge), so
       // it is created if it does not exist yet.
-      AllocaStmt *adj = adjointOf(st.local(), b);
+      AllocaStmt *adj = adjointOf(st.local());
       if (!adj)
         return;
       Value *g = b.load(adj);

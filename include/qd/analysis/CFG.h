@@ -47,8 +47,8 @@ public:
 
   unsigned numNodes() const { return static_cast<unsigned>(nodes_.size()); }
   const Node &node(unsigned i) const { return nodes_[i]; }
-  unsigned entry() const { return 0; }
-  unsigned exit() const { return exit_; }
+  unsigned entryNode() const { return 0; }
+  unsigned exitNode() const { return exit_; }
   size_t numEdges() const;
 
   /// The node holding a non-container statement.

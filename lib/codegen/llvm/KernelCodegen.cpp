@@ -67,7 +67,6 @@ public:
     llvm::Function *mainFn =
         llvm::Function::Create(mainTy, llvm::Function::ExternalLinkage, "qd_kernel", module_.get());
     beginFunction(mainFn, mainFn->getArg(0), b_.getInt32(0));
-    topLevel_ = true;
     for (Stmt &s : const_cast<Kernel &>(kernel_).body()) {
       if (s.isTask()) {
         currentTask_ = &s;
@@ -847,7 +846,6 @@ private:
   llvm::Function *fn_ = nullptr;
   BasicBlock *entry_ = nullptr;
   LV *ctxArg_ = nullptr, *worker_ = nullptr;
-  bool topLevel_ = false;
   const Stmt *currentTask_ = nullptr;
   unsigned taskCount_ = 0;
   std::unordered_map<const Value *, LV *> values_;
