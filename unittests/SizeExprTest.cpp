@@ -50,6 +50,8 @@ public:
   std::map<unsigned, Array> ndarrays;
   mutable std::vector<std::pair<unsigned, std::vector<int64_t>>> ndarrayRequests;
   mutable std::vector<std::pair<std::string, std::vector<int64_t>>> fieldRequests;
+  /// Offer direct views (the fast path) besides the element accessors.
+  bool views = false;
 
   std::optional<int64_t> scalarArg(unsigned argIndex) const override {
     auto it = args.find(argIndex);
@@ -76,7 +78,23 @@ public:
     return it == ndarrays.end() ? std::nullopt : element(it->second, indices);
   }
 
+  std::optional<SizeExprBufferView> fieldView(const std::string &field) const override {
+    auto it = fields.find(field);
+    if (!views || it == fields.end())
+      return std::nullopt;
+    return view(it->second);
+  }
+  std::optional<SizeExprBufferView> ndarrayView(unsigned argIndex) const override {
+    auto it = ndarrays.find(argIndex);
+    if (!views || it == ndarrays.end())
+      return std::nullopt;
+    return view(it->second);
+  }
+
 private:
+  static SizeExprBufferView view(const Array &a) {
+    return {reinterpret_cast<const std::byte *>(a.data.data()), ScalarType::I64, a.shape};
+  }
   static std::optional<int64_t> element(const Array &a, std::span<const int64_t> indices) {
     if (indices.size() != a.shape.size())
       return std::nullopt;
@@ -560,20 +578,22 @@ TEST(SizeExprTest, PairsIndicesOfArraysOfDifferentLengths) {
 TEST(SizeExprTest, StepLimit) {
   FakeInputs in;
   in.args = {{0, 1000000}, {1, 10}};
-  // 0 - i is not monotone in i: every iteration is evaluated.
-  auto e = SizeExpr::maxOverRange(0, c(0), arg(0), SizeExpr::sub(c(0), var(0)));
+  // (i - 3) * (i - 3) is not monotone in i: every iteration is evaluated.
+  auto square = [](const SizeExprRef &x) { return SizeExpr::mul(x, x); };
+  auto e = SizeExpr::maxOverRange(0, c(0), arg(0), square(SizeExpr::sub(var(0), c(3))));
   absl::Status st = errorOf(e, in, 1000);
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(contains(st.message(), "step limit")) << st;
   // A nested range whose total work exceeds the limit.
   auto nested = SizeExpr::maxOverRange(
-      0, c(0), arg(1), SizeExpr::maxOverRange(1, c(0), arg(0), SizeExpr::sub(var(0), var(1))));
+      0, c(0), arg(1),
+      SizeExpr::maxOverRange(1, c(0), arg(0), square(SizeExpr::sub(var(0), var(1)))));
   st = errorOf(nested, in, 100000);
   EXPECT_TRUE(contains(st.message(), "step limit")) << st;
   // Within the limit.
-  EXPECT_EQ(valueOf(e, in, 4000000), 0);
+  EXPECT_EQ(valueOf(e, in, 10000000), 999996 * int64_t{999996});
   in.args[0] = 10;
-  EXPECT_EQ(valueOf(nested, in, 1000), 9);
+  EXPECT_EQ(valueOf(nested, in, 10000), 81);
 }
 
 TEST(SizeExprTest, MonotoneBodiesPeakAtTheLastIteration) {
@@ -600,12 +620,88 @@ TEST(SizeExprTest, MonotoneBodiesPeakAtTheLastIteration) {
   in.args[0] = 10;
   auto withRead = SizeExpr::maxOverRange(0, c(0), arg(0), SizeExpr::add(var(0), read(2, var(0))));
   EXPECT_EQ(valueOf(withRead, in), 9); // i = 9: 9 + 0 (i = 0: 0 + 4)
-  // A decreasing body is scanned.
+  // A decreasing body peaks at the first iteration.
   EXPECT_EQ(valueOf(SizeExpr::maxOverRange(0, c(-3), arg(0), SizeExpr::sub(c(1), var(0))), in), 4);
-  // So is a product with a decreasing factor: -i * 3 peaks at i = -3.
+  // So does a product with a decreasing factor: -i * 3 peaks at i = -3.
   auto prod =
       SizeExpr::maxOverRange(0, c(-3), arg(0), SizeExpr::mul(SizeExpr::sub(c(0), var(0)), arg(1)));
   EXPECT_EQ(valueOf(prod, in), 9);
+}
+
+TEST(SizeExprTest, DecreasingBodiesPeakAtTheFirstIteration) {
+  FakeInputs in;
+  in.args = {{0, int64_t{1} << 40}, {1, 3}};
+  // A trillion iterations would exceed a limit of 100 steps.
+  EXPECT_EQ(
+      valueOf(SizeExpr::maxOverRange(0, c(5), arg(0), SizeExpr::sub(c(1000), var(0))), in, 100),
+      995);
+  // The range of an inner max shrinks as the outer variable grows.
+  auto shrinking = SizeExpr::maxOverRange(
+      0, c(0), arg(0), SizeExpr::maxOverRange(1, var(0), arg(0), SizeExpr::max(arg(1), c(0))));
+  EXPECT_EQ(valueOf(shrinking, in, 100), 3);
+  // max(n - 1 - j, 0) over j in [0, n): the reverse loop of a gradient
+  // kernel counting down.
+  auto countdown = SizeExpr::maxOverRange(
+      0, c(0), arg(0), SizeExpr::max(SizeExpr::sub(SizeExpr::sub(arg(0), c(1)), var(0)), c(0)));
+  EXPECT_EQ(valueOf(countdown, in, 100), (int64_t{1} << 40) - 1);
+}
+
+TEST(SizeExprTest, BodiesGrowingWithOneReadPeakAtTheLargestElement) {
+  for (bool views : {false, true}) {
+    SCOPED_TRACE(views ? "with views" : "element accessors");
+    FakeInputs in;
+    in.views = views;
+    const int64_t n = 200000;
+    std::vector<int64_t> data(n);
+    for (int64_t i = 0; i < n; ++i)
+      data[i] = 4 + (i * 7) % 13; // 4..16
+    in.fields["m"] = vec(data);
+    in.args = {{0, n}, {1, -50}};
+    auto m = [](const SizeExprRef &i) { return SizeExpr::fieldLoad("m", {i}); };
+    auto mi = m(var(0));
+    // The stack of a triangular nest's inner loop: max over the outer
+    // element of max(%j in [0, m[i]): max(m[i] - 1 - %j, 0)).
+    auto tri = SizeExpr::maxOverRange(
+        0, c(0), arg(0),
+        SizeExpr::maxOverRange(
+            1, c(0), mi, SizeExpr::max(SizeExpr::sub(SizeExpr::sub(mi, c(1)), var(1)), c(0))));
+    // With views the elements are scanned without a step per element; the
+    // accessors cost one step each.
+    EXPECT_EQ(valueOf(tri, in, views ? 100 : 2 * n), 15);
+    // max(m, 0) * max(m, 0): a product of non-negative factors.
+    auto sq = SizeExpr::maxOverRange(
+        0, c(0), arg(0), SizeExpr::mul(SizeExpr::max(mi, c(0)), SizeExpr::max(mi, c(0))));
+    EXPECT_EQ(valueOf(sq, in, views ? 100 : 2 * n), 256);
+    // Elements outside the buffer count as 0: a range past the end of a
+    // buffer of negative numbers peaks at 0.
+    in.fields["neg"] = vec({-7, -3, -9});
+    auto neg = [&](int64_t lo, int64_t hi) {
+      return SizeExpr::maxOverRange(0, c(lo), c(hi), SizeExpr::fieldLoad("neg", {var(0)}));
+    };
+    EXPECT_EQ(valueOf(neg(0, 3), in), -3);
+    EXPECT_EQ(valueOf(neg(2, 3), in), -9);
+    EXPECT_EQ(valueOf(neg(-1, 2), in), 0);
+    EXPECT_EQ(valueOf(neg(0, 4), in), 0);
+    EXPECT_EQ(valueOf(neg(5, 9), in), 0);
+    // A body that also uses the variable itself, or falls as the element
+    // grows, is iterated: m[i] - i peaks at i = 1 (11 - 1 = 10); -50 - m[i]
+    // peaks at the smallest element.
+    EXPECT_EQ(
+        valueOf(SizeExpr::maxOverRange(0, c(0), arg(0), SizeExpr::sub(mi, var(0))), in, 10 * n),
+        10);
+    EXPECT_EQ(
+        valueOf(SizeExpr::maxOverRange(0, c(0), arg(0), SizeExpr::sub(arg(1), mi)), in, 10 * n),
+        -54);
+    // Two different buffers indexed by the variable are iterated too.
+    in.fields["k"] = vec({1, 100});
+    auto two = SizeExpr::maxOverRange(0, c(0), c(2),
+                                      SizeExpr::add(m(var(0)), SizeExpr::fieldLoad("k", {var(0)})));
+    EXPECT_EQ(valueOf(two, in), 111); // i = 1: 11 + 100
+    // A nested max that rebinds the variable reads its own index.
+    auto rebind = SizeExpr::maxOverRange(
+        0, c(0), c(3), SizeExpr::add(m(var(0)), SizeExpr::maxOverRange(0, c(0), c(2), m(var(0)))));
+    EXPECT_EQ(valueOf(rebind, in), 11 + 11); // max m[0..3) = 11, inner max m[0..2) = 11
+  }
 }
 
 TEST(SizeExprTest, UnboundVariableIsAnError) {
@@ -1147,6 +1243,7 @@ SizeExprRef rebuild(const SizeExprRef &e) {
 RC_GTEST_PROP(SizeExprTest, EvaluationMatchesTheReference, ()) {
   SizeExprRef e = genExpr();
   FakeInputs in = sampleInputs();
+  in.views = *rc::gen::arbitrary<bool>();
   ReferenceEvaluator ref(in);
   std::optional<int64_t> expected = ref.eval(*e);
   RC_PRE(!ref.tooBig);

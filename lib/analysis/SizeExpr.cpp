@@ -1,6 +1,7 @@
 //===- SizeExpr.cpp - Launch-time adstack bounds --------------------------===//
 #include "qd/analysis/SizeExpr.h"
 
+#include "CheckedInt.h"
 #include "qd/ir/Module.h"
 
 #include <fmt/format.h>
@@ -14,28 +15,11 @@ namespace qd {
 
 namespace {
 
-constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
-constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
-constexpr unsigned kMaxDepth = 4096;
+using detail::checkedAdd;
+using detail::checkedMul;
+using detail::checkedSub;
 
-std::optional<int64_t> checkedAdd(int64_t a, int64_t b) {
-  int64_t r;
-  if (__builtin_add_overflow(a, b, &r))
-    return std::nullopt;
-  return r;
-}
-std::optional<int64_t> checkedSub(int64_t a, int64_t b) {
-  int64_t r;
-  if (__builtin_sub_overflow(a, b, &r))
-    return std::nullopt;
-  return r;
-}
-std::optional<int64_t> checkedMul(int64_t a, int64_t b) {
-  int64_t r;
-  if (__builtin_mul_overflow(a, b, &r))
-    return std::nullopt;
-  return r;
-}
+constexpr unsigned kMaxDepth = 4096;
 
 unsigned arity(SizeExprKind k) {
   switch (k) {
@@ -327,225 +311,6 @@ private:
 
 std::string printSizeExpr(const SizeExpr &e, const SizeExprNames &names) {
   return SizeExprPrinter(names).print(e, 0);
-}
-
-//===----------------------------------------------------------------------===//
-// Evaluation
-//===----------------------------------------------------------------------===//
-
-SizeExprInputs::~SizeExprInputs() = default;
-
-namespace {
-
-class Evaluator {
-public:
-  Evaluator(const SizeExprInputs &in, int64_t stepLimit) : in_(in), stepsLeft_(stepLimit) {}
-
-  // nullopt only when the evaluation failed (see error()). The recursion
-  // keeps its frame small (the rarer kinds are evaluated out of line):
-  // expressions nest up to 4096 deep, and a sanitized build's frames are
-  // large.
-  std::optional<int64_t> eval(const SizeExpr &e) {
-    if (failed_)
-      return std::nullopt;
-    if (--stepsLeft_ < 0)
-      return stepLimitExceeded();
-    switch (e.kind()) {
-    case SizeExprKind::Const:
-      return e.value();
-    case SizeExprKind::BoundVar:
-      for (auto it = vars_.rbegin(); it != vars_.rend(); ++it)
-        if (it->first == e.var())
-          return it->second;
-      return unboundVar(e);
-    case SizeExprKind::Add:
-    case SizeExprKind::Sub:
-    case SizeExprKind::Mul:
-    case SizeExprKind::Max: {
-      auto a = eval(*e.operands()[0]);
-      if (!a)
-        return std::nullopt;
-      auto b = eval(*e.operands()[1]);
-      if (!b)
-        return std::nullopt;
-      return arith(e.kind(), *a, *b);
-    }
-    case SizeExprKind::MaxOverRange:
-      return evalMaxOverRange(e);
-    default:
-      return evalLeaf(e);
-    }
-  }
-
-  bool failed() const { return failed_; }
-  bool saturated() const { return saturated_; }
-  const std::string &error() const { return error_; }
-
-private:
-  /// True if `e` is non-decreasing in `var` (reads are not: data is
-  /// arbitrary). Memoised per (node, variable): a deserialised expression
-  /// is a DAG whose shared subtrees would otherwise be visited once per
-  /// path, exponentially many times.
-  bool isMonotone(const SizeExpr &e, unsigned var) {
-    if (!e.usesVar(var))
-      return true;
-    auto key = std::make_pair(&e, var);
-    if (auto it = monotone_.find(key); it != monotone_.end())
-      return it->second;
-    const auto &ops = e.operands();
-    bool result = false;
-    switch (e.kind()) {
-    case SizeExprKind::BoundVar:
-      result = true;
-      break;
-    case SizeExprKind::Add:
-    case SizeExprKind::Max:
-      result = isMonotone(*ops[0], var) && isMonotone(*ops[1], var);
-      break;
-    case SizeExprKind::Sub:
-      result = isMonotone(*ops[0], var) && !ops[1]->usesVar(var);
-      break;
-    case SizeExprKind::Mul:
-      result = ops[0]->isNonNegative() && ops[1]->isNonNegative() && isMonotone(*ops[0], var) &&
-               isMonotone(*ops[1], var);
-      break;
-    case SizeExprKind::MaxOverRange:
-      // A longer range can only raise a non-negative maximum.
-      result = !ops[0]->usesVar(var) && isMonotone(*ops[1], var) && ops[2]->isNonNegative() &&
-               isMonotone(*ops[2], var);
-      break;
-    default:
-      break;
-    }
-    monotone_.emplace(key, result);
-    return result;
-  }
-
-  [[gnu::noinline]] std::optional<int64_t> stepLimitExceeded() {
-    return fail("the evaluation exceeded its step limit (a huge or corrupt range)");
-  }
-  [[gnu::noinline]] std::optional<int64_t> unboundVar(const SizeExpr &e) {
-    return fail(fmt::format("variable %v{} is not bound by an enclosing max", e.var()));
-  }
-
-  /// Scalar arguments, shapes and element reads.
-  [[gnu::noinline]] std::optional<int64_t> evalLeaf(const SizeExpr &e) {
-    switch (e.kind()) {
-    case SizeExprKind::ScalarArg:
-      if (auto v = in_.scalarArg(e.argIndex()))
-        return v;
-      return fail(fmt::format("argument {} is not an integer scalar of this launch", e.argIndex()));
-    case SizeExprKind::NdarrayShape:
-      if (auto v = in_.ndarrayShape(e.argIndex(), e.axis()))
-        return v;
-      return fail(fmt::format("argument {} has no axis {} in this launch", e.argIndex(), e.axis()));
-    case SizeExprKind::FieldLoad:
-    case SizeExprKind::NdarrayRead: {
-      std::vector<int64_t> idx;
-      for (const auto &op : e.operands()) {
-        auto v = eval(*op);
-        if (!v)
-          return std::nullopt;
-        idx.push_back(*v);
-      }
-      auto v = e.kind() == SizeExprKind::FieldLoad ? in_.fieldElement(e.fieldName(), idx)
-                                                   : in_.ndarrayElement(e.argIndex(), idx);
-      // An element outside the buffer is never read: no valid execution
-      // performs that read (the kernel guards the index, or the read itself
-      // would be an error), so any fixed value keeps the bound sound: the
-      // bound then covers the input extended with that value, whose valid
-      // executions include every valid execution of this launch. 0 is used.
-      // (Treating it as "unknown" and dropping the iteration is unsound: the
-      // same iteration may push on a path that never performs the read.)
-      return v ? *v : 0;
-    }
-    default:
-      return fail("corrupt expression");
-    }
-  }
-
-  [[gnu::noinline]] std::optional<int64_t> evalMaxOverRange(const SizeExpr &e) {
-    const auto &ops = e.operands();
-    auto begin = eval(*ops[0]);
-    auto end = eval(*ops[1]);
-    if (!begin || !end)
-      return std::nullopt;
-    if (*begin >= *end)
-      return 0;
-    bool usesVar = ops[2]->usesVar(e.var());
-    // A body that does not use the variable has one value; a body that
-    // never decreases as the variable grows peaks at the last iteration.
-    if (!usesVar || isMonotone(*ops[2], e.var())) {
-      vars_.emplace_back(e.var(), *end - 1);
-      auto v = eval(*ops[2]);
-      vars_.pop_back();
-      return v;
-    }
-    int64_t best = 0;
-    for (int64_t i = *begin; i < *end; ++i) {
-      vars_.emplace_back(e.var(), i);
-      auto v = eval(*ops[2]);
-      vars_.pop_back();
-      if (!v)
-        return std::nullopt;
-      best = i == *begin ? *v : std::max(best, *v);
-    }
-    return best;
-  }
-
-  std::optional<int64_t> fail(std::string msg) {
-    if (!failed_)
-      error_ = std::move(msg);
-    failed_ = true;
-    return std::nullopt;
-  }
-
-  int64_t saturate(std::optional<int64_t> r, bool positive) {
-    if (r)
-      return *r;
-    saturated_ = true;
-    return positive ? kMax : kMin;
-  }
-
-  int64_t arith(SizeExprKind k, int64_t a, int64_t b) {
-    switch (k) {
-    case SizeExprKind::Add:
-      return saturate(checkedAdd(a, b), b > 0);
-    case SizeExprKind::Sub:
-      return saturate(checkedSub(a, b), b < 0);
-    case SizeExprKind::Mul:
-      return saturate(checkedMul(a, b), (a < 0) == (b < 0));
-    default:
-      return std::max(a, b);
-    }
-  }
-
-  const SizeExprInputs &in_;
-  int64_t stepsLeft_;
-  std::vector<std::pair<unsigned, int64_t>> vars_;
-  struct NodeVarHash {
-    size_t operator()(const std::pair<const SizeExpr *, unsigned> &k) const {
-      return std::hash<const SizeExpr *>()(k.first) ^ (size_t(k.second) * 0x9e3779b97f4a7c15ull);
-    }
-  };
-  std::unordered_map<std::pair<const SizeExpr *, unsigned>, bool, NodeVarHash> monotone_;
-  bool failed_ = false;
-  bool saturated_ = false;
-  std::string error_;
-};
-
-} // namespace
-
-absl::StatusOr<int64_t> evaluateSizeExpr(const SizeExpr &e, const SizeExprInputs &inputs,
-                                         int64_t stepLimit) {
-  Evaluator ev(inputs, stepLimit);
-  std::optional<int64_t> v = ev.eval(e);
-  if (ev.failed() || !v)
-    return absl::InvalidArgumentError(ev.error());
-  if (ev.saturated())
-    return absl::OutOfRangeError(
-        "the bound overflows int64 for this launch (saturated arithmetic)");
-  return *v;
 }
 
 //===----------------------------------------------------------------------===//

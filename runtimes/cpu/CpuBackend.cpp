@@ -359,7 +359,9 @@ absl::Status CpuBackend::launch(Program &program, const Kernel &kernel,
     caps[i] = cap;
     int64_t &at = used[st.task];
     offsets[i] = at;
-    at += adStackBytes(st.stmt->elementType(), cap);
+    // Room for at least one entry: after an overflow a read of the top goes
+    // to entry min(depth, capacity) - 1, clamped to 0.
+    at += adStackBytes(st.stmt->elementType(), std::max<int64_t>(cap, 1));
     stride = std::max(stride, at);
   }
   int64_t heapNeed = stride * numThreads();

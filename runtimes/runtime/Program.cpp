@@ -133,12 +133,23 @@ public:
   std::optional<int64_t> ndarrayElement(unsigned i, std::span<const int64_t> idx) const override {
     return element(ndarray(i), idx);
   }
+  std::optional<SizeExprBufferView> fieldView(const std::string &name) const override {
+    return view(program_.field(name));
+  }
+  std::optional<SizeExprBufferView> ndarrayView(unsigned i) const override {
+    return view(ndarray(i));
+  }
 
 private:
   const Buffer *ndarray(unsigned i) const {
     if (i >= args_.size() || !args_[i].isNdarray())
       return nullptr;
     return args_[i].ndarrayValue().primal;
+  }
+  static std::optional<SizeExprBufferView> view(const Buffer *b) {
+    if (!b || isFloat(b->elementType()))
+      return std::nullopt;
+    return SizeExprBufferView{b->data(), b->elementType(), b->shape()};
   }
   static std::optional<int64_t> element(const Buffer *b, std::span<const int64_t> idx) {
     if (!b || isFloat(b->elementType()))

@@ -19,8 +19,11 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include "qd/ir/Type.h"
+
 #include <absl/status/statusor.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -121,6 +124,14 @@ struct SizeExprNames {
 /// Readable form: `max(@n[] - 1, 0) * 2`, `max(%i in [0, shape(%a, 0)): %a[%i])`.
 std::string printSizeExpr(const SizeExpr &e, const SizeExprNames &names = {});
 
+/// A read-only view of an integer buffer: row-major elements of
+/// `storageBytes(type)` bytes each (i1 as one byte), `shape` extents.
+struct SizeExprBufferView {
+  const std::byte *data = nullptr;
+  ScalarType type = ScalarType::I32;
+  std::span<const int64_t> shape;
+};
+
 /// The data an evaluation reads. Each accessor returns nullopt when the
 /// element does not exist (bad argument, out-of-range index, non-integer).
 class SizeExprInputs {
@@ -132,12 +143,24 @@ public:
   virtual std::optional<int64_t> ndarrayShape(unsigned argIndex, unsigned axis) const = 0;
   virtual std::optional<int64_t> ndarrayElement(unsigned argIndex,
                                                 std::span<const int64_t> indices) const = 0;
+  /// Optional fast paths: direct views of integer fields and ndarrays, valid
+  /// for the duration of one evaluation. The evaluator resolves each read
+  /// once and scans whole ranges without a call per element; nullopt (the
+  /// default) means "use the element accessors".
+  virtual std::optional<SizeExprBufferView> fieldView(const std::string &field) const;
+  virtual std::optional<SizeExprBufferView> ndarrayView(unsigned argIndex) const;
 };
 
 /// Evaluates `e` with saturating int64 arithmetic. `stepLimit` bounds the
-/// number of nodes evaluated (MaxOverRange bodies count once per iteration),
-/// a guard against a corrupt or huge range; exceeding it is an
+/// number of nodes evaluated (MaxOverRange bodies count once per iteration
+/// evaluated), a guard against a corrupt or huge range; exceeding it is an
 /// InvalidArgument error. Saturation is an OutOfRange error.
+///
+/// A MaxOverRange is not always iterated: a body constant in its variable is
+/// evaluated once, a body monotone in it at one end of the range, and a body
+/// that reads its variable only as the index of one 1-D buffer and is
+/// non-decreasing in that element's value at the range maximum of the
+/// buffer (one scan of the elements). See docs/sizing.md.
 absl::StatusOr<int64_t> evaluateSizeExpr(const SizeExpr &e, const SizeExprInputs &inputs,
                                          int64_t stepLimit = int64_t(1) << 32);
 

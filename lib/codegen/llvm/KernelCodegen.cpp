@@ -21,7 +21,7 @@ namespace qd {
 
 int64_t adStackBytes(ScalarType elem, int64_t capacity) {
   int64_t entry = isFloat(elem) ? 2 * storageBytes(elem) : storageBytes(elem);
-  return (8 + capacity * entry + 7) / 8 * 8;
+  return (capacity * entry + 7) / 8 * 8;
 }
 
 namespace {
@@ -127,7 +127,7 @@ private:
     ctxArg_ = ctx;
     worker_ = worker;
     ctxCache_.clear();
-    baseCache_.clear();
+    stackCache_.clear();
     shapeCache_.clear();
     slotCache_.clear();
   }
@@ -181,16 +181,21 @@ private:
                            llvm::AtomicOrdering::Monotonic, llvm::AtomicOrdering::Monotonic);
   }
 
-  /// if (cond) { raise(id) }; continues after.
+  /// if (cond) { raise(id); return; }. The launch fails with the first
+  /// error raised, so the rest of this function's work (the serial kernel,
+  /// or the task's current chunk) is skipped, as the interpreter stops at
+  /// its first error; code after the check may rely on `!cond`.
   void raiseIf(LV *cond, unsigned id) {
     BasicBlock *bad = BasicBlock::Create(ctx_, "error", fn_);
     BasicBlock *ok = BasicBlock::Create(ctx_, "ok", fn_);
-    b_.CreateCondBr(cond, bad, ok);
+    b_.CreateCondBr(cond, bad, ok, unlikelyFirst());
     b_.SetInsertPoint(bad);
     raise(id);
-    b_.CreateBr(ok);
+    b_.CreateRetVoid();
     b_.SetInsertPoint(ok);
   }
+  llvm::MDNode *unlikelyFirst() { return llvm::MDBuilder(ctx_).createBranchWeights(1, 1 << 20); }
+  llvm::MDNode *unlikelySecond() { return llvm::MDBuilder(ctx_).createBranchWeights(1 << 20, 1); }
 
   llvm::Function *intrinsic(llvm::Intrinsic::ID id, llvm::ArrayRef<llvm::Type *> types) {
     return llvm::Intrinsic::getDeclaration(module_.get(), id, types);
@@ -339,13 +344,11 @@ private:
       bool div = s.op() == BinaryOp::Div;
       LV *zero = llvm::ConstantInt::get(ty, 0);
       raiseIf(b_.CreateICmpEQ(y, zero), site(s, "integer division by zero"));
-      // A zero divisor becomes 1 (the launch fails anyway); INT_MIN / -1
-      // wraps: x * -1 = -x, remainder 0.
-      LV *safeY = b_.CreateSelect(b_.CreateICmpEQ(y, zero), llvm::ConstantInt::get(ty, 1), y);
+      // INT_MIN / -1 wraps: x * -1 = -x, remainder 0.
       if (isBool)
-        return div ? b_.CreateUDiv(x, safeY) : b_.CreateURem(x, safeY);
-      LV *minusOne = b_.CreateICmpEQ(safeY, llvm::ConstantInt::get(ty, -1, true));
-      LV *safe = b_.CreateSelect(minusOne, llvm::ConstantInt::get(ty, 1), safeY);
+        return div ? b_.CreateUDiv(x, y) : b_.CreateURem(x, y);
+      LV *minusOne = b_.CreateICmpEQ(y, llvm::ConstantInt::get(ty, -1, true));
+      LV *safe = b_.CreateSelect(minusOne, llvm::ConstantInt::get(ty, 1), y);
       LV *q = div ? b_.CreateSDiv(x, safe) : b_.CreateSRem(x, safe);
       return b_.CreateSelect(minusOne, div ? b_.CreateSub(zero, x) : zero, q);
     }
@@ -365,10 +368,8 @@ private:
       LV *bad = isBool ? b_.CreateICmpNE(y, llvm::ConstantInt::get(ty, 0))
                        : b_.CreateICmpUGE(y, llvm::ConstantInt::get(ty, width));
       raiseIf(bad, site(s, fmt::format("shift amount is outside [0, {})", width)));
-      LV *amount = b_.CreateSelect(bad, llvm::ConstantInt::get(ty, 0), y);
-      return s.op() == BinaryOp::Shl
-                 ? b_.CreateShl(x, amount)
-                 : (isBool ? b_.CreateLShr(x, amount) : b_.CreateAShr(x, amount));
+      return s.op() == BinaryOp::Shl ? b_.CreateShl(x, y)
+                                     : (isBool ? b_.CreateLShr(x, y) : b_.CreateAShr(x, y));
     }
     default:
       return x;
@@ -536,21 +537,11 @@ private:
       flat = b_.CreateAdd(b_.CreateMul(flat, extents[d]), idx);
     }
     LV *base = slotBase(slotOf(g));
-    BasicBlock *after = nullptr, *skip = nullptr, *from = nullptr;
-    if (opts_.boundsChecked && g.numIndices() > 0) {
-      BasicBlock *inRange = BasicBlock::Create(ctx_, "in.range", fn_);
-      skip = BasicBlock::Create(ctx_, "out.of.range", fn_);
-      after = BasicBlock::Create(ctx_, "access.done", fn_);
-      b_.CreateCondBr(bad, skip, inRange);
-      b_.SetInsertPoint(skip);
-      raise(site(g, "index out of range"));
-      b_.CreateBr(after);
-      b_.SetInsertPoint(inRange);
-    }
+    if (opts_.boundsChecked && g.numIndices() > 0)
+      raiseIf(bad, site(g, "index out of range"));
     LV *ptr = b_.CreateGEP(mem, base, flat);
-    LV *loaded = nullptr;
     if (g.kind() == StmtKind::GlobalLoad) {
-      loaded = fromMem(b_.CreateLoad(mem, ptr), elem);
+      values_[&g] = fromMem(b_.CreateLoad(mem, ptr), elem);
     } else if (auto *st = dyn_cast<GlobalStoreStmt>(&g)) {
       b_.CreateStore(toMem(get(st->value()), elem), ptr);
     } else {
@@ -561,19 +552,6 @@ private:
       b_.CreateAtomicRMW(op, ptr, toMem(v, elem), llvm::MaybeAlign(storageBytes(elem)),
                          llvm::AtomicOrdering::Monotonic);
     }
-    if (after) {
-      from = b_.GetInsertBlock();
-      b_.CreateBr(after);
-      b_.SetInsertPoint(after);
-      if (loaded) {
-        llvm::PHINode *phi = b_.CreatePHI(typeOf(elem), 2);
-        phi->addIncoming(loaded, from);
-        phi->addIncoming(llvm::Constant::getNullValue(typeOf(elem)), skip);
-        loaded = phi;
-      }
-    }
-    if (loaded)
-      values_[&g] = loaded;
   }
 
   //===--- control flow ----------------------------------------------------===//
@@ -674,7 +652,7 @@ private:
     BasicBlock *savedEntry = entry_;
     LV *savedCtx = ctxArg_, *savedWorker = worker_;
     auto savedCtxCache = ctxCache_;
-    auto savedBaseCache = baseCache_;
+    auto savedStackCache = stackCache_;
     auto savedShapeCache = shapeCache_;
     auto savedSlotCache = slotCache_;
     llvm::IRBuilderBase::InsertPoint savedIP = b_.saveIP();
@@ -696,7 +674,7 @@ private:
     ctxArg_ = savedCtx;
     worker_ = savedWorker;
     ctxCache_ = std::move(savedCtxCache);
-    baseCache_ = std::move(savedBaseCache);
+    stackCache_ = std::move(savedStackCache);
     shapeCache_ = std::move(savedShapeCache);
     slotCache_ = std::move(savedSlotCache);
     b_.restoreIP(savedIP);
@@ -734,28 +712,38 @@ private:
     ScalarType elem;
   };
 
-  /// Base address and capacity of stack `id` for this worker, computed once
-  /// in the entry block: heap + worker * stride + offsets[id].
-  std::pair<LV *, LV *> stackInfo(unsigned id) {
-    auto &cached = baseCache_[id];
-    if (!cached.first) {
+  /// Per-function facts of stack `id`, computed once in the entry block:
+  /// its base (heap + worker * stride + offsets[id]), its capacity, the last
+  /// index a read may touch (max(capacity - 1, 0)), and its depth. The depth
+  /// lives in an entry-block alloca, not in the heap: each worker owns its
+  /// stacks, so the count is private, SROA keeps it in a register, and no
+  /// store through a heap pointer can clobber it.
+  struct StackInfo {
+    LV *base = nullptr, *capacity = nullptr, *lastIndex = nullptr;
+    llvm::AllocaInst *count = nullptr;
+  };
+  const StackInfo &stackInfo(unsigned id) {
+    StackInfo &info = stackCache_[id];
+    if (!info.base) {
       LV *offsets = ctxField(kOffsets), *stride = ctxField(kStride), *heap = ctxField(kHeap);
       LV *caps = ctxField(kCapacities);
       llvm::IRBuilder<> eb(entry_->getTerminator());
       LV *offset = eb.CreateLoad(i64_, eb.CreateGEP(i64_, offsets, eb.getInt64(id)));
       LV *perWorker = eb.CreateMul(eb.CreateZExt(worker_, i64_), stride);
-      cached.first = eb.CreateGEP(eb.getInt8Ty(), heap, eb.CreateAdd(perWorker, offset));
-      cached.second = eb.CreateLoad(i64_, eb.CreateGEP(i64_, caps, eb.getInt64(id)));
+      info.base = eb.CreateGEP(eb.getInt8Ty(), heap, eb.CreateAdd(perWorker, offset));
+      info.capacity = eb.CreateLoad(i64_, eb.CreateGEP(i64_, caps, eb.getInt64(id)));
+      LV *last = eb.CreateSub(info.capacity, eb.getInt64(1));
+      info.lastIndex =
+          eb.CreateSelect(eb.CreateICmpSLT(last, eb.getInt64(0)), eb.getInt64(0), last);
+      info.count = eb.CreateAlloca(i64_, nullptr, fmt::format("adstack{}.count", id));
+      eb.CreateStore(eb.getInt64(0), info.count);
     }
-    return cached;
+    return info;
   }
-  LV *stackBase(unsigned id) { return stackInfo(id).first; }
-  LV *capacity(unsigned id) { return stackInfo(id).second; }
   /// Address of entry `index` (primal; the adjoint follows it).
   LV *entryAddr(LV *base, LV *index, ScalarType elem) {
     int64_t entry = isFloat(elem) ? 2 * storageBytes(elem) : storageBytes(elem);
-    LV *byteOff = b_.CreateAdd(b_.getInt64(8), b_.CreateMul(index, b_.getInt64(entry)));
-    return b_.CreateGEP(b_.getInt8Ty(), base, byteOff);
+    return b_.CreateGEP(b_.getInt8Ty(), base, b_.CreateMul(index, b_.getInt64(entry)));
   }
 
   void adstack(Stmt &s) {
@@ -766,23 +754,22 @@ private:
           {a, currentTask_,
            static_cast<unsigned>(isFloat(elem) ? 2 * storageBytes(elem) : storageBytes(elem))});
       stacks_[a] = {id, elem};
-      b_.CreateStore(b_.getInt64(0), stackBase(id)); // count = 0
+      b_.CreateStore(b_.getInt64(0), stackInfo(id).count);
       return;
     }
     auto &op = cast<AdStackOpStmt>(s);
     StackRef st = stacks_.at(op.stack());
-    LV *base = stackBase(st.id);
-    LV *count = b_.CreateLoad(i64_, base);
+    const StackInfo &info = stackInfo(st.id);
+    LV *count = b_.CreateLoad(i64_, info.count);
     llvm::Type *mem = memTypeOf(st.elem);
     if (s.kind() == StmtKind::AdStackPush) {
-      LV *cap = capacity(st.id);
-      LV *fits = b_.CreateICmpSLT(count, cap);
+      LV *fits = b_.CreateICmpSLT(count, info.capacity);
       BasicBlock *write = BasicBlock::Create(ctx_, "push.write", fn_);
       BasicBlock *over = BasicBlock::Create(ctx_, "push.overflow", fn_);
       BasicBlock *done = BasicBlock::Create(ctx_, "push.done", fn_);
-      b_.CreateCondBr(fits, write, over, llvm::MDBuilder(ctx_).createBranchWeights(1000, 1));
+      b_.CreateCondBr(fits, write, over, unlikelySecond());
       b_.SetInsertPoint(write);
-      LV *addr = entryAddr(base, count, st.elem);
+      LV *addr = entryAddr(info.base, count, st.elem);
       b_.CreateStore(toMem(get(cast<AdStackPushStmt>(s).value()), st.elem), addr);
       if (isFloat(st.elem))
         b_.CreateStore(llvm::Constant::getNullValue(mem),
@@ -796,7 +783,7 @@ private:
                          llvm::AtomicOrdering::Monotonic);
       b_.CreateBr(done);
       b_.SetInsertPoint(done);
-      b_.CreateStore(b_.CreateAdd(count, b_.getInt64(1)), base);
+      b_.CreateStore(b_.CreateAdd(count, b_.getInt64(1)), info.count);
       return;
     }
     // pop / load_top / load_top_adj / acc_adjoint need a non-empty stack.
@@ -804,20 +791,18 @@ private:
         site(s, fmt::format("adstack underflow: the adstack declared at {} is empty",
                             cast<Stmt>(op.stack())->loc().str()));
     raiseIf(b_.CreateICmpSLE(count, b_.getInt64(0)), underflow);
-    // Past the capacity (after an overflow) the top is not stored: read the
-    // last stored entry; the launch reports the overflow anyway.
-    LV *cap = capacity(st.id);
     LV *top = b_.CreateSub(count, b_.getInt64(1));
-    top = b_.CreateSelect(b_.CreateICmpSLT(top, cap), top, b_.CreateSub(cap, b_.getInt64(1)));
-    top = b_.CreateSelect(b_.CreateICmpSLT(top, b_.getInt64(0)), b_.getInt64(0), top);
-    LV *addr = entryAddr(base, top, st.elem);
+    if (s.kind() == StmtKind::AdStackPop) {
+      b_.CreateStore(top, info.count);
+      return;
+    }
+    // After an overflow (reported at the end of the launch) the entries past
+    // the capacity were not stored: read the last stored one. The runtime
+    // gives every stack room for at least one entry.
+    top = b_.CreateBinaryIntrinsic(llvm::Intrinsic::umin, top, info.lastIndex);
+    LV *addr = entryAddr(info.base, top, st.elem);
     LV *adjAddr = b_.CreateGEP(b_.getInt8Ty(), addr, b_.getInt64(storageBytes(st.elem)));
     switch (s.kind()) {
-    case StmtKind::AdStackPop:
-      b_.CreateStore(b_.CreateSelect(b_.CreateICmpSGT(count, b_.getInt64(0)),
-                                     b_.CreateSub(count, b_.getInt64(1)), count),
-                     base);
-      return;
     case StmtKind::AdStackLoadTop:
       values_[&s] = fromMem(b_.CreateLoad(mem, addr), st.elem);
       return;
@@ -851,7 +836,7 @@ private:
   std::unordered_map<const Value *, LV *> values_;
   std::unordered_map<const Value *, StackRef> stacks_;
   std::unordered_map<unsigned, LV *> ctxCache_;
-  std::unordered_map<unsigned, std::pair<LV *, LV *>> baseCache_;
+  std::unordered_map<unsigned, StackInfo> stackCache_;
   std::unordered_map<unsigned, LV *> shapeCache_, slotCache_;
   std::vector<std::pair<BasicBlock *, BasicBlock *>> loops_; // (continue, break)
   std::string error_;

@@ -1,0 +1,470 @@
+//===- SizeExprEval.cpp - Launch-time evaluation of SizeExprs -------------===//
+//
+// `evaluateSizeExpr` runs before every launch that has a tier-2 adstack, so
+// it must cost little next to the kernel: a bound such as
+// `max(%i in [0, 2^20): @m[%i] * (@m[%i] - 1))` is evaluated as one scan of
+// `@m` (the body grows with the element it reads), not as 2^20 tree walks.
+//
+//===----------------------------------------------------------------------===//
+#include "CheckedInt.h"
+#include "qd/analysis/SizeExpr.h"
+
+#include <absl/container/inlined_vector.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <unordered_map>
+#include <utility>
+
+namespace qd {
+
+SizeExprInputs::~SizeExprInputs() = default;
+std::optional<SizeExprBufferView> SizeExprInputs::fieldView(const std::string &) const {
+  return std::nullopt;
+}
+std::optional<SizeExprBufferView> SizeExprInputs::ndarrayView(unsigned) const {
+  return std::nullopt;
+}
+
+namespace {
+
+using detail::checkedAdd;
+using detail::checkedMul;
+using detail::checkedSub;
+
+constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
+
+/// How a value moves as a subject grows: a bit set of "may increase" and
+/// "may decrease" (constant: neither; unknown: both).
+enum Dir : uint8_t { kConst = 0, kInc = 1, kDec = 2, kAny = 3 };
+Dir flip(Dir d) {
+  return Dir(((d & kInc) << 1) | ((d & kDec) >> 1));
+}
+Dir join(Dir a, Dir b) {
+  return Dir(a | b);
+}
+
+bool isRead(const SizeExpr &e) {
+  return e.kind() == SizeExprKind::FieldLoad || e.kind() == SizeExprKind::NdarrayRead;
+}
+/// Same buffer (field name or ndarray argument).
+bool sameBuffer(const SizeExpr &a, const SizeExpr &b) {
+  if (a.kind() != b.kind())
+    return false;
+  return a.kind() == SizeExprKind::FieldLoad ? a.fieldName() == b.fieldName()
+                                             : a.argIndex() == b.argIndex();
+}
+/// `buffer[%var]` with a single index that is the variable itself.
+bool isReadAt(const SizeExpr &e, unsigned var) {
+  return isRead(e) && e.operands().size() == 1 &&
+         e.operands()[0]->kind() == SizeExprKind::BoundVar && e.operands()[0]->var() == var;
+}
+
+int64_t loadInt(const SizeExprBufferView &v, int64_t flat) {
+  const std::byte *p = v.data + flat * storageBytes(v.type);
+  switch (v.type) {
+  case ScalarType::I1:
+    return static_cast<uint8_t>(*p) ? 1 : 0;
+  case ScalarType::I32: {
+    int32_t x;
+    std::memcpy(&x, p, sizeof x);
+    return x;
+  }
+  default: {
+    int64_t x;
+    std::memcpy(&x, p, sizeof x);
+    return x;
+  }
+  }
+}
+
+/// Maximum of elements [begin, end) of a 1-D view (the range is inside it).
+template <typename T> int64_t scanMax(const std::byte *data, int64_t begin, int64_t end) {
+  T best = std::numeric_limits<T>::min();
+  for (int64_t i = begin; i < end; ++i) {
+    T x;
+    std::memcpy(&x, data + i * sizeof(T), sizeof x);
+    best = std::max(best, x);
+  }
+  return best;
+}
+
+class Evaluator {
+public:
+  Evaluator(const SizeExprInputs &in, int64_t stepLimit) : in_(in), stepsLeft_(stepLimit) {}
+
+  // nullopt only when the evaluation failed (see error()). The recursion
+  // keeps its frame small (the rarer kinds are evaluated out of line):
+  // expressions nest up to 4096 deep, and a sanitized build's frames are
+  // large.
+  std::optional<int64_t> eval(const SizeExpr &e) {
+    if (failed_)
+      return std::nullopt;
+    if (--stepsLeft_ < 0)
+      return stepLimitExceeded();
+    switch (e.kind()) {
+    case SizeExprKind::Const:
+      return e.value();
+    case SizeExprKind::BoundVar:
+      if (const Binding *b = binding(e.var()))
+        return b->value;
+      return unboundVar(e);
+    case SizeExprKind::Add:
+    case SizeExprKind::Sub:
+    case SizeExprKind::Mul:
+    case SizeExprKind::Max: {
+      auto a = eval(*e.operands()[0]);
+      if (!a)
+        return std::nullopt;
+      auto b = eval(*e.operands()[1]);
+      if (!b)
+        return std::nullopt;
+      return arith(e.kind(), *a, *b);
+    }
+    case SizeExprKind::MaxOverRange:
+      return evalMaxOverRange(e);
+    default:
+      return evalLeaf(e);
+    }
+  }
+
+  bool failed() const { return failed_; }
+  bool saturated() const { return saturated_; }
+  const std::string &error() const { return error_; }
+
+private:
+  /// A variable bound by an enclosing MaxOverRange. When `readMaxOf` is
+  /// set, the body is being evaluated once for the whole range and every
+  /// `buffer[%var]` read of that buffer stands for `readMax`.
+  struct Binding {
+    unsigned var;
+    int64_t value;
+    const SizeExpr *readMaxOf = nullptr;
+    int64_t readMax = 0;
+  };
+  const Binding *binding(unsigned var) const {
+    for (auto it = bindings_.rbegin(); it != bindings_.rend(); ++it)
+      if (it->var == var)
+        return &*it;
+    return nullptr;
+  }
+
+  /// What evalMaxOverRange does with a node, decided once per node.
+  enum class Plan : uint8_t { Once, AtEnd, AtBegin, ReadMax, Iterate };
+  struct RangePlan {
+    Plan plan;
+    const SizeExpr *read = nullptr; // Plan::ReadMax: a representative read
+  };
+
+  /// The subject a direction is taken against: the variable `var` itself,
+  /// or (when `read` is set) the value of `read`-like reads indexed by
+  /// `var`, which must then be the only way `var` is used.
+  struct Subject {
+    unsigned var;
+    const SizeExpr *read;
+  };
+
+  Dir direction(const SizeExpr &e, const Subject &s) {
+    if (!e.usesVar(s.var))
+      return kConst;
+    auto key = std::make_tuple(&e, s.var, s.read);
+    if (auto it = directions_.find(key); it != directions_.end())
+      return it->second;
+    const auto &ops = e.operands();
+    Dir d = kAny;
+    switch (e.kind()) {
+    case SizeExprKind::BoundVar:
+      d = s.read ? kAny : kInc;
+      break;
+    case SizeExprKind::FieldLoad:
+    case SizeExprKind::NdarrayRead:
+      // Data is arbitrary: a read moves with nothing but its own value.
+      d = s.read && isReadAt(e, s.var) && sameBuffer(e, *s.read) ? kInc : kAny;
+      break;
+    case SizeExprKind::Add:
+    case SizeExprKind::Max:
+      d = join(direction(*ops[0], s), direction(*ops[1], s));
+      break;
+    case SizeExprKind::Sub:
+      d = join(direction(*ops[0], s), flip(direction(*ops[1], s)));
+      break;
+    case SizeExprKind::Mul: {
+      Dir a = direction(*ops[0], s), b = direction(*ops[1], s);
+      bool na = ops[0]->isNonNegative(), nb = ops[1]->isNonNegative();
+      // A product of non-negative factors moves with both; a constant
+      // non-negative factor keeps the other's direction.
+      if ((na && nb) || (a == kConst && na) || (b == kConst && nb))
+        d = join(a, b);
+      break;
+    }
+    case SizeExprKind::MaxOverRange:
+      // The maximum of a non-negative body (0 for an empty range) rises
+      // when the range widens or the body rises. A body that rebinds the
+      // subject's variable does not see it.
+      if (ops[2]->isNonNegative())
+        d = join(join(flip(direction(*ops[0], s)), direction(*ops[1], s)),
+                 e.var() == s.var ? kConst : direction(*ops[2], s));
+      break;
+    default:
+      break;
+    }
+    directions_.emplace(key, d);
+    return d;
+  }
+
+  /// A read of the form `buffer[%var]` in `e` (not under a rebinding of
+  /// `var`), or null.
+  static const SizeExpr *findReadAt(const SizeExpr &e, unsigned var) {
+    if (isReadAt(e, var))
+      return &e;
+    if (e.kind() == SizeExprKind::MaxOverRange && e.var() == var) {
+      // Only the range bounds see the outer variable.
+      for (size_t i = 0; i < 2; ++i)
+        if (const SizeExpr *r = findReadAt(*e.operands()[i], var))
+          return r;
+      return nullptr;
+    }
+    for (const auto &op : e.operands())
+      if (op->usesVar(var))
+        if (const SizeExpr *r = findReadAt(*op, var))
+          return r;
+    return nullptr;
+  }
+
+  const RangePlan &planFor(const SizeExpr &e) {
+    if (auto it = plans_.find(&e); it != plans_.end())
+      return it->second;
+    const SizeExpr &body = *e.operands()[2];
+    RangePlan p{Plan::Iterate};
+    if (!body.usesVar(e.var())) {
+      p.plan = Plan::Once;
+    } else if (Dir d = direction(body, {e.var(), nullptr}); d == kInc || d == kConst) {
+      p.plan = Plan::AtEnd;
+    } else if (d == kDec) {
+      p.plan = Plan::AtBegin;
+    } else if (const SizeExpr *r = findReadAt(body, e.var());
+               r && (direction(body, {e.var(), r}) & kDec) == 0) {
+      p.plan = Plan::ReadMax;
+      p.read = r;
+    }
+    return plans_.emplace(&e, p).first->second;
+  }
+
+  [[gnu::noinline]] std::optional<int64_t> stepLimitExceeded() {
+    return fail("the evaluation exceeded its step limit (a huge or corrupt range)");
+  }
+  [[gnu::noinline]] std::optional<int64_t> unboundVar(const SizeExpr &e) {
+    return fail(fmt::format("variable %v{} is not bound by an enclosing max", e.var()));
+  }
+
+  /// The view of a read's buffer, resolved once per evaluation.
+  const std::optional<SizeExprBufferView> &viewOf(const SizeExpr &read) {
+    auto it = views_.find(&read);
+    if (it == views_.end()) {
+      std::optional<SizeExprBufferView> v = read.kind() == SizeExprKind::FieldLoad
+                                                ? in_.fieldView(read.fieldName())
+                                                : in_.ndarrayView(read.argIndex());
+      if (v && (isFloat(v->type) || !v->data))
+        v.reset();
+      it = views_.emplace(&read, v).first;
+    }
+    return it->second;
+  }
+
+  /// Element `idx` of a read's buffer; nullopt outside it.
+  std::optional<int64_t> element(const SizeExpr &read, std::span<const int64_t> idx) {
+    if (const auto &v = viewOf(read)) {
+      if (idx.size() != v->shape.size())
+        return std::nullopt;
+      int64_t flat = 0;
+      for (size_t a = 0; a < idx.size(); ++a) {
+        if (idx[a] < 0 || idx[a] >= v->shape[a])
+          return std::nullopt;
+        flat = flat * v->shape[a] + idx[a];
+      }
+      return loadInt(*v, flat);
+    }
+    return read.kind() == SizeExprKind::FieldLoad ? in_.fieldElement(read.fieldName(), idx)
+                                                  : in_.ndarrayElement(read.argIndex(), idx);
+  }
+
+  /// Scalar arguments, shapes and element reads.
+  [[gnu::noinline]] std::optional<int64_t> evalLeaf(const SizeExpr &e) {
+    switch (e.kind()) {
+    case SizeExprKind::ScalarArg:
+      if (auto v = in_.scalarArg(e.argIndex()))
+        return v;
+      return fail(fmt::format("argument {} is not an integer scalar of this launch", e.argIndex()));
+    case SizeExprKind::NdarrayShape:
+      if (auto v = in_.ndarrayShape(e.argIndex(), e.axis()))
+        return v;
+      return fail(fmt::format("argument {} has no axis {} in this launch", e.argIndex(), e.axis()));
+    case SizeExprKind::FieldLoad:
+    case SizeExprKind::NdarrayRead: {
+      if (e.operands().size() == 1 && e.operands()[0]->kind() == SizeExprKind::BoundVar) {
+        const Binding *b = binding(e.operands()[0]->var());
+        if (b && b->readMaxOf && sameBuffer(e, *b->readMaxOf))
+          return b->readMax;
+      }
+      absl::InlinedVector<int64_t, 4> idx;
+      for (const auto &op : e.operands()) {
+        auto v = eval(*op);
+        if (!v)
+          return std::nullopt;
+        idx.push_back(*v);
+      }
+      // An element outside the buffer is never read: no valid execution
+      // performs that read (the kernel guards the index, or the read itself
+      // would be an error), so any fixed value keeps the bound sound: the
+      // bound then covers the input extended with that value, whose valid
+      // executions include every valid execution of this launch. 0 is used.
+      // (Treating it as "unknown" and dropping the iteration is unsound: the
+      // same iteration may push on a path that never performs the read.)
+      return element(e, idx).value_or(0);
+    }
+    default:
+      return fail("corrupt expression");
+    }
+  }
+
+  /// max over i in [begin, end) of `read`'s buffer at [i], elements
+  /// outside the buffer counting as 0 (see evalLeaf).
+  std::optional<int64_t> rangeMax(const SizeExpr &read, int64_t begin, int64_t end) {
+    if (const auto &v = viewOf(read); v && v->shape.size() == 1) {
+      int64_t lo = std::max<int64_t>(begin, 0), hi = std::min(end, v->shape[0]);
+      std::optional<int64_t> best;
+      if (lo < hi) {
+        switch (v->type) {
+        case ScalarType::I1:
+          best = scanMax<uint8_t>(v->data, lo, hi) ? 1 : 0;
+          break;
+        case ScalarType::I32:
+          best = scanMax<int32_t>(v->data, lo, hi);
+          break;
+        default:
+          best = scanMax<int64_t>(v->data, lo, hi);
+          break;
+        }
+      }
+      if (begin < lo || end > hi)
+        best = std::max<int64_t>(best.value_or(0), 0);
+      return best;
+    }
+    int64_t best = 0;
+    for (int64_t i = begin; i < end; ++i) {
+      if (--stepsLeft_ < 0)
+        return stepLimitExceeded();
+      int64_t x = element(read, std::span<const int64_t>(&i, 1)).value_or(0);
+      best = i == begin ? x : std::max(best, x);
+    }
+    return best;
+  }
+
+  std::optional<int64_t> evalBodyAt(const SizeExpr &e, Binding b) {
+    bindings_.push_back(b);
+    auto v = eval(*e.operands()[2]);
+    bindings_.pop_back();
+    return v;
+  }
+
+  [[gnu::noinline]] std::optional<int64_t> evalMaxOverRange(const SizeExpr &e) {
+    const auto &ops = e.operands();
+    auto begin = eval(*ops[0]);
+    auto end = eval(*ops[1]);
+    if (!begin || !end)
+      return std::nullopt;
+    if (*begin >= *end)
+      return 0;
+    const RangePlan &p = planFor(e);
+    switch (p.plan) {
+    case Plan::Once:
+    case Plan::AtEnd:
+      return evalBodyAt(e, {e.var(), *end - 1});
+    case Plan::AtBegin:
+      return evalBodyAt(e, {e.var(), *begin});
+    case Plan::ReadMax: {
+      // The body grows with the element it reads: evaluate it once, at the
+      // largest element of the range.
+      auto m = rangeMax(*p.read, *begin, *end);
+      if (!m)
+        return std::nullopt;
+      return evalBodyAt(e, {e.var(), *begin, p.read, *m});
+    }
+    case Plan::Iterate:
+      break;
+    }
+    int64_t best = 0;
+    for (int64_t i = *begin; i < *end; ++i) {
+      auto v = evalBodyAt(e, {e.var(), i});
+      if (!v)
+        return std::nullopt;
+      best = i == *begin ? *v : std::max(best, *v);
+    }
+    return best;
+  }
+
+  std::optional<int64_t> fail(std::string msg) {
+    if (!failed_)
+      error_ = std::move(msg);
+    failed_ = true;
+    return std::nullopt;
+  }
+
+  int64_t saturate(std::optional<int64_t> r, bool positive) {
+    if (r)
+      return *r;
+    saturated_ = true;
+    return positive ? kMax : kMin;
+  }
+
+  int64_t arith(SizeExprKind k, int64_t a, int64_t b) {
+    switch (k) {
+    case SizeExprKind::Add:
+      return saturate(checkedAdd(a, b), b > 0);
+    case SizeExprKind::Sub:
+      return saturate(checkedSub(a, b), b < 0);
+    case SizeExprKind::Mul:
+      return saturate(checkedMul(a, b), (a < 0) == (b < 0));
+    default:
+      return std::max(a, b);
+    }
+  }
+
+  struct KeyHash {
+    size_t operator()(const std::tuple<const SizeExpr *, unsigned, const SizeExpr *> &k) const {
+      return std::hash<const SizeExpr *>()(std::get<0>(k)) ^
+             (size_t(std::get<1>(k)) * 0x9e3779b97f4a7c15ull) ^
+             (std::hash<const SizeExpr *>()(std::get<2>(k)) << 1);
+    }
+  };
+
+  const SizeExprInputs &in_;
+  int64_t stepsLeft_;
+  std::vector<Binding> bindings_;
+  std::unordered_map<std::tuple<const SizeExpr *, unsigned, const SizeExpr *>, Dir, KeyHash>
+      directions_;
+  std::unordered_map<const SizeExpr *, RangePlan> plans_;
+  std::unordered_map<const SizeExpr *, std::optional<SizeExprBufferView>> views_;
+  bool failed_ = false;
+  bool saturated_ = false;
+  std::string error_;
+};
+
+} // namespace
+
+absl::StatusOr<int64_t> evaluateSizeExpr(const SizeExpr &e, const SizeExprInputs &inputs,
+                                         int64_t stepLimit) {
+  Evaluator ev(inputs, stepLimit);
+  std::optional<int64_t> v = ev.eval(e);
+  if (ev.failed() || !v)
+    return absl::InvalidArgumentError(ev.error());
+  if (ev.saturated())
+    return absl::OutOfRangeError(
+        "the bound overflows int64 for this launch (saturated arithmetic)");
+  return *v;
+}
+
+} // namespace qd
