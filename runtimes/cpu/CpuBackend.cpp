@@ -5,6 +5,7 @@
 #include "qd/ir/Printer.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
 #include <llvm/ExecutionEngine/Orc/LLJIT.h>
 #include <llvm/ExecutionEngine/Orc/ThreadSafeModule.h>
@@ -16,6 +17,7 @@
 #include <llvm/Target/TargetMachine.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -286,10 +288,43 @@ std::string where(const Kernel &kernel, const Stmt *task) {
 
 } // namespace
 
+namespace {
+
+/// "index [4] is out of range for '@x' of shape [4]", as the interpreter
+/// words it, from the indices the failing access recorded.
+std::string indexErrorText(Program &program, const GlobalAccessStmt &g,
+                           std::span<const LaunchArg> args,
+                           std::span<const int64_t, kMaxErrorData> data) {
+  std::string name = g.field() ? "@" + g.field()->name() : "%" + g.ndarray()->name();
+  if (g.component() != Component::Primal) {
+    name += '.';
+    name += toString(g.component());
+  }
+  const Buffer *buf =
+      g.field()
+          ? program.field(*g.field(), g.component())
+          : args[cast<Argument>(g.ndarray())->index()].ndarrayValue().component(g.component());
+  std::vector<int64_t> idx(data.begin(),
+                           data.begin() + std::min<size_t>(g.numIndices(), kMaxErrorData));
+  std::string shown = fmt::format("{}", fmt::join(idx, ", "));
+  if (g.numIndices() > kMaxErrorData)
+    shown += ", ...";
+  return fmt::format("index [{}] is out of range for '{}' of shape [{}]", shown, name,
+                     buf ? fmt::format("{}", fmt::join(buf->shape(), ", ")) : std::string("?"));
+}
+
+} // namespace
+
 absl::Status CpuBackend::launch(Program &program, const Kernel &kernel,
                                 std::span<const LaunchArg> args, const LaunchOptions &options) {
   if (absl::Status s = validateLaunchArgs(kernel, args); !s.ok())
     return s;
+  if (options.checkGlobalAccesses)
+    return absl::UnimplementedError(fmt::format(
+        "kernel @{}: the CPU backend does not check global accesses "
+        "(LaunchOptions::checkGlobalAccesses); launch on the interpreter for that check, or run "
+        "the static `check-global-accesses` pass",
+        kernel.name()));
   auto compiled = impl_->compile(kernel, options.boundsChecked);
   if (!compiled.ok())
     return compiled.status();
@@ -378,9 +413,10 @@ absl::Status CpuBackend::launch(Program &program, const Kernel &kernel,
   impl_->lastHeapBytes = heapNeed;
 
   int32_t error = 0;
-  QdLaunchContext ctx{globals.data(), shapes.data(),    scalars.data(), impl_->heap.get(),
-                      stride,         offsets.data(),   caps.data(),    needed.data(),
-                      &error,         impl_->pool.get()};
+  std::array<int64_t, kMaxErrorData> errorData{};
+  QdLaunchContext ctx{globals.data(), shapes.data(),    scalars.data(),   impl_->heap.get(),
+                      stride,         offsets.data(),   caps.data(),      needed.data(),
+                      &error,         errorData.data(), impl_->pool.get()};
   (*compiled)->fn(&ctx);
 
   for (size_t i = 0; i < numStacks; ++i)
@@ -393,8 +429,11 @@ absl::Status CpuBackend::launch(Program &program, const Kernel &kernel,
     }
   if (error) {
     const auto &site = layout.sites[error - 1];
+    std::string what = site.indexCheck ? indexErrorText(program, cast<GlobalAccessStmt>(*site.stmt),
+                                                        args, errorData)
+                                       : site.what;
     return absl::FailedPreconditionError(
-        fmt::format("{}: error: {} (in {}: {})", site.stmt->loc().str(), site.what,
+        fmt::format("{}: error: {} (in {}: {})", site.stmt->loc().str(), what,
                     where(kernel, taskOf(site.stmt)), printStmt(*site.stmt)));
   }
   return absl::OkStatus();

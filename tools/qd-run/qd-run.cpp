@@ -1,8 +1,8 @@
 //===- qd-run.cpp - Run kernels from a .qd file ---------------------------===//
 //
-//   qd-run kernel.qd [--kernel=NAME]... [--backend=interp] [--inputs=in.json]
+//   qd-run kernel.qd [--kernel=NAME]... [--backend=cpu|interp] [--inputs=in.json]
 //          [--set FIELD=JSON]... [--arg NAME=JSON]... [--print=a,b.grad,...]
-//          [--bounds-check] [--adstack-capacity=N] [--report-adstacks]
+//          [--no-bounds-check] [--adstack-capacity=N] [--report-adstacks]
 //          [--no-adstack-sizing]
 //
 // Fields and ndarray arguments are given as (nested) JSON arrays, scalars as
@@ -41,12 +41,18 @@ constexpr const char *kUsage =
     "options:\n"
     "  --kernel=NAME          kernel to launch (repeat to launch several in order;\n"
     "                         default: the module's only kernel)\n"
-    "  --backend=NAME         execution backend: interp (default) or cpu (LLVM JIT)\n"
+    "  --backend=NAME         execution backend: cpu (LLVM JIT, the default) or interp\n"
+    "                         (the reference interpreter; the default with\n"
+    "                         --check-global-accesses)\n"
     "  --inputs=FILE          JSON file {\"fields\": {...}, \"args\": {...}}\n"
     "  --set NAME=JSON        initial value of a field (or NAME.grad / NAME.dual)\n"
     "  --arg NAME=JSON        kernel argument: number, boolean or nested array\n"
     "  --print=A,B.grad,...   what to print (default: every field and ndarray)\n"
-    "  --bounds-check         report out-of-range indices (always on for interp)\n"
+    "  --no-bounds-check      cpu: do not check field/ndarray indices (faster; an\n"
+    "                         out-of-range index is then undefined behaviour).\n"
+    "                         By default every index is checked, and the\n"
+    "                         interpreter always checks\n"
+    "  --bounds-check         the default (kept for scripts)\n"
     "  --adstack-capacity=N   capacity of adstacks the sizing cannot bound (tier 3);\n"
     "                         with --no-adstack-sizing, of every capacity-0 adstack\n"
     "  --no-adstack-sizing    do not size adstacks before each launch\n"
@@ -198,11 +204,12 @@ struct Ndarray {
 };
 
 int run(int argc, char **argv) {
-  std::string file, backendName = "interp", inputsFile;
+  std::string file, backendName, inputsFile;
   std::vector<std::string> kernels, printList;
   std::vector<std::pair<std::string, std::string>> sets, argValues;
   bool printGiven = false, reportAdStacks = false;
   qd::LaunchOptions options;
+  options.boundsChecked = true; // a command-line run reports bad indices; --no-bounds-check
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto value = [&](const std::string &flag) -> std::optional<std::string> {
@@ -251,6 +258,8 @@ int run(int argc, char **argv) {
         die("--adstack-capacity must be non-negative");
     } else if (a == "--bounds-check")
       options.boundsChecked = true;
+    else if (a == "--no-bounds-check")
+      options.boundsChecked = false;
     else if (a == "--report-adstacks")
       reportAdStacks = true;
     else if (a == "--no-adstack-sizing")
@@ -266,6 +275,8 @@ int run(int argc, char **argv) {
   }
   if (file.empty())
     die("no input file (see --help)");
+  if (backendName.empty()) // the exact access check is the interpreter's
+    backendName = options.checkGlobalAccesses ? "interp" : "cpu";
   if (backendName != "interp" && backendName != "cpu")
     die("unknown backend '" + backendName + "'; available backends: interp, cpu");
 

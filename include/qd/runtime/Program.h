@@ -52,7 +52,8 @@ struct LaunchOptions {
   bool boundsChecked = false;
   /// Stop the launch when a field or ndarray element is written after it was
   /// read in the same launch (the rule reverse mode relies on; see
-  /// docs/autodiff.md). Primal data only. The interpreter implements it.
+  /// docs/autodiff.md). Primal data only. The interpreter implements it;
+  /// the CPU backend refuses a launch that asks for it.
   bool checkGlobalAccesses = false;
   /// Capacity of adstacks declared with capacity 0 that get no other
   /// capacity: with `sizeAdStacks`, the tier-3 stacks (0 = the sizing

@@ -39,6 +39,7 @@ enum CtxField : unsigned {
   kCapacities,
   kNeeded,
   kError,
+  kErrorData,
   kRuntime
 };
 
@@ -51,7 +52,7 @@ public:
     i64_ = b_.getInt64Ty();
     i32_ = b_.getInt32Ty();
     ctxTy_ = llvm::StructType::create(
-        c, {ptrTy_, ptrTy_, ptrTy_, ptrTy_, i64_, ptrTy_, ptrTy_, ptrTy_, ptrTy_, ptrTy_},
+        c, {ptrTy_, ptrTy_, ptrTy_, ptrTy_, i64_, ptrTy_, ptrTy_, ptrTy_, ptrTy_, ptrTy_, ptrTy_},
         "QdLaunchContext");
   }
 
@@ -175,22 +176,35 @@ private:
     return static_cast<unsigned>(layout_.sites.size());
   }
 
-  /// Records error site `id` (the first one wins).
-  void raise(unsigned id) {
-    b_.CreateAtomicCmpXchg(ctxField(kError), b_.getInt32(0), b_.getInt32(id), llvm::MaybeAlign(4),
-                           llvm::AtomicOrdering::Monotonic, llvm::AtomicOrdering::Monotonic);
+  /// Records error site `id` (the first one wins); the winner also writes
+  /// `data` (at most kMaxErrorData values, as i64) to the error data.
+  void raise(unsigned id, llvm::ArrayRef<LV *> data = {}) {
+    LV *cx = b_.CreateAtomicCmpXchg(ctxField(kError), b_.getInt32(0), b_.getInt32(id),
+                                    llvm::MaybeAlign(4), llvm::AtomicOrdering::Monotonic,
+                                    llvm::AtomicOrdering::Monotonic);
+    if (data.empty())
+      return;
+    BasicBlock *won = BasicBlock::Create(ctx_, "error.data", fn_);
+    BasicBlock *done = BasicBlock::Create(ctx_, "error.done", fn_);
+    b_.CreateCondBr(b_.CreateExtractValue(cx, 1), won, done);
+    b_.SetInsertPoint(won);
+    LV *out = ctxField(kErrorData);
+    for (size_t i = 0; i < data.size() && i < kMaxErrorData; ++i)
+      b_.CreateStore(data[i], b_.CreateGEP(i64_, out, b_.getInt64(i)));
+    b_.CreateBr(done);
+    b_.SetInsertPoint(done);
   }
 
-  /// if (cond) { raise(id); return; }. The launch fails with the first
-  /// error raised, so the rest of this function's work (the serial kernel,
-  /// or the task's current chunk) is skipped, as the interpreter stops at
-  /// its first error; code after the check may rely on `!cond`.
-  void raiseIf(LV *cond, unsigned id) {
+  /// if (cond) { raise(id, data); return; }. The launch fails with the
+  /// first error raised, so the rest of this function's work (the serial
+  /// kernel, or the task's current chunk) is skipped, as the interpreter
+  /// stops at its first error; code after the check may rely on `!cond`.
+  void raiseIf(LV *cond, unsigned id, llvm::ArrayRef<LV *> data = {}) {
     BasicBlock *bad = BasicBlock::Create(ctx_, "error", fn_);
     BasicBlock *ok = BasicBlock::Create(ctx_, "ok", fn_);
     b_.CreateCondBr(cond, bad, ok, unlikelyFirst());
     b_.SetInsertPoint(bad);
-    raise(id);
+    raise(id, data);
     b_.CreateRetVoid();
     b_.SetInsertPoint(ok);
   }
@@ -530,15 +544,20 @@ private:
         extents.push_back(ndShape(cast<Argument>(g.ndarray()), d));
     LV *flat = b_.getInt64(0);
     LV *bad = b_.getFalse();
+    std::vector<LV *> indices;
     for (unsigned d = 0; d < g.numIndices(); ++d) {
       LV *idx = b_.CreateSExt(get(g.index(d)), i64_);
+      indices.push_back(idx);
       if (opts_.boundsChecked)
         bad = b_.CreateOr(bad, b_.CreateICmpUGE(idx, extents[d])); // negative is huge unsigned
       flat = b_.CreateAdd(b_.CreateMul(flat, extents[d]), idx);
     }
     LV *base = slotBase(slotOf(g));
-    if (opts_.boundsChecked && g.numIndices() > 0)
-      raiseIf(bad, site(g, "index out of range"));
+    if (opts_.boundsChecked && g.numIndices() > 0) {
+      unsigned id = site(g, "index out of range");
+      layout_.sites.back().indexCheck = true;
+      raiseIf(bad, id, indices);
+    }
     LV *ptr = b_.CreateGEP(mem, base, flat);
     if (g.kind() == StmtKind::GlobalLoad) {
       values_[&g] = fromMem(b_.CreateLoad(mem, ptr), elem);

@@ -49,6 +49,9 @@ namespace qd {
 
 /// The launch context shared by generated code and the runtime (the
 /// generated code addresses its fields by index: keep the order).
+/// Entries of QdLaunchContext::errorData.
+inline constexpr unsigned kMaxErrorData = 16;
+
 struct QdLaunchContext {
   void **globals;            // data pointer of every global slot
   const int64_t *ndShapes;   // shapes of ndarray arguments, packed
@@ -59,6 +62,8 @@ struct QdLaunchContext {
   const int64_t *capacities; // per stack id: capacity (entries)
   int64_t *needed;           // per stack id: largest count a push asked for
   int32_t *error;            // 0, or 1 + the id of the first error site hit
+  int64_t *errorData;        // what that site recorded (indices of an index
+                             // error), kMaxErrorData entries
   void *runtime;             // passed back to qd_rt_parallel_for
 };
 
@@ -78,6 +83,9 @@ struct KernelLayout {
   struct ErrorSite {
     const Stmt *stmt;
     std::string what;
+    /// An index check of a global access: the error data holds the first
+    /// min(numIndices, kMaxErrorData) indices of the failing access.
+    bool indexCheck = false;
   };
   struct Stack {
     const AdStackAllocaStmt *stmt;
@@ -99,7 +107,7 @@ absl::StatusOr<std::unique_ptr<llvm::Module>> emitKernel(const Kernel &kernel,
                                                          KernelLayout &layout);
 
 /// Bytes an adstack of `elem` entries needs for `capacity` entries
-/// (count included, rounded up to 8).
+/// (rounded up to 8).
 int64_t adStackBytes(ScalarType elem, int64_t capacity);
 
 } // namespace qd
