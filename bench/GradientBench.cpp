@@ -329,7 +329,7 @@ QdResult runQd(const Workload &w, qd::CpuBackend &cpu, int reps, bool keepIR) {
 struct InterpResult {
   double fwdMs = 0, gradMs = 0; // at nInterp elements
   std::vector<float> grad;      // nInterp * gradElemsPerItem values per field
-  int64_t exactPerWorker = 0;   // sum over stacks of adStackBytes(elem, max depth)
+  int64_t exactPerWorker = 0;   // sum over stacks of adStackBytes(stack, max depth)
   int64_t depthSum = 0;
 };
 
@@ -343,7 +343,7 @@ InterpResult runInterp(const Workload &w) {
   r.gradMs =
       timeMin(1, nullptr, [&] { check(p.launch(m.grad->name(), {}, interp), "interp grad"); });
   for (const auto &[stack, depth] : interp.adStackMaxDepths()) {
-    r.exactPerWorker += qd::adStackBytes(stack->elementType(), depth);
+    r.exactPerWorker += qd::adStackBytes(*stack, depth);
     r.depthSum += depth;
   }
   r.grad = collectGrads(w, p);

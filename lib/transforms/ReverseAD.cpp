@@ -410,6 +410,25 @@ private:
         break;
       }
     }
+    // Within one iteration of the loop `scope` covers, a store reaches a
+    // load if it comes first, or if both sit in a loop nested in the scope
+    // (through that loop's back edge). A store that comes later reaches the
+    // load only through the scope loop's back edge, that is, through the
+    // value at the start of the next iteration, which Rev(L) restores from
+    // the loop's adstack: its value is not needed for this loop.
+    std::unordered_map<const Stmt *, size_t> position;
+    if (scope)
+      for (size_t i = 0; i < stmts.size(); ++i)
+        position[stmts[i]] = i;
+    auto reaches = [&](const LocalStoreStmt *st, const LocalLoadStmt *ld) {
+      if (!scope || position.at(st) < position.at(ld))
+        return true;
+      for (const Stmt *p = ld->parentStmt(); p && scope->count(p); p = p->parentStmt())
+        if ((p->kind() == StmtKind::For || p->kind() == StmtKind::While) &&
+            st->parent()->isNestedIn(&p->block(0)))
+          return true;
+      return false;
+    };
     while (!work_.empty()) {
       const Value *v = work_.back();
       work_.pop_back();
@@ -419,7 +438,8 @@ private:
       if (auto *ld = dyn_cast<LocalLoadStmt>(s)) {
         locals.insert(ld->local());
         for (LocalStoreStmt *st : storesTo[ld->local()])
-          need(st->value());
+          if (reaches(st, ld))
+            need(st->value());
       }
     }
     needScope_ = nullptr;

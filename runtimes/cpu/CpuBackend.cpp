@@ -396,7 +396,7 @@ absl::Status CpuBackend::launch(Program &program, const Kernel &kernel,
     offsets[i] = at;
     // Room for at least one entry: after an overflow a read of the top goes
     // to entry min(depth, capacity) - 1, clamped to 0.
-    at += adStackBytes(st.stmt->elementType(), std::max<int64_t>(cap, 1));
+    at += adStackBytes(*st.stmt, std::max<int64_t>(cap, 1));
     stride = std::max(stride, at);
   }
   int64_t heapNeed = stride * numThreads();

@@ -19,9 +19,17 @@
 
 namespace qd {
 
-int64_t adStackBytes(ScalarType elem, int64_t capacity) {
-  int64_t entry = isFloat(elem) ? 2 * storageBytes(elem) : storageBytes(elem);
-  return (capacity * entry + 7) / 8 * 8;
+unsigned adStackEntryBytes(const AdStackAllocaStmt &stack) {
+  unsigned primal = storageBytes(stack.elementType());
+  for (const Use &u : stack.uses())
+    if (u.user()->kind() == StmtKind::AdStackLoadTopAdj ||
+        u.user()->kind() == StmtKind::AdStackAccAdjoint)
+      return 2 * primal;
+  return primal;
+}
+
+int64_t adStackBytes(const AdStackAllocaStmt &stack, int64_t capacity) {
+  return (capacity * adStackEntryBytes(stack) + 7) / 8 * 8;
 }
 
 namespace {
@@ -729,6 +737,7 @@ private:
   struct StackRef {
     unsigned id;
     ScalarType elem;
+    unsigned entryBytes; // the primal, then (if used) the adjoint
   };
 
   /// Per-function facts of stack `id`, computed once in the entry block:
@@ -760,19 +769,16 @@ private:
     return info;
   }
   /// Address of entry `index` (primal; the adjoint follows it).
-  LV *entryAddr(LV *base, LV *index, ScalarType elem) {
-    int64_t entry = isFloat(elem) ? 2 * storageBytes(elem) : storageBytes(elem);
-    return b_.CreateGEP(b_.getInt8Ty(), base, b_.CreateMul(index, b_.getInt64(entry)));
+  LV *entryAddr(LV *base, LV *index, const StackRef &st) {
+    return b_.CreateGEP(b_.getInt8Ty(), base, b_.CreateMul(index, b_.getInt64(st.entryBytes)));
   }
 
   void adstack(Stmt &s) {
     if (auto *a = dyn_cast<AdStackAllocaStmt>(&s)) {
       unsigned id = static_cast<unsigned>(layout_.stacks.size());
-      ScalarType elem = a->elementType();
-      layout_.stacks.push_back(
-          {a, currentTask_,
-           static_cast<unsigned>(isFloat(elem) ? 2 * storageBytes(elem) : storageBytes(elem))});
-      stacks_[a] = {id, elem};
+      unsigned entryBytes = adStackEntryBytes(*a);
+      layout_.stacks.push_back({a, currentTask_, entryBytes});
+      stacks_[a] = {id, a->elementType(), entryBytes};
       b_.CreateStore(b_.getInt64(0), stackInfo(id).count);
       return;
     }
@@ -788,9 +794,9 @@ private:
       BasicBlock *done = BasicBlock::Create(ctx_, "push.done", fn_);
       b_.CreateCondBr(fits, write, over, unlikelySecond());
       b_.SetInsertPoint(write);
-      LV *addr = entryAddr(info.base, count, st.elem);
+      LV *addr = entryAddr(info.base, count, st);
       b_.CreateStore(toMem(get(cast<AdStackPushStmt>(s).value()), st.elem), addr);
-      if (isFloat(st.elem))
+      if (st.entryBytes > storageBytes(st.elem)) // the adjoint slot starts at 0
         b_.CreateStore(llvm::Constant::getNullValue(mem),
                        b_.CreateGEP(b_.getInt8Ty(), addr, b_.getInt64(storageBytes(st.elem))));
       b_.CreateBr(done);
@@ -819,7 +825,7 @@ private:
     // the capacity were not stored: read the last stored one. The runtime
     // gives every stack room for at least one entry.
     top = b_.CreateBinaryIntrinsic(llvm::Intrinsic::umin, top, info.lastIndex);
-    LV *addr = entryAddr(info.base, top, st.elem);
+    LV *addr = entryAddr(info.base, top, st);
     LV *adjAddr = b_.CreateGEP(b_.getInt8Ty(), addr, b_.getInt64(storageBytes(st.elem)));
     switch (s.kind()) {
     case StmtKind::AdStackLoadTop:

@@ -106,8 +106,11 @@ absl::StatusOr<std::unique_ptr<llvm::Module>> emitKernel(const Kernel &kernel,
                                                          const CodegenOptions &options,
                                                          KernelLayout &layout);
 
-/// Bytes an adstack of `elem` entries needs for `capacity` entries
-/// (rounded up to 8).
-int64_t adStackBytes(ScalarType elem, int64_t capacity);
+/// Bytes of one entry of `stack`: the primal, plus an adjoint slot for a
+/// float stack whose adjoint is used (`load_top_adj` / `acc_adjoint`).
+/// Reverse mode keeps adjoints in locals, so its stacks carry primals only.
+unsigned adStackEntryBytes(const AdStackAllocaStmt &stack);
+/// Heap bytes of `stack` with room for `capacity` entries (rounded up to 8).
+int64_t adStackBytes(const AdStackAllocaStmt &stack, int64_t capacity);
 
 } // namespace qd
