@@ -15,7 +15,9 @@
 #include "qd/ir/Verifier.h"
 #include "qd/ir/Visitor.h"
 
-#include <absl/strings/str_join.h>
+#include "ProgramGen.h"
+
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <rapidcheck.h>
 #include <rapidcheck/gtest.h>
@@ -1310,336 +1312,67 @@ kernel @push(%k: i32) {
 }
 
 //===----------------------------------------------------------------------===//
-// Random kernels
+// Random kernels (unittests/support/ProgramGen.h)
 //===----------------------------------------------------------------------===//
 
-/// Writes a random well-formed kernel as IR text. Every choice is a
-/// RapidCheck pick, so a failing kernel shrinks towards fewer and simpler
-/// statements. Stacks are popped only where the same block pushed them
-/// earlier, so no execution underflows; while loops have balanced bodies
-/// and a counter that bounds them.
-class KernelGen {
-public:
-  std::string generate() {
-    out_ = "field @fn : i32\nfield @fx : f32[8]\nfield @out : f32\n"
-           "kernel @k(%n: i32, %a: ndarray<i32, 1>, %m: ndarray<i32, 2>) {\n";
-    bool overA = pick(0, 2) == 1;
-    std::string top = overA ? "%sa0" : std::to_string(pick(1, 5));
-    if (overA)
-      line(1, "%sa0 = shape %a, 0 : i32");
-    line(1, "parallel for %i = 0 to " + top + " {");
-    vars_.push_back({"%i", overA ? VarKind::A : VarKind::Other});
-    line(2, "%x = const 1.5 : f32");
-    line(2, "%zf = const 0.0 : f32");
-    line(2, "%zero = const 0 : i32");
-    line(2, "%one = const 1 : i32");
-    line(2, "%sa = shape %a, 0 : i32");
-    line(2, "%sm0 = shape %m, 0 : i32");
-    line(2, "%sm1 = shape %m, 1 : i32");
-    if (pick(0, 8) == 0) // the kernel writes the bound field: tier 3
-      line(2, "store @fn[], %n");
-    for (int k = pick(1, 4); k > 0; --k)
-      newStack(2);
-    block(2, 0, Loop::None, /*balanced=*/false);
-    line(1, "}");
-    out_ += "}\n";
-    return out_;
-  }
-
-private:
-  enum class VarKind { A, M0, M1, Other };
-  enum class Loop { None, For, While };
-  struct Var {
-    std::string name;
-    VarKind kind;
-  };
-
-  static int pick(int lo, int hi) { return *rc::gen::inRange(lo, hi); } // [lo, hi)
-
-  void line(int indent, const std::string &text) {
-    out_ += std::string(2 * indent, ' ') + text + "\n";
-  }
-  std::string fresh(const char *prefix) { return "%" + std::string(prefix) + std::to_string(n_++); }
-
-  void newStack(int indent) {
-    if (numStacks_ >= 3)
-      return;
-    std::string s = fresh("s");
-    line(indent, s + " = adstack.alloca f32, capacity 0");
-    stacks_.push_back(s);
-    ++numStacks_;
-  }
-
-  std::string varOf(VarKind kind) {
-    std::vector<std::string> c;
-    for (const Var &v : vars_)
-      if (v.kind == kind)
-        c.push_back(v.name);
-    if (c.empty() || pick(0, 4) == 0)
-      return "%zero";
-    return c[pick(0, static_cast<int>(c.size()))];
-  }
-
-  std::string constant(int indent, int v) {
-    std::string name = fresh("c");
-    line(indent, name + " = const " + std::to_string(v) + " : i32");
-    return name;
-  }
-
-  /// A loop bound; sets `kind` to what the loop variable may index.
-  std::string bound(int indent, VarKind &kind, bool &guardOpen) {
-    kind = VarKind::Other;
-    switch (pick(0, 9)) {
-    case 0:
-      return std::to_string(pick(0, 7));
-    case 1:
-      return "%n";
-    case 2: {
-      std::string f = fresh("f");
-      line(indent, f + " = load @fn[] : i32");
-      return f;
-    }
-    case 3:
-      kind = VarKind::A;
-      return "%sa";
-    case 4:
-      kind = pick(0, 2) ? VarKind::M1 : VarKind::M0;
-      return kind == VarKind::M0 ? "%sm0" : "%sm1";
-    case 5: {
-      std::string r = fresh("r");
-      line(indent, r + " = load %a[" + varOf(VarKind::A) + "] : i32");
-      return r;
-    }
-    case 6: {
-      std::string r = fresh("r");
-      line(indent, r + " = load %m[" + varOf(VarKind::M0) + ", " + varOf(VarKind::M1) + "] : i32");
-      return r;
-    }
-    case 7:
-      return vars_[pick(0, static_cast<int>(vars_.size()))].name;
-    default: {
-      // A read at any enclosing index, guarded by an if in the kernel.
-      const std::string &v = vars_[pick(0, static_cast<int>(vars_.size()))].name;
-      std::string ok = fresh("ok"), r = fresh("r");
-      line(indent, ok + " = cmp lt " + v + ", %sa : i32");
-      line(indent, "if " + ok + " {");
-      line(indent + 1, r + " = load %a[" + v + "] : i32");
-      guardOpen = true;
-      return r;
-    }
-    }
-  }
-
-  std::string condition(int indent) {
-    std::string p = fresh("p");
-    switch (pick(0, 3)) {
-    case 0: {
-      std::string k = constant(indent, pick(0, 8)), v = fresh("v");
-      line(indent, v + " = load @fx[" + k + "] : f32");
-      line(indent, p + " = cmp gt " + v + ", %zf : f32");
-      break;
-    }
-    case 1: {
-      const std::string &v = vars_[pick(0, static_cast<int>(vars_.size()))].name;
-      line(indent, p + " = cmp lt " + v + ", " + constant(indent, pick(0, 5)) + " : i32");
-      break;
-    }
-    default: {
-      std::string r = fresh("r");
-      line(indent, r + " = load %a[%zero] : i32");
-      line(indent, p + " = cmp gt " + r + ", " + constant(indent, pick(0, 6)) + " : i32");
-    }
-    }
-    return p;
-  }
-
-  void block(int indent, int depth, Loop loop, bool balanced) {
-    size_t stacksBefore = stacks_.size(), varsBefore = vars_.size();
-    std::map<std::string, int> pushed; // by this block, not yet popped
-    for (int k = pick(0, 4); k > 0; --k) {
-      switch (pick(0, 8)) {
-      case 0:
-      case 1:
-        if (!stacks_.empty()) {
-          const std::string &s = stacks_[pick(0, static_cast<int>(stacks_.size()))];
-          line(indent, "adstack.push " + s + ", %x");
-          ++pushed[s];
-        }
-        break;
-      case 2: {
-        std::vector<std::string> c;
-        for (auto &[s, n] : pushed)
-          if (n > 0)
-            c.push_back(s);
-        if (c.empty())
-          break;
-        const std::string &s = c[pick(0, static_cast<int>(c.size()))];
-        if (pick(0, 3) == 0) {
-          std::string t = fresh("t");
-          line(indent, t + " = adstack.load_top " + s + " : f32");
-          line(indent, "atomic_add @out[], " + t + " : f32");
-        }
-        line(indent, "adstack.pop " + s);
-        --pushed[s];
-        break;
-      }
-      case 3:
-      case 4:
-        if (depth < 3)
-          forLoop(indent, depth, balanced);
-        break;
-      case 5: {
-        std::string p = condition(indent);
-        line(indent, "if " + p + " {");
-        block(indent + 1, depth, loop, balanced);
-        if (pick(0, 2)) {
-          line(indent, "} else {");
-          block(indent + 1, depth, loop, balanced);
-        }
-        line(indent, "}");
-        break;
-      }
-      case 6:
-        if (depth < 3)
-          whileLoop(indent, depth);
-        break;
-      default:
-        if (loop == Loop::For && !balanced) {
-          std::string p = condition(indent);
-          line(indent, "if " + p + " {");
-          if (!stacks_.empty() && pick(0, 2))
-            line(indent + 1,
-                 "adstack.push " + stacks_[pick(0, static_cast<int>(stacks_.size()))] + ", %x");
-          line(indent + 1, pick(0, 2) ? "break" : "continue");
-          line(indent, "}");
-        }
-      }
-    }
-    if (balanced)
-      for (auto &[s, n] : pushed)
-        for (; n > 0; --n)
-          line(indent, "adstack.pop " + s);
-    stacks_.resize(stacksBefore);
-    vars_.resize(varsBefore);
-  }
-
-  void forLoop(int indent, int depth, bool balanced) {
-    bool guardOpen = false;
-    VarKind kind;
-    std::string begin = "0";
-    if (pick(0, 4) == 0) {
-      bool g = false;
-      VarKind ignored;
-      begin = bound(indent, ignored, g);
-      if (g) { // keep guarded reads to end bounds
-        line(indent, "}");
-        begin = "0";
-      }
-    }
-    std::string end = bound(indent, kind, guardOpen);
-    int in = guardOpen ? indent + 1 : indent;
-    std::string j = fresh("j");
-    line(in, "for " + j + " = " + begin + " to " + end + " {");
-    if (begin != "0")
-      kind = VarKind::Other; // the index may pass the end of the buffer
-    size_t stacksBefore = stacks_.size();
-    if (pick(0, 4) == 0)
-      newStack(in + 1);
-    vars_.push_back({j, kind});
-    block(in + 1, depth + 1, Loop::For, balanced);
-    vars_.pop_back();
-    stacks_.resize(stacksBefore);
-    line(in, "}");
-    if (guardOpen)
-      line(indent, "}");
-  }
-
-  void whileLoop(int indent, int depth) {
-    std::string w = fresh("w"), c = fresh("c"), d = fresh("d"), e = fresh("e");
-    std::string k = constant(indent, pick(0, 4));
-    line(indent, w + " = alloca i32");
-    line(indent, "store " + w + ", %zero");
-    line(indent, "while {");
-    line(indent + 1, c + " = load " + w + " : i32");
-    line(indent + 1, d + " = cmp ge " + c + ", " + k + " : i32");
-    line(indent + 1, "if " + d + " {");
-    line(indent + 2, "break");
-    line(indent + 1, "}");
-    size_t stacksBefore = stacks_.size();
-    if (pick(0, 4) == 0)
-      newStack(indent + 1);
-    block(indent + 1, depth + 1, Loop::While, /*balanced=*/true);
-    stacks_.resize(stacksBefore);
-    line(indent + 1, e + " = add " + c + ", %one : i32");
-    line(indent + 1, "store " + w + ", " + e);
-    line(indent, "}");
-  }
-
-  std::string out_;
-  int n_ = 0;
-  int numStacks_ = 0;
-  std::vector<std::string> stacks_;
-  std::vector<Var> vars_;
-};
-
-RC_GTEST_PROP(AdStackSizingTest, RandomKernelsAreSoundAndTight, ()) {
-  std::string text = KernelGen().generate();
-  RC_LOG() << text;
-  auto m = parseModule(text, {"random.qd", 1});
-  RC_ASSERT(m.ok());
+// Random kernels with adstacks (pushes and pops in loops and arms, stacks
+// allocated inside loops, balanced while bodies) under loops of every bound
+// kind: constants, %n, @cnt reads in the task and at launch, ndarray shapes,
+// ndarray reads at enclosing indices (guarded or not), enclosing indices,
+// the loop-carried integer local, a bound the kernel itself writes (tier 3).
+// Every stack's capacity is at least the depth the interpreter observed,
+// and equals max(depth, 1) when the sizing claims to be exact; the two
+// tier-1 analyses agree where both resolve a stack.
+QD_PROPERTY(AdStackSizingTest, RandomKernelsAreSoundAndTight, 300) {
+  testgen::GenProgram p = *testgen::genProgram(testgen::GenConfig::sizing());
+  testgen::Printed printed = testgen::print(p);
+  auto m = parseModule(printed.text, {"random.qd", 1});
+  if (!m.ok())
+    testgen::fail(p, "does not parse: " + message(m.status()));
   std::unique_ptr<Module> module = *std::move(m);
-  absl::Status verified = verify(*module);
-  if (!verified.ok())
-    RC_FAIL(message(verified));
-  auto p = Program::create(*module);
-  RC_ASSERT(p.ok());
-  std::unique_ptr<Program> program = *std::move(p);
+  if (absl::Status v = verify(*module); !v.ok())
+    testgen::fail(p, "does not verify: " + message(v));
+  auto in = testgen::instantiate(p, *module);
+  if (!in.ok())
+    testgen::fail(p, "instantiate: " + message(in.status()));
+  Program &program = *(*in)->program;
   Interpreter interp;
-
-  // Inputs: small bounds so every stack stays shallow.
-  program->field("fn")->set(0, Scalar::ofInt(ScalarType::I32, *rc::gen::inRange(0, 7)));
-  Buffer *fx = program->field("fx");
-  for (int i = 0; i < 8; ++i)
-    fx->set(i, Scalar::ofFloat(ScalarType::F32, *rc::gen::element(-1.0, 1.0)));
-  int len = *rc::gen::inRange(1, 6), rows = *rc::gen::inRange(1, 4), cols = *rc::gen::inRange(1, 4);
-  std::vector<int64_t> av, mv;
-  for (int i = 0; i < len; ++i)
-    av.push_back(*rc::gen::inRange(0, 7));
-  for (int i = 0; i < rows * cols; ++i)
-    mv.push_back(*rc::gen::inRange(0, 7));
-  IntArray a({len}, av);
-  IntArray mat({rows, cols}, mv);
-  int n = *rc::gen::inRange(0, 7);
-  RC_LOG() << "n = " << n << ", @fn = " << program->field("fn")->get(0).i << ", %a = ["
-           << absl::StrJoin(av, ", ") << "], %m (" << rows << "x" << cols << ") = ["
-           << absl::StrJoin(mv, ", ") << "]\n";
-  std::vector<LaunchArg> args{LaunchArg::i32(n), a.launchArg(), mat.launchArg()};
-  absl::Status st = program->launch("k", args, interp, withDefault(int64_t(1) << 20));
+  absl::Status st = program.launch("k", (*in)->args, interp, withDefault(int64_t(1) << 20));
   if (!st.ok())
-    RC_FAIL("launch failed: " + message(st));
+    testgen::fail(p, "launch failed: " + message(st));
 
   const Kernel &k = *module->findKernel("k");
-  const KernelSizing &ks = program->adStackSizing(k);
+  const KernelSizing &ks = program.adStackSizing(k);
   KernelSizing structural = sizeAdStacks(k, onlyTier1(true, false));
   KernelSizing bf = sizeAdStacks(k, onlyTier1(false, true));
+  bool exact = false;
   for (size_t i = 0; i < ks.stacks().size(); ++i) {
     const AdStackSize &s = ks.stacks()[i];
-    RC_LOG() << ks.describe(s) << "\n";
     // Tier-1 analyses agree when both resolve the stack.
     const AdStackSize &s1 = structural.stacks()[i], &s2 = bf.stacks()[i];
-    if (s1.method == SizingMethod::Structural && s2.method == SizingMethod::BellmanFord && s1.exact)
-      RC_ASSERT(s2.capacity >= s1.capacity);
+    if (s1.method == SizingMethod::Structural && s2.method == SizingMethod::BellmanFord &&
+        s1.exact && s2.capacity < s1.capacity)
+      testgen::fail(p, "Bellman-Ford is below the exact structural bound: " +
+                           structural.describe(s1) + " vs " + bf.describe(s2));
     auto it = interp.adStackMaxDepths().find(s.stack);
     if (it == interp.adStackMaxDepths().end())
       continue; // never executed
     int64_t depth = it->second;
     int64_t cap = interp.adStackCapacities().at(s.stack);
-    RC_LOG() << "  observed " << depth << ", capacity " << cap << "\n";
-    RC_ASSERT(program->lastAdStackCapacities().at(s.stack) == cap);
-    RC_ASSERT(cap >= depth);
-    if (s.exact)
-      RC_ASSERT(cap == std::max<int64_t>(depth, 1));
+    if (program.lastAdStackCapacities().at(s.stack) != cap)
+      testgen::fail(p, "the launch used another capacity than the sizing: " + ks.describe(s));
+    if (cap < depth)
+      testgen::fail(p, fmt::format("unsound: observed depth {}, capacity {}: {}", depth, cap,
+                                   ks.describe(s)));
+    if (s.exact && cap != std::max<int64_t>(depth, 1))
+      testgen::fail(p, fmt::format("not tight: observed depth {}, capacity {}: {}", depth, cap,
+                                   ks.describe(s)));
+    exact |= s.exact;
   }
+  RC_CLASSIFY(exact, "an exact stack");
+  RC_CLASSIFY(printed.hasNdarrayBound, "ndarray-read bound");
+  RC_CLASSIFY(printed.writesBoundData, "writes a bound");
+  RC_CLASSIFY(printed.hasWhile, "while");
 }
 
 } // namespace

@@ -5,11 +5,16 @@
 #include "qd/ir/Printer.h"
 #include "qd/ir/Verifier.h"
 
+#include "ProgramGen.h"
+
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 
 #include <bit>
 #include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <limits>
 
 namespace qd {
@@ -636,6 +641,41 @@ TEST(ParserPrinterTest, NdarrayComponentNamesAreNotConfusedWithValues) {
   EXPECT_EQ(x.component(), Component::Primal);
   EXPECT_EQ(y.ndarray(), k.argument(1));
   EXPECT_EQ(y.component(), Component::Grad);
+}
+
+//===----------------------------------------------------------------------===//
+// Generated programs (unittests/support/ProgramGen.h)
+//===----------------------------------------------------------------------===//
+
+// Every generated program parses, the printer reproduces the generated text
+// exactly, and print -> parse -> print is the identity with an equivalent
+// module.
+QD_PROPERTY(ParserPrinterTest, GeneratedProgramsRoundTrip, 200) {
+  testgen::GenProgram p = *testgen::genAnyProgram();
+  testgen::Printed text = testgen::print(p);
+  auto m = parseModule(text.text, {"gen.qd", 1});
+  if (!m.ok())
+    testgen::fail(p, "does not parse: " + std::string(m.status().message()));
+  std::string printed = printModule(**m);
+  if (printed != text.text)
+    testgen::fail(p, "the printer does not reproduce the text; it prints:\n" + printed);
+  auto again = parseModule(printed, {"printed.qd", 1});
+  if (!again.ok())
+    testgen::fail(p, "the printed module does not parse: " + std::string(again.status().message()));
+  std::string why;
+  if (!isEquivalent(**m, **again, &why))
+    testgen::fail(p, "the reparsed module differs: " + why);
+  if (printModule(**again) != printed)
+    testgen::fail(p, "print(parse(print(m))) != print(m)");
+  RC_CLASSIFY(text.hasStacks, "adstacks");
+  RC_CLASSIFY(text.hasWhile, "while");
+  // QD_GEN_DUMP_DIR=<dir>: keep every generated program (e.g. to seed the
+  // fuzzers' corpora, or to look at what the generator makes).
+  if (const char *dir = std::getenv("QD_GEN_DUMP_DIR"); dir && *dir) {
+    static int n = 0;
+    std::filesystem::create_directories(dir);
+    std::ofstream(std::filesystem::path(dir) / ("gen-" + std::to_string(n++) + ".qd")) << text.text;
+  }
 }
 
 } // namespace

@@ -1,11 +1,17 @@
 //===- PassManagerTest.cpp - Registry, pipelines and the pass manager -----===//
+#include "qd/interp/Interpreter.h"
+#include "qd/ir/Clone.h"
 #include "qd/ir/IRBuilder.h"
 #include "qd/ir/Parser.h"
 #include "qd/ir/Printer.h"
+#include "qd/ir/Verifier.h"
 #include "qd/transforms/Passes.h"
+
+#include "ProgramGen.h"
 
 #include <gtest/gtest.h>
 
+#include <set>
 #include <sstream>
 
 namespace qd {
@@ -347,6 +353,174 @@ TEST(PassManagerTest, BuiltinPassesReachAFixpoint) {
     EXPECT_FALSE(*changed) << name;
   }
   EXPECT_EQ(printModule(*m), once);
+}
+
+//===----------------------------------------------------------------------===//
+// Generated programs (unittests/support/ProgramGen.h)
+//===----------------------------------------------------------------------===//
+
+std::string message(const absl::Status &s) {
+  return std::string(s.message());
+}
+
+/// Launches `kernels` in order on one instance of `m` with the program's
+/// inputs (output adjoints seeded after @k, input tangents before @k_dual).
+absl::StatusOr<std::unique_ptr<testgen::Instance>>
+runKernels(const testgen::GenProgram &p, const Module &m, const std::vector<std::string> &kernels,
+           const LaunchOptions &options = testgen::defaultLaunchOptions()) {
+  auto in = testgen::instantiate(p, m);
+  if (!in.ok())
+    return in.status();
+  Interpreter interp;
+  for (const std::string &k : kernels) {
+    if (k.ends_with("_dual"))
+      testgen::seedInputTangents(m, **in);
+    if (absl::Status s = (*in)->program->launch(k, (*in)->args, interp, options); !s.ok())
+      return absl::Status(s.code(), "@" + k + ": " + message(s));
+    if (k == "k")
+      testgen::seedOutputAdjoints(m, **in);
+  }
+  return in;
+}
+
+/// What to launch to observe every kernel of a module made from a generated
+/// program: @k, @k then @k_grad, @k_dual.
+std::vector<std::vector<std::string>> launchSequences(const Module &m) {
+  std::vector<std::vector<std::string>> out{{"k"}};
+  if (m.findKernel("k_grad"))
+    out.push_back({"k", "k_grad"});
+  if (m.findKernel("k_dual"))
+    out.push_back({"k_dual"});
+  return out;
+}
+
+std::unique_ptr<Module> parseGenerated(const testgen::GenProgram &p, const std::string &text) {
+  auto m = parseModule(text, {"gen.qd", 1});
+  if (!m.ok())
+    testgen::fail(p, "does not parse: " + message(m.status()));
+  if (absl::Status v = verify(**m); !v.ok())
+    testgen::fail(p, "does not verify: " + message(v));
+  return *std::move(m);
+}
+
+// Every pass of the global registry, run alone on a generated program
+// (GenConfig::everything: every statement kind, adstacks, dual companions,
+// a kernel that may write its own bounds), leaves a module that verifies
+// and in which @k computes exactly what it computed before (the interpreter
+// on the same inputs, every field and ndarray compared bit for bit).
+// Passes that add kernels (reverse-ad, forward-ad) leave @k unchanged, and
+// their kernels run: @k_grad after @k without an error (its adstacks are
+// sized at launch: an overflow is an unsound size), @k_dual computing the
+// same primal results as @k. They may only refuse a kernel with adstacks.
+// check-global-accesses changes nothing and is sound: when it accepts a
+// kernel, the interpreter's exact dynamic check accepts the launch.
+QD_PROPERTY(PassManagerTest, EveryRegisteredPassPreservesSemantics, 100) {
+  testgen::GenProgram p = *testgen::genProgram(testgen::GenConfig::everything());
+  testgen::Printed printed = testgen::print(p);
+  std::unique_ptr<Module> m = parseGenerated(p, printed.text);
+  auto ref = runKernels(p, *m, {"k"});
+  if (!ref.ok())
+    testgen::fail(p, "the generated program fails: " + message(ref.status()));
+  LaunchOptions checked = testgen::defaultLaunchOptions();
+  checked.checkGlobalAccesses = true;
+  bool dynamicOk = runKernels(p, *m, {"k"}, checked).ok();
+  RC_CLASSIFY(!dynamicOk, "writes a global after reading it");
+  RC_CLASSIFY(printed.hasStacks, "adstacks");
+  const auto &entries = PassRegistry::global().entries();
+  RC_ASSERT(entries.size() >= 7u);
+  for (const auto &[name, entry] : entries) {
+    std::unique_ptr<Module> q = cloneModule(*m);
+    std::unique_ptr<Pass> pass = entry.factory();
+    absl::StatusOr<bool> changed = pass->run(*q);
+    std::string why;
+    if (name == "check-global-accesses") {
+      if (changed.ok() && !dynamicOk)
+        testgen::fail(p, "check-global-accesses accepts a kernel whose launch writes a global "
+                         "after reading it");
+      if (!changed.ok() && dynamicOk && !printed.writesBoundData)
+        testgen::fail(p, "check-global-accesses rejects a kernel that writes no global it "
+                         "reads:\n" +
+                             message(changed.status()));
+      if (!isEquivalent(*m, *q, &why))
+        testgen::fail(p, "check-global-accesses changed the module: " + why);
+      continue;
+    }
+    bool derives = name == "reverse-ad" || name == "forward-ad";
+    if (!changed.ok()) {
+      if (derives && printed.hasStacks)
+        continue; // documented: a kernel that already has adstacks
+      testgen::fail(p, name + " fails: " + message(changed.status()));
+    }
+    if (absl::Status v = verify(*q); !v.ok())
+      testgen::fail(p, "after " + name + ", the module does not verify: " + message(v) + "\n" +
+                           printModule(*q));
+    const Kernel *k = q->findKernel("k");
+    if (!k)
+      testgen::fail(p, name + " removed @k");
+    if (derives && !isEquivalent(*m->findKernel("k"), *k, &why))
+      testgen::fail(p, name + " changed @k: " + why);
+    for (const auto &seq : launchSequences(*q)) {
+      auto out = runKernels(p, *q, seq);
+      if (!out.ok())
+        testgen::fail(p, "after " + name + ": " + message(out.status()) + "\n" + printModule(*q));
+      // @k and @k_dual compute what @k computed; @k_grad's results are
+      // checked against finite differences in AutoDiffTest.
+      if (seq.back() == "k_grad")
+        continue;
+      if (std::string d = testgen::compareInstances(*m, **ref, *q, **out, 0, /*primalOnly=*/true);
+          !d.empty())
+        testgen::fail(p, "after " + name + ", @" + seq.back() + " computes another result: " + d +
+                             "\n" + printModule(*q));
+    }
+  }
+}
+
+// Random pipelines of the registered passes that keep kernels and add none
+// (fold, dce, simplify, size-adstacks, ...), run by the PassManager with
+// verification after every pass, optionally after reverse-ad or forward-ad:
+// every kernel (@k, @k_grad, @k_dual) computes exactly what it computed
+// before the pipeline, in every field component and ndarray.
+QD_PROPERTY(PassManagerTest, RandomPipelinesPreserveEveryKernel, 100) {
+  testgen::GenProgram p = *testgen::genProgram(testgen::GenConfig::everything());
+  testgen::Printed printed = testgen::print(p);
+  std::unique_ptr<Module> m = parseGenerated(p, printed.text);
+  std::vector<std::string> cleanup;
+  for (const auto &[name, entry] : PassRegistry::global().entries())
+    if (name != "reverse-ad" && name != "forward-ad" && name != "check-global-accesses")
+      cleanup.push_back(name);
+  int ad = printed.hasStacks ? 0 : *rc::gen::inRange(0, 3);
+  std::vector<std::string> pipeline = *rc::gen::container<std::vector<std::string>>(
+      size_t(*rc::gen::inRange(1, 7)), rc::gen::elementOf(cleanup));
+  if (ad) {
+    PassManager pm;
+    RC_ASSERT(pm.addPipeline(ad == 1 ? "reverse-ad" : "forward-ad").ok());
+    if (absl::Status s = pm.run(*m); !s.ok())
+      testgen::fail(p, message(s));
+  }
+  std::unique_ptr<Module> q = cloneModule(*m);
+  std::string text;
+  for (const std::string &n : pipeline)
+    text += (text.empty() ? "" : ",") + n;
+  RC_LOG() << "pipeline: " << text << "\n";
+  PassManager pm;
+  RC_ASSERT(pm.addPipeline(text).ok());
+  if (absl::Status s = pm.run(*q); !s.ok())
+    testgen::fail(p, "--passes=" + text + ": " + message(s));
+  RC_CLASSIFY(ad == 1, "after reverse-ad");
+  RC_CLASSIFY(ad == 2, "after forward-ad");
+  for (const auto &seq : launchSequences(*m)) {
+    auto before = runKernels(p, *m, seq);
+    if (!before.ok())
+      testgen::fail(p, "before --passes=" + text + ": " + message(before.status()));
+    auto after = runKernels(p, *q, seq);
+    if (!after.ok())
+      testgen::fail(p, "after --passes=" + text + ": " + message(after.status()) + "\n" +
+                           printModule(*q));
+    if (std::string d = testgen::compareInstances(*m, **before, *q, **after); !d.empty())
+      testgen::fail(p, "after --passes=" + text + ", @" + seq.back() +
+                           " computes another result: " + d + "\nbefore:\n" + printModule(*m) +
+                           "\nafter:\n" + printModule(*q));
+  }
 }
 
 } // namespace

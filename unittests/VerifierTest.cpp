@@ -11,6 +11,8 @@
 #include "qd/ir/Parser.h"
 #include "qd/ir/Printer.h"
 
+#include "ProgramGen.h"
+
 #include <gtest/gtest.h>
 
 #include <limits>
@@ -339,6 +341,34 @@ TEST(VerifierTest, VerifiedBuilderIRPrintsParseableText) {
 }
 )");
   EXPECT_TRUE(parseModule(printModule(f.module)).ok());
+}
+
+//===----------------------------------------------------------------------===//
+// Generated programs (unittests/support/ProgramGen.h)
+//===----------------------------------------------------------------------===//
+
+std::string verifyText(const std::string &text) {
+  auto m = parseModule(text, {"gen.qd", 1});
+  if (!m.ok())
+    return "does not parse: " + std::string(m.status().message());
+  if (absl::Status v = verify(**m); !v.ok())
+    return "does not verify: " + std::string(v.message());
+  return "";
+}
+
+// The verifier accepts every generated program of every preset, and every
+// shrink of it (a sample of at most 16): shrinking never leaves the grammar,
+// so a counterexample of any property is always a well-formed program.
+QD_PROPERTY(VerifierTest, GeneratedProgramsAndTheirShrinksVerify, 100) {
+  testgen::GenProgram p = *testgen::genAnyProgram();
+  if (std::string e = verifyText(testgen::print(p).text); !e.empty())
+    testgen::fail(p, e);
+  std::vector<testgen::GenProgram> shrunk = testgen::shrinks(p);
+  size_t step = std::max<size_t>(1, shrunk.size() / 16);
+  for (size_t i = 0; i < shrunk.size(); i += step)
+    if (std::string e = verifyText(testgen::print(shrunk[i]).text); !e.empty())
+      testgen::fail(shrunk[i], "a shrink " + e);
+  RC_CLASSIFY(shrunk.size() > 100, "more than 100 shrinks");
 }
 
 } // namespace

@@ -47,10 +47,17 @@ public:
   }
 
 private:
+  /// Which float values depend on a dual companion (varied) and which
+  /// flow into a store or atomic add to a global with a dual companion
+  /// (useful), as reverse mode's activity analysis does for grad companions.
   void computeVaried(const std::vector<Stmt *> &stmts) {
     bool changed = true;
     auto mark = [&](const Value *v) {
       if (varied_.insert(v).second)
+        changed = true;
+    };
+    auto markUseful = [&](const Value *v) {
+      if (v && useful_.insert(v).second)
         changed = true;
     };
     while (changed) {
@@ -62,16 +69,28 @@ private:
         } else if (auto *st = dyn_cast<LocalStoreStmt>(s)) {
           if (varied_.count(st->value()))
             mark(st->local());
+          if (useful_.count(st->local()))
+            markUseful(st->value());
         } else if (auto *ll = dyn_cast<LocalLoadStmt>(s)) {
           if (varied_.count(ll->local()) && isFloatValue(s))
             mark(s);
+          if (useful_.count(s))
+            markUseful(ll->local());
+        } else if (auto *g = dyn_cast<GlobalAccessStmt>(s);
+                   g && (s->kind() == StmtKind::GlobalStore || s->kind() == StmtKind::AtomicAdd)) {
+          Value *v = s->operand(s->numOperands() - 1);
+          if (isFloatValue(v) && hasDual(*g) && g->component() == Component::Primal)
+            markUseful(v);
         } else if (isFloatValue(s) && (isa<BinaryStmt>(s) || isa<UnaryStmt>(s) ||
                                        isa<SelectStmt>(s) || isa<CastStmt>(s))) {
           if (auto *c = dyn_cast<CastStmt>(s); c && !isFloat(c->from()))
             continue;
-          for (unsigned i = isa<SelectStmt>(s) ? 1 : 0; i < s->numOperands(); ++i)
+          for (unsigned i = isa<SelectStmt>(s) ? 1 : 0; i < s->numOperands(); ++i) {
             if (varied_.count(s->operand(i)))
               mark(s);
+            if (useful_.count(s) && isFloatValue(s->operand(i)))
+              markUseful(s->operand(i));
+          }
         }
       }
     }
@@ -202,6 +221,10 @@ private:
         r = b.mul(tx, b.sub(c(1), b.mul(&s, &s)));
         break;
       default:
+        // Like reverse mode, only an error when the tangent reaches an
+        // output (not, e.g., under a float -> int cast).
+        if (!useful_.count(&s))
+          break;
         return error(s, fmt::format("'{}' is not differentiable; cast the value to an integer to "
                                     "stop its tangent explicitly",
                                     toString(u.op())));
@@ -251,6 +274,8 @@ private:
         break;
       }
       default:
+        if (!useful_.count(&s))
+          break;
         return error(s, fmt::format("'{}' is not differentiable; compute it from values without "
                                     "a tangent",
                                     toString(bin.op())));
@@ -266,7 +291,7 @@ private:
   }
 
   Kernel &k_;
-  std::unordered_set<const Value *> varied_;
+  std::unordered_set<const Value *> varied_, useful_;
   std::unordered_map<const Value *, Value *> tangents_;
   std::unordered_map<const Value *, AllocaStmt *> tangentLocal_;
 };
