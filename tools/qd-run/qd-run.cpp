@@ -416,9 +416,10 @@ int run(int argc, char **argv) {
       std::sort(rows.begin(), rows.end());
       for (auto &r : rows)
         adstackReport.push_back(r.second);
-      adstackReport.push_back("kernel @" + kname + ": adstack heap " +
-                              std::to_string(cpu->lastAdStackHeapBytes()) + " bytes (" +
-                              std::to_string(cpu->numThreads()) + " workers)");
+      if (!rows.empty()) // kernels without adstacks use no heap
+        adstackReport.push_back("kernel @" + kname + ": adstack heap " +
+                                std::to_string(cpu->lastAdStackHeapBytes()) + " bytes (" +
+                                std::to_string(cpu->numThreads()) + " workers)");
     } else if (reportAdStacks) {
       std::vector<std::pair<std::string, std::string>> rows;
       for (auto &[stack, depth] : interp.adStackMaxDepths())
