@@ -704,6 +704,23 @@ TEST(SizeExprTest, BodiesGrowingWithOneReadPeakAtTheLargestElement) {
   }
 }
 
+// A deserialised expression is a DAG: x1 = x0 * x0, x2 = x1 * x1, ... has
+// 2^60 paths through 61 nodes. Deciding how to evaluate a range over it
+// (direction, and the search for a `b[%v]` read) must visit each node once;
+// the search did not (found by qd-fuzz-sizeexpr,
+// fuzz/regressions/qd-fuzz-sizeexpr/read-search-shared-dag.bin). Evaluating
+// the body itself then hits the step limit.
+TEST(SizeExprTest, PlanningARangeOverASharedDagIsLinear) {
+  FakeInputs in;
+  SizeExprRef x = SizeExpr::sub(c(0), var(0));
+  for (int i = 0; i < 60; ++i)
+    x = SizeExpr::make(SizeExprKind::Mul, {x, x});
+  auto e = SizeExpr::maxOverRange(0, c(0), c(3), x);
+  absl::Status st = errorOf(e, in, 100000);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  EXPECT_TRUE(contains(st.message(), "step limit")) << st;
+}
+
 TEST(SizeExprTest, UnboundVariableIsAnError) {
   FakeInputs in;
   absl::Status st = errorOf(var(3), in);

@@ -216,22 +216,23 @@ private:
   }
 
   /// A read of the form `buffer[%var]` in `e` (not under a rebinding of
-  /// `var`), or null.
-  static const SizeExpr *findReadAt(const SizeExpr &e, unsigned var) {
+  /// `var`), or null. Memoised per (node, variable), like `direction`: a
+  /// deserialised expression is a DAG whose shared subtrees would otherwise
+  /// be visited once per path, exponentially many times.
+  const SizeExpr *findReadAt(const SizeExpr &e, unsigned var) {
     if (isReadAt(e, var))
       return &e;
-    if (e.kind() == SizeExprKind::MaxOverRange && e.var() == var) {
-      // Only the range bounds see the outer variable.
-      for (size_t i = 0; i < 2; ++i)
-        if (const SizeExpr *r = findReadAt(*e.operands()[i], var))
-          return r;
-      return nullptr;
-    }
-    for (const auto &op : e.operands())
-      if (op->usesVar(var))
-        if (const SizeExpr *r = findReadAt(*op, var))
-          return r;
-    return nullptr;
+    auto key = std::make_pair(&e, var);
+    if (auto it = readsAt_.find(key); it != readsAt_.end())
+      return it->second;
+    const SizeExpr *found = nullptr;
+    // Under a rebinding of `var`, only the range bounds see the outer one.
+    size_t n = e.kind() == SizeExprKind::MaxOverRange && e.var() == var ? 2 : e.operands().size();
+    for (size_t i = 0; i < n && !found; ++i)
+      if (e.operands()[i]->usesVar(var))
+        found = findReadAt(*e.operands()[i], var);
+    readsAt_.emplace(key, found);
+    return found;
   }
 
   const RangePlan &planFor(const SizeExpr &e) {
@@ -447,6 +448,12 @@ private:
   std::unordered_map<std::tuple<const SizeExpr *, unsigned, const SizeExpr *>, Dir, KeyHash>
       directions_;
   std::unordered_map<const SizeExpr *, RangePlan> plans_;
+  struct NodeVarHash {
+    size_t operator()(const std::pair<const SizeExpr *, unsigned> &k) const {
+      return std::hash<const SizeExpr *>()(k.first) ^ (size_t(k.second) * 0x9e3779b97f4a7c15ull);
+    }
+  };
+  std::unordered_map<std::pair<const SizeExpr *, unsigned>, const SizeExpr *, NodeVarHash> readsAt_;
   std::unordered_map<const SizeExpr *, std::optional<SizeExprBufferView>> views_;
   bool failed_ = false;
   bool saturated_ = false;
