@@ -34,6 +34,7 @@
 // gradient's optimised LLVM IR.)
 //
 //===----------------------------------------------------------------------===//
+#include "BenchMain.h"
 #include "GradientWorkloads.h"
 
 #include "qd/codegen/llvm/KernelCodegen.h"
@@ -50,7 +51,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <functional>
@@ -65,11 +65,6 @@ using namespace qdbench;
 using json = nlohmann::json;
 
 namespace {
-
-[[noreturn]] void die(const std::string &msg) {
-  std::fprintf(stderr, "qd-bench-gradients: %s\n", msg.c_str());
-  std::exit(1);
-}
 
 template <typename T> T check(absl::StatusOr<T> s, const char *what) {
   if (!s.ok())
@@ -406,7 +401,7 @@ void printTable(const std::vector<Row> &rows, double qdGrad) {
 
 } // namespace
 
-int main(int argc, char **argv) {
+static int runBench(int argc, char **argv) {
   unsigned threads = 2;
   int reps = 3;
   std::string torchFile, only = "a,b,c", dump;
@@ -765,4 +760,8 @@ int main(int argc, char **argv) {
     fmt::print("{}\n", s);
   fmt::print("total benchmark time {:.1f} s\n", (nowMs() - start) / 1e3);
   return 0;
+}
+
+int main(int argc, char **argv) {
+  return qdbench::benchMain("qd-bench-gradients", argc, argv, runBench);
 }

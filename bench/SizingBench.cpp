@@ -36,6 +36,7 @@
 //                        [--tasks 4] [--seconds 0.3] [--dump STMTS,STACKS]
 //
 //===----------------------------------------------------------------------===//
+#include "BenchMain.h"
 #include "qd/analysis/AdStackSizing.h"
 #include "qd/analysis/CFG.h"
 #include "qd/ir/IRBuilder.h"
@@ -49,7 +50,6 @@
 #include <algorithm>
 #include <array>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <map>
@@ -59,13 +59,9 @@
 #include <vector>
 
 using namespace qd;
+using qdbench::die;
 
 namespace {
-
-[[noreturn]] void die(const std::string &msg) {
-  std::fprintf(stderr, "qd-bench-sizing: error: %s\n", msg.c_str());
-  std::exit(1);
-}
 
 //===----------------------------------------------------------------------===//
 // Kernel generation
@@ -572,7 +568,7 @@ void printPhases(Kernel &k, double seconds) {
 
 } // namespace
 
-int main(int argc, char **argv) {
+static int runBench(int argc, char **argv) {
   std::vector<int64_t> sizes{1000, 10000, 100000};
   std::vector<int64_t> stackCounts{1, 100, 1000};
   unsigned tasks = 4;
@@ -675,4 +671,8 @@ int main(int argc, char **argv) {
     }
   }
   return 0;
+}
+
+int main(int argc, char **argv) {
+  return qdbench::benchMain("qd-bench-sizing", argc, argv, runBench);
 }
