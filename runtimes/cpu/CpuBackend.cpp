@@ -394,9 +394,7 @@ absl::Status CpuBackend::launch(Program &program, const Kernel &kernel,
     caps[i] = cap;
     int64_t &at = used[st.task];
     offsets[i] = at;
-    // Room for at least one entry: after an overflow a read of the top goes
-    // to entry min(depth, capacity) - 1, clamped to 0.
-    at += adStackBytes(*st.stmt, std::max<int64_t>(cap, 1));
+    at += adStackBytes(st.entryBytes, cap); // cap >= 1: the codegen reads entry >= 0
     stride = std::max(stride, at);
   }
   int64_t heapNeed = stride * numThreads();

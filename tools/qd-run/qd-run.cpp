@@ -407,29 +407,29 @@ int run(int argc, char **argv) {
     }
     if (absl::Status s = (*program)->launch(kname, args, backend, options); !s.ok())
       die(std::string(s.message()));
-    if (reportAdStacks && cpu) {
+    if (reportAdStacks) {
+      // One line per stack, in source order: the capacity it got, and the
+      // depth it reached (interpreter) or the heap the launch used (cpu).
       std::vector<std::pair<std::string, std::string>> rows;
-      for (auto &[stack, cap] : (*program)->lastAdStackCapacities())
+      auto row = [&](const qd::AdStackAllocaStmt *stack, int64_t cap, const std::string &more) {
         rows.emplace_back(stack->loc().str(), "kernel @" + kname + ": adstack at " +
                                                   stack->loc().str() + ": capacity " +
-                                                  std::to_string(cap));
+                                                  std::to_string(cap) + more);
+      };
+      if (cpu) {
+        for (auto &[stack, cap] : (*program)->lastAdStackCapacities())
+          row(stack, cap, "");
+      } else {
+        for (auto &[stack, depth] : interp.adStackMaxDepths())
+          row(stack, interp.adStackCapacities().at(stack), ", max depth " + std::to_string(depth));
+      }
       std::sort(rows.begin(), rows.end());
       for (auto &r : rows)
         adstackReport.push_back(r.second);
-      if (!rows.empty()) // kernels without adstacks use no heap
+      if (cpu && !rows.empty()) // kernels without adstacks use no heap
         adstackReport.push_back("kernel @" + kname + ": adstack heap " +
                                 std::to_string(cpu->lastAdStackHeapBytes()) + " bytes (" +
                                 std::to_string(cpu->numThreads()) + " workers)");
-    } else if (reportAdStacks) {
-      std::vector<std::pair<std::string, std::string>> rows;
-      for (auto &[stack, depth] : interp.adStackMaxDepths())
-        rows.emplace_back(stack->loc().str(),
-                          "kernel @" + kname + ": adstack at " + stack->loc().str() +
-                              ": capacity " + std::to_string(interp.adStackCapacities().at(stack)) +
-                              ", max depth " + std::to_string(depth));
-      std::sort(rows.begin(), rows.end());
-      for (auto &r : rows)
-        adstackReport.push_back(r.second);
     }
   }
   for (const std::string &line : adstackReport)

@@ -28,8 +28,12 @@ unsigned adStackEntryBytes(const AdStackAllocaStmt &stack) {
   return primal;
 }
 
+int64_t adStackBytes(unsigned entryBytes, int64_t capacity) {
+  return (capacity * entryBytes + 7) / 8 * 8;
+}
+
 int64_t adStackBytes(const AdStackAllocaStmt &stack, int64_t capacity) {
-  return (capacity * adStackEntryBytes(stack) + 7) / 8 * 8;
+  return adStackBytes(adStackEntryBytes(stack), capacity);
 }
 
 namespace {
@@ -823,7 +827,7 @@ private:
     }
     // After an overflow (reported at the end of the launch) the entries past
     // the capacity were not stored: read the last stored one. The runtime
-    // gives every stack room for at least one entry.
+    // refuses capacity 0, so that entry exists.
     top = b_.CreateBinaryIntrinsic(llvm::Intrinsic::umin, top, info.lastIndex);
     LV *addr = entryAddr(info.base, top, st);
     LV *adjAddr = b_.CreateGEP(b_.getInt8Ty(), addr, b_.getInt64(storageBytes(st.elem)));

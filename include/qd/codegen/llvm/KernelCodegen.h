@@ -110,7 +110,10 @@ absl::StatusOr<std::unique_ptr<llvm::Module>> emitKernel(const Kernel &kernel,
 /// float stack whose adjoint is used (`load_top_adj` / `acc_adjoint`).
 /// Reverse mode keeps adjoints in locals, so its stacks carry primals only.
 unsigned adStackEntryBytes(const AdStackAllocaStmt &stack);
-/// Heap bytes of `stack` with room for `capacity` entries (rounded up to 8).
+/// Heap bytes of `capacity` entries of `entryBytes` each (rounded up to 8).
+int64_t adStackBytes(unsigned entryBytes, int64_t capacity);
+/// The same for `stack` (walks its uses; launches use the layout's
+/// precomputed `KernelLayout::Stack::entryBytes`).
 int64_t adStackBytes(const AdStackAllocaStmt &stack, int64_t capacity);
 
 } // namespace qd
