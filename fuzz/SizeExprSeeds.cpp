@@ -59,6 +59,12 @@ std::vector<SizeExprRef> handMade() {
   out.push_back(SizeExpr::maxOverRange(
       0, SizeExpr::scalarArg(2), SizeExpr::scalarArg(4),
       SizeExpr::sub(SizeExpr::ndarrayRead(2, {SizeExpr::sub(v0, c(1))}), v0)));
+  // A taped triangular nest: max over i of the sum over j < a[i] of j, and
+  // a sum over a huge range (bounded by trip * max).
+  out.push_back(SizeExpr::maxOverRange(
+      0, c(0), shape,
+      SizeExpr::sumOverRange(1, c(0), SizeExpr::ndarrayRead(1, {v0}), SizeExpr::max(v1, c(0)))));
+  out.push_back(SizeExpr::sumOverRange(0, c(0), SizeExpr::scalarArg(5), v0));
   // Saturation: a product of two launch-time values.
   out.push_back(SizeExpr::mul(SizeExpr::scalarArg(5), SizeExpr::scalarArg(5)));
   // A shared subtree (serialised once, referred to twice).

@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "qd/transforms/AutoDiff.h"
+#include "qd/analysis/AdStackSizing.h"
 #include "qd/interp/Interpreter.h"
 #include "qd/ir/Parser.h"
 #include "qd/ir/Printer.h"
@@ -60,6 +61,7 @@ struct GradCase {
   std::map<std::string, std::vector<double>> init;
   std::map<std::string, std::vector<double>> seeds;
   LaunchOptions options;
+  ReverseADOptions reverse;
   double rtol = 1e-6, atol = 1e-8;
   double step = 1e-5;
   /// Skip elements where the finite differences at `step` and `step / 4`
@@ -101,7 +103,7 @@ public:
     Kernel *k = module_->findKernel(c_.kernel);
     if (!k)
       return "no kernel @" + c_.kernel;
-    auto g = buildGradientKernel(*module_, *k);
+    auto g = buildGradientKernel(*module_, *k, c_.reverse);
     if (!g.ok())
       return "reverse-ad: " + std::string(g.status().message());
     grad_ = *g;
@@ -377,12 +379,33 @@ private:
   int skipped_ = 0;
 };
 
-/// Checks `c` against finite differences and returns the gradients.
+/// "" if two runs' gradients agree to rounding, else the differences.
+std::string compareGrads(const Grads &a, const Grads &b) {
+  std::string bad;
+  for (const auto &[name, values] : a) {
+    auto it = b.find(name);
+    if (it == b.end() || it->second.size() != values.size())
+      return "different inputs for " + name;
+    for (size_t e = 0; e < values.size(); ++e)
+      if (!(std::abs(values[e] - it->second[e]) <= 1e-13 + 1e-11 * std::abs(values[e])))
+        bad += fmt::format("  d/d{}[{}]: {:.17g} vs {:.17g}\n", name, e, values[e], it->second[e]);
+  }
+  return bad;
+}
+
+/// Checks `c` against finite differences and returns the gradients; also
+/// checks that reverse-ad without taping nested loops gives the same ones.
 Grads expectGradOk(GradCase c) {
+  GradCase recompute = c;
+  recompute.reverse.tapeNestedLoops = false;
   GradChecker g(std::move(c));
   Grads out;
   std::string e = g.check(&out);
   EXPECT_EQ(e, "");
+  GradChecker r(std::move(recompute));
+  Grads again;
+  EXPECT_EQ(r.check(&again), "") << "(nested loops recomputed)";
+  EXPECT_EQ(compareGrads(out, again), "") << "taped and recomputed nested loops disagree";
   return out;
 }
 
@@ -903,6 +926,205 @@ kernel @k() {
   }
 }
 )");
+  expectGradOk(c);
+}
+
+/// Stacks whose alloca sits directly in a task body (not in a reversed
+/// loop's iteration).
+size_t taskLevelStacks(const Kernel &k) {
+  size_t n = 0;
+  for (const AdStackAllocaStmt *a : stacksOf(k))
+    n += a->parentStmt() && a->parentStmt()->isTask();
+  return n;
+}
+
+/// Builds the gradient of @k in `text` with `options`; returns the module.
+std::unique_ptr<Module> gradientModule(const std::string &text, ReverseADOptions options) {
+  auto m = parseModule(text, {"t.qd", 1});
+  EXPECT_TRUE(m.ok()) << m.status().message();
+  if (!m.ok())
+    return nullptr;
+  auto g = buildGradientKernel(**m, *(*m)->findKernel("k"), options);
+  EXPECT_TRUE(g.ok()) << g.status().message();
+  return g.ok() ? *std::move(m) : nullptr;
+}
+
+constexpr const char *kTriangle = R"(
+kernel @k() {
+  parallel for %i = 0 to 4 {
+    %v = alloca f64
+    %x0 = load @x[%i] : f64
+    store %v, %x0
+    %z = const 0 : i32
+    %nb = load @n[%z] : i32
+    for %j = 0 to %nb {
+      for %k = 0 to %j {
+        %cur = load %v : f64
+        %xk = load @x[%k] : f64
+        %p = mul %cur, %xk : f64
+        %s = sin %p : f64
+        store %v, %s
+      }
+    }
+    %r = load %v : f64
+    atomic_add @y[], %r : f64
+  }
+}
+)";
+
+// Taping: the inner loop of a triangular nest pushes its local while the
+// outer loop is recorded, into one stack at the task level sized by a sum
+// over the outer range (exact); the outer loop needs no stack at all.
+// Recomputing: each reversed outer iteration runs the inner loop again,
+// with the outer value restored from a second stack.
+TEST(AutoDiffTest, TapedNestedLoopUsesOneExactlySizedStack) {
+  std::string text = std::string(kHeader) + kTriangle;
+  auto taped = gradientModule(text, {});
+  auto recomputed = gradientModule(text, {.tapeNestedLoops = false});
+  ASSERT_TRUE(taped && recomputed);
+  const Kernel &t = *taped->findKernel("k_grad");
+  const Kernel &r = *recomputed->findKernel("k_grad");
+  EXPECT_EQ(stacksOf(t).size(), 1u) << printKernel(t);
+  EXPECT_EQ(taskLevelStacks(t), 1u) << printKernel(t);
+  EXPECT_EQ(stacksOf(r).size(), 2u) << printKernel(r);
+  EXPECT_EQ(taskLevelStacks(r), 1u) << printKernel(r);
+  KernelSizing sizing = sizeAdStacks(t);
+  ASSERT_EQ(sizing.stacks().size(), 1u);
+  const AdStackSize &size = sizing.stacks()[0];
+  EXPECT_EQ(size.tier, SizingTier::LaunchTime) << sizing.describe(size);
+  EXPECT_TRUE(size.exact) << sizing.describe(size);
+  EXPECT_NE(sizing.describe(size).find("sum("), std::string::npos) << sizing.describe(size);
+  for (int n : {0, 1, 5}) {
+    GradCase c = loopCase(text);
+    c.init["n"] = {double(n), 0, 0, 0};
+    SCOPED_TRACE(n);
+    GradChecker g(c);
+    ASSERT_EQ(g.check(), "");
+    // The deepest the taped stack got: 0 + 1 + ... + (n - 1) pushes.
+    ASSERT_EQ(g.lastDepths().size(), 1u);
+    EXPECT_EQ(g.lastDepths().begin()->second, n * (n - 1) / 2);
+    expectGradOk(c); // both modes, against finite differences
+  }
+}
+
+// Code after the inner loop reads the local it writes: the reversed outer
+// iterations need the inner loop's result, so it is run again (its stack
+// lives in the reversed iteration), and the gradient is right.
+TEST(AutoDiffTest, NestedLoopWhoseResultIsReadAfterItIsNotTaped) {
+  std::string text = std::string(kHeader) + R"(
+kernel @k() {
+  parallel for %i = 0 to 4 {
+    %v = alloca f64
+    %x0 = load @x[%i] : f64
+    store %v, %x0
+    for %j = 0 to 3 {
+      for %k = 0 to 2 {
+        %cur = load %v : f64
+        %s = sin %cur : f64
+        store %v, %s
+      }
+      %after = load %v : f64
+      %sq = mul %after, %after : f64
+      %h = const 0.7 : f64
+      %t = add %sq, %h : f64
+      store %v, %t
+    }
+    %r = load %v : f64
+    atomic_add @y[], %r : f64
+  }
+}
+)";
+  auto m = gradientModule(text, {});
+  ASSERT_TRUE(m);
+  const Kernel &g = *m->findKernel("k_grad");
+  EXPECT_EQ(stacksOf(g).size(), 2u) << printKernel(g);
+  EXPECT_EQ(taskLevelStacks(g), 1u) << printKernel(g);
+  expectGradOk(loopCase(text));
+}
+
+// An inner loop in a while loop is not taped: its tape would be pushed a
+// number of times known only when the while loop ends (no launch-time
+// size), so the while loop's reversed iterations run it again.
+TEST(AutoDiffTest, NestedLoopInAWhileLoopIsNotTaped) {
+  std::string text = std::string(kHeader) + R"(
+kernel @k() {
+  parallel for %i = 0 to 4 {
+    %v = alloca f64
+    %cnt = alloca i32
+    %x0 = load @x[%i] : f64
+    store %v, %x0
+    %zero = const 0 : i32
+    store %cnt, %zero
+    while {
+      %c = load %cnt : i32
+      %one = const 1 : i32
+      %c1 = add %c, %one : i32
+      store %cnt, %c1
+      for %k = 0 to 3 {
+        %cur = load %v : f64
+        %s = sin %cur : f64
+        store %v, %s
+      }
+      %lim = const 3 : i32
+      %done = cmp ge %c1, %lim : i32
+      if %done {
+        break
+      }
+    }
+    %r = load %v : f64
+    atomic_add @y[], %r : f64
+  }
+}
+)";
+  auto m = gradientModule(text, {});
+  ASSERT_TRUE(m);
+  const Kernel &g = *m->findKernel("k_grad");
+  KernelSizing sizing = sizeAdStacks(g);
+  for (const AdStackSize &s : sizing.stacks()) {
+    if (s.stack->parentStmt() && !s.stack->parentStmt()->isTask()) {
+      EXPECT_EQ(s.tier, SizingTier::Constant) << sizing.describe(s); // the inner loop's: 3
+    }
+  }
+  EXPECT_LT(taskLevelStacks(g), stacksOf(g).size()) << printKernel(g);
+  expectGradOk(loopCase(text));
+}
+
+// The outer trip count is outside the SizeExpr grammar (a float cast), so
+// a taped inner stack would get only the default capacity (tier 3); the
+// inner loop is recomputed instead, and every stack keeps a real size.
+TEST(AutoDiffTest, NestedLoopWhoseTapeCannotBeSizedIsRecomputed) {
+  std::string text = std::string(kHeader) + R"(
+field @f : f64
+kernel @k() {
+  parallel for %i = 0 to 4 {
+    %u = alloca f64
+    %fv = load @f[] : f64
+    %q = cast %fv : f64 to i32
+    for %j = 0 to %q {
+      %xj = load @x[%j] : f64
+      store %u, %xj
+      for %k = 0 to 3 {
+        %cur = load %u : f64
+        %s = sin %cur : f64
+        atomic_add @y[], %s : f64
+        %h = const 0.5 : f64
+        %t = mul %s, %h : f64
+        store %u, %t
+      }
+    }
+  }
+}
+)";
+  auto m = gradientModule(text, {});
+  ASSERT_TRUE(m);
+  const Kernel &g = *m->findKernel("k_grad");
+  KernelSizing sizing = sizeAdStacks(g);
+  ASSERT_FALSE(sizing.stacks().empty()) << printKernel(g);
+  for (const AdStackSize &s : sizing.stacks())
+    EXPECT_NE(s.tier, SizingTier::Default) << sizing.describe(s) << "\n" << printKernel(g);
+  EXPECT_EQ(taskLevelStacks(g), 0u) << printKernel(g);
+  GradCase c = loopCase(text);
+  c.init["f"] = {3.5};
   expectGradOk(c);
 }
 
@@ -1433,11 +1655,22 @@ QD_PROPERTY(AutoDiffTest, RandomKernelsMatchFiniteDifferences, 150) {
   RC_CLASSIFY(printed.hasWhile, "while");
   RC_CLASSIFY(printed.hasFor, "for");
   RC_CLASSIFY(printed.hasJump, "break/continue");
-  GradChecker g(gradCaseOf(p, printed.text, **m));
-  std::string err = g.check();
+  GradCase c = gradCaseOf(p, printed.text, **m);
+  GradCase recompute = c;
+  recompute.reverse.tapeNestedLoops = false;
+  GradChecker g(std::move(c));
+  Grads taped, recomputed;
+  std::string err = g.check(&taped);
   RC_CLASSIFY(g.skipped() > 0, "non-smooth elements skipped");
   if (!err.empty())
     testgen::fail(p, err);
+  // Taping nested loops changes what is stored, not the gradient.
+  GradChecker r(std::move(recompute));
+  err = r.check(&recomputed);
+  if (!err.empty())
+    testgen::fail(p, "(nested loops recomputed) " + err);
+  if (std::string d = compareGrads(taped, recomputed); !d.empty())
+    testgen::fail(p, "taped and recomputed nested loops disagree:\n" + d);
 }
 
 } // namespace

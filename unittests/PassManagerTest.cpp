@@ -110,7 +110,7 @@ TEST(PassManagerTest, UnknownPassListsTheRegisteredOnes) {
   EXPECT_EQ(p.status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(std::string(p.status().message()),
             "unknown pass 'fodl'; registered passes: check-global-accesses, dce, fold, forward-ad, "
-            "reverse-ad, simplify, size-adstacks");
+            "reverse-ad, reverse-ad-recompute, simplify, size-adstacks");
 
   // The global registry may hold more passes; it lists at least these.
   PassManager pm;
@@ -403,12 +403,17 @@ std::unique_ptr<Module> parseGenerated(const testgen::GenProgram &p, const std::
   return *std::move(m);
 }
 
+/// The passes that add derived kernels (and refuse kernels with adstacks).
+bool addsKernels(const std::string &pass) {
+  return pass == "reverse-ad" || pass == "reverse-ad-recompute" || pass == "forward-ad";
+}
+
 // Every pass of the global registry, run alone on a generated program
 // (GenConfig::everything: every statement kind, adstacks, dual companions,
 // a kernel that may write its own bounds), leaves a module that verifies
 // and in which @k computes exactly what it computed before (the interpreter
 // on the same inputs, every field and ndarray compared bit for bit).
-// Passes that add kernels (reverse-ad, forward-ad) leave @k unchanged, and
+// Passes that add kernels (reverse-ad[-recompute], forward-ad) leave @k unchanged, and
 // their kernels run: @k_grad after @k without an error (its adstacks are
 // sized at launch: an overflow is an unsound size), @k_dual computing the
 // same primal results as @k. They may only refuse a kernel with adstacks.
@@ -445,7 +450,7 @@ QD_PROPERTY(PassManagerTest, EveryRegisteredPassPreservesSemantics, 100) {
         testgen::fail(p, "check-global-accesses changed the module: " + why);
       continue;
     }
-    bool derives = name == "reverse-ad" || name == "forward-ad";
+    bool derives = addsKernels(name);
     if (!changed.ok()) {
       if (derives && printed.hasStacks)
         continue; // documented: a kernel that already has adstacks
@@ -486,14 +491,15 @@ QD_PROPERTY(PassManagerTest, RandomPipelinesPreserveEveryKernel, 100) {
   std::unique_ptr<Module> m = parseGenerated(p, printed.text);
   std::vector<std::string> cleanup;
   for (const auto &[name, entry] : PassRegistry::global().entries())
-    if (name != "reverse-ad" && name != "forward-ad" && name != "check-global-accesses")
+    if (!addsKernels(name) && name != "check-global-accesses")
       cleanup.push_back(name);
-  int ad = printed.hasStacks ? 0 : *rc::gen::inRange(0, 3);
+  const char *derived[] = {"reverse-ad", "forward-ad", "reverse-ad-recompute"};
+  int ad = printed.hasStacks ? 0 : *rc::gen::inRange(0, 4);
   std::vector<std::string> pipeline = *rc::gen::container<std::vector<std::string>>(
       size_t(*rc::gen::inRange(1, 7)), rc::gen::elementOf(cleanup));
   if (ad) {
     PassManager pm;
-    RC_ASSERT(pm.addPipeline(ad == 1 ? "reverse-ad" : "forward-ad").ok());
+    RC_ASSERT(pm.addPipeline(derived[ad - 1]).ok());
     if (absl::Status s = pm.run(*m); !s.ok())
       testgen::fail(p, message(s));
   }
@@ -507,6 +513,7 @@ QD_PROPERTY(PassManagerTest, RandomPipelinesPreserveEveryKernel, 100) {
   if (absl::Status s = pm.run(*q); !s.ok())
     testgen::fail(p, "--passes=" + text + ": " + message(s));
   RC_CLASSIFY(ad == 1, "after reverse-ad");
+  RC_CLASSIFY(ad == 3, "after reverse-ad-recompute");
   RC_CLASSIFY(ad == 2, "after forward-ad");
   for (const auto &seq : launchSequences(*m)) {
     auto before = runKernels(p, *m, seq);

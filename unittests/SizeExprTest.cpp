@@ -153,6 +153,7 @@ TEST(SizeExprTest, LeavesKeepTheirPayload) {
   EXPECT_TRUE(var(4)->usesVar(4));
   EXPECT_FALSE(var(4)->usesVar(3));
   EXPECT_EQ(toString(K::MaxOverRange), "max_over_range");
+  EXPECT_EQ(toString(K::SumOverRange), "sum_over_range");
   EXPECT_EQ(toString(K::NdarrayRead), "ndarray_read");
 }
 
@@ -464,6 +465,92 @@ TEST(SizeExprTest, MaxOverRange) {
   auto shadow =
       SizeExpr::maxOverRange(0, c(0), c(3), SizeExpr::maxOverRange(0, c(10), c(12), var(0)));
   EXPECT_EQ(valueOf(shadow, in), 11);
+}
+
+TEST(SizeExprTest, SumOverRange) {
+  FakeInputs in;
+  in.args = {{0, 5}, {1, 5}, {2, 2}, {3, -7}};
+  in.ndarrays[4] = vec({3, -1, 9, 2, 0});
+  // sum over i in [0, n) of i: 0 + 1 + 2 + 3 + 4.
+  auto sumI = SizeExpr::sumOverRange(0, c(0), arg(0), var(0));
+  ASSERT_EQ(sumI->kind(), K::SumOverRange);
+  EXPECT_EQ(valueOf(sumI, in), 10);
+  EXPECT_EQ(print(sumI), "sum(%v0 in [0, %arg0): %v0)");
+  // Empty ranges are 0; negative terms count.
+  EXPECT_EQ(valueOf(SizeExpr::sumOverRange(0, arg(1), arg(0), SizeExpr::add(var(0), c(1))), in), 0);
+  EXPECT_EQ(valueOf(SizeExpr::sumOverRange(0, c(0), arg(0), SizeExpr::sub(var(0), c(3))), in), -5);
+  // Over an ndarray: 3 - 1 + 9 + 2 + 0.
+  EXPECT_EQ(
+      valueOf(SizeExpr::sumOverRange(0, c(0), SizeExpr::ndarrayShape(4, 0), read(4, var(0))), in),
+      13);
+  // A triangular nest: the largest over i of sum over j < a[i] of j.
+  auto tri = SizeExpr::maxOverRange(
+      1, c(0), SizeExpr::ndarrayShape(4, 0),
+      SizeExpr::sumOverRange(0, c(0), read(4, var(1)), SizeExpr::max(var(0), c(0))));
+  EXPECT_EQ(valueOf(tri, in), 36); // a = 9: 0 + ... + 8
+  // Shadowing: the inner sum rebinds %v0.
+  auto shadow =
+      SizeExpr::maxOverRange(0, c(0), c(3), SizeExpr::sumOverRange(0, c(10), c(12), var(0)));
+  EXPECT_EQ(valueOf(shadow, in), 21);
+}
+
+TEST(SizeExprTest, SumOverRangeSimplifies) {
+  FakeInputs in;
+  in.args = {{0, 6}, {1, 7}, {2, -3}};
+  EXPECT_EQ(SizeExpr::sumOverRange(0, c(4), c(4), var(0))->value(), 0);
+  EXPECT_EQ(SizeExpr::sumOverRange(0, c(0), arg(0), c(0))->value(), 0);
+  // A body without the variable: trip * body on a constant range; on a
+  // launch-time range the body is evaluated once, and 0 on an empty range.
+  EXPECT_EQ(print(SizeExpr::sumOverRange(0, c(2), c(5), arg(1))), "3 * %arg1");
+  auto indep = SizeExpr::sumOverRange(0, c(2), arg(0), arg(1));
+  EXPECT_EQ(print(indep), "sum(%v0 in [2, %arg0): %arg1)");
+  EXPECT_EQ(valueOf(indep, in), 28);
+  EXPECT_EQ(valueOf(SizeExpr::sumOverRange(0, arg(0), c(2), arg(1)), in), 0);
+  in.args[3] = I64::max(); // an empty range is 0 even where end - begin overflows
+  EXPECT_EQ(valueOf(SizeExpr::sumOverRange(0, arg(3), c(-3), arg(1)), in), 0);
+  // Constant sums fold to their value when evaluated at compile time.
+  EXPECT_EQ(valueOf(SizeExpr::sumOverRange(0, c(0), c(4), SizeExpr::mul(c(3), var(0))), in), 18);
+  // Signs.
+  auto pos = SizeExpr::sumOverRange(0, c(0), arg(0), SizeExpr::max(var(0), c(0)));
+  EXPECT_TRUE(pos->isNonNegative());
+  EXPECT_FALSE(pos->isNonPositive());
+  auto negative = SizeExpr::sumOverRange(0, c(0), arg(0), SizeExpr::mul(c(-1), pos));
+  EXPECT_TRUE(negative->isNonPositive());
+  EXPECT_FALSE(negative->isNonNegative());
+  EXPECT_FALSE(SizeExpr::sumOverRange(0, c(0), arg(0), var(0))->isNonNegative());
+}
+
+TEST(SizeExprTest, LongSumsAreBoundedByTripTimesMax) {
+  FakeInputs in;
+  int64_t n = kSumIterationLimit + 1;
+  in.args = {{0, n}};
+  // sum over i < n of i is n(n-1)/2; past the iteration limit the bound is
+  // n * (n - 1), found with one evaluation of the (increasing) body.
+  auto e = SizeExpr::sumOverRange(0, c(0), arg(0), var(0));
+  EXPECT_EQ(valueOf(e, in, 100), n * (n - 1));
+  in.args = {{0, kSumIterationLimit}};
+  EXPECT_EQ(valueOf(e, in, 4 * kSumIterationLimit),
+            kSumIterationLimit * (kSumIterationLimit - 1) / 2);
+  // Overflowing sums are errors, never wrapped numbers.
+  in.args = {{0, 8}, {1, I64::max() / 4}};
+  absl::Status st =
+      errorOf(SizeExpr::sumOverRange(0, c(0), arg(0), SizeExpr::add(var(0), arg(1))), in);
+  EXPECT_EQ(st.code(), absl::StatusCode::kOutOfRange) << st;
+}
+
+TEST(SizeExprTest, TriangularSumOverAFieldIsOneScan) {
+  // max(%i in [0, 2^20): sum(%j in [0, m[%i]): max(%j, 0))), the size of a
+  // taped triangular nest, costs one scan of m and one short sum.
+  FakeInputs in;
+  in.views = true;
+  std::vector<int64_t> m(1 << 20);
+  for (size_t i = 0; i < m.size(); ++i)
+    m[i] = 4 + int64_t(i * 7 % 13);
+  in.ndarrays[1] = vec(std::move(m));
+  auto e = SizeExpr::maxOverRange(
+      0, c(0), SizeExpr::ndarrayShape(1, 0),
+      SizeExpr::sumOverRange(1, c(0), read(1, var(0)), SizeExpr::max(var(1), c(0))));
+  EXPECT_EQ(valueOf(e, in, 1000), 16 * 15 / 2);
 }
 
 TEST(SizeExprTest, IndependentBodyIsEvaluatedOnce) {
@@ -808,7 +895,7 @@ TEST(SizeExprTest, SerialisationEncodesConstantsCompactly) {
   EXPECT_EQ(serializeSizeExpr(*c(-64)).size(), 11u);
   EXPECT_EQ(serializeSizeExpr(*c(64)).size(), 12u);
   EXPECT_EQ(serializeSizeExpr(*c(I64::min())).size(), 20u);
-  std::vector<uint8_t> expected = {'Q', 'D', 'S', 'X', 1, 0, 0, 0, 1, 0, 3};
+  std::vector<uint8_t> expected = {'Q', 'D', 'S', 'X', 2, 0, 0, 0, 1, 0, 3};
   EXPECT_EQ(serializeSizeExpr(*c(-2)), expected);
 }
 
@@ -836,8 +923,8 @@ TEST(SizeExprTest, SharedSubtreesSerialiseOnce) {
   EXPECT_EQ(serializeSizeExpr(**back), dagBytes);
 }
 
-std::vector<uint8_t> header(uint64_t count) {
-  std::vector<uint8_t> b = {'Q', 'D', 'S', 'X', 1, 0, 0, 0};
+std::vector<uint8_t> header(uint64_t count, uint8_t version = 2) {
+  std::vector<uint8_t> b = {'Q', 'D', 'S', 'X', version, 0, 0, 0};
   while (count >= 0x80) {
     b.push_back(static_cast<uint8_t>(count | 0x80));
     count >>= 7;
@@ -861,7 +948,8 @@ std::string rejection(const std::vector<uint8_t> &bytes) {
   return std::string(r.status().message());
 }
 
-constexpr uint8_t kConst = 0, kArg = 1, kField = 2, kRead = 4, kVar = 5, kAdd = 6, kMor = 10;
+constexpr uint8_t kConst = 0, kArg = 1, kField = 2, kRead = 4, kVar = 5, kAdd = 6, kMor = 10,
+                  kSor = 11;
 
 TEST(SizeExprTest, HandWrittenEncodingsDecode) {
   // add(arg 3, const -2) as nodes [arg 3, const -2, add(0, 1)].
@@ -876,6 +964,23 @@ TEST(SizeExprTest, HandWrittenEncodingsDecode) {
   auto f = deserializeSizeExpr(cat(header(2), {kConst, 2, kField, 2, 'a', 'b', 1, 0}));
   ASSERT_TRUE(f.ok()) << f.status();
   EXPECT_EQ(print(*f), "@ab[1]");
+  // sum(%v0 in [0, 4): %v0), format version 2.
+  auto sum = deserializeSizeExpr(cat(header(4), {kConst, 0, kConst, 8, kVar, 0, kSor, 0, 0, 1, 2}));
+  ASSERT_TRUE(sum.ok()) << sum.status();
+  EXPECT_EQ(print(*sum), "sum(%v0 in [0, 4): %v0)");
+}
+
+TEST(SizeExprTest, VersionOneDataStillDecodesButHasNoSums) {
+  // Kernels cached by a version-1 library size their stacks as before.
+  auto m = deserializeSizeExpr(
+      cat(header(4, /*version=*/1), {kConst, 0, kConst, 8, kVar, 1, kMor, 1, 0, 1, 2}));
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(print(*m), "max(%v1 in [0, 4): %v1)");
+  std::string msg =
+      rejection(cat(header(4, /*version=*/1), {kConst, 0, kConst, 8, kVar, 0, kSor, 0, 0, 1, 2}));
+  EXPECT_TRUE(contains(msg, "unknown node kind 11 in format version 1")) << msg;
+  msg = rejection(cat(header(1), {12}));
+  EXPECT_TRUE(contains(msg, "unknown node kind 12 in format version 2")) << msg;
 }
 
 TEST(SizeExprTest, DeserialiserRejectsBadHeaders) {
@@ -884,14 +989,19 @@ TEST(SizeExprTest, DeserialiserRejectsBadHeaders) {
   EXPECT_TRUE(contains(rejection(cat({'Q', 'D', 'S', 'Y', 1, 0, 0, 0, 1}, {kConst, 0})), "QDSX"));
   std::vector<uint8_t> good = serializeSizeExpr(*c(5));
   ASSERT_TRUE(deserializeSizeExpr(good).ok());
-  std::vector<uint8_t> v2 = good;
-  v2[4] = 2;
-  std::string msg = rejection(v2);
-  EXPECT_TRUE(contains(msg, "version 2")) << msg;
+  std::vector<uint8_t> v3 = good;
+  v3[4] = 3;
+  std::string msg = rejection(v3);
+  EXPECT_TRUE(contains(msg, "version 3")) << msg;
+  EXPECT_TRUE(contains(msg, "versions 1 to 2")) << msg;
+  std::vector<uint8_t> v0 = good;
+  v0[4] = 0;
+  msg = rejection(v0);
+  EXPECT_TRUE(contains(msg, "version 0")) << msg;
   std::vector<uint8_t> vHigh = good;
-  vHigh[7] = 1; // version 0x01000001
+  vHigh[7] = 1; // version 0x01000002
   msg = rejection(vHigh);
-  EXPECT_TRUE(contains(msg, "version 16777217")) << msg;
+  EXPECT_TRUE(contains(msg, "version 16777218")) << msg;
   // No nodes.
   msg = rejection(header(0));
   EXPECT_TRUE(contains(msg, "node count")) << msg;
@@ -930,8 +1040,8 @@ TEST(SizeExprTest, DeserialiserRejectsBadReferences) {
 }
 
 TEST(SizeExprTest, DeserialiserRejectsBadNodes) {
-  std::string msg = rejection(cat(header(1), {11}));
-  EXPECT_TRUE(contains(msg, "unknown node kind 11")) << msg;
+  std::string msg = rejection(cat(header(1), {12}));
+  EXPECT_TRUE(contains(msg, "unknown node kind 12")) << msg;
   msg = rejection(cat(header(1), {0xff}));
   EXPECT_TRUE(contains(msg, "unknown node kind 255")) << msg;
   // Trailing bytes after a valid encoding.
@@ -1056,7 +1166,8 @@ SizeExprRef genExpr(int depth, std::vector<unsigned> &bound) {
     bound.push_back(v);
     auto body = genExpr(depth - 1, bound);
     bound.pop_back();
-    return SizeExpr::make(K::MaxOverRange, {begin, end, body}, 0, v);
+    return SizeExpr::make(*rc::gen::element(K::MaxOverRange, K::SumOverRange), {begin, end, body},
+                          0, v);
   }
   }
 }
@@ -1174,7 +1285,8 @@ public:
       unknown |= !v;
       return v.value_or(0); // an element outside the buffer counts as 0
     }
-    case K::MaxOverRange: {
+    case K::MaxOverRange:
+    case K::SumOverRange: {
       auto b = eval(*ops[0]);
       auto en = eval(*ops[1]);
       if (!b || !en)
@@ -1184,6 +1296,7 @@ public:
         return std::nullopt;
       }
       std::optional<int64_t> best;
+      int64_t sum = 0;
       for (int64_t i = *b; i < *en; ++i) {
         vars_.emplace_back(e.var(), i);
         auto v = eval(*ops[2]);
@@ -1191,8 +1304,12 @@ public:
         if (!v)
           return std::nullopt;
         best = best ? std::max(*best, *v) : *v;
+        if (e.kind() == K::SumOverRange && __builtin_add_overflow(sum, *v, &sum)) {
+          saturated = true;
+          return *v > 0 ? I64::max() : I64::min();
+        }
       }
-      return best.value_or(0);
+      return e.kind() == K::SumOverRange ? sum : best.value_or(0);
     }
     default: {
       auto a = eval(*ops[0]);
@@ -1251,6 +1368,8 @@ SizeExprRef rebuild(const SizeExprRef &e) {
     return SizeExpr::max(ops[0], ops[1]);
   case K::MaxOverRange:
     return SizeExpr::maxOverRange(e->var(), ops[0], ops[1], ops[2]);
+  case K::SumOverRange:
+    return SizeExpr::sumOverRange(e->var(), ops[0], ops[1], ops[2]);
   default:
     return SizeExpr::make(e->kind(), std::move(ops), e->value(), e->argIndex(), e->axis(),
                           e->fieldName());

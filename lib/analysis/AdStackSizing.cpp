@@ -9,7 +9,9 @@
 //   peak  the largest depth reached inside it (>= 0),
 // where a missing path is "none". Sequencing adds, if arms take the max, and a
 // loop with trip count T and per-iteration net `it` peaks at
-// (T - 1) * max(it, 0) + peak(body) (just peak(body) when it <= 0). Values
+// (T - 1) * max(it, 0) + peak(body) (just peak(body) when it <= 0), or at
+// the sum of `it` over the iterations when every iteration peaks at its
+// end and `it` depends on the loop index. Values
 // are SizeExprs, so the same code gives constants (tier 1, everything folds)
 // and launch-time expressions (tier 2).
 //
@@ -400,6 +402,16 @@ private:
       end = trip;
     }
     unsigned v = facts_.varOf.at(&loop);
+    if (symbolic_ && it && it->usesVar(v) && !b.brk && !b.cont && it->isNonNegative() &&
+        b.peak->equals(*it)) {
+      // Every iteration pushes it(v) >= 0 and peaks at its end: the loop
+      // peaks after its last iteration, at the sum of all of them (a
+      // triangular nest: sum(j in [0, m): j), not m * max(j)).
+      Summary r;
+      r.fall = r.peak = SizeExpr::sumOverRange(v, begin, end, it);
+      r.exact = b.exact;
+      return r;
+    }
     E br = b.brk, p = b.peak;
     bool exact = b.exact && !b.cont && !b.brk;
     // A body whose depth depends on the loop's own index: bound every
@@ -410,6 +422,9 @@ private:
         exact = false;
       }
     };
+    E itAt = it; // the net change of the iteration at index v
+    bool itUsesVar = it && it->usesVar(v);
+    bool othersUseVar = (br && br->usesVar(v)) || p->usesVar(v);
     hoist(it);
     hoist(br);
     hoist(p);
@@ -430,9 +445,16 @@ private:
         r.fall = SizeExpr::max(r.fall, cst(0));
       return r;
     }
-    if (it->isConst() && it->value() <= 0) {
+    if (it->isNonPositive()) {
       r.peak = guard(p);
-      r.fall = SizeExpr::mul(trip, it);
+      if (itUsesVar) {
+        // The net is the sum of the iterations' nets: exact, where
+        // trip * max(net) would over-estimate it.
+        r.fall = SizeExpr::sumOverRange(v, begin, end, itAt);
+        r.exact = b.exact && !b.cont && !b.brk && !othersUseVar;
+      } else {
+        r.fall = SizeExpr::mul(trip, it);
+      }
     } else {
       E itp = SizeExpr::max(it, cst(0));
       if (!it->isNonNegative())

@@ -29,6 +29,7 @@ unsigned arity(SizeExprKind k) {
   case SizeExprKind::Max:
     return 2;
   case SizeExprKind::MaxOverRange:
+  case SizeExprKind::SumOverRange:
     return 3;
   default:
     return 0;
@@ -61,6 +62,8 @@ std::string_view toString(SizeExprKind kind) {
     return "max";
   case SizeExprKind::MaxOverRange:
     return "max_over_range";
+  case SizeExprKind::SumOverRange:
+    return "sum_over_range";
   }
   return "?";
 }
@@ -85,7 +88,7 @@ SizeExprRef SizeExpr::make(SizeExprKind kind, std::vector<SizeExprRef> operands,
     size = op.size_ > std::numeric_limits<size_t>::max() - size ? std::numeric_limits<size_t>::max()
                                                                 : size + op.size_;
     for (unsigned v : op.freeVars_)
-      if (!(kind == SizeExprKind::MaxOverRange && i == 2 && v == index))
+      if (!(isRange(kind) && i == 2 && v == index))
         vars.push_back(v);
   }
   if (kind == SizeExprKind::BoundVar)
@@ -110,10 +113,34 @@ SizeExprRef SizeExpr::make(SizeExprKind kind, std::vector<SizeExprRef> operands,
     e->nonNegative_ = ops[0]->nonNegative_ || ops[1]->nonNegative_;
     break;
   case SizeExprKind::MaxOverRange:
+  case SizeExprKind::SumOverRange:
     e->nonNegative_ = ops[2]->nonNegative_; // an empty range gives 0
     break;
   default:
     e->nonNegative_ = false;
+  }
+  auto neg = [](const SizeExpr &x) { return x.nonPositive_; };
+  auto pos = [](const SizeExpr &x) { return x.nonNegative_; };
+  switch (kind) {
+  case SizeExprKind::Const:
+    e->nonPositive_ = value <= 0;
+    break;
+  case SizeExprKind::Add:
+  case SizeExprKind::Max:
+    e->nonPositive_ = neg(*ops[0]) && neg(*ops[1]);
+    break;
+  case SizeExprKind::Sub:
+    e->nonPositive_ = neg(*ops[0]) && pos(*ops[1]);
+    break;
+  case SizeExprKind::Mul:
+    e->nonPositive_ = (neg(*ops[0]) && pos(*ops[1])) || (pos(*ops[0]) && neg(*ops[1]));
+    break;
+  case SizeExprKind::MaxOverRange:
+  case SizeExprKind::SumOverRange:
+    e->nonPositive_ = neg(*ops[2]);
+    break;
+  default:
+    break;
   }
   return e;
 }
@@ -211,6 +238,22 @@ SizeExprRef SizeExpr::maxOverRange(unsigned var, SizeExprRef begin, SizeExprRef 
               var);
 }
 
+SizeExprRef SizeExpr::sumOverRange(unsigned var, SizeExprRef begin, SizeExprRef end,
+                                   SizeExprRef body) {
+  if (begin->isConst() && end->isConst() && begin->value() >= end->value())
+    return constant(0);
+  if (body->isConst() && body->value() == 0)
+    return body;
+  // A body without the variable over a constant range is trip * body. (Not
+  // over a launch-time range: max(end - begin, 0) saturates for extreme
+  // bounds that the sum, empty there, never subtracts.)
+  if (!body->usesVar(var) && begin->isConst() && end->isConst())
+    if (auto trip = detail::checkedSub(end->value(), begin->value()))
+      return mul(constant(*trip), std::move(body));
+  return make(SizeExprKind::SumOverRange, {std::move(begin), std::move(end), std::move(body)}, 0,
+              var);
+}
+
 SizeExprRef SizeExpr::tripCount(SizeExprRef begin, SizeExprRef end) {
   return max(sub(std::move(end), std::move(begin)), constant(0));
 }
@@ -285,8 +328,10 @@ public:
     case SizeExprKind::Max:
       return "max(" + print(*ops[0], 0) + ", " + print(*ops[1], 0) + ")";
     case SizeExprKind::MaxOverRange:
-      return fmt::format("max({} in [{}, {}): {})", var(e.var()), print(*ops[0], 0),
-                         print(*ops[1], 0), print(*ops[2], 0));
+    case SizeExprKind::SumOverRange:
+      return fmt::format("{}({} in [{}, {}): {})",
+                         e.kind() == SizeExprKind::MaxOverRange ? "max" : "sum", var(e.var()),
+                         print(*ops[0], 0), print(*ops[1], 0), print(*ops[2], 0));
     }
     return "?";
   }
@@ -393,6 +438,7 @@ private:
       break;
     case SizeExprKind::BoundVar:
     case SizeExprKind::MaxOverRange:
+    case SizeExprKind::SumOverRange:
       putVarint(body_, e.var());
       break;
     default:
@@ -461,11 +507,13 @@ absl::StatusOr<SizeExprRef> deserializeSizeExpr(std::span<const uint8_t> bytes) 
   uint32_t version = 0;
   for (int i = 0; i < 4; ++i)
     version |= uint32_t(bytes[4 + i]) << (8 * i);
-  if (version != kSizeExprFormatVersion)
+  if (version < 1 || version > kSizeExprFormatVersion)
     return absl::InvalidArgumentError(
-        fmt::format("serialised SizeExpr has format version {}, but this library reads version "
-                    "{}; recompile the kernel",
+        fmt::format("serialised SizeExpr has format version {}, but this library reads versions "
+                    "1 to {}; recompile the kernel",
                     version, kSizeExprFormatVersion));
+  // The last kind each version knows.
+  SizeExprKind lastKind = version == 1 ? SizeExprKind::MaxOverRange : SizeExprKind::SumOverRange;
   Reader r(bytes.subspan(8));
   auto count = r.varint();
   if (!count || *count == 0)
@@ -480,8 +528,8 @@ absl::StatusOr<SizeExprRef> deserializeSizeExpr(std::span<const uint8_t> bytes) 
     auto kindByte = r.byte();
     if (!kindByte)
       return bad(at, "truncated");
-    if (*kindByte > static_cast<uint8_t>(SizeExprKind::MaxOverRange))
-      return bad(at, fmt::format("unknown node kind {}", *kindByte));
+    if (*kindByte > static_cast<uint8_t>(lastKind))
+      return bad(at, fmt::format("unknown node kind {} in format version {}", *kindByte, version));
     auto kind = static_cast<SizeExprKind>(*kindByte);
     int64_t value = 0;
     uint64_t index = 0, axis = 0, numOps = arity(kind);
@@ -525,6 +573,7 @@ absl::StatusOr<SizeExprRef> deserializeSizeExpr(std::span<const uint8_t> bytes) 
       break;
     case SizeExprKind::BoundVar:
     case SizeExprKind::MaxOverRange:
+    case SizeExprKind::SumOverRange:
       ok = need(r.varint(), kIdxLimit, index);
       break;
     default:
@@ -553,12 +602,12 @@ absl::StatusOr<SizeExprRef> deserializeSizeExpr(std::span<const uint8_t> bytes) 
   if (!r.atEnd())
     return bad(8 + r.pos(), "trailing bytes after the last node");
   SizeExprRef root = nodes.back();
-  // A variable free in the root has no binding MaxOverRange.
+  // A variable free in the root has no binding range.
   for (const auto &node : nodes)
     if (node->kind() == SizeExprKind::BoundVar && root->usesVar(node->var()))
       return absl::InvalidArgumentError(
           fmt::format("malformed serialised SizeExpr: variable %v{} is used outside a "
-                      "max-over-range that binds it",
+                      "range that binds it",
                       node->var()));
   return root;
 }

@@ -125,7 +125,8 @@ public:
       return arith(e.kind(), *a, *b);
     }
     case SizeExprKind::MaxOverRange:
-      return evalMaxOverRange(e);
+    case SizeExprKind::SumOverRange:
+      return evalRange(e);
     default:
       return evalLeaf(e);
     }
@@ -201,9 +202,10 @@ private:
       break;
     }
     case SizeExprKind::MaxOverRange:
-      // The maximum of a non-negative body (0 for an empty range) rises
-      // when the range widens or the body rises. A body that rebinds the
-      // subject's variable does not see it.
+    case SizeExprKind::SumOverRange:
+      // The maximum or sum of a non-negative body (0 for an empty range)
+      // rises when the range widens or the body rises. A body that rebinds
+      // the subject's variable does not see it.
       if (ops[2]->isNonNegative())
         d = join(join(flip(direction(*ops[0], s)), direction(*ops[1], s)),
                  e.var() == s.var ? kConst : direction(*ops[2], s));
@@ -227,7 +229,7 @@ private:
       return it->second;
     const SizeExpr *found = nullptr;
     // Under a rebinding of `var`, only the range bounds see the outer one.
-    size_t n = e.kind() == SizeExprKind::MaxOverRange && e.var() == var ? 2 : e.operands().size();
+    size_t n = isRange(e.kind()) && e.var() == var ? 2 : e.operands().size();
     for (size_t i = 0; i < n && !found; ++i)
       if (e.operands()[i]->usesVar(var))
         found = findReadAt(*e.operands()[i], var);
@@ -371,7 +373,8 @@ private:
     return v;
   }
 
-  [[gnu::noinline]] std::optional<int64_t> evalMaxOverRange(const SizeExpr &e) {
+  /// A MaxOverRange or SumOverRange: 0 on an empty range.
+  [[gnu::noinline]] std::optional<int64_t> evalRange(const SizeExpr &e) {
     const auto &ops = e.operands();
     auto begin = eval(*ops[0]);
     auto end = eval(*ops[1]);
@@ -379,30 +382,60 @@ private:
       return std::nullopt;
     if (*begin >= *end)
       return 0;
+    if (e.kind() == SizeExprKind::MaxOverRange)
+      return maxOfBody(e, *begin, *end);
+    return sumOfBody(e, *begin, *end);
+  }
+
+  /// The sum of the body of range `e` over [begin, end), which is not
+  /// empty.
+  std::optional<int64_t> sumOfBody(const SizeExpr &e, int64_t begin, int64_t end) {
+    int64_t trip = saturate(checkedSub(end, begin), true);
+    if (!e.operands()[2]->usesVar(e.var()) || trip > kSumIterationLimit) {
+      // Every term is at most the largest one: trip * max is sound (and
+      // exact for a body that does not use the variable).
+      auto m = maxOfBody(e, begin, end);
+      if (!m)
+        return std::nullopt;
+      return arith(SizeExprKind::Mul, trip, *m);
+    }
+    int64_t sum = 0;
+    for (int64_t i = begin; i < end; ++i) {
+      auto v = evalBodyAt(e, {e.var(), i});
+      if (!v)
+        return std::nullopt;
+      sum = arith(SizeExprKind::Add, sum, *v);
+    }
+    return sum;
+  }
+
+  /// The largest value of the body of range `e` over [begin, end), which is
+  /// not empty.
+  std::optional<int64_t> maxOfBody(const SizeExpr &e, int64_t begin, int64_t end) {
     const RangePlan &p = planFor(e);
     switch (p.plan) {
     case Plan::Once:
     case Plan::AtEnd:
-      return evalBodyAt(e, {e.var(), *end - 1});
+      return evalBodyAt(e, {e.var(), end - 1});
     case Plan::AtBegin:
-      return evalBodyAt(e, {e.var(), *begin});
+      return evalBodyAt(e, {e.var(), begin});
     case Plan::ReadMax: {
       // The body grows with the element it reads: evaluate it once, at the
       // largest element of the range.
-      auto m = rangeMax(*p.read, *begin, *end);
+      auto m = rangeMax(*p.read, begin, end);
       if (!m)
         return std::nullopt;
-      return evalBodyAt(e, {e.var(), *begin, p.read, *m});
+      return evalBodyAt(e, {e.var(), begin, p.read, *m});
     }
     case Plan::Iterate:
       break;
     }
     int64_t best = 0;
-    for (int64_t i = *begin; i < *end; ++i) {
+    for (int64_t i = begin; i < end; ++i) {
       auto v = evalBodyAt(e, {e.var(), i});
       if (!v)
         return std::nullopt;
-      best = i == *begin ? *v : std::max(best, *v);
+      best = i == begin ? *v : std::max(best, *v);
     }
     return best;
   }

@@ -58,7 +58,17 @@ std::unique_ptr<Pass> createCheckGlobalAccessesPass() {
 }
 
 std::unique_ptr<Pass> createReverseAdPass() {
-  return std::make_unique<DerivedKernelPass>("reverse-ad", buildGradientKernel);
+  return std::make_unique<DerivedKernelPass>(
+      "reverse-ad", [](Module &m, const Kernel &k, std::string name) {
+        return buildGradientKernel(m, k, ReverseADOptions{}, std::move(name));
+      });
+}
+
+std::unique_ptr<Pass> createReverseAdRecomputePass() {
+  return std::make_unique<DerivedKernelPass>("reverse-ad-recompute", [](Module &m, const Kernel &k,
+                                                                        std::string name) {
+    return buildGradientKernel(m, k, ReverseADOptions{.tapeNestedLoops = false}, std::move(name));
+  });
 }
 
 std::unique_ptr<Pass> createForwardAdPass() {

@@ -130,6 +130,10 @@ void registerBuiltinPasses(PassRegistry &registry) {
                      createSizeAdStacksPass);
   (void)registry.add("reverse-ad", "add the reverse-mode gradient kernel @<k>_grad of every kernel",
                      createReverseAdPass);
+  (void)registry.add("reverse-ad-recompute",
+                     "reverse-ad that runs nested loops again instead of taping them (stacks hold "
+                     "one iteration of the enclosing loop)",
+                     createReverseAdRecomputePass);
   (void)registry.add("check-global-accesses",
                      "fail when a kernel may write a global after reading it in the same launch",
                      createCheckGlobalAccessesPass);

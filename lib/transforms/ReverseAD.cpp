@@ -15,6 +15,7 @@
 //    iterations backwards, each one a new frame.
 //
 //===----------------------------------------------------------------------===//
+#include "qd/analysis/AdStackSizing.h"
 #include "qd/ir/Clone.h"
 #include "qd/ir/IRBuilder.h"
 #include "qd/ir/Printer.h"
@@ -225,12 +226,27 @@ struct LoopPlan {
   std::vector<AllocaStmt *> perIteration; // source locals pushed every iteration
   std::vector<AllocaStmt *> atEntry;      // source locals saved once before the loop
   bool counted = false;                   // while loop or a loop that may break
+  /// Taped: a range-for nested in another range-for P whose iterations it
+  /// records while P is recorded (pushes in Plain(P)), so that the reverse
+  /// frames of P reverse it without running it again (see decideTaping).
+  bool taped = false;
+  /// Values defined outside the loop that its reverse needs.
+  std::vector<const Value *> outsideNeeds;
 };
 
 class GradientBuilder {
 public:
-  GradientBuilder(Kernel &source, Kernel &grad, const std::unordered_set<const Stmt *> &breaking)
-      : src_(source), grad_(grad), breaking_(breaking), activity_(source) {}
+  GradientBuilder(Kernel &source, Kernel &grad, const std::unordered_set<const Stmt *> &breaking,
+                  const ReverseADOptions &options,
+                  const std::unordered_set<const Stmt *> &neverTape)
+      : src_(source), grad_(grad), breaking_(breaking), options_(options), neverTape_(neverTape),
+        activity_(source) {}
+
+  /// Taped source loops and the stacks they push (for the sizing check in
+  /// buildGradientKernel).
+  const std::unordered_map<const AdStackAllocaStmt *, const Stmt *> &tapedStacks() const {
+    return tapedStacks_;
+  }
 
   absl::Status run() {
     if (absl::Status s = check(); !s.ok())
@@ -314,8 +330,14 @@ private:
   //===--- what the reverse needs ------------------------------------------===//
 
   void need(const Value *v) {
-    if (v && isa<Stmt>(v) && (!needScope_ || needScope_->count(cast<Stmt>(v))) &&
-        needTarget_->insert(v).second)
+    if (!v || !isa<Stmt>(v))
+      return;
+    if (needScope_ && !needScope_->count(cast<Stmt>(v))) {
+      if (outsideNeeds_ && outsideSeen_.insert(v).second)
+        outsideNeeds_->push_back(v);
+      return;
+    }
+    if (needTarget_->insert(v).second)
       work_.push_back(v);
   }
 
@@ -328,12 +350,20 @@ private:
   /// The values whose primal the reverse of `stmts` needs (non-linear
   /// operands, conditions, bounds, indices, and what they are computed
   /// from), following operands only within `scope` when it is given.
+  /// `roots` are needed in any case; values outside `scope` that would be
+  /// needed are listed in `outside`.
   void computeNeededIn(const std::vector<Stmt *> &stmts,
                        const std::unordered_set<const Stmt *> *scope,
                        std::unordered_set<const Value *> &values,
-                       std::unordered_set<const Value *> &locals) {
+                       std::unordered_set<const Value *> &locals,
+                       const std::vector<const Value *> &roots = {},
+                       std::vector<const Value *> *outside = nullptr) {
     needTarget_ = &values;
     needScope_ = scope;
+    outsideNeeds_ = outside;
+    outsideSeen_.clear();
+    for (const Value *r : roots)
+      need(r);
     std::unordered_map<const Value *, std::vector<LocalStoreStmt *>> storesTo;
     for (Stmt *s : stmts) {
       if (auto *st = dyn_cast<LocalStoreStmt>(s))
@@ -443,48 +473,162 @@ private:
       }
     }
     needScope_ = nullptr;
+    outsideNeeds_ = nullptr;
   }
 
-  /// Locals loaded/stored anywhere inside `loop`.
   void planLoops() {
     walk(src_.body(), [&](Stmt &s) {
-      if (s.kind() != StmtKind::For && s.kind() != StmtKind::While)
+      if ((s.kind() == StmtKind::For || s.kind() == StmtKind::While) && !s.isTask())
+        plans_[&s] = planLoop(s);
+    });
+    if (!options_.tapeNestedLoops)
+      return;
+    decideTaping();
+    // A loop with taped loops inside needs less: plan again, inner loops
+    // first, each taped loop seen as a black box.
+    walkPostOrder(src_.body(), [&](Stmt &s) {
+      if ((s.kind() != StmtKind::For && s.kind() != StmtKind::While) || s.isTask())
         return;
-      if (s.isTask())
-        return;
-      // A loop-carried local is saved only if the reverse of the loop's own
-      // body needs its value; what later code needs is recomputed by the
-      // forward run of the loop.
-      std::vector<Stmt *> inside;
-      walk(s.block(0), [&](Stmt &inner) { inside.push_back(&inner); });
-      std::unordered_set<const Stmt *> scope(inside.begin(), inside.end());
-      std::unordered_set<const Value *> neededInside, read;
-      computeNeededIn(inside, &scope, neededInside, read);
-      std::unordered_set<const Value *> written;
-      std::vector<AllocaStmt *> order;
+      bool hasTaped = false;
       walk(s.block(0), [&](Stmt &inner) {
-        Value *local = nullptr;
-        if (auto *ld = dyn_cast<LocalLoadStmt>(&inner)) {
-          local = ld->local();
-        } else if (auto *st = dyn_cast<LocalStoreStmt>(&inner)) {
-          local = st->local();
-          written.insert(local);
-        }
-        if (local) {
-          auto *a = cast<AllocaStmt>(local);
-          if (!a->parent()->isNestedIn(&s.block(0)) &&
-              std::find(order.begin(), order.end(), a) == order.end())
-            order.push_back(a);
-        }
+        auto it = plans_.find(&inner);
+        hasTaped |= it != plans_.end() && it->second.taped;
       });
-      LoopPlan plan;
-      plan.counted = s.kind() == StmtKind::While || breaking_.count(&s);
-      for (AllocaStmt *a : order) {
-        if (!read.count(a))
+      if (!hasTaped)
+        return;
+      bool taped = plans_.at(&s).taped;
+      plans_[&s] = planLoop(s);
+      plans_[&s].taped = taped;
+    });
+  }
+
+  /// What Record(L)/Rev(L) keep for `loop`. A loop-carried local is saved
+  /// only if the reverse of the loop's own body needs its value; what later
+  /// code needs is recomputed by the forward run of the loop. A taped loop
+  /// inside is a black box: its reverse restores its own locals from its
+  /// stacks, so it needs from `loop`'s reverse frame only its bounds, the
+  /// locals it saves at entry and the outside values its reverse reads.
+  LoopPlan planLoop(Stmt &s) {
+    std::vector<Stmt *> inside;
+    std::vector<const Value *> roots;
+    auto collect = [&](auto &self, Block &block) -> void {
+      for (Stmt &inner : block) {
+        inside.push_back(&inner);
+        auto it = plans_.find(&inner);
+        if (it == plans_.end() || !it->second.taped) {
+          for (unsigned i = 0; i < inner.numBlocks(); ++i)
+            self(self, inner.block(i));
           continue;
-        (written.count(a) ? plan.perIteration : plan.atEntry).push_back(a);
+        }
+        const LoopPlan &child = it->second;
+        walk(inner.block(0), [&](Stmt &t) {
+          auto *ld = dyn_cast<LocalLoadStmt>(&t);
+          if (ld && std::find(child.atEntry.begin(), child.atEntry.end(), ld->local()) !=
+                        child.atEntry.end()) {
+            inside.push_back(&t);
+            roots.push_back(&t);
+          }
+        });
+        roots.insert(roots.end(), child.outsideNeeds.begin(), child.outsideNeeds.end());
       }
-      plans_[&s] = std::move(plan);
+    };
+    collect(collect, s.block(0));
+    std::unordered_set<const Stmt *> scope(inside.begin(), inside.end());
+    std::unordered_set<const Value *> neededInside, read;
+    LoopPlan plan;
+    computeNeededIn(inside, &scope, neededInside, read, roots, &plan.outsideNeeds);
+    std::unordered_set<const Value *> written;
+    std::vector<AllocaStmt *> order;
+    walk(s.block(0), [&](Stmt &inner) {
+      Value *local = nullptr;
+      if (auto *ld = dyn_cast<LocalLoadStmt>(&inner)) {
+        local = ld->local();
+      } else if (auto *st = dyn_cast<LocalStoreStmt>(&inner)) {
+        local = st->local();
+        written.insert(local);
+      }
+      if (local) {
+        auto *a = cast<AllocaStmt>(local);
+        if (!a->parent()->isNestedIn(&s.block(0)) &&
+            std::find(order.begin(), order.end(), a) == order.end())
+          order.push_back(a);
+      }
+    });
+    // A written local is pushed only if a needed load can see the value it
+    // had when the iteration started: not if a store at the top level of
+    // the body (which every iteration runs: jumps are flags by now) comes
+    // first. Rev(L) replays that store before the load.
+    std::unordered_map<const Stmt *, size_t> position;
+    for (size_t i = 0; i < inside.size(); ++i)
+      position.emplace(inside[i], i);
+    std::unordered_map<const Value *, size_t> firstKill;
+    for (Stmt &t : s.block(0))
+      if (auto *st = dyn_cast<LocalStoreStmt>(&t))
+        firstKill.emplace(st->local(), position.at(&t));
+    std::unordered_set<const Value *> exposed;
+    for (Stmt *t : inside)
+      if (auto *ld = dyn_cast<LocalLoadStmt>(t); ld && neededInside.count(ld)) {
+        auto kill = firstKill.find(ld->local());
+        if (kill == firstKill.end() || kill->second > position.at(t))
+          exposed.insert(ld->local());
+      }
+    plan.counted = s.kind() == StmtKind::While || breaking_.count(&s);
+    for (AllocaStmt *a : order) {
+      if (!read.count(a))
+        continue;
+      if (!written.count(a))
+        plan.atEntry.push_back(a);
+      else if (exposed.count(a))
+        plan.perIteration.push_back(a);
+    }
+    return plan;
+  }
+
+  /// The nearest loop that contains `s` (through if arms), or null.
+  static Stmt *enclosingLoop(const Stmt &s) {
+    for (Stmt *p = s.parentStmt(); p; p = p->parentStmt())
+      if (p->kind() == StmtKind::For || p->kind() == StmtKind::While)
+        return p;
+    return nullptr;
+  }
+
+  /// A range-for L without a break whose nearest enclosing loop P is a
+  /// non-task range-for without a break is taped, unless code after L in
+  /// P's body reads a local that L writes. Without taping, every reverse
+  /// frame of P runs Record(L) again: L's forward code runs twice in all,
+  /// and L's stacks hold one iteration of P at a time. Taped, Plain(P)
+  /// pushes L's locals in every iteration of P (the stacks hold all of P's
+  /// iterations, sized by a sum over P's range), and the reverse frames of
+  /// P only save L's entry locals where L was: the locals L writes keep
+  /// the values they had before L, which is why nothing after L may read
+  /// them. P must not be a while loop: a stack pushed in a while loop has
+  /// no launch-time size.
+  void decideTaping() {
+    walk(src_.body(), [&](Stmt &s) {
+      if (s.kind() != StmtKind::For || s.isTask() || neverTape_.count(&s))
+        return;
+      LoopPlan &plan = plans_.at(&s);
+      Stmt *parent = enclosingLoop(s);
+      if (plan.counted || !parent || parent->isTask() || parent->kind() != StmtKind::For ||
+          plans_.at(parent).counted)
+        return;
+      std::unordered_set<const Value *> writes;
+      walk(s.block(0), [&](Stmt &inner) {
+        if (auto *st = dyn_cast<LocalStoreStmt>(&inner))
+          writes.insert(st->local());
+      });
+      bool after = false, readAfter = false;
+      walk(parent->block(0), [&](Stmt &t) {
+        if (&t == &s) {
+          after = true;
+          return;
+        }
+        if (!after || t.parent()->isNestedIn(&s.block(0)))
+          return;
+        if (auto *ld = dyn_cast<LocalLoadStmt>(&t); ld && writes.count(ld->local()))
+          readAfter = true;
+      });
+      plan.taped = !readAfter;
     });
   }
 
@@ -588,7 +732,10 @@ private:
       }
       case StmtKind::For:
       case StmtKind::While:
-        record(s, b, f);
+        if (plans_.at(&s).taped)
+          saveAtEntry(s, b, f); // its iterations were pushed by Plain(parent)
+        else
+          record(s, b, f);
         break;
       case StmtKind::Break:
       case StmtKind::Continue:
@@ -604,32 +751,40 @@ private:
     }
   }
 
-  /// Plain(B): forward code inside a recorded loop (nothing is kept for the
-  /// reverse; loop exits are real).
-  void plain(Block &block, IRBuilder &b, Frame &f, ValueMap &map) {
+  /// Plain(B): forward code inside a recorded loop (loop exits are real).
+  /// Nothing is kept for the reverse except, while `taping` (B belongs to
+  /// the recorded loop or to loops taped inside it), the iterations of
+  /// taped loops, whose stacks live in the recording frame `f`.
+  void plain(Block &block, IRBuilder &b, Frame &f, ValueMap &map, bool taping) {
     for (Stmt &s : block) {
       b.setLocation(s.loc());
       switch (s.kind()) {
       case StmtKind::If: {
         auto &i = cast<IfStmt>(s);
         auto scope = b.ifThen(lookup(i.cond(), f, b, map));
-        plain(i.thenBlock(), b, f, map);
+        plain(i.thenBlock(), b, f, map, taping);
         scope.otherwise();
-        plain(i.elseBlock(), b, f, map);
+        plain(i.elseBlock(), b, f, map, taping);
         break;
       }
       case StmtKind::For: {
         auto &l = cast<ForStmt>(s);
         Bound lo = l.begin().isConstant() ? l.begin() : Bound(lookup(l.beginValue(), f, b, map));
         Bound hi = l.end().isConstant() ? l.end() : Bound(lookup(l.endValue(), f, b, map));
+        bool tape = taping && plans_.at(&l).taped;
+        if (tape)
+          allocateStacks(l, f, /*taped=*/true);
         auto scope = b.forRange(lo, hi);
         map[&l] = scope.index();
-        plain(l.body(), b, f, map);
+        if (tape)
+          for (AllocaStmt *a : plans_.at(&l).perIteration)
+            b.adstackPush(stacks_.at({&l, a}), b.load(lookup(a, f, b, map)));
+        plain(l.body(), b, f, map, tape);
         break;
       }
       case StmtKind::While: {
         auto scope = b.whileLoop();
-        plain(s.block(0), b, f, map);
+        plain(s.block(0), b, f, map, /*taping=*/false);
         break;
       }
       case StmtKind::Break:
@@ -663,19 +818,32 @@ private:
     return c;
   }
 
-  /// Record(L).
-  void record(Stmt &loop, IRBuilder &b, Frame &f) {
-    const LoopPlan &plan = plans_.at(&loop);
-    for (AllocaStmt *a : plan.atEntry) {
+  /// Saves the locals that `loop` reads and does not write, which Rev(L)
+  /// restores before running the iterations backwards.
+  void saveAtEntry(Stmt &loop, IRBuilder &b, Frame &f) {
+    for (AllocaStmt *a : plans_.at(&loop).atEntry) {
       AllocaStmt *&save = entrySaves_[{&loop, a}];
       save = atTop(f).alloca(a->elementType());
       b.store(save, b.load(primal(a, f, b)));
     }
-    for (AllocaStmt *a : plan.perIteration) {
+  }
+
+  /// The stacks of `loop`'s per-iteration locals, at the top of frame `f`.
+  void allocateStacks(Stmt &loop, Frame &f, bool taped) {
+    for (AllocaStmt *a : plans_.at(&loop).perIteration) {
       AdStackAllocaStmt *stack = atTop(f).adstackAlloca(a->elementType());
       stack->setLoc(loop.loc());
       stacks_[{&loop, a}] = stack;
+      if (taped)
+        tapedStacks_[stack] = &loop;
     }
+  }
+
+  /// Record(L).
+  void record(Stmt &loop, IRBuilder &b, Frame &f) {
+    const LoopPlan &plan = plans_.at(&loop);
+    saveAtEntry(loop, b, f);
+    allocateStacks(loop, f, /*taped=*/false);
     AllocaStmt *counter = plan.counted ? counterOf(loop, f) : nullptr;
     if (counter)
       b.store(counter, b.i32(0));
@@ -692,7 +860,7 @@ private:
       b.store(counter, b.add(b.load(counter), b.i32(1)));
     for (AllocaStmt *a : plan.perIteration)
       b.adstackPush(stacks_.at({&loop, a}), b.load(primal(a, f, b)));
-    plain(loop.block(0), b, f, map);
+    plain(loop.block(0), b, f, map, /*taping=*/true);
   }
 
   //===--- reverse code ----------------------------------------------------===//
@@ -1002,11 +1170,15 @@ private:
   Kernel &src_;
   Kernel &grad_;
   const std::unordered_set<const Stmt *> &breaking_;
+  ReverseADOptions options_;
+  const std::unordered_set<const Stmt *> &neverTape_;
   Activity activity_;
   std::unordered_set<const Value *> needed_;
   std::unordered_set<const Value *> neededLocals_;
   std::unordered_set<const Value *> *needTarget_ = nullptr;
   const std::unordered_set<const Stmt *> *needScope_ = nullptr;
+  std::vector<const Value *> *outsideNeeds_ = nullptr;
+  std::unordered_set<const Value *> outsideSeen_;
   std::vector<const Value *> work_;
   std::unordered_map<const Stmt *, LoopPlan> plans_;
   std::unordered_map<const Stmt *, Frame *> owner_;
@@ -1021,12 +1193,19 @@ private:
   std::unordered_map<std::pair<const Stmt *, const AllocaStmt *>, AllocaStmt *, PairHash>
       entrySaves_;
   std::unordered_map<const Stmt *, AllocaStmt *> counters_;
+  std::unordered_map<const AdStackAllocaStmt *, const Stmt *> tapedStacks_;
   std::string internalError_;
 };
 
 } // namespace
 
 absl::StatusOr<Kernel *> buildGradientKernel(Module &module, const Kernel &kernel,
+                                             std::string gradName) {
+  return buildGradientKernel(module, kernel, ReverseADOptions{}, std::move(gradName));
+}
+
+absl::StatusOr<Kernel *> buildGradientKernel(Module &module, const Kernel &kernel,
+                                             const ReverseADOptions &options,
                                              std::string gradName) {
   if (gradName.empty())
     gradName = kernel.name() + "_grad";
@@ -1036,20 +1215,36 @@ absl::StatusOr<Kernel *> buildGradientKernel(Module &module, const Kernel &kerne
         gradName));
   std::unique_ptr<Kernel> source = cloneKernel(kernel, kernel.name());
   std::unordered_set<const Stmt *> breaking = JumpLowering().run(*source);
-  auto grad = std::make_unique<Kernel>(gradName);
-  grad->setLoc(kernel.loc());
-  for (unsigned i = 0; i < kernel.numArguments(); ++i) {
-    const Argument *a = kernel.argument(i);
-    auto copy = std::make_unique<Argument>(a->name(), a->type(), a->hasGrad(), a->hasDual());
-    copy->setLoc(a->loc());
-    grad->addArgument(std::move(copy));
+  // A taped stack holds the iterations of its loop for a whole range of the
+  // enclosing loop, so it needs a launch-time size; a loop whose taped
+  // stacks would fall to the default capacity (tier 3) is recomputed
+  // instead, and the kernel is built again.
+  std::unordered_set<const Stmt *> neverTape;
+  while (true) {
+    auto grad = std::make_unique<Kernel>(gradName);
+    grad->setLoc(kernel.loc());
+    for (unsigned i = 0; i < kernel.numArguments(); ++i) {
+      const Argument *a = kernel.argument(i);
+      auto copy = std::make_unique<Argument>(a->name(), a->type(), a->hasGrad(), a->hasDual());
+      copy->setLoc(a->loc());
+      grad->addArgument(std::move(copy));
+    }
+    GradientBuilder builder(*source, *grad, breaking, options, neverTape);
+    if (absl::Status s = builder.run(); !s.ok())
+      return s;
+    if (!builder.internalError().empty())
+      return absl::InternalError("reverse-ad: internal error: " + builder.internalError());
+    size_t before = neverTape.size();
+    if (!builder.tapedStacks().empty()) {
+      KernelSizing sizing = sizeAdStacks(*grad);
+      for (const AdStackSize &size : sizing.stacks())
+        if (size.tier == SizingTier::Default)
+          if (auto it = builder.tapedStacks().find(size.stack); it != builder.tapedStacks().end())
+            neverTape.insert(it->second);
+    }
+    if (neverTape.size() == before)
+      return module.addKernel(std::move(grad));
   }
-  GradientBuilder builder(*source, *grad, breaking);
-  if (absl::Status s = builder.run(); !s.ok())
-    return s;
-  if (!builder.internalError().empty())
-    return absl::InternalError("reverse-ad: internal error: " + builder.internalError());
-  return module.addKernel(std::move(grad));
 }
 
 } // namespace qd

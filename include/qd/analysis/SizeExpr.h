@@ -42,13 +42,19 @@ enum class SizeExprKind : uint8_t {
   FieldLoad,    // fieldName(), operands() = indices
   NdarrayShape, // argIndex(), axis()
   NdarrayRead,  // argIndex(), operands() = indices
-  BoundVar,     // var(): the value of an enclosing MaxOverRange variable
+  BoundVar,     // var(): the value of an enclosing range's variable
   Add,
   Sub,
   Mul,
   Max,
   MaxOverRange, // var(), operands() = {begin, end, body}; 0 on an empty range
+  SumOverRange, // var(), operands() = {begin, end, body}; 0 on an empty range (format v2)
 };
+/// MaxOverRange and SumOverRange bind var() in their body (operand 2) to
+/// every value of [begin, end).
+inline bool isRange(SizeExprKind kind) {
+  return kind == SizeExprKind::MaxOverRange || kind == SizeExprKind::SumOverRange;
+}
 std::string_view toString(SizeExprKind kind);
 
 class SizeExpr;
@@ -74,6 +80,13 @@ public:
   static SizeExprRef max(SizeExprRef a, SizeExprRef b);
   static SizeExprRef maxOverRange(unsigned var, SizeExprRef begin, SizeExprRef end,
                                   SizeExprRef body);
+  /// The sum of `body` over var in [begin, end): a stack pushed in a loop
+  /// nest whose inner trip count depends on the outer index (a triangular
+  /// nest pushes sum(j in [0, m): j), half of m * max(j)). Folds to 0 on an
+  /// empty constant range or a zero body, and to trip * body when the body
+  /// does not use the variable and the range is constant.
+  static SizeExprRef sumOverRange(unsigned var, SizeExprRef begin, SizeExprRef end,
+                                  SizeExprRef body);
   /// The number of iterations of `range(begin, end)`: max(end - begin, 0).
   static SizeExprRef tripCount(SizeExprRef begin, SizeExprRef end);
 
@@ -92,10 +105,12 @@ public:
   /// Number of nodes in the tree (shared subtrees counted once per use).
   size_t size() const { return size_; }
 
-  /// True if the expression reads `var` outside a MaxOverRange binding it.
+  /// True if the expression reads `var` outside a range binding it.
   bool usesVar(unsigned var) const;
   /// True if the value is provably >= 0 for every launch.
   bool isNonNegative() const;
+  /// True if the value is provably <= 0 for every launch.
+  bool isNonPositive() const { return nonPositive_; }
   /// Structural equality.
   bool equals(const SizeExpr &other) const;
 
@@ -110,6 +125,7 @@ private:
   std::vector<unsigned> freeVars_; // sorted
   size_t size_ = 1;
   bool nonNegative_ = false;
+  bool nonPositive_ = false;
 };
 
 /// How `printSizeExpr` names arguments and variables. Unset names print as
@@ -152,7 +168,7 @@ public:
 };
 
 /// Evaluates `e` with saturating int64 arithmetic. `stepLimit` bounds the
-/// number of nodes evaluated (MaxOverRange bodies count once per iteration
+/// number of nodes evaluated (range bodies count once per iteration
 /// evaluated), a guard against a corrupt or huge range; exceeding it is an
 /// InvalidArgument error. Saturation is an OutOfRange error.
 ///
@@ -160,12 +176,20 @@ public:
 /// evaluated once, a body monotone in it at one end of the range, and a body
 /// that reads its variable only as the index of one 1-D buffer and is
 /// non-decreasing in that element's value at the range maximum of the
-/// buffer (one scan of the elements). See docs/sizing.md.
+/// buffer (one scan of the elements). A SumOverRange is iterated, unless its
+/// body does not use its variable (trip * body) or the range has more than
+/// `kSumIterationLimit` values: then the result is the sound upper bound
+/// trip * max(body), the maximum found as for a MaxOverRange. See
+/// docs/sizing.md.
 absl::StatusOr<int64_t> evaluateSizeExpr(const SizeExpr &e, const SizeExprInputs &inputs,
                                          int64_t stepLimit = int64_t(1) << 32);
 
-/// The serialisation format version written in the header.
-inline constexpr uint32_t kSizeExprFormatVersion = 1;
+/// Ranges longer than this are not summed term by term (see above).
+inline constexpr int64_t kSumIterationLimit = int64_t(1) << 16;
+
+/// The serialisation format version written in the header. Version 2 added
+/// SumOverRange; version 1 data (without it) is still read.
+inline constexpr uint32_t kSizeExprFormatVersion = 2;
 
 /// Flat post-order bytes: magic "QDSX", version, node count, then each node
 /// (kind, payload, operand indices that refer to earlier nodes); the last

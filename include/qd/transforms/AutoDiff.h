@@ -32,10 +32,24 @@
 
 namespace qd {
 
+struct ReverseADOptions {
+  /// Tape nested loops: a range-for nested in another range-for P pushes its
+  /// per-iteration locals while P is recorded, so P's reversed iterations do
+  /// not run it again. Its stacks then hold all iterations of P (a
+  /// launch-time size that sums the inner trip counts over P's range)
+  /// instead of one. Off, every reversed iteration of P runs the nested
+  /// loop forward once more: its forward code runs twice, and its stacks
+  /// hold one iteration of P. See docs/autodiff.md.
+  bool tapeNestedLoops = true;
+};
+
 /// Adds the gradient kernel of `kernel` to `module` (named `<name>_grad`
 /// unless `gradName` is given) and returns it. Errors name the statement
 /// that cannot be differentiated.
 absl::StatusOr<Kernel *> buildGradientKernel(Module &module, const Kernel &kernel,
+                                             std::string gradName = {});
+absl::StatusOr<Kernel *> buildGradientKernel(Module &module, const Kernel &kernel,
+                                             const ReverseADOptions &options,
                                              std::string gradName = {});
 
 /// Adds the forward-mode kernel `<name>_dual`: it computes what `kernel`

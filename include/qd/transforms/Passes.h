@@ -29,6 +29,11 @@ std::unique_ptr<Pass> createSizeAdStacksPass();
 /// (qd/transforms/AutoDiff.h, docs/autodiff.md).
 std::unique_ptr<Pass> createReverseAdPass();
 
+/// `reverse-ad-recompute`: `reverse-ad` with
+/// `ReverseADOptions::tapeNestedLoops` off (less adstack memory, nested
+/// loops run forward twice).
+std::unique_ptr<Pass> createReverseAdRecomputePass();
+
 /// `forward-ad`: adds the forward-mode kernel `@<k>_dual` of every kernel
 /// `@k`, which computes tangents into dual companions.
 std::unique_ptr<Pass> createForwardAdPass();
