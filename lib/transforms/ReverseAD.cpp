@@ -504,20 +504,25 @@ private:
 
   /// What Record(L)/Rev(L) keep for `loop`. A loop-carried local is saved
   /// only if the reverse of the loop's own body needs its value; what later
-  /// code needs is recomputed by the forward run of the loop. A taped loop
-  /// inside is a black box: its reverse restores its own locals from its
-  /// stacks, so it needs from `loop`'s reverse frame only its bounds, the
-  /// locals it saves at entry and the outside values its reverse reads.
+  /// code needs is recomputed by the forward run of the loop. A loop taped
+  /// inside (through taped loops only) is a black box: Plain(L) filled its
+  /// stacks and its reverse restores its locals from them, so it needs from
+  /// `loop`'s reverse frame only its bounds, the locals it saves at entry
+  /// and the outside values its reverse reads.
   LoopPlan planLoop(Stmt &s) {
     std::vector<Stmt *> inside;
     std::vector<const Value *> roots;
-    auto collect = [&](auto &self, Block &block) -> void {
+    // `boxing`: no untaped loop lies between `s` and `block`. Below an
+    // untaped loop Q, the taped loops are pushed by Record(Q), which runs
+    // in the reverse frames of `s` and needs their values from them.
+    auto collect = [&](auto &self, Block &block, bool boxing) -> void {
       for (Stmt &inner : block) {
         inside.push_back(&inner);
         auto it = plans_.find(&inner);
-        if (it == plans_.end() || !it->second.taped) {
+        if (it == plans_.end() || !it->second.taped || !boxing) {
+          bool loop = inner.kind() == StmtKind::For || inner.kind() == StmtKind::While;
           for (unsigned i = 0; i < inner.numBlocks(); ++i)
-            self(self, inner.block(i));
+            self(self, inner.block(i), boxing && !loop);
           continue;
         }
         const LoopPlan &child = it->second;
@@ -532,7 +537,7 @@ private:
         roots.insert(roots.end(), child.outsideNeeds.begin(), child.outsideNeeds.end());
       }
     };
-    collect(collect, s.block(0));
+    collect(collect, s.block(0), /*boxing=*/true);
     std::unordered_set<const Stmt *> scope(inside.begin(), inside.end());
     std::unordered_set<const Value *> neededInside, read;
     LoopPlan plan;

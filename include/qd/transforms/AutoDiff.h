@@ -17,6 +17,10 @@
 //    adstacks; its reverse runs the iterations backwards, and each iteration
 //    restores those locals from the stacks, recomputes its own values and
 //    reverses itself. Locals used only linearly get no stack.
+//  - a range-for nested in another range-for is taped (by default): it
+//    pushes its locals while the enclosing loop records, and the enclosing
+//    loop's reverse iterations reverse it without running it again
+//    (ReverseADOptions);
 //  - a while loop, or a loop with a break, also records its trip count.
 //
 // docs/autodiff.md describes the supported operations and the errors.
