@@ -1042,6 +1042,37 @@ kernel @k() {
   expectGradOk(loopCase(text));
 }
 
+// Adjoints start from -0.0, so that the first accumulation folds without
+// fast-math (-0.0 + x is x for every x). An adjoint that got nothing reaches
+// the grad companion as +0.0 + -0.0 = +0.0: a zero gradient stays +0.0.
+TEST(AutoDiffTest, UntouchedAdjointsLeaveAPositiveZeroGradient) {
+  std::string text = std::string(kHeader) + R"(
+kernel @k() {
+  parallel for %i = 0 to 4 {
+    %v = alloca f64
+    %a = load @x[%i] : f64
+    %lim = const 10.0 : f64
+    %big = cmp gt %a, %lim : f64
+    if %big {
+      %s = sin %a : f64
+      store %v, %s
+    }
+    %r = load %v : f64
+    atomic_add @y[], %r : f64
+  }
+}
+)";
+  auto m = gradientModule(text, {});
+  ASSERT_TRUE(m);
+  EXPECT_NE(printKernel(*m->findKernel("k_grad")).find("const -0.0 : f64"), std::string::npos);
+  Grads g = expectGradOk(loopCase(text));
+  ASSERT_EQ(g["x"].size(), 4u);
+  for (double d : g["x"]) {
+    EXPECT_EQ(d, 0.0);
+    EXPECT_FALSE(std::signbit(d));
+  }
+}
+
 // Found by the property (taped and recomputed gradients differed by 1e-10,
 // inside the finite-difference tolerance): %j4 is taped in %j3, but %j3 is
 // not taped in %j2 (its result is read after it), so %j4's stack is filled

@@ -877,10 +877,19 @@ private:
       return nullptr;
     }
     AllocaStmt *&a = owner->adj[v];
-    if (!a) // a local's adjoint has the local's element type
-      a = atTop(*owner).alloca(v->type().element());
+    if (!a) { // a local's adjoint has the local's element type
+      IRBuilder top = atTop(*owner);
+      a = top.alloca(v->type().element());
+      top.store(a, zeroAdjoint(top, v->type().element()));
+    }
     return a;
   }
+
+  /// The value an adjoint starts from (and is reset to): -0.0, not +0.0.
+  /// -0.0 + x is x for every x (+0.0 + -0.0 is +0.0), so the first
+  /// accumulation folds away without fast-math; the sum that reaches a grad
+  /// companion is the same, since +0.0 + -0.0 = +0.0 there.
+  static Value *zeroAdjoint(IRBuilder &b, ScalarType t) { return b.constFloat(t, -0.0); }
 
   /// adj(v) += x, for active float values (and locals).
   void accumulate(const Value *v, Value *x, IRBuilder &b) {
@@ -994,7 +1003,7 @@ private:
         return;
       Value *g = b.load(adj);
       accumulate(st.value(), g, b);
-      b.store(adj, b.constFloat(st.value()->type().element(), 0));
+      b.store(adj, zeroAdjoint(b, st.value()->type().element()));
       return;
     }
     case StmtKind::GlobalStore:
