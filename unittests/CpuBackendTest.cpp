@@ -14,6 +14,9 @@
 #include "qd/ir/Verifier.h"
 #include "qd/ir/Visitor.h"
 #include "qd/transforms/AutoDiff.h"
+#include <llvm/IR/LLVMContext.h>
+#include <llvm/IR/Module.h>
+#include <llvm/Support/raw_ostream.h>
 
 #include "ProgramGen.h"
 
@@ -599,6 +602,42 @@ constexpr int64_t kMax64 = std::numeric_limits<int64_t>::max();
 //===----------------------------------------------------------------------===//
 // 2. Semantics edge cases
 //===----------------------------------------------------------------------===//
+
+// Every range-for carries loop metadata that turns runtime unrolling off
+// (short data-dependent trip counts: see noRuntimeUnroll in
+// KernelCodegen.cpp); constant trip counts may still unroll.
+TEST(CpuBackendTest, LoopsAreNotRuntimeUnrolled) {
+  auto m = parseModule(R"(
+field @x : f32[4]
+kernel @k(%n: i32) {
+  parallel for %i = 0 to 4 {
+    for %j = 0 to %n {
+      for %k = 0 to %j {
+        %v = load @x[%i] : f32
+        %s = sin %v : f32
+        store @x[%i], %s
+      }
+    }
+  }
+}
+)",
+                       {"t.qd", 1});
+  ASSERT_TRUE(m.ok()) << m.status();
+  llvm::LLVMContext ctx;
+  KernelLayout layout;
+  auto mod = emitKernel(*(*m)->findKernel("k"), ctx, {}, layout);
+  ASSERT_TRUE(mod.ok()) << mod.status();
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  (*mod)->print(os, nullptr);
+  os.flush();
+  size_t loops = 0;
+  for (size_t at = text.find("!llvm.loop"); at != std::string::npos;
+       at = text.find("!llvm.loop", at + 1))
+    ++loops;
+  EXPECT_EQ(loops, 3u) << text; // the task's element loop and the two range-fors
+  EXPECT_NE(text.find("!\"llvm.loop.unroll.runtime.disable\""), std::string::npos) << text;
+}
 
 TEST(CpuBackendTest, IntegerArithmeticWraps) {
   Pair p(R"(
