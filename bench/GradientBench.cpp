@@ -251,6 +251,9 @@ struct QdResult {
   std::vector<float> grad; // gradFields concatenated
   std::string gradIR, gradLLVM;
   int64_t stacks = 0, capacitySum = 0;
+  /// Per rep, qd's gradient time over the hand-written one timed right
+  /// after it (both see the same moment of a noisy machine); sorted.
+  std::vector<double> pairedRatios;
 };
 
 struct QdModule {
@@ -294,7 +297,10 @@ std::vector<float> collectGrads(const Workload &w, qd::Program &p) {
   return out;
 }
 
-QdResult runQd(const Workload &w, qd::CpuBackend &cpu, int reps, bool keepIR) {
+/// `pairWith`, when given, times the hand-written gradient once (ms); it
+/// runs after each timed qd gradient launch (QdResult::pairedRatios).
+QdResult runQd(const Workload &w, qd::CpuBackend &cpu, int reps, bool keepIR,
+               const std::function<double()> &pairWith = {}) {
   QdModule m = makeModule(w, w.n);
   qd::Program &p = *m.program;
   QdResult r;
@@ -305,9 +311,17 @@ QdResult runQd(const Workload &w, qd::CpuBackend &cpu, int reps, bool keepIR) {
   r.compileFwdMs = 1e3 * cpu.compileSeconds(*m.fwd);
   r.compileGradMs = 1e3 * cpu.compileSeconds(*m.grad);
   r.fwdMs = timeMin(reps, nullptr, [&] { check(p.launch(m.fwd->name(), {}, cpu), "forward"); });
-  r.gradMs = timeMin(
-      reps, [&] { zeroGrads(w, p); },
-      [&] { check(p.launch(m.grad->name(), {}, cpu), "gradient"); });
+  r.gradMs = 1e300;
+  for (int rep = 0; rep < reps; ++rep) {
+    zeroGrads(w, p);
+    double t0 = nowMs();
+    check(p.launch(m.grad->name(), {}, cpu), "gradient");
+    double ms = nowMs() - t0;
+    r.gradMs = std::min(r.gradMs, ms);
+    if (pairWith)
+      r.pairedRatios.push_back(ms / pairWith());
+  }
+  std::sort(r.pairedRatios.begin(), r.pairedRatios.end());
   r.heapBytes = cpu.lastAdStackHeapBytes();
   for (const auto &[stack, cap] : p.lastAdStackCapacities()) {
     ++r.stacks;
@@ -594,7 +608,12 @@ static int runBench(int argc, char **argv) {
       refSum += v;
 
     // qd-cpu.
-    QdResult qr = runQd(w, *cpu, reps, false);
+    QdResult qr = runQd(w, *cpu, reps, false, [&] {
+      zero();
+      double t0 = nowMs();
+      hwGrad();
+      return nowMs() - t0;
+    });
     Row qdRow{"qd-cpu (LLVM JIT)", std::to_string(cpu->numThreads()), qr.fwdMs,
               qr.gradMs,           maxRelErr(qr.grad, ref),           {}};
     rows.push_back(qdRow);
@@ -743,11 +762,16 @@ static int runBench(int argc, char **argv) {
                  launches, 1e3 * f / launches, 1e3 * gms / launches, 1e3 * gb / launches);
     }
     (void)refSum;
-    double hwRatio = qr.gradMs / *hw.gradMs;
+    // The target is judged on the paired runs: each qd gradient is timed
+    // right before a hand-written one, so both see the same moment of a
+    // shared machine, where the two minima may come from different ones.
+    double minRatio = qr.gradMs / *hw.gradMs;
+    const std::vector<double> &pr = qr.pairedRatios;
+    double paired = pr[pr.size() / 2];
     summary.push_back(fmt::format(
-        "  ({}) qd/hand-written {:.2f}x (target <= 1.2x){}; qd/vectorised {}; ADOL-C/qd {}{}; "
-        "heap {:.2f}x of exact",
-        w.key, hwRatio, hwRatio <= 1.2 ? "" : " MISSED",
+        "  ({}) qd/hand-written {:.2f}x paired median ({:.2f}x to {:.2f}x; ratio of minima "
+        "{:.2f}x) (target <= 1.2x){}; qd/vectorised {}; ADOL-C/qd {}{}; heap {:.2f}x of exact",
+        w.key, paired, pr.front(), pr.back(), minRatio, paired <= 1.2 ? "" : " MISSED",
         vec.gradMs ? fmt::format("{:.1f}x", qr.gradMs / *vec.gradMs) : "n/a",
         haveAdolc() ? fmt::format("{:.1f}x", rows[4].gradMs.value_or(0) / qr.gradMs) : "n/a",
         haveAdolc() ? (rows[4].gradMs.value_or(0) / qr.gradMs >= 10 ? " (target >= 10x)"
