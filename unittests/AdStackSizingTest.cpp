@@ -859,6 +859,36 @@ kernel @k(%a: ndarray<i32, 1>) {
   h.checkLaunch();
 }
 
+// Found by the random-kernel property in CI (session 4): the alloca sits in
+// a loop `for %j0 = 0 to %i` that runs 0 times for %i = 0, the element whose
+// a[%i] gives the maximum, so the bound is not reached and must not claim
+// to be exact (the same as an if between the alloca and the task).
+TEST(AdStackSizingTest, AllocaInALoopThatMayNotRunIsNotExact) {
+  Harness h(R"(
+kernel @k(%a: ndarray<i32, 1>) {
+  %sa = shape %a, 0 : i32
+  parallel for %i = 0 to %sa {
+    for %j0 = 0 to %i {
+      %s = adstack.alloca i32, capacity 0
+      %r = load %a[%i] : i32
+      for %j = 0 to %r {
+        adstack.push %s, %j
+      }
+    }
+  }
+}
+)");
+  ASSERT_TRUE(h.ok());
+  const AdStackSize &s = h.stack("%s");
+  EXPECT_EQ(s.tier, SizingTier::LaunchTime);
+  EXPECT_FALSE(s.exact);
+  IntArray a({2}, {2, 0});
+  ASSERT_TRUE(h.run({a.launchArg()}, withDefault(1)).ok());
+  EXPECT_EQ(h.program->lastAdStackCapacities().at(s.stack), 2);
+  EXPECT_EQ(h.interp.adStackMaxDepths().at(s.stack), 0);
+  h.checkLaunch();
+}
+
 // i ranges over %a and k over %b with no pairing between them: the bound is
 // the maximum over all pairs.
 TEST(AdStackSizingTest, IndependentLoopsOverTwoNdarrays) {

@@ -264,8 +264,18 @@ public:
         continue;
       }
       unsigned v = facts_.varOf.at(loop);
-      if (!depth->usesVar(v))
+      if (!depth->usesVar(v)) {
+        // The depth does not depend on this loop, but the alloca is reached
+        // only if it runs: a loop that may run 0 times (for some values of
+        // the loops around it) makes the bound an over-estimate there.
+        bool runs = loop->begin().isConstant() && loop->end().isConstant() &&
+                    loop->begin().constant < loop->end().constant;
+        if (!runs) {
+          exact_ = false;
+          mayBeSkipped = true;
+        }
         continue;
+      }
       if (mayBeSkipped)
         exact_ = false;
       E begin = bound(loop->begin(), *loop);
