@@ -970,6 +970,26 @@ TEST(SizeExprTest, HandWrittenEncodingsDecode) {
   EXPECT_EQ(print(*sum), "sum(%v0 in [0, 4): %v0)");
 }
 
+TEST(SizeExprTest, DeserialiserRejectsNonCanonicalVarints) {
+  // const 1 is [kind 0, zigzag 2]; 0x82 0x00 is the same value padded.
+  ASSERT_TRUE(deserializeSizeExpr(cat(header(1), {kConst, 2})).ok());
+  std::string msg = rejection(cat(header(1), {kConst, 0x82, 0x00}));
+  EXPECT_TRUE(contains(msg, "const")) << msg;
+  // A padded node count.
+  std::vector<uint8_t> padded = {'Q', 'D', 'S', 'X', 2, 0, 0, 0, 0x81, 0x00, kConst, 2};
+  msg = rejection(padded);
+  EXPECT_TRUE(contains(msg, "node count")) << msg;
+  // Ten bytes whose last one carries bits past 64.
+  msg = rejection(
+      cat(header(1), {kConst, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02}));
+  EXPECT_TRUE(contains(msg, "const")) << msg;
+  // The largest value still decodes: zigzag(INT64_MIN) = 2^64 - 1.
+  auto big = deserializeSizeExpr(
+      cat(header(1), {kConst, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01}));
+  ASSERT_TRUE(big.ok()) << big.status();
+  EXPECT_EQ((*big)->value(), I64::min());
+}
+
 TEST(SizeExprTest, VersionOneDataStillDecodesButHasNoSums) {
   // Kernels cached by a version-1 library size their stacks as before.
   auto m = deserializeSizeExpr(

@@ -459,15 +459,21 @@ public:
   explicit Reader(std::span<const uint8_t> b) : b_(b) {}
   bool atEnd() const { return pos_ == b_.size(); }
   size_t pos() const { return pos_; }
+  /// A canonical LEB128 varint (what the writer produces): no redundant
+  /// trailing zero groups, no bits past 64. Anything else is malformed, so
+  /// that every expression has exactly one encoding.
   std::optional<uint64_t> varint() {
     uint64_t v = 0;
     for (int shift = 0; shift < 64; shift += 7) {
       if (pos_ >= b_.size())
         return std::nullopt;
       uint8_t byte = b_[pos_++];
-      v |= uint64_t(byte & 0x7f) << shift;
+      uint64_t bits = byte & 0x7f;
+      if (shift == 63 && bits > 1)
+        return std::nullopt; // past 64 bits
+      v |= bits << shift;
       if (!(byte & 0x80))
-        return v;
+        return shift > 0 && bits == 0 ? std::nullopt : std::optional<uint64_t>(v);
     }
     return std::nullopt;
   }
