@@ -2,7 +2,8 @@
 //
 // A benchmark stops at the first failed step (a kernel that does not verify,
 // a launch error, a bad command line). `die` unwinds to `benchMain`, which
-// prints the message and makes `main` return 1; nothing calls exit().
+// prints the message and makes `main` return 1, so destructors run and no
+// process is ended from inside the benchmark code.
 //
 //===----------------------------------------------------------------------===//
 #pragma once

@@ -486,15 +486,16 @@ private:
     decideTaping();
     // A loop with taped loops inside needs less: plan again, inner loops
     // first, each taped loop seen as a black box.
+    std::unordered_set<const Stmt *> holdsTaped;
+    for (const auto &[loop, plan] : plans_) {
+      // Stop at an ancestor already marked: its own ancestors are too.
+      const Stmt *p = plan.taped ? loop->parentStmt() : nullptr;
+      while (p && holdsTaped.insert(p).second)
+        p = p->parentStmt();
+    }
     walkPostOrder(src_.body(), [&](Stmt &s) {
-      if ((s.kind() != StmtKind::For && s.kind() != StmtKind::While) || s.isTask())
-        return;
-      bool hasTaped = false;
-      walk(s.block(0), [&](Stmt &inner) {
-        auto it = plans_.find(&inner);
-        hasTaped |= it != plans_.end() && it->second.taped;
-      });
-      if (!hasTaped)
+      if (!holdsTaped.count(&s) || s.isTask() ||
+          (s.kind() != StmtKind::For && s.kind() != StmtKind::While))
         return;
       bool taped = plans_.at(&s).taped;
       plans_[&s] = planLoop(s);
