@@ -44,10 +44,11 @@ namespace {
 //===----------------------------------------------------------------------===//
 
 /// One process-wide backend of each flavour (JIT set-up is not free).
-CpuBackend &cpuSerial() { // one worker: iterations run in order, exactly like the interpreter
+CpuBackend &cpuSerial() { // one worker, scalar code: the interpreter's order, bit for bit
   static std::unique_ptr<CpuBackend> b = [] {
     CpuBackendOptions o;
     o.threads = 1;
+    o.vectorWidth = 1;
     return *CpuBackend::create(o);
   }();
   return *b;
@@ -57,9 +58,44 @@ CpuBackend &cpuParallel() { // four workers taking one iteration at a time
     CpuBackendOptions o;
     o.threads = 4;
     o.chunk = 1;
+    o.vectorWidth = 1;
     return *CpuBackend::create(o);
   }();
   return *b;
+}
+/// One worker running vectorised tasks two lanes at a time, with the scalar
+/// math functions: bit for bit the interpreter's results, except float
+/// atomic sums (lanes add in statement order, not iteration order). Two
+/// lanes vectorise the short tasks of the corpus and of generated kernels.
+CpuBackend &cpuLanes() {
+  static std::unique_ptr<CpuBackend> b = [] {
+    CpuBackendOptions o;
+    o.threads = 1;
+    o.vectorWidth = 2;
+    o.vectorMath = false;
+    return *CpuBackend::create(o);
+  }();
+  return *b;
+}
+/// The default configuration on one worker: eight lanes and libmvec (where
+/// the host has AVX2): a few ulps from the interpreter.
+CpuBackend &cpuVector() {
+  static std::unique_ptr<CpuBackend> b = [] {
+    CpuBackendOptions o;
+    o.threads = 1;
+    return *CpuBackend::create(o);
+  }();
+  return *b;
+}
+
+/// Whether `k` atomically adds floats (their sums depend on the order).
+bool hasFloatAtomic(Kernel &k) {
+  bool found = false;
+  walk(k, [&](Stmt &s) {
+    if (auto *a = dyn_cast<AtomicAddStmt>(&s); a && isFloat(a->elementType()))
+      found = true;
+  });
+  return found;
 }
 
 std::string message(const absl::Status &s) {
@@ -404,6 +440,18 @@ void compareKernel(Module &m, Kernel &k, const std::string &where, uint64_t seed
     if (std::string d = compareInstances(m, *ref, *cpu, /*exact=*/true); !d.empty()) {
       stats.failures.push_back(tag + " (1 worker): " + d);
       continue;
+    }
+    // Vectorised: two lanes (exact but for float atomics), then the
+    // default eight with libmvec.
+    for (CpuBackend *vec : {&cpuLanes(), &cpuVector()}) {
+      auto lanes = makeInstance(m, k, seed, variant);
+      absl::Status sv = lanes->program->launch(k.name(), lanes->args, *vec, opts);
+      std::string name = vec == &cpuLanes() ? "2 lanes" : "8 lanes";
+      bool exact = vec == &cpuLanes() && !hasFloatAtomic(k);
+      if (!sv.ok())
+        stats.failures.push_back(tag + ": cpu backend (" + name + ") failed: " + message(sv));
+      else if (std::string d = compareInstances(m, *ref, *lanes, exact); !d.empty())
+        stats.failures.push_back(tag + " (" + name + "): " + d);
     }
     if (!parallel)
       continue;
@@ -1639,6 +1687,11 @@ QD_PROPERTY(CpuBackendTest, RandomKernelsAndGradientsMatchTheInterpreter, 25) {
   d = runGenerated(p, *m, withGrad, cpuParallel(), 1e-9);
   if (!d.empty())
     testgen::fail(p, "4 workers: " + d + "\ngradient:\n" + gradText);
+  // Two lanes (generated tasks run 2 or 3 iterations): float atomic sums in
+  // statement order.
+  d = runGenerated(p, *m, withGrad, cpuLanes(), 1e-9);
+  if (!d.empty())
+    testgen::fail(p, "2 lanes: " + d + "\ngradient:\n" + gradText);
 }
 
 } // namespace

@@ -12,7 +12,9 @@
 #include <llvm/IR/LLVMContext.h>
 #include <llvm/IR/Module.h>
 #include <llvm/Passes/PassBuilder.h>
+#include <llvm/Support/DynamicLibrary.h>
 #include <llvm/Support/TargetSelect.h>
+#include <llvm/TargetParser/Host.h>
 #include <llvm/Support/raw_ostream.h>
 #include <llvm/Target/TargetMachine.h>
 
@@ -145,6 +147,8 @@ struct CpuBackend::Impl {
 
   std::unique_ptr<llvm::orc::LLJIT> jit;
   std::unique_ptr<ThreadPool> pool;
+  unsigned vectorWidth = 1;
+  bool libmvec = false;
   /// Keyed by Kernel::uniqueId(), never by address: a destroyed kernel's
   /// address may be reused by a new one.
   std::map<std::pair<uint64_t, bool>, Compiled> cache;
@@ -162,6 +166,8 @@ struct CpuBackend::Impl {
     auto context = std::make_unique<llvm::LLVMContext>();
     CodegenOptions opts;
     opts.boundsChecked = boundsChecked;
+    opts.vectorWidth = vectorWidth;
+    opts.libmvec = libmvec;
     auto module = emitKernel(kernel, *context, opts, c.layout);
     if (!module.ok())
       return module.status();
@@ -211,6 +217,25 @@ struct CpuBackend::Impl {
   }
 };
 
+namespace {
+
+/// glibc's libmvec AVX2 variants can be called: the host has AVX2 and the
+/// library loads (it then stays loaded, and the JIT's process-symbol
+/// generator finds its functions).
+bool vectorMathAvailable() {
+  static const bool available = [] {
+    llvm::StringMap<bool> features = llvm::sys::getHostCPUFeatures();
+    auto avx2 = features.find("avx2");
+    if (avx2 == features.end() || !avx2->second)
+      return false;
+    std::string error;
+    return !llvm::sys::DynamicLibrary::LoadLibraryPermanently("libmvec.so.1", &error);
+  }();
+  return available;
+}
+
+} // namespace
+
 CpuBackend::CpuBackend(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 CpuBackend::~CpuBackend() = default;
 
@@ -243,6 +268,19 @@ absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::create(const CpuBackendO
       llvm::orc::ExecutorAddr::fromPtr(&qd_rt_parallel_for), llvm::JITSymbolFlags::Exported};
   if (llvm::Error e = main.define(llvm::orc::absoluteSymbols(std::move(runtime))))
     return absl::InternalError("cpu backend: " + llvm::toString(std::move(e)));
+  if (options.vectorWidth == 0 || options.vectorWidth > 64 ||
+      (options.vectorWidth & (options.vectorWidth - 1)))
+    return absl::InvalidArgumentError(
+        fmt::format("cpu backend: vector width {} is not a power of two in [1, 64]; use 1 for "
+                    "scalar code or 8 (the default)",
+                    options.vectorWidth));
+  // Chunks shorter than a group of lanes never run vector code: compile
+  // scalar code, whose stacks need no room for lanes.
+  impl->vectorWidth = options.chunk > 0 && options.chunk < options.vectorWidth
+                          ? 1
+                          : options.vectorWidth;
+  if (options.vectorMath && impl->vectorWidth == 8)
+    impl->libmvec = vectorMathAvailable();
   unsigned threads = options.threads ? options.threads : std::thread::hardware_concurrency();
   impl->pool = std::make_unique<ThreadPool>(std::max(1u, threads), options.chunk);
   return std::unique_ptr<CpuBackend>(new CpuBackend(std::move(impl)));
@@ -250,6 +288,12 @@ absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::create(const CpuBackendO
 
 unsigned CpuBackend::numThreads() const {
   return impl_->pool->size();
+}
+unsigned CpuBackend::vectorWidth() const {
+  return impl_->vectorWidth;
+}
+bool CpuBackend::usesVectorMath() const {
+  return impl_->libmvec;
 }
 int64_t CpuBackend::lastAdStackHeapBytes() const {
   return impl_->lastHeapBytes;

@@ -32,6 +32,15 @@ struct CpuBackendOptions {
   unsigned threads = 0;
   /// Iterations per chunk of a parallel task (0: about 8 chunks per worker).
   int64_t chunk = 0;
+  /// SIMD lanes of vectorised parallel tasks: a power of two, 1 for scalar
+  /// code only. Results of a vectorised task equal the scalar code's except
+  /// for the rounding of float atomic sums that several lanes add to the
+  /// same element (their order changes) and the vector math below.
+  unsigned vectorWidth = 8;
+  /// Vector sin/cos/exp/log use glibc's libmvec when the host has AVX2 and
+  /// vectorWidth is 8 (at most 4 ulp from the scalar functions); false: each
+  /// lane calls the scalar function, bit-identical to the scalar code.
+  bool vectorMath = true;
 };
 
 class CpuBackend : public Backend {
@@ -44,6 +53,9 @@ public:
                       const LaunchOptions &options) override;
 
   unsigned numThreads() const;
+  unsigned vectorWidth() const;
+  /// Whether vectorised tasks call libmvec (see CpuBackendOptions).
+  bool usesVectorMath() const;
   /// Adstack heap bytes the last launch used (stride x workers).
   int64_t lastAdStackHeapBytes() const;
   /// Bytes currently allocated for the adstack heap.

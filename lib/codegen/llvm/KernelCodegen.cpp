@@ -1,6 +1,8 @@
 //===- KernelCodegen.cpp - LLVM IR for kernels ----------------------------===//
 #include "qd/codegen/llvm/KernelCodegen.h"
 
+#include "TaskVectorPlan.h"
+
 #include "qd/ir/Printer.h"
 #include "qd/ir/Visitor.h"
 
@@ -124,10 +126,88 @@ private:
   llvm::Type *memTypeOf(ScalarType t) { return t == ScalarType::I1 ? b_.getInt8Ty() : typeOf(t); }
 
   LV *toMem(LV *v, ScalarType t) {
-    return t == ScalarType::I1 ? b_.CreateZExt(v, b_.getInt8Ty()) : v;
+    return t == ScalarType::I1 ? b_.CreateZExt(v, shaped(b_.getInt8Ty(), v)) : v;
   }
   LV *fromMem(LV *v, ScalarType t) {
-    return t == ScalarType::I1 ? b_.CreateICmpNE(v, b_.getInt8(0)) : v;
+    return t == ScalarType::I1 ? b_.CreateICmpNE(v, llvm::Constant::getNullValue(v->getType())) : v;
+  }
+
+  //===--- lanes (vectorised tasks) -----------------------------------------===//
+
+  bool vectorMode() const { return lanes_ > 1; }
+  /// Whether `v` has one value per lane (always false outside vector mode).
+  bool varying(const Value *v) const { return vectorMode() && plan_->isVarying(v); }
+  llvm::Type *vecOf(llvm::Type *t) { return llvm::FixedVectorType::get(t, lanes_); }
+  /// `t`, or a vector of `t` when `like` is a vector.
+  llvm::Type *shaped(llvm::Type *t, LV *like) {
+    if (auto *v = llvm::dyn_cast<llvm::VectorType>(like->getType()))
+      return llvm::VectorType::get(t, v->getElementCount());
+    return t;
+  }
+  LV *splat(LV *v) { return v->getType()->isVectorTy() ? v : b_.CreateVectorSplat(lanes_, v); }
+  /// The value of `v`, as a vector when `asVector`.
+  LV *operand(const Value *v, bool asVector) { return asVector ? splat(get(v)) : get(v); }
+  LV *allLanes() { return llvm::ConstantInt::getTrue(vecOf(b_.getInt1Ty())); }
+  LV *laneMask() { return mask_ ? mask_ : allLanes(); }
+  /// <0, 1, ..., lanes - 1> of type `t`.
+  LV *laneIds(llvm::Type *t) {
+    std::vector<llvm::Constant *> ids;
+    for (unsigned l = 0; l < lanes_; ++l)
+      ids.push_back(llvm::ConstantInt::get(t, l));
+    return llvm::ConstantVector::get(ids);
+  }
+  /// Whether some active lane has `cond` set (a scalar condition is the
+  /// same in every lane, and some lane is always active).
+  LV *anyLane(LV *cond) {
+    if (!cond->getType()->isVectorTy())
+      return cond;
+    // Inactive lanes may hold poison (a shift by too much): freeze first.
+    cond = b_.CreateFreeze(cond);
+    if (mask_)
+      cond = b_.CreateAnd(cond, mask_);
+    return b_.CreateOrReduce(cond);
+  }
+  /// Lane `l` of `v` (`v` itself when uniform).
+  LV *lane(LV *v, unsigned l) {
+    return v->getType()->isVectorTy() ? b_.CreateExtractElement(v, b_.getInt64(l)) : v;
+  }
+  /// Calls the scalar `fn` once per lane.
+  LV *perLane(llvm::FunctionCallee fn, llvm::ArrayRef<LV *> args) {
+    LV *r = llvm::PoisonValue::get(vecOf(fn.getFunctionType()->getReturnType()));
+    for (unsigned l = 0; l < lanes_; ++l) {
+      std::vector<LV *> a;
+      for (LV *x : args)
+        a.push_back(lane(x, l));
+      r = b_.CreateInsertElement(r, b_.CreateCall(fn, a), b_.getInt64(l));
+    }
+    return r;
+  }
+  /// Runs `body(l)` for every active lane `l` (a branch per lane under a
+  /// partial mask).
+  template <typename Body> void forEachActiveLane(Body &&body) {
+    for (unsigned l = 0; l < lanes_; ++l) {
+      if (!mask_) {
+        body(l);
+        continue;
+      }
+      BasicBlock *on = BasicBlock::Create(ctx_, "lane.on", fn_);
+      BasicBlock *next = BasicBlock::Create(ctx_, "lane.next", fn_);
+      b_.CreateCondBr(lane(mask_, l), on, next);
+      b_.SetInsertPoint(on);
+      body(l);
+      b_.CreateBr(next);
+      b_.SetInsertPoint(next);
+    }
+  }
+  /// Stores `v` to local `slot`, only in the active lanes of a vector local.
+  void storeLocal(LV *slot, LV *v) {
+    llvm::Type *t = llvm::cast<llvm::AllocaInst>(slot)->getAllocatedType();
+    if (t->isVectorTy()) {
+      v = splat(v);
+      if (mask_)
+        v = b_.CreateSelect(mask_, v, b_.CreateLoad(t, slot));
+    }
+    b_.CreateStore(v, slot);
   }
 
   void beginFunction(llvm::Function *fn, LV *ctx, LV *worker) {
@@ -145,10 +225,17 @@ private:
     slotCache_.clear();
   }
 
-  /// An alloca in the function's entry block.
+  /// An alloca in the function's entry block. Vector allocas start at zero:
+  /// masked stores keep the inactive lanes' old value, which must not be
+  /// undefined.
   llvm::AllocaInst *entryAlloca(llvm::Type *t, const char *name = "") {
     llvm::IRBuilder<> eb(entry_, entry_->begin());
-    return eb.CreateAlloca(t, nullptr, name);
+    llvm::AllocaInst *a = eb.CreateAlloca(t, nullptr, name);
+    if (t->isVectorTy()) {
+      eb.SetInsertPoint(entry_->getTerminator());
+      eb.CreateStore(llvm::Constant::getNullValue(t), a);
+    }
+    return a;
   }
 
   /// A field of the launch context, loaded once in the entry block (the
@@ -234,6 +321,64 @@ private:
     return t == ScalarType::F32 ? std::string(base) + "f" : std::string(base);
   }
 
+  /// glibc's libmvec variant of a vector sin/cos/exp/log (x86-64 AVX2:
+  /// 8 floats, or 4 doubles twice), or null.
+  LV *vectorMath(llvm::Intrinsic::ID id, ScalarType t, LV *x) {
+    if (!opts_.libmvec || lanes_ != 8)
+      return nullptr;
+    const char *base = id == llvm::Intrinsic::sin   ? "sin"
+                       : id == llvm::Intrinsic::cos ? "cos"
+                       : id == llvm::Intrinsic::exp ? "exp"
+                       : id == llvm::Intrinsic::log ? "log"
+                                                    : nullptr;
+    if (!base)
+      return nullptr;
+    auto callee = [&](const std::string &name, llvm::Type *vt) {
+      llvm::FunctionCallee f =
+          module_->getOrInsertFunction(name, llvm::FunctionType::get(vt, {vt}, false));
+      if (auto *fn = llvm::dyn_cast<llvm::Function>(f.getCallee())) {
+        fn->setDoesNotAccessMemory();
+        fn->setDoesNotThrow();
+        fn->addFnAttr(llvm::Attribute::WillReturn);
+      }
+      return f;
+    };
+    if (t == ScalarType::F32)
+      return b_.CreateCall(callee(fmt::format("_ZGVdN8v_{}f", base), x->getType()), {x});
+    llvm::FunctionCallee f =
+        callee(fmt::format("_ZGVdN4v_{}", base), llvm::FixedVectorType::get(b_.getDoubleTy(), 4));
+    LV *lo = b_.CreateCall(f, {b_.CreateShuffleVector(x, {0, 1, 2, 3})});
+    LV *hi = b_.CreateCall(f, {b_.CreateShuffleVector(x, {4, 5, 6, 7})});
+    return b_.CreateShuffleVector(lo, hi, {0, 1, 2, 3, 4, 5, 6, 7});
+  }
+
+  /// Records `s` as lane-affine (lane l holds base + l) when it adds a
+  /// uniform value to, or converts, a lane-affine integer: accesses at such
+  /// an index in the last dimension are contiguous.
+  void noteLaneAffine(const Stmt &s) {
+    if (!vectorMode())
+      return;
+    auto baseOf = [&](const Value *v) -> LV * {
+      auto it = laneBase_.find(v);
+      return it == laneBase_.end() ? nullptr : it->second;
+    };
+    if (auto *bin = dyn_cast<BinaryStmt>(&s)) {
+      if (isFloat(bin->type().element()))
+        return;
+      if (bin->op() == BinaryOp::Add || bin->op() == BinaryOp::Sub)
+        if (LV *b = baseOf(bin->lhs()); b && !varying(bin->rhs()))
+          laneBase_[&s] = bin->op() == BinaryOp::Add ? b_.CreateAdd(b, get(bin->rhs()))
+                                                     : b_.CreateSub(b, get(bin->rhs()));
+      if (bin->op() == BinaryOp::Add)
+        if (LV *b = baseOf(bin->rhs()); b && !varying(bin->lhs()))
+          laneBase_[&s] = b_.CreateAdd(get(bin->lhs()), b);
+    } else if (auto *c = dyn_cast<CastStmt>(&s)) {
+      if (LV *b = baseOf(c->input());
+          b && !isFloat(c->to()) && c->to() != ScalarType::I1 && c->from() != ScalarType::I1)
+        laneBase_[&s] = b_.CreateSExtOrTrunc(b, typeOf(c->to()));
+    }
+  }
+
   //===--- blocks and statements ------------------------------------------===//
 
   void emitBlock(Block &block) {
@@ -264,7 +409,9 @@ private:
       return;
     case StmtKind::Select: {
       auto &sel = cast<SelectStmt>(s);
-      values_[&s] = b_.CreateSelect(get(sel.cond()), get(sel.trueValue()), get(sel.falseValue()));
+      bool vec = varying(&s); // a uniform condition may pick between vectors
+      values_[&s] = b_.CreateSelect(get(sel.cond()), operand(sel.trueValue(), vec),
+                                    operand(sel.falseValue(), vec));
       return;
     }
     case StmtKind::Cast:
@@ -272,19 +419,21 @@ private:
       return;
     case StmtKind::Alloca: {
       auto &a = cast<AllocaStmt>(s);
-      llvm::AllocaInst *slot = entryAlloca(typeOf(a.elementType()));
-      b_.CreateStore(llvm::Constant::getNullValue(typeOf(a.elementType())), slot);
+      llvm::Type *t = typeOf(a.elementType());
+      llvm::AllocaInst *slot = entryAlloca(varying(&s) ? vecOf(t) : t);
+      storeLocal(slot, llvm::Constant::getNullValue(t));
       values_[&s] = slot;
       return;
     }
     case StmtKind::LocalLoad: {
       auto &ld = cast<LocalLoadStmt>(s);
-      values_[&s] = b_.CreateLoad(typeOf(ld.type().element()), get(ld.local()));
+      LV *slot = get(ld.local());
+      values_[&s] = b_.CreateLoad(llvm::cast<llvm::AllocaInst>(slot)->getAllocatedType(), slot);
       return;
     }
     case StmtKind::LocalStore: {
       auto &st = cast<LocalStoreStmt>(s);
-      b_.CreateStore(get(st.value()), get(st.local()));
+      storeLocal(get(st.local()), get(st.value()));
       return;
     }
     case StmtKind::GlobalLoad:
@@ -308,10 +457,8 @@ private:
       ifStmt(cast<IfStmt>(s));
       return;
     case StmtKind::Break:
-      b_.CreateBr(loops_.back().second);
-      return;
     case StmtKind::Continue:
-      b_.CreateBr(loops_.back().first);
+      jump(s);
       return;
     case StmtKind::Serial:
       emitBlock(s.block(0));
@@ -331,8 +478,10 @@ private:
 
   LV *binary(BinaryStmt &s) {
     ScalarType t = s.type().element();
-    LV *x = get(s.lhs()), *y = get(s.rhs());
-    llvm::Type *ty = typeOf(t);
+    bool vec = varying(&s);
+    LV *x = operand(s.lhs(), vec), *y = operand(s.rhs(), vec);
+    llvm::Type *ty = x->getType();
+    noteLaneAffine(s);
     if (isFloat(t)) {
       switch (s.op()) {
       case BinaryOp::Add:
@@ -350,8 +499,10 @@ private:
         return floatMinMax(x, y, t, s.op() == BinaryOp::Min);
       case BinaryOp::Pow:
         return b_.CreateCall(intrinsic(llvm::Intrinsic::pow, {ty}), {x, y});
-      case BinaryOp::Atan2:
-        return b_.CreateCall(libm(libmName("atan2", t), ty, 2), {x, y});
+      case BinaryOp::Atan2: {
+        llvm::FunctionCallee f = libm(libmName("atan2", t), typeOf(t), 2);
+        return vec ? perLane(f, {x, y}) : b_.CreateCall(f, {x, y});
+      }
       default:
         break;
       }
@@ -369,12 +520,19 @@ private:
     case BinaryOp::Rem: {
       bool div = s.op() == BinaryOp::Div;
       LV *zero = llvm::ConstantInt::get(ty, 0);
-      raiseIf(b_.CreateICmpEQ(y, zero), site(s, "integer division by zero"));
+      if (vec) // an inactive lane's poison must not reach the divisor
+        y = b_.CreateFreeze(y);
+      raiseIf(anyLane(b_.CreateICmpEQ(y, zero)), site(s, "integer division by zero"));
       // INT_MIN / -1 wraps: x * -1 = -x, remainder 0.
-      if (isBool)
-        return div ? b_.CreateUDiv(x, y) : b_.CreateURem(x, y);
+      if (isBool) {
+        LV *one = llvm::ConstantInt::get(ty, 1);
+        return div ? b_.CreateUDiv(x, one) : zero; // y is 1 in every checked lane
+      }
+      // Inactive lanes of a vectorised task skip the check above: divide
+      // them by 1 instead of 0.
       LV *minusOne = b_.CreateICmpEQ(y, llvm::ConstantInt::get(ty, -1, true));
-      LV *safe = b_.CreateSelect(minusOne, llvm::ConstantInt::get(ty, 1), y);
+      LV *safe = b_.CreateSelect(b_.CreateOr(minusOne, b_.CreateICmpEQ(y, zero)),
+                                 llvm::ConstantInt::get(ty, 1), y);
       LV *q = div ? b_.CreateSDiv(x, safe) : b_.CreateSRem(x, safe);
       return b_.CreateSelect(minusOne, div ? b_.CreateSub(zero, x) : zero, q);
     }
@@ -393,7 +551,7 @@ private:
       unsigned width = bitWidth(t);
       LV *bad = isBool ? b_.CreateICmpNE(y, llvm::ConstantInt::get(ty, 0))
                        : b_.CreateICmpUGE(y, llvm::ConstantInt::get(ty, width));
-      raiseIf(bad, site(s, fmt::format("shift amount is outside [0, {})", width)));
+      raiseIf(anyLane(bad), site(s, fmt::format("shift amount is outside [0, {})", width)));
       return s.op() == BinaryOp::Shl ? b_.CreateShl(x, y)
                                      : (isBool ? b_.CreateLShr(x, y) : b_.CreateAShr(x, y));
     }
@@ -404,8 +562,8 @@ private:
 
   /// min/max where NaN loses to a number and -0 < +0.
   LV *floatMinMax(LV *x, LV *y, ScalarType t, bool isMin) {
-    llvm::Type *ty = typeOf(t);
-    llvm::Type *ity = t == ScalarType::F32 ? static_cast<llvm::Type *>(i32_) : i64_;
+    llvm::Type *ty = x->getType();
+    llvm::Type *ity = shaped(t == ScalarType::F32 ? static_cast<llvm::Type *>(i32_) : i64_, x);
     LV *xNan = b_.CreateFCmpUNO(x, x);
     LV *yNan = b_.CreateFCmpUNO(y, y);
     LV *xFirst = isMin ? b_.CreateFCmpOLT(x, y) : b_.CreateFCmpOGT(x, y);
@@ -421,9 +579,19 @@ private:
 
   LV *unary(UnaryStmt &s) {
     ScalarType t = s.type().element();
-    llvm::Type *ty = typeOf(t);
-    LV *x = get(s.input());
-    auto call1 = [&](llvm::Intrinsic::ID id) { return b_.CreateCall(intrinsic(id, {ty}), {x}); };
+    bool vec = varying(&s);
+    LV *x = operand(s.input(), vec);
+    llvm::Type *ty = x->getType();
+    auto call1 = [&](llvm::Intrinsic::ID id) -> LV * {
+      if (vec)
+        if (LV *v = vectorMath(id, t, x))
+          return v;
+      return b_.CreateCall(intrinsic(id, {ty}), {x});
+    };
+    auto libm1 = [&](const char *name) -> LV * {
+      llvm::FunctionCallee f = libm(libmName(name, t), typeOf(t), 1);
+      return vec ? perLane(f, {x}) : b_.CreateCall(f, {x});
+    };
     if (isFloat(t)) {
       switch (s.op()) {
       case UnaryOp::Neg:
@@ -445,9 +613,9 @@ private:
       case UnaryOp::Ceil:
         return call1(llvm::Intrinsic::ceil);
       case UnaryOp::Tan:
-        return b_.CreateCall(libm(libmName("tan", t), ty, 1), {x});
+        return libm1("tan");
       case UnaryOp::Tanh:
-        return b_.CreateCall(libm(libmName("tanh", t), ty, 1), {x});
+        return libm1("tanh");
       case UnaryOp::Not:
         return x;
       }
@@ -467,7 +635,8 @@ private:
   }
 
   LV *compare(CmpStmt &s) {
-    LV *x = get(s.lhs()), *y = get(s.rhs());
+    bool vec = varying(&s);
+    LV *x = operand(s.lhs(), vec), *y = operand(s.rhs(), vec);
     ScalarType t = s.operandType();
     using P = llvm::CmpInst::Predicate;
     P p;
@@ -487,18 +656,19 @@ private:
   }
 
   LV *castValue(CastStmt &s) {
-    LV *x = get(s.input());
+    LV *x = get(s.input()); // varying exactly when the input is
     ScalarType from = s.from(), to = s.to();
-    llvm::Type *ty = typeOf(to);
+    llvm::Type *ty = shaped(typeOf(to), x);
+    noteLaneAffine(s);
     if (from == to)
       return x;
     if (to == ScalarType::I1) // "not zero"
-      return isFloat(from) ? b_.CreateFCmpUNE(x, llvm::ConstantFP::get(typeOf(from), 0))
-                           : b_.CreateICmpNE(x, llvm::ConstantInt::get(typeOf(from), 0));
+      return isFloat(from) ? b_.CreateFCmpUNE(x, llvm::ConstantFP::get(x->getType(), 0))
+                           : b_.CreateICmpNE(x, llvm::ConstantInt::get(x->getType(), 0));
     if (isFloat(from) && isFloat(to))
       return b_.CreateFPCast(x, ty);
     if (isFloat(from)) // truncate, saturate, NaN -> 0
-      return b_.CreateIntrinsic(llvm::Intrinsic::fptosi_sat, {ty, typeOf(from)}, {x});
+      return b_.CreateIntrinsic(llvm::Intrinsic::fptosi_sat, {ty, x->getType()}, {x});
     if (isFloat(to))
       return from == ScalarType::I1 ? b_.CreateUIToFP(x, ty) : b_.CreateSIToFP(x, ty);
     if (from == ScalarType::I1)
@@ -544,6 +714,10 @@ private:
   }
 
   void globalAccess(GlobalAccessStmt &g) {
+    // In a vectorised task every lane stores and adds for itself; a load at
+    // a uniform index serves all lanes.
+    if (vectorMode() && (g.kind() != StmtKind::GlobalLoad || varying(&g)))
+      return globalAccessLanes(g);
     ScalarType elem = g.elementType();
     llvm::Type *mem = memTypeOf(elem);
     // Extents and the row-major flat index.
@@ -585,14 +759,116 @@ private:
     }
   }
 
+  /// A global access with per-lane indices or values, in the active lanes.
+  void globalAccessLanes(GlobalAccessStmt &g) {
+    ScalarType elem = g.elementType();
+    llvm::Type *mem = memTypeOf(elem);
+    llvm::Type *memVec = vecOf(mem);
+    llvm::Align align(storageBytes(elem));
+    unsigned n = g.numIndices();
+    std::vector<LV *> extents, indices;
+    if (g.isField())
+      for (int64_t e : g.field()->shape())
+        extents.push_back(b_.getInt64(e));
+    else
+      for (unsigned d = 0; d < n; ++d)
+        extents.push_back(ndShape(cast<Argument>(g.ndarray()), d));
+    LV *bad = b_.getFalse();
+    for (unsigned d = 0; d < n; ++d) {
+      LV *idx = get(g.index(d));
+      idx = b_.CreateSExt(idx, shaped(i64_, idx));
+      indices.push_back(idx);
+      if (opts_.boundsChecked) {
+        LV *out =
+            b_.CreateICmpUGE(idx, idx->getType()->isVectorTy() ? splat(extents[d]) : extents[d]);
+        bad = out->getType()->isVectorTy() || bad->getType()->isVectorTy()
+                  ? b_.CreateOr(splat(bad), splat(out))
+                  : b_.CreateOr(bad, out);
+      }
+    }
+    if (opts_.boundsChecked && n > 0) {
+      unsigned id = site(g, "index out of range");
+      layout_.sites.back().indexCheck = true;
+      std::vector<LV *> data = indices;
+      if (bad->getType()->isVectorTy()) { // the indices of the first failing lane
+        LV *badLanes = mask_ ? b_.CreateAnd(bad, mask_) : bad;
+        LV *bits = b_.CreateBitCast(badLanes, b_.getIntNTy(lanes_));
+        LV *first = b_.CreateZExt(
+            b_.CreateBinaryIntrinsic(llvm::Intrinsic::cttz, bits, b_.getTrue()), i64_);
+        for (LV *&d : data)
+          if (d->getType()->isVectorTy())
+            d = b_.CreateExtractElement(d, first);
+      }
+      raiseIf(anyLane(bad), id, data);
+    }
+    LV *base = slotBase(slotOf(g));
+    // Contiguous: uniform indices, then base + lane in the last dimension.
+    auto affine = n > 0 ? laneBase_.find(g.index(n - 1)) : laneBase_.end();
+    bool contiguous = affine != laneBase_.end();
+    for (unsigned d = 0; d + 1 < n && contiguous; ++d)
+      contiguous = !indices[d]->getType()->isVectorTy();
+    LV *ptr = nullptr;  // contiguous: lane 0's element; else uniform: the element
+    LV *ptrs = nullptr; // per lane
+    if (contiguous)
+      indices[n - 1] = b_.CreateSExt(affine->second, i64_);
+    LV *flat = b_.getInt64(0);
+    for (unsigned d = 0; d < n; ++d) {
+      LV *ext = extents[d], *idx = indices[d];
+      if (idx->getType()->isVectorTy() || flat->getType()->isVectorTy()) {
+        flat = b_.CreateAdd(b_.CreateMul(splat(flat), splat(ext)), splat(idx));
+      } else {
+        flat = b_.CreateAdd(b_.CreateMul(flat, ext), idx);
+      }
+    }
+    if (flat->getType()->isVectorTy())
+      ptrs = b_.CreateGEP(mem, base, flat);
+    else
+      ptr = b_.CreateGEP(mem, base, flat);
+    if (auto *st = dyn_cast<AtomicAddStmt>(&g)) {
+      LV *v = toMem(get(st->value()), elem);
+      llvm::AtomicRMWInst::BinOp op = isFloat(elem)            ? llvm::AtomicRMWInst::FAdd
+                                      : elem == ScalarType::I1 ? llvm::AtomicRMWInst::Xor
+                                                               : llvm::AtomicRMWInst::Add;
+      forEachActiveLane([&](unsigned l) {
+        LV *p = ptrs ? lane(ptrs, l) : contiguous ? b_.CreateConstGEP1_64(mem, ptr, l) : ptr;
+        b_.CreateAtomicRMW(op, p, lane(v, l), align, llvm::AtomicOrdering::Monotonic);
+      });
+      return;
+    }
+    if (!contiguous && !ptrs) // a uniform element in every lane
+      ptrs = splat(ptr);
+    if (g.kind() == StmtKind::GlobalLoad) {
+      LV *zero = llvm::Constant::getNullValue(memVec);
+      LV *v = nullptr;
+      if (!contiguous)
+        v = b_.CreateMaskedGather(memVec, ptrs, align, laneMask(), zero);
+      else if (mask_)
+        v = b_.CreateMaskedLoad(memVec, ptr, align, mask_, zero);
+      else
+        v = b_.CreateAlignedLoad(memVec, ptr, align);
+      values_[&g] = fromMem(v, elem);
+      return;
+    }
+    LV *v = toMem(splat(get(cast<GlobalStoreStmt>(g).value())), elem);
+    if (contiguous && !mask_)
+      b_.CreateAlignedStore(v, ptr, align);
+    else if (contiguous)
+      b_.CreateMaskedStore(v, ptr, align, mask_);
+    else
+      b_.CreateMaskedScatter(v, ptrs, align, laneMask());
+  }
+
   //===--- control flow ----------------------------------------------------===//
 
   LV *boundValue(Bound bd) {
     return bd.isConstant() ? b_.getInt32(static_cast<int32_t>(bd.constant)) : get(bd.value);
   }
 
-  /// for i in [begin, end) with `body(i)`; continue goes to the latch.
-  template <typename Body> void countedLoop(LV *begin, LV *end, llvm::Type *ty, Body &&body) {
+  /// for i in [begin, end) with `body(i)`, i += step; continue goes to the
+  /// latch. `loop` is the statement that breaks and continues leave.
+  template <typename Body>
+  void countedLoop(LV *begin, LV *end, llvm::Type *ty, const Stmt *loop, Body &&body,
+                   uint64_t step = 1) {
     llvm::AllocaInst *counter = entryAlloca(ty, "i");
     b_.CreateStore(begin, counter);
     BasicBlock *header = BasicBlock::Create(ctx_, "for.header", fn_);
@@ -605,12 +881,14 @@ private:
     b_.CreateCondBr(b_.CreateICmpSLT(i, end), bodyBB, exit);
     b_.SetInsertPoint(bodyBB);
     loops_.emplace_back(latch, exit);
+    loopStmts_.push_back(loop);
     body(i);
+    loopStmts_.pop_back();
     loops_.pop_back();
     if (!b_.GetInsertBlock()->getTerminator())
       b_.CreateBr(latch);
     b_.SetInsertPoint(latch);
-    LV *next = b_.CreateAdd(b_.CreateLoad(ty, counter), llvm::ConstantInt::get(ty, 1));
+    LV *next = b_.CreateAdd(b_.CreateLoad(ty, counter), llvm::ConstantInt::get(ty, step));
     b_.CreateStore(next, counter);
     b_.CreateBr(header)->setMetadata(llvm::LLVMContext::MD_loop, noRuntimeUnroll());
     b_.SetInsertPoint(exit);
@@ -633,37 +911,174 @@ private:
   }
 
   void forLoop(ForStmt &loop) {
-    countedLoop(boundValue(loop.begin()), boundValue(loop.end()), i32_, [&](LV *i) {
+    if (vectorMode() && plan_->isMaskedLoop(&loop))
+      return maskedLoop(loop);
+    countedLoop(boundValue(loop.begin()), boundValue(loop.end()), i32_, &loop, [&](LV *i) {
       values_[&loop] = i;
       emitBlock(loop.body());
     });
   }
 
   void whileLoop(WhileStmt &w) {
+    if (vectorMode() && plan_->isMaskedLoop(&w))
+      return maskedLoop(w);
     BasicBlock *header = BasicBlock::Create(ctx_, "while.body", fn_);
     BasicBlock *exit = BasicBlock::Create(ctx_, "while.exit", fn_);
     b_.CreateBr(header);
     b_.SetInsertPoint(header);
     loops_.emplace_back(header, exit);
+    loopStmts_.push_back(&w);
     emitBlock(w.body());
+    loopStmts_.pop_back();
     loops_.pop_back();
     if (!b_.GetInsertBlock()->getTerminator())
       b_.CreateBr(header);
     b_.SetInsertPoint(exit);
   }
 
-  void ifStmt(IfStmt &i) {
-    BasicBlock *thenBB = BasicBlock::Create(ctx_, "if.then", fn_);
-    BasicBlock *elseBB = BasicBlock::Create(ctx_, "if.else", fn_);
-    BasicBlock *join = BasicBlock::Create(ctx_, "if.join", fn_);
-    b_.CreateCondBr(get(i.cond()), thenBB, elseBB);
-    for (int arm = 0; arm < 2; ++arm) {
-      b_.SetInsertPoint(arm == 0 ? thenBB : elseBB);
-      emitBlock(arm == 0 ? i.thenBlock() : i.elseBlock());
-      if (!b_.GetInsertBlock()->getTerminator())
-        b_.CreateBr(join);
+  /// Lane state of a loop that lanes leave at different times: the lanes
+  /// that broke out, and those that broke or continued in this iteration.
+  struct LaneLoop {
+    llvm::AllocaInst *exited = nullptr, *skipped = nullptr;
+  };
+  llvm::AllocaInst *maskAlloca(const char *name) {
+    llvm::AllocaInst *a = entryAlloca(vecOf(b_.getInt1Ty()), name);
+    return a;
+  }
+  LV *loadMask(llvm::AllocaInst *a) { return b_.CreateLoad(a->getAllocatedType(), a); }
+  void clearMask(llvm::AllocaInst *a) {
+    b_.CreateStore(llvm::Constant::getNullValue(a->getAllocatedType()), a);
+  }
+
+  /// A for or while loop whose lanes leave at different times (per-lane
+  /// bounds, or a break/continue only some lanes take): it runs while some
+  /// lane is active, under the mask of the active lanes.
+  void maskedLoop(Stmt &loop) {
+    LV *entryMask = mask_;
+    auto *forLoop = dyn_cast<ForStmt>(&loop);
+    LaneLoop lanes{maskAlloca("exited"), maskAlloca("skipped")};
+    clearMask(lanes.exited);
+    llvm::AllocaInst *counter = nullptr;
+    LV *end = nullptr;
+    if (forLoop) {
+      LV *begin = boundValue(forLoop->begin());
+      end = boundValue(forLoop->end());
+      counter = entryAlloca(begin->getType(), "i"); // a vector when lanes start apart
+      b_.CreateStore(begin, counter);
     }
-    b_.SetInsertPoint(join);
+    BasicBlock *header = BasicBlock::Create(ctx_, "lanes.header", fn_);
+    BasicBlock *bodyBB = BasicBlock::Create(ctx_, "lanes.body", fn_);
+    BasicBlock *latch = BasicBlock::Create(ctx_, "lanes.latch", fn_);
+    BasicBlock *exit = BasicBlock::Create(ctx_, "lanes.exit", fn_);
+    b_.CreateBr(header);
+    b_.SetInsertPoint(header);
+    LV *active =
+        b_.CreateAnd(entryMask ? entryMask : allLanes(), b_.CreateNot(loadMask(lanes.exited)));
+    LV *i = nullptr;
+    if (forLoop) {
+      i = b_.CreateLoad(counter->getAllocatedType(), counter);
+      LV *inRange = i->getType()->isVectorTy() || end->getType()->isVectorTy()
+                        ? b_.CreateICmpSLT(splat(i), splat(end))
+                        : b_.CreateICmpSLT(i, end);
+      active = b_.CreateAnd(active, splat(b_.CreateFreeze(inRange)));
+    }
+    b_.CreateCondBr(b_.CreateOrReduce(active), bodyBB, exit);
+    b_.SetInsertPoint(bodyBB);
+    clearMask(lanes.skipped);
+    mask_ = active;
+    if (forLoop)
+      values_[&loop] = i;
+    laneLoops_[&loop] = lanes;
+    loops_.emplace_back(forLoop ? latch : header, exit);
+    loopStmts_.push_back(&loop);
+    emitBlock(loop.block(0));
+    loopStmts_.pop_back();
+    loops_.pop_back();
+    laneLoops_.erase(&loop);
+    if (!b_.GetInsertBlock()->getTerminator())
+      b_.CreateBr(latch);
+    b_.SetInsertPoint(latch);
+    if (forLoop) {
+      LV *cur = b_.CreateLoad(counter->getAllocatedType(), counter);
+      b_.CreateStore(b_.CreateAdd(cur, llvm::ConstantInt::get(cur->getType(), 1)), counter);
+    }
+    b_.CreateBr(header)->setMetadata(llvm::LLVMContext::MD_loop, noRuntimeUnroll());
+    b_.SetInsertPoint(exit);
+    mask_ = entryMask;
+  }
+
+  /// break / continue: a branch, or in a masked loop, the active lanes
+  /// leave (break) or skip the rest of the iteration (both).
+  void jump(Stmt &s) {
+    auto lanes = laneLoops_.find(jumpTarget(s));
+    if (lanes == laneLoops_.end()) {
+      b_.CreateBr(s.kind() == StmtKind::Break ? loops_.back().second : loops_.back().first);
+      return;
+    }
+    LV *m = laneMask();
+    auto add = [&](llvm::AllocaInst *a) { b_.CreateStore(b_.CreateOr(loadMask(a), m), a); };
+    add(lanes->second.skipped);
+    if (s.kind() == StmtKind::Break)
+      add(lanes->second.exited);
+  }
+
+  static bool hasJumpOf(IfStmt &i, const Stmt *loop) {
+    bool found = false;
+    for (Block *b : {&i.thenBlock(), &i.elseBlock()})
+      walk(*b, [&](Stmt &s) {
+        if ((s.kind() == StmtKind::Break || s.kind() == StmtKind::Continue) &&
+            jumpTarget(s) == loop)
+          found = true;
+      });
+    return found;
+  }
+
+  void ifStmt(IfStmt &i) {
+    LV *cond = get(i.cond());
+    LV *entryMask = mask_;
+    const Stmt *loop = loopStmts_.empty() ? nullptr : loopStmts_.back();
+    auto lanes = loop ? laneLoops_.find(loop) : laneLoops_.end();
+    bool jumps = lanes != laneLoops_.end() && hasJumpOf(i, loop);
+    if (cond->getType()->isVectorTy()) {
+      // Each arm runs under its lanes, and only if it has some.
+      cond = b_.CreateFreeze(cond);
+      LV *thenMask = entryMask ? b_.CreateAnd(entryMask, cond) : cond;
+      LV *elseMask = b_.CreateAnd(entryMask ? entryMask : allLanes(), b_.CreateNot(cond));
+      for (int arm = 0; arm < 2; ++arm) {
+        LV *m = arm == 0 ? thenMask : elseMask;
+        BasicBlock *on = BasicBlock::Create(ctx_, arm == 0 ? "if.then" : "if.else", fn_);
+        BasicBlock *next = BasicBlock::Create(ctx_, "if.next", fn_);
+        b_.CreateCondBr(b_.CreateOrReduce(m), on, next);
+        b_.SetInsertPoint(on);
+        mask_ = m;
+        emitBlock(arm == 0 ? i.thenBlock() : i.elseBlock());
+        if (!b_.GetInsertBlock()->getTerminator())
+          b_.CreateBr(next);
+        b_.SetInsertPoint(next);
+      }
+      mask_ = entryMask;
+    } else {
+      BasicBlock *thenBB = BasicBlock::Create(ctx_, "if.then", fn_);
+      BasicBlock *elseBB = BasicBlock::Create(ctx_, "if.else", fn_);
+      BasicBlock *join = BasicBlock::Create(ctx_, "if.join", fn_);
+      b_.CreateCondBr(cond, thenBB, elseBB);
+      for (int arm = 0; arm < 2; ++arm) {
+        b_.SetInsertPoint(arm == 0 ? thenBB : elseBB);
+        emitBlock(arm == 0 ? i.thenBlock() : i.elseBlock());
+        if (!b_.GetInsertBlock()->getTerminator())
+          b_.CreateBr(join);
+      }
+      b_.SetInsertPoint(join);
+    }
+    if (jumps) {
+      // Lanes that broke or continued in an arm sit out the rest of the
+      // iteration; with none left, go straight to the next one.
+      mask_ = b_.CreateAnd(entryMask ? entryMask : allLanes(),
+                           b_.CreateNot(loadMask(lanes->second.skipped)));
+      BasicBlock *rest = BasicBlock::Create(ctx_, "lanes.rest", fn_);
+      b_.CreateCondBr(b_.CreateOrReduce(mask_), rest, loops_.back().first);
+      b_.SetInsertPoint(rest);
+    }
   }
 
   /// Outlines a parallel task and hands it to the runtime.
@@ -709,10 +1124,47 @@ private:
       LV *raw = b_.CreateLoad(i64_, b_.CreateGEP(i64_, taskFn->getArg(1), b_.getInt64(i)));
       values_[captures[i]] = fromSlot(raw, captures[i]->type().element());
     }
-    countedLoop(taskFn->getArg(2), taskFn->getArg(3), i64_, [&](LV *i) {
+    LV *first = taskFn->getArg(2), *last = taskFn->getArg(3);
+    TaskVectorPlan plan;
+    if (opts_.vectorWidth > 1)
+      plan = planTaskVectorization(task);
+    taskLanes_ = opts_.vectorWidth > 1 && plan.ok() ? opts_.vectorWidth : 1;
+    if (taskLanes_ > 1) {
+      // Whole groups of lanes first, then the rest one iteration at a time.
+      auto captured = values_;
+      LV *n = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smax, b_.CreateSub(last, first),
+                                       b_.getInt64(0));
+      LV *groups = b_.CreateUDiv(n, b_.getInt64(taskLanes_));
+      LV *vectorEnd = b_.CreateAdd(first, b_.CreateMul(groups, b_.getInt64(taskLanes_)));
+      lanes_ = taskLanes_;
+      plan_ = &plan;
+      countedLoop(
+          first, vectorEnd, i64_, &task,
+          [&](LV *group) {
+            LV *base = b_.CreateTrunc(group, i32_);
+            values_[&task] = b_.CreateAdd(splat(base), laneIds(i32_));
+            laneBase_[&task] = base;
+            if (plan.isMaskedLoop(&task)) { // some lanes may continue early
+              LaneLoop lanes{maskAlloca("exited"), maskAlloca("skipped")};
+              clearMask(lanes.skipped);
+              laneLoops_[&task] = lanes;
+            }
+            emitBlock(task.body());
+            laneLoops_.erase(&task);
+          },
+          taskLanes_);
+      lanes_ = 1;
+      plan_ = nullptr;
+      mask_ = nullptr;
+      laneBase_.clear();
+      values_ = std::move(captured);
+      first = vectorEnd;
+    }
+    countedLoop(first, last, i64_, &task, [&](LV *i) {
       values_[&task] = b_.CreateTrunc(i, i32_);
       emitBlock(task.body());
     });
+    taskLanes_ = 1;
     b_.CreateRetVoid();
 
     values_ = std::move(savedValues);
@@ -769,6 +1221,7 @@ private:
   struct StackInfo {
     LV *base = nullptr, *capacity = nullptr, *lastIndex = nullptr;
     llvm::AllocaInst *count = nullptr;
+    llvm::AllocaInst *laneCount = nullptr; // per lane (a lane stack), made on demand
   };
   const StackInfo &stackInfo(unsigned id) {
     StackInfo &info = stackCache_[id];
@@ -795,13 +1248,25 @@ private:
 
   void adstack(Stmt &s) {
     if (auto *a = dyn_cast<AdStackAllocaStmt>(&s)) {
-      unsigned id = static_cast<unsigned>(layout_.stacks.size());
-      unsigned entryBytes = adStackEntryBytes(*a);
-      layout_.stacks.push_back({a, currentTask_, entryBytes});
-      stacks_[a] = {id, a->elementType(), entryBytes};
-      b_.CreateStore(b_.getInt64(0), stackInfo(id).count);
+      // A vectorised task emits its body twice (vector, then the scalar
+      // remainder): both share the stack's id and heap slice, whose entries
+      // have room for every lane.
+      auto known = stacks_.find(a);
+      if (known == stacks_.end()) {
+        unsigned id = static_cast<unsigned>(layout_.stacks.size());
+        unsigned entryBytes = adStackEntryBytes(*a);
+        layout_.stacks.push_back({a, currentTask_, entryBytes * taskLanes_, taskLanes_});
+        known = stacks_.emplace(a, StackRef{id, a->elementType(), entryBytes}).first;
+      }
+      unsigned id = known->second.id;
+      if (vectorMode() && plan_->isLaneStack(a))
+        storeLocal(laneCount(id), b_.getInt64(0));
+      else
+        b_.CreateStore(b_.getInt64(0), stackInfo(id).count);
       return;
     }
+    if (vectorMode())
+      return adstackLanes(cast<AdStackOpStmt>(s));
     auto &op = cast<AdStackOpStmt>(s);
     StackRef st = stacks_.at(op.stack());
     const StackInfo &info = stackInfo(st.id);
@@ -822,10 +1287,7 @@ private:
       b_.CreateBr(done);
       b_.SetInsertPoint(over);
       // Nothing is written; remember the depth this push asked for.
-      b_.CreateAtomicRMW(llvm::AtomicRMWInst::Max,
-                         b_.CreateGEP(i64_, ctxField(kNeeded), b_.getInt64(st.id)),
-                         b_.CreateAdd(count, b_.getInt64(1)), llvm::MaybeAlign(8),
-                         llvm::AtomicOrdering::Monotonic);
+      raiseNeeded(st.id, b_.CreateAdd(count, b_.getInt64(1)));
       b_.CreateBr(done);
       b_.SetInsertPoint(done);
       b_.CreateStore(b_.CreateAdd(count, b_.getInt64(1)), info.count);
@@ -864,6 +1326,138 @@ private:
     }
   }
 
+  llvm::AllocaInst *laneCount(unsigned id) {
+    StackInfo &info = stackCache_[id];
+    stackInfo(id);
+    if (!info.laneCount)
+      info.laneCount = entryAlloca(vecOf(i64_), "adstack.lanecount");
+    return info.laneCount;
+  }
+
+  /// Adstack operations of a vectorised task. Entry e of lane l holds its
+  /// primal at row e, slot l (row e is lanes x entryBytes bytes: the lanes'
+  /// primals, then their adjoints), so with one depth for all lanes an entry
+  /// is one vector. A lane stack (operations under a partial mask) keeps a
+  /// depth per lane and gathers and scatters.
+  void adstackLanes(AdStackOpStmt &op) {
+    StackRef st = stacks_.at(op.stack());
+    const StackInfo &info = stackInfo(st.id);
+    unsigned pb = storageBytes(st.elem);
+    llvm::Type *mem = memTypeOf(st.elem), *memVec = vecOf(mem);
+    llvm::Align align(pb);
+    LV *rowBytes = b_.getInt64(int64_t(st.entryBytes) * lanes_);
+    LV *adjOffset = b_.getInt64(int64_t(pb) * lanes_);
+    bool hasAdj = st.entryBytes > pb;
+    bool perLane = plan_->isLaneStack(op.stack());
+    StmtKind kind = op.kind();
+    unsigned underflow = 0;
+    if (kind != StmtKind::AdStackPush)
+      underflow = site(op, fmt::format("adstack underflow: the adstack declared at {} is empty",
+                                       cast<Stmt>(op.stack())->loc().str()));
+    LV *value = nullptr;
+    if (auto *push = dyn_cast<AdStackPushStmt>(&op))
+      value = toMem(splat(get(push->value())), st.elem);
+    if (auto *acc = dyn_cast<AdStackAccAdjointStmt>(&op))
+      value = splat(get(acc->value()));
+
+    if (!perLane) {
+      LV *count = b_.CreateLoad(i64_, info.count);
+      if (kind == StmtKind::AdStackPush) {
+        BasicBlock *write = BasicBlock::Create(ctx_, "push.write", fn_);
+        BasicBlock *over = BasicBlock::Create(ctx_, "push.overflow", fn_);
+        BasicBlock *done = BasicBlock::Create(ctx_, "push.done", fn_);
+        b_.CreateCondBr(b_.CreateICmpSLT(count, info.capacity), write, over, unlikelySecond());
+        b_.SetInsertPoint(write);
+        LV *row = b_.CreateGEP(b_.getInt8Ty(), info.base, b_.CreateMul(count, rowBytes));
+        b_.CreateAlignedStore(value, row, align);
+        if (hasAdj)
+          b_.CreateAlignedStore(llvm::Constant::getNullValue(memVec),
+                                b_.CreateGEP(b_.getInt8Ty(), row, adjOffset), align);
+        b_.CreateBr(done);
+        b_.SetInsertPoint(over);
+        raiseNeeded(st.id, b_.CreateAdd(count, b_.getInt64(1)));
+        b_.CreateBr(done);
+        b_.SetInsertPoint(done);
+        b_.CreateStore(b_.CreateAdd(count, b_.getInt64(1)), info.count);
+        return;
+      }
+      raiseIf(b_.CreateICmpSLE(count, b_.getInt64(0)), underflow);
+      LV *top = b_.CreateSub(count, b_.getInt64(1));
+      if (kind == StmtKind::AdStackPop) {
+        b_.CreateStore(top, info.count);
+        return;
+      }
+      top = b_.CreateBinaryIntrinsic(llvm::Intrinsic::umin, top, info.lastIndex);
+      LV *row = b_.CreateGEP(b_.getInt8Ty(), info.base, b_.CreateMul(top, rowBytes));
+      LV *adj = b_.CreateGEP(b_.getInt8Ty(), row, adjOffset);
+      if (kind == StmtKind::AdStackLoadTop)
+        values_[&op] = fromMem(b_.CreateAlignedLoad(memVec, row, align), st.elem);
+      else if (kind == StmtKind::AdStackLoadTopAdj)
+        values_[&op] = b_.CreateAlignedLoad(memVec, adj, align);
+      else
+        b_.CreateAlignedStore(b_.CreateFAdd(b_.CreateAlignedLoad(memVec, adj, align), value), adj,
+                              align);
+      return;
+    }
+
+    llvm::AllocaInst *countSlot = laneCount(st.id);
+    LV *count = b_.CreateLoad(countSlot->getAllocatedType(), countSlot);
+    LV *m = laneMask();
+    LV *activeOnes = b_.CreateZExt(m, count->getType());
+    LV *slotOffsets = b_.CreateMul(laneIds(i64_), splat(b_.getInt64(pb)));
+    auto primals = [&](LV *index) {
+      return b_.CreateGEP(b_.getInt8Ty(), info.base,
+                          b_.CreateAdd(b_.CreateMul(index, splat(rowBytes)), slotOffsets));
+    };
+    auto adjoints = [&](LV *ptrs) { return b_.CreateGEP(b_.getInt8Ty(), ptrs, adjOffset); };
+    if (kind == StmtKind::AdStackPush) {
+      LV *fits = b_.CreateICmpSLT(count, splat(info.capacity));
+      LV *writes = b_.CreateAnd(m, fits);
+      LV *ptrs = primals(count);
+      b_.CreateMaskedScatter(value, ptrs, align, writes);
+      if (hasAdj)
+        b_.CreateMaskedScatter(llvm::Constant::getNullValue(memVec), adjoints(ptrs), align, writes);
+      LV *over = b_.CreateAnd(m, b_.CreateNot(fits));
+      BasicBlock *overBB = BasicBlock::Create(ctx_, "push.overflow", fn_);
+      BasicBlock *done = BasicBlock::Create(ctx_, "push.done", fn_);
+      b_.CreateCondBr(b_.CreateOrReduce(over), overBB, done, unlikelyFirst());
+      b_.SetInsertPoint(overBB);
+      LV *asked = b_.CreateSelect(over, b_.CreateAdd(count, activeOnes),
+                                  llvm::Constant::getNullValue(count->getType()));
+      raiseNeeded(st.id, b_.CreateIntMaxReduce(asked, /*IsSigned=*/true));
+      b_.CreateBr(done);
+      b_.SetInsertPoint(done);
+      b_.CreateStore(b_.CreateAdd(count, activeOnes), countSlot);
+      return;
+    }
+    LV *empty = b_.CreateAnd(m, b_.CreateICmpSLE(count, splat(b_.getInt64(0))));
+    raiseIf(b_.CreateOrReduce(empty), underflow);
+    if (kind == StmtKind::AdStackPop) {
+      b_.CreateStore(b_.CreateSub(count, activeOnes), countSlot);
+      return;
+    }
+    // Inactive lanes may be empty: their top (-1, huge unsigned) clamps too.
+    LV *top = b_.CreateBinaryIntrinsic(
+        llvm::Intrinsic::umin, b_.CreateSub(count, splat(b_.getInt64(1))), splat(info.lastIndex));
+    LV *ptrs = primals(top);
+    LV *zero = llvm::Constant::getNullValue(memVec);
+    if (kind == StmtKind::AdStackLoadTop) {
+      values_[&op] = fromMem(b_.CreateMaskedGather(memVec, ptrs, align, m, zero), st.elem);
+    } else if (kind == StmtKind::AdStackLoadTopAdj) {
+      values_[&op] = b_.CreateMaskedGather(memVec, adjoints(ptrs), align, m, zero);
+    } else {
+      LV *cur = b_.CreateMaskedGather(memVec, adjoints(ptrs), align, m, zero);
+      b_.CreateMaskedScatter(b_.CreateFAdd(cur, value), adjoints(ptrs), align, m);
+    }
+  }
+
+  /// needed[id] = max(needed[id], depth): the capacity a push asked for.
+  void raiseNeeded(unsigned id, LV *depth) {
+    b_.CreateAtomicRMW(llvm::AtomicRMWInst::Max,
+                       b_.CreateGEP(i64_, ctxField(kNeeded), b_.getInt64(id)), depth,
+                       llvm::MaybeAlign(8), llvm::AtomicOrdering::Monotonic);
+  }
+
   const Kernel &kernel_;
   llvm::LLVMContext &ctx_;
   const CodegenOptions &opts_;
@@ -878,6 +1472,15 @@ private:
   LV *ctxArg_ = nullptr, *worker_ = nullptr;
   const Stmt *currentTask_ = nullptr;
   unsigned taskCount_ = 0;
+  // Vectorised tasks: the lanes of the code being emitted (1: scalar), of
+  // the task's stacks, the task's plan, the active lanes (null: all), the
+  // lane-affine integers (lane l holds base + l) and the masked loops.
+  unsigned lanes_ = 1, taskLanes_ = 1;
+  const TaskVectorPlan *plan_ = nullptr;
+  LV *mask_ = nullptr;
+  std::unordered_map<const Value *, LV *> laneBase_;
+  std::unordered_map<const Stmt *, LaneLoop> laneLoops_;
+  std::vector<const Stmt *> loopStmts_; // the statements of loops_
   std::unordered_map<const Value *, LV *> values_;
   std::unordered_map<const Value *, StackRef> stacks_;
   std::unordered_map<unsigned, LV *> ctxCache_;

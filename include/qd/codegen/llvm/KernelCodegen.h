@@ -71,6 +71,16 @@ struct CodegenOptions {
   /// Check every field/ndarray index (an error site instead of a wild
   /// access).
   bool boundsChecked = false;
+  /// SIMD lanes of a vectorised parallel task (1: scalar code only). A task
+  /// that may be vectorised (see lib/codegen/llvm/TaskVectorPlan.h) runs
+  /// whole groups of `vectorWidth` consecutive iterations at once, then the
+  /// remaining iterations one at a time.
+  unsigned vectorWidth = 1;
+  /// Vector sin/cos/exp/log call glibc's libmvec (its AVX2 variants, for
+  /// vectorWidth 8): at most 4 ulp from the scalar functions. The caller
+  /// must make those symbols resolvable. Otherwise each lane calls the
+  /// scalar function.
+  bool libmvec = false;
 };
 
 /// Everything the runtime needs to launch the code of one kernel.
@@ -90,7 +100,8 @@ struct KernelLayout {
   struct Stack {
     const AdStackAllocaStmt *stmt;
     const Stmt *task;    // the top-level statement (task) holding it
-    unsigned entryBytes; // bytes per entry
+    unsigned entryBytes; // bytes per entry (of every lane)
+    unsigned lanes = 1;  // lanes of its task: one entry holds one per lane
   };
   std::vector<GlobalSlot> slots;
   std::vector<ErrorSite> sites;

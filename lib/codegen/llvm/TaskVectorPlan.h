@@ -1,0 +1,58 @@
+//===- TaskVectorPlan.h - Which parts of a task vary across lanes -*- C++ -*-===//
+//
+// The CPU code of a parallel task can run `W` consecutive iterations at once,
+// one per SIMD lane (docs/codegen.md, "Vectorised tasks"). This analysis
+// decides whether a task may, and for each statement whether it is
+//
+//  - *varying*: its value differs between lanes (it depends on the task
+//    index, on a per-lane load, or on a local written with per-lane values or
+//    under a partial mask), so it lives in a vector; otherwise it is uniform
+//    and stays a scalar;
+//  - *divergent*: it runs under a partial mask (inside an if whose condition
+//    varies, a loop whose bounds vary or that some lanes leave early);
+//  - a *masked loop*: lanes may leave it at different times, so its control
+//    is a lane mask instead of a branch;
+//  - a *lane stack*: an adstack some operation of which is divergent, so each
+//    lane keeps its own depth (otherwise one depth serves all lanes).
+//
+// A task is refused (and keeps scalar code) when lanes could observe each
+// other's memory effects in a different order than consecutive iterations
+// would: a global written by a plain store must be accessed by every
+// statement at the lane's own element (one index is the task index itself),
+// unless it is only ever atomically added to. Ndarray arguments may alias,
+// so they count as one global.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "qd/ir/Stmt.h"
+
+#include <string>
+#include <unordered_set>
+
+namespace qd {
+
+struct TaskVectorPlan {
+  /// Empty when the task can be vectorised, else why not.
+  std::string refused;
+  std::unordered_set<const Value *> varying;
+  std::unordered_set<const Stmt *> divergent;
+  std::unordered_set<const Stmt *> maskedLoops;
+  std::unordered_set<const Stmt *> laneStacks;
+
+  bool ok() const { return refused.empty(); }
+  bool isVarying(const Value *v) const { return varying.count(v) != 0; }
+  bool isDivergent(const Stmt *s) const { return divergent.count(s) != 0; }
+  bool isMaskedLoop(const Stmt *s) const { return maskedLoops.count(s) != 0; }
+  bool isLaneStack(const Value *s) const {
+    return laneStacks.count(static_cast<const Stmt *>(s)) != 0;
+  }
+};
+
+/// Plans the lanes of parallel task `task` (a top-level parallel for).
+TaskVectorPlan planTaskVectorization(const ForStmt &task);
+
+/// The loop (for or while) a break or continue leaves.
+const Stmt *jumpTarget(const Stmt &jump);
+
+} // namespace qd
