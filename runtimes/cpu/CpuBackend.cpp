@@ -25,6 +25,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <mutex>
 #include <thread>
 
@@ -54,11 +55,20 @@ public:
   }
   unsigned size() const { return n_; }
 
+  int64_t chunkFor(int64_t total) const {
+    return chunk_ > 0 ? chunk_ : std::max<int64_t>(1, total / (int64_t(n_) * 8));
+  }
+  /// Iterations in the largest call `run` makes for `total` iterations.
+  int64_t largestCall(int64_t total) const {
+    int64_t chunk = chunkFor(total);
+    return n_ == 1 || total <= chunk ? total : chunk;
+  }
+
   void run(QdLaunchContext *ctx, TaskFn fn, const int64_t *captures, int64_t begin, int64_t end) {
     if (end <= begin)
       return;
     int64_t total = end - begin;
-    int64_t chunk = chunk_ > 0 ? chunk_ : std::max<int64_t>(1, total / (int64_t(n_) * 8));
+    int64_t chunk = chunkFor(total);
     if (n_ == 1 || total <= chunk) {
       fn(ctx, captures, begin, end, 0);
       return;
@@ -156,6 +166,7 @@ struct CpuBackend::Impl {
   std::unique_ptr<char[]> heap;
   int64_t heapBytes = 0;
   int64_t lastHeapBytes = 0;
+  std::vector<int32_t> lastTaskLanes;
 
   absl::StatusOr<Compiled *> compile(const Kernel &kernel, bool boundsChecked) {
     auto key = std::pair(kernel.uniqueId(), boundsChecked);
@@ -310,6 +321,18 @@ double CpuBackend::compileSeconds(const Kernel &kernel) const {
   return s;
 }
 
+absl::StatusOr<const KernelLayout *> CpuBackend::layout(const Kernel &kernel,
+                                                       bool boundsChecked) {
+  auto c = impl_->compile(kernel, boundsChecked);
+  if (!c.ok())
+    return c.status();
+  return &(*c)->layout;
+}
+
+std::vector<int32_t> CpuBackend::lastTaskLanes() const {
+  return impl_->lastTaskLanes;
+}
+
 absl::StatusOr<std::string> CpuBackend::llvmIR(const Kernel &kernel, bool boundsChecked) {
   auto c = impl_->compile(kernel, boundsChecked);
   if (!c.ok())
@@ -414,7 +437,32 @@ absl::Status CpuBackend::launch(Program &program, const Kernel &kernel,
     }
   }
 
-  // Adstack layout: per task, stacks one after the other in a worker's slice.
+  // Lanes of each vectorised task: its whole groups need chunks of at least
+  // that many iterations. Bounds not known before the launch (loaded from a
+  // field) keep the lanes.
+  auto boundOf = [&](const KernelLayout::TaskBound &b) -> std::optional<int64_t> {
+    switch (b.kind) {
+    case KernelLayout::TaskBound::Constant:
+      return b.constant;
+    case KernelLayout::TaskBound::Argument:
+      return static_cast<int32_t>(scalars[b.argument]);
+    case KernelLayout::TaskBound::NdarrayExtent:
+      return static_cast<int32_t>(shapes[layout.shapeOffset[b.argument] + b.axis]);
+    case KernelLayout::TaskBound::Unknown:
+      break;
+    }
+    return std::nullopt;
+  };
+  std::vector<int32_t> taskLanes(layout.tasks.size() + 1, 1);
+  for (size_t t = 0; t < layout.tasks.size(); ++t) {
+    const auto &task = layout.tasks[t];
+    std::optional<int64_t> b = boundOf(task.begin), e = boundOf(task.end);
+    bool groups = !b || !e || impl_->pool->largestCall(*e - *b) >= task.lanes;
+    taskLanes[t] = task.lanes > 1 && groups ? static_cast<int32_t>(task.lanes) : 1;
+  }
+
+  // Adstack layout: per task, stacks one after the other in a worker's slice
+  // (an entry holds one value per lane of the task).
   size_t numStacks = layout.stacks.size();
   std::vector<int64_t> offsets(numStacks + 1, 0), caps(numStacks + 1, 0), needed(numStacks + 1, 0);
   std::map<const Stmt *, int64_t> used;
@@ -438,7 +486,8 @@ absl::Status CpuBackend::launch(Program &program, const Kernel &kernel,
     caps[i] = cap;
     int64_t &at = used[st.task];
     offsets[i] = at;
-    at += adStackBytes(st.entryBytes, cap); // cap >= 1: the codegen reads entry >= 0
+    int64_t lanes = st.parallelTask >= 0 ? taskLanes[st.parallelTask] : 1;
+    at += adStackBytes(st.entryBytes * lanes, cap); // cap >= 1: the codegen reads entry >= 0
     stride = std::max(stride, at);
   }
   int64_t heapNeed = stride * numThreads();
@@ -453,12 +502,14 @@ absl::Status CpuBackend::launch(Program &program, const Kernel &kernel,
     impl_->heapBytes = grown;
   }
   impl_->lastHeapBytes = heapNeed;
+  impl_->lastTaskLanes.assign(taskLanes.begin(), taskLanes.end() - 1);
 
   int32_t error = 0;
   std::array<int64_t, kMaxErrorData> errorData{};
   QdLaunchContext ctx{globals.data(), shapes.data(),    scalars.data(),   impl_->heap.get(),
                       stride,         offsets.data(),   caps.data(),      needed.data(),
-                      &error,         errorData.data(), impl_->pool.get()};
+                      &error,         errorData.data(), impl_->pool.get(),
+                      taskLanes.data()};
   (*compiled)->fn(&ctx);
 
   for (size_t i = 0; i < numStacks; ++i)

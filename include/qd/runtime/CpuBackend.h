@@ -18,12 +18,14 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include "qd/codegen/llvm/KernelCodegen.h"
 #include "qd/runtime/Program.h"
 
 #include <absl/status/statusor.h>
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 namespace qd {
 
@@ -62,6 +64,13 @@ public:
   int64_t adStackHeapCapacityBytes() const;
   /// Seconds spent compiling `kernel` (0 if it was not compiled yet).
   double compileSeconds(const Kernel &kernel) const;
+  /// The launch layout of a compiled kernel (compiles it if needed): its
+  /// parallel tasks with their lanes (and why a task has none), stacks,
+  /// global slots and error sites.
+  absl::StatusOr<const KernelLayout *> layout(const Kernel &kernel, bool boundsChecked = false);
+  /// Per parallel task of the last launch: the lanes it could use (1 when
+  /// scalar, or when its chunks were shorter than a group of lanes).
+  std::vector<int32_t> lastTaskLanes() const;
   /// The optimised LLVM IR of a compiled kernel (for tests and debugging).
   absl::StatusOr<std::string> llvmIR(const Kernel &kernel, bool boundsChecked = false);
 

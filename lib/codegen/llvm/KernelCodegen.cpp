@@ -54,7 +54,8 @@ enum CtxField : unsigned {
   kNeeded,
   kError,
   kErrorData,
-  kRuntime
+  kRuntime,
+  kTaskLanes
 };
 
 class Emitter {
@@ -66,7 +67,9 @@ public:
     i64_ = b_.getInt64Ty();
     i32_ = b_.getInt32Ty();
     ctxTy_ = llvm::StructType::create(
-        c, {ptrTy_, ptrTy_, ptrTy_, ptrTy_, i64_, ptrTy_, ptrTy_, ptrTy_, ptrTy_, ptrTy_, ptrTy_},
+        c,
+        {ptrTy_, ptrTy_, ptrTy_, ptrTy_, i64_, ptrTy_, ptrTy_, ptrTy_, ptrTy_, ptrTy_, ptrTy_,
+         ptrTy_},
         "QdLaunchContext");
   }
 
@@ -1051,7 +1054,9 @@ private:
         b_.CreateCondBr(b_.CreateOrReduce(m), on, next);
         b_.SetInsertPoint(on);
         mask_ = m;
+        laneExits_.emplace_back(next, loops_.size());
         emitBlock(arm == 0 ? i.thenBlock() : i.elseBlock());
+        laneExits_.pop_back();
         if (!b_.GetInsertBlock()->getTerminator())
           b_.CreateBr(next);
         b_.SetInsertPoint(next);
@@ -1064,19 +1069,26 @@ private:
       b_.CreateCondBr(cond, thenBB, elseBB);
       for (int arm = 0; arm < 2; ++arm) {
         b_.SetInsertPoint(arm == 0 ? thenBB : elseBB);
+        mask_ = entryMask; // an arm may narrow it (a nested if with a jump)
         emitBlock(arm == 0 ? i.thenBlock() : i.elseBlock());
         if (!b_.GetInsertBlock()->getTerminator())
           b_.CreateBr(join);
       }
       b_.SetInsertPoint(join);
+      mask_ = entryMask;
     }
     if (jumps) {
       // Lanes that broke or continued in an arm sit out the rest of the
-      // iteration; with none left, go straight to the next one.
+      // iteration; with none left, skip to the end of the enclosing arm of
+      // a per-lane if (the other lanes go on after it), or else to the next
+      // iteration.
       mask_ = b_.CreateAnd(entryMask ? entryMask : allLanes(),
                            b_.CreateNot(loadMask(lanes->second.skipped)));
       BasicBlock *rest = BasicBlock::Create(ctx_, "lanes.rest", fn_);
-      b_.CreateCondBr(b_.CreateOrReduce(mask_), rest, loops_.back().first);
+      BasicBlock *none = !laneExits_.empty() && laneExits_.back().second == loops_.size()
+                             ? laneExits_.back().first
+                             : loops_.back().first;
+      b_.CreateCondBr(b_.CreateOrReduce(mask_), rest, none);
       b_.SetInsertPoint(rest);
     }
   }
@@ -1129,11 +1141,19 @@ private:
     if (opts_.vectorWidth > 1)
       plan = planTaskVectorization(task);
     taskLanes_ = opts_.vectorWidth > 1 && plan.ok() ? opts_.vectorWidth : 1;
+    currentParallelTask_ = static_cast<int>(layout_.tasks.size());
+    layout_.tasks.push_back(
+        {&task, taskLanes_, plan.refused, taskBound(task.begin()), taskBound(task.end())});
     if (taskLanes_ > 1) {
       // Whole groups of lanes first, then the rest one iteration at a time.
+      // The runtime lays out lane entries only for tasks whose chunks hold a
+      // group (ctx->taskLanes); the others run scalar code only.
       auto captured = values_;
+      LV *allowed = b_.CreateLoad(
+          i32_, b_.CreateGEP(i32_, ctxField(kTaskLanes), b_.getInt64(currentParallelTask_)));
       LV *n = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smax, b_.CreateSub(last, first),
                                        b_.getInt64(0));
+      n = b_.CreateSelect(b_.CreateICmpSGE(allowed, b_.getInt32(taskLanes_)), n, b_.getInt64(0));
       LV *groups = b_.CreateUDiv(n, b_.getInt64(taskLanes_));
       LV *vectorEnd = b_.CreateAdd(first, b_.CreateMul(groups, b_.getInt64(taskLanes_)));
       lanes_ = taskLanes_;
@@ -1165,6 +1185,7 @@ private:
       emitBlock(task.body());
     });
     taskLanes_ = 1;
+    currentParallelTask_ = -1;
     b_.CreateRetVoid();
 
     values_ = std::move(savedValues);
@@ -1181,6 +1202,22 @@ private:
         "qd_rt_parallel_for",
         llvm::FunctionType::get(b_.getVoidTy(), {ptrTy_, ptrTy_, ptrTy_, i64_, i64_}, false));
     b_.CreateCall(pf, {ctxArg_, taskFn, buf, begin, end});
+  }
+
+  static KernelLayout::TaskBound taskBound(Bound b) {
+    KernelLayout::TaskBound t;
+    if (b.isConstant()) {
+      t.kind = KernelLayout::TaskBound::Constant;
+      t.constant = b.constant;
+    } else if (auto *a = dyn_cast<Argument>(b.value)) {
+      t.kind = KernelLayout::TaskBound::Argument;
+      t.argument = a->index();
+    } else if (auto *sh = dyn_cast<ShapeStmt>(b.value)) {
+      t.kind = KernelLayout::TaskBound::NdarrayExtent;
+      t.argument = cast<Argument>(sh->ndarray())->index();
+      t.axis = sh->axis();
+    }
+    return t;
   }
 
   LV *toSlot(LV *v) {
@@ -1255,7 +1292,7 @@ private:
       if (known == stacks_.end()) {
         unsigned id = static_cast<unsigned>(layout_.stacks.size());
         unsigned entryBytes = adStackEntryBytes(*a);
-        layout_.stacks.push_back({a, currentTask_, entryBytes * taskLanes_, taskLanes_});
+        layout_.stacks.push_back({a, currentTask_, entryBytes, currentParallelTask_});
         known = stacks_.emplace(a, StackRef{id, a->elementType(), entryBytes}).first;
       }
       unsigned id = known->second.id;
@@ -1476,11 +1513,15 @@ private:
   // the task's stacks, the task's plan, the active lanes (null: all), the
   // lane-affine integers (lane l holds base + l) and the masked loops.
   unsigned lanes_ = 1, taskLanes_ = 1;
+  int currentParallelTask_ = -1;
   const TaskVectorPlan *plan_ = nullptr;
   LV *mask_ = nullptr;
   std::unordered_map<const Value *, LV *> laneBase_;
   std::unordered_map<const Stmt *, LaneLoop> laneLoops_;
   std::vector<const Stmt *> loopStmts_; // the statements of loops_
+  // Per-lane if arms being emitted: the block after the arm, and the depth
+  // of loops_ there.
+  std::vector<std::pair<BasicBlock *, size_t>> laneExits_;
   std::unordered_map<const Value *, LV *> values_;
   std::unordered_map<const Value *, StackRef> stacks_;
   std::unordered_map<unsigned, LV *> ctxCache_;

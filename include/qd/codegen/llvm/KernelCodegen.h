@@ -65,6 +65,9 @@ struct QdLaunchContext {
   int64_t *errorData;        // what that site recorded (indices of an index
                              // error), kMaxErrorData entries
   void *runtime;             // passed back to qd_rt_parallel_for
+  const int32_t *taskLanes;  // per parallel task: lanes it may use in this
+                             // launch (below its KernelLayout::Task::lanes:
+                             // scalar code only)
 };
 
 struct CodegenOptions {
@@ -100,12 +103,28 @@ struct KernelLayout {
   struct Stack {
     const AdStackAllocaStmt *stmt;
     const Stmt *task;    // the top-level statement (task) holding it
-    unsigned entryBytes; // bytes per entry (of every lane)
-    unsigned lanes = 1;  // lanes of its task: one entry holds one per lane
+    unsigned entryBytes; // bytes per entry of one lane
+    int parallelTask;    // index in `tasks`, or -1 outside parallel tasks
+  };
+  /// A task bound the runtime can read before the launch.
+  struct TaskBound {
+    enum Kind { Constant, Argument, NdarrayExtent, Unknown } kind = Unknown;
+    int64_t constant = 0;
+    unsigned argument = 0, axis = 0;
+  };
+  /// A parallel task, in the order of their `qd_task_<n>` functions.
+  struct Task {
+    const ForStmt *stmt;
+    /// SIMD lanes of its vector code (1: scalar code only), and why it has
+    /// none when it could have.
+    unsigned lanes = 1;
+    std::string whyScalar;
+    TaskBound begin, end;
   };
   std::vector<GlobalSlot> slots;
   std::vector<ErrorSite> sites;
   std::vector<Stack> stacks;
+  std::vector<Task> tasks;
   /// Per kernel argument: index of its first extent in ndShapes (ndarrays).
   std::vector<unsigned> shapeOffset;
   unsigned numShapes = 0;
