@@ -28,6 +28,7 @@
 #include <cmath>
 #include <condition_variable>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -1621,6 +1622,411 @@ kernel @k() {{
 //===----------------------------------------------------------------------===//
 // 5. Property: random kernels and their gradients
 //===----------------------------------------------------------------------===//
+
+//===----------------------------------------------------------------------===//
+// Vectorised tasks
+//===----------------------------------------------------------------------===//
+
+/// Eight lanes with the scalar math functions: bit for bit the interpreter.
+CpuBackend &cpuEightLanes() {
+  static std::unique_ptr<CpuBackend> b = [] {
+    CpuBackendOptions o;
+    o.threads = 1;
+    o.vectorMath = false;
+    return *CpuBackend::create(o);
+  }();
+  return *b;
+}
+
+const KernelLayout::Task &onlyTask(CpuBackend &cpu, const Kernel &k) {
+  auto layout = cpu.layout(k);
+  EXPECT_TRUE(layout.ok()) << layout.status().message();
+  EXPECT_EQ((*layout)->tasks.size(), 1u);
+  return (*layout)->tasks.at(0);
+}
+
+TEST(CpuVectorTest, TasksVectoriseUnlessLanesCouldSeeEachOthersWrites) {
+  Pair p(R"(
+field @x : f32[64]
+field @y : f32[64]
+field @s : f32
+kernel @own() {
+  parallel for %i = 0 to 64 {
+    %a = load @x[%i] : f32
+    store @y[%i], %a
+    atomic_add @s[], %a : f32
+  }
+}
+kernel @shared() {
+  parallel for %i = 0 to 64 {
+    %a = load @x[%i] : f32
+    store @s[], %a
+  }
+}
+kernel @sum_and_read() {
+  parallel for %i = 0 to 64 {
+    %a = load @s[] : f32
+    atomic_add @s[], %a : f32
+  }
+}
+)",
+         &cpuEightLanes());
+  EXPECT_EQ(onlyTask(cpuEightLanes(), *p.module->findKernel("own")).lanes, 8u);
+  const auto &shared = onlyTask(cpuEightLanes(), *p.module->findKernel("shared"));
+  EXPECT_EQ(shared.lanes, 1u);
+  EXPECT_NE(shared.whyScalar.find("is stored to at an element that is not the iteration's own"),
+            std::string::npos)
+      << shared.whyScalar;
+  EXPECT_NE(shared.whyScalar.find("t.qd:"), std::string::npos) << shared.whyScalar;
+  const auto &sum = onlyTask(cpuEightLanes(), *p.module->findKernel("sum_and_read"));
+  EXPECT_EQ(sum.lanes, 1u);
+  EXPECT_NE(sum.whyScalar.find("both atomically added to and loaded"), std::string::npos);
+  EXPECT_EQ(onlyTask(cpuSerial(), *p.module->findKernel("own")).lanes, 1u);
+}
+
+// Per-element trip counts, a break and a continue only some lanes take, a
+// while loop whose lanes leave at different times, nested per-lane ifs and a
+// division guarded by a per-lane condition (a zero divisor in an inactive
+// lane is no error). 43 elements: five groups of 8 and 3 scalar iterations.
+constexpr const char *kDivergent = R"(
+field @m : i32[43]
+field @x : f32[43] grad
+field @y : f32[43] grad
+field @q : i32[43]
+kernel @k() {
+  parallel for %i = 0 to 43 {
+    %mi = load @m[%i] : i32
+    %acc = alloca f32
+    %xi = load @x[%i] : f32
+    store %acc, %xi
+    %c3 = const 3 : i32
+    %r = rem %i, %c3 : i32
+    %c0 = const 0 : i32
+    %skip = cmp eq %r, %c0 : i32
+    %c7 = const 7 : i32
+    %late = cmp gt %mi, %c7 : i32
+    %both = and %skip, %late : i1
+    if %both {
+      continue
+    }
+    for %j = 0 to %mi {
+      %c5 = const 5 : i32
+      %big = cmp gt %j, %c5 : i32
+      %odd = rem %i, %c3 : i32
+      %c1 = const 1 : i32
+      %isOdd = cmp eq %odd, %c1 : i32
+      %stop = and %big, %isOdd : i1
+      if %stop {
+        break
+      }
+      %jf = cast %j : i32 to f32
+      %a = load %acc : f32
+      %s = sin %a : f32
+      %t = add %s, %jf : f32
+      if %isOdd {
+        %h = const 0.5 : f32
+        %u = mul %t, %h : f32
+        store %acc, %u
+      } else {
+        store %acc, %t
+      }
+    }
+    %w = alloca i32
+    store %w, %mi
+    while {
+      %wv = load %w : i32
+      %done = cmp le %wv, %c0 : i32
+      if %done {
+        break
+      }
+      %c2 = const 2 : i32
+      %wn = sub %wv, %c2 : i32
+      store %w, %wn
+    }
+    %wf = load %w : i32
+    %nz = cmp ne %mi, %c0 : i32
+    if %nz {
+      %c100 = const 100 : i32
+      %d = div %c100, %mi : i32
+      %e = add %d, %wf : i32
+      store @q[%i], %e
+    }
+    %out = load %acc : f32
+    store @y[%i], %out
+  }
+}
+)";
+
+std::vector<double> divergentBounds() {
+  std::vector<double> m;
+  for (int i = 0; i < 43; ++i)
+    m.push_back(i % 5 == 0 ? 0 : (i * 7) % 13);
+  return m;
+}
+std::vector<double> ramp(int n, double scale, double offset) {
+  std::vector<double> v;
+  for (int i = 0; i < n; ++i)
+    v.push_back(scale * i + offset);
+  return v;
+}
+
+TEST(CpuVectorTest, DivergentControlFlowMatchesTheInterpreterExactly) {
+  Pair p(kDivergent, &cpuEightLanes());
+  EXPECT_EQ(onlyTask(cpuEightLanes(), *p.module->findKernel("k")).lanes, 8u);
+  p.instantiate();
+  p.set("m", divergentBounds());
+  p.set("x", ramp(43, 0.05, -1));
+  p.runOk("k");
+  p.expectSame(/*exact=*/true);
+  EXPECT_EQ(cpuEightLanes().lastTaskLanes(), std::vector<int32_t>{8});
+  // Every element was written (none are zero) except the skipped ones.
+  EXPECT_NE(p.cpuValue("y", 1).f, 0.0);
+}
+
+TEST(CpuVectorTest, GradientsWithPerLaneStacksMatchTheScalarCode) {
+  Pair p(kDivergent, &cpuEightLanes());
+  auto g = buildGradientKernel(*p.module, *p.module->findKernel("k"));
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  const auto &task = onlyTask(cpuEightLanes(), **g);
+  ASSERT_EQ(task.lanes, 8u) << task.whyScalar;
+  p.instantiate();
+  p.set("m", divergentBounds());
+  p.set("x", ramp(43, 0.05, -1));
+  p.runOk("k");
+  p.set("y", std::vector<double>(43, 1.0), Component::Grad);
+  p.runOk("k_grad");
+  p.expectSame(/*exact=*/true);
+  EXPECT_NE(p.cpuValue("x", 4, Component::Grad).f, 0.0);
+}
+
+// Benchmark (b)'s shape: triangular nested loops with per-element bounds.
+// Lanes leave both loops at different times, in the recording and in the
+// reversed loops, so every stack operation is under a partial mask.
+TEST(CpuVectorTest, TriangularGradientsMatchTheInterpreterExactly) {
+  for (bool tape : {true, false}) {
+    Pair p(R"(
+field @m : i32[29]
+field @x : f64[29] grad
+field @y : f64[29] grad
+kernel @k() {
+  parallel for %i = 0 to 29 {
+    %v = alloca f64
+    %xi = load @x[%i] : f64
+    store %v, %xi
+    %mi = load @m[%i] : i32
+    for %j = 0 to %mi {
+      for %k = 0 to %j {
+        %kf = cast %k : i32 to f64
+        %c = const 0.01 : f64
+        %o = mul %kf, %c : f64
+        %a = load %v : f64
+        %b = add %a, %o : f64
+        %s = sin %b : f64
+        %d = const 0.1 : f64
+        %e = add %s, %d : f64
+        store %v, %e
+      }
+    }
+    %r = load %v : f64
+    store @y[%i], %r
+  }
+}
+)",
+           &cpuEightLanes());
+    ReverseADOptions options;
+    options.tapeNestedLoops = tape;
+    auto g = buildGradientKernel(*p.module, *p.module->findKernel("k"), options, "k_grad");
+    ASSERT_TRUE(g.ok()) << g.status().message();
+    ASSERT_EQ(onlyTask(cpuEightLanes(), **g).lanes, 8u);
+    p.instantiate();
+    std::vector<double> m;
+    for (int i = 0; i < 29; ++i)
+      m.push_back(i % 7 == 3 ? 0 : 4 + (i * 7) % 13);
+    p.set("m", m);
+    p.set("x", ramp(29, 0.03, -0.4));
+    p.runOk("k");
+    p.set("y", std::vector<double>(29, 1.0), Component::Grad);
+    p.runOk("k_grad");
+    p.expectSame(/*exact=*/true);
+    EXPECT_NE(p.cpuValue("x", 5, Component::Grad).f, 1.0) << "tape = " << tape;
+  }
+}
+
+TEST(CpuVectorTest, AnOutOfRangeLaneNamesTheFirstFailingIndex) {
+  Pair p(R"(
+field @x : f32[20]
+field @y : f32[20]
+kernel @k() {
+  parallel for %i = 0 to 16 {
+    %c2 = const 2 : i32
+    %j = mul %i, %c2 : i32
+    %c9 = const 9 : i32
+    %far = cmp gt %i, %c9 : i32
+    if %far {
+      %a = load @x[%j] : f32
+      store @y[%i], %a
+    }
+  }
+}
+)",
+         &cpuEightLanes());
+  LaunchOptions opts;
+  opts.boundsChecked = true;
+  auto [a, b] = p.run("k", {}, opts);
+  ASSERT_FALSE(a.ok());
+  ASSERT_FALSE(b.ok());
+  EXPECT_EQ(message(a), message(b));
+  EXPECT_NE(message(b).find("index [20] is out of range for '@x' of shape [20]"), std::string::npos)
+      << message(b);
+}
+
+TEST(CpuVectorTest, LaneStackOverflowReportsTheCapacityTheLaunchNeeded) {
+  Pair p(R"(
+field @m : i32[16]
+field @y : i32[16]
+kernel @k() {
+  parallel for %i = 0 to 16 {
+    %s = adstack.alloca i32, capacity 4
+    %mi = load @m[%i] : i32
+    for %j = 0 to %mi {
+      adstack.push %s, %j
+    }
+    %t = adstack.load_top %s : i32
+    store @y[%i], %t
+  }
+}
+)",
+         &cpuEightLanes());
+  auto *k = p.module->findKernel("k");
+  ASSERT_NE(k, nullptr);
+  p.instantiate();
+  std::vector<double> m(16, 2);
+  m[11] = 9; // lane 3 of the second group
+  m[12] = 7;
+  p.set("m", m);
+  auto [a, b] = p.run("k");
+  ASSERT_FALSE(b.ok());
+  EXPECT_NE(message(b).find("has capacity 4 and this launch needed 9"), std::string::npos)
+      << message(b);
+  // The next launch is clean.
+  p.set("m", std::vector<double>(16, 3));
+  p.runOk("k");
+  p.expectSame();
+}
+
+TEST(CpuVectorTest, LaneEntriesAreLaidOutOnlyWhenChunksHoldAGroup) {
+  std::string text = R"(
+field @x : f64[N] grad
+field @y : f64 grad
+field @n : i32
+kernel @compute() {
+  parallel for %i = 0 to N {
+    %xi = load @x[%i] : f64
+    %v = alloca f64
+    store %v, %xi
+    %n = load @n[] : i32
+    for %j = 0 to %n {
+      %a = load %v : f64
+      %s = sin %a : f64
+      %c = const 0.1 : f64
+      %b = add %s, %c : f64
+      store %v, %b
+    }
+    %r = load %v : f64
+    atomic_add @y[], %r : f64
+  }
+}
+)";
+  for (int n : {4, 64}) {
+    std::string t = text;
+    for (size_t at; (at = t.find('N')) != std::string::npos;)
+      t.replace(at, 1, std::to_string(n));
+    Pair p(t, &cpuEightLanes());
+    auto g = buildGradientKernel(*p.module, *p.module->findKernel("compute"));
+    ASSERT_TRUE(g.ok()) << g.status().message();
+    auto stacks = stacksOf(**g);
+    ASSERT_EQ(stacks.size(), 1u);
+    p.instantiate();
+    p.set("n", {20});
+    p.set("x", ramp(n, 0.01, 0.2));
+    p.runOk("compute");
+    p.set("y", {1.0}, Component::Grad);
+    p.runOk("compute_grad");
+    p.expectSameExactly("x", Component::Grad);
+    int64_t cap = p.cpu->lastAdStackCapacities().at(stacks[0]);
+    EXPECT_EQ(cap, 20);
+    int32_t lanes = n >= 8 ? 8 : 1; // 4 elements never make a group
+    EXPECT_EQ(cpuEightLanes().lastTaskLanes(), std::vector<int32_t>{lanes});
+    EXPECT_EQ(cpuEightLanes().lastAdStackHeapBytes(),
+              adStackBytes(adStackEntryBytes(*stacks[0]) * lanes, cap))
+        << "n = " << n;
+  }
+}
+
+TEST(CpuVectorTest, VectorMathIsWithinFourUlpsOfTheScalarFunctions) {
+  if (!cpuVector().usesVectorMath())
+    GTEST_SKIP() << "libmvec is not used on this host (no AVX2 or no libmvec.so.1)";
+  Pair p(R"(
+field @x : f32[256]
+field @X : f64[256]
+field @o : f32[4, 256]
+field @O : f64[4, 256]
+kernel @k() {
+  parallel for %i = 0 to 256 {
+    %a = load @x[%i] : f32
+    %A = load @X[%i] : f64
+    %c0 = const 0 : i32
+    %c1 = const 1 : i32
+    %c2 = const 2 : i32
+    %c3 = const 3 : i32
+    %s = sin %a : f32
+    store @o[%c0, %i], %s
+    %c = cos %a : f32
+    store @o[%c1, %i], %c
+    %e = exp %a : f32
+    store @o[%c2, %i], %e
+    %l = log %a : f32
+    store @o[%c3, %i], %l
+    %S = sin %A : f64
+    store @O[%c0, %i], %S
+    %C = cos %A : f64
+    store @O[%c1, %i], %C
+    %E = exp %A : f64
+    store @O[%c2, %i], %E
+    %L = log %A : f64
+    store @O[%c3, %i], %L
+  }
+}
+)",
+         &cpuVector());
+  auto ir = cpuVector().llvmIR(*p.module->findKernel("k"));
+  ASSERT_TRUE(ir.ok());
+  EXPECT_NE(ir->find("_ZGVdN8v_sinf"), std::string::npos);
+  EXPECT_NE(ir->find("_ZGVdN4v_log"), std::string::npos);
+  p.instantiate();
+  std::vector<double> xs = ramp(256, 0.37, 0.01); // up to ~95: large sin arguments too
+  p.set("x", xs);
+  p.set("X", xs);
+  p.runOk("k");
+  auto ulps = [](double a, double b, bool f32) {
+    if (f32) {
+      float fa = static_cast<float>(a), fb = static_cast<float>(b);
+      int32_t ia, ib;
+      std::memcpy(&ia, &fa, 4);
+      std::memcpy(&ib, &fb, 4);
+      return std::abs(int64_t(ia) - int64_t(ib));
+    }
+    int64_t ia, ib;
+    std::memcpy(&ia, &a, 8);
+    std::memcpy(&ib, &b, 8);
+    return std::abs(ia - ib);
+  };
+  int64_t worst = 0;
+  for (const char *f : {"o", "O"})
+    for (int64_t e = 0; e < 4 * 256; ++e)
+      worst = std::max(worst, ulps(p.refValue(f, e).f, p.cpuValue(f, e).f, f[0] == 'o'));
+  EXPECT_LE(worst, 4);
+}
 
 /// Runs `k` then (when `withGrad`) `k_grad` on the interpreter and on `cpu`,
 /// from the same inputs and output seeds; empty when every field and

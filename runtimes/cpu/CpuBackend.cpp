@@ -14,9 +14,9 @@
 #include <llvm/Passes/PassBuilder.h>
 #include <llvm/Support/DynamicLibrary.h>
 #include <llvm/Support/TargetSelect.h>
-#include <llvm/TargetParser/Host.h>
 #include <llvm/Support/raw_ostream.h>
 #include <llvm/Target/TargetMachine.h>
+#include <llvm/TargetParser/Host.h>
 
 #include <algorithm>
 #include <array>
@@ -25,8 +25,8 @@
 #include <condition_variable>
 #include <cstring>
 #include <map>
-#include <optional>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 namespace qd {
@@ -287,9 +287,8 @@ absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::create(const CpuBackendO
                     options.vectorWidth));
   // Chunks shorter than a group of lanes never run vector code: compile
   // scalar code, whose stacks need no room for lanes.
-  impl->vectorWidth = options.chunk > 0 && options.chunk < options.vectorWidth
-                          ? 1
-                          : options.vectorWidth;
+  impl->vectorWidth =
+      options.chunk > 0 && options.chunk < options.vectorWidth ? 1 : options.vectorWidth;
   if (options.vectorMath && impl->vectorWidth == 8)
     impl->libmvec = vectorMathAvailable();
   unsigned threads = options.threads ? options.threads : std::thread::hardware_concurrency();
@@ -321,8 +320,7 @@ double CpuBackend::compileSeconds(const Kernel &kernel) const {
   return s;
 }
 
-absl::StatusOr<const KernelLayout *> CpuBackend::layout(const Kernel &kernel,
-                                                       bool boundsChecked) {
+absl::StatusOr<const KernelLayout *> CpuBackend::layout(const Kernel &kernel, bool boundsChecked) {
   auto c = impl_->compile(kernel, boundsChecked);
   if (!c.ok())
     return c.status();
@@ -506,10 +504,9 @@ absl::Status CpuBackend::launch(Program &program, const Kernel &kernel,
 
   int32_t error = 0;
   std::array<int64_t, kMaxErrorData> errorData{};
-  QdLaunchContext ctx{globals.data(), shapes.data(),    scalars.data(),   impl_->heap.get(),
-                      stride,         offsets.data(),   caps.data(),      needed.data(),
-                      &error,         errorData.data(), impl_->pool.get(),
-                      taskLanes.data()};
+  QdLaunchContext ctx{globals.data(), shapes.data(),    scalars.data(),    impl_->heap.get(),
+                      stride,         offsets.data(),   caps.data(),       needed.data(),
+                      &error,         errorData.data(), impl_->pool.get(), taskLanes.data()};
   (*compiled)->fn(&ctx);
 
   for (size_t i = 0; i < numStacks; ++i)

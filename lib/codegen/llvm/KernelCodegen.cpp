@@ -66,11 +66,10 @@ public:
     ptrTy_ = llvm::PointerType::getUnqual(c);
     i64_ = b_.getInt64Ty();
     i32_ = b_.getInt32Ty();
-    ctxTy_ = llvm::StructType::create(
-        c,
-        {ptrTy_, ptrTy_, ptrTy_, ptrTy_, i64_, ptrTy_, ptrTy_, ptrTy_, ptrTy_, ptrTy_, ptrTy_,
-         ptrTy_},
-        "QdLaunchContext");
+    ctxTy_ = llvm::StructType::create(c,
+                                      {ptrTy_, ptrTy_, ptrTy_, ptrTy_, i64_, ptrTy_, ptrTy_, ptrTy_,
+                                       ptrTy_, ptrTy_, ptrTy_, ptrTy_},
+                                      "QdLaunchContext");
   }
 
   absl::StatusOr<std::unique_ptr<llvm::Module>> run() {
