@@ -251,6 +251,7 @@ struct QdResult {
   std::vector<float> grad; // gradFields concatenated
   std::string gradIR, gradLLVM;
   int64_t stacks = 0, capacitySum = 0;
+  int32_t lanes = 1; // SIMD lanes of the gradient task (entries per stack slot)
   /// Per rep, qd's gradient time over the hand-written one timed right
   /// after it (both see the same moment of a noisy machine); sorted.
   std::vector<double> pairedRatios;
@@ -323,6 +324,8 @@ QdResult runQd(const Workload &w, qd::CpuBackend &cpu, int reps, bool keepIR,
   }
   std::sort(r.pairedRatios.begin(), r.pairedRatios.end());
   r.heapBytes = cpu.lastAdStackHeapBytes();
+  for (int32_t l : cpu.lastTaskLanes())
+    r.lanes = std::max(r.lanes, l);
   for (const auto &[stack, cap] : p.lastAdStackCapacities()) {
     ++r.stacks;
     r.capacitySum += cap;
@@ -338,8 +341,16 @@ QdResult runQd(const Workload &w, qd::CpuBackend &cpu, int reps, bool keepIR,
 struct InterpResult {
   double fwdMs = 0, gradMs = 0; // at nInterp elements
   std::vector<float> grad;      // nInterp * gradElemsPerItem values per field
-  int64_t exactPerWorker = 0;   // sum over stacks of adStackBytes(stack, max depth)
+  /// Per stack: bytes of one lane's entry, and its max depth.
+  std::vector<std::pair<unsigned, int64_t>> stackNeeds;
   int64_t depthSum = 0;
+  /// The exact heap of one worker running `lanes` elements at a time.
+  int64_t exactPerWorker(int64_t lanes) const {
+    int64_t bytes = 0;
+    for (auto [entryBytes, depth] : stackNeeds)
+      bytes += qd::adStackBytes(static_cast<unsigned>(entryBytes * lanes), depth);
+    return bytes;
+  }
 };
 
 InterpResult runInterp(const Workload &w) {
@@ -352,7 +363,7 @@ InterpResult runInterp(const Workload &w) {
   r.gradMs =
       timeMin(1, nullptr, [&] { check(p.launch(m.grad->name(), {}, interp), "interp grad"); });
   for (const auto &[stack, depth] : interp.adStackMaxDepths()) {
-    r.exactPerWorker += qd::adStackBytes(*stack, depth);
+    r.stackNeeds.emplace_back(qd::adStackEntryBytes(*stack), depth);
     r.depthSum += depth;
   }
   r.grad = collectGrads(w, p);
@@ -539,6 +550,8 @@ static int runBench(int argc, char **argv) {
 
   auto cpu = check(qd::CpuBackend::create({.threads = threads}), "CpuBackend::create");
   auto cpu1 = check(qd::CpuBackend::create({.threads = 1}), "CpuBackend::create");
+  auto cpuScalar =
+      check(qd::CpuBackend::create({.threads = threads, .vectorWidth = 1}), "CpuBackend::create");
   double start = nowMs();
   fmt::print("qd-bench-gradients: {} threads for qd-cpu and the hand-written loops "
              "({} hardware threads), min of {} runs, wall-clock ms\n",
@@ -717,6 +730,15 @@ static int runBench(int argc, char **argv) {
       }
     }
 
+    // qd-cpu without vectorised tasks: against the hand-written scalar loop.
+    {
+      QdResult qs = runQd(w, *cpuScalar, reps, false);
+      rows.push_back({"qd-cpu scalar code", std::to_string(cpuScalar->numThreads()), qs.fwdMs,
+                      qs.gradMs, maxRelErr(qs.grad, ref),
+                      fmt::format("vector width 1; {:.2f}x the hand-written scalar loop",
+                                  qs.gradMs / *hw.gradMs)});
+    }
+
     // Interpreter, scaled; also measures the exact adstack need.
     InterpResult ir = runInterp(w);
     double scale = double(n) / double(w.nInterp);
@@ -728,11 +750,11 @@ static int runBench(int argc, char **argv) {
       if (r.err && *r.err > 1e-3)
         r.note = "WRONG GRADIENT" + (r.note.empty() ? "" : "; " + r.note);
     printTable(rows, qr.gradMs);
-    int64_t exact = ir.exactPerWorker * cpu->numThreads();
+    int64_t exact = ir.exactPerWorker(qr.lanes) * cpu->numThreads();
     fmt::print("  adstack heap: {} bytes for {} stacks (capacities sum {}), exact need {} bytes "
-               "(max depths sum {}, x {} workers): {:.2f}x\n",
-               qr.heapBytes, qr.stacks, qr.capacitySum, exact, ir.depthSum, cpu->numThreads(),
-               exact ? double(qr.heapBytes) / double(exact) : 0.0);
+               "(max depths sum {}, x {} lanes, x {} workers): {:.2f}x\n",
+               qr.heapBytes, qr.stacks, qr.capacitySum, exact, ir.depthSum, qr.lanes,
+               cpu->numThreads(), exact ? double(qr.heapBytes) / double(exact) : 0.0);
     fmt::print("  compile: forward kernel {:.1f} ms, gradient kernel {:.1f} ms\n", qr.compileFwdMs,
                qr.compileGradMs);
     {
