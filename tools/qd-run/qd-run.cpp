@@ -3,7 +3,7 @@
 //   qd-run kernel.qd [--kernel=NAME]... [--backend=cpu|interp] [--inputs=in.json]
 //          [--set FIELD=JSON]... [--arg NAME=JSON]... [--print=a,b.grad,...]
 //          [--no-bounds-check] [--adstack-capacity=N] [--report-adstacks]
-//          [--no-adstack-sizing]
+//          [--no-adstack-sizing] [--vector-width=N] [--no-vector-math]
 //
 // Fields and ndarray arguments are given as (nested) JSON arrays, scalars as
 // JSON numbers or booleans; `NAME.grad` / `NAME.dual` address companions.
@@ -59,7 +59,11 @@ constexpr const char *kUsage =
     "  --check-global-accesses\n"
     "                         fail when a launch writes a field or ndarray element\n"
     "                         it read earlier in the same launch\n"
-    "  --report-adstacks      print each adstack's capacity and maximum depth\n";
+    "  --report-adstacks      print each adstack's capacity and maximum depth\n"
+    "  --vector-width=N       cpu: SIMD lanes of vectorised parallel tasks (a power of\n"
+    "                         two up to 64; default 8; 1: scalar code only)\n"
+    "  --no-vector-math       cpu: vectorised sin/cos/exp/log call the scalar libm\n"
+    "                         functions per lane instead of glibc's libmvec\n";
 
 struct Failure {
   std::string message;
@@ -208,6 +212,7 @@ int run(int argc, char **argv) {
   std::vector<std::string> kernels, printList;
   std::vector<std::pair<std::string, std::string>> sets, argValues;
   bool printGiven = false, reportAdStacks = false;
+  qd::CpuBackendOptions cpuOptions;
   qd::LaunchOptions options;
   options.boundsChecked = true; // a command-line run reports bad indices; --no-bounds-check
   for (int i = 1; i < argc; ++i) {
@@ -256,7 +261,19 @@ int run(int argc, char **argv) {
       }
       if (options.defaultAdStackCapacity < 0)
         die("--adstack-capacity must be non-negative");
-    } else if (a == "--bounds-check")
+    } else if (auto v = value("--vector-width")) {
+      try {
+        size_t used = 0;
+        long long w = std::stoll(*v, &used);
+        if (used != v->size() || w < 1 || w > 64)
+          throw std::out_of_range("width");
+        cpuOptions.vectorWidth = static_cast<unsigned>(w);
+      } catch (...) {
+        die("--vector-width expects a power of two in [1, 64], got '" + *v + "'");
+      }
+    } else if (a == "--no-vector-math")
+      cpuOptions.vectorMath = false;
+    else if (a == "--bounds-check")
       options.boundsChecked = true;
     else if (a == "--no-bounds-check")
       options.boundsChecked = false;
@@ -382,7 +399,7 @@ int run(int argc, char **argv) {
   qd::Interpreter interp;
   std::unique_ptr<qd::CpuBackend> cpu;
   if (backendName == "cpu") {
-    auto created = qd::CpuBackend::create();
+    auto created = qd::CpuBackend::create(cpuOptions);
     if (!created.ok())
       die(std::string(created.status().message()));
     cpu = *std::move(created);
