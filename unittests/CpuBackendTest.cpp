@@ -1849,7 +1849,52 @@ kernel @k() {
     p.runOk("k_grad");
     p.expectSame(/*exact=*/true);
     EXPECT_NE(p.cpuValue("x", 5, Component::Grad).f, 1.0) << "tape = " << tape;
+    if (tape) {
+      // The reversed loops replay `sin` only to restore `v`, which the next
+      // reversed iteration overwrites: with stores that may write inactive
+      // lanes, LLVM deletes it, and the vector code calls sin once (the
+      // recording loop; the remainder loop calls the scalar sin).
+      auto ir = cpuEightLanes().llvmIR(**g);
+      ASSERT_TRUE(ir.ok());
+      EXPECT_EQ(countOf(*ir, "@llvm.sin.v8f64("), 2u) << "a declaration and one call";
+    }
   }
+}
+
+// A local that a masked loop overwrites before reading it in every
+// iteration, but that is read after the loop, keeps its masked stores: each
+// lane must see the value of its own last iteration.
+TEST(CpuVectorTest, LocalsReadAfterAMaskedLoopKeepTheirLanes) {
+  Pair p(R"(
+field @m : i32[16]
+field @y : i32[16]
+kernel @k() {
+  parallel for %i = 0 to 16 {
+    %x = alloca i32
+    %mi = load @m[%i] : i32
+    for %j = 0 to %mi {
+      %c3 = const 3 : i32
+      %t = mul %j, %c3 : i32
+      store %x, %t
+      %u = load %x : i32
+      %c1 = const 1 : i32
+      %v = add %u, %c1 : i32
+      store %x, %v
+    }
+    %r = load %x : i32
+    store @y[%i], %r
+  }
+}
+)",
+         &cpuEightLanes());
+  p.instantiate();
+  std::vector<double> m;
+  for (int i = 0; i < 16; ++i)
+    m.push_back((i * 5) % 7);
+  p.set("m", m);
+  p.runOk("k");
+  p.expectSame(/*exact=*/true);
+  EXPECT_EQ(p.cpuValue("y", 1).i, 3 * 4 + 1); // m[1] = 5: last j = 4
 }
 
 TEST(CpuVectorTest, AnOutOfRangeLaneNamesTheFirstFailingIndex) {

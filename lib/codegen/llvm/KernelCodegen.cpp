@@ -201,12 +201,13 @@ private:
       b_.SetInsertPoint(next);
     }
   }
-  /// Stores `v` to local `slot`, only in the active lanes of a vector local.
-  void storeLocal(LV *slot, LV *v) {
+  /// Stores `v` to local `slot`, only in the active lanes of a vector local
+  /// unless statement `s` may write them all (TaskVectorPlan).
+  void storeLocal(LV *slot, LV *v, const Stmt *s = nullptr) {
     llvm::Type *t = llvm::cast<llvm::AllocaInst>(slot)->getAllocatedType();
     if (t->isVectorTy()) {
       v = splat(v);
-      if (mask_)
+      if (mask_ && !(s && plan_->storesAllLanes(s)))
         v = b_.CreateSelect(mask_, v, b_.CreateLoad(t, slot));
     }
     b_.CreateStore(v, slot);
@@ -423,7 +424,7 @@ private:
       auto &a = cast<AllocaStmt>(s);
       llvm::Type *t = typeOf(a.elementType());
       llvm::AllocaInst *slot = entryAlloca(varying(&s) ? vecOf(t) : t);
-      storeLocal(slot, llvm::Constant::getNullValue(t));
+      storeLocal(slot, llvm::Constant::getNullValue(t), &s);
       values_[&s] = slot;
       return;
     }
@@ -435,7 +436,7 @@ private:
     }
     case StmtKind::LocalStore: {
       auto &st = cast<LocalStoreStmt>(s);
-      storeLocal(get(st.local()), get(st.value()));
+      storeLocal(get(st.local()), get(st.value()), &s);
       return;
     }
     case StmtKind::GlobalLoad:

@@ -40,6 +40,7 @@ public:
         mark<const Stmt *>(plan_.maskedLoops, &task_);
       visitBlock(task_.body(), masked);
     } while (changed_);
+    findAllLanesStores();
   }
 
 private:
@@ -150,6 +151,70 @@ private:
         mark<const Value *>(plan_.varying, &s);
       return;
     }
+  }
+
+  /// The local a statement writes (a store, or an alloca zeroing itself),
+  /// or reads.
+  static const Value *written(const Stmt &s) {
+    if (auto *st = dyn_cast<LocalStoreStmt>(&s))
+      return st->local();
+    return s.kind() == StmtKind::Alloca ? &s : nullptr;
+  }
+  static const Value *read(const Stmt &s) {
+    auto *ld = dyn_cast<LocalLoadStmt>(&s);
+    return ld ? ld->local() : nullptr;
+  }
+
+  void findAllLanesStores() {
+    std::unordered_map<const Stmt *, size_t> order; // pre-order position in the task
+    walk(task_.body(), [&](Stmt &s) { order.emplace(&s, order.size()); });
+    for (const Stmt *loop : plan_.maskedLoops) {
+      if (loop == &task_)
+        continue;
+      Block &body = loop->block(0);
+      for (Stmt &s : body) {
+        const Value *local = written(s);
+        if (local && plan_.isVarying(local) && killedAtStart(local, body) &&
+            deadAfter(local, *loop, order))
+          plan_.allLanesStores.insert(&s);
+      }
+    }
+  }
+
+  /// The first access to `local` in `body` (in program order) is a write at
+  /// its top level.
+  static bool killedAtStart(const Value *local, Block &body) {
+    for (Stmt &s : body) {
+      if (written(s) == local)
+        return true;
+      bool touched = read(s) == local;
+      for (unsigned b = 0; b < s.numBlocks(); ++b)
+        walk(s.block(b),
+             [&](Stmt &inner) { touched |= written(inner) == local || read(inner) == local; });
+      if (touched)
+        return false;
+    }
+    return false;
+  }
+
+  /// No read of `local` can run after `loop`: every read outside it comes
+  /// earlier in program order (a per-lane if runs its else arm after its
+  /// then arm, which program order reflects), and no loop around `loop`
+  /// reads it outside `loop` (its next iteration would).
+  bool deadAfter(const Value *local, const Stmt &loop,
+                 const std::unordered_map<const Stmt *, size_t> &order) const {
+    bool dead = true;
+    walk(task_.body(), [&](Stmt &s) {
+      if (read(s) != local || s.parent()->isNestedIn(&loop.block(0)))
+        return;
+      if (order.at(&s) > order.at(&loop))
+        dead = false;
+      for (const Stmt *a = loop.parentStmt(); a && a != &task_; a = a->parentStmt())
+        if ((a->kind() == StmtKind::For || a->kind() == StmtKind::While) &&
+            s.parent()->isNestedIn(&a->block(0)))
+          dead = false;
+    });
+    return dead;
   }
 
   // Ndarray arguments may share storage: one key for all of them.

@@ -13,7 +13,15 @@
 //  - a *masked loop*: lanes may leave it at different times, so its control
 //    is a lane mask instead of a branch;
 //  - a *lane stack*: an adstack some operation of which is divergent, so each
-//    lane keeps its own depth (otherwise one depth serves all lanes).
+//    lane keeps its own depth (otherwise one depth serves all lanes);
+//  - an *all-lanes store*: a store to a local (or its zeroing alloca) at the
+//    top level of a masked loop's body that may write every lane, inactive
+//    ones too. Under a mask a store keeps the inactive lanes' old values,
+//    which keeps everything that computed them alive (a reversed loop would
+//    recompute the forward `sin` it replays only to carry it in the
+//    inactive lanes). It may write them when the local is overwritten at
+//    the start of every iteration before it is read, and nothing reads it
+//    after the loop.
 //
 // A task is refused (and keeps scalar code) when lanes could observe each
 // other's memory effects in a different order than consecutive iterations
@@ -39,11 +47,13 @@ struct TaskVectorPlan {
   std::unordered_set<const Stmt *> divergent;
   std::unordered_set<const Stmt *> maskedLoops;
   std::unordered_set<const Stmt *> laneStacks;
+  std::unordered_set<const Stmt *> allLanesStores;
 
   bool ok() const { return refused.empty(); }
   bool isVarying(const Value *v) const { return varying.count(v) != 0; }
   bool isDivergent(const Stmt *s) const { return divergent.count(s) != 0; }
   bool isMaskedLoop(const Stmt *s) const { return maskedLoops.count(s) != 0; }
+  bool storesAllLanes(const Stmt *s) const { return allLanesStores.count(s) != 0; }
   bool isLaneStack(const Value *s) const {
     return laneStacks.count(static_cast<const Stmt *>(s)) != 0;
   }
