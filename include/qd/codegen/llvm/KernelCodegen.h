@@ -22,11 +22,18 @@
 // a harmless value; the runtime turns the first one into an error.
 //
 // Adstacks live in a heap the runtime owns: the stack with id `s` of the
-// worker `w` starts at heap + w * stride + offsets[s] and holds an int64
-// count followed by its entries (primal and adjoint for float stacks, the
-// primal only for integer stacks). A push past capacities[s] writes nothing
-// and raises needed[s] (an atomic max), so the runtime can report the
-// capacity the launch needed.
+// worker `w` starts at heap + w * stride + offsets[s] and holds its entries
+// (the primal, plus an adjoint slot when a `load_top_adj`/`acc_adjoint`
+// uses it); the depth lives in a function-local variable. A push past
+// capacities[s] writes nothing and raises needed[s] (an atomic max), so the
+// runtime can report the capacity the launch needed.
+//
+// With CodegenOptions::vectorWidth > 1, a parallel task that may be
+// vectorised (TaskVectorPlan) also gets vector code that runs whole groups
+// of that many consecutive iterations, one per lane, before the scalar code
+// runs the rest of the chunk. It runs only when ctx->taskLanes[t] (set by
+// the runtime per launch) is at least the task's KernelLayout::Task::lanes;
+// the runtime then lays out the task's stack entries with one slot per lane.
 //
 //===----------------------------------------------------------------------===//
 #pragma once
