@@ -1897,6 +1897,43 @@ kernel @k() {
   EXPECT_EQ(p.cpuValue("y", 1).i, 3 * 4 + 1); // m[1] = 5: last j = 4
 }
 
+// An atomic add to an element no other iteration touches (every access of
+// the global is at the iteration's own index) is a plain read-add-write in
+// vector code; one to a shared element stays atomic, lane by lane.
+TEST(CpuVectorTest, AtomicsToTheIterationsOwnElementNeedNoAtomicInstruction) {
+  Pair p(R"(
+field @x : f32[40]
+field @g : f32[40]
+field @s : f32
+kernel @own() {
+  parallel for %i = 0 to 40 {
+    %a = load @x[%i] : f32
+    atomic_add @g[%i], %a : f32
+    atomic_add @g[%i], %a : f32
+  }
+}
+kernel @shared() {
+  parallel for %i = 0 to 40 {
+    %a = load @x[%i] : f32
+    atomic_add @s[], %a : f32
+  }
+}
+)",
+         &cpuEightLanes());
+  auto own = cpuEightLanes().llvmIR(*p.module->findKernel("own"));
+  auto shared = cpuEightLanes().llvmIR(*p.module->findKernel("shared"));
+  ASSERT_TRUE(own.ok() && shared.ok());
+  EXPECT_EQ(countOf(*own, "atomicrmw"), 2u) << "only the scalar remainder's two\n" << *own;
+  EXPECT_EQ(countOf(*shared, "atomicrmw"), 9u) << "8 lanes and the remainder\n" << *shared;
+  p.instantiate();
+  p.set("x", ramp(40, 0.25, -3));
+  p.set("g", ramp(40, 1, 0));
+  p.runOk("own");
+  p.runOk("shared");
+  p.expectSame(/*exact=*/true);
+  EXPECT_EQ(p.cpuValue("g", 3).f, 3 + 2 * (0.25 * 3 - 3));
+}
+
 TEST(CpuVectorTest, AnOutOfRangeLaneNamesTheFirstFailingIndex) {
   Pair p(R"(
 field @x : f32[20]

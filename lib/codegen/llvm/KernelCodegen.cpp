@@ -827,6 +827,24 @@ private:
       ptrs = b_.CreateGEP(mem, base, flat);
     else
       ptr = b_.CreateGEP(mem, base, flat);
+    if (auto *st = dyn_cast<AtomicAddStmt>(&g); st && plan_->isPrivateAtomic(st)) {
+      // No other iteration touches the element: read, add, write.
+      if (!contiguous && !ptrs)
+        ptrs = splat(ptr);
+      LV *zero = llvm::Constant::getNullValue(memVec);
+      LV *mask = laneMask();
+      LV *old = contiguous ? b_.CreateMaskedLoad(memVec, ptr, align, mask, zero)
+                           : b_.CreateMaskedGather(memVec, ptrs, align, mask, zero);
+      LV *v = toMem(splat(get(st->value())), elem);
+      LV *sum = isFloat(elem)            ? b_.CreateFAdd(old, v)
+                : elem == ScalarType::I1 ? b_.CreateXor(old, v)
+                                         : b_.CreateAdd(old, v);
+      if (contiguous)
+        b_.CreateMaskedStore(sum, ptr, align, mask);
+      else
+        b_.CreateMaskedScatter(sum, ptrs, align, mask);
+      return;
+    }
     if (auto *st = dyn_cast<AtomicAddStmt>(&g)) {
       LV *v = toMem(get(st->value()), elem);
       llvm::AtomicRMWInst::BinOp op = isFloat(elem)            ? llvm::AtomicRMWInst::FAdd

@@ -230,6 +230,7 @@ private:
       bool store = false, atomic = false, load = false;
       uint64_t ownPositions = ~uint64_t(0); // index positions that hold the task index
       const Stmt *first = nullptr;
+      std::vector<const Stmt *> atomics;
     };
     std::map<Key, Uses> uses;
     walk(task_.body(), [&](Stmt &s) {
@@ -241,6 +242,8 @@ private:
         u.first = g;
       u.store |= s.kind() == StmtKind::GlobalStore;
       u.atomic |= s.kind() == StmtKind::AtomicAdd;
+      if (s.kind() == StmtKind::AtomicAdd)
+        u.atomics.push_back(&s);
       u.load |= s.kind() == StmtKind::GlobalLoad;
       uint64_t own = 0;
       for (unsigned d = 0; d < g->numIndices() && d < 64; ++d)
@@ -252,6 +255,8 @@ private:
       if (u.store || u.atomic)
         written_.insert(key);
       bool ownElements = u.ownPositions != 0;
+      if (ownElements)
+        plan_.privateAtomics.insert(u.atomics.begin(), u.atomics.end());
       if (u.store && !ownElements)
         plan_.refused = fmt::format("'{}' at {} is stored to at an element that is not the "
                                     "iteration's own",

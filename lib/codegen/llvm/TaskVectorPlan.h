@@ -14,6 +14,10 @@
 //    is a lane mask instead of a branch;
 //  - a *lane stack*: an adstack some operation of which is divergent, so each
 //    lane keeps its own depth (otherwise one depth serves all lanes);
+//  - a *private atomic*: an atomic add to a global that every statement of
+//    the task accesses at the iteration's own element, so no other
+//    iteration (lane or thread) touches that element during the task: a
+//    plain read-modify-write does the same;
 //  - an *all-lanes store*: a store to a local (or its zeroing alloca) at the
 //    top level of a masked loop's body that may write every lane, inactive
 //    ones too. Under a mask a store keeps the inactive lanes' old values,
@@ -48,11 +52,13 @@ struct TaskVectorPlan {
   std::unordered_set<const Stmt *> maskedLoops;
   std::unordered_set<const Stmt *> laneStacks;
   std::unordered_set<const Stmt *> allLanesStores;
+  std::unordered_set<const Stmt *> privateAtomics;
 
   bool ok() const { return refused.empty(); }
   bool isVarying(const Value *v) const { return varying.count(v) != 0; }
   bool isDivergent(const Stmt *s) const { return divergent.count(s) != 0; }
   bool isMaskedLoop(const Stmt *s) const { return maskedLoops.count(s) != 0; }
+  bool isPrivateAtomic(const Stmt *s) const { return privateAtomics.count(s) != 0; }
   bool storesAllLanes(const Stmt *s) const { return allLanesStores.count(s) != 0; }
   bool isLaneStack(const Value *s) const {
     return laneStacks.count(static_cast<const Stmt *>(s)) != 0;
