@@ -2045,6 +2045,39 @@ kernel @compute() {
   }
 }
 
+// A task bound read from a field at constant indices is read before the
+// launch too: a short task gets no lane entries.
+TEST(CpuVectorTest, TaskBoundsReadFromAFieldDecideTheLanes) {
+  Pair p(R"(
+field @len : i32
+field @x : f32[64]
+field @y : f32[64]
+kernel @k() {
+  %n = load @len[] : i32
+  parallel for %i = 0 to %n {
+    %s = adstack.alloca f32, capacity 16
+    %a = load @x[%i] : f32
+    adstack.push %s, %a
+    %t = adstack.load_top %s : f32
+    store @y[%i], %t
+  }
+}
+)",
+         &cpuEightLanes());
+  const auto &task = onlyTask(cpuEightLanes(), *p.module->findKernel("k"));
+  EXPECT_EQ(task.end.kind, KernelLayout::TaskBound::FieldElement);
+  p.instantiate();
+  p.set("x", ramp(64, 0.5, 1));
+  for (int len : {4, 64}) {
+    p.set("len", {static_cast<double>(len)});
+    p.runOk("k");
+    p.expectSame(/*exact=*/true);
+    int32_t lanes = len >= 8 ? 8 : 1;
+    EXPECT_EQ(cpuEightLanes().lastTaskLanes(), std::vector<int32_t>{lanes}) << len;
+    EXPECT_EQ(cpuEightLanes().lastAdStackHeapBytes(), adStackBytes(4 * lanes, 16)) << len;
+  }
+}
+
 TEST(CpuVectorTest, VectorMathIsWithinFourUlpsOfTheScalarFunctions) {
   if (!cpuVector().usesVectorMath())
     GTEST_SKIP() << "libmvec is not used on this host (no AVX2 or no libmvec.so.1)";

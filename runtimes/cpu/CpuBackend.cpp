@@ -436,8 +436,10 @@ absl::Status CpuBackend::launch(Program &program, const Kernel &kernel,
   }
 
   // Lanes of each vectorised task: its whole groups need chunks of at least
-  // that many iterations. Bounds not known before the launch (loaded from a
-  // field) keep the lanes.
+  // that many iterations. Bounds not known before the launch (computed)
+  // keep the lanes; one read from a field is its value now (an earlier task
+  // may change it, but the generated code only runs vector code the runtime
+  // laid out entries for).
   auto boundOf = [&](const KernelLayout::TaskBound &b) -> std::optional<int64_t> {
     switch (b.kind) {
     case KernelLayout::TaskBound::Constant:
@@ -446,6 +448,10 @@ absl::Status CpuBackend::launch(Program &program, const Kernel &kernel,
       return static_cast<int32_t>(scalars[b.argument]);
     case KernelLayout::TaskBound::NdarrayExtent:
       return static_cast<int32_t>(shapes[layout.shapeOffset[b.argument] + b.axis]);
+    case KernelLayout::TaskBound::FieldElement:
+      if (const Buffer *f = program.field(*b.field, b.component))
+        return f->get(b.constant).i;
+      break;
     case KernelLayout::TaskBound::Unknown:
       break;
     }

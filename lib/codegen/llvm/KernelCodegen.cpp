@@ -1234,6 +1234,19 @@ private:
       t.kind = KernelLayout::TaskBound::NdarrayExtent;
       t.argument = cast<Argument>(sh->ndarray())->index();
       t.axis = sh->axis();
+    } else if (auto *ld = dyn_cast<GlobalLoadStmt>(b.value); ld && ld->isField()) {
+      int64_t flat = 0;
+      const auto &shape = ld->field()->shape();
+      for (unsigned d = 0; d < ld->numIndices(); ++d) {
+        auto *c = dyn_cast<ConstStmt>(ld->index(d));
+        if (!c || c->intValue() < 0 || c->intValue() >= shape[d])
+          return t;
+        flat = flat * shape[d] + c->intValue();
+      }
+      t.kind = KernelLayout::TaskBound::FieldElement;
+      t.field = ld->field();
+      t.component = ld->component();
+      t.constant = flat;
     }
     return t;
   }

@@ -113,11 +113,17 @@ struct KernelLayout {
     unsigned entryBytes; // bytes per entry of one lane
     int parallelTask;    // index in `tasks`, or -1 outside parallel tasks
   };
-  /// A task bound the runtime can read before the launch.
+  /// A task bound the runtime can read before the launch: a constant, a
+  /// scalar argument, an ndarray extent, or a field element at constant
+  /// indices (`constant` is then its flat index; an earlier task of the
+  /// kernel may change it, so it is a guess, which only decides whether the
+  /// task's vector code may run).
   struct TaskBound {
-    enum Kind { Constant, Argument, NdarrayExtent, Unknown } kind = Unknown;
+    enum Kind { Constant, Argument, NdarrayExtent, FieldElement, Unknown } kind = Unknown;
     int64_t constant = 0;
     unsigned argument = 0, axis = 0;
+    const Field *field = nullptr;
+    Component component = Component::Primal;
   };
   /// A parallel task, in the order of their `qd_task_<n>` functions.
   struct Task {
