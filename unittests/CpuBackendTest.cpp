@@ -2181,7 +2181,13 @@ std::string runGenerated(const testgen::GenProgram &p, Module &m, bool withGrad,
 // kernels: 25 cases keep the property at a few seconds.
 QD_PROPERTY(CpuBackendTest, RandomKernelsAndGradientsMatchTheInterpreter, 25) {
   bool stacks = *rc::gen::inRange(0, 4) == 0;
-  testgen::GenProgram p = *testgen::genProgram(testgen::GenConfig::cpu(stacks));
+  // A quarter of the cases have tasks of up to 21 iterations (fields of 20
+  // elements): whole groups of 8 lanes, run by the 8-lane flavour below.
+  bool wide = *rc::gen::inRange(0, 4) == 0;
+  testgen::GenConfig config = testgen::GenConfig::cpu(stacks);
+  if (wide)
+    config.threads = 20;
+  testgen::GenProgram p = *testgen::genProgram(config);
   testgen::Printed printed = testgen::print(p);
   auto parsed = parseModule(printed.text, {"gen.qd", 1});
   if (!parsed.ok())
@@ -2200,6 +2206,7 @@ QD_PROPERTY(CpuBackendTest, RandomKernelsAndGradientsMatchTheInterpreter, 25) {
   RC_CLASSIFY(printed.hasWhile, "while");
   RC_CLASSIFY(printed.hasJump, "break/continue");
   RC_CLASSIFY(printed.hasStacks, "adstacks");
+  RC_CLASSIFY(wide, "wide tasks");
   // One worker: the interpreter's order, bit-identical results.
   std::string d = runGenerated(p, *m, withGrad, cpuSerial(), 0);
   if (!d.empty())
@@ -2213,6 +2220,16 @@ QD_PROPERTY(CpuBackendTest, RandomKernelsAndGradientsMatchTheInterpreter, 25) {
   d = runGenerated(p, *m, withGrad, cpuLanes(), 1e-9);
   if (!d.empty())
     testgen::fail(p, "2 lanes: " + d + "\ngradient:\n" + gradText);
+  if (wide) {
+    d = runGenerated(p, *m, withGrad, cpuEightLanes(), 1e-9);
+    if (!d.empty())
+      testgen::fail(p, "8 lanes: " + d + "\ngradient:\n" + gradText);
+    bool vectorised = false;
+    if (auto layout = cpuEightLanes().layout(*m->findKernel("k")); layout.ok())
+      for (const auto &t : (*layout)->tasks)
+        vectorised |= t.lanes == 8;
+    RC_CLASSIFY(vectorised, "wide, vectorised");
+  }
 }
 
 } // namespace
