@@ -1923,8 +1923,15 @@ kernel @shared() {
   auto own = cpuEightLanes().llvmIR(*p.module->findKernel("own"));
   auto shared = cpuEightLanes().llvmIR(*p.module->findKernel("shared"));
   ASSERT_TRUE(own.ok() && shared.ok());
-  EXPECT_EQ(countOf(*own, "atomicrmw"), 2u) << "only the scalar remainder's two\n" << *own;
+  EXPECT_EQ(countOf(*own, "atomicrmw"), 0u) << "the scalar remainder's adds are private too\n"
+                                            << *own;
+  auto ownScalar = cpuSerial().llvmIR(*p.module->findKernel("own"));
+  ASSERT_TRUE(ownScalar.ok());
+  EXPECT_EQ(countOf(*ownScalar, "atomicrmw"), 0u) << *ownScalar;
   EXPECT_EQ(countOf(*shared, "atomicrmw"), 9u) << "8 lanes and the remainder\n" << *shared;
+  auto sharedScalar = cpuSerial().llvmIR(*p.module->findKernel("shared"));
+  ASSERT_TRUE(sharedScalar.ok());
+  EXPECT_EQ(countOf(*sharedScalar, "atomicrmw"), 1u) << *sharedScalar;
   p.instantiate();
   p.set("x", ramp(40, 0.25, -3));
   p.set("g", ramp(40, 1, 0));

@@ -753,13 +753,26 @@ private:
     } else if (auto *st = dyn_cast<GlobalStoreStmt>(&g)) {
       b_.CreateStore(toMem(get(st->value()), elem), ptr);
     } else {
-      LV *v = get(cast<AtomicAddStmt>(g).value());
-      llvm::AtomicRMWInst::BinOp op = isFloat(elem)            ? llvm::AtomicRMWInst::FAdd
-                                      : elem == ScalarType::I1 ? llvm::AtomicRMWInst::Xor
-                                                               : llvm::AtomicRMWInst::Add;
-      b_.CreateAtomicRMW(op, ptr, toMem(v, elem), llvm::MaybeAlign(storageBytes(elem)),
-                         llvm::AtomicOrdering::Monotonic);
+      LV *v = toMem(get(cast<AtomicAddStmt>(g).value()), elem);
+      if (taskPlan_ && taskPlan_->isPrivateAtomic(&g)) // no other iteration touches it
+        b_.CreateStore(addOf(b_.CreateLoad(mem, ptr), v, elem), ptr);
+      else
+        b_.CreateAtomicRMW(atomicAddOp(elem), ptr, v, llvm::MaybeAlign(storageBytes(elem)),
+                           llvm::AtomicOrdering::Monotonic);
     }
+  }
+
+  /// `atomic_add` of `elem` values (in memory form): float add, i1 xor,
+  /// wrapping integer add.
+  static llvm::AtomicRMWInst::BinOp atomicAddOp(ScalarType elem) {
+    return isFloat(elem)            ? llvm::AtomicRMWInst::FAdd
+           : elem == ScalarType::I1 ? llvm::AtomicRMWInst::Xor
+                                    : llvm::AtomicRMWInst::Add;
+  }
+  LV *addOf(LV *x, LV *y, ScalarType elem) {
+    return isFloat(elem)            ? b_.CreateFAdd(x, y)
+           : elem == ScalarType::I1 ? b_.CreateXor(x, y)
+                                    : b_.CreateAdd(x, y);
   }
 
   /// A global access with per-lane indices or values, in the active lanes.
@@ -835,10 +848,7 @@ private:
       LV *mask = laneMask();
       LV *old = contiguous ? b_.CreateMaskedLoad(memVec, ptr, align, mask, zero)
                            : b_.CreateMaskedGather(memVec, ptrs, align, mask, zero);
-      LV *v = toMem(splat(get(st->value())), elem);
-      LV *sum = isFloat(elem)            ? b_.CreateFAdd(old, v)
-                : elem == ScalarType::I1 ? b_.CreateXor(old, v)
-                                         : b_.CreateAdd(old, v);
+      LV *sum = addOf(old, toMem(splat(get(st->value())), elem), elem);
       if (contiguous)
         b_.CreateMaskedStore(sum, ptr, align, mask);
       else
@@ -847,12 +857,10 @@ private:
     }
     if (auto *st = dyn_cast<AtomicAddStmt>(&g)) {
       LV *v = toMem(get(st->value()), elem);
-      llvm::AtomicRMWInst::BinOp op = isFloat(elem)            ? llvm::AtomicRMWInst::FAdd
-                                      : elem == ScalarType::I1 ? llvm::AtomicRMWInst::Xor
-                                                               : llvm::AtomicRMWInst::Add;
       forEachActiveLane([&](unsigned l) {
         LV *p = ptrs ? lane(ptrs, l) : contiguous ? b_.CreateConstGEP1_64(mem, ptr, l) : ptr;
-        b_.CreateAtomicRMW(op, p, lane(v, l), align, llvm::AtomicOrdering::Monotonic);
+        b_.CreateAtomicRMW(atomicAddOp(elem), p, lane(v, l), align,
+                           llvm::AtomicOrdering::Monotonic);
       });
       return;
     }
@@ -1155,13 +1163,13 @@ private:
       values_[captures[i]] = fromSlot(raw, captures[i]->type().element());
     }
     LV *first = taskFn->getArg(2), *last = taskFn->getArg(3);
-    TaskVectorPlan plan;
-    if (opts_.vectorWidth > 1)
-      plan = planTaskVectorization(task);
+    // The plan also serves the scalar code (its private atomics).
+    TaskVectorPlan plan = planTaskVectorization(task);
+    taskPlan_ = &plan;
     taskLanes_ = opts_.vectorWidth > 1 && plan.ok() ? opts_.vectorWidth : 1;
     currentParallelTask_ = static_cast<int>(layout_.tasks.size());
-    layout_.tasks.push_back(
-        {&task, taskLanes_, plan.refused, taskBound(task.begin()), taskBound(task.end())});
+    layout_.tasks.push_back({&task, taskLanes_, opts_.vectorWidth > 1 ? plan.refused : "",
+                             taskBound(task.begin()), taskBound(task.end())});
     if (taskLanes_ > 1) {
       // Whole groups of lanes first, then the rest one iteration at a time.
       // The runtime lays out lane entries only for tasks whose chunks hold a
@@ -1203,6 +1211,7 @@ private:
       emitBlock(task.body());
     });
     taskLanes_ = 1;
+    taskPlan_ = nullptr;
     currentParallelTask_ = -1;
     b_.CreateRetVoid();
 
@@ -1545,7 +1554,8 @@ private:
   // lane-affine integers (lane l holds base + l) and the masked loops.
   unsigned lanes_ = 1, taskLanes_ = 1;
   int currentParallelTask_ = -1;
-  const TaskVectorPlan *plan_ = nullptr;
+  const TaskVectorPlan *plan_ = nullptr;     // while emitting vector code
+  const TaskVectorPlan *taskPlan_ = nullptr; // while emitting a parallel task
   LV *mask_ = nullptr;
   std::unordered_map<const Value *, LV *> laneBase_;
   std::unordered_map<const Stmt *, LaneLoop> laneLoops_;
