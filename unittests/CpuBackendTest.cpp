@@ -1376,31 +1376,36 @@ const Stmt *topLevelOf(const Stmt *s) {
   return s;
 }
 
-constexpr const char *kSinLoopF64 = R"(
-field @x : f64[4] grad
+/// sin iterated @n times on each of `elements` elements of @x, summed into
+/// @y: the gradient pushes @n values per element onto one f64 stack.
+std::string sinLoopF64(int elements = 4) {
+  return fmt::format(R"(
+field @x : f64[{0}] grad
 field @y : f64 grad
 field @n : i32
-kernel @compute() {
-  parallel for %i = 0 to 4 {
+kernel @compute() {{
+  parallel for %i = 0 to {0} {{
     %xi = load @x[%i] : f64
     %v = alloca f64
     store %v, %xi
     %n = load @n[] : i32
-    for %j = 0 to %n {
+    for %j = 0 to %n {{
       %a = load %v : f64
       %s = sin %a : f64
       %c = const 0.1 : f64
       %b = add %s, %c : f64
       store %v, %b
-    }
+    }}
     %r = load %v : f64
     atomic_add @y[], %r : f64
-  }
+  }}
+}}
+)",
+                     elements);
 }
-)";
 
 TEST(CpuBackendTest, AdStacksLargerThan256KBPerThread) {
-  Pair p(kSinLoopF64, &cpuParallel());
+  Pair p(sinLoopF64(), &cpuParallel());
   auto g = buildGradientKernel(*p.module, *p.module->findKernel("compute"));
   ASSERT_TRUE(g.ok()) << g.status().message();
   auto stacks = stacksOf(**g);
@@ -1434,7 +1439,7 @@ TEST(CpuBackendTest, AdStacksLargerThan256KBPerThread) {
 
 TEST(CpuBackendTest, GrowingBoundStaysExactAndReusesTheHeap) {
   std::unique_ptr<CpuBackend> backend = *CpuBackend::create({/*threads=*/3, /*chunk=*/1});
-  auto text = std::string(kSinLoopF64);
+  auto text = sinLoopF64();
   Pair p(text, backend.get());
   auto g = buildGradientKernel(*p.module, *p.module->findKernel("compute"));
   ASSERT_TRUE(g.ok()) << g.status().message();
@@ -2004,33 +2009,8 @@ kernel @k() {
 }
 
 TEST(CpuVectorTest, LaneEntriesAreLaidOutOnlyWhenChunksHoldAGroup) {
-  std::string text = R"(
-field @x : f64[N] grad
-field @y : f64 grad
-field @n : i32
-kernel @compute() {
-  parallel for %i = 0 to N {
-    %xi = load @x[%i] : f64
-    %v = alloca f64
-    store %v, %xi
-    %n = load @n[] : i32
-    for %j = 0 to %n {
-      %a = load %v : f64
-      %s = sin %a : f64
-      %c = const 0.1 : f64
-      %b = add %s, %c : f64
-      store %v, %b
-    }
-    %r = load %v : f64
-    atomic_add @y[], %r : f64
-  }
-}
-)";
   for (int n : {4, 64}) {
-    std::string t = text;
-    for (size_t at; (at = t.find('N')) != std::string::npos;)
-      t.replace(at, 1, std::to_string(n));
-    Pair p(t, &cpuEightLanes());
+    Pair p(sinLoopF64(n), &cpuEightLanes());
     auto g = buildGradientKernel(*p.module, *p.module->findKernel("compute"));
     ASSERT_TRUE(g.ok()) << g.status().message();
     auto stacks = stacksOf(**g);

@@ -716,6 +716,18 @@ private:
     return cached;
   }
 
+  /// The extents of the global `g` accesses (i64).
+  std::vector<LV *> extentsOf(const GlobalAccessStmt &g) {
+    std::vector<LV *> extents;
+    if (g.isField())
+      for (int64_t e : g.field()->shape())
+        extents.push_back(b_.getInt64(e));
+    else
+      for (unsigned d = 0; d < g.numIndices(); ++d)
+        extents.push_back(ndShape(cast<Argument>(g.ndarray()), d));
+    return extents;
+  }
+
   void globalAccess(GlobalAccessStmt &g) {
     // In a vectorised task every lane stores and adds for itself; a load at
     // a uniform index serves all lanes.
@@ -724,13 +736,7 @@ private:
     ScalarType elem = g.elementType();
     llvm::Type *mem = memTypeOf(elem);
     // Extents and the row-major flat index.
-    std::vector<LV *> extents;
-    if (g.isField())
-      for (int64_t e : g.field()->shape())
-        extents.push_back(b_.getInt64(e));
-    else
-      for (unsigned d = 0; d < g.numIndices(); ++d)
-        extents.push_back(ndShape(cast<Argument>(g.ndarray()), d));
+    std::vector<LV *> extents = extentsOf(g);
     LV *flat = b_.getInt64(0);
     LV *bad = b_.getFalse();
     std::vector<LV *> indices;
@@ -782,13 +788,7 @@ private:
     llvm::Type *memVec = vecOf(mem);
     llvm::Align align(storageBytes(elem));
     unsigned n = g.numIndices();
-    std::vector<LV *> extents, indices;
-    if (g.isField())
-      for (int64_t e : g.field()->shape())
-        extents.push_back(b_.getInt64(e));
-    else
-      for (unsigned d = 0; d < n; ++d)
-        extents.push_back(ndShape(cast<Argument>(g.ndarray()), d));
+    std::vector<LV *> extents = extentsOf(g), indices;
     LV *bad = b_.getFalse();
     for (unsigned d = 0; d < n; ++d) {
       LV *idx = get(g.index(d));
@@ -971,8 +971,7 @@ private:
     llvm::AllocaInst *exited = nullptr, *skipped = nullptr;
   };
   llvm::AllocaInst *maskAlloca(const char *name) {
-    llvm::AllocaInst *a = entryAlloca(vecOf(b_.getInt1Ty()), name);
-    return a;
+    return entryAlloca(vecOf(b_.getInt1Ty()), name);
   }
   LV *loadMask(llvm::AllocaInst *a) { return b_.CreateLoad(a->getAllocatedType(), a); }
   void clearMask(llvm::AllocaInst *a) {
@@ -1404,8 +1403,8 @@ private:
   }
 
   llvm::AllocaInst *laneCount(unsigned id) {
+    stackInfo(id); // the base and capacity the lane code also reads
     StackInfo &info = stackCache_[id];
-    stackInfo(id);
     if (!info.laneCount)
       info.laneCount = entryAlloca(vecOf(i64_), "adstack.lanecount");
     return info.laneCount;
