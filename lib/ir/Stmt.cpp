@@ -134,6 +134,13 @@ Stmt *Stmt::parentStmt() const {
   return parent_ ? parent_->owner() : nullptr;
 }
 
+Stmt *enclosingLoop(const Stmt &s) {
+  for (Stmt *p = s.parentStmt(); p; p = p->parentStmt())
+    if (p->kind() == StmtKind::For || p->kind() == StmtKind::While)
+      return p;
+  return nullptr;
+}
+
 Kernel *Stmt::kernel() const {
   return parent_ ? parent_->kernel() : nullptr;
 }

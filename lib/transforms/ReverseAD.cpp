@@ -590,14 +590,6 @@ private:
     return plan;
   }
 
-  /// The nearest loop that contains `s` (through if arms), or null.
-  static Stmt *enclosingLoop(const Stmt &s) {
-    for (Stmt *p = s.parentStmt(); p; p = p->parentStmt())
-      if (p->kind() == StmtKind::For || p->kind() == StmtKind::While)
-        return p;
-    return nullptr;
-  }
-
   /// A range-for L without a break whose nearest enclosing loop P is a
   /// non-task range-for without a break is taped, unless code after L in
   /// P's body reads a local that L writes. Without taping, every reverse

@@ -27,6 +27,17 @@ namespace qd {
 class Block;
 class Field;
 class Kernel;
+class Stmt;
+
+/// The nearest loop (`for`, including a parallel task, or `while`) that
+/// contains `s`, looking through `if` arms; null outside every loop. For a
+/// `break` or `continue` this is the loop it leaves or continues: the one
+/// query every pass and backend uses for that.
+Stmt *enclosingLoop(const Stmt &s);
+/// `enclosingLoop(jump)` for a `break`/`continue` (the loop it targets).
+inline Stmt *jumpTarget(const Stmt &jump) {
+  return enclosingLoop(jump);
+}
 
 enum class StmtKind : uint8_t {
   Const,

@@ -12,13 +12,6 @@
 
 namespace qd {
 
-const Stmt *jumpTarget(const Stmt &jump) {
-  const Stmt *p = jump.parentStmt();
-  while (p && p->kind() != StmtKind::For && p->kind() != StmtKind::While)
-    p = p->parentStmt();
-  return p;
-}
-
 namespace {
 
 class Planner {

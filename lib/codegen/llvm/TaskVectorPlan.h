@@ -68,7 +68,4 @@ struct TaskVectorPlan {
 /// Plans the lanes of parallel task `task` (a top-level parallel for).
 TaskVectorPlan planTaskVectorization(const ForStmt &task);
 
-/// The loop (for or while) a break or continue leaves.
-const Stmt *jumpTarget(const Stmt &jump);
-
 } // namespace qd
