@@ -508,11 +508,18 @@ absl::Status CpuBackend::launch(Program &program, const Kernel &kernel,
   impl_->lastHeapBytes = heapNeed;
   impl_->lastTaskLanes.assign(taskLanes.begin(), taskLanes.end() - 1);
 
-  int32_t error = 0;
-  std::array<int64_t, kMaxErrorData> errorData{};
-  QdLaunchContext ctx{globals.data(), shapes.data(),    scalars.data(),    impl_->heap.get(),
-                      stride,         offsets.data(),   caps.data(),       needed.data(),
-                      &error,         errorData.data(), impl_->pool.get(), taskLanes.data()};
+  QdErrorRecord record{};
+  QdLaunchContext ctx{.globals = globals.data(),
+                      .ndShapes = shapes.data(),
+                      .scalars = scalars.data(),
+                      .heap = impl_->heap.get(),
+                      .stride = stride,
+                      .offsets = offsets.data(),
+                      .capacities = caps.data(),
+                      .needed = needed.data(),
+                      .error = &record,
+                      .runtime = impl_->pool.get(),
+                      .taskLanes = taskLanes.data()};
   (*compiled)->fn(&ctx);
 
   for (size_t i = 0; i < numStacks; ++i)
@@ -523,10 +530,10 @@ absl::Status CpuBackend::launch(Program &program, const Kernel &kernel,
           "launch needed {}; give it a larger capacity or let Program::launch size it",
           st.stmt->loc().str(), st.stmt->loc().str(), where(kernel, st.task), caps[i], needed[i]));
     }
-  if (error) {
-    const auto &site = layout.sites[error - 1];
+  if (record.site) {
+    const auto &site = layout.sites[record.site - 1];
     std::string what = site.indexCheck ? indexErrorText(program, cast<GlobalAccessStmt>(*site.stmt),
-                                                        args, errorData)
+                                                        args, record.data)
                                        : site.what;
     return absl::FailedPreconditionError(
         fmt::format("{}: error: {} (in {}: {})", site.stmt->loc().str(), what,

@@ -18,7 +18,7 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
-#include "qd/codegen/llvm/KernelCodegen.h"
+#include "qd/abi/KernelLayout.h"
 #include "qd/runtime/Program.h"
 
 #include <absl/status/statusor.h>

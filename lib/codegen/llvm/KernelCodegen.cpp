@@ -1,6 +1,7 @@
 //===- KernelCodegen.cpp - LLVM IR for kernels ----------------------------===//
 #include "qd/codegen/llvm/KernelCodegen.h"
 
+#include "AbiTypes.h"
 #include "TaskVectorPlan.h"
 
 #include "qd/ir/Printer.h"
@@ -21,42 +22,17 @@
 
 namespace qd {
 
-unsigned adStackEntryBytes(const AdStackAllocaStmt &stack) {
-  unsigned primal = storageBytes(stack.elementType());
-  for (const Use &u : stack.uses())
-    if (u.user()->kind() == StmtKind::AdStackLoadTopAdj ||
-        u.user()->kind() == StmtKind::AdStackAccAdjoint)
-      return 2 * primal;
-  return primal;
-}
-
-int64_t adStackBytes(unsigned entryBytes, int64_t capacity) {
-  return (capacity * entryBytes + 7) / 8 * 8;
-}
-
-int64_t adStackBytes(const AdStackAllocaStmt &stack, int64_t capacity) {
-  return adStackBytes(adStackEntryBytes(stack), capacity);
-}
-
 namespace {
 
 using llvm::BasicBlock;
 using LV = llvm::Value;
 
-enum CtxField : unsigned {
-  kGlobals,
-  kShapes,
-  kScalars,
-  kHeap,
-  kStride,
-  kOffsets,
-  kCapacities,
-  kNeeded,
-  kError,
-  kErrorData,
-  kRuntime,
-  kTaskLanes
-};
+using CtxField = abi::LaunchContextField;
+constexpr CtxField kGlobals = CtxField::globals, kShapes = CtxField::ndShapes,
+                   kScalars = CtxField::scalars, kHeap = CtxField::heap, kStride = CtxField::stride,
+                   kOffsets = CtxField::offsets, kCapacities = CtxField::capacities,
+                   kNeeded = CtxField::needed, kError = CtxField::error,
+                   kTaskLanes = CtxField::taskLanes;
 
 class Emitter {
 public:
@@ -66,10 +42,8 @@ public:
     ptrTy_ = llvm::PointerType::getUnqual(c);
     i64_ = b_.getInt64Ty();
     i32_ = b_.getInt32Ty();
-    ctxTy_ = llvm::StructType::create(c,
-                                      {ptrTy_, ptrTy_, ptrTy_, ptrTy_, i64_, ptrTy_, ptrTy_, ptrTy_,
-                                       ptrTy_, ptrTy_, ptrTy_, ptrTy_},
-                                      "QdLaunchContext");
+    ctxTy_ = launchContextType(c);
+    errorTy_ = errorRecordType(c);
   }
 
   absl::StatusOr<std::unique_ptr<llvm::Module>> run() {
@@ -247,8 +221,8 @@ private:
     LV *&cached = ctxCache_[f];
     if (!cached) {
       llvm::IRBuilder<> eb(entry_->getTerminator());
-      cached = eb.CreateLoad(f == kStride ? static_cast<llvm::Type *>(i64_) : ptrTy_,
-                             eb.CreateStructGEP(ctxTy_, ctxArg_, f));
+      cached = eb.CreateLoad(launchContextFieldType(ctx_, f),
+                             eb.CreateStructGEP(ctxTy_, ctxArg_, static_cast<unsigned>(f)));
     }
     return cached;
   }
@@ -281,16 +255,18 @@ private:
   /// Records error site `id` (the first one wins); the winner also writes
   /// `data` (at most kMaxErrorData values, as i64) to the error data.
   void raise(unsigned id, llvm::ArrayRef<LV *> data = {}) {
-    LV *cx = b_.CreateAtomicCmpXchg(ctxField(kError), b_.getInt32(0), b_.getInt32(id),
-                                    llvm::MaybeAlign(4), llvm::AtomicOrdering::Monotonic,
-                                    llvm::AtomicOrdering::Monotonic);
+    LV *record = ctxField(kError);
+    LV *siteSlot = b_.CreateStructGEP(errorTy_, record, unsigned(abi::ErrorRecordField::site));
+    LV *cx =
+        b_.CreateAtomicCmpXchg(siteSlot, b_.getInt32(0), b_.getInt32(id), llvm::MaybeAlign(4),
+                               llvm::AtomicOrdering::Monotonic, llvm::AtomicOrdering::Monotonic);
     if (data.empty())
       return;
     BasicBlock *won = BasicBlock::Create(ctx_, "error.data", fn_);
     BasicBlock *done = BasicBlock::Create(ctx_, "error.done", fn_);
     b_.CreateCondBr(b_.CreateExtractValue(cx, 1), won, done);
     b_.SetInsertPoint(won);
-    LV *out = ctxField(kErrorData);
+    LV *out = b_.CreateStructGEP(errorTy_, record, unsigned(abi::ErrorRecordField::data));
     for (size_t i = 0; i < data.size() && i < kMaxErrorData; ++i)
       b_.CreateStore(data[i], b_.CreateGEP(i64_, out, b_.getInt64(i)));
     b_.CreateBr(done);
@@ -1542,7 +1518,7 @@ private:
   llvm::IRBuilder<> b_;
   llvm::PointerType *ptrTy_;
   llvm::IntegerType *i64_, *i32_;
-  llvm::StructType *ctxTy_;
+  llvm::StructType *ctxTy_, *errorTy_;
   llvm::Function *fn_ = nullptr;
   BasicBlock *entry_ = nullptr;
   LV *ctxArg_ = nullptr, *worker_ = nullptr;
@@ -1564,7 +1540,7 @@ private:
   std::vector<std::pair<BasicBlock *, size_t>> laneExits_;
   std::unordered_map<const Value *, LV *> values_;
   std::unordered_map<const Value *, StackRef> stacks_;
-  std::unordered_map<unsigned, LV *> ctxCache_;
+  std::unordered_map<CtxField, LV *> ctxCache_;
   std::unordered_map<unsigned, StackInfo> stackCache_;
   std::unordered_map<unsigned, LV *> shapeCache_, slotCache_;
   std::vector<std::pair<BasicBlock *, BasicBlock *>> loops_; // (continue, break)

@@ -38,6 +38,7 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include "qd/abi/KernelLayout.h"
 #include "qd/ir/Module.h"
 
 #include <absl/status/statusor.h>
@@ -53,29 +54,6 @@ class Module;
 } // namespace llvm
 
 namespace qd {
-
-/// The launch context shared by generated code and the runtime (the
-/// generated code addresses its fields by index: keep the order).
-/// Entries of QdLaunchContext::errorData.
-inline constexpr unsigned kMaxErrorData = 16;
-
-struct QdLaunchContext {
-  void **globals;            // data pointer of every global slot
-  const int64_t *ndShapes;   // shapes of ndarray arguments, packed
-  const int64_t *scalars;    // kernel arguments: ints sign-extended, floats as raw bits
-  char *heap;                // adstack heap
-  int64_t stride;            // bytes per worker in the heap
-  const int64_t *offsets;    // per stack id: byte offset in a worker's slice
-  const int64_t *capacities; // per stack id: capacity (entries)
-  int64_t *needed;           // per stack id: largest count a push asked for
-  int32_t *error;            // 0, or 1 + the id of the first error site hit
-  int64_t *errorData;        // what that site recorded (indices of an index
-                             // error), kMaxErrorData entries
-  void *runtime;             // passed back to qd_rt_parallel_for
-  const int32_t *taskLanes;  // per parallel task: lanes it may use in this
-                             // launch (below its KernelLayout::Task::lanes:
-                             // scalar code only)
-};
 
 struct CodegenOptions {
   /// Check every field/ndarray index (an error site instead of a wild
@@ -93,70 +71,10 @@ struct CodegenOptions {
   bool libmvec = false;
 };
 
-/// Everything the runtime needs to launch the code of one kernel.
-struct KernelLayout {
-  struct GlobalSlot {
-    const Field *field = nullptr;      // or
-    const Argument *ndarray = nullptr; // an ndarray argument
-    Component component = Component::Primal;
-  };
-  struct ErrorSite {
-    const Stmt *stmt;
-    std::string what;
-    /// An index check of a global access: the error data holds the first
-    /// min(numIndices, kMaxErrorData) indices of the failing access.
-    bool indexCheck = false;
-  };
-  struct Stack {
-    const AdStackAllocaStmt *stmt;
-    const Stmt *task;    // the top-level statement (task) holding it
-    unsigned entryBytes; // bytes per entry of one lane
-    int parallelTask;    // index in `tasks`, or -1 outside parallel tasks
-  };
-  /// A task bound the runtime can read before the launch: a constant, a
-  /// scalar argument, an ndarray extent, or a field element at constant
-  /// indices (`constant` is then its flat index; an earlier task of the
-  /// kernel may change it, so it is a guess, which only decides whether the
-  /// task's vector code may run).
-  struct TaskBound {
-    enum Kind { Constant, Argument, NdarrayExtent, FieldElement, Unknown } kind = Unknown;
-    int64_t constant = 0;
-    unsigned argument = 0, axis = 0;
-    const Field *field = nullptr;
-    Component component = Component::Primal;
-  };
-  /// A parallel task, in the order of their `qd_task_<n>` functions.
-  struct Task {
-    const ForStmt *stmt;
-    /// SIMD lanes of its vector code (1: scalar code only), and why it has
-    /// none when it could have.
-    unsigned lanes = 1;
-    std::string whyScalar;
-    TaskBound begin, end;
-  };
-  std::vector<GlobalSlot> slots;
-  std::vector<ErrorSite> sites;
-  std::vector<Stack> stacks;
-  std::vector<Task> tasks;
-  /// Per kernel argument: index of its first extent in ndShapes (ndarrays).
-  std::vector<unsigned> shapeOffset;
-  unsigned numShapes = 0;
-};
-
 /// Emits `kernel` into a new module of `context`.
 absl::StatusOr<std::unique_ptr<llvm::Module>> emitKernel(const Kernel &kernel,
                                                          llvm::LLVMContext &context,
                                                          const CodegenOptions &options,
                                                          KernelLayout &layout);
-
-/// Bytes of one entry of `stack`: the primal, plus an adjoint slot for a
-/// float stack whose adjoint is used (`load_top_adj` / `acc_adjoint`).
-/// Reverse mode keeps adjoints in locals, so its stacks carry primals only.
-unsigned adStackEntryBytes(const AdStackAllocaStmt &stack);
-/// Heap bytes of `capacity` entries of `entryBytes` each (rounded up to 8).
-int64_t adStackBytes(unsigned entryBytes, int64_t capacity);
-/// The same for `stack` (walks its uses; launches use the layout's
-/// precomputed `KernelLayout::Stack::entryBytes`).
-int64_t adStackBytes(const AdStackAllocaStmt &stack, int64_t capacity);
 
 } // namespace qd

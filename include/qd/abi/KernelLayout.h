@@ -1,0 +1,82 @@
+//===- qd/abi/KernelLayout.h - What a runtime needs to launch a kernel -*- C++ -*-===//
+//
+// The description a code generator hands to a runtime with the code of one
+// kernel: which buffer each global slot of QdLaunchContext::globals binds,
+// the error sites an error record may name, the adstacks and their entry
+// sizes, and the parallel tasks with the bounds a runtime can read before
+// the launch. Every code generator produces one and every runtime consumes
+// it (through qd::runtime's LaunchPlan).
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "qd/abi/LaunchContext.h"
+#include "qd/ir/Module.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace qd {
+
+/// Everything the runtime needs to launch the code of one kernel.
+struct KernelLayout {
+  struct GlobalSlot {
+    const Field *field = nullptr;      // or
+    const Argument *ndarray = nullptr; // an ndarray argument
+    Component component = Component::Primal;
+  };
+  struct ErrorSite {
+    const Stmt *stmt;
+    std::string what;
+    /// An index check of a global access: the error data holds the first
+    /// min(numIndices, kMaxErrorData) indices of the failing access.
+    bool indexCheck = false;
+  };
+  struct Stack {
+    const AdStackAllocaStmt *stmt;
+    const Stmt *task;    // the top-level statement (task) holding it
+    unsigned entryBytes; // bytes per entry of one lane
+    int parallelTask;    // index in `tasks`, or -1 outside parallel tasks
+  };
+  /// A task bound the runtime can read before the launch: a constant, a
+  /// scalar argument, an ndarray extent, or a field element at constant
+  /// indices (`constant` is then its flat index; an earlier task of the
+  /// kernel may change it, so it is a guess, which only decides whether the
+  /// task's vector code may run).
+  struct TaskBound {
+    enum Kind { Constant, Argument, NdarrayExtent, FieldElement, Unknown } kind = Unknown;
+    int64_t constant = 0;
+    unsigned argument = 0, axis = 0;
+    const Field *field = nullptr;
+    Component component = Component::Primal;
+  };
+  /// A parallel task, in the order of their `qd_task_<n>` functions.
+  struct Task {
+    const ForStmt *stmt;
+    /// SIMD lanes of its vector code (1: scalar code only), and why it has
+    /// none when it could have.
+    unsigned lanes = 1;
+    std::string whyScalar;
+    TaskBound begin, end;
+  };
+  std::vector<GlobalSlot> slots;
+  std::vector<ErrorSite> sites;
+  std::vector<Stack> stacks;
+  std::vector<Task> tasks;
+  /// Per kernel argument: index of its first extent in ndShapes (ndarrays).
+  std::vector<unsigned> shapeOffset;
+  unsigned numShapes = 0;
+};
+
+/// Bytes of one entry of `stack`: the primal, plus an adjoint slot for a
+/// float stack whose adjoint is used (`load_top_adj` / `acc_adjoint`).
+/// Reverse mode keeps adjoints in locals, so its stacks carry primals only.
+unsigned adStackEntryBytes(const AdStackAllocaStmt &stack);
+/// Heap bytes of `capacity` entries of `entryBytes` each (rounded up to 8).
+int64_t adStackBytes(unsigned entryBytes, int64_t capacity);
+/// The same for `stack` (walks its uses; launches use the layout's
+/// precomputed `KernelLayout::Stack::entryBytes`).
+int64_t adStackBytes(const AdStackAllocaStmt &stack, int64_t capacity);
+
+} // namespace qd

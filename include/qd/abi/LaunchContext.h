@@ -1,0 +1,157 @@
+//===- qd/abi/LaunchContext.h - The launch ABI of generated code -*- C++ -*-===//
+//
+// The records generated code and a runtime share at launch, declared once.
+// Each record is a field list (an X-macro) that generates both the C struct
+// the runtime fills and, in the code generators, the LLVM struct type the
+// generated code addresses by field index (qd/codegen/llvm: `abiStructType`).
+// The `static_assert`s below check that the C layout is the natural layout
+// of the field list, which is what every LLVM target qd emits for (x86-64,
+// NVPTX64, AMDGPU) gives a literal struct of those types: a field added in
+// the wrong place, or with a type the list does not say, fails to compile.
+//
+// The records only hold plain data and pointers, so a device runtime can
+// place a copy in device memory with the pointers translated.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <iterator>
+#include <type_traits>
+
+namespace qd::abi {
+
+/// How a field of an ABI record is represented (the LLVM type is derived
+/// from it: a pointer in the default address space, i32, i64, or an array
+/// of i64).
+enum class FieldRep : uint8_t { Ptr, I32, I64, I64Array };
+
+/// Entries of QdErrorRecord::data.
+inline constexpr unsigned kMaxErrorData = 16;
+
+} // namespace qd::abi
+
+// X(rep, C type, name, array length (1 for a scalar field))
+#define QD_ERROR_RECORD_FIELDS(X)                                                                  \
+  /* 0, or 1 + the id of the first error site hit (set with a compare-and-swap) */                 \
+  X(I32, int32_t, site, 1)                                                                         \
+  X(I32, int32_t, reserved, 1)                                                                     \
+  /* what that site recorded (the indices of an index error) */                                    \
+  X(I64Array, int64_t, data, qd::abi::kMaxErrorData)
+
+#define QD_LAUNCH_CONTEXT_FIELDS(X)                                                                \
+  /* data pointer of every global slot (KernelLayout::slots) */                                    \
+  X(Ptr, void **, globals, 1)                                                                      \
+  /* extents of the ndarray arguments, packed (KernelLayout::shapeOffset) */                       \
+  X(Ptr, const int64_t *, ndShapes, 1)                                                             \
+  /* kernel arguments: ints sign-extended, floats as raw bits */                                   \
+  X(Ptr, const int64_t *, scalars, 1)                                                              \
+  /* adstack heap; stack s of worker w starts at heap + w * stride + offsets[s] */                 \
+  X(Ptr, char *, heap, 1)                                                                          \
+  X(I64, int64_t, stride, 1)                                                                       \
+  /* per stack id: byte offset in a worker's slice, capacity (entries) */                          \
+  X(Ptr, const int64_t *, offsets, 1)                                                              \
+  X(Ptr, const int64_t *, capacities, 1)                                                           \
+  /* per stack id: the largest depth a push asked for (an atomic max) */                           \
+  X(Ptr, int64_t *, needed, 1)                                                                     \
+  /* the launch's error record */                                                                  \
+  X(Ptr, QdErrorRecord *, error, 1)                                                                \
+  /* opaque; passed back to the runtime's task launcher */                                         \
+  X(Ptr, void *, runtime, 1)                                                                       \
+  /* per parallel task: the lanes it may use in this launch */                                     \
+  X(Ptr, const int32_t *, taskLanes, 1)
+
+namespace qd {
+
+// A field is declared by its representation: arrays with their length.
+#define QD_ABI_DECL_Ptr(ctype, name, n) ctype name;
+#define QD_ABI_DECL_I32(ctype, name, n) ctype name;
+#define QD_ABI_DECL_I64(ctype, name, n) ctype name;
+#define QD_ABI_DECL_I64Array(ctype, name, n) ctype name[n];
+#define QD_ABI_DECLARE(rep, ctype, name, n) QD_ABI_DECL_##rep(ctype, name, n)
+
+/// The error record of a launch: the first error site a launch hits (the
+/// runtime decodes it with KernelLayout::sites).
+struct QdErrorRecord {
+  QD_ERROR_RECORD_FIELDS(QD_ABI_DECLARE)
+};
+
+/// What the entry function of a compiled kernel receives.
+struct QdLaunchContext {
+  QD_LAUNCH_CONTEXT_FIELDS(QD_ABI_DECLARE)
+};
+
+#undef QD_ABI_DECLARE
+#undef QD_ABI_DECL_Ptr
+#undef QD_ABI_DECL_I32
+#undef QD_ABI_DECL_I64
+#undef QD_ABI_DECL_I64Array
+
+namespace abi {
+
+/// Field indices of the records, in declaration order (what generated code
+/// passes to a struct GEP).
+enum class ErrorRecordField : unsigned {
+#define QD_ABI_ENUM(rep, ctype, name, n) name,
+  QD_ERROR_RECORD_FIELDS(QD_ABI_ENUM) Count
+};
+enum class LaunchContextField : unsigned { QD_LAUNCH_CONTEXT_FIELDS(QD_ABI_ENUM) Count };
+#undef QD_ABI_ENUM
+
+struct FieldDesc {
+  FieldRep rep;
+  unsigned count;
+  const char *name;
+};
+
+#define QD_ABI_DESC(rep, ctype, name, n) FieldDesc{FieldRep::rep, n, #name},
+inline constexpr FieldDesc kErrorRecordFields[] = {QD_ERROR_RECORD_FIELDS(QD_ABI_DESC)};
+inline constexpr FieldDesc kLaunchContextFields[] = {QD_LAUNCH_CONTEXT_FIELDS(QD_ABI_DESC)};
+#undef QD_ABI_DESC
+
+/// Size and alignment of one element of a field (64-bit pointers: every
+/// target qd emits for has them).
+constexpr size_t repSize(FieldRep r) {
+  return r == FieldRep::I32 ? 4 : 8;
+}
+
+/// Byte offset of field `index` in the natural layout of `fields`.
+template <size_t N> constexpr size_t naturalOffset(const FieldDesc (&fields)[N], size_t index) {
+  size_t at = 0;
+  for (size_t i = 0;; ++i) {
+    size_t align = repSize(fields[i].rep);
+    at = (at + align - 1) / align * align;
+    if (i == index)
+      return at;
+    at += align * fields[i].count;
+  }
+}
+
+static_assert(sizeof(void *) == 8, "qd's launch ABI assumes 64-bit pointers");
+static_assert(std::is_standard_layout_v<QdErrorRecord> &&
+              std::is_standard_layout_v<QdLaunchContext>);
+static_assert(std::size(kErrorRecordFields) == size_t(ErrorRecordField::Count));
+static_assert(std::size(kLaunchContextFields) == size_t(LaunchContextField::Count));
+
+#define QD_ABI_CHECK_ERROR(rep, ctype, name, n)                                                    \
+  static_assert(offsetof(QdErrorRecord, name) ==                                                   \
+                        naturalOffset(kErrorRecordFields, size_t(ErrorRecordField::name)) &&       \
+                    sizeof(QdErrorRecord::name) == repSize(FieldRep::rep) * (n),                   \
+                "QdErrorRecord::" #name " does not match QD_ERROR_RECORD_FIELDS");
+#define QD_ABI_CHECK_CONTEXT(rep, ctype, name, n)                                                  \
+  static_assert(offsetof(QdLaunchContext, name) ==                                                 \
+                        naturalOffset(kLaunchContextFields, size_t(LaunchContextField::name)) &&   \
+                    sizeof(QdLaunchContext::name) == repSize(FieldRep::rep) * (n),                 \
+                "QdLaunchContext::" #name " does not match QD_LAUNCH_CONTEXT_FIELDS");
+QD_ERROR_RECORD_FIELDS(QD_ABI_CHECK_ERROR)
+QD_LAUNCH_CONTEXT_FIELDS(QD_ABI_CHECK_CONTEXT)
+#undef QD_ABI_CHECK_ERROR
+#undef QD_ABI_CHECK_CONTEXT
+
+} // namespace abi
+
+/// Kept for code that spells the old name.
+inline constexpr unsigned kMaxErrorData = abi::kMaxErrorData;
+
+} // namespace qd
