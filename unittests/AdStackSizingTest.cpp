@@ -60,7 +60,7 @@ public:
     return *k;
   }
   const KernelSizing &sizing(std::string_view name = "k") {
-    return program->adStackSizing(kernel(name));
+    return **interp.adStackSizing(kernel(name));
   }
   /// The sizing of the stack printed as `%name`.
   const AdStackSize &stack(std::string_view name, std::string_view kernelName = "k") {
@@ -1372,7 +1372,7 @@ QD_PROPERTY(AdStackSizingTest, RandomKernelsAreSoundAndTight, 300) {
     testgen::fail(p, "launch failed: " + message(st));
 
   const Kernel &k = *module->findKernel("k");
-  const KernelSizing &ks = program.adStackSizing(k);
+  const KernelSizing &ks = **interp.adStackSizing(k);
   KernelSizing structural = sizeAdStacks(k, onlyTier1(true, false));
   KernelSizing bf = sizeAdStacks(k, onlyTier1(false, true));
   bool exact = false;

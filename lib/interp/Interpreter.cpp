@@ -1,5 +1,8 @@
 //===- Interpreter.cpp - Reference interpreter ----------------------------===//
 #include "qd/interp/Interpreter.h"
+
+#include "qd/abi/LaunchErrors.h"
+#include "qd/analysis/AdStackSizing.h"
 #include "qd/ir/Printer.h"
 #include "qd/ir/ScalarOps.h"
 #include "qd/ir/Visitor.h"
@@ -63,10 +66,7 @@ private:
   Scalar &reg(const Value *v) { return regs_[slotOf_.at(v)]; }
 
   Flow fail(const Stmt &s, const std::string &what) {
-    std::string where = task_ ? fmt::format(", task at {}", task_->loc().str()) : "";
-    error_ = absl::FailedPreconditionError(fmt::format("{}: error: {} (in kernel @{}{}: {})",
-                                                       s.loc().str(), what, kernel_.name(), where,
-                                                       printStmt(s)));
+    error_ = statementError(kernel_, s, task_, what);
     return Flow::Error;
   }
 
@@ -84,22 +84,9 @@ private:
   /// Resolves the buffer and flat element index of a global access.
   Buffer *access(const GlobalAccessStmt &s, int64_t &flat, Flow &flow) {
     flow = Flow::Normal;
-    Buffer *buf;
-    std::string name;
-    if (s.isField()) {
-      buf = program_.field(*s.field(), s.component());
-      name = "@" + s.field()->name();
-    } else {
-      const NdarrayArg *nd = ndarrays_.at(s.ndarray());
-      buf = nd->component(s.component());
-      name = "%" + s.ndarray()->name();
-    }
-    if (s.component() != Component::Primal) {
-      // Appended piecewise: `"." + std::string(...)` trips a false GCC 12
-      // -Wrestrict at -O3.
-      name += '.';
-      name += toString(s.component());
-    }
+    Buffer *buf = s.isField() ? program_.field(*s.field(), s.component())
+                              : ndarrays_.at(s.ndarray())->component(s.component());
+    std::string name = globalAccessName(s);
     if (!buf) {
       flow = fail(s, fmt::format("'{}' has no storage", name));
       return nullptr;
@@ -109,13 +96,7 @@ private:
       idx.push_back(reg(s.index(i)).i);
     std::optional<int64_t> f = buf->flatIndex(idx);
     if (!f) {
-      std::string shown, shape;
-      for (size_t i = 0; i < idx.size(); ++i)
-        shown += (i ? ", " : "") + std::to_string(idx[i]);
-      for (size_t i = 0; i < buf->shape().size(); ++i)
-        shape += (i ? ", " : "") + std::to_string(buf->shape()[i]);
-      flow = fail(
-          s, fmt::format("index [{}] is out of range for '{}' of shape [{}]", shown, name, shape));
+      flow = fail(s, indexOutOfRangeText(name, idx, buf->shape()));
       return nullptr;
     }
     flat = *f;
@@ -272,10 +253,7 @@ private:
       auto &p = cast<AdStackPushStmt>(s);
       AdStack &st = stackOf(p);
       if (static_cast<int64_t>(st.entries.size()) >= st.capacity)
-        return fail(s, fmt::format("adstack overflow: the adstack declared at {} has capacity "
-                                   "{} and this push needs at least {}; give it a larger "
-                                   "capacity",
-                                   st.stmt->loc().str(), st.capacity, st.capacity + 1));
+        return fail(s, adStackPushOverflowText(*st.stmt, st.capacity));
       Scalar v = reg(p.value());
       ScalarType t = v.type;
       st.entries.emplace_back(v, isFloat(t) ? Scalar::ofFloat(t, 0) : Scalar::ofInt(t, 0));
@@ -290,8 +268,7 @@ private:
       auto &op = cast<AdStackOpStmt>(s);
       AdStack &st = stackOf(op);
       if (st.entries.empty())
-        return fail(s, fmt::format("adstack underflow: the adstack declared at {} is empty",
-                                   st.stmt ? st.stmt->loc().str() : "<unknown>"));
+        return fail(s, adStackUnderflowText(st.stmt));
       auto &top = st.entries.back();
       if (s.kind() == StmtKind::AdStackPop)
         st.entries.pop_back();
@@ -330,6 +307,13 @@ absl::Status Interpreter::launch(Program &program, const Kernel &kernel,
   if (absl::Status s = validateLaunchArgs(kernel, args); !s.ok())
     return s;
   return Execution(program, kernel, args, options, maxDepths_, capacities_).run();
+}
+
+absl::StatusOr<const KernelSizing *> Interpreter::adStackSizing(const Kernel &kernel) {
+  auto &slot = sizing_[kernel.uniqueId()];
+  if (!slot)
+    slot = std::make_unique<KernelSizing>(sizeAdStacks(kernel));
+  return slot.get();
 }
 
 } // namespace qd

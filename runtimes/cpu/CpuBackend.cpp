@@ -1,6 +1,9 @@
 //===- CpuBackend.cpp - LLVM JIT backend for the CPU ----------------------===//
 #include "qd/runtime/CpuBackend.h"
 
+#include "qd/runtime/LaunchPlan.h"
+
+#include "qd/analysis/AdStackSizing.h"
 #include "qd/codegen/llvm/KernelCodegen.h"
 #include "qd/ir/Printer.h"
 
@@ -162,17 +165,28 @@ struct CpuBackend::Impl {
   /// Keyed by Kernel::uniqueId(), never by address: a destroyed kernel's
   /// address may be reused by a new one.
   std::map<std::pair<uint64_t, bool>, Compiled> cache;
+  /// Adstack sizing per Kernel::uniqueId(), computed with the kernel's
+  /// first compilation (or when Program::launch asks first).
+  std::map<uint64_t, std::unique_ptr<KernelSizing>> sizings;
   unsigned counter = 0;
   std::unique_ptr<char[]> heap;
   int64_t heapBytes = 0;
   int64_t lastHeapBytes = 0;
   std::vector<int32_t> lastTaskLanes;
 
+  const KernelSizing &sizingOf(const Kernel &kernel) {
+    std::unique_ptr<KernelSizing> &slot = sizings[kernel.uniqueId()];
+    if (!slot)
+      slot = std::make_unique<KernelSizing>(sizeAdStacks(kernel));
+    return *slot;
+  }
+
   absl::StatusOr<Compiled *> compile(const Kernel &kernel, bool boundsChecked) {
     auto key = std::pair(kernel.uniqueId(), boundsChecked);
     if (auto it = cache.find(key); it != cache.end())
       return &it->second;
     auto start = std::chrono::steady_clock::now();
+    sizingOf(kernel);
     Compiled c;
     auto context = std::make_unique<llvm::LLVMContext>();
     CodegenOptions opts;
@@ -320,6 +334,10 @@ double CpuBackend::compileSeconds(const Kernel &kernel) const {
   return s;
 }
 
+absl::StatusOr<const KernelSizing *> CpuBackend::adStackSizing(const Kernel &kernel) {
+  return &impl_->sizingOf(kernel);
+}
+
 absl::StatusOr<const KernelLayout *> CpuBackend::layout(const Kernel &kernel, bool boundsChecked) {
   auto c = impl_->compile(kernel, boundsChecked);
   if (!c.ok())
@@ -338,48 +356,6 @@ absl::StatusOr<std::string> CpuBackend::llvmIR(const Kernel &kernel, bool bounds
   return (*c)->ir;
 }
 
-namespace {
-
-const Stmt *taskOf(const Stmt *s) {
-  while (s && s->parentStmt())
-    s = s->parentStmt();
-  return s && s->isTask() ? s : nullptr;
-}
-
-std::string where(const Kernel &kernel, const Stmt *task) {
-  return task ? fmt::format("kernel @{}, task at {}", kernel.name(), task->loc().str())
-              : fmt::format("kernel @{}", kernel.name());
-}
-
-} // namespace
-
-namespace {
-
-/// "index [4] is out of range for '@x' of shape [4]", as the interpreter
-/// words it, from the indices the failing access recorded.
-std::string indexErrorText(Program &program, const GlobalAccessStmt &g,
-                           std::span<const LaunchArg> args,
-                           std::span<const int64_t, kMaxErrorData> data) {
-  std::string name = g.field() ? "@" + g.field()->name() : "%" + g.ndarray()->name();
-  if (g.component() != Component::Primal) {
-    name += '.';
-    name += toString(g.component());
-  }
-  const Buffer *buf =
-      g.field()
-          ? program.field(*g.field(), g.component())
-          : args[cast<Argument>(g.ndarray())->index()].ndarrayValue().component(g.component());
-  std::vector<int64_t> idx(data.begin(),
-                           data.begin() + std::min<size_t>(g.numIndices(), kMaxErrorData));
-  std::string shown = fmt::format("{}", fmt::join(idx, ", "));
-  if (g.numIndices() > kMaxErrorData)
-    shown += ", ...";
-  return fmt::format("index [{}] is out of range for '{}' of shape [{}]", shown, name,
-                     buf ? fmt::format("{}", fmt::join(buf->shape(), ", ")) : std::string("?"));
-}
-
-} // namespace
-
 absl::Status CpuBackend::launch(Program &program, const Kernel &kernel,
                                 std::span<const LaunchArg> args, const LaunchOptions &options) {
   if (absl::Status s = validateLaunchArgs(kernel, args); !s.ok())
@@ -394,107 +370,25 @@ absl::Status CpuBackend::launch(Program &program, const Kernel &kernel,
   if (!compiled.ok())
     return compiled.status();
   const KernelLayout &layout = (*compiled)->layout;
-
-  // Global slots.
-  std::vector<void *> globals;
-  for (const auto &slot : layout.slots) {
-    Buffer *b = nullptr;
-    std::string name;
-    if (slot.field) {
-      b = program.field(*slot.field, slot.component);
-      name = "@" + slot.field->name();
-    } else {
-      b = args[slot.ndarray->index()].ndarrayValue().component(slot.component);
-      name = "%" + slot.ndarray->name();
-    }
-    if (!b)
-      return absl::FailedPreconditionError(fmt::format(
-          "kernel @{} uses '{}{}', which has no storage in this launch", kernel.name(), name,
-          slot.component == Component::Primal ? std::string()
-                                              : fmt::format(".{}", toString(slot.component))));
-    globals.push_back(b->data());
-  }
-  std::vector<int64_t> shapes(layout.numShapes + 1, 0), scalars(args.size() + 1, 0);
-  for (unsigned i = 0; i < args.size(); ++i) {
-    if (args[i].isNdarray()) {
-      const Buffer &b = *args[i].ndarrayValue().primal;
-      for (unsigned d = 0; d < b.ndim(); ++d)
-        shapes[layout.shapeOffset[i] + d] = b.shape()[d];
-      continue;
-    }
-    const Scalar &s = args[i].scalarValue();
-    if (s.type == ScalarType::F32) {
-      float f = static_cast<float>(s.f);
-      uint32_t bits;
-      std::memcpy(&bits, &f, 4);
-      scalars[i] = bits;
-    } else if (s.type == ScalarType::F64) {
-      std::memcpy(&scalars[i], &s.f, 8);
-    } else {
-      scalars[i] = s.i;
-    }
-  }
+  absl::StatusOr<LaunchPlan> plan = LaunchPlan::bind(program, kernel, layout, args, options);
+  if (!plan.ok())
+    return plan.status();
 
   // Lanes of each vectorised task: its whole groups need chunks of at least
   // that many iterations. Bounds not known before the launch (computed)
-  // keep the lanes; one read from a field is its value now (an earlier task
-  // may change it, but the generated code only runs vector code the runtime
+  // keep the lanes (the generated code only runs vector code the runtime
   // laid out entries for).
-  auto boundOf = [&](const KernelLayout::TaskBound &b) -> std::optional<int64_t> {
-    switch (b.kind) {
-    case KernelLayout::TaskBound::Constant:
-      return b.constant;
-    case KernelLayout::TaskBound::Argument:
-      return static_cast<int32_t>(scalars[b.argument]);
-    case KernelLayout::TaskBound::NdarrayExtent:
-      return static_cast<int32_t>(shapes[layout.shapeOffset[b.argument] + b.axis]);
-    case KernelLayout::TaskBound::FieldElement:
-      if (const Buffer *f = program.field(*b.field, b.component))
-        return f->get(b.constant).i;
-      break;
-    case KernelLayout::TaskBound::Unknown:
-      break;
-    }
-    return std::nullopt;
-  };
   std::vector<int32_t> taskLanes(layout.tasks.size() + 1, 1);
   for (size_t t = 0; t < layout.tasks.size(); ++t) {
     const auto &task = layout.tasks[t];
-    std::optional<int64_t> b = boundOf(task.begin), e = boundOf(task.end);
+    std::optional<int64_t> b = plan->taskBound(task.begin), e = plan->taskBound(task.end);
     bool groups = !b || !e || impl_->pool->largestCall(*e - *b) >= task.lanes;
     taskLanes[t] = task.lanes > 1 && groups ? static_cast<int32_t>(task.lanes) : 1;
   }
+  if (absl::Status s = plan->layoutAdStacks(taskLanes); !s.ok())
+    return s;
 
-  // Adstack layout: per task, stacks one after the other in a worker's slice
-  // (an entry holds one value per lane of the task).
-  size_t numStacks = layout.stacks.size();
-  std::vector<int64_t> offsets(numStacks + 1, 0), caps(numStacks + 1, 0), needed(numStacks + 1, 0);
-  std::map<const Stmt *, int64_t> used;
-  int64_t stride = 0;
-  for (size_t i = 0; i < numStacks; ++i) {
-    const auto &st = layout.stacks[i];
-    int64_t cap = st.stmt->capacity();
-    if (auto it = options.adStackCapacities.find(st.stmt); it != options.adStackCapacities.end())
-      cap = it->second;
-    else if (cap == 0)
-      cap = options.defaultAdStackCapacity;
-    if (cap <= 0)
-      return absl::FailedPreconditionError(
-          fmt::format("{}: error: adstack has no capacity: size it (qd sizing passes) or set "
-                      "LaunchOptions::defaultAdStackCapacity ({})",
-                      st.stmt->loc().str(), where(kernel, st.task)));
-    if (cap > (int64_t(1) << 40))
-      return absl::ResourceExhaustedError(
-          fmt::format("{}: error: adstack capacity {} is too large ({})", st.stmt->loc().str(), cap,
-                      where(kernel, st.task)));
-    caps[i] = cap;
-    int64_t &at = used[st.task];
-    offsets[i] = at;
-    int64_t lanes = st.parallelTask >= 0 ? taskLanes[st.parallelTask] : 1;
-    at += adStackBytes(st.entryBytes * lanes, cap); // cap >= 1: the codegen reads entry >= 0
-    stride = std::max(stride, at);
-  }
-  int64_t heapNeed = stride * numThreads();
+  int64_t heapNeed = plan->heap().bytes(numThreads());
   if (heapNeed > impl_->heapBytes) {
     int64_t grown = std::max(heapNeed, 2 * impl_->heapBytes);
     impl_->heap.reset(new (std::nothrow) char[grown]);
@@ -508,38 +402,13 @@ absl::Status CpuBackend::launch(Program &program, const Kernel &kernel,
   impl_->lastHeapBytes = heapNeed;
   impl_->lastTaskLanes.assign(taskLanes.begin(), taskLanes.end() - 1);
 
+  std::vector<void *> globals = plan->hostSlotPointers();
+  std::vector<int64_t> needed = plan->zeroNeeded();
   QdErrorRecord record{};
-  QdLaunchContext ctx{.globals = globals.data(),
-                      .ndShapes = shapes.data(),
-                      .scalars = scalars.data(),
-                      .heap = impl_->heap.get(),
-                      .stride = stride,
-                      .offsets = offsets.data(),
-                      .capacities = caps.data(),
-                      .needed = needed.data(),
-                      .error = &record,
-                      .runtime = impl_->pool.get(),
-                      .taskLanes = taskLanes.data()};
+  QdLaunchContext ctx = plan->hostContext(globals, impl_->heap.get(), needed, record,
+                                          impl_->pool.get(), taskLanes.data());
   (*compiled)->fn(&ctx);
-
-  for (size_t i = 0; i < numStacks; ++i)
-    if (needed[i] > caps[i]) {
-      const auto &st = layout.stacks[i];
-      return absl::ResourceExhaustedError(fmt::format(
-          "{}: error: adstack overflow: the adstack declared at {} ({}) has capacity {} and this "
-          "launch needed {}; give it a larger capacity or let Program::launch size it",
-          st.stmt->loc().str(), st.stmt->loc().str(), where(kernel, st.task), caps[i], needed[i]));
-    }
-  if (record.site) {
-    const auto &site = layout.sites[record.site - 1];
-    std::string what = site.indexCheck ? indexErrorText(program, cast<GlobalAccessStmt>(*site.stmt),
-                                                        args, record.data)
-                                       : site.what;
-    return absl::FailedPreconditionError(
-        fmt::format("{}: error: {} (in {}: {})", site.stmt->loc().str(), what,
-                    where(kernel, taskOf(site.stmt)), printStmt(*site.stmt)));
-  }
-  return absl::OkStatus();
+  return plan->finish(record, needed);
 }
 
 } // namespace qd

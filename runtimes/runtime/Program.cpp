@@ -87,7 +87,10 @@ absl::Status Program::launch(std::string_view name, std::span<const LaunchArg> a
     return s;
   if (!options.sizeAdStacks)
     return backend.launch(*this, *k, args, options);
-  auto capacities = adStackCapacities(*k, args, options.defaultAdStackCapacity);
+  absl::StatusOr<const KernelSizing *> sizing = backend.adStackSizing(*k);
+  if (!sizing.ok())
+    return sizing.status();
+  auto capacities = adStackCapacities(*k, **sizing, args, options.defaultAdStackCapacity);
   if (!capacities.ok())
     return capacities.status();
   LaunchOptions sized = options;
@@ -97,13 +100,6 @@ absl::Status Program::launch(std::string_view name, std::span<const LaunchArg> a
   for (auto &[stack, cap] : sized.adStackCapacities)
     lastCapacities_[stack] = cap;
   return backend.launch(*this, *k, args, sized);
-}
-
-const KernelSizing &Program::adStackSizing(const Kernel &kernel) {
-  auto &slot = sizing_[&kernel];
-  if (!slot)
-    slot = std::make_unique<KernelSizing>(sizeAdStacks(kernel));
-  return *slot;
 }
 
 namespace {
@@ -166,9 +162,8 @@ private:
 } // namespace
 
 absl::StatusOr<std::unordered_map<const AdStackAllocaStmt *, int64_t>>
-Program::adStackCapacities(const Kernel &kernel, std::span<const LaunchArg> args,
-                           int64_t defaultCapacity) {
-  const KernelSizing &sizing = adStackSizing(kernel);
+Program::adStackCapacities(const Kernel &kernel, const KernelSizing &sizing,
+                           std::span<const LaunchArg> args, int64_t defaultCapacity) {
   std::unordered_map<const AdStackAllocaStmt *, int64_t> out;
   LaunchInputs inputs(*this, args);
   for (const AdStackSize &s : sizing.stacks()) {

@@ -13,6 +13,7 @@
 
 #include "qd/runtime/Program.h"
 
+#include <memory>
 #include <unordered_map>
 
 namespace qd {
@@ -22,6 +23,8 @@ public:
   std::string_view name() const override { return "interp"; }
   absl::Status launch(Program &program, const Kernel &kernel, std::span<const LaunchArg> args,
                       const LaunchOptions &options) override;
+  /// Sizes `kernel` at its first use and keeps the result.
+  absl::StatusOr<const KernelSizing *> adStackSizing(const Kernel &kernel) override;
 
   /// The largest depth each adstack reached during the last launch (over
   /// all iterations and tasks); stacks that never executed are absent.
@@ -34,6 +37,9 @@ public:
   }
 
 private:
+  /// Keyed by Kernel::uniqueId() (a destroyed kernel's address may be
+  /// reused by a new one).
+  std::unordered_map<uint64_t, std::unique_ptr<KernelSizing>> sizing_;
   std::unordered_map<const AdStackAllocaStmt *, int64_t> maxDepths_;
   std::unordered_map<const AdStackAllocaStmt *, int64_t> capacities_;
 };

@@ -53,6 +53,8 @@ public:
   std::string_view name() const override { return "cpu"; }
   absl::Status launch(Program &program, const Kernel &kernel, std::span<const LaunchArg> args,
                       const LaunchOptions &options) override;
+  /// Computed with the kernel's first compilation and kept with it.
+  absl::StatusOr<const KernelSizing *> adStackSizing(const Kernel &kernel) override;
 
   unsigned numThreads() const;
   unsigned vectorWidth() const;

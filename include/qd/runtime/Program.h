@@ -83,6 +83,11 @@ public:
   /// Runs `kernel` (which belongs to `program.module()`) with validated args.
   virtual absl::Status launch(Program &program, const Kernel &kernel,
                               std::span<const LaunchArg> args, const LaunchOptions &options) = 0;
+  /// The sizing of `kernel`'s adstacks (docs/sizing.md), computed when the
+  /// backend prepares the kernel (a compiled backend: with its code) and
+  /// kept with it; a kernel must not change after that. Program::launch
+  /// evaluates it against each launch's data.
+  virtual absl::StatusOr<const KernelSizing *> adStackSizing(const Kernel &kernel) = 0;
 };
 
 /// A module instantiated in memory: zero-initialised storage for every field
@@ -102,15 +107,12 @@ public:
   absl::Status launch(std::string_view name, std::span<const LaunchArg> args, Backend &backend,
                       const LaunchOptions &options = {});
 
-  /// The sizing of `kernel`'s adstacks, computed at its first launch and
-  /// cached: a kernel must not be changed after it was launched through
-  /// this program.
-  const KernelSizing &adStackSizing(const Kernel &kernel);
-  /// The capacity of every capacity-0 adstack for a launch of `kernel` with
-  /// `args` against the current field contents (what `launch` uses).
+  /// The capacity of every capacity-0 adstack of `kernel`, sized by
+  /// `sizing`, for a launch with `args` against the current field contents
+  /// (what `launch` uses, with the backend's sizing).
   absl::StatusOr<std::unordered_map<const AdStackAllocaStmt *, int64_t>>
-  adStackCapacities(const Kernel &kernel, std::span<const LaunchArg> args,
-                    int64_t defaultCapacity = 0);
+  adStackCapacities(const Kernel &kernel, const KernelSizing &sizing,
+                    std::span<const LaunchArg> args, int64_t defaultCapacity = 0);
   /// The capacities the last sized launch used.
   const std::unordered_map<const AdStackAllocaStmt *, int64_t> &lastAdStackCapacities() const {
     return lastCapacities_;
@@ -119,7 +121,6 @@ public:
 private:
   explicit Program(const Module &m) : module_(m) {}
   const Module &module_;
-  std::unordered_map<const Kernel *, std::unique_ptr<KernelSizing>> sizing_;
   std::unordered_map<const AdStackAllocaStmt *, int64_t> lastCapacities_;
   std::map<std::pair<const Field *, Component>, Buffer> fields_;
 };

@@ -1,0 +1,61 @@
+//===- qd/abi/LaunchErrors.h - Launch diagnostics -----------*- C++ -*-===//
+//
+// The texts of launch-time errors, written once for the interpreter and every
+// backend, so that a failure reads the same wherever it happens:
+//
+//   <loc>: error: <what> (in kernel @k, task at <loc>: <statement>)
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include <absl/status/status.h>
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+
+namespace qd {
+
+class AdStackAllocaStmt;
+class GlobalAccessStmt;
+class Kernel;
+class Stmt;
+
+/// The top-level task that holds `s` (null outside tasks).
+const Stmt *taskOf(const Stmt *s);
+
+/// "kernel @k" or "kernel @k, task at file:line:col".
+std::string launchWhere(const Kernel &kernel, const Stmt *task);
+
+/// `<loc of s>: error: <what> (in <launchWhere>: <s printed>)`, as a
+/// FailedPrecondition status: what every error site of a kernel reports.
+absl::Status statementError(const Kernel &kernel, const Stmt &s, const Stmt *task,
+                            std::string_view what);
+
+/// "@x", "%a", "@x.grad": the global a statement accesses.
+std::string globalAccessName(const GlobalAccessStmt &g);
+
+/// "index [4, 1] is out of range for '@x' of shape [4, 4]". `truncated`:
+/// more indices existed than `indices` holds (printed as ", ...").
+std::string indexOutOfRangeText(std::string_view global, std::span<const int64_t> indices,
+                                std::span<const int64_t> shape, bool truncated = false);
+
+/// "adstack underflow: the adstack declared at <loc> is empty".
+std::string adStackUnderflowText(const AdStackAllocaStmt *stack);
+
+/// A stack that reached a launch with no capacity.
+absl::Status adStackNoCapacityError(const Kernel &kernel, const AdStackAllocaStmt &stack,
+                                    const Stmt *task);
+/// A capacity above what a heap can hold.
+absl::Status adStackTooLargeError(const Kernel &kernel, const AdStackAllocaStmt &stack,
+                                  const Stmt *task, int64_t capacity);
+/// A launch whose pushes went past `capacity`: `needed` is the depth the
+/// launch asked for (a compiled backend measures it; the interpreter stops
+/// at the first push that does not fit, see `adStackPushOverflowText`).
+absl::Status adStackOverflowError(const Kernel &kernel, const AdStackAllocaStmt &stack,
+                                  const Stmt *task, int64_t capacity, int64_t needed);
+/// The interpreter's overflow text, at the push that does not fit.
+std::string adStackPushOverflowText(const AdStackAllocaStmt &stack, int64_t capacity);
+
+} // namespace qd

@@ -1,0 +1,111 @@
+//===- qd/runtime/LaunchPlan.h - What a launch binds and reports -*- C++ -*-===//
+//
+// Everything a backend does for a launch besides running code, written once:
+//
+//  1. bind: the buffer of every global slot of the kernel's layout (fields
+//     of the program, components of ndarray arguments), the packed ndarray
+//     extents and the scalar arguments in their ABI form;
+//  2. read the task bounds a runtime can know before the launch;
+//  3. lay out the adstack heap: each stack's capacity for this launch (from
+//     LaunchOptions, which Program::launch fills from the kernel's sizing),
+//     its byte offset in one thread's slice, and the slice size;
+//  4. decode what the code reported: adstack overflow (the depth each stack
+//     needed) and the first error site, as the errors of LaunchErrors.h.
+//
+// A host backend runs its code on the bound pointers directly (see
+// `hostContext`); a device backend copies the bound data, allocates
+// `heap().bytes(threads)` and launches, then hands the error record and the
+// `needed` counters back to `finish`.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "qd/abi/KernelLayout.h"
+#include "qd/runtime/Program.h"
+
+#include <absl/status/statusor.h>
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <vector>
+
+namespace qd {
+
+/// Where the adstacks of one launch live. Stack `s` of thread `t` starts at
+/// heap + t * stride + offsets[s] (a CPU worker's slice), or, on a GPU's
+/// interleaved layout, entry `d` at heap + offsets[s] * T + (d * T + t) *
+/// entryBytes: the offsets are the same in both.
+struct AdStackHeapLayout {
+  /// Per stack id of the kernel layout (one extra entry, so the arrays are
+  /// never empty): byte offset in a thread's slice, capacity in entries.
+  std::vector<int64_t> offsets, capacities;
+  /// Bytes of one thread's slice: the largest over the tasks.
+  int64_t stride = 0;
+  int64_t bytes(int64_t threads) const { return stride * threads; }
+};
+
+class LaunchPlan {
+public:
+  /// Binds `args` and the program's fields to `layout`, the layout of
+  /// `kernel`'s compiled code. Fails (naming the global) when a slot has no
+  /// storage, e.g. a grad companion that was not declared or passed.
+  static absl::StatusOr<LaunchPlan> bind(Program &program, const Kernel &kernel,
+                                         const KernelLayout &layout,
+                                         std::span<const LaunchArg> args,
+                                         const LaunchOptions &options);
+
+  const Kernel &kernel() const { return *kernel_; }
+  const KernelLayout &layout() const { return *layout_; }
+
+  /// The buffer of every global slot, in KernelLayout::slots order.
+  const std::vector<Buffer *> &slotBuffers() const { return buffers_; }
+  /// Their host data pointers (QdLaunchContext::globals of a host backend).
+  std::vector<void *> hostSlotPointers() const;
+  /// QdLaunchContext::ndShapes and ::scalars (one extra entry each).
+  const std::vector<int64_t> &shapes() const { return shapes_; }
+  const std::vector<int64_t> &scalars() const { return scalars_; }
+
+  /// The value of a task bound before the launch, when the runtime can
+  /// know it (a field element is read now: an earlier task may change it).
+  std::optional<int64_t> taskBound(const KernelLayout::TaskBound &bound) const;
+
+  /// Gives every stack its capacity for this launch and lays out the heap.
+  /// `lanes[t]` is how many lanes parallel task `t` runs (its stacks' entries
+  /// hold one value per lane); empty means 1 everywhere.
+  absl::Status layoutAdStacks(std::span<const int32_t> lanes = {});
+  const AdStackHeapLayout &heap() const { return heap_; }
+
+  /// A zeroed `needed` array (QdLaunchContext::needed), one per stack id
+  /// (plus one entry).
+  std::vector<int64_t> zeroNeeded() const {
+    return std::vector<int64_t>(layout_->stacks.size() + 1, 0);
+  }
+
+  /// The context of a backend that runs the code on the host, in this
+  /// plan's storage (`globals` from `hostSlotPointers`, kept alive by the
+  /// caller with `needed`, `record` and `taskLanes`).
+  QdLaunchContext hostContext(std::vector<void *> &globals, char *heap,
+                              std::vector<int64_t> &needed, QdErrorRecord &record, void *runtime,
+                              const int32_t *taskLanes) const;
+
+  /// The launch's outcome from what its code reported: an adstack overflow
+  /// (a `needed` count above the capacity) first, then the first error site.
+  absl::Status finish(const QdErrorRecord &record, std::span<const int64_t> needed) const;
+
+private:
+  LaunchPlan() = default;
+  std::string indexErrorText(const GlobalAccessStmt &g,
+                             std::span<const int64_t, abi::kMaxErrorData> data) const;
+
+  Program *program_ = nullptr;
+  const Kernel *kernel_ = nullptr;
+  const KernelLayout *layout_ = nullptr;
+  std::span<const LaunchArg> args_;
+  const LaunchOptions *options_ = nullptr;
+  std::vector<Buffer *> buffers_;
+  std::vector<int64_t> shapes_, scalars_;
+  AdStackHeapLayout heap_;
+};
+
+} // namespace qd

@@ -1,0 +1,83 @@
+//===- LaunchErrors.cpp - Launch diagnostics ------------------------------===//
+#include "qd/abi/LaunchErrors.h"
+
+#include "qd/ir/Module.h"
+#include "qd/ir/Printer.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+namespace qd {
+
+const Stmt *taskOf(const Stmt *s) {
+  while (s && s->parentStmt())
+    s = s->parentStmt();
+  return s && s->isTask() ? s : nullptr;
+}
+
+std::string launchWhere(const Kernel &kernel, const Stmt *task) {
+  return task ? fmt::format("kernel @{}, task at {}", kernel.name(), task->loc().str())
+              : fmt::format("kernel @{}", kernel.name());
+}
+
+absl::Status statementError(const Kernel &kernel, const Stmt &s, const Stmt *task,
+                            std::string_view what) {
+  return absl::FailedPreconditionError(fmt::format("{}: error: {} (in {}: {})", s.loc().str(), what,
+                                                   launchWhere(kernel, task), printStmt(s)));
+}
+
+std::string globalAccessName(const GlobalAccessStmt &g) {
+  std::string name = g.field() ? "@" + g.field()->name() : "%" + g.ndarray()->name();
+  if (g.component() != Component::Primal) {
+    // Appended piecewise: `"." + std::string(...)` trips a false GCC 12
+    // -Wrestrict at -O3.
+    name += '.';
+    name += toString(g.component());
+  }
+  return name;
+}
+
+std::string indexOutOfRangeText(std::string_view global, std::span<const int64_t> indices,
+                                std::span<const int64_t> shape, bool truncated) {
+  std::string shown = fmt::format("{}", fmt::join(indices, ", "));
+  if (truncated)
+    shown += ", ...";
+  return fmt::format("index [{}] is out of range for '{}' of shape [{}]", shown, global,
+                     fmt::join(shape, ", "));
+}
+
+std::string adStackUnderflowText(const AdStackAllocaStmt *stack) {
+  return fmt::format("adstack underflow: the adstack declared at {} is empty",
+                     stack ? stack->loc().str() : "<unknown>");
+}
+
+absl::Status adStackNoCapacityError(const Kernel &kernel, const AdStackAllocaStmt &stack,
+                                    const Stmt *task) {
+  return absl::FailedPreconditionError(
+      fmt::format("{}: error: adstack has no capacity: size it (qd sizing passes) or set "
+                  "LaunchOptions::defaultAdStackCapacity ({})",
+                  stack.loc().str(), launchWhere(kernel, task)));
+}
+
+absl::Status adStackTooLargeError(const Kernel &kernel, const AdStackAllocaStmt &stack,
+                                  const Stmt *task, int64_t capacity) {
+  return absl::ResourceExhaustedError(
+      fmt::format("{}: error: adstack capacity {} is too large ({})", stack.loc().str(), capacity,
+                  launchWhere(kernel, task)));
+}
+
+absl::Status adStackOverflowError(const Kernel &kernel, const AdStackAllocaStmt &stack,
+                                  const Stmt *task, int64_t capacity, int64_t needed) {
+  return absl::ResourceExhaustedError(fmt::format(
+      "{}: error: adstack overflow: the adstack declared at {} ({}) has capacity {} and this "
+      "launch needed {}; give it a larger capacity or let Program::launch size it",
+      stack.loc().str(), stack.loc().str(), launchWhere(kernel, task), capacity, needed));
+}
+
+std::string adStackPushOverflowText(const AdStackAllocaStmt &stack, int64_t capacity) {
+  return fmt::format("adstack overflow: the adstack declared at {} has capacity {} and this push "
+                     "needs at least {}; give it a larger capacity",
+                     stack.loc().str(), capacity, capacity + 1);
+}
+
+} // namespace qd

@@ -1,0 +1,169 @@
+//===- LaunchPlan.cpp - What a launch binds and reports -------------------===//
+#include "qd/runtime/LaunchPlan.h"
+
+#include "qd/abi/LaunchErrors.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+
+namespace qd {
+
+absl::StatusOr<LaunchPlan> LaunchPlan::bind(Program &program, const Kernel &kernel,
+                                            const KernelLayout &layout,
+                                            std::span<const LaunchArg> args,
+                                            const LaunchOptions &options) {
+  LaunchPlan plan;
+  plan.program_ = &program;
+  plan.kernel_ = &kernel;
+  plan.layout_ = &layout;
+  plan.args_ = args;
+  plan.options_ = &options;
+
+  for (const auto &slot : layout.slots) {
+    Buffer *b = slot.field ? program.field(*slot.field, slot.component)
+                           : args[slot.ndarray->index()].ndarrayValue().component(slot.component);
+    if (!b) {
+      std::string name = slot.field ? "@" + slot.field->name() : "%" + slot.ndarray->name();
+      return absl::FailedPreconditionError(fmt::format(
+          "kernel @{} uses '{}{}', which has no storage in this launch", kernel.name(), name,
+          slot.component == Component::Primal ? std::string()
+                                              : fmt::format(".{}", toString(slot.component))));
+    }
+    plan.buffers_.push_back(b);
+  }
+
+  plan.shapes_.assign(layout.numShapes + 1, 0);
+  plan.scalars_.assign(args.size() + 1, 0);
+  for (unsigned i = 0; i < args.size(); ++i) {
+    if (args[i].isNdarray()) {
+      const Buffer &b = *args[i].ndarrayValue().primal;
+      for (unsigned d = 0; d < b.ndim(); ++d)
+        plan.shapes_[layout.shapeOffset[i] + d] = b.shape()[d];
+      continue;
+    }
+    const Scalar &s = args[i].scalarValue();
+    if (s.type == ScalarType::F32) {
+      float f = static_cast<float>(s.f);
+      uint32_t bits;
+      std::memcpy(&bits, &f, 4);
+      plan.scalars_[i] = bits;
+    } else if (s.type == ScalarType::F64) {
+      std::memcpy(&plan.scalars_[i], &s.f, 8);
+    } else {
+      plan.scalars_[i] = s.i;
+    }
+  }
+  return plan;
+}
+
+std::vector<void *> LaunchPlan::hostSlotPointers() const {
+  std::vector<void *> out;
+  out.reserve(buffers_.size() + 1);
+  for (Buffer *b : buffers_)
+    out.push_back(b->data());
+  out.push_back(nullptr); // never empty
+  return out;
+}
+
+std::optional<int64_t> LaunchPlan::taskBound(const KernelLayout::TaskBound &b) const {
+  switch (b.kind) {
+  case KernelLayout::TaskBound::Constant:
+    return b.constant;
+  case KernelLayout::TaskBound::Argument:
+    return static_cast<int32_t>(scalars_[b.argument]);
+  case KernelLayout::TaskBound::NdarrayExtent:
+    return static_cast<int32_t>(shapes_[layout_->shapeOffset[b.argument] + b.axis]);
+  case KernelLayout::TaskBound::FieldElement:
+    if (const Buffer *f = program_->field(*b.field, b.component))
+      return f->get(b.constant).i;
+    break;
+  case KernelLayout::TaskBound::Unknown:
+    break;
+  }
+  return std::nullopt;
+}
+
+absl::Status LaunchPlan::layoutAdStacks(std::span<const int32_t> lanes) {
+  // Per task, its stacks one after the other in a thread's slice; the slice
+  // is as large as the largest task needs (tasks run one after another).
+  size_t numStacks = layout_->stacks.size();
+  heap_ = AdStackHeapLayout();
+  heap_.offsets.assign(numStacks + 1, 0);
+  heap_.capacities.assign(numStacks + 1, 0);
+  std::map<const Stmt *, int64_t> used;
+  for (size_t i = 0; i < numStacks; ++i) {
+    const auto &st = layout_->stacks[i];
+    int64_t cap = st.stmt->capacity();
+    if (auto it = options_->adStackCapacities.find(st.stmt);
+        it != options_->adStackCapacities.end())
+      cap = it->second;
+    else if (cap == 0)
+      cap = options_->defaultAdStackCapacity;
+    if (cap <= 0)
+      return adStackNoCapacityError(*kernel_, *st.stmt, st.task);
+    if (cap > (int64_t(1) << 40))
+      return adStackTooLargeError(*kernel_, *st.stmt, st.task, cap);
+    heap_.capacities[i] = cap;
+    int64_t &at = used[st.task];
+    heap_.offsets[i] = at;
+    int64_t n =
+        st.parallelTask >= 0 && size_t(st.parallelTask) < lanes.size() ? lanes[st.parallelTask] : 1;
+    at += adStackBytes(st.entryBytes * n, cap); // cap >= 1: the code reads entry >= 0
+    heap_.stride = std::max(heap_.stride, at);
+  }
+  return absl::OkStatus();
+}
+
+QdLaunchContext LaunchPlan::hostContext(std::vector<void *> &globals, char *heap,
+                                        std::vector<int64_t> &needed, QdErrorRecord &record,
+                                        void *runtime, const int32_t *taskLanes) const {
+  return QdLaunchContext{.globals = globals.data(),
+                         .ndShapes = shapes_.data(),
+                         .scalars = scalars_.data(),
+                         .heap = heap,
+                         .stride = heap_.stride,
+                         .offsets = heap_.offsets.data(),
+                         .capacities = heap_.capacities.data(),
+                         .needed = needed.data(),
+                         .error = &record,
+                         .runtime = runtime,
+                         .taskLanes = taskLanes};
+}
+
+std::string LaunchPlan::indexErrorText(const GlobalAccessStmt &g,
+                                       std::span<const int64_t, abi::kMaxErrorData> data) const {
+  const Buffer *buf =
+      g.field()
+          ? program_->field(*g.field(), g.component())
+          : args_[cast<Argument>(g.ndarray())->index()].ndarrayValue().component(g.component());
+  size_t shown = std::min<size_t>(g.numIndices(), abi::kMaxErrorData);
+  std::string name = globalAccessName(g);
+  if (!buf)
+    return fmt::format("index is out of range for '{}'", name);
+  return indexOutOfRangeText(name, data.first(shown), buf->shape(),
+                             g.numIndices() > abi::kMaxErrorData);
+}
+
+absl::Status LaunchPlan::finish(const QdErrorRecord &record,
+                                std::span<const int64_t> needed) const {
+  for (size_t i = 0; i < layout_->stacks.size() && i < needed.size(); ++i)
+    if (needed[i] > heap_.capacities[i]) {
+      const auto &st = layout_->stacks[i];
+      return adStackOverflowError(*kernel_, *st.stmt, st.task, heap_.capacities[i], needed[i]);
+    }
+  if (record.site <= 0)
+    return absl::OkStatus();
+  if (size_t(record.site) > layout_->sites.size())
+    return absl::InternalError(
+        fmt::format("kernel @{}: the code reported error site {}, but its layout has {} sites",
+                    kernel_->name(), record.site, layout_->sites.size()));
+  const auto &site = layout_->sites[record.site - 1];
+  std::string what =
+      site.indexCheck ? indexErrorText(cast<GlobalAccessStmt>(*site.stmt), record.data) : site.what;
+  return statementError(*kernel_, *site.stmt, taskOf(site.stmt), what);
+}
+
+} // namespace qd
