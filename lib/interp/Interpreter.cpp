@@ -302,6 +302,7 @@ private:
 
 absl::Status Interpreter::launch(Program &program, const Kernel &kernel,
                                  std::span<const LaunchArg> args, const LaunchOptions &options) {
+  std::lock_guard<std::mutex> lock(mutex_);
   maxDepths_.clear();
   capacities_.clear();
   if (absl::Status s = validateLaunchArgs(kernel, args); !s.ok())
@@ -310,6 +311,7 @@ absl::Status Interpreter::launch(Program &program, const Kernel &kernel,
 }
 
 absl::StatusOr<const KernelSizing *> Interpreter::adStackSizing(const Kernel &kernel) {
+  std::lock_guard<std::mutex> lock(mutex_);
   auto &slot = sizing_[kernel.uniqueId()];
   if (!slot)
     slot = std::make_unique<KernelSizing>(sizeAdStacks(kernel));

@@ -164,6 +164,13 @@ struct CpuBackend::Impl {
   bool libmvec = false;
   /// Keyed by Kernel::uniqueId(), never by address: a destroyed kernel's
   /// address may be reused by a new one.
+  /// Guards `cache`, `sizings`, `counter` and the JIT: a kernel compiles
+  /// once, whichever thread asks first (the others wait for it). Entries
+  /// are never erased, so a pointer to one stays valid without the lock.
+  mutable std::mutex compileMutex;
+  /// Held for a whole launch: a launch uses every worker of the pool and
+  /// the one heap, so launches from several threads run one at a time.
+  mutable std::mutex launchMutex;
   std::map<std::pair<uint64_t, bool>, Compiled> cache;
   /// Adstack sizing per Kernel::uniqueId(), computed with the kernel's
   /// first compilation (or when Program::launch asks first).
@@ -175,6 +182,10 @@ struct CpuBackend::Impl {
   std::vector<int32_t> lastTaskLanes;
 
   const KernelSizing &sizingOf(const Kernel &kernel) {
+    std::lock_guard<std::mutex> lock(compileMutex);
+    return sizingOfLocked(kernel);
+  }
+  const KernelSizing &sizingOfLocked(const Kernel &kernel) {
     std::unique_ptr<KernelSizing> &slot = sizings[kernel.uniqueId()];
     if (!slot)
       slot = std::make_unique<KernelSizing>(sizeAdStacks(kernel));
@@ -182,11 +193,12 @@ struct CpuBackend::Impl {
   }
 
   absl::StatusOr<Compiled *> compile(const Kernel &kernel, bool boundsChecked) {
+    std::lock_guard<std::mutex> lock(compileMutex);
     auto key = std::pair(kernel.uniqueId(), boundsChecked);
     if (auto it = cache.find(key); it != cache.end())
       return &it->second;
     auto start = std::chrono::steady_clock::now();
-    sizingOf(kernel);
+    sizingOfLocked(kernel);
     Compiled c;
     auto context = std::make_unique<llvm::LLVMContext>();
     CodegenOptions opts;
@@ -320,13 +332,16 @@ bool CpuBackend::usesVectorMath() const {
   return impl_->libmvec;
 }
 int64_t CpuBackend::lastAdStackHeapBytes() const {
+  std::lock_guard<std::mutex> lock(impl_->launchMutex);
   return impl_->lastHeapBytes;
 }
 int64_t CpuBackend::adStackHeapCapacityBytes() const {
+  std::lock_guard<std::mutex> lock(impl_->launchMutex);
   return impl_->heapBytes;
 }
 
 double CpuBackend::compileSeconds(const Kernel &kernel) const {
+  std::lock_guard<std::mutex> lock(impl_->compileMutex);
   double s = 0;
   for (auto &[key, c] : impl_->cache)
     if (key.first == kernel.uniqueId())
@@ -346,6 +361,7 @@ absl::StatusOr<const KernelLayout *> CpuBackend::layout(const Kernel &kernel, bo
 }
 
 std::vector<int32_t> CpuBackend::lastTaskLanes() const {
+  std::lock_guard<std::mutex> lock(impl_->launchMutex);
   return impl_->lastTaskLanes;
 }
 
@@ -369,6 +385,7 @@ absl::Status CpuBackend::launch(Program &program, const Kernel &kernel,
   auto compiled = impl_->compile(kernel, options.boundsChecked);
   if (!compiled.ok())
     return compiled.status();
+  std::lock_guard<std::mutex> lock(impl_->launchMutex);
   const KernelLayout &layout = (*compiled)->layout;
   absl::StatusOr<LaunchPlan> plan = LaunchPlan::bind(program, kernel, layout, args, options);
   if (!plan.ok())
@@ -388,9 +405,14 @@ absl::Status CpuBackend::launch(Program &program, const Kernel &kernel,
   if (absl::Status s = plan->layoutAdStacks(taskLanes); !s.ok())
     return s;
 
-  int64_t heapNeed = plan->heap().bytes(numThreads());
-  if (heapNeed > impl_->heapBytes) {
-    int64_t grown = std::max(heapNeed, 2 * impl_->heapBytes);
+  absl::StatusOr<int64_t> heapNeed = plan->heapBytes(numThreads());
+  if (!heapNeed.ok())
+    return heapNeed.status();
+  if (*heapNeed > impl_->heapBytes) {
+    // Amortised doubling, but never past what was asked for when doubling
+    // would overflow.
+    int64_t grown =
+        impl_->heapBytes > INT64_MAX / 2 ? *heapNeed : std::max(*heapNeed, 2 * impl_->heapBytes);
     impl_->heap.reset(new (std::nothrow) char[grown]);
     if (!impl_->heap) {
       impl_->heapBytes = 0;
@@ -399,7 +421,7 @@ absl::Status CpuBackend::launch(Program &program, const Kernel &kernel,
     }
     impl_->heapBytes = grown;
   }
-  impl_->lastHeapBytes = heapNeed;
+  impl_->lastHeapBytes = *heapNeed;
   impl_->lastTaskLanes.assign(taskLanes.begin(), taskLanes.end() - 1);
 
   std::vector<void *> globals = plan->hostSlotPointers();

@@ -111,10 +111,27 @@ absl::Status LaunchPlan::layoutAdStacks(std::span<const int32_t> lanes) {
     heap_.offsets[i] = at;
     int64_t n =
         st.parallelTask >= 0 && size_t(st.parallelTask) < lanes.size() ? lanes[st.parallelTask] : 1;
-    at += adStackBytes(st.entryBytes * n, cap); // cap >= 1: the code reads entry >= 0
+    // cap >= 1: the code reads entry >= 0. cap <= 2^40 and an entry is at
+    // most 16 bytes x 64 lanes, so one stack fits; their sum may not.
+    int64_t bytes = adStackBytes(st.entryBytes * n, cap);
+    if (__builtin_add_overflow(at, bytes, &at))
+      return absl::ResourceExhaustedError(fmt::format(
+          "{}: error: cannot allocate the adstack heap: one thread's stacks need more than {} "
+          "bytes ({}); give the stacks smaller capacities",
+          st.stmt->loc().str(), INT64_MAX, launchWhere(*kernel_, st.task)));
     heap_.stride = std::max(heap_.stride, at);
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> LaunchPlan::heapBytes(int64_t threads) const {
+  int64_t bytes;
+  if (__builtin_mul_overflow(heap_.stride, threads, &bytes))
+    return absl::ResourceExhaustedError(fmt::format(
+        "kernel @{}: cannot allocate {} x {} bytes of adstack heap ({} threads with {} bytes "
+        "each): the size does not fit in 64 bits; give the stacks smaller capacities",
+        kernel_->name(), threads, heap_.stride, threads, heap_.stride));
+  return bytes;
 }
 
 QdLaunchContext LaunchPlan::hostContext(std::vector<void *> &globals, char *heap,

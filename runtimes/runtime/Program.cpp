@@ -96,9 +96,12 @@ absl::Status Program::launch(std::string_view name, std::span<const LaunchArg> a
   LaunchOptions sized = options;
   for (auto &[stack, cap] : *capacities)
     sized.adStackCapacities.try_emplace(stack, cap); // explicit entries win
-  lastCapacities_.clear();
-  for (auto &[stack, cap] : sized.adStackCapacities)
-    lastCapacities_[stack] = cap;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    lastCapacities_.clear();
+    for (auto &[stack, cap] : sized.adStackCapacities)
+      lastCapacities_[stack] = cap;
+  }
   return backend.launch(*this, *k, args, sized);
 }
 

@@ -21,6 +21,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <iostream>
@@ -251,11 +252,16 @@ int run(int argc, char **argv) {
       printGiven = true;
       std::stringstream ss(*v);
       for (std::string item; std::getline(ss, item, ',');)
-        if (!item.empty())
-          printList.push_back(item);
+        if (!item.empty() && std::find(printList.begin(), printList.end(), item) == printList.end())
+          printList.push_back(item); // each key once
     } else if (auto v = value("--adstack-capacity")) {
       try {
-        options.defaultAdStackCapacity = std::stoll(*v);
+        size_t used = 0;
+        options.defaultAdStackCapacity = std::stoll(*v, &used);
+        if (used != v->size())
+          throw std::invalid_argument("trailing text");
+      } catch (const std::out_of_range &) {
+        die("--adstack-capacity '" + *v + "' does not fit in a 64-bit integer");
       } catch (...) {
         die("--adstack-capacity expects an integer, got '" + *v + "'");
       }
@@ -487,7 +493,11 @@ int run(int argc, char **argv) {
 
 int main(int argc, char **argv) {
   try {
-    return run(argc, argv);
+    int rc = run(argc, argv);
+    // A full disk or a closed pipe must not pass for success.
+    if (!std::cout.flush())
+      die("cannot write the output (standard output failed)");
+    return rc;
   } catch (const Failure &f) {
     // Diagnostics that already carry `file:line:col: error:` stand alone.
     bool located = f.message.find(": error: ") != std::string::npos;

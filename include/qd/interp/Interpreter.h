@@ -14,6 +14,7 @@
 #include "qd/runtime/Program.h"
 
 #include <memory>
+#include <mutex>
 #include <unordered_map>
 
 namespace qd {
@@ -28,6 +29,7 @@ public:
 
   /// The largest depth each adstack reached during the last launch (over
   /// all iterations and tasks); stacks that never executed are absent.
+  /// Like every "last launch" statistic, read it while no launch runs.
   const std::unordered_map<const AdStackAllocaStmt *, int64_t> &adStackMaxDepths() const {
     return maxDepths_;
   }
@@ -37,6 +39,9 @@ public:
   }
 
 private:
+  /// One interpreter may be shared by threads: launches run one at a time
+  /// (each keeps the statistics above), sizing is computed once.
+  mutable std::mutex mutex_;
   /// Keyed by Kernel::uniqueId() (a destroyed kernel's address may be
   /// reused by a new one).
   std::unordered_map<uint64_t, std::unique_ptr<KernelSizing>> sizing_;

@@ -14,8 +14,9 @@
 //
 // A host backend runs its code on the bound pointers directly (see
 // `hostContext`); a device backend copies the bound data, allocates
-// `heap().bytes(threads)` and launches, then hands the error record and the
-// `needed` counters back to `finish`.
+// `heapBytes(threads)` and launches, then hands the error record and the
+// `needed` counters back to `finish`. A plan is private to one launch, so
+// launches from several threads never share one.
 //
 //===----------------------------------------------------------------------===//
 #pragma once
@@ -42,7 +43,6 @@ struct AdStackHeapLayout {
   std::vector<int64_t> offsets, capacities;
   /// Bytes of one thread's slice: the largest over the tasks.
   int64_t stride = 0;
-  int64_t bytes(int64_t threads) const { return stride * threads; }
 };
 
 class LaunchPlan {
@@ -75,6 +75,9 @@ public:
   /// hold one value per lane); empty means 1 everywhere.
   absl::Status layoutAdStacks(std::span<const int32_t> lanes = {});
   const AdStackHeapLayout &heap() const { return heap_; }
+  /// Bytes of heap for `threads` threads (stride x threads), or an error
+  /// when the size does not fit in 64 bits.
+  absl::StatusOr<int64_t> heapBytes(int64_t threads) const;
 
   /// A zeroed `needed` array (QdLaunchContext::needed), one per stack id
   /// (plus one entry).

@@ -9,6 +9,7 @@
 
 #include <map>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -113,7 +114,8 @@ public:
   absl::StatusOr<std::unordered_map<const AdStackAllocaStmt *, int64_t>>
   adStackCapacities(const Kernel &kernel, const KernelSizing &sizing,
                     std::span<const LaunchArg> args, int64_t defaultCapacity = 0);
-  /// The capacities the last sized launch used.
+  /// The capacities the last sized launch used (read it while no launch
+  /// runs).
   const std::unordered_map<const AdStackAllocaStmt *, int64_t> &lastAdStackCapacities() const {
     return lastCapacities_;
   }
@@ -121,6 +123,9 @@ public:
 private:
   explicit Program(const Module &m) : module_(m) {}
   const Module &module_;
+  /// Guards lastCapacities_: launches from several threads may size
+  /// stacks at once (field storage is never reallocated after create()).
+  mutable std::mutex mutex_;
   std::unordered_map<const AdStackAllocaStmt *, int64_t> lastCapacities_;
   std::map<std::pair<const Field *, Component>, Buffer> fields_;
 };
