@@ -1,7 +1,8 @@
 //===- qd-opt.cpp - Parse, verify, transform and print qd IR -------------===//
 //
-//   qd-opt [input.qd|-] [--passes=fold,dce] [--print-after-all]
-//          [--verify-each=false] [--time-passes] [--split-input-file] [-o out]
+//   qd-opt [input.qd|-] [--passes=fold,reverse-ad{tape-nested-loops=false}]
+//          [--print-after-all] [--print-after-change] [--verify-each=false]
+//          [--time-passes] [--split-input-file] [-o out]
 //
 // Reads a module (stdin by default), verifies it, runs the pipeline and
 // prints the result. Any diagnostic goes to stderr and the exit code is 1.
@@ -29,6 +30,7 @@ struct Options {
   std::string output = "-";
   std::string passes;
   bool printAfterAll = false;
+  bool printAfterChange = false;
   bool verifyEach = true;
   bool timePasses = false;
   bool splitInputFile = false;
@@ -46,12 +48,15 @@ constexpr const char *kUsage =
     "prints the result.\n"
     "\n"
     "options:\n"
-    "  --passes=<p1,p2,...>   pass pipeline to run (see --list-passes)\n"
+    "  --passes=<p1,p2,...>   pass pipeline to run (see --list-passes); options in\n"
+    "                         braces: reverse-ad{tape-nested-loops=false}\n"
     "  --print-after-all      print the IR to stderr after every pass\n"
+    "  --print-after-change   print the IR to stderr after every pass that changed it\n"
     "  --verify-each[=false]  verify the IR after every pass (default: on)\n"
     "  --time-passes          report the wall time of every pass on stderr\n"
     "  --split-input-file     process each '// -----' separated chunk on its own\n"
-    "  --list-passes          list the registered passes and exit\n"
+    "  --list-passes          list the registered passes, their options and aliases,\n"
+    "                         and exit\n"
     "  --report-ad-stacks     after the passes, print how every adstack is sized\n"
     "                         (tier, method, bound) instead of the module\n"
     "  --adstack-default-capacity=<n>\n"
@@ -119,6 +124,7 @@ bool parseArgs(int argc, char **argv, bool &exitNow, int &exitCode) {
       continue;
     }
     for (auto [name, flag] : {std::pair{"--print-after-all", &opts.printAfterAll},
+                              std::pair{"--print-after-change", &opts.printAfterChange},
                               std::pair{"--verify-each", &opts.verifyEach},
                               std::pair{"--time-passes", &opts.timePasses},
                               std::pair{"--split-input-file", &opts.splitInputFile},
@@ -169,6 +175,8 @@ bool processChunk(const qd::SourceChunk &chunk, const std::string &filename, std
   std::ostringstream afterAll;
   if (opts.printAfterAll)
     pmOptions.printAfterAll = &afterAll;
+  else if (opts.printAfterChange)
+    pmOptions.printAfterChange = &afterAll;
   qd::PassManager pm(pmOptions);
   if (absl::Status s = pm.addPipeline(opts.passes); !s.ok()) {
     std::cerr << "qd-opt: error: " << s.message() << '\n';
@@ -216,8 +224,7 @@ int main(int argc, char **argv) {
     return exitCode;
 
   if (opts.listPasses) {
-    for (const auto &[name, entry] : qd::PassRegistry::global().entries())
-      std::cout << "  " << name << " - " << entry.description << '\n';
+    qd::PassRegistry::global().printList(std::cout);
     return 0;
   }
 

@@ -1,4 +1,9 @@
 //===- qd/transforms/Passes.h - Built-in passes -----------------*- C++ -*-===//
+//
+// The factories of the built-in passes. Names, summaries, options and
+// aliases are declared once, in qd/transforms/Passes.def.
+//
+//===----------------------------------------------------------------------===//
 #pragma once
 
 #include "qd/transforms/Pass.h"
@@ -26,13 +31,10 @@ std::unique_ptr<Pass> createSimplifyPass();
 std::unique_ptr<Pass> createSizeAdStacksPass();
 
 /// `reverse-ad`: adds the gradient kernel `@<k>_grad` of every kernel `@k`
-/// (qd/transforms/AutoDiff.h, docs/autodiff.md).
-std::unique_ptr<Pass> createReverseAdPass();
-
-/// `reverse-ad-recompute`: `reverse-ad` with
-/// `ReverseADOptions::tapeNestedLoops` off (less adstack memory, nested
-/// loops run forward twice).
-std::unique_ptr<Pass> createReverseAdRecomputePass();
+/// (qd/transforms/AutoDiff.h, docs/autodiff.md). Option
+/// `tape-nested-loops` (default true) is `ReverseADOptions::tapeNestedLoops`;
+/// `reverse-ad-recompute` is an alias of `reverse-ad{tape-nested-loops=false}`.
+std::unique_ptr<Pass> createReverseAdPass(const PassOptionValues &options);
 
 /// `forward-ad`: adds the forward-mode kernel `@<k>_dual` of every kernel
 /// `@k`, which computes tangents into dual companions.
@@ -42,8 +44,14 @@ std::unique_ptr<Pass> createForwardAdPass();
 /// write a field or ndarray element after reading it in the same launch.
 std::unique_ptr<Pass> createCheckGlobalAccessesPass();
 
-/// Registers the passes above in `registry` (done automatically for
-/// `PassRegistry::global()`).
-void registerBuiltinPasses(PassRegistry &registry);
+/// `print-activity`: changes nothing; prints, for every kernel, the active
+/// values of reverse mode and of forward mode (qd/analysis/Activity.h) to
+/// stdout (`qd-opt` prints the module after it).
+std::unique_ptr<Pass> createPrintActivityPass();
+
+/// Registers every pass and alias of qd/transforms/Passes.def in `registry`
+/// (done automatically for `PassRegistry::global()`).
+/// Fails (with the first problem) only if Passes.def is malformed.
+absl::Status registerBuiltinPasses(PassRegistry &registry);
 
 } // namespace qd

@@ -1,0 +1,192 @@
+//===- Internal.h - The parts of reverse mode (see ReverseAD.cpp) ---------===//
+//
+// Reverse mode in four steps, one file each:
+//  1. JumpLowering.cpp: break/continue become flags in a private copy of
+//     the kernel (the *source*), so every loop body is straight-line code
+//     and ifs plus at most one final `if <flag> { break }`;
+//  2. NeededValues.cpp: which primal values the reverse sweep reads;
+//  3. LoopPlanning.cpp: per loop, which locals are pushed on adstacks every
+//     iteration, saved once at entry, and which nested loops are taped;
+//  4. PrimalReplay.cpp (forward code: frames, Record, Plain) and
+//     AdjointSweep.cpp (reverse code: adjoints and Rev) build the gradient
+//     kernel.
+//
+// Terms used (see also qd/transforms/AutoDiff.h):
+//  - a *frame* is a block of the gradient kernel that runs the forward code
+//    of a source block (Fwd) followed by its reverse (Adj): a task body, or
+//    one iteration of a reversed loop. Forward values at the frame's top
+//    level dominate the reverse code; values computed inside if arms are
+//    saved to locals ("backups") declared at the frame's top;
+//  - *Record(L)* runs loop L forward once, pushing the loop-carried locals
+//    the reverse needs at the start of every iteration; *Rev(L)* runs the
+//    iterations backwards, each one a new frame.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "qd/analysis/Activity.h"
+#include "qd/ir/Clone.h"
+#include "qd/ir/IRBuilder.h"
+#include "qd/transforms/AutoDiff.h"
+
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+namespace qd::reverse {
+
+//===--- 1. jumps ---------------------------------------------------------===//
+
+/// Lowers the break/continue of every loop of `k` to flags; returns the
+/// loops that may break.
+std::unordered_set<const Stmt *> lowerJumps(Kernel &k);
+
+//===--- 2. needed values -------------------------------------------------===//
+
+/// The values whose primal the reverse of some statements needs (non-linear
+/// operands, conditions, bounds, indices, and what they are computed from).
+class NeededValues {
+public:
+  explicit NeededValues(const Activity &activity) : activity_(activity) {}
+
+  /// Adds to `values` what the reverse of `stmts` needs, and to `locals`
+  /// the locals whose loads are needed, following operands only within
+  /// `scope` when it is given (the statements of one loop body). `roots`
+  /// are needed in any case; values outside `scope` that would be needed
+  /// are listed in `outside`.
+  void compute(const std::vector<Stmt *> &stmts, const std::unordered_set<const Stmt *> *scope,
+               std::unordered_set<const Value *> &values, std::unordered_set<const Value *> &locals,
+               const std::vector<const Value *> &roots = {},
+               std::vector<const Value *> *outside = nullptr);
+
+private:
+  void need(const Value *v);
+
+  const Activity &activity_;
+  std::unordered_set<const Value *> *target_ = nullptr;
+  const std::unordered_set<const Stmt *> *scope_ = nullptr;
+  std::vector<const Value *> *outside_ = nullptr;
+  std::unordered_set<const Value *> outsideSeen_;
+  std::vector<const Value *> work_;
+};
+
+//===--- 3. loop plans ----------------------------------------------------===//
+
+/// Per source loop: what Record/Rev need.
+struct LoopPlan {
+  std::vector<AllocaStmt *> perIteration; // source locals pushed every iteration
+  std::vector<AllocaStmt *> atEntry;      // source locals saved once before the loop
+  bool counted = false;                   // while loop or a loop that may break
+  /// Taped: a range-for nested in another range-for P whose iterations it
+  /// records while P is recorded (pushes in Plain(P)), so that the reverse
+  /// frames of P reverse it without running it again (see decideTaping).
+  bool taped = false;
+  /// Values defined outside the loop that its reverse needs.
+  std::vector<const Value *> outsideNeeds;
+};
+
+/// What the gradient builder keeps of the source kernel.
+struct ReversePlan {
+  /// Source values (and locals, through their loads) the reverse needs.
+  std::unordered_set<const Value *> needed, neededLocals;
+  /// Every non-task loop of the source.
+  std::unordered_map<const Stmt *, LoopPlan> loops;
+};
+
+/// Plans the gradient of `source`. `breaking`: the loops that may break;
+/// `neverTape`: loops not to tape even where they could be.
+ReversePlan planReverse(Kernel &source, const Activity &activity,
+                        const std::unordered_set<const Stmt *> &breaking,
+                        const ReverseADOptions &options,
+                        const std::unordered_set<const Stmt *> &neverTape);
+
+//===--- 4. the gradient kernel -------------------------------------------===//
+
+struct Frame {
+  Frame *parent = nullptr;
+  Block *block = nullptr;
+  std::unordered_map<const Value *, Value *> direct;
+  std::unordered_map<const Value *, AllocaStmt *> backup;
+  std::unordered_map<const Value *, AllocaStmt *> adj;
+};
+
+/// The forward side of the gradient kernel: primal values in frames,
+/// Fwd(B), Record(L), Plain(B) and the adstacks they push.
+class PrimalReplay {
+public:
+  PrimalReplay(Kernel &source, Kernel &grad, const ReversePlan &plan)
+      : src_(source), grad_(grad), plan_(plan) {}
+
+  /// Taped source loops and the stacks they push (for the sizing check in
+  /// buildGradientKernel).
+  const std::unordered_map<const AdStackAllocaStmt *, const Stmt *> &tapedStacks() const {
+    return tapedStacks_;
+  }
+  const std::string &internalError() const { return internalError_; }
+
+protected:
+  using LoopLocal = std::pair<const Stmt *, const AllocaStmt *>;
+  struct PairHash {
+    size_t operator()(const LoopLocal &p) const {
+      return std::hash<const void *>()(p.first) * 31 + std::hash<const void *>()(p.second);
+    }
+  };
+
+  const LoopPlan &loopPlan(const Stmt &loop) const { return plan_.loops.at(&loop); }
+  void markOwner(Block &b, Frame *f);
+  /// The forward value of source value `v` at the builder's position.
+  Value *primal(const Value *v, Frame &f, IRBuilder &b);
+  Bound bound(Bound src, Frame &f, IRBuilder &b);
+  IRBuilder atTop(Frame &f);
+  bool wanted(const Stmt &s) const;
+  Value *cloneLeaf(const Stmt &s, IRBuilder &b, Frame &f, bool inArm);
+  /// Fwd(B): the forward code of a frame's block (and of its if arms).
+  void forward(Block &block, IRBuilder &b, Frame &f, bool inArm);
+  void plain(Block &block, IRBuilder &b, Frame &f, ValueMap &map, bool taping);
+  Value *lookup(const Value *v, Frame &f, IRBuilder &b, ValueMap &map);
+  AllocaStmt *counterOf(const Stmt &loop, Frame &f);
+  void saveAtEntry(Stmt &loop, IRBuilder &b, Frame &f);
+  void allocateStacks(Stmt &loop, Frame &f, bool taped);
+  /// Record(L).
+  void record(Stmt &loop, IRBuilder &b, Frame &f);
+
+  Kernel &src_;
+  Kernel &grad_;
+  const ReversePlan &plan_;
+  std::unordered_map<const Stmt *, Frame *> owner_;
+  std::vector<std::unordered_map<const Value *, Value *>> armScopes_;
+  std::unordered_map<LoopLocal, AdStackAllocaStmt *, PairHash> stacks_;
+  std::unordered_map<LoopLocal, AllocaStmt *, PairHash> entrySaves_;
+  std::unordered_map<const Stmt *, AllocaStmt *> counters_;
+  std::unordered_map<const AdStackAllocaStmt *, const Stmt *> tapedStacks_;
+  std::string internalError_;
+};
+
+/// Builds the gradient kernel: the tasks in reverse order, each a frame
+/// (Fwd then Adj), loops reversed by Rev(L).
+class GradientBuilder : public PrimalReplay {
+public:
+  GradientBuilder(Kernel &source, Kernel &grad, const ReversePlan &plan, const Activity &activity)
+      : PrimalReplay(source, grad, plan), activity_(activity) {}
+
+  void run();
+
+private:
+  AllocaStmt *adjointOf(const Value *v);
+  /// adj(v) += x, for active float values (and locals).
+  void accumulate(const Value *v, Value *x, IRBuilder &b);
+  /// The adjoint of `s` if anything accumulated into it, else null.
+  Value *adjointValue(const Stmt &s, IRBuilder &b);
+  void reverse(Block &block, IRBuilder &b, Frame &f);
+  /// Rev(L).
+  void reverseLoop(Stmt &loop, IRBuilder &b, Frame &f);
+  /// One frame: Fwd(B) then Adj(B), appended at the end of the frame block.
+  void frame(Block &src, Frame &f, IRBuilder *at = nullptr);
+  void adjoint(Stmt &s, IRBuilder &b, Frame &f);
+
+  const Activity &activity_;
+};
+
+} // namespace qd::reverse
