@@ -1,0 +1,145 @@
+//===- qd/runtime/CudaDriver.h - The CUDA driver API, loaded at run time -*- C++ -*-===//
+//
+// qd never links libcuda: the driver is opened with dlopen when a CUDA
+// backend is created, so the library builds and its tests run on machines
+// without a GPU (creating the driver there fails with a clear error).
+// Only the entry points qd uses are resolved; their C signatures are
+// declared here (ABI-stable since CUDA 4), so no CUDA header is needed to
+// build either.
+//
+// Every call returns an absl::Status naming the call and the driver's own
+// error name and text (`cuMemAlloc: CUDA_ERROR_OUT_OF_MEMORY (out of
+// memory)`).
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include <absl/status/statusor.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace qd::cuda {
+
+using CUresult = int;
+using CUdevice = int;
+using CUdeviceptr = unsigned long long;
+using CUcontext = struct CUctx_st *;
+using CUmodule = struct CUmod_st *;
+using CUfunction = struct CUfunc_st *;
+using CUstream = struct CUstream_st *;
+
+/// The entry points qd calls, resolved by name from libcuda.so.1.
+struct DriverApi {
+  CUresult (*cuInit)(unsigned);
+  CUresult (*cuDriverGetVersion)(int *);
+  CUresult (*cuDeviceGetCount)(int *);
+  CUresult (*cuDeviceGet)(CUdevice *, int);
+  CUresult (*cuDeviceGetName)(char *, int, CUdevice);
+  CUresult (*cuDeviceGetAttribute)(int *, int, CUdevice);
+  CUresult (*cuDevicePrimaryCtxRetain)(CUcontext *, CUdevice);
+  CUresult (*cuDevicePrimaryCtxRelease)(CUdevice);
+  CUresult (*cuCtxSetCurrent)(CUcontext);
+  CUresult (*cuMemAlloc)(CUdeviceptr *, size_t);
+  CUresult (*cuMemFree)(CUdeviceptr);
+  CUresult (*cuMemcpyHtoD)(CUdeviceptr, const void *, size_t);
+  CUresult (*cuMemcpyDtoH)(void *, CUdeviceptr, size_t);
+  CUresult (*cuMemsetD8)(CUdeviceptr, unsigned char, size_t);
+  CUresult (*cuModuleLoadDataEx)(CUmodule *, const void *, unsigned, int *, void **);
+  CUresult (*cuModuleUnload)(CUmodule);
+  CUresult (*cuModuleGetFunction)(CUfunction *, CUmodule, const char *);
+  CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                             unsigned, CUstream, void **, void **);
+  CUresult (*cuOccupancyMaxActiveBlocksPerMultiprocessor)(int *, CUfunction, int, size_t);
+  CUresult (*cuStreamCreate)(CUstream *, unsigned);
+  CUresult (*cuStreamDestroy)(CUstream);
+  CUresult (*cuStreamSynchronize)(CUstream);
+  CUresult (*cuGetErrorName)(CUresult, const char **);
+  CUresult (*cuGetErrorString)(CUresult, const char **);
+};
+
+/// What a device is.
+struct DeviceInfo {
+  int ordinal = 0;
+  std::string name;
+  int computeMajor = 0, computeMinor = 0;
+  int multiprocessors = 0;
+  int maxThreadsPerMultiprocessor = 0;
+};
+
+/// The driver, opened once per process, and one device's primary context.
+class Device {
+public:
+  /// Opens the driver library (`library`; when empty, `QD_LIBCUDA` if set,
+  /// else libcuda.so.1), initialises the driver and retains device
+  /// `ordinal`'s primary context. Fails with FailedPrecondition when there
+  /// is no driver or no such device, saying which.
+  static absl::StatusOr<std::unique_ptr<Device>> open(int ordinal = 0, std::string library = {});
+  ~Device();
+
+  const DriverApi &api() const { return *api_; }
+  const DeviceInfo &info() const { return info_; }
+  /// "sm_90" for a compute capability 9.0 device.
+  std::string smArch() const;
+
+  /// Makes the context current on the calling thread (every call below does
+  /// it first, so any host thread may use the device).
+  absl::Status makeCurrent() const;
+  /// `what: CUDA_ERROR_X (text)` as an error status, or OK for success.
+  absl::Status check(CUresult r, std::string_view what) const;
+
+  absl::StatusOr<CUdeviceptr> alloc(size_t bytes) const;
+  void free(CUdeviceptr p) const;
+  absl::Status copyToDevice(CUdeviceptr dst, const void *src, size_t bytes) const;
+  absl::Status copyToHost(void *dst, CUdeviceptr src, size_t bytes) const;
+  absl::Status zero(CUdeviceptr dst, size_t bytes) const;
+
+private:
+  Device() = default;
+  const DriverApi *api_ = nullptr;
+  CUdevice device_ = 0;
+  CUcontext context_ = nullptr;
+  DeviceInfo info_;
+};
+
+/// A loaded PTX module (unloaded on destruction).
+class Module {
+public:
+  /// JIT-compiles `ptx` with the driver. The driver's error log is part of
+  /// the error.
+  static absl::StatusOr<std::unique_ptr<Module>> load(const Device &device, std::string_view ptx);
+  ~Module();
+  absl::StatusOr<CUfunction> function(const std::string &name) const;
+
+private:
+  Module(const Device &d, CUmodule m) : device_(d), module_(m) {}
+  const Device &device_;
+  CUmodule module_;
+};
+
+/// Device memory that frees itself.
+class DeviceBuffer {
+public:
+  DeviceBuffer() = default;
+  DeviceBuffer(const Device &d, CUdeviceptr p, size_t bytes)
+      : device_(&d), ptr_(p), bytes_(bytes) {}
+  DeviceBuffer(DeviceBuffer &&o) noexcept { *this = std::move(o); }
+  DeviceBuffer &operator=(DeviceBuffer &&o) noexcept;
+  ~DeviceBuffer() { reset(); }
+  static absl::StatusOr<DeviceBuffer> allocate(const Device &d, size_t bytes);
+
+  CUdeviceptr get() const { return ptr_; }
+  size_t size() const { return bytes_; }
+  void reset();
+
+private:
+  const Device *device_ = nullptr;
+  CUdeviceptr ptr_ = 0;
+  size_t bytes_ = 0;
+};
+
+} // namespace qd::cuda

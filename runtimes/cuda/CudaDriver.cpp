@@ -1,0 +1,265 @@
+//===- CudaDriver.cpp - The CUDA driver API, loaded at run time -----------===//
+#include "qd/runtime/CudaDriver.h"
+
+#include <fmt/format.h>
+
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <type_traits>
+
+namespace qd::cuda {
+namespace {
+
+// Device attributes and JIT options (values from the driver API, stable).
+constexpr int kAttrMultiprocessors = 16;
+constexpr int kAttrMaxThreadsPerMultiprocessor = 39;
+constexpr int kAttrComputeMajor = 75;
+constexpr int kAttrComputeMinor = 76;
+constexpr int kJitErrorLogBuffer = 5;
+constexpr int kJitErrorLogBufferSize = 6;
+constexpr CUresult kErrorNoDevice = 100;
+
+struct Loaded {
+  DriverApi api{};
+  absl::Status status;
+};
+
+/// Opens a driver library once per process and path; later calls see the
+/// same result.
+const Loaded &loadDriver(const std::string &library) {
+  static std::mutex mutex;
+  static std::map<std::string, std::unique_ptr<Loaded>> cache;
+  std::lock_guard<std::mutex> lock(mutex);
+  std::unique_ptr<Loaded> &slot = cache[library];
+  if (slot)
+    return *slot;
+  slot = std::make_unique<Loaded>([&] {
+    Loaded l;
+    const char *name = library.c_str();
+    void *handle = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+    if (!handle) {
+      const char *why = dlerror();
+      l.status = absl::FailedPreconditionError(fmt::format(
+          "cuda: cannot load the NVIDIA driver library '{}' ({}): this machine has no CUDA "
+          "driver; use the cpu backend, or set QD_LIBCUDA to the driver's path",
+          name, why ? why : "not found"));
+      return l;
+    }
+    auto resolve = [&](auto &fn, const char *symbol) {
+      if (!l.status.ok())
+        return;
+      void *p = dlsym(handle, symbol);
+      if (!p)
+        l.status = absl::FailedPreconditionError(fmt::format(
+            "cuda: the driver library '{}' lacks '{}': update the NVIDIA driver", name, symbol));
+      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(p);
+    };
+    DriverApi &a = l.api;
+    resolve(a.cuInit, "cuInit");
+    resolve(a.cuDriverGetVersion, "cuDriverGetVersion");
+    resolve(a.cuDeviceGetCount, "cuDeviceGetCount");
+    resolve(a.cuDeviceGet, "cuDeviceGet");
+    resolve(a.cuDeviceGetName, "cuDeviceGetName");
+    resolve(a.cuDeviceGetAttribute, "cuDeviceGetAttribute");
+    resolve(a.cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain");
+    resolve(a.cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2");
+    resolve(a.cuCtxSetCurrent, "cuCtxSetCurrent");
+    resolve(a.cuMemAlloc, "cuMemAlloc_v2");
+    resolve(a.cuMemFree, "cuMemFree_v2");
+    resolve(a.cuMemcpyHtoD, "cuMemcpyHtoD_v2");
+    resolve(a.cuMemcpyDtoH, "cuMemcpyDtoH_v2");
+    resolve(a.cuMemsetD8, "cuMemsetD8_v2");
+    resolve(a.cuModuleLoadDataEx, "cuModuleLoadDataEx");
+    resolve(a.cuModuleUnload, "cuModuleUnload");
+    resolve(a.cuModuleGetFunction, "cuModuleGetFunction");
+    resolve(a.cuLaunchKernel, "cuLaunchKernel");
+    resolve(a.cuOccupancyMaxActiveBlocksPerMultiprocessor,
+            "cuOccupancyMaxActiveBlocksPerMultiprocessor");
+    resolve(a.cuStreamCreate, "cuStreamCreate");
+    resolve(a.cuStreamDestroy, "cuStreamDestroy_v2");
+    resolve(a.cuStreamSynchronize, "cuStreamSynchronize");
+    resolve(a.cuGetErrorName, "cuGetErrorName");
+    resolve(a.cuGetErrorString, "cuGetErrorString");
+    if (!l.status.ok())
+      return l;
+    if (CUresult r = a.cuInit(0); r != 0) {
+      const char *n = nullptr;
+      a.cuGetErrorName(r, &n);
+      l.status = absl::FailedPreconditionError(fmt::format(
+          "cuda: cuInit failed with {}: the NVIDIA driver is installed but unusable here{}",
+          n ? n : std::to_string(r), r == kErrorNoDevice ? " (no CUDA device)" : ""));
+    }
+    return l;
+  }());
+  return *slot;
+}
+
+std::string errorText(const DriverApi &api, CUresult r) {
+  const char *name = nullptr, *text = nullptr;
+  api.cuGetErrorName(r, &name);
+  api.cuGetErrorString(r, &text);
+  return fmt::format("{} ({})", name ? name : std::to_string(r), text ? text : "unknown error");
+}
+
+} // namespace
+
+absl::StatusOr<std::unique_ptr<Device>> Device::open(int ordinal, std::string library) {
+  if (library.empty()) {
+    const char *env = std::getenv("QD_LIBCUDA");
+    library = env && *env ? env : "libcuda.so.1";
+  }
+  const Loaded &l = loadDriver(library);
+  if (!l.status.ok())
+    return l.status;
+  std::unique_ptr<Device> d(new Device());
+  d->api_ = &l.api;
+  const DriverApi &a = l.api;
+  int count = 0;
+  if (absl::Status s = d->check(a.cuDeviceGetCount(&count), "cuDeviceGetCount"); !s.ok())
+    return s;
+  if (ordinal < 0 || ordinal >= count)
+    return absl::FailedPreconditionError(
+        fmt::format("cuda: there is no CUDA device {} (this machine has {}{})", ordinal, count,
+                    count ? fmt::format(": ordinals 0 to {}", count - 1) : std::string()));
+  if (absl::Status s = d->check(a.cuDeviceGet(&d->device_, ordinal), "cuDeviceGet"); !s.ok())
+    return s;
+  if (absl::Status s = d->check(a.cuDevicePrimaryCtxRetain(&d->context_, d->device_),
+                                "cuDevicePrimaryCtxRetain");
+      !s.ok())
+    return s;
+  DeviceInfo &info = d->info_;
+  info.ordinal = ordinal;
+  char name[256] = {};
+  a.cuDeviceGetName(name, sizeof(name) - 1, d->device_);
+  info.name = name;
+  a.cuDeviceGetAttribute(&info.computeMajor, kAttrComputeMajor, d->device_);
+  a.cuDeviceGetAttribute(&info.computeMinor, kAttrComputeMinor, d->device_);
+  a.cuDeviceGetAttribute(&info.multiprocessors, kAttrMultiprocessors, d->device_);
+  a.cuDeviceGetAttribute(&info.maxThreadsPerMultiprocessor, kAttrMaxThreadsPerMultiprocessor,
+                         d->device_);
+  return d;
+}
+
+Device::~Device() {
+  if (context_)
+    api_->cuDevicePrimaryCtxRelease(device_);
+}
+
+std::string Device::smArch() const {
+  return fmt::format("sm_{}{}", info_.computeMajor, info_.computeMinor);
+}
+
+absl::Status Device::check(CUresult r, std::string_view what) const {
+  if (r == 0)
+    return absl::OkStatus();
+  return absl::InternalError(fmt::format("cuda: {}: {}", what, errorText(*api_, r)));
+}
+
+absl::Status Device::makeCurrent() const {
+  return check(api_->cuCtxSetCurrent(context_), "cuCtxSetCurrent");
+}
+
+absl::StatusOr<CUdeviceptr> Device::alloc(size_t bytes) const {
+  if (absl::Status s = makeCurrent(); !s.ok())
+    return s;
+  CUdeviceptr p = 0;
+  if (CUresult r = api_->cuMemAlloc(&p, bytes ? bytes : 1); r != 0)
+    return absl::ResourceExhaustedError(
+        fmt::format("cuda: cannot allocate {} bytes on device {} ({}): {}", bytes, info_.ordinal,
+                    info_.name, errorText(*api_, r)));
+  return p;
+}
+
+void Device::free(CUdeviceptr p) const {
+  if (p && makeCurrent().ok())
+    api_->cuMemFree(p);
+}
+
+absl::Status Device::copyToDevice(CUdeviceptr dst, const void *src, size_t bytes) const {
+  if (bytes == 0)
+    return absl::OkStatus();
+  if (absl::Status s = makeCurrent(); !s.ok())
+    return s;
+  return check(api_->cuMemcpyHtoD(dst, src, bytes), "cuMemcpyHtoD");
+}
+
+absl::Status Device::copyToHost(void *dst, CUdeviceptr src, size_t bytes) const {
+  if (bytes == 0)
+    return absl::OkStatus();
+  if (absl::Status s = makeCurrent(); !s.ok())
+    return s;
+  return check(api_->cuMemcpyDtoH(dst, src, bytes), "cuMemcpyDtoH");
+}
+
+absl::Status Device::zero(CUdeviceptr dst, size_t bytes) const {
+  if (bytes == 0)
+    return absl::OkStatus();
+  if (absl::Status s = makeCurrent(); !s.ok())
+    return s;
+  return check(api_->cuMemsetD8(dst, 0, bytes), "cuMemsetD8");
+}
+
+absl::StatusOr<std::unique_ptr<Module>> Module::load(const Device &device, std::string_view ptx) {
+  if (absl::Status s = device.makeCurrent(); !s.ok())
+    return s;
+  std::string text(ptx); // the driver wants a NUL-terminated image
+  std::string log(8192, '\0');
+  int options[] = {kJitErrorLogBuffer, kJitErrorLogBufferSize};
+  void *values[] = {log.data(), reinterpret_cast<void *>(log.size())};
+  CUmodule m = nullptr;
+  CUresult r = device.api().cuModuleLoadDataEx(&m, text.c_str(), 2, options, values);
+  if (r != 0) {
+    log.resize(log.find('\0'));
+    absl::Status s = device.check(r, "cuModuleLoadDataEx");
+    return absl::InvalidArgumentError(
+        fmt::format("{}{}{}", std::string(s.message()), log.empty() ? "" : ": ", log));
+  }
+  return std::unique_ptr<Module>(new Module(device, m));
+}
+
+Module::~Module() {
+  if (module_ && device_.makeCurrent().ok())
+    device_.api().cuModuleUnload(module_);
+}
+
+absl::StatusOr<CUfunction> Module::function(const std::string &name) const {
+  CUfunction f = nullptr;
+  if (absl::Status s = device_.check(device_.api().cuModuleGetFunction(&f, module_, name.c_str()),
+                                     "cuModuleGetFunction(" + name + ")");
+      !s.ok())
+    return s;
+  return f;
+}
+
+DeviceBuffer &DeviceBuffer::operator=(DeviceBuffer &&o) noexcept {
+  if (this != &o) {
+    reset();
+    device_ = o.device_;
+    ptr_ = o.ptr_;
+    bytes_ = o.bytes_;
+    o.device_ = nullptr;
+    o.ptr_ = 0;
+    o.bytes_ = 0;
+  }
+  return *this;
+}
+
+void DeviceBuffer::reset() {
+  if (device_ && ptr_)
+    device_->free(ptr_);
+  device_ = nullptr;
+  ptr_ = 0;
+  bytes_ = 0;
+}
+
+absl::StatusOr<DeviceBuffer> DeviceBuffer::allocate(const Device &d, size_t bytes) {
+  absl::StatusOr<CUdeviceptr> p = d.alloc(bytes);
+  if (!p.ok())
+    return p.status();
+  return DeviceBuffer(d, *p, bytes);
+}
+
+} // namespace qd::cuda
