@@ -15,6 +15,7 @@
 #include "qd/ir/Verifier.h"
 #include "qd/transforms/Passes.h"
 
+#include <cerrno>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
@@ -106,7 +107,13 @@ bool parseArgs(int argc, char **argv, bool &exitNow, int &exitCode) {
     if (arg.rfind("--adstack-default-capacity=", 0) == 0) {
       std::string v = arg.substr(27);
       char *end = nullptr;
+      errno = 0;
       long long n = std::strtoll(v.c_str(), &end, 10);
+      if (errno == ERANGE) {
+        std::cerr << "qd-opt: error: --adstack-default-capacity '" << v
+                  << "' does not fit in a 64-bit integer\n";
+        return false;
+      }
       if (v.empty() || *end || n <= 0) {
         std::cerr << "qd-opt: error: --adstack-default-capacity takes a positive integer, got '"
                   << v << "'\n";
@@ -261,10 +268,17 @@ int main(int argc, char **argv) {
     std::cout << out.str();
   } else if (ok) { // a failed run leaves no output file that looks valid
     std::ofstream file(opts.output, std::ios::binary);
-    if (!file || !(file << out.str())) {
+    file << out.str();
+    file.close(); // the last bytes are written (or fail to be) here
+    if (file.fail()) {
       std::cerr << "qd-opt: error: cannot write '" << opts.output << "'\n";
       return 1;
     }
+  }
+  // A full disk or a closed pipe must not pass for success.
+  if (!std::cout.flush()) {
+    std::cerr << "qd-opt: error: cannot write the output (standard output failed)\n";
+    return 1;
   }
   return ok ? 0 : 1;
 }
