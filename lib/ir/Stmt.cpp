@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 namespace qd {
 
@@ -30,36 +31,20 @@ constexpr std::array<std::string_view, 14> kBinaryNames = {"add", "sub", "mul", 
 constexpr std::array<std::string_view, 12> kUnaryNames = {
     "neg", "abs", "sin", "cos", "tan", "exp", "log", "sqrt", "tanh", "floor", "ceil", "not"};
 constexpr std::array<std::string_view, 6> kCmpNames = {"eq", "ne", "lt", "le", "gt", "ge"};
-constexpr std::array<std::string_view, 25> kMnemonics = {"const",
-                                                         "binary",
-                                                         "unary",
-                                                         "cmp",
-                                                         "select",
-                                                         "cast",
-                                                         "alloca",
-                                                         "load",
-                                                         "store",
-                                                         "load",
-                                                         "store",
-                                                         "atomic_add",
-                                                         "shape",
-                                                         "for",
-                                                         "serial",
-                                                         "while",
-                                                         "break",
-                                                         "continue",
-                                                         "if",
-                                                         "adstack.alloca",
-                                                         "adstack.push",
-                                                         "adstack.pop",
-                                                         "adstack.load_top",
-                                                         "adstack.load_top_adj",
-                                                         "adstack.acc_adjoint"};
+
+/// True when kind `k`'s class derives from `Base` (classof of the
+/// intermediate classes, kept true to StmtKinds.def).
+template <typename Base> bool kindDerivesFrom(StmtKind k) {
+  switch (k) {
+#define QD_STMT(KIND, CLASS, ...)                                                                  \
+  case StmtKind::KIND:                                                                             \
+    return std::is_base_of_v<Base, CLASS>;
+#include "qd/ir/StmtKinds.def"
+  }
+  return false;
+}
 } // namespace
 
-std::string_view mnemonic(StmtKind kind) {
-  return kMnemonics[static_cast<size_t>(kind)];
-}
 std::string_view toString(BinaryOp op) {
   return kBinaryNames[static_cast<size_t>(op)];
 }
@@ -103,12 +88,12 @@ std::string_view toString(Component c) {
 // Stmt
 //===----------------------------------------------------------------------===//
 
-Stmt::Stmt(StmtKind kind, Type type, unsigned numOperands, unsigned numBlocks)
+Stmt::Stmt(StmtKind kind, Type type, unsigned numOperands)
     : Value(ValueKind::Stmt, type), kind_(kind), numOperands_(numOperands),
       operands_(numOperands ? new Use[numOperands] : nullptr) {
   for (unsigned i = 0; i < numOperands; ++i)
     operands_[i].init(this, i);
-  for (unsigned i = 0; i < numBlocks; ++i)
+  for (unsigned i = 0; i < numNestedBlocks(kind); ++i)
     blocks_.push_back(std::make_unique<Block>(this, nullptr));
 }
 
@@ -151,43 +136,6 @@ bool Stmt::isTask() const {
   if (auto *f = dyn_cast<ForStmt>(this))
     return f->isParallel();
   return false;
-}
-
-bool isRecomputable(const Stmt &s) {
-  switch (s.kind()) {
-  case StmtKind::Const:
-  case StmtKind::Binary:
-  case StmtKind::Unary:
-  case StmtKind::Cmp:
-  case StmtKind::Select:
-  case StmtKind::Cast:
-  case StmtKind::GlobalLoad:
-  case StmtKind::Shape:
-    return true;
-  default:
-    return false;
-  }
-}
-
-bool Stmt::hasSideEffects() const {
-  switch (kind_) {
-  case StmtKind::Const:
-  case StmtKind::Binary:
-  case StmtKind::Unary:
-  case StmtKind::Cmp:
-  case StmtKind::Select:
-  case StmtKind::Cast:
-  case StmtKind::Alloca:
-  case StmtKind::LocalLoad:
-  case StmtKind::GlobalLoad:
-  case StmtKind::Shape:
-  case StmtKind::AdStackAlloca:
-  case StmtKind::AdStackLoadTop:
-  case StmtKind::AdStackLoadTopAdj:
-    return false;
-  default:
-    return true;
-  }
 }
 
 void Stmt::dropAllReferences() {
@@ -334,8 +282,7 @@ LocalStoreStmt::LocalStoreStmt(Value *local, Value *value) : Stmt(StmtKind::Loca
 bool GlobalAccessStmt::classof(const Value *v) {
   if (!Stmt::classof(v))
     return false;
-  StmtKind k = static_cast<const Stmt *>(v)->kind();
-  return k == StmtKind::GlobalLoad || k == StmtKind::GlobalStore || k == StmtKind::AtomicAdd;
+  return kindDerivesFrom<GlobalAccessStmt>(static_cast<const Stmt *>(v)->kind());
 }
 
 GlobalAccessStmt::GlobalAccessStmt(StmtKind kind, Type type, const GlobalRef &ref,
@@ -373,7 +320,7 @@ ShapeStmt::ShapeStmt(Value *ndarray, unsigned axis, Type type)
 }
 
 ForStmt::ForStmt(Bound begin, Bound end, bool parallel)
-    : Stmt(StmtKind::For, Type::i32(), 2, 1), parallel_(parallel) {
+    : Stmt(StmtKind::For, Type::i32(), 2), parallel_(parallel) {
   setBegin(begin);
   setEnd(end);
 }
@@ -388,15 +335,14 @@ void ForStmt::setEnd(Bound b) {
   endConst_ = b.value ? 0 : b.constant;
 }
 
-IfStmt::IfStmt(Value *cond) : Stmt(StmtKind::If, Type(), 1, 2) {
+IfStmt::IfStmt(Value *cond) : Stmt(StmtKind::If, Type(), 1) {
   initOperands({cond});
 }
 
 bool AdStackOpStmt::classof(const Value *v) {
   if (!Stmt::classof(v))
     return false;
-  StmtKind k = static_cast<const Stmt *>(v)->kind();
-  return k >= StmtKind::AdStackPush && k <= StmtKind::AdStackAccAdjoint;
+  return kindDerivesFrom<AdStackOpStmt>(static_cast<const Stmt *>(v)->kind());
 }
 
 AdStackOpStmt::AdStackOpStmt(StmtKind kind, Type type, Value *stack, Value *value)
