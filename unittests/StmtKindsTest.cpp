@@ -4,6 +4,8 @@
 // the tables generated from it agree with each other and with the classes.
 //
 //===----------------------------------------------------------------------===//
+#include "qd/ir/Parser.h"
+#include "qd/ir/Printer.h"
 #include "qd/ir/Stmt.h"
 #include "qd/ir/Visitor.h"
 
@@ -75,11 +77,12 @@ TEST(StmtKindsTest, TraitsOfSomeKinds) {
   EXPECT_TRUE(hasSideEffects(StmtKind::AdStackPop));
 
   // Everything constant folding evaluates is recomputable and pure.
-  for (StmtKind k : allKinds())
+  for (StmtKind k : allKinds()) {
     if (isFoldable(k)) {
       EXPECT_TRUE(isRecomputable(k)) << mnemonic(k);
       EXPECT_FALSE(hasSideEffects(k)) << mnemonic(k);
     }
+  }
 }
 
 TEST(StmtKindsTest, ConstructedStatementsMatchTheirRow) {
@@ -101,6 +104,79 @@ TEST(StmtKindsTest, ConstructedStatementsMatchTheirRow) {
   EXPECT_TRUE(isa<AdStackOpStmt>(stmts.back().get()));
   EXPECT_FALSE(isa<AdStackOpStmt>(st.get()));
   stmts.clear();
+}
+
+TEST(StmtKindsTest, EveryMnemonicIsAParserKeywordOfItsKind) {
+  for (StmtKind k : allKinds()) {
+    if (printsOperator(k))
+      continue; // `binary`/`unary` are not keywords; their operators are
+    std::optional<StmtKind> parsed = stmtKindForKeyword(mnemonic(k));
+    ASSERT_TRUE(parsed) << mnemonic(k);
+    EXPECT_EQ(mnemonic(*parsed), mnemonic(k));
+    EXPECT_EQ(printsResult(*parsed), printsResult(k)) << mnemonic(k);
+    // Only load/store name two kinds; the access target picks one.
+    if (mnemonic(k) != "load" && mnemonic(k) != "store") {
+      EXPECT_EQ(*parsed, k) << mnemonic(k);
+    }
+  }
+  for (int i = 0; i <= static_cast<int>(BinaryOp::Shr); ++i)
+    EXPECT_EQ(stmtKindForKeyword(toString(static_cast<BinaryOp>(i))), StmtKind::Binary);
+  for (int i = 0; i <= static_cast<int>(UnaryOp::Not); ++i)
+    EXPECT_EQ(stmtKindForKeyword(toString(static_cast<UnaryOp>(i))), StmtKind::Unary);
+  EXPECT_EQ(stmtKindForKeyword("parallel"), StmtKind::For);
+  EXPECT_EQ(stmtKindForKeyword("binary"), std::nullopt);
+  EXPECT_EQ(stmtKindForKeyword("lt"), std::nullopt); // a predicate, not a statement
+  EXPECT_EQ(stmtKindForKeyword("field"), std::nullopt);
+}
+
+/// One statement of every kind, in the text form.
+constexpr std::string_view kEveryKind = R"(field @x : f32[4] grad
+
+kernel @k(%a: ndarray<f32, 1>, %n: i32) {
+  %c = const 1.5 : f32
+  %m = shape %a, 0 : i32
+  parallel for %i = 0 to %n {
+    %v = alloca f32
+    %lx = load @x[%i] : f32
+    %s = add %lx, %c : f32
+    %t = sin %s : f32
+    %p = cmp lt %t, %c : f32
+    %q = select %p, %s, %t : f32
+    %w = cast %q : f32 to f64
+    store %v, %q
+    %lv = load %v : f32
+    store @x.grad[%i], %lv
+    atomic_add %a[%i], %lv : f32
+    %st = adstack.alloca f32, capacity 4
+    adstack.push %st, %lv
+    %top = adstack.load_top %st : f32
+    %adj = adstack.load_top_adj %st : f32
+    adstack.acc_adjoint %st, %top
+    adstack.pop %st
+    for %j = 0 to 2 {
+      if %p {
+        break
+      } else {
+        continue
+      }
+    }
+    while {
+      break
+    }
+  }
+  serial {
+  }
+}
+)";
+
+TEST(StmtKindsTest, EveryKindParsesAndPrintsBack) {
+  auto m = parseModule(kEveryKind);
+  ASSERT_TRUE(m.ok()) << m.status();
+  std::set<StmtKind> seen;
+  walk(*(*m)->kernels()[0], [&](Stmt &s) { seen.insert(s.kind()); });
+  // A kind added to StmtKinds.def needs a line above.
+  EXPECT_EQ(seen.size(), kNumStmtKinds);
+  EXPECT_EQ(printModule(**m), kEveryKind);
 }
 
 /// Names the hook each kind reaches; compiling it checks that the exhaustive
