@@ -46,7 +46,7 @@ public:
 /// clone, structural equivalence, printer, verifier and interpreter use it.
 /// Hooks for the intermediate classes (GlobalAccessStmt, AdStackOpStmt) are
 /// never called; share code between kinds with a helper called from each
-/// hook.
+/// hook. Private hooks need `friend class ExhaustiveStmtVisitor<...>;`.
 ///
 /// A backend's code generator uses the same mechanism: derive its statement
 /// lowering from `ExhaustiveStmtVisitor<MyEmitter, ResultT>` and write one
