@@ -17,20 +17,33 @@ namespace qd {
 namespace {
 /// Maps an enum to its text spelling through a table indexed by the enum.
 template <typename Enum, size_t N>
-std::optional<Enum> lookupByName(const std::array<std::string_view, N> &names,
-                                 std::string_view text) {
+std::optional<Enum> lookupByName(const std::string_view (&names)[N], std::string_view text) {
   for (size_t i = 0; i < N; ++i)
     if (names[i] == text)
       return static_cast<Enum>(i);
   return std::nullopt;
 }
 
-constexpr std::array<std::string_view, 14> kBinaryNames = {"add", "sub", "mul", "div",   "rem",
-                                                           "min", "max", "pow", "atan2", "and",
-                                                           "or",  "xor", "shl", "shr"};
-constexpr std::array<std::string_view, 12> kUnaryNames = {
-    "neg", "abs", "sin", "cos", "tan", "exp", "log", "sqrt", "tanh", "floor", "ceil", "not"};
-constexpr std::array<std::string_view, 6> kCmpNames = {"eq", "ne", "lt", "le", "gt", "ge"};
+constexpr std::string_view kBinaryNames[] = {
+#define QD_BINARY_OP(NAME, SPELLING, DOMAIN) SPELLING,
+#include "qd/ir/Ops.def"
+};
+constexpr OpDomain kBinaryDomains[] = {
+#define QD_BINARY_OP(NAME, SPELLING, DOMAIN) OpDomain::DOMAIN,
+#include "qd/ir/Ops.def"
+};
+constexpr std::string_view kUnaryNames[] = {
+#define QD_UNARY_OP(NAME, SPELLING, DOMAIN) SPELLING,
+#include "qd/ir/Ops.def"
+};
+constexpr OpDomain kUnaryDomains[] = {
+#define QD_UNARY_OP(NAME, SPELLING, DOMAIN) OpDomain::DOMAIN,
+#include "qd/ir/Ops.def"
+};
+constexpr std::string_view kCmpNames[] = {
+#define QD_CMP_PREDICATE(NAME, SPELLING) SPELLING,
+#include "qd/ir/Ops.def"
+};
 
 /// True when kind `k`'s class derives from `Base` (classof of the
 /// intermediate classes, kept true to StmtKinds.def).
@@ -52,10 +65,10 @@ std::optional<BinaryOp> parseBinaryOp(std::string_view text) {
   return lookupByName<BinaryOp>(kBinaryNames, text);
 }
 bool isBitwise(BinaryOp op) {
-  return op >= BinaryOp::And;
+  return kBinaryDomains[static_cast<size_t>(op)] == OpDomain::Integer;
 }
 bool isFloatOnly(BinaryOp op) {
-  return op == BinaryOp::Pow || op == BinaryOp::Atan2;
+  return kBinaryDomains[static_cast<size_t>(op)] == OpDomain::Float;
 }
 std::string_view toString(UnaryOp op) {
   return kUnaryNames[static_cast<size_t>(op)];
@@ -64,7 +77,7 @@ std::optional<UnaryOp> parseUnaryOp(std::string_view text) {
   return lookupByName<UnaryOp>(kUnaryNames, text);
 }
 bool isFloatOnly(UnaryOp op) {
-  return op != UnaryOp::Neg && op != UnaryOp::Abs && op != UnaryOp::Not;
+  return kUnaryDomains[static_cast<size_t>(op)] == OpDomain::Float;
 }
 std::string_view toString(CmpPredicate p) {
   return kCmpNames[static_cast<size_t>(p)];

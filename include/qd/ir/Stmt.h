@@ -316,21 +316,12 @@ private:
   double float_ = 0;
 };
 
+/// The scalar types an operator is defined on (qd/ir/Ops.def).
+enum class OpDomain : uint8_t { Any, Float, Integer };
+
 enum class BinaryOp : uint8_t {
-  Add,
-  Sub,
-  Mul,
-  Div,
-  Rem,
-  Min,
-  Max,
-  Pow,
-  Atan2,
-  And,
-  Or,
-  Xor,
-  Shl,
-  Shr,
+#define QD_BINARY_OP(NAME, ...) NAME,
+#include "qd/ir/Ops.def"
 };
 std::string_view toString(BinaryOp op);
 std::optional<BinaryOp> parseBinaryOp(std::string_view text);
@@ -353,18 +344,8 @@ private:
 };
 
 enum class UnaryOp : uint8_t {
-  Neg,
-  Abs,
-  Sin,
-  Cos,
-  Tan,
-  Exp,
-  Log,
-  Sqrt,
-  Tanh,
-  Floor,
-  Ceil,
-  Not,
+#define QD_UNARY_OP(NAME, ...) NAME,
+#include "qd/ir/Ops.def"
 };
 std::string_view toString(UnaryOp op);
 std::optional<UnaryOp> parseUnaryOp(std::string_view text);
@@ -383,7 +364,10 @@ private:
   UnaryOp op_;
 };
 
-enum class CmpPredicate : uint8_t { Eq, Ne, Lt, Le, Gt, Ge };
+enum class CmpPredicate : uint8_t {
+#define QD_CMP_PREDICATE(NAME, ...) NAME,
+#include "qd/ir/Ops.def"
+};
 std::string_view toString(CmpPredicate p);
 std::optional<CmpPredicate> parseCmpPredicate(std::string_view text);
 
