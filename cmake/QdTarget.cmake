@@ -1,6 +1,9 @@
 # Common compile flags for every qd target.
 function(qd_set_flags target)
   target_compile_options(${target} PRIVATE -Wall -Wextra -Wpedantic -Wno-unused-parameter)
+  # A switch over an enum without `default:` must name every enumerator, even
+  # without QD_WERROR: adding a StmtKind then fails to build where it is missed.
+  target_compile_options(${target} PRIVATE -Werror=switch)
   if(QD_WERROR)
     target_compile_options(${target} PRIVATE -Werror)
   endif()

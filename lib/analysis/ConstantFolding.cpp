@@ -114,6 +114,8 @@ private:
   }
 
   std::optional<ConstantValue> compute(const Stmt *s, unsigned depth) {
+    if (!isFoldable(s->kind())) // the per-kind part, from StmtKinds.def
+      return std::nullopt;
     auto operand = [&](unsigned i) { return evaluate(s->operand(i), depth + 1); };
     switch (s->kind()) {
     case StmtKind::Const:

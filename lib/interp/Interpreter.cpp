@@ -25,7 +25,11 @@ struct AdStack {
   std::vector<std::pair<Scalar, Scalar>> entries; // (primal, adjoint)
 };
 
-class Execution {
+/// Runs one launch. Exhaustive: a new statement kind does not compile until
+/// it runs here.
+class Execution : public ExhaustiveStmtVisitor<Execution, Flow> {
+  friend class ExhaustiveStmtVisitor<Execution, Flow>; // calls the private hooks
+
 public:
   Execution(Program &program, const Kernel &kernel, std::span<const LaunchArg> args,
             const LaunchOptions &options,
@@ -117,171 +121,163 @@ private:
 
   AdStack &stackOf(const AdStackOpStmt &s) { return stacks_[slotOf_.at(s.stack())]; }
 
-  Flow exec(Stmt &s) {
-    switch (s.kind()) {
-    case StmtKind::Const:
-      reg(&s) = cast<ConstStmt>(s).value();
-      return Flow::Normal;
-    case StmtKind::Binary: {
-      auto &b = cast<BinaryStmt>(s);
-      ScalarResult r = evalBinary(b.op(), reg(b.lhs()), reg(b.rhs()));
-      if (auto *msg = std::get_if<std::string>(&r))
-        return fail(s, *msg);
-      reg(&s) = std::get<Scalar>(r);
-      return Flow::Normal;
+  Flow exec(Stmt &s) { return visit(s); }
+
+  // --- one hook per statement kind (exhaustive: a new kind must run here) --
+  Flow visitConstStmt(ConstStmt &s) {
+    reg(&s) = s.value();
+    return Flow::Normal;
+  }
+  Flow visitBinaryStmt(BinaryStmt &s) {
+    ScalarResult r = evalBinary(s.op(), reg(s.lhs()), reg(s.rhs()));
+    if (auto *msg = std::get_if<std::string>(&r))
+      return fail(s, *msg);
+    reg(&s) = std::get<Scalar>(r);
+    return Flow::Normal;
+  }
+  Flow visitUnaryStmt(UnaryStmt &s) {
+    reg(&s) = evalUnary(s.op(), reg(s.input()));
+    return Flow::Normal;
+  }
+  Flow visitCmpStmt(CmpStmt &s) {
+    reg(&s) = Scalar::ofInt(ScalarType::I1, evalCmp(s.predicate(), reg(s.lhs()), reg(s.rhs())));
+    return Flow::Normal;
+  }
+  Flow visitSelectStmt(SelectStmt &s) {
+    reg(&s) = reg(s.cond()).i ? reg(s.trueValue()) : reg(s.falseValue());
+    return Flow::Normal;
+  }
+  Flow visitCastStmt(CastStmt &s) {
+    reg(&s) = evalCast(reg(s.input()), s.to());
+    return Flow::Normal;
+  }
+  Flow visitAllocaStmt(AllocaStmt &s) {
+    ScalarType t = s.elementType();
+    reg(&s) = isFloat(t) ? Scalar::ofFloat(t, 0) : Scalar::ofInt(t, 0);
+    return Flow::Normal;
+  }
+  Flow visitLocalLoadStmt(LocalLoadStmt &s) {
+    reg(&s) = reg(s.local());
+    return Flow::Normal;
+  }
+  Flow visitLocalStoreStmt(LocalStoreStmt &s) {
+    reg(s.local()) = reg(s.value());
+    return Flow::Normal;
+  }
+  Flow visitGlobalLoadStmt(GlobalLoadStmt &s) { return execGlobalAccess(s); }
+  Flow visitGlobalStoreStmt(GlobalStoreStmt &s) { return execGlobalAccess(s); }
+  Flow visitAtomicAddStmt(AtomicAddStmt &s) { return execGlobalAccess(s); }
+  Flow visitShapeStmt(ShapeStmt &s) {
+    int64_t extent = ndarrays_.at(s.ndarray())->primal->shape()[s.axis()];
+    if (s.type().isScalar(ScalarType::I32) && extent > std::numeric_limits<int32_t>::max())
+      return fail(s, fmt::format("extent {} does not fit in i32", extent));
+    reg(&s) = Scalar::ofInt(s.type().element(), extent);
+    return Flow::Normal;
+  }
+  Flow visitForStmt(ForStmt &s) {
+    int64_t begin = *bound(s.begin()), end = *bound(s.end());
+    for (int64_t i = begin; i < end; ++i) {
+      reg(&s) = Scalar::ofInt(ScalarType::I32, i);
+      Flow f = execBlock(s.body());
+      if (f == Flow::Error)
+        return f;
+      if (f == Flow::Break)
+        break;
     }
-    case StmtKind::Unary: {
-      auto &u = cast<UnaryStmt>(s);
-      reg(&s) = evalUnary(u.op(), reg(u.input()));
-      return Flow::Normal;
+    return Flow::Normal;
+  }
+  Flow visitSerialStmt(SerialStmt &s) {
+    return execBlock(s.body()) == Flow::Error ? Flow::Error : Flow::Normal;
+  }
+  Flow visitWhileStmt(WhileStmt &s) {
+    while (true) {
+      Flow f = execBlock(s.body());
+      if (f == Flow::Error)
+        return f;
+      if (f == Flow::Break)
+        return Flow::Normal;
     }
-    case StmtKind::Cmp: {
-      auto &c = cast<CmpStmt>(s);
-      reg(&s) = Scalar::ofInt(ScalarType::I1, evalCmp(c.predicate(), reg(c.lhs()), reg(c.rhs())));
-      return Flow::Normal;
-    }
-    case StmtKind::Select: {
-      auto &sel = cast<SelectStmt>(s);
-      reg(&s) = reg(sel.cond()).i ? reg(sel.trueValue()) : reg(sel.falseValue());
-      return Flow::Normal;
-    }
-    case StmtKind::Cast: {
-      auto &c = cast<CastStmt>(s);
-      reg(&s) = evalCast(reg(c.input()), c.to());
-      return Flow::Normal;
-    }
-    case StmtKind::Alloca: {
-      ScalarType t = cast<AllocaStmt>(s).elementType();
-      reg(&s) = isFloat(t) ? Scalar::ofFloat(t, 0) : Scalar::ofInt(t, 0);
-      return Flow::Normal;
-    }
-    case StmtKind::LocalLoad:
-      reg(&s) = reg(cast<LocalLoadStmt>(s).local());
-      return Flow::Normal;
-    case StmtKind::LocalStore: {
-      auto &st = cast<LocalStoreStmt>(s);
-      reg(st.local()) = reg(st.value());
-      return Flow::Normal;
-    }
-    case StmtKind::GlobalLoad:
-    case StmtKind::GlobalStore:
-    case StmtKind::AtomicAdd: {
-      auto &g = cast<GlobalAccessStmt>(s);
-      int64_t flat;
-      Flow flow;
-      Buffer *buf = access(g, flat, flow);
-      if (!buf)
-        return flow;
-      if (options_.checkGlobalAccesses && g.component() == Component::Primal) {
-        auto key = std::pair<const Buffer *, int64_t>(buf, flat);
-        if (s.kind() == StmtKind::GlobalLoad) {
-          firstReads_.try_emplace(key, &s);
-        } else if (auto it = firstReads_.find(key); it != firstReads_.end()) {
-          return fail(
-              s, fmt::format("{}[{}] is written here after it was read at {} in the same launch; "
-                             "reverse mode replays that read from memory, so the gradient would "
-                             "use the new value. Write the result to another field or ndarray",
-                             globalName(g), elementText(*buf, flat), it->second->loc().str()));
-        }
+  }
+  Flow visitBreakStmt(BreakStmt &) { return Flow::Break; }
+  Flow visitContinueStmt(ContinueStmt &) { return Flow::Continue; }
+  Flow visitIfStmt(IfStmt &s) { return execBlock(reg(s.cond()).i ? s.thenBlock() : s.elseBlock()); }
+  Flow visitAdStackAllocaStmt(AdStackAllocaStmt &s) {
+    int64_t cap = s.capacity();
+    if (auto it = options_.adStackCapacities.find(&s); it != options_.adStackCapacities.end())
+      cap = it->second;
+    else if (cap == 0)
+      cap = options_.defaultAdStackCapacity;
+    if (cap <= 0)
+      return fail(s, "adstack has no capacity: size it (qd sizing passes) or set "
+                     "LaunchOptions::defaultAdStackCapacity");
+    AdStack &st = stacks_[slotOf_.at(&s)];
+    st.stmt = &s;
+    st.capacity = cap;
+    st.entries.clear();
+    capacities_[&s] = cap;
+    maxDepths_.try_emplace(&s, 0);
+    return Flow::Normal;
+  }
+  Flow visitAdStackPushStmt(AdStackPushStmt &s) {
+    AdStack &st = stackOf(s);
+    if (static_cast<int64_t>(st.entries.size()) >= st.capacity)
+      return fail(s, adStackPushOverflowText(*st.stmt, st.capacity));
+    Scalar v = reg(s.value());
+    ScalarType t = v.type;
+    st.entries.emplace_back(v, isFloat(t) ? Scalar::ofFloat(t, 0) : Scalar::ofInt(t, 0));
+    int64_t &depth = maxDepths_[st.stmt];
+    depth = std::max(depth, static_cast<int64_t>(st.entries.size()));
+    return Flow::Normal;
+  }
+  Flow visitAdStackPopStmt(AdStackPopStmt &s) {
+    return onTop(s, [&](AdStack &st, auto &) { st.entries.pop_back(); });
+  }
+  Flow visitAdStackLoadTopStmt(AdStackLoadTopStmt &s) {
+    return onTop(s, [&](AdStack &, auto &top) { reg(&s) = top.first; });
+  }
+  Flow visitAdStackLoadTopAdjStmt(AdStackLoadTopAdjStmt &s) {
+    return onTop(s, [&](AdStack &, auto &top) { reg(&s) = top.second; });
+  }
+  Flow visitAdStackAccAdjointStmt(AdStackAccAdjointStmt &s) {
+    return onTop(s,
+                 [&](AdStack &, auto &top) { top.second = evalAdd(top.second, reg(s.value())); });
+  }
+
+private:
+  /// Runs `fn(stack, topEntry)` on the non-empty adstack of `s`.
+  template <typename Fn> Flow onTop(const AdStackOpStmt &s, Fn fn) {
+    AdStack &st = stackOf(s);
+    if (st.entries.empty())
+      return fail(s, adStackUnderflowText(st.stmt));
+    fn(st, st.entries.back());
+    return Flow::Normal;
+  }
+
+  Flow execGlobalAccess(GlobalAccessStmt &g) {
+    int64_t flat = 0;
+    Flow flow;
+    Buffer *buf = access(g, flat, flow);
+    if (!buf)
+      return flow;
+    if (options_.checkGlobalAccesses && g.component() == Component::Primal) {
+      auto key = std::pair<const Buffer *, int64_t>(buf, flat);
+      if (g.kind() == StmtKind::GlobalLoad) {
+        firstReads_.try_emplace(key, &g);
+      } else if (auto it = firstReads_.find(key); it != firstReads_.end()) {
+        return fail(
+            g, fmt::format("{}[{}] is written here after it was read at {} in the same launch; "
+                           "reverse mode replays that read from memory, so the gradient would "
+                           "use the new value. Write the result to another field or ndarray",
+                           globalName(g), elementText(*buf, flat), it->second->loc().str()));
       }
-      if (s.kind() == StmtKind::GlobalLoad)
-        reg(&s) = buf->get(flat);
-      else if (auto *st = dyn_cast<GlobalStoreStmt>(&s))
-        buf->set(flat, reg(st->value()));
-      else
-        buf->set(flat, evalAdd(buf->get(flat), reg(cast<AtomicAddStmt>(s).value())));
-      return Flow::Normal;
     }
-    case StmtKind::Shape: {
-      auto &sh = cast<ShapeStmt>(s);
-      int64_t extent = ndarrays_.at(sh.ndarray())->primal->shape()[sh.axis()];
-      if (sh.type().isScalar(ScalarType::I32) && extent > std::numeric_limits<int32_t>::max())
-        return fail(s, fmt::format("extent {} does not fit in i32", extent));
-      reg(&s) = Scalar::ofInt(sh.type().element(), extent);
-      return Flow::Normal;
-    }
-    case StmtKind::For: {
-      auto &loop = cast<ForStmt>(s);
-      int64_t begin = *bound(loop.begin()), end = *bound(loop.end());
-      for (int64_t i = begin; i < end; ++i) {
-        reg(&s) = Scalar::ofInt(ScalarType::I32, i);
-        Flow f = execBlock(loop.body());
-        if (f == Flow::Error)
-          return f;
-        if (f == Flow::Break)
-          break;
-      }
-      return Flow::Normal;
-    }
-    case StmtKind::Serial:
-      return execBlock(cast<SerialStmt>(s).body()) == Flow::Error ? Flow::Error : Flow::Normal;
-    case StmtKind::While:
-      while (true) {
-        Flow f = execBlock(cast<WhileStmt>(s).body());
-        if (f == Flow::Error)
-          return f;
-        if (f == Flow::Break)
-          return Flow::Normal;
-      }
-    case StmtKind::Break:
-      return Flow::Break;
-    case StmtKind::Continue:
-      return Flow::Continue;
-    case StmtKind::If: {
-      auto &i = cast<IfStmt>(s);
-      return execBlock(reg(i.cond()).i ? i.thenBlock() : i.elseBlock());
-    }
-    case StmtKind::AdStackAlloca: {
-      auto &a = cast<AdStackAllocaStmt>(s);
-      int64_t cap = a.capacity();
-      if (auto it = options_.adStackCapacities.find(&a); it != options_.adStackCapacities.end())
-        cap = it->second;
-      else if (cap == 0)
-        cap = options_.defaultAdStackCapacity;
-      if (cap <= 0)
-        return fail(s, "adstack has no capacity: size it (qd sizing passes) or set "
-                       "LaunchOptions::defaultAdStackCapacity");
-      AdStack &st = stacks_[slotOf_.at(&s)];
-      st.stmt = &a;
-      st.capacity = cap;
-      st.entries.clear();
-      capacities_[&a] = cap;
-      maxDepths_.try_emplace(&a, 0);
-      return Flow::Normal;
-    }
-    case StmtKind::AdStackPush: {
-      auto &p = cast<AdStackPushStmt>(s);
-      AdStack &st = stackOf(p);
-      if (static_cast<int64_t>(st.entries.size()) >= st.capacity)
-        return fail(s, adStackPushOverflowText(*st.stmt, st.capacity));
-      Scalar v = reg(p.value());
-      ScalarType t = v.type;
-      st.entries.emplace_back(v, isFloat(t) ? Scalar::ofFloat(t, 0) : Scalar::ofInt(t, 0));
-      int64_t &depth = maxDepths_[st.stmt];
-      depth = std::max(depth, static_cast<int64_t>(st.entries.size()));
-      return Flow::Normal;
-    }
-    case StmtKind::AdStackPop:
-    case StmtKind::AdStackLoadTop:
-    case StmtKind::AdStackLoadTopAdj:
-    case StmtKind::AdStackAccAdjoint: {
-      auto &op = cast<AdStackOpStmt>(s);
-      AdStack &st = stackOf(op);
-      if (st.entries.empty())
-        return fail(s, adStackUnderflowText(st.stmt));
-      auto &top = st.entries.back();
-      if (s.kind() == StmtKind::AdStackPop)
-        st.entries.pop_back();
-      else if (s.kind() == StmtKind::AdStackLoadTop)
-        reg(&s) = top.first;
-      else if (s.kind() == StmtKind::AdStackLoadTopAdj)
-        reg(&s) = top.second;
-      else
-        top.second = evalAdd(top.second, reg(cast<AdStackAccAdjointStmt>(s).value()));
-      return Flow::Normal;
-    }
-    }
-    return fail(s, "statement not supported by the interpreter");
+    if (g.kind() == StmtKind::GlobalLoad)
+      reg(&g) = buf->get(flat);
+    else if (auto *st = dyn_cast<GlobalStoreStmt>(&g))
+      buf->set(flat, reg(st->value()));
+    else
+      buf->set(flat, evalAdd(buf->get(flat), reg(cast<AtomicAddStmt>(g).value())));
+    return Flow::Normal;
   }
 
   Program &program_;

@@ -13,7 +13,8 @@ namespace {
 
 using FieldMap = std::unordered_map<const Field *, Field *>;
 
-class Cloner : public StmtVisitor<Cloner, std::unique_ptr<Stmt>> {
+/// Exhaustive: a new statement kind does not compile until it clones.
+class Cloner : public ExhaustiveStmtVisitor<Cloner, std::unique_ptr<Stmt>> {
 public:
   Cloner(ValueMap &map, const FieldMap *fields) : map_(map), fields_(fields) {}
 
@@ -32,7 +33,6 @@ public:
       to.push_back(clone(s));
   }
 
-  std::unique_ptr<Stmt> visitStmt(Stmt &) { return nullptr; }
   std::unique_ptr<Stmt> visitConstStmt(ConstStmt &s) {
     return isInteger(s.scalarType())
                ? std::unique_ptr<Stmt>(ConstStmt::getInt(s.scalarType(), s.intValue()))
@@ -162,49 +162,65 @@ std::unique_ptr<Kernel> cloneKernelImpl(const Kernel &kernel, std::string newNam
 // Equivalence
 //===----------------------------------------------------------------------===//
 
+/// Compares what a statement holds besides its operands and blocks, with
+/// `visit(a)` against `b` of the same kind. Exhaustive: a new statement kind
+/// does not compile until equivalence knows its attributes.
+class AttributeComparer : public ExhaustiveStmtVisitor<AttributeComparer, bool> {
+public:
+  explicit AttributeComparer(const Stmt &other) : other_(other) {}
+
+  bool visitConstStmt(ConstStmt &s) { return s.sameValue(o(s)); }
+  bool visitBinaryStmt(BinaryStmt &s) { return s.op() == o(s).op(); }
+  bool visitUnaryStmt(UnaryStmt &s) { return s.op() == o(s).op(); }
+  bool visitCmpStmt(CmpStmt &s) {
+    return s.predicate() == o(s).predicate() && s.operandType() == o(s).operandType();
+  }
+  bool visitSelectStmt(SelectStmt &) { return true; }
+  bool visitCastStmt(CastStmt &s) { return s.from() == o(s).from(); }
+  bool visitAllocaStmt(AllocaStmt &) { return true; } // the element type is the type
+  bool visitLocalLoadStmt(LocalLoadStmt &) { return true; }
+  bool visitLocalStoreStmt(LocalStoreStmt &) { return true; }
+  bool visitGlobalLoadStmt(GlobalLoadStmt &s) { return sameAccess(s, o(s)); }
+  bool visitGlobalStoreStmt(GlobalStoreStmt &s) { return sameAccess(s, o(s)); }
+  bool visitAtomicAddStmt(AtomicAddStmt &s) {
+    return sameAccess(s, o(s)) && s.valueType() == o(s).valueType();
+  }
+  bool visitShapeStmt(ShapeStmt &s) { return s.axis() == o(s).axis(); }
+  bool visitForStmt(ForStmt &s) {
+    return s.isParallel() == o(s).isParallel() && s.beginConstant() == o(s).beginConstant() &&
+           s.endConstant() == o(s).endConstant();
+  }
+  bool visitSerialStmt(SerialStmt &) { return true; }
+  bool visitWhileStmt(WhileStmt &) { return true; }
+  bool visitBreakStmt(BreakStmt &) { return true; }
+  bool visitContinueStmt(ContinueStmt &) { return true; }
+  bool visitIfStmt(IfStmt &) { return true; }
+  bool visitAdStackAllocaStmt(AdStackAllocaStmt &s) { return s.capacity() == o(s).capacity(); }
+  bool visitAdStackPushStmt(AdStackPushStmt &) { return true; }
+  bool visitAdStackPopStmt(AdStackPopStmt &) { return true; }
+  bool visitAdStackLoadTopStmt(AdStackLoadTopStmt &) { return true; }
+  bool visitAdStackLoadTopAdjStmt(AdStackLoadTopAdjStmt &) { return true; }
+  bool visitAdStackAccAdjointStmt(AdStackAccAdjointStmt &) { return true; }
+
+private:
+  /// `other_` as the class of `s` (the caller checked the kinds match).
+  template <typename T> const T &o(const T &) const { return cast<T>(other_); }
+
+  static bool sameAccess(const GlobalAccessStmt &a, const GlobalAccessStmt &b) {
+    if (a.isField() != b.isField() || a.component() != b.component() ||
+        a.numIndices() != b.numIndices())
+      return false;
+    return !a.isField() || a.field()->name() == b.field()->name();
+  }
+
+  const Stmt &other_;
+};
+
 bool sameAttributes(const Stmt &a, const Stmt &b) {
   if (a.kind() != b.kind() || a.type() != b.type() || a.numOperands() != b.numOperands() ||
       a.numBlocks() != b.numBlocks())
     return false;
-  switch (a.kind()) {
-  case StmtKind::Const:
-    return cast<ConstStmt>(a).sameValue(cast<ConstStmt>(b));
-  case StmtKind::Binary:
-    return cast<BinaryStmt>(a).op() == cast<BinaryStmt>(b).op();
-  case StmtKind::Unary:
-    return cast<UnaryStmt>(a).op() == cast<UnaryStmt>(b).op();
-  case StmtKind::Cmp:
-    return cast<CmpStmt>(a).predicate() == cast<CmpStmt>(b).predicate() &&
-           cast<CmpStmt>(a).operandType() == cast<CmpStmt>(b).operandType();
-  case StmtKind::Cast:
-    return cast<CastStmt>(a).from() == cast<CastStmt>(b).from();
-  case StmtKind::GlobalLoad:
-  case StmtKind::GlobalStore:
-  case StmtKind::AtomicAdd: {
-    auto &ga = cast<GlobalAccessStmt>(a);
-    auto &gb = cast<GlobalAccessStmt>(b);
-    if (ga.isField() != gb.isField() || ga.component() != gb.component() ||
-        ga.numIndices() != gb.numIndices())
-      return false;
-    if (ga.isField() && ga.field()->name() != gb.field()->name())
-      return false;
-    if (auto *aa = dyn_cast<AtomicAddStmt>(&a))
-      return aa->valueType() == cast<AtomicAddStmt>(b).valueType();
-    return true;
-  }
-  case StmtKind::Shape:
-    return cast<ShapeStmt>(a).axis() == cast<ShapeStmt>(b).axis();
-  case StmtKind::For: {
-    auto &fa = cast<ForStmt>(a);
-    auto &fb = cast<ForStmt>(b);
-    return fa.isParallel() == fb.isParallel() && fa.beginConstant() == fb.beginConstant() &&
-           fa.endConstant() == fb.endConstant();
-  }
-  case StmtKind::AdStackAlloca:
-    return cast<AdStackAllocaStmt>(a).capacity() == cast<AdStackAllocaStmt>(b).capacity();
-  default:
-    return true;
-  }
+  return AttributeComparer(b).visit(const_cast<Stmt &>(a));
 }
 
 class KernelComparer {

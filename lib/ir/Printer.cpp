@@ -28,7 +28,8 @@ std::string formatFloat(double value, ScalarType type) {
 
 namespace {
 
-class Printer : public StmtVisitor<Printer> {
+/// Exhaustive: a new statement kind does not compile until it prints.
+class Printer : public ExhaustiveStmtVisitor<Printer> {
 public:
   Printer(std::ostream &os, const ValueNamer &names) : os_(os), names_(names) {}
 
@@ -51,8 +52,7 @@ public:
 
   // --- statements --------------------------------------------------------
   void visitConstStmt(ConstStmt &s) {
-    def(s);
-    os_ << "const ";
+    head(s);
     ScalarType t = s.scalarType();
     if (t == ScalarType::I1)
       os_ << (s.intValue() ? "true" : "false");
@@ -71,54 +71,55 @@ public:
     os_ << toString(s.op()) << ' ' << n(s.input()) << " : " << s.type().str();
   }
   void visitCmpStmt(CmpStmt &s) {
-    def(s);
-    os_ << "cmp " << toString(s.predicate()) << ' ' << n(s.lhs()) << ", " << n(s.rhs()) << " : "
+    head(s);
+    os_ << toString(s.predicate()) << ' ' << n(s.lhs()) << ", " << n(s.rhs()) << " : "
         << toString(s.operandType());
   }
   void visitSelectStmt(SelectStmt &s) {
-    def(s);
-    os_ << "select " << n(s.cond()) << ", " << n(s.trueValue()) << ", " << n(s.falseValue())
-        << " : " << s.type().str();
+    head(s);
+    os_ << n(s.cond()) << ", " << n(s.trueValue()) << ", " << n(s.falseValue()) << " : "
+        << s.type().str();
   }
   void visitCastStmt(CastStmt &s) {
-    def(s);
-    os_ << "cast " << n(s.input()) << " : " << toString(s.from()) << " to " << toString(s.to());
+    head(s);
+    os_ << n(s.input()) << " : " << toString(s.from()) << " to " << toString(s.to());
   }
   void visitAllocaStmt(AllocaStmt &s) {
-    def(s);
-    os_ << "alloca " << toString(s.elementType());
+    head(s);
+    os_ << toString(s.elementType());
   }
   void visitLocalLoadStmt(LocalLoadStmt &s) {
-    def(s);
-    os_ << "load " << n(s.local()) << " : " << s.type().str();
+    head(s);
+    os_ << n(s.local()) << " : " << s.type().str();
   }
   void visitLocalStoreStmt(LocalStoreStmt &s) {
-    os_ << "store " << n(s.local()) << ", " << n(s.value());
+    head(s);
+    os_ << n(s.local()) << ", " << n(s.value());
   }
   void visitGlobalLoadStmt(GlobalLoadStmt &s) {
-    def(s);
-    os_ << "load ";
+    head(s);
     access(s);
     os_ << " : " << s.type().str();
   }
   void visitGlobalStoreStmt(GlobalStoreStmt &s) {
-    os_ << "store ";
+    head(s);
     access(s);
     os_ << ", " << n(s.value());
   }
   void visitAtomicAddStmt(AtomicAddStmt &s) {
-    os_ << "atomic_add ";
+    head(s);
     access(s);
     os_ << ", " << n(s.value()) << " : " << toString(s.valueType());
   }
   void visitShapeStmt(ShapeStmt &s) {
-    def(s);
-    os_ << "shape " << n(s.ndarray()) << ", " << s.axis() << " : " << s.type().str();
+    head(s);
+    os_ << n(s.ndarray()) << ", " << s.axis() << " : " << s.type().str();
   }
   void visitForStmt(ForStmt &s) {
     if (s.isParallel())
       os_ << "parallel ";
-    os_ << "for " << n(&s) << " = ";
+    head(s);
+    os_ << n(&s) << " = ";
     bound(s.begin());
     os_ << " to ";
     bound(s.end());
@@ -126,17 +127,18 @@ public:
     printBraced(s.body());
   }
   void visitSerialStmt(SerialStmt &s) {
-    os_ << "serial ";
+    head(s);
     printBraced(s.body());
   }
   void visitWhileStmt(WhileStmt &s) {
-    os_ << "while ";
+    head(s);
     printBraced(s.body());
   }
-  void visitBreakStmt(BreakStmt &) { os_ << "break"; }
-  void visitContinueStmt(ContinueStmt &) { os_ << "continue"; }
+  void visitBreakStmt(BreakStmt &s) { os_ << mnemonic(s.kind()); }
+  void visitContinueStmt(ContinueStmt &s) { os_ << mnemonic(s.kind()); }
   void visitIfStmt(IfStmt &s) {
-    os_ << "if " << n(s.cond()) << ' ';
+    head(s);
+    os_ << n(s.cond()) << ' ';
     printBraced(s.thenBlock());
     if (!s.elseBlock().empty()) {
       os_ << " else ";
@@ -144,28 +146,39 @@ public:
     }
   }
   void visitAdStackAllocaStmt(AdStackAllocaStmt &s) {
-    def(s);
-    os_ << "adstack.alloca " << toString(s.elementType()) << ", capacity " << s.capacity();
+    head(s);
+    os_ << toString(s.elementType()) << ", capacity " << s.capacity();
   }
   void visitAdStackPushStmt(AdStackPushStmt &s) {
-    os_ << "adstack.push " << n(s.stack()) << ", " << n(s.value());
+    head(s);
+    os_ << n(s.stack()) << ", " << n(s.value());
   }
-  void visitAdStackPopStmt(AdStackPopStmt &s) { os_ << "adstack.pop " << n(s.stack()); }
+  void visitAdStackPopStmt(AdStackPopStmt &s) {
+    head(s);
+    os_ << n(s.stack());
+  }
   void visitAdStackLoadTopStmt(AdStackLoadTopStmt &s) {
-    def(s);
-    os_ << "adstack.load_top " << n(s.stack()) << " : " << s.type().str();
+    head(s);
+    os_ << n(s.stack()) << " : " << s.type().str();
   }
   void visitAdStackLoadTopAdjStmt(AdStackLoadTopAdjStmt &s) {
-    def(s);
-    os_ << "adstack.load_top_adj " << n(s.stack()) << " : " << s.type().str();
+    head(s);
+    os_ << n(s.stack()) << " : " << s.type().str();
   }
   void visitAdStackAccAdjointStmt(AdStackAccAdjointStmt &s) {
-    os_ << "adstack.acc_adjoint " << n(s.stack()) << ", " << n(s.value());
+    head(s);
+    os_ << n(s.stack()) << ", " << n(s.value());
   }
 
 private:
   const std::string &n(const Value *v) const { return names_[v]; }
   void def(const Stmt &s) { os_ << n(&s) << " = "; }
+  /// `%name = ` for kinds that print a result, then the mnemonic.
+  void head(const Stmt &s) {
+    if (printsResult(s.kind()))
+      def(s);
+    os_ << mnemonic(s.kind()) << ' ';
+  }
   void bound(Bound b) {
     if (b.value)
       os_ << n(b.value);

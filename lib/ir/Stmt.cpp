@@ -10,56 +10,54 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 namespace qd {
 
 namespace {
 /// Maps an enum to its text spelling through a table indexed by the enum.
 template <typename Enum, size_t N>
-std::optional<Enum> lookupByName(const std::array<std::string_view, N> &names,
-                                 std::string_view text) {
+std::optional<Enum> lookupByName(const std::string_view (&names)[N], std::string_view text) {
   for (size_t i = 0; i < N; ++i)
     if (names[i] == text)
       return static_cast<Enum>(i);
   return std::nullopt;
 }
 
-constexpr std::array<std::string_view, 14> kBinaryNames = {"add", "sub", "mul", "div",   "rem",
-                                                           "min", "max", "pow", "atan2", "and",
-                                                           "or",  "xor", "shl", "shr"};
-constexpr std::array<std::string_view, 12> kUnaryNames = {
-    "neg", "abs", "sin", "cos", "tan", "exp", "log", "sqrt", "tanh", "floor", "ceil", "not"};
-constexpr std::array<std::string_view, 6> kCmpNames = {"eq", "ne", "lt", "le", "gt", "ge"};
-constexpr std::array<std::string_view, 25> kMnemonics = {"const",
-                                                         "binary",
-                                                         "unary",
-                                                         "cmp",
-                                                         "select",
-                                                         "cast",
-                                                         "alloca",
-                                                         "load",
-                                                         "store",
-                                                         "load",
-                                                         "store",
-                                                         "atomic_add",
-                                                         "shape",
-                                                         "for",
-                                                         "serial",
-                                                         "while",
-                                                         "break",
-                                                         "continue",
-                                                         "if",
-                                                         "adstack.alloca",
-                                                         "adstack.push",
-                                                         "adstack.pop",
-                                                         "adstack.load_top",
-                                                         "adstack.load_top_adj",
-                                                         "adstack.acc_adjoint"};
+constexpr std::string_view kBinaryNames[] = {
+#define QD_BINARY_OP(NAME, SPELLING, DOMAIN) SPELLING,
+#include "qd/ir/Ops.def"
+};
+constexpr OpDomain kBinaryDomains[] = {
+#define QD_BINARY_OP(NAME, SPELLING, DOMAIN) OpDomain::DOMAIN,
+#include "qd/ir/Ops.def"
+};
+constexpr std::string_view kUnaryNames[] = {
+#define QD_UNARY_OP(NAME, SPELLING, DOMAIN) SPELLING,
+#include "qd/ir/Ops.def"
+};
+constexpr OpDomain kUnaryDomains[] = {
+#define QD_UNARY_OP(NAME, SPELLING, DOMAIN) OpDomain::DOMAIN,
+#include "qd/ir/Ops.def"
+};
+constexpr std::string_view kCmpNames[] = {
+#define QD_CMP_PREDICATE(NAME, SPELLING) SPELLING,
+#include "qd/ir/Ops.def"
+};
+
+/// True when kind `k`'s class derives from `Base` (classof of the
+/// intermediate classes, kept true to StmtKinds.def).
+template <typename Base> bool kindDerivesFrom(StmtKind k) {
+  switch (k) {
+#define QD_STMT(KIND, CLASS, ...)                                                                  \
+  case StmtKind::KIND:                                                                             \
+    return std::is_base_of_v<Base, CLASS>;
+#include "qd/ir/StmtKinds.def"
+  }
+  return false;
+}
 } // namespace
 
-std::string_view mnemonic(StmtKind kind) {
-  return kMnemonics[static_cast<size_t>(kind)];
-}
 std::string_view toString(BinaryOp op) {
   return kBinaryNames[static_cast<size_t>(op)];
 }
@@ -67,10 +65,10 @@ std::optional<BinaryOp> parseBinaryOp(std::string_view text) {
   return lookupByName<BinaryOp>(kBinaryNames, text);
 }
 bool isBitwise(BinaryOp op) {
-  return op >= BinaryOp::And;
+  return kBinaryDomains[static_cast<size_t>(op)] == OpDomain::Integer;
 }
 bool isFloatOnly(BinaryOp op) {
-  return op == BinaryOp::Pow || op == BinaryOp::Atan2;
+  return kBinaryDomains[static_cast<size_t>(op)] == OpDomain::Float;
 }
 std::string_view toString(UnaryOp op) {
   return kUnaryNames[static_cast<size_t>(op)];
@@ -79,7 +77,7 @@ std::optional<UnaryOp> parseUnaryOp(std::string_view text) {
   return lookupByName<UnaryOp>(kUnaryNames, text);
 }
 bool isFloatOnly(UnaryOp op) {
-  return op != UnaryOp::Neg && op != UnaryOp::Abs && op != UnaryOp::Not;
+  return kUnaryDomains[static_cast<size_t>(op)] == OpDomain::Float;
 }
 std::string_view toString(CmpPredicate p) {
   return kCmpNames[static_cast<size_t>(p)];
@@ -103,12 +101,12 @@ std::string_view toString(Component c) {
 // Stmt
 //===----------------------------------------------------------------------===//
 
-Stmt::Stmt(StmtKind kind, Type type, unsigned numOperands, unsigned numBlocks)
+Stmt::Stmt(StmtKind kind, Type type, unsigned numOperands)
     : Value(ValueKind::Stmt, type), kind_(kind), numOperands_(numOperands),
       operands_(numOperands ? new Use[numOperands] : nullptr) {
   for (unsigned i = 0; i < numOperands; ++i)
     operands_[i].init(this, i);
-  for (unsigned i = 0; i < numBlocks; ++i)
+  for (unsigned i = 0; i < numNestedBlocks(kind); ++i)
     blocks_.push_back(std::make_unique<Block>(this, nullptr));
 }
 
@@ -151,43 +149,6 @@ bool Stmt::isTask() const {
   if (auto *f = dyn_cast<ForStmt>(this))
     return f->isParallel();
   return false;
-}
-
-bool isRecomputable(const Stmt &s) {
-  switch (s.kind()) {
-  case StmtKind::Const:
-  case StmtKind::Binary:
-  case StmtKind::Unary:
-  case StmtKind::Cmp:
-  case StmtKind::Select:
-  case StmtKind::Cast:
-  case StmtKind::GlobalLoad:
-  case StmtKind::Shape:
-    return true;
-  default:
-    return false;
-  }
-}
-
-bool Stmt::hasSideEffects() const {
-  switch (kind_) {
-  case StmtKind::Const:
-  case StmtKind::Binary:
-  case StmtKind::Unary:
-  case StmtKind::Cmp:
-  case StmtKind::Select:
-  case StmtKind::Cast:
-  case StmtKind::Alloca:
-  case StmtKind::LocalLoad:
-  case StmtKind::GlobalLoad:
-  case StmtKind::Shape:
-  case StmtKind::AdStackAlloca:
-  case StmtKind::AdStackLoadTop:
-  case StmtKind::AdStackLoadTopAdj:
-    return false;
-  default:
-    return true;
-  }
 }
 
 void Stmt::dropAllReferences() {
@@ -334,8 +295,7 @@ LocalStoreStmt::LocalStoreStmt(Value *local, Value *value) : Stmt(StmtKind::Loca
 bool GlobalAccessStmt::classof(const Value *v) {
   if (!Stmt::classof(v))
     return false;
-  StmtKind k = static_cast<const Stmt *>(v)->kind();
-  return k == StmtKind::GlobalLoad || k == StmtKind::GlobalStore || k == StmtKind::AtomicAdd;
+  return kindDerivesFrom<GlobalAccessStmt>(static_cast<const Stmt *>(v)->kind());
 }
 
 GlobalAccessStmt::GlobalAccessStmt(StmtKind kind, Type type, const GlobalRef &ref,
@@ -373,7 +333,7 @@ ShapeStmt::ShapeStmt(Value *ndarray, unsigned axis, Type type)
 }
 
 ForStmt::ForStmt(Bound begin, Bound end, bool parallel)
-    : Stmt(StmtKind::For, Type::i32(), 2, 1), parallel_(parallel) {
+    : Stmt(StmtKind::For, Type::i32(), 2), parallel_(parallel) {
   setBegin(begin);
   setEnd(end);
 }
@@ -388,15 +348,14 @@ void ForStmt::setEnd(Bound b) {
   endConst_ = b.value ? 0 : b.constant;
 }
 
-IfStmt::IfStmt(Value *cond) : Stmt(StmtKind::If, Type(), 1, 2) {
+IfStmt::IfStmt(Value *cond) : Stmt(StmtKind::If, Type(), 1) {
   initOperands({cond});
 }
 
 bool AdStackOpStmt::classof(const Value *v) {
   if (!Stmt::classof(v))
     return false;
-  StmtKind k = static_cast<const Stmt *>(v)->kind();
-  return k >= StmtKind::AdStackPush && k <= StmtKind::AdStackAccAdjoint;
+  return kindDerivesFrom<AdStackOpStmt>(static_cast<const Stmt *>(v)->kind());
 }
 
 AdStackOpStmt::AdStackOpStmt(StmtKind kind, Type type, Value *stack, Value *value)

@@ -42,7 +42,9 @@ bool isLaunchTimeScalar(const Stmt &s) {
   return isRecomputable(s);
 }
 
-class KernelVerifier : public StmtVisitor<KernelVerifier> {
+/// Exhaustive: a new statement kind does not compile until it has a hook here
+/// (an empty one says "nothing beyond operand visibility to check").
+class KernelVerifier : public ExhaustiveStmtVisitor<KernelVerifier> {
 public:
   KernelVerifier(const Kernel &kernel, std::vector<std::string> &errors)
       : kernel_(kernel), names_(kernel), errors_(errors) {
@@ -137,7 +139,6 @@ public:
   }
 
   // --- visitor hooks -------------------------------------------------------
-  void visitStmt(Stmt &) {}
 
   void visitConstStmt(ConstStmt &s) {
     if (!s.type().isScalar())
@@ -211,7 +212,12 @@ public:
     expectType(s, s.value(), Type::scalar(s.local()->type().element()), "the local's element type");
   }
 
-  void visitGlobalAccessStmt(GlobalAccessStmt &s) {
+  void visitAllocaStmt(AllocaStmt &) {}
+  void visitGlobalLoadStmt(GlobalLoadStmt &s) { checkGlobalAccess(s); }
+  void visitGlobalStoreStmt(GlobalStoreStmt &s) { checkGlobalAccess(s); }
+  void visitAtomicAddStmt(AtomicAddStmt &s) { checkGlobalAccess(s); }
+
+  void checkGlobalAccess(GlobalAccessStmt &s) {
     std::string target;
     unsigned ndim;
     if (s.isField()) {
@@ -280,6 +286,8 @@ public:
         error(fmt::format("loop bound {} does not fit in i32", b.constant));
   }
 
+  void visitSerialStmt(SerialStmt &) {}
+  void visitWhileStmt(WhileStmt &) {}
   void visitIfStmt(IfStmt &s) { expectType(s, s.cond(), Type::i1(), "the condition type"); }
 
   void visitBreakStmt(BreakStmt &s) { checkLoopExit(s); }
@@ -290,7 +298,13 @@ public:
       error(fmt::format("adstack capacity must be non-negative, got {}", s.capacity()));
   }
 
-  void visitAdStackOpStmt(AdStackOpStmt &s) {
+  void visitAdStackPushStmt(AdStackPushStmt &s) { checkAdStackOp(s); }
+  void visitAdStackPopStmt(AdStackPopStmt &s) { checkAdStackOp(s); }
+  void visitAdStackLoadTopStmt(AdStackLoadTopStmt &s) { checkAdStackOp(s); }
+  void visitAdStackLoadTopAdjStmt(AdStackLoadTopAdjStmt &s) { checkAdStackOp(s); }
+  void visitAdStackAccAdjointStmt(AdStackAccAdjointStmt &s) { checkAdStackOp(s); }
+
+  void checkAdStackOp(AdStackOpStmt &s) {
     if (!requireKind(s, s.stack(), Type::Kind::AdStack, "an adstack (from 'adstack.alloca')"))
       return;
     ScalarType elem = s.stack()->type().element();

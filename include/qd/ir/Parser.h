@@ -6,6 +6,7 @@
 #include <absl/status/statusor.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -29,6 +30,13 @@ struct SourceChunk {
 /// `qd-opt --split-input-file`); each chunk starts on the line after its
 /// separator, so diagnostics keep the file's line numbers.
 std::vector<SourceChunk> splitSourceChunks(std::string_view text);
+
+/// The statement kind a keyword of the text form starts (after `%name =`
+/// for kinds that printsResult()): a mnemonic of StmtKinds.def, a binary or
+/// unary operator (`add`, `sin`), or `parallel` (of `parallel for`). `load`
+/// and `store` give the local kinds; the parser picks the global kind when
+/// the target is a field or ndarray element. Nullopt for other words.
+std::optional<StmtKind> stmtKindForKeyword(std::string_view keyword);
 
 /// Parses a module in the text format of docs/ir.md. On malformed input the
 /// status is InvalidArgument with `file:line:col: error: <what was expected>`.

@@ -13,6 +13,7 @@
 #include "qd/ir/Scalar.h"
 #include "qd/ir/Value.h"
 
+#include <array>
 #include <cstdint>
 #include <iterator>
 #include <list>
@@ -39,43 +40,107 @@ inline Stmt *jumpTarget(const Stmt &jump) {
   return enclosingLoop(jump);
 }
 
+/// Every statement kind, in the order of qd/ir/StmtKinds.def.
 enum class StmtKind : uint8_t {
-  Const,
-  Binary,
-  Unary,
-  Cmp,
-  Select,
-  Cast,
-  Alloca,
-  LocalLoad,
-  LocalStore,
-  GlobalLoad,
-  GlobalStore,
-  AtomicAdd,
-  Shape,
-  For,
-  Serial,
-  While,
-  Break,
-  Continue,
-  If,
-  AdStackAlloca,
-  AdStackPush,
-  AdStackPop,
-  AdStackLoadTop,
-  AdStackLoadTopAdj,
-  AdStackAccAdjoint,
+#define QD_STMT(KIND, ...) KIND,
+#include "qd/ir/StmtKinds.def"
 };
 
-/// The mnemonic used in the text format (`const`, `add`, `adstack.push`...).
-/// Binary, unary and comparison statements print their operator instead.
-std::string_view mnemonic(StmtKind kind);
+inline constexpr unsigned kNumStmtKinds = 0
+#define QD_STMT(...) +1
+#include "qd/ir/StmtKinds.def"
+    ;
+
+/// The trait names of StmtKinds.def (see there for their meaning).
+namespace stmt_traits {
+enum : uint8_t {
+  None = 0,
+  SideEffects = 1 << 0,
+  Recomputable = 1 << 1,
+  Foldable = 1 << 2,
+  Result = 1 << 3,
+  OpName = 1 << 4,
+};
+} // namespace stmt_traits
+
+/// One row of StmtKinds.def.
+struct StmtKindInfo {
+  StmtKind kind;
+  std::string_view mnemonic;
+  uint8_t traits;
+  uint8_t numBlocks;
+};
+
+namespace detail {
+consteval std::array<StmtKindInfo, kNumStmtKinds> makeStmtKindInfos() {
+  using namespace stmt_traits;
+  return {{
+#define QD_STMT(KIND, CLASS, BASE, MNEMONIC, TRAITS, BLOCKS)                                       \
+  {StmtKind::KIND, MNEMONIC, static_cast<uint8_t>(TRAITS), BLOCKS},
+#include "qd/ir/StmtKinds.def"
+  }};
+}
+} // namespace detail
+
+/// The rows of StmtKinds.def, indexed by StmtKind.
+inline constexpr std::array<StmtKindInfo, kNumStmtKinds> kStmtKindInfos =
+    detail::makeStmtKindInfos();
+
+static_assert(kNumStmtKinds <= 256, "StmtKind is stored in a uint8_t");
+static_assert(
+    [] {
+      for (unsigned i = 0; i < kNumStmtKinds; ++i)
+        if (static_cast<unsigned>(kStmtKindInfos[i].kind) != i)
+          return false;
+      return true;
+    }(),
+    "kStmtKindInfos must be in StmtKind order");
+
+constexpr const StmtKindInfo &stmtKindInfo(StmtKind kind) {
+  return kStmtKindInfos[static_cast<size_t>(kind)];
+}
+constexpr bool hasStmtTrait(StmtKind kind, uint8_t trait) {
+  return (stmtKindInfo(kind).traits & trait) != 0;
+}
+
+/// The mnemonic used in the text format (`const`, `load`, `adstack.push`...).
+/// Binary and unary statements print their operator instead (`add`, `sin`).
+constexpr std::string_view mnemonic(StmtKind kind) {
+  return stmtKindInfo(kind).mnemonic;
+}
+/// True for kinds that removing (even when unused) can change behaviour:
+/// stores, atomics, control flow, adstack pushes/pops/accumulations.
+constexpr bool hasSideEffects(StmtKind kind) {
+  return hasStmtTrait(kind, stmt_traits::SideEffects);
+}
+/// See isRecomputable(const Stmt &).
+constexpr bool isRecomputable(StmtKind kind) {
+  return hasStmtTrait(kind, stmt_traits::Recomputable);
+}
+/// True for kinds constant folding may evaluate from constant operands
+/// (const, binary, unary, cmp, select, cast); whether one such statement
+/// folds also depends on its operation and values (qd/analysis/ConstantFolding.h).
+constexpr bool isFoldable(StmtKind kind) {
+  return hasStmtTrait(kind, stmt_traits::Foldable);
+}
+/// True for kinds whose text form is `%name = ...`.
+constexpr bool printsResult(StmtKind kind) {
+  return hasStmtTrait(kind, stmt_traits::Result);
+}
+/// True for kinds whose text form starts with their operator (binary, unary).
+constexpr bool printsOperator(StmtKind kind) {
+  return hasStmtTrait(kind, stmt_traits::OpName);
+}
+/// How many nested blocks a statement of this kind owns.
+constexpr unsigned numNestedBlocks(StmtKind kind) {
+  return stmtKindInfo(kind).numBlocks;
+}
 
 /// True for statements whose value depends only on their operands and on
 /// memory they read (const, binary, unary, cmp, select, cast, global load,
 /// shape): they may run at launch time, and recomputing one where its
 /// operands are available gives the same value while memory is unchanged.
-bool isRecomputable(const Stmt &s);
+inline bool isRecomputable(const Stmt &s);
 
 class Stmt : public Value {
 public:
@@ -103,8 +168,10 @@ public:
   unsigned numBlocks() const { return static_cast<unsigned>(blocks_.size()); }
   Block &block(unsigned i) const { return *blocks_[i]; }
 
-  /// True when removing the statement (if unused) cannot change behaviour.
-  bool hasSideEffects() const;
+  /// True when removing the statement, even if its value is unused, could
+  /// change behaviour (stores, control flow...); false when an unused one
+  /// can be deleted. A per-kind trait (StmtKinds.def).
+  bool hasSideEffects() const { return qd::hasSideEffects(kind_); }
 
   /// Unlinks this statement from its block and destroys it. The statement
   /// (and every statement nested inside it) must have no remaining uses
@@ -124,7 +191,8 @@ public:
   static bool classof(const Value *v) { return v->valueKind() == ValueKind::Stmt; }
 
 protected:
-  Stmt(StmtKind kind, Type type, unsigned numOperands, unsigned numBlocks = 0);
+  /// Creates the kind's nested blocks (numNestedBlocks(kind)).
+  Stmt(StmtKind kind, Type type, unsigned numOperands);
   void initOperands(std::initializer_list<Value *> ops);
   void initOperands(std::span<Value *const> ops, unsigned first = 0);
 
@@ -138,6 +206,10 @@ private:
   std::unique_ptr<Use[]> operands_;
   std::vector<std::unique_ptr<Block>> blocks_;
 };
+
+inline bool isRecomputable(const Stmt &s) {
+  return isRecomputable(s.kind());
+}
 
 /// An ordered list of statements. Owned by a container statement or, for the
 /// kernel's top level, by the kernel.
@@ -244,21 +316,12 @@ private:
   double float_ = 0;
 };
 
+/// The scalar types an operator is defined on (qd/ir/Ops.def).
+enum class OpDomain : uint8_t { Any, Float, Integer };
+
 enum class BinaryOp : uint8_t {
-  Add,
-  Sub,
-  Mul,
-  Div,
-  Rem,
-  Min,
-  Max,
-  Pow,
-  Atan2,
-  And,
-  Or,
-  Xor,
-  Shl,
-  Shr,
+#define QD_BINARY_OP(NAME, ...) NAME,
+#include "qd/ir/Ops.def"
 };
 std::string_view toString(BinaryOp op);
 std::optional<BinaryOp> parseBinaryOp(std::string_view text);
@@ -281,18 +344,8 @@ private:
 };
 
 enum class UnaryOp : uint8_t {
-  Neg,
-  Abs,
-  Sin,
-  Cos,
-  Tan,
-  Exp,
-  Log,
-  Sqrt,
-  Tanh,
-  Floor,
-  Ceil,
-  Not,
+#define QD_UNARY_OP(NAME, ...) NAME,
+#include "qd/ir/Ops.def"
 };
 std::string_view toString(UnaryOp op);
 std::optional<UnaryOp> parseUnaryOp(std::string_view text);
@@ -311,7 +364,10 @@ private:
   UnaryOp op_;
 };
 
-enum class CmpPredicate : uint8_t { Eq, Ne, Lt, Le, Gt, Ge };
+enum class CmpPredicate : uint8_t {
+#define QD_CMP_PREDICATE(NAME, ...) NAME,
+#include "qd/ir/Ops.def"
+};
 std::string_view toString(CmpPredicate p);
 std::optional<CmpPredicate> parseCmpPredicate(std::string_view text);
 
@@ -519,7 +575,7 @@ private:
 /// `serial { ... }`: a kernel-level task run by a single thread.
 class SerialStmt : public Stmt {
 public:
-  SerialStmt() : Stmt(StmtKind::Serial, Type(), 0, 1) {}
+  SerialStmt() : Stmt(StmtKind::Serial, Type(), 0) {}
   Block &body() const { return block(0); }
   static bool classof(const Value *v) { return ConstStmt::isKindOf(v, StmtKind::Serial); }
 };
@@ -527,7 +583,7 @@ public:
 /// `while { ... }`: repeats its body until a `break` runs.
 class WhileStmt : public Stmt {
 public:
-  WhileStmt() : Stmt(StmtKind::While, Type(), 0, 1) {}
+  WhileStmt() : Stmt(StmtKind::While, Type(), 0) {}
   Block &body() const { return block(0); }
   static bool classof(const Value *v) { return ConstStmt::isKindOf(v, StmtKind::While); }
 };
