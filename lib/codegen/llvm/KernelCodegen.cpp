@@ -1549,10 +1549,24 @@ private:
 
 } // namespace
 
-absl::StatusOr<std::unique_ptr<llvm::Module>> emitKernel(const Kernel &kernel,
-                                                         llvm::LLVMContext &context,
-                                                         const CodegenOptions &options,
-                                                         KernelLayout &layout) {
+absl::StatusOr<CodegenTarget> parseCodegenTarget(std::string_view name) {
+  if (name == "cpu")
+    return CodegenTarget::Cpu;
+  return absl::InvalidArgumentError(
+      fmt::format("unknown code generation target '{}' (known targets: cpu)", name));
+}
+
+const char *codegenTargetName(CodegenTarget target) {
+  switch (target) {
+  case CodegenTarget::Cpu:
+    return "cpu";
+  }
+  return "?";
+}
+
+absl::StatusOr<std::unique_ptr<llvm::Module>>
+emitKernel(const Kernel &kernel, llvm::LLVMContext &context, const CodegenOptions &options,
+           KernelLayout &layout, CodegenTarget target) {
   layout = KernelLayout();
   return Emitter(kernel, context, options, layout).run();
 }

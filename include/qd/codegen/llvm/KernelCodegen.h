@@ -46,6 +46,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace llvm {
@@ -71,10 +72,22 @@ struct CodegenOptions {
   bool libmvec = false;
 };
 
+/// What the generated code runs on (lib/codegen/llvm/LlvmTarget.h holds
+/// each target's hooks). GPU targets come next.
+enum class CodegenTarget {
+  /// The host CPU: chunked tasks run by the runtime's thread pool, SIMD
+  /// lanes, libm/libmvec.
+  Cpu,
+};
+
+/// The target named `name` ("cpu"), or InvalidArgument listing the known ones.
+absl::StatusOr<CodegenTarget> parseCodegenTarget(std::string_view name);
+/// The name parseCodegenTarget accepts for `target`.
+const char *codegenTargetName(CodegenTarget target);
+
 /// Emits `kernel` into a new module of `context`.
-absl::StatusOr<std::unique_ptr<llvm::Module>> emitKernel(const Kernel &kernel,
-                                                         llvm::LLVMContext &context,
-                                                         const CodegenOptions &options,
-                                                         KernelLayout &layout);
+absl::StatusOr<std::unique_ptr<llvm::Module>>
+emitKernel(const Kernel &kernel, llvm::LLVMContext &context, const CodegenOptions &options,
+           KernelLayout &layout, CodegenTarget target = CodegenTarget::Cpu);
 
 } // namespace qd
