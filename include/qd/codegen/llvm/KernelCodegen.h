@@ -35,6 +35,11 @@
 // the runtime per launch) is at least the task's KernelLayout::Task::lanes;
 // the runtime then lays out the task's stack entries with one slot per lane.
 //
+// The emitter is target-neutral; the CPU specifics above (chunked tasks,
+// lanes, libmvec, the thread-major heap) are CodegenTarget::Cpu's hooks
+// (lib/codegen/llvm/LlvmTarget.h, CpuTarget.cpp). `qd-translate` prints the
+// emitted IR.
+//
 //===----------------------------------------------------------------------===//
 #pragma once
 
