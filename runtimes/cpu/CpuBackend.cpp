@@ -5,6 +5,7 @@
 
 #include "qd/analysis/AdStackSizing.h"
 #include "qd/codegen/llvm/KernelCodegen.h"
+#include "qd/codegen/llvm/Optimize.h"
 #include "qd/ir/Printer.h"
 
 #include <fmt/format.h>
@@ -14,7 +15,6 @@
 #include <llvm/ExecutionEngine/Orc/ThreadSafeModule.h>
 #include <llvm/IR/LLVMContext.h>
 #include <llvm/IR/Module.h>
-#include <llvm/Passes/PassBuilder.h>
 #include <llvm/Support/DynamicLibrary.h>
 #include <llvm/Support/TargetSelect.h>
 #include <llvm/Support/raw_ostream.h>
@@ -232,25 +232,8 @@ struct CpuBackend::Impl {
   }
 
   void optimize(llvm::Module &m) {
-    llvm::LoopAnalysisManager lam;
-    llvm::FunctionAnalysisManager fam;
-    llvm::CGSCCAnalysisManager cgam;
-    llvm::ModuleAnalysisManager mam;
-    auto tmb = llvm::orc::JITTargetMachineBuilder::detectHost();
-    std::unique_ptr<llvm::TargetMachine> tm;
-    if (tmb) {
-      tmb->setCodeGenOptLevel(llvm::CodeGenOptLevel::Aggressive);
-      if (auto t = tmb->createTargetMachine())
-        tm = std::move(*t);
-    }
-    llvm::PassBuilder pb(tm.get());
-    pb.registerModuleAnalyses(mam);
-    pb.registerCGSCCAnalyses(cgam);
-    pb.registerFunctionAnalyses(fam);
-    pb.registerLoopAnalyses(lam);
-    pb.crossRegisterProxies(lam, fam, cgam, mam);
-    llvm::ModulePassManager mpm = pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O3);
-    mpm.run(m, mam);
+    auto tm = hostTargetMachine(); // without one, target-independent cost models
+    optimizeModule(m, tm.ok() ? tm->get() : nullptr);
   }
 };
 

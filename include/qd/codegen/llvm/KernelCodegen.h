@@ -35,6 +35,11 @@
 // the runtime per launch) is at least the task's KernelLayout::Task::lanes;
 // the runtime then lays out the task's stack entries with one slot per lane.
 //
+// The emitter is target-neutral; the CPU specifics above (chunked tasks,
+// lanes, libmvec, the thread-major heap) are CodegenTarget::Cpu's hooks
+// (lib/codegen/llvm/LlvmTarget.h, CpuTarget.cpp). `qd-translate` prints the
+// emitted IR.
+//
 //===----------------------------------------------------------------------===//
 #pragma once
 
@@ -46,6 +51,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace llvm {
@@ -71,10 +77,22 @@ struct CodegenOptions {
   bool libmvec = false;
 };
 
+/// What the generated code runs on (lib/codegen/llvm/LlvmTarget.h holds
+/// each target's hooks). GPU targets come next.
+enum class CodegenTarget {
+  /// The host CPU: chunked tasks run by the runtime's thread pool, SIMD
+  /// lanes, libm/libmvec.
+  Cpu,
+};
+
+/// The target named `name` ("cpu"), or InvalidArgument listing the known ones.
+absl::StatusOr<CodegenTarget> parseCodegenTarget(std::string_view name);
+/// The name parseCodegenTarget accepts for `target`.
+const char *codegenTargetName(CodegenTarget target);
+
 /// Emits `kernel` into a new module of `context`.
-absl::StatusOr<std::unique_ptr<llvm::Module>> emitKernel(const Kernel &kernel,
-                                                         llvm::LLVMContext &context,
-                                                         const CodegenOptions &options,
-                                                         KernelLayout &layout);
+absl::StatusOr<std::unique_ptr<llvm::Module>>
+emitKernel(const Kernel &kernel, llvm::LLVMContext &context, const CodegenOptions &options,
+           KernelLayout &layout, CodegenTarget target = CodegenTarget::Cpu);
 
 } // namespace qd

@@ -1,0 +1,257 @@
+//===- CpuTarget.cpp - The host CPU's hooks of the LLVM emitter -----------===//
+//
+// A parallel task becomes
+//
+//   void qd_task_<n>(QdLaunchContext *ctx, const int64_t *captures,
+//                    int64_t begin, int64_t end, int32_t worker)
+//
+// which the entry function hands to the runtime's thread pool through
+// `qd_rt_parallel_for`; each call runs one chunk [begin, end). With
+// CodegenOptions::vectorWidth > 1 a task TaskVectorPlan accepts runs its
+// chunk's whole groups of that many iterations as SIMD lanes first, then
+// the rest with the scalar code. Each worker owns a slice of the adstack
+// heap (thread-major). Math goes to LLVM intrinsics, libm and libmvec.
+//
+//===----------------------------------------------------------------------===//
+#include "KernelEmitter.h"
+
+#include <fmt/format.h>
+#include <llvm/IR/Module.h>
+
+namespace qd::codegen {
+namespace {
+
+class CpuTarget final : public LlvmTarget {
+public:
+  void emitParallelTask(KernelEmitter &emitter, ForStmt &task) override;
+  LV *threadIndex(EmitContext &c) override { return c.fn->thread; }
+  LV *adStackBase(EmitContext &c, unsigned id) override;
+  LV *adStackEntry(EmitContext &c, const StackRef &stack, const AdStackFrame &frame, LV *index,
+                   unsigned width) override;
+  LV *adStackAdjoint(EmitContext &c, const StackRef &stack, LV *primal, unsigned width) override;
+  LV *mathCall(EmitContext &c, MathFn fn, ScalarType type, llvm::ArrayRef<LV *> args) override;
+  void atomicUpdate(EmitContext &c, llvm::AtomicRMWInst::BinOp op, LV *ptr, LV *value,
+                    llvm::Align align) override;
+  void raiseError(EmitContext &c, unsigned site, llvm::ArrayRef<LV *> data) override;
+
+private:
+  /// The task's body over whole groups of lanes in [first, last); returns
+  /// where the scalar code starts.
+  LV *emitLaneGroups(KernelEmitter &e, ForStmt &task, const TaskVectorPlan &plan, LV *first,
+                     LV *last);
+  /// glibc's libmvec variant of a vector sin/cos/exp/log (x86-64 AVX2: 8
+  /// floats, or 4 doubles twice), or null.
+  LV *vectorMath(EmitContext &c, MathFn fn, ScalarType t, LV *x);
+
+  unsigned taskCount_ = 0;
+};
+
+void CpuTarget::emitParallelTask(KernelEmitter &e, ForStmt &task) {
+  EmitContext &c = e.context();
+  llvm::IRBuilder<> &b = c.b;
+  // The caller packs the top-level values the task uses into i64 slots.
+  std::vector<const Value *> captures = e.capturesOf(task);
+  LV *begin = b.CreateSExt(c.boundValue(task.begin()), c.i64);
+  LV *end = b.CreateSExt(c.boundValue(task.end()), c.i64);
+  llvm::AllocaInst *buf =
+      c.entryAlloca(llvm::ArrayType::get(c.i64, std::max<size_t>(captures.size(), 1)), "captures");
+  for (size_t i = 0; i < captures.size(); ++i)
+    b.CreateStore(c.toSlot(c.fn->values.at(captures[i])),
+                  b.CreateConstGEP2_64(buf->getAllocatedType(), buf, 0, i));
+  auto *taskTy =
+      llvm::FunctionType::get(b.getVoidTy(), {c.ptrTy, c.ptrTy, c.i64, c.i64, c.i32}, false);
+  llvm::Function *taskFn =
+      llvm::Function::Create(taskTy, llvm::Function::ExternalLinkage,
+                             fmt::format("qd_task_{}", taskCount_++), c.module.get());
+
+  FunctionState *caller = c.fn;
+  llvm::IRBuilderBase::InsertPoint callerIP = b.saveIP();
+  FunctionState state;
+  c.beginFunction(state, taskFn, taskFn->getArg(0), taskFn->getArg(4));
+  for (size_t i = 0; i < captures.size(); ++i) {
+    LV *raw = b.CreateLoad(c.i64, b.CreateGEP(c.i64, taskFn->getArg(1), b.getInt64(i)));
+    c.set(captures[i], c.fromSlot(raw, captures[i]->type().element()));
+  }
+  LV *first = taskFn->getArg(2), *last = taskFn->getArg(3);
+  TaskVectorPlan plan = planTaskVectorization(task);
+  state.taskPlan = &plan;
+  unsigned width = c.opts.vectorWidth;
+  unsigned lanes = width > 1 && plan.ok() ? width : 1;
+  state.parallelTask = static_cast<int>(c.layout.tasks.size());
+  c.layout.tasks.push_back({&task, lanes, width > 1 ? plan.refused : "",
+                            KernelEmitter::taskBound(task.begin()),
+                            KernelEmitter::taskBound(task.end())});
+  if (lanes > 1)
+    first = emitLaneGroups(e, task, plan, first, last);
+  e.control().countedLoop(first, last, c.i64, &task, [&](LV *i) {
+    c.set(&task, b.CreateTrunc(i, c.i32));
+    e.emitBlock(task.body());
+  });
+  b.CreateRetVoid();
+
+  c.fn = caller;
+  b.restoreIP(callerIP);
+  llvm::FunctionCallee parallelFor = c.module->getOrInsertFunction(
+      "qd_rt_parallel_for",
+      llvm::FunctionType::get(b.getVoidTy(), {c.ptrTy, c.ptrTy, c.ptrTy, c.i64, c.i64}, false));
+  b.CreateCall(parallelFor, {c.fn->ctxArg, taskFn, buf, begin, end});
+}
+
+// The runtime lays out lane entries only for tasks whose chunks hold a
+// group (ctx->taskLanes); the others run the scalar code only.
+LV *CpuTarget::emitLaneGroups(KernelEmitter &e, ForStmt &task, const TaskVectorPlan &plan,
+                              LV *first, LV *last) {
+  EmitContext &c = e.context();
+  llvm::IRBuilder<> &b = c.b;
+  FunctionState &state = *c.fn;
+  unsigned width = c.opts.vectorWidth;
+  auto captured = state.values;
+  LV *allowed = b.CreateLoad(
+      c.i32, b.CreateGEP(c.i32, c.ctxField(CtxField::taskLanes), b.getInt64(state.parallelTask)));
+  LV *n = b.CreateBinaryIntrinsic(llvm::Intrinsic::smax, b.CreateSub(last, first), b.getInt64(0));
+  n = b.CreateSelect(b.CreateICmpSGE(allowed, b.getInt32(width)), n, b.getInt64(0));
+  LV *groups = b.CreateUDiv(n, b.getInt64(width));
+  LV *vectorEnd = b.CreateAdd(first, b.CreateMul(groups, b.getInt64(width)));
+  state.lanes.width = width;
+  state.lanes.plan = &plan;
+  Lanes lanes(c);
+  e.control().countedLoop(
+      first, vectorEnd, c.i64, &task,
+      [&](LV *group) {
+        LV *base = b.CreateTrunc(group, c.i32);
+        c.set(&task, b.CreateAdd(lanes.splat(base), lanes.laneIds(c.i32)));
+        state.lanes.affineBase[&task] = base;
+        if (plan.isMaskedLoop(&task)) { // some lanes may continue early
+          LaneLoop laneLoop{lanes.maskAlloca("exited"), lanes.maskAlloca("skipped")};
+          lanes.clearMask(laneLoop.skipped);
+          state.lanes.loops[&task] = laneLoop;
+        }
+        e.emitBlock(task.body());
+        state.lanes.loops.erase(&task);
+      },
+      width);
+  state.lanes = LaneState();
+  state.values = std::move(captured);
+  return vectorEnd;
+}
+
+LV *CpuTarget::adStackBase(EmitContext &c, unsigned id) {
+  LV *offsets = c.ctxField(CtxField::offsets), *stride = c.ctxField(CtxField::stride),
+     *heap = c.ctxField(CtxField::heap);
+  llvm::IRBuilder<> eb = c.entryBuilder();
+  LV *offset = eb.CreateLoad(c.i64, eb.CreateGEP(c.i64, offsets, eb.getInt64(id)));
+  LV *perWorker = eb.CreateMul(eb.CreateZExt(threadIndex(c), c.i64), stride);
+  return eb.CreateGEP(eb.getInt8Ty(), heap, eb.CreateAdd(perWorker, offset));
+}
+
+LV *CpuTarget::adStackEntry(EmitContext &c, const StackRef &stack, const AdStackFrame &frame,
+                            LV *index, unsigned width) {
+  LV *rowBytes = c.b.getInt64(int64_t(stack.entryBytes) * width);
+  return c.b.CreateGEP(c.b.getInt8Ty(), frame.base, c.b.CreateMul(index, rowBytes));
+}
+
+LV *CpuTarget::adStackAdjoint(EmitContext &c, const StackRef &stack, LV *primal, unsigned width) {
+  return c.b.CreateGEP(c.b.getInt8Ty(), primal,
+                       c.b.getInt64(int64_t(storageBytes(stack.elem)) * width));
+}
+
+LV *CpuTarget::vectorMath(EmitContext &c, MathFn fn, ScalarType t, LV *x) {
+  auto *vt = llvm::dyn_cast<llvm::FixedVectorType>(x->getType());
+  if (!c.opts.libmvec || !vt || vt->getNumElements() != 8)
+    return nullptr;
+  const char *base = fn == MathFn::Sin   ? "sin"
+                     : fn == MathFn::Cos ? "cos"
+                     : fn == MathFn::Exp ? "exp"
+                     : fn == MathFn::Log ? "log"
+                                         : nullptr;
+  if (!base)
+    return nullptr;
+  auto callee = [&](const std::string &name, llvm::Type *type) {
+    llvm::FunctionCallee f =
+        c.module->getOrInsertFunction(name, llvm::FunctionType::get(type, {type}, false));
+    if (auto *decl = llvm::dyn_cast<llvm::Function>(f.getCallee())) {
+      decl->setDoesNotAccessMemory();
+      decl->setDoesNotThrow();
+      decl->addFnAttr(llvm::Attribute::WillReturn);
+    }
+    return f;
+  };
+  llvm::IRBuilder<> &b = c.b;
+  if (t == ScalarType::F32)
+    return b.CreateCall(callee(fmt::format("_ZGVdN8v_{}f", base), vt), {x});
+  llvm::FunctionCallee f =
+      callee(fmt::format("_ZGVdN4v_{}", base), llvm::FixedVectorType::get(b.getDoubleTy(), 4));
+  LV *lo = b.CreateCall(f, {b.CreateShuffleVector(x, {0, 1, 2, 3})});
+  LV *hi = b.CreateCall(f, {b.CreateShuffleVector(x, {4, 5, 6, 7})});
+  return b.CreateShuffleVector(lo, hi, {0, 1, 2, 3, 4, 5, 6, 7});
+}
+
+LV *CpuTarget::mathCall(EmitContext &c, MathFn fn, ScalarType type, llvm::ArrayRef<LV *> args) {
+  llvm::IRBuilder<> &b = c.b;
+  llvm::Type *ty = args[0]->getType();
+  auto intrinsic = [&](llvm::Intrinsic::ID id) -> LV * {
+    if (LV *v = vectorMath(c, fn, type, args[0]))
+      return v;
+    return b.CreateCall(c.intrinsic(id, {ty}), args);
+  };
+  // libm, once per lane in vector code.
+  auto libm = [&](const char *name) -> LV * {
+    std::string symbol = type == ScalarType::F32 ? std::string(name) + "f" : std::string(name);
+    llvm::Type *t = c.typeOf(type);
+    std::vector<llvm::Type *> params(args.size(), t);
+    llvm::FunctionCallee f =
+        c.module->getOrInsertFunction(symbol, llvm::FunctionType::get(t, params, false));
+    return ty->isVectorTy() ? Lanes(c).perLane(f, args) : b.CreateCall(f, args);
+  };
+  switch (fn) {
+  case MathFn::Sin:
+    return intrinsic(llvm::Intrinsic::sin);
+  case MathFn::Cos:
+    return intrinsic(llvm::Intrinsic::cos);
+  case MathFn::Exp:
+    return intrinsic(llvm::Intrinsic::exp);
+  case MathFn::Log:
+    return intrinsic(llvm::Intrinsic::log);
+  case MathFn::Pow:
+    return b.CreateCall(c.intrinsic(llvm::Intrinsic::pow, {ty}), args);
+  case MathFn::Tan:
+    return libm("tan");
+  case MathFn::Tanh:
+    return libm("tanh");
+  case MathFn::Atan2:
+    return libm("atan2");
+  }
+  return args[0];
+}
+
+void CpuTarget::atomicUpdate(EmitContext &c, llvm::AtomicRMWInst::BinOp op, LV *ptr, LV *value,
+                             llvm::Align align) {
+  c.b.CreateAtomicRMW(op, ptr, value, align, llvm::AtomicOrdering::Monotonic);
+}
+
+void CpuTarget::raiseError(EmitContext &c, unsigned site, llvm::ArrayRef<LV *> data) {
+  llvm::IRBuilder<> &b = c.b;
+  LV *record = c.ctxField(CtxField::error);
+  LV *siteSlot = b.CreateStructGEP(c.errorTy, record, unsigned(abi::ErrorRecordField::site));
+  LV *cx = b.CreateAtomicCmpXchg(siteSlot, b.getInt32(0), b.getInt32(site), llvm::MaybeAlign(4),
+                                 llvm::AtomicOrdering::Monotonic, llvm::AtomicOrdering::Monotonic);
+  if (data.empty())
+    return;
+  BasicBlock *won = c.newBlock("error.data");
+  BasicBlock *done = c.newBlock("error.done");
+  b.CreateCondBr(b.CreateExtractValue(cx, 1), won, done);
+  b.SetInsertPoint(won);
+  LV *out = b.CreateStructGEP(c.errorTy, record, unsigned(abi::ErrorRecordField::data));
+  for (size_t i = 0; i < data.size() && i < abi::kMaxErrorData; ++i)
+    b.CreateStore(data[i], b.CreateGEP(c.i64, out, b.getInt64(i)));
+  b.CreateBr(done);
+  b.SetInsertPoint(done);
+}
+
+} // namespace
+
+std::unique_ptr<LlvmTarget> createCpuTarget() {
+  return std::make_unique<CpuTarget>();
+}
+
+} // namespace qd::codegen

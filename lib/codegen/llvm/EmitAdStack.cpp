@@ -1,0 +1,217 @@
+//===- EmitAdStack.cpp - Adstack operations -------------------------------===//
+//
+// Adstacks live in a heap the runtime owns; the target places each thread's
+// entries (LlvmTarget::adStackBase/adStackEntry). The depth lives in a
+// function-local variable. A push past the capacity writes nothing and
+// raises needed[s] (an atomic max), so the runtime can report the capacity
+// the launch needed; a read of an empty stack is an error site.
+//
+// In vector code an entry holds one value per lane: row e holds the lanes'
+// primals, then their adjoints. A stack whose operations all run with every
+// lane active keeps one depth for all lanes, and an entry is one vector (the
+// scalar code is the case of one lane); a *lane stack* (operations under a
+// partial mask) keeps a depth per lane and gathers and scatters.
+//
+//===----------------------------------------------------------------------===//
+#include "KernelEmitter.h"
+
+#include <fmt/format.h>
+
+namespace qd::codegen {
+
+const AdStackFrame &AdStackLowering::frame(unsigned id) {
+  AdStackFrame &frame = c_.fn->stacks[id];
+  if (!frame.base) {
+    frame.base = c_.target.adStackBase(c_, id);
+    LV *caps = c_.ctxField(CtxField::capacities);
+    llvm::IRBuilder<> eb = c_.entryBuilder();
+    frame.capacity = eb.CreateLoad(c_.i64, eb.CreateGEP(c_.i64, caps, eb.getInt64(id)));
+    LV *last = eb.CreateSub(frame.capacity, eb.getInt64(1));
+    frame.lastIndex = eb.CreateSelect(eb.CreateICmpSLT(last, eb.getInt64(0)), eb.getInt64(0), last);
+    frame.count = eb.CreateAlloca(c_.i64, nullptr, fmt::format("adstack{}.count", id));
+    eb.CreateStore(eb.getInt64(0), frame.count);
+  }
+  return frame;
+}
+
+llvm::AllocaInst *AdStackLowering::laneCount(unsigned id) {
+  frame(id); // the base and capacity the lane code also reads
+  AdStackFrame &f = c_.fn->stacks[id];
+  if (!f.laneCount)
+    f.laneCount = c_.entryAlloca(lanes_.vecOf(c_.i64), "adstack.lanecount");
+  return f.laneCount;
+}
+
+void AdStackLowering::alloca(AdStackAllocaStmt &a) {
+  // A vectorised task emits its body twice (vector, then the scalar
+  // remainder): both share the stack's id and heap slice, whose entries
+  // have room for every lane.
+  auto known = c_.stacks.find(&a);
+  if (known == c_.stacks.end()) {
+    unsigned id = static_cast<unsigned>(c_.layout.stacks.size());
+    unsigned entryBytes = adStackEntryBytes(a);
+    c_.layout.stacks.push_back({&a, c_.currentTask, entryBytes, c_.fn->parallelTask});
+    known = c_.stacks.emplace(&a, StackRef{id, a.elementType(), entryBytes}).first;
+  }
+  unsigned id = known->second.id;
+  if (lanes_.vectorMode() && lanes_.plan().isLaneStack(&a))
+    lanes_.storeLocal(laneCount(id), c_.b.getInt64(0));
+  else
+    c_.b.CreateStore(c_.b.getInt64(0), frame(id).count);
+}
+
+unsigned AdStackLowering::underflowSite(AdStackOpStmt &op) {
+  return c_.site(op, fmt::format("adstack underflow: the adstack declared at {} is empty",
+                                 cast<Stmt>(op.stack())->loc().str()));
+}
+
+void AdStackLowering::raiseNeeded(unsigned id, LV *depth) {
+  LV *slot = c_.b.CreateGEP(c_.i64, c_.ctxField(CtxField::needed), c_.b.getInt64(id));
+  c_.target.atomicUpdate(c_, llvm::AtomicRMWInst::Max, slot, depth, llvm::Align(8));
+}
+
+void AdStackLowering::overflow(BasicBlock *over, BasicBlock *done, const StackRef &st,
+                               const std::function<LV *()> &asked) {
+  c_.b.SetInsertPoint(over);
+  // Nothing is written; remember the depth this push asked for.
+  raiseNeeded(st.id, asked());
+  c_.b.CreateBr(done);
+  c_.b.SetInsertPoint(done);
+}
+
+void AdStackLowering::op(AdStackOpStmt &op) {
+  const StackRef &st = c_.stacks.at(op.stack());
+  if (lanes_.vectorMode() && lanes_.plan().isLaneStack(op.stack()))
+    return perLaneOp(op, st);
+  uniformOp(op, st, lanes_.width());
+}
+
+void AdStackLowering::uniformOp(AdStackOpStmt &op, const StackRef &st, unsigned width) {
+  llvm::IRBuilder<> &b = c_.b;
+  const AdStackFrame &f = frame(st.id);
+  LV *count = b.CreateLoad(c_.i64, f.count);
+  llvm::Type *mem = c_.memTypeOf(st.elem);
+  if (width > 1)
+    mem = lanes_.vecOf(mem);
+  llvm::Align align(storageBytes(st.elem));
+  // In vector code every lane pushes and reads the value of its own.
+  auto value = [&](const Value *v) { return width > 1 ? lanes_.splat(c_.get(v)) : c_.get(v); };
+  // Scalar entries keep the type's default alignment (what the CPU backend
+  // has always emitted); lane rows are aligned to one element.
+  auto load = [&](LV *ptr) {
+    return width > 1 ? b.CreateAlignedLoad(mem, ptr, align) : b.CreateLoad(mem, ptr);
+  };
+  auto store = [&](LV *v, LV *ptr) {
+    if (width > 1)
+      b.CreateAlignedStore(v, ptr, align);
+    else
+      b.CreateStore(v, ptr);
+  };
+  if (auto *push = dyn_cast<AdStackPushStmt>(&op)) {
+    BasicBlock *write = c_.newBlock("push.write");
+    BasicBlock *over = c_.newBlock("push.overflow");
+    BasicBlock *done = c_.newBlock("push.done");
+    b.CreateCondBr(b.CreateICmpSLT(count, f.capacity), write, over, c_.unlikelySecond());
+    b.SetInsertPoint(write);
+    LV *entry = c_.target.adStackEntry(c_, st, f, count, width);
+    store(c_.toMem(value(push->value()), st.elem), entry);
+    if (st.entryBytes > storageBytes(st.elem)) // the adjoint slot starts at 0
+      store(llvm::Constant::getNullValue(mem), c_.target.adStackAdjoint(c_, st, entry, width));
+    b.CreateBr(done);
+    overflow(over, done, st, [&] { return b.CreateAdd(count, b.getInt64(1)); });
+    b.CreateStore(b.CreateAdd(count, b.getInt64(1)), f.count);
+    return;
+  }
+  // pop / load_top / load_top_adj / acc_adjoint need a non-empty stack.
+  c_.raiseIf(b.CreateICmpSLE(count, b.getInt64(0)), underflowSite(op));
+  LV *top = b.CreateSub(count, b.getInt64(1));
+  if (op.kind() == StmtKind::AdStackPop) {
+    b.CreateStore(top, f.count);
+    return;
+  }
+  // After an overflow (reported at the end of the launch) the entries past
+  // the capacity were not stored: read the last stored one. The runtime
+  // refuses capacity 0, so that entry exists.
+  top = b.CreateBinaryIntrinsic(llvm::Intrinsic::umin, top, f.lastIndex);
+  LV *entry = c_.target.adStackEntry(c_, st, f, top, width);
+  LV *adjoint = c_.target.adStackAdjoint(c_, st, entry, width);
+  if (op.kind() == StmtKind::AdStackLoadTop) {
+    c_.set(&op, c_.fromMem(load(entry), st.elem));
+  } else if (op.kind() == StmtKind::AdStackLoadTopAdj) {
+    c_.set(&op, load(adjoint));
+  } else {
+    LV *cur = load(adjoint);
+    store(b.CreateFAdd(cur, value(cast<AdStackAccAdjointStmt>(op).value())), adjoint);
+  }
+}
+
+// Entry e of lane l holds its primal at row e, slot l (row e is lanes x
+// entryBytes bytes: the lanes' primals, then their adjoints).
+void AdStackLowering::perLaneOp(AdStackOpStmt &op, const StackRef &st) {
+  llvm::IRBuilder<> &b = c_.b;
+  const AdStackFrame &f = frame(st.id);
+  unsigned pb = storageBytes(st.elem), width = lanes_.width();
+  llvm::Type *memVec = lanes_.vecOf(c_.memTypeOf(st.elem));
+  llvm::Align align(pb);
+  LV *rowBytes = b.getInt64(int64_t(st.entryBytes) * width);
+  LV *adjOffset = b.getInt64(int64_t(pb) * width);
+  StmtKind kind = op.kind();
+  unsigned underflow = kind == StmtKind::AdStackPush ? 0 : underflowSite(op);
+  LV *value = nullptr;
+  if (auto *push = dyn_cast<AdStackPushStmt>(&op))
+    value = c_.toMem(lanes_.splat(c_.get(push->value())), st.elem);
+  if (auto *acc = dyn_cast<AdStackAccAdjointStmt>(&op))
+    value = lanes_.splat(c_.get(acc->value()));
+
+  llvm::AllocaInst *countSlot = laneCount(st.id);
+  LV *count = b.CreateLoad(countSlot->getAllocatedType(), countSlot);
+  LV *m = lanes_.activeMask();
+  LV *activeOnes = b.CreateZExt(m, count->getType());
+  LV *slotOffsets = b.CreateMul(lanes_.laneIds(c_.i64), lanes_.splat(b.getInt64(pb)));
+  auto primals = [&](LV *index) {
+    return b.CreateGEP(b.getInt8Ty(), f.base,
+                       b.CreateAdd(b.CreateMul(index, lanes_.splat(rowBytes)), slotOffsets));
+  };
+  auto adjoints = [&](LV *ptrs) { return b.CreateGEP(b.getInt8Ty(), ptrs, adjOffset); };
+  if (kind == StmtKind::AdStackPush) {
+    LV *fits = b.CreateICmpSLT(count, lanes_.splat(f.capacity));
+    LV *writes = b.CreateAnd(m, fits);
+    LV *ptrs = primals(count);
+    b.CreateMaskedScatter(value, ptrs, align, writes);
+    if (st.entryBytes > pb)
+      b.CreateMaskedScatter(llvm::Constant::getNullValue(memVec), adjoints(ptrs), align, writes);
+    LV *over = b.CreateAnd(m, b.CreateNot(fits));
+    BasicBlock *overBB = c_.newBlock("push.overflow");
+    BasicBlock *done = c_.newBlock("push.done");
+    b.CreateCondBr(b.CreateOrReduce(over), overBB, done, c_.unlikelyFirst());
+    overflow(overBB, done, st, [&] {
+      LV *asked = b.CreateSelect(over, b.CreateAdd(count, activeOnes),
+                                 llvm::Constant::getNullValue(count->getType()));
+      return b.CreateIntMaxReduce(asked, /*IsSigned=*/true);
+    });
+    b.CreateStore(b.CreateAdd(count, activeOnes), countSlot);
+    return;
+  }
+  LV *empty = b.CreateAnd(m, b.CreateICmpSLE(count, lanes_.splat(b.getInt64(0))));
+  c_.raiseIf(b.CreateOrReduce(empty), underflow);
+  if (kind == StmtKind::AdStackPop) {
+    b.CreateStore(b.CreateSub(count, activeOnes), countSlot);
+    return;
+  }
+  // Inactive lanes may be empty: their top (-1, huge unsigned) clamps too.
+  LV *top = b.CreateBinaryIntrinsic(llvm::Intrinsic::umin,
+                                    b.CreateSub(count, lanes_.splat(b.getInt64(1))),
+                                    lanes_.splat(f.lastIndex));
+  LV *ptrs = primals(top);
+  LV *zero = llvm::Constant::getNullValue(memVec);
+  if (kind == StmtKind::AdStackLoadTop) {
+    c_.set(&op, c_.fromMem(b.CreateMaskedGather(memVec, ptrs, align, m, zero), st.elem));
+  } else if (kind == StmtKind::AdStackLoadTopAdj) {
+    c_.set(&op, b.CreateMaskedGather(memVec, adjoints(ptrs), align, m, zero));
+  } else {
+    LV *cur = b.CreateMaskedGather(memVec, adjoints(ptrs), align, m, zero);
+    b.CreateMaskedScatter(b.CreateFAdd(cur, value), adjoints(ptrs), align, m);
+  }
+}
+
+} // namespace qd::codegen

@@ -1,0 +1,261 @@
+//===- EmitContext.cpp - State shared by the LLVM emitter's parts ---------===//
+#include "EmitContext.h"
+
+#include "AbiTypes.h"
+
+#include <llvm/IR/MDBuilder.h>
+#include <llvm/IR/Module.h>
+
+namespace qd::codegen {
+
+EmitContext::EmitContext(const Kernel &k, llvm::LLVMContext &c, const CodegenOptions &o,
+                         KernelLayout &l, LlvmTarget &t)
+    : kernel(k), llvm(c), opts(o), layout(l), target(t),
+      module(std::make_unique<llvm::Module>("qd." + k.name(), c)), b(c) {
+  ptrTy = llvm::PointerType::getUnqual(c);
+  i64 = b.getInt64Ty();
+  i32 = b.getInt32Ty();
+  ctxTy = launchContextType(c);
+  errorTy = errorRecordType(c);
+}
+
+void EmitContext::beginFunction(FunctionState &state, llvm::Function *f, LV *ctxArg, LV *thread) {
+  fn = &state;
+  state.fn = f;
+  state.entry = BasicBlock::Create(llvm, "entry", f);
+  BasicBlock *body = BasicBlock::Create(llvm, "body", f);
+  b.SetInsertPoint(state.entry);
+  b.CreateBr(body);
+  b.SetInsertPoint(body);
+  state.ctxArg = ctxArg;
+  state.thread = thread;
+}
+
+llvm::Type *EmitContext::typeOf(ScalarType t) {
+  switch (t) {
+  case ScalarType::I1:
+    return b.getInt1Ty();
+  case ScalarType::I32:
+    return i32;
+  case ScalarType::I64:
+    return i64;
+  case ScalarType::F32:
+    return b.getFloatTy();
+  case ScalarType::F64:
+    return b.getDoubleTy();
+  }
+  return i32;
+}
+
+LV *EmitContext::toMem(LV *v, ScalarType t) {
+  return t == ScalarType::I1 ? b.CreateZExt(v, shaped(b.getInt8Ty(), v)) : v;
+}
+
+LV *EmitContext::fromMem(LV *v, ScalarType t) {
+  return t == ScalarType::I1 ? b.CreateICmpNE(v, llvm::Constant::getNullValue(v->getType())) : v;
+}
+
+llvm::Type *EmitContext::shaped(llvm::Type *t, LV *like) {
+  if (auto *v = llvm::dyn_cast<llvm::VectorType>(like->getType()))
+    return llvm::VectorType::get(t, v->getElementCount());
+  return t;
+}
+
+llvm::AllocaInst *EmitContext::entryAlloca(llvm::Type *t, const char *name) {
+  llvm::IRBuilder<> eb(fn->entry, fn->entry->begin());
+  llvm::AllocaInst *a = eb.CreateAlloca(t, nullptr, name);
+  if (t->isVectorTy()) {
+    eb.SetInsertPoint(fn->entry->getTerminator());
+    eb.CreateStore(llvm::Constant::getNullValue(t), a);
+  }
+  return a;
+}
+
+LV *EmitContext::ctxField(CtxField f) {
+  LV *&cached = fn->ctxFields[f];
+  if (!cached) {
+    llvm::IRBuilder<> eb = entryBuilder();
+    cached = eb.CreateLoad(launchContextFieldType(llvm, f),
+                           eb.CreateStructGEP(ctxTy, fn->ctxArg, static_cast<unsigned>(f)));
+  }
+  return cached;
+}
+
+LV *EmitContext::get(const Value *v) {
+  auto it = fn->values.find(v);
+  if (it != fn->values.end())
+    return it->second;
+  if (auto *a = dyn_cast<Argument>(v)) {
+    LV *slot = b.CreateGEP(i64, ctxField(CtxField::scalars), b.getInt64(a->index()));
+    LV *raw = b.CreateLoad(i64, slot);
+    ScalarType t = a->type().element();
+    if (isFloat(t)) {
+      if (t == ScalarType::F32)
+        return b.CreateBitCast(b.CreateTrunc(raw, i32), b.getFloatTy());
+      return b.CreateBitCast(raw, b.getDoubleTy());
+    }
+    return t == ScalarType::I64 ? raw : b.CreateTrunc(raw, typeOf(t));
+  }
+  error = "codegen: no value for an operand";
+  return llvm::UndefValue::get(i32);
+}
+
+LV *EmitContext::boundValue(Bound bound) {
+  return bound.isConstant() ? b.getInt32(static_cast<int32_t>(bound.constant)) : get(bound.value);
+}
+
+unsigned EmitContext::site(const Stmt &s, std::string what) {
+  layout.sites.push_back({&s, std::move(what)});
+  return static_cast<unsigned>(layout.sites.size());
+}
+
+void EmitContext::raiseIf(LV *cond, unsigned id, llvm::ArrayRef<LV *> data) {
+  BasicBlock *bad = newBlock("error");
+  BasicBlock *ok = newBlock("ok");
+  b.CreateCondBr(cond, bad, ok, unlikelyFirst());
+  b.SetInsertPoint(bad);
+  target.raiseError(*this, id, data);
+  b.CreateRetVoid();
+  b.SetInsertPoint(ok);
+}
+
+llvm::MDNode *EmitContext::unlikelyFirst() {
+  return llvm::MDBuilder(llvm).createBranchWeights(1, 1 << 20);
+}
+
+llvm::MDNode *EmitContext::unlikelySecond() {
+  return llvm::MDBuilder(llvm).createBranchWeights(1 << 20, 1);
+}
+
+// Gradient kernels are full of short loops with data-dependent trip counts
+// (the reversed inner loops of a nest run 0 to 15 times in benchmark (b)):
+// unrolled by 2, each gets a remainder check that mispredicts, and every
+// mispredict throws away the independent cosf calls in flight. Off, (b)'s
+// gradient went from 1.47x the hand-written loop to about 1.1x
+// (docs/performance.md). Constant trip counts still unroll.
+llvm::MDNode *EmitContext::noRuntimeUnroll() {
+  llvm::MDNode *off =
+      llvm::MDNode::get(llvm, {llvm::MDString::get(llvm, "llvm.loop.unroll.runtime.disable")});
+  llvm::MDNode *loop = llvm::MDNode::getDistinct(llvm, {nullptr, off});
+  loop->replaceOperandWith(0, loop); // a loop ID refers to itself
+  return loop;
+}
+
+llvm::Function *EmitContext::intrinsic(llvm::Intrinsic::ID id, llvm::ArrayRef<llvm::Type *> types) {
+  return llvm::Intrinsic::getDeclaration(module.get(), id, types);
+}
+
+LV *EmitContext::toSlot(LV *v) {
+  llvm::Type *t = v->getType();
+  if (t->isFloatTy())
+    return b.CreateZExt(b.CreateBitCast(v, i32), i64);
+  if (t->isDoubleTy())
+    return b.CreateBitCast(v, i64);
+  if (t->isIntegerTy(1))
+    return b.CreateZExt(v, i64);
+  return b.CreateSExtOrTrunc(v, i64);
+}
+
+LV *EmitContext::fromSlot(LV *raw, ScalarType t) {
+  switch (t) {
+  case ScalarType::F32:
+    return b.CreateBitCast(b.CreateTrunc(raw, i32), b.getFloatTy());
+  case ScalarType::F64:
+    return b.CreateBitCast(raw, b.getDoubleTy());
+  default:
+    return b.CreateTrunc(raw, typeOf(t));
+  }
+}
+
+//===--- Lanes -------------------------------------------------------------===//
+
+LV *Lanes::splat(LV *v) {
+  return v->getType()->isVectorTy() ? v : c_.b.CreateVectorSplat(width(), v);
+}
+
+LV *Lanes::allLanes() {
+  return llvm::ConstantInt::getTrue(vecOf(c_.b.getInt1Ty()));
+}
+
+LV *Lanes::laneIds(llvm::Type *t) {
+  std::vector<llvm::Constant *> ids;
+  for (unsigned l = 0; l < width(); ++l)
+    ids.push_back(llvm::ConstantInt::get(t, l));
+  return llvm::ConstantVector::get(ids);
+}
+
+LV *Lanes::anyLane(LV *cond) {
+  if (!cond->getType()->isVectorTy())
+    return cond;
+  // Inactive lanes may hold poison (a shift by too much): freeze first.
+  cond = c_.b.CreateFreeze(cond);
+  if (mask())
+    cond = c_.b.CreateAnd(cond, mask());
+  return c_.b.CreateOrReduce(cond);
+}
+
+LV *Lanes::lane(LV *v, unsigned l) {
+  return v->getType()->isVectorTy() ? c_.b.CreateExtractElement(v, c_.b.getInt64(l)) : v;
+}
+
+LV *Lanes::perLane(llvm::FunctionCallee fn, llvm::ArrayRef<LV *> args) {
+  LV *r = llvm::PoisonValue::get(vecOf(fn.getFunctionType()->getReturnType()));
+  for (unsigned l = 0; l < width(); ++l) {
+    std::vector<LV *> a;
+    for (LV *x : args)
+      a.push_back(lane(x, l));
+    r = c_.b.CreateInsertElement(r, c_.b.CreateCall(fn, a), c_.b.getInt64(l));
+  }
+  return r;
+}
+
+void Lanes::storeLocal(LV *slot, LV *v, const Stmt *s) {
+  llvm::Type *t = llvm::cast<llvm::AllocaInst>(slot)->getAllocatedType();
+  if (t->isVectorTy()) {
+    v = splat(v);
+    if (mask() && !(s && plan().storesAllLanes(s)))
+      v = c_.b.CreateSelect(mask(), v, c_.b.CreateLoad(t, slot));
+  }
+  c_.b.CreateStore(v, slot);
+}
+
+void Lanes::noteAffine(const Stmt &s) {
+  if (!vectorMode())
+    return;
+  auto &affine = state().affineBase;
+  auto baseOf = [&](const Value *v) -> LV * {
+    auto it = affine.find(v);
+    return it == affine.end() ? nullptr : it->second;
+  };
+  llvm::IRBuilder<> &b = c_.b;
+  if (auto *bin = dyn_cast<BinaryStmt>(&s)) {
+    if (isFloat(bin->type().element()))
+      return;
+    if (bin->op() == BinaryOp::Add || bin->op() == BinaryOp::Sub)
+      if (LV *base = baseOf(bin->lhs()); base && !varying(bin->rhs()))
+        affine[&s] = bin->op() == BinaryOp::Add ? b.CreateAdd(base, c_.get(bin->rhs()))
+                                                : b.CreateSub(base, c_.get(bin->rhs()));
+    if (bin->op() == BinaryOp::Add)
+      if (LV *base = baseOf(bin->rhs()); base && !varying(bin->lhs()))
+        affine[&s] = b.CreateAdd(c_.get(bin->lhs()), base);
+  } else if (auto *cast = dyn_cast<CastStmt>(&s)) {
+    if (LV *base = baseOf(cast->input()); base && !isFloat(cast->to()) &&
+                                          cast->to() != ScalarType::I1 &&
+                                          cast->from() != ScalarType::I1)
+      affine[&s] = b.CreateSExtOrTrunc(base, c_.typeOf(cast->to()));
+  }
+}
+
+llvm::AllocaInst *Lanes::maskAlloca(const char *name) {
+  return c_.entryAlloca(vecOf(c_.b.getInt1Ty()), name);
+}
+
+LV *Lanes::loadMask(llvm::AllocaInst *a) {
+  return c_.b.CreateLoad(a->getAllocatedType(), a);
+}
+
+void Lanes::clearMask(llvm::AllocaInst *a) {
+  c_.b.CreateStore(llvm::Constant::getNullValue(a->getAllocatedType()), a);
+}
+
+} // namespace qd::codegen

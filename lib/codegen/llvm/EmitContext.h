@@ -1,0 +1,231 @@
+//===- EmitContext.h - State shared by the LLVM emitter's parts -*- C++ -*-===//
+//
+// The LLVM emitter is split by concern (arithmetic, memory, control flow,
+// adstacks, the target's hooks); they share an EmitContext: the module and
+// builder, the kernel's layout, the kernel-wide maps, and the state of the
+// function being emitted. Everything that belongs to one LLVM function
+// (its entry block, the context fields it loaded, its value map, its loops,
+// its lanes) lives in one FunctionState, so emitting an outlined task is
+// switching `fn` to a fresh state and back.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "LlvmTarget.h"
+#include "TaskVectorPlan.h"
+
+#include "qd/codegen/llvm/KernelCodegen.h"
+
+#include <llvm/IR/IRBuilder.h>
+
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace qd::codegen {
+
+using LV = llvm::Value;
+using llvm::BasicBlock;
+using CtxField = abi::LaunchContextField;
+
+/// An adstack of the kernel: its id (index in KernelLayout::stacks), element
+/// and bytes per entry of one lane (the primal, then the adjoint if used).
+struct StackRef {
+  unsigned id;
+  ScalarType elem;
+  unsigned entryBytes;
+};
+
+/// Per-function facts of a stack, computed once in the entry block: its
+/// base (LlvmTarget::adStackBase), its capacity, the last index a read may
+/// touch (max(capacity - 1, 0)), and its depth. The depth lives in an
+/// entry-block alloca, not in the heap: each thread owns its stacks, so the
+/// count is private, SROA keeps it in a register, and no store through a
+/// heap pointer can clobber it.
+struct AdStackFrame {
+  LV *base = nullptr, *capacity = nullptr, *lastIndex = nullptr;
+  llvm::AllocaInst *count = nullptr;
+  llvm::AllocaInst *laneCount = nullptr; // per lane (a lane stack), made on demand
+};
+
+/// Lane state of a loop that lanes leave at different times: the lanes that
+/// broke out, and those that broke or continued in this iteration.
+struct LaneLoop {
+  llvm::AllocaInst *exited = nullptr, *skipped = nullptr;
+};
+
+/// The lanes of vector code (docs/runtime.md, "Vectorised tasks"). Outside
+/// vector code `width` is 1 and the rest is empty.
+struct LaneState {
+  unsigned width = 1;
+  const TaskVectorPlan *plan = nullptr;
+  /// The active lanes (null: all).
+  LV *mask = nullptr;
+  /// Lane-affine integers: lane l holds base + l.
+  std::unordered_map<const Value *, LV *> affineBase;
+  /// The masked loops being emitted.
+  std::unordered_map<const Stmt *, LaneLoop> loops;
+  /// Per-lane if arms being emitted: the block after the arm, and the depth
+  /// of FunctionState::loops there.
+  std::vector<std::pair<BasicBlock *, size_t>> ifExits;
+};
+
+/// A loop being emitted: where continue and break go, and its statement.
+struct LoopFrame {
+  BasicBlock *continueTo, *breakTo;
+  const Stmt *stmt;
+};
+
+/// Everything that belongs to the LLVM function being emitted.
+struct FunctionState {
+  llvm::Function *fn = nullptr;
+  BasicBlock *entry = nullptr;
+  /// The QdLaunchContext pointer, and the thread value the target keeps
+  /// (CPU: the worker argument).
+  LV *ctxArg = nullptr, *thread = nullptr;
+  std::unordered_map<const Value *, LV *> values;
+  /// Loaded once in the entry block (the context does not change during a
+  /// launch; global data could otherwise alias it).
+  std::unordered_map<CtxField, LV *> ctxFields;
+  std::unordered_map<unsigned, AdStackFrame> stacks;
+  std::unordered_map<unsigned, LV *> shapes, slots;
+  std::vector<LoopFrame> loops;
+  /// In a parallel task's function: its index in KernelLayout::tasks and its
+  /// plan (which also serves the scalar code: its private atomics).
+  int parallelTask = -1;
+  const TaskVectorPlan *taskPlan = nullptr;
+  LaneState lanes;
+};
+
+class EmitContext {
+public:
+  EmitContext(const Kernel &kernel, llvm::LLVMContext &context, const CodegenOptions &options,
+              KernelLayout &layout, LlvmTarget &target);
+
+  const Kernel &kernel;
+  llvm::LLVMContext &llvm;
+  const CodegenOptions &opts;
+  KernelLayout &layout;
+  LlvmTarget &target;
+  std::unique_ptr<llvm::Module> module;
+  llvm::IRBuilder<> b;
+  llvm::PointerType *ptrTy;
+  llvm::IntegerType *i64, *i32;
+  llvm::StructType *ctxTy, *errorTy;
+
+  /// The function being emitted.
+  FunctionState *fn = nullptr;
+  /// The top-level statement (task) being emitted.
+  const Stmt *currentTask = nullptr;
+  std::unordered_map<const Value *, StackRef> stacks;
+  /// Set on an internal inconsistency; run() reports it.
+  std::string error;
+
+  /// Makes `state` the current function: `f` with an entry block (for
+  /// allocas and cached loads) that falls through to a body block, where
+  /// the builder is left.
+  void beginFunction(FunctionState &state, llvm::Function *f, LV *ctxArg, LV *thread);
+  BasicBlock *newBlock(const llvm::Twine &name) { return BasicBlock::Create(llvm, name, fn->fn); }
+  /// A builder before the entry block's terminator.
+  llvm::IRBuilder<> entryBuilder() { return llvm::IRBuilder<>(fn->entry->getTerminator()); }
+
+  llvm::Type *typeOf(ScalarType t);
+  /// In-memory type (i1 is a byte).
+  llvm::Type *memTypeOf(ScalarType t) { return t == ScalarType::I1 ? b.getInt8Ty() : typeOf(t); }
+  LV *toMem(LV *v, ScalarType t);
+  LV *fromMem(LV *v, ScalarType t);
+  /// `t`, or a vector of `t` of the length of `like` when it is a vector.
+  static llvm::Type *shaped(llvm::Type *t, LV *like);
+
+  /// An alloca in the entry block. Vector allocas start at zero: masked
+  /// stores keep the inactive lanes' old value, which must not be undefined.
+  llvm::AllocaInst *entryAlloca(llvm::Type *t, const char *name = "");
+  /// A field of the launch context, loaded once in the entry block.
+  LV *ctxField(CtxField f);
+  /// The LLVM value of `v` (scalar arguments are read from ctx->scalars).
+  LV *get(const Value *v);
+  void set(const Value *v, LV *value) { fn->values[v] = value; }
+  LV *boundValue(Bound bound);
+
+  /// Adds an error site for `s`; returns its id (1-based).
+  unsigned site(const Stmt &s, std::string what);
+  /// if (cond) { raise(id, data); return; }. The launch fails with the
+  /// first error raised, so the rest of this function's work (the serial
+  /// kernel, or the task's current chunk) is skipped, as the interpreter
+  /// stops at its first error; code after the check may rely on `!cond`.
+  void raiseIf(LV *cond, unsigned id, llvm::ArrayRef<LV *> data = {});
+  llvm::MDNode *unlikelyFirst();
+  llvm::MDNode *unlikelySecond();
+  /// Loop metadata that turns off runtime unrolling (see EmitControl.cpp).
+  llvm::MDNode *noRuntimeUnroll();
+  llvm::Function *intrinsic(llvm::Intrinsic::ID id, llvm::ArrayRef<llvm::Type *> types);
+
+  /// A value as an 8-byte capture slot, and back.
+  LV *toSlot(LV *v);
+  LV *fromSlot(LV *raw, ScalarType t);
+};
+
+/// Helpers of vector code: values with one element per lane, masks.
+class Lanes {
+public:
+  explicit Lanes(EmitContext &c) : c_(c) {}
+
+  LaneState &state() { return c_.fn->lanes; }
+  unsigned width() const { return c_.fn->lanes.width; }
+  bool vectorMode() const { return width() > 1; }
+  const TaskVectorPlan &plan() const { return *c_.fn->lanes.plan; }
+  /// Whether `v` has one value per lane (always false outside vector mode).
+  bool varying(const Value *v) const { return vectorMode() && plan().isVarying(v); }
+  llvm::Type *vecOf(llvm::Type *t) { return llvm::FixedVectorType::get(t, width()); }
+  LV *splat(LV *v);
+  /// The value of `v`, as a vector when `asVector`.
+  LV *operand(const Value *v, bool asVector) { return asVector ? splat(c_.get(v)) : c_.get(v); }
+  LV *mask() const { return c_.fn->lanes.mask; }
+  LV *allLanes();
+  /// The active lanes, as a vector.
+  LV *activeMask() { return mask() ? mask() : allLanes(); }
+  /// <0, 1, ..., width - 1> of type `t`.
+  LV *laneIds(llvm::Type *t);
+  /// Whether some active lane has `cond` set (a scalar condition is the
+  /// same in every lane, and some lane is always active).
+  LV *anyLane(LV *cond);
+  /// Lane `l` of `v` (`v` itself when uniform).
+  LV *lane(LV *v, unsigned l);
+  /// Calls the scalar `fn` once per lane.
+  LV *perLane(llvm::FunctionCallee fn, llvm::ArrayRef<LV *> args);
+  /// Runs `body(l)` for every active lane `l` (a branch per lane under a
+  /// partial mask).
+  template <typename Body> void forEachActiveLane(Body &&body);
+  /// Stores `v` to local `slot`, only in the active lanes of a vector local
+  /// unless statement `s` may write them all (TaskVectorPlan).
+  void storeLocal(LV *slot, LV *v, const Stmt *s = nullptr);
+  /// Records `s` as lane-affine when it adds a uniform value to, or
+  /// converts, a lane-affine integer: accesses at such an index in the last
+  /// dimension are contiguous.
+  void noteAffine(const Stmt &s);
+  llvm::AllocaInst *maskAlloca(const char *name);
+  LV *loadMask(llvm::AllocaInst *a);
+  void clearMask(llvm::AllocaInst *a);
+
+private:
+  EmitContext &c_;
+};
+
+template <typename Body> void Lanes::forEachActiveLane(Body &&body) {
+  for (unsigned l = 0; l < width(); ++l) {
+    if (!mask()) {
+      body(l);
+      continue;
+    }
+    BasicBlock *on = c_.newBlock("lane.on");
+    BasicBlock *next = c_.newBlock("lane.next");
+    c_.b.CreateCondBr(lane(mask(), l), on, next);
+    c_.b.SetInsertPoint(on);
+    body(l);
+    c_.b.CreateBr(next);
+    c_.b.SetInsertPoint(next);
+  }
+}
+
+} // namespace qd::codegen

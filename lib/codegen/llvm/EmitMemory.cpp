@@ -1,0 +1,240 @@
+//===- EmitMemory.cpp - Locals, fields, ndarrays and atomics --------------===//
+//
+// Locals are entry-block allocas (vectors in vector code when varying).
+// Globals are addressed through ctx->globals[slot] (KernelLayout::slots)
+// with a row-major flat index; with bounds checks every index is checked.
+//
+//===----------------------------------------------------------------------===//
+#include "KernelEmitter.h"
+
+namespace qd::codegen {
+namespace {
+
+/// `atomic_add` of `elem` values (in memory form): float add, i1 xor,
+/// wrapping integer add.
+llvm::AtomicRMWInst::BinOp atomicAddOp(ScalarType elem) {
+  return isFloat(elem)            ? llvm::AtomicRMWInst::FAdd
+         : elem == ScalarType::I1 ? llvm::AtomicRMWInst::Xor
+                                  : llvm::AtomicRMWInst::Add;
+}
+
+} // namespace
+
+void MemoryLowering::alloca(AllocaStmt &a) {
+  llvm::Type *t = c_.typeOf(a.elementType());
+  llvm::AllocaInst *slot = c_.entryAlloca(lanes_.varying(&a) ? lanes_.vecOf(t) : t);
+  lanes_.storeLocal(slot, llvm::Constant::getNullValue(t), &a);
+  c_.set(&a, slot);
+}
+
+void MemoryLowering::localLoad(LocalLoadStmt &ld) {
+  LV *slot = c_.get(ld.local());
+  c_.set(&ld, c_.b.CreateLoad(llvm::cast<llvm::AllocaInst>(slot)->getAllocatedType(), slot));
+}
+
+void MemoryLowering::localStore(LocalStoreStmt &st) {
+  lanes_.storeLocal(c_.get(st.local()), c_.get(st.value()), &st);
+}
+
+void MemoryLowering::shape(ShapeStmt &sh) {
+  LV *extent = ndShape(cast<Argument>(sh.ndarray()), sh.axis());
+  c_.set(&sh, c_.b.CreateTrunc(extent, c_.typeOf(sh.type().element())));
+}
+
+unsigned MemoryLowering::slotOf(const GlobalAccessStmt &g) {
+  const Field *f = g.isField() ? g.field() : nullptr;
+  const Argument *a = g.isField() ? nullptr : cast<Argument>(g.ndarray());
+  auto &slots = c_.layout.slots;
+  for (unsigned i = 0; i < slots.size(); ++i)
+    if (slots[i].field == f && slots[i].ndarray == a && slots[i].component == g.component())
+      return i;
+  slots.push_back({f, a, g.component()});
+  return static_cast<unsigned>(slots.size() - 1);
+}
+
+LV *MemoryLowering::ndShape(const Argument *a, unsigned axis) {
+  unsigned off = c_.layout.shapeOffset[a->index()] + axis;
+  LV *&cached = c_.fn->shapes[off];
+  if (!cached) {
+    LV *shapes = c_.ctxField(CtxField::ndShapes);
+    llvm::IRBuilder<> eb = c_.entryBuilder();
+    cached = eb.CreateLoad(c_.i64, eb.CreateGEP(c_.i64, shapes, eb.getInt64(off)));
+  }
+  return cached;
+}
+
+LV *MemoryLowering::slotBase(unsigned slot) {
+  LV *&cached = c_.fn->slots[slot];
+  if (!cached) {
+    LV *globals = c_.ctxField(CtxField::globals);
+    llvm::IRBuilder<> eb = c_.entryBuilder();
+    cached = eb.CreateLoad(c_.ptrTy, eb.CreateGEP(c_.ptrTy, globals, eb.getInt64(slot)));
+  }
+  return cached;
+}
+
+std::vector<LV *> MemoryLowering::extentsOf(const GlobalAccessStmt &g) {
+  std::vector<LV *> extents;
+  if (g.isField())
+    for (int64_t e : g.field()->shape())
+      extents.push_back(c_.b.getInt64(e));
+  else
+    for (unsigned d = 0; d < g.numIndices(); ++d)
+      extents.push_back(ndShape(cast<Argument>(g.ndarray()), d));
+  return extents;
+}
+
+unsigned MemoryLowering::indexSite(GlobalAccessStmt &g) {
+  unsigned id = c_.site(g, "index out of range");
+  c_.layout.sites.back().indexCheck = true;
+  return id;
+}
+
+LV *MemoryLowering::addOf(LV *x, LV *y, ScalarType elem) {
+  return isFloat(elem)            ? c_.b.CreateFAdd(x, y)
+         : elem == ScalarType::I1 ? c_.b.CreateXor(x, y)
+                                  : c_.b.CreateAdd(x, y);
+}
+
+void MemoryLowering::globalAccess(GlobalAccessStmt &g) {
+  // In vector code every lane stores and adds for itself; a load at a
+  // uniform index serves all lanes.
+  if (lanes_.vectorMode() && (g.kind() != StmtKind::GlobalLoad || lanes_.varying(&g)))
+    return globalAccessLanes(g);
+  llvm::IRBuilder<> &b = c_.b;
+  ScalarType elem = g.elementType();
+  llvm::Type *mem = c_.memTypeOf(elem);
+  std::vector<LV *> extents = extentsOf(g);
+  LV *flat = b.getInt64(0);
+  LV *bad = b.getFalse();
+  std::vector<LV *> indices;
+  for (unsigned d = 0; d < g.numIndices(); ++d) {
+    LV *idx = b.CreateSExt(c_.get(g.index(d)), c_.i64);
+    indices.push_back(idx);
+    if (c_.opts.boundsChecked)
+      bad = b.CreateOr(bad, b.CreateICmpUGE(idx, extents[d])); // negative is huge unsigned
+    flat = b.CreateAdd(b.CreateMul(flat, extents[d]), idx);
+  }
+  LV *base = slotBase(slotOf(g));
+  if (c_.opts.boundsChecked && g.numIndices() > 0)
+    c_.raiseIf(bad, indexSite(g), indices);
+  LV *ptr = b.CreateGEP(mem, base, flat);
+  if (g.kind() == StmtKind::GlobalLoad) {
+    c_.set(&g, c_.fromMem(b.CreateLoad(mem, ptr), elem));
+  } else if (auto *st = dyn_cast<GlobalStoreStmt>(&g)) {
+    b.CreateStore(c_.toMem(c_.get(st->value()), elem), ptr);
+  } else {
+    LV *v = c_.toMem(c_.get(cast<AtomicAddStmt>(g).value()), elem);
+    const TaskVectorPlan *plan = c_.fn->taskPlan;
+    if (plan && plan->isPrivateAtomic(&g)) // no other iteration touches it
+      b.CreateStore(addOf(b.CreateLoad(mem, ptr), v, elem), ptr);
+    else
+      c_.target.atomicUpdate(c_, atomicAddOp(elem), ptr, v, llvm::Align(storageBytes(elem)));
+  }
+}
+
+void MemoryLowering::globalAccessLanes(GlobalAccessStmt &g) {
+  llvm::IRBuilder<> &b = c_.b;
+  ScalarType elem = g.elementType();
+  llvm::Type *mem = c_.memTypeOf(elem);
+  llvm::Type *memVec = lanes_.vecOf(mem);
+  llvm::Align align(storageBytes(elem));
+  LV *mask = lanes_.mask();
+  unsigned n = g.numIndices();
+  std::vector<LV *> extents = extentsOf(g), indices;
+  LV *bad = b.getFalse();
+  for (unsigned d = 0; d < n; ++d) {
+    LV *idx = c_.get(g.index(d));
+    idx = b.CreateSExt(idx, EmitContext::shaped(c_.i64, idx));
+    indices.push_back(idx);
+    if (c_.opts.boundsChecked) {
+      LV *out = b.CreateICmpUGE(idx, idx->getType()->isVectorTy() ? lanes_.splat(extents[d])
+                                                                  : extents[d]);
+      bad = out->getType()->isVectorTy() || bad->getType()->isVectorTy()
+                ? b.CreateOr(lanes_.splat(bad), lanes_.splat(out))
+                : b.CreateOr(bad, out);
+    }
+  }
+  if (c_.opts.boundsChecked && n > 0) {
+    unsigned id = indexSite(g);
+    std::vector<LV *> data = indices;
+    if (bad->getType()->isVectorTy()) { // the indices of the first failing lane
+      LV *badLanes = mask ? b.CreateAnd(bad, mask) : bad;
+      LV *bits = b.CreateBitCast(badLanes, b.getIntNTy(lanes_.width()));
+      LV *first =
+          b.CreateZExt(b.CreateBinaryIntrinsic(llvm::Intrinsic::cttz, bits, b.getTrue()), c_.i64);
+      for (LV *&d : data)
+        if (d->getType()->isVectorTy())
+          d = b.CreateExtractElement(d, first);
+    }
+    c_.raiseIf(lanes_.anyLane(bad), id, data);
+  }
+  LV *base = slotBase(slotOf(g));
+  // Contiguous: uniform indices, then base + lane in the last dimension.
+  auto &affine = lanes_.state().affineBase;
+  auto last = n > 0 ? affine.find(g.index(n - 1)) : affine.end();
+  bool contiguous = last != affine.end();
+  for (unsigned d = 0; d + 1 < n && contiguous; ++d)
+    contiguous = !indices[d]->getType()->isVectorTy();
+  LV *ptr = nullptr;  // contiguous: lane 0's element; else uniform: the element
+  LV *ptrs = nullptr; // per lane
+  if (contiguous)
+    indices[n - 1] = b.CreateSExt(last->second, c_.i64);
+  LV *flat = b.getInt64(0);
+  for (unsigned d = 0; d < n; ++d) {
+    LV *ext = extents[d], *idx = indices[d];
+    if (idx->getType()->isVectorTy() || flat->getType()->isVectorTy())
+      flat = b.CreateAdd(b.CreateMul(lanes_.splat(flat), lanes_.splat(ext)), lanes_.splat(idx));
+    else
+      flat = b.CreateAdd(b.CreateMul(flat, ext), idx);
+  }
+  if (flat->getType()->isVectorTy())
+    ptrs = b.CreateGEP(mem, base, flat);
+  else
+    ptr = b.CreateGEP(mem, base, flat);
+  LV *zero = llvm::Constant::getNullValue(memVec);
+  if (auto *st = dyn_cast<AtomicAddStmt>(&g); st && lanes_.plan().isPrivateAtomic(st)) {
+    // No other iteration touches the element: read, add, write.
+    if (!contiguous && !ptrs)
+      ptrs = lanes_.splat(ptr);
+    LV *active = lanes_.activeMask();
+    LV *old = contiguous ? b.CreateMaskedLoad(memVec, ptr, align, active, zero)
+                         : b.CreateMaskedGather(memVec, ptrs, align, active, zero);
+    LV *sum = addOf(old, c_.toMem(lanes_.splat(c_.get(st->value())), elem), elem);
+    if (contiguous)
+      b.CreateMaskedStore(sum, ptr, align, active);
+    else
+      b.CreateMaskedScatter(sum, ptrs, align, active);
+    return;
+  }
+  if (auto *st = dyn_cast<AtomicAddStmt>(&g)) {
+    LV *v = c_.toMem(c_.get(st->value()), elem);
+    lanes_.forEachActiveLane([&](unsigned l) {
+      LV *p = ptrs ? lanes_.lane(ptrs, l) : contiguous ? b.CreateConstGEP1_64(mem, ptr, l) : ptr;
+      c_.target.atomicUpdate(c_, atomicAddOp(elem), p, lanes_.lane(v, l), align);
+    });
+    return;
+  }
+  if (!contiguous && !ptrs) // a uniform element in every lane
+    ptrs = lanes_.splat(ptr);
+  if (g.kind() == StmtKind::GlobalLoad) {
+    LV *v = nullptr;
+    if (!contiguous)
+      v = b.CreateMaskedGather(memVec, ptrs, align, lanes_.activeMask(), zero);
+    else if (mask)
+      v = b.CreateMaskedLoad(memVec, ptr, align, mask, zero);
+    else
+      v = b.CreateAlignedLoad(memVec, ptr, align);
+    c_.set(&g, c_.fromMem(v, elem));
+    return;
+  }
+  LV *v = c_.toMem(lanes_.splat(c_.get(cast<GlobalStoreStmt>(g).value())), elem);
+  if (contiguous && !mask)
+    b.CreateAlignedStore(v, ptr, align);
+  else if (contiguous)
+    b.CreateMaskedStore(v, ptr, align, mask);
+  else
+    b.CreateMaskedScatter(v, ptrs, align, lanes_.activeMask());
+}
+
+} // namespace qd::codegen

@@ -1,0 +1,193 @@
+//===- KernelEmitter.h - The target-neutral LLVM emitter --------*- C++ -*-===//
+//
+// KernelEmitter walks a kernel and dispatches each statement (one visitor
+// case per statement kind) to the part of the emitter that lowers it:
+//
+//   ArithLowering        constants, arithmetic, comparisons, casts, selects
+//                        (EmitArith.cpp)
+//   MemoryLowering       locals, fields, ndarrays, atomics (EmitMemory.cpp)
+//   ControlFlowLowering  loops, ifs, break/continue, masked loops of vector
+//                        code (EmitControl.cpp)
+//   AdStackLowering      adstack operations (EmitAdStack.cpp)
+//
+// Parallel tasks go to the target (LlvmTarget::emitParallelTask; CpuTarget
+// in CpuTarget.cpp), which lowers their bodies through this emitter. Each
+// part works in vector code (one value per SIMD lane) too; see Lanes.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "EmitContext.h"
+
+#include "qd/ir/Visitor.h"
+
+#include <absl/status/statusor.h>
+
+#include <functional>
+
+namespace qd::codegen {
+
+class ArithLowering {
+public:
+  explicit ArithLowering(EmitContext &c) : c_(c), lanes_(c) {}
+  LV *constant(ConstStmt &s);
+  LV *binary(BinaryStmt &s);
+  LV *unary(UnaryStmt &s);
+  LV *compare(CmpStmt &s);
+  LV *select(SelectStmt &s);
+  LV *cast(CastStmt &s);
+
+private:
+  LV *integerBinary(BinaryStmt &s, LV *x, LV *y, bool vec);
+  /// min/max where NaN loses to a number and -0 < +0.
+  LV *floatMinMax(LV *x, LV *y, ScalarType t, bool isMin);
+
+  EmitContext &c_;
+  Lanes lanes_;
+};
+
+class MemoryLowering {
+public:
+  explicit MemoryLowering(EmitContext &c) : c_(c), lanes_(c) {}
+  void alloca(AllocaStmt &s);
+  void localLoad(LocalLoadStmt &s);
+  void localStore(LocalStoreStmt &s);
+  void shape(ShapeStmt &s);
+  /// load, store and atomic_add of fields and ndarrays.
+  void globalAccess(GlobalAccessStmt &g);
+
+private:
+  unsigned slotOf(const GlobalAccessStmt &g);
+  /// ndarray extents and global base pointers are loaded once per function
+  /// in the entry block: stores to global data could otherwise alias them,
+  /// and LLVM would reload them in every iteration.
+  LV *ndShape(const Argument *a, unsigned axis);
+  LV *slotBase(unsigned slot);
+  /// The extents of the global `g` accesses (i64).
+  std::vector<LV *> extentsOf(const GlobalAccessStmt &g);
+  /// A global access with per-lane indices or values, in the active lanes.
+  void globalAccessLanes(GlobalAccessStmt &g);
+  /// The index error site of `g` (its data: the indices).
+  unsigned indexSite(GlobalAccessStmt &g);
+  LV *addOf(LV *x, LV *y, ScalarType elem);
+
+  EmitContext &c_;
+  Lanes lanes_;
+};
+
+class KernelEmitter;
+
+class ControlFlowLowering {
+public:
+  ControlFlowLowering(EmitContext &c, KernelEmitter &e) : c_(c), lanes_(c), e_(e) {}
+  /// for i in [begin, end) with `body(i)`, i += step; continue goes to the
+  /// latch. `loop` is the statement that breaks and continues leave.
+  void countedLoop(LV *begin, LV *end, llvm::Type *ty, const Stmt *loop,
+                   const std::function<void(LV *)> &body, uint64_t step = 1);
+  void forLoop(ForStmt &loop);
+  void whileLoop(WhileStmt &w);
+  void ifStmt(IfStmt &i);
+  /// break / continue.
+  void jump(Stmt &s);
+
+private:
+  /// The blocks of a loop whose header decides whether to run the body and
+  /// whose latch steps it (a counted loop, or a masked loop of vector code).
+  struct LoopBlocks {
+    BasicBlock *header, *body, *latch, *exit;
+  };
+  LoopBlocks loopBlocks(const char *prefix);
+  /// Emits `body` with `frame` as the innermost loop.
+  void inLoop(const LoopFrame &frame, const std::function<void()> &body);
+  /// Falls through to the latch, emits `step` there and the back edge, and
+  /// continues at the exit.
+  void finishLoop(const LoopBlocks &blocks, const std::function<void()> &step);
+  /// A for or while loop whose lanes leave at different times.
+  void maskedLoop(Stmt &loop);
+  void vectorIf(IfStmt &i, LV *cond, LV *entryMask);
+
+  EmitContext &c_;
+  Lanes lanes_;
+  KernelEmitter &e_;
+};
+
+class AdStackLowering {
+public:
+  explicit AdStackLowering(EmitContext &c) : c_(c), lanes_(c) {}
+  void alloca(AdStackAllocaStmt &a);
+  /// push, pop, load_top, load_top_adj, acc_adjoint.
+  void op(AdStackOpStmt &op);
+
+private:
+  const AdStackFrame &frame(unsigned id);
+  llvm::AllocaInst *laneCount(unsigned id);
+  /// The stack's depth is one value (scalar code, or all lanes together).
+  void uniformOp(AdStackOpStmt &op, const StackRef &st, unsigned width);
+  /// Each lane keeps its own depth (operations under a partial mask).
+  void perLaneOp(AdStackOpStmt &op, const StackRef &st);
+  /// The overflow block `over` of a push: needed[id] = max(needed[id],
+  /// asked()), then on to `done`.
+  void overflow(BasicBlock *over, BasicBlock *done, const StackRef &st,
+                const std::function<LV *()> &asked);
+  unsigned underflowSite(AdStackOpStmt &op);
+  /// needed[id] = max(needed[id], depth): the capacity a push asked for.
+  void raiseNeeded(unsigned id, LV *depth);
+
+  EmitContext &c_;
+  Lanes lanes_;
+};
+
+class KernelEmitter : public StmtVisitor<KernelEmitter> {
+public:
+  KernelEmitter(const Kernel &kernel, llvm::LLVMContext &context, const CodegenOptions &options,
+                KernelLayout &layout, LlvmTarget &target);
+
+  absl::StatusOr<std::unique_ptr<llvm::Module>> run();
+
+  EmitContext &context() { return c_; }
+  ControlFlowLowering &control() { return control_; }
+  /// Emits the statements of `block` (up to a break or continue).
+  void emitBlock(Block &block);
+  /// The top-level values task `task` uses, in order of first use.
+  std::vector<const Value *> capturesOf(ForStmt &task);
+  /// What the runtime can read of a task bound before the launch.
+  static KernelLayout::TaskBound taskBound(Bound b);
+
+  // One case per statement kind, none by default (visitStmt reports a kind
+  // without a case).
+  void visitStmt(Stmt &s);
+  void visitConstStmt(ConstStmt &s) { c_.set(&s, arith_.constant(s)); }
+  void visitBinaryStmt(BinaryStmt &s) { c_.set(&s, arith_.binary(s)); }
+  void visitUnaryStmt(UnaryStmt &s) { c_.set(&s, arith_.unary(s)); }
+  void visitCmpStmt(CmpStmt &s) { c_.set(&s, arith_.compare(s)); }
+  void visitSelectStmt(SelectStmt &s) { c_.set(&s, arith_.select(s)); }
+  void visitCastStmt(CastStmt &s) { c_.set(&s, arith_.cast(s)); }
+  void visitAllocaStmt(AllocaStmt &s) { memory_.alloca(s); }
+  void visitLocalLoadStmt(LocalLoadStmt &s) { memory_.localLoad(s); }
+  void visitLocalStoreStmt(LocalStoreStmt &s) { memory_.localStore(s); }
+  void visitGlobalLoadStmt(GlobalLoadStmt &s) { memory_.globalAccess(s); }
+  void visitGlobalStoreStmt(GlobalStoreStmt &s) { memory_.globalAccess(s); }
+  void visitAtomicAddStmt(AtomicAddStmt &s) { memory_.globalAccess(s); }
+  void visitShapeStmt(ShapeStmt &s) { memory_.shape(s); }
+  void visitForStmt(ForStmt &s) { control_.forLoop(s); }
+  void visitSerialStmt(SerialStmt &s) { emitBlock(s.block(0)); }
+  void visitWhileStmt(WhileStmt &s) { control_.whileLoop(s); }
+  void visitBreakStmt(BreakStmt &s) { control_.jump(s); }
+  void visitContinueStmt(ContinueStmt &s) { control_.jump(s); }
+  void visitIfStmt(IfStmt &s) { control_.ifStmt(s); }
+  void visitAdStackAllocaStmt(AdStackAllocaStmt &s) { adstacks_.alloca(s); }
+  void visitAdStackPushStmt(AdStackPushStmt &s) { adstacks_.op(s); }
+  void visitAdStackPopStmt(AdStackPopStmt &s) { adstacks_.op(s); }
+  void visitAdStackLoadTopStmt(AdStackLoadTopStmt &s) { adstacks_.op(s); }
+  void visitAdStackLoadTopAdjStmt(AdStackLoadTopAdjStmt &s) { adstacks_.op(s); }
+  void visitAdStackAccAdjointStmt(AdStackAccAdjointStmt &s) { adstacks_.op(s); }
+
+private:
+  EmitContext c_;
+  ArithLowering arith_;
+  MemoryLowering memory_;
+  ControlFlowLowering control_;
+  AdStackLowering adstacks_;
+};
+
+} // namespace qd::codegen

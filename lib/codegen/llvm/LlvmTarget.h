@@ -1,0 +1,107 @@
+//===- LlvmTarget.h - What a target adds to the LLVM emitter ----*- C++ -*-===//
+//
+// The LLVM emitter (KernelEmitter) lowers arithmetic, control flow, memory
+// and adstack operations the same way for every target. What differs
+// between targets goes through the hooks below: how a parallel task's
+// iterations are spread over threads, which thread is running, where an
+// adstack entry lives, which math library is called, how atomics and error
+// records are written. CpuTarget implements them for the host CPU; a GPU
+// target (NVPTX, AMDGPU) subclasses LlvmTarget and implements each hook as
+// its comment describes.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "qd/codegen/llvm/KernelCodegen.h"
+#include "qd/ir/Stmt.h"
+
+#include <llvm/ADT/ArrayRef.h>
+#include <llvm/IR/Instructions.h>
+
+#include <memory>
+
+namespace qd::codegen {
+
+class EmitContext;
+class KernelEmitter;
+struct AdStackFrame;
+struct StackRef;
+
+/// The math functions whose implementation is the target's choice (the
+/// others are LLVM intrinsics every target lowers natively: fabs, sqrt,
+/// floor, ceil).
+enum class MathFn { Sin, Cos, Exp, Log, Tan, Tanh, Pow, Atan2 };
+
+class LlvmTarget {
+public:
+  virtual ~LlvmTarget() = default;
+
+  /// Task mapping. Emits the top-level parallel `for` `task` at the
+  /// insertion point of the entry function, and records it in
+  /// KernelLayout::tasks. Its body is lowered by `emitter` in a function
+  /// state of the target's own (EmitContext::beginFunction).
+  /// CPU: outlines `qd_task_<n>(ctx, captures, begin, end, worker)` over a
+  /// chunk, runs whole groups of SIMD lanes then the scalar rest, and calls
+  /// `qd_rt_parallel_for`. GPU: a kernel function whose threads run a
+  /// grid-stride loop over [begin, end) in a bounded grid; the entry
+  /// function becomes host-side launch code (no lanes: lanes stay 1).
+  virtual void emitParallelTask(KernelEmitter &emitter, ForStmt &task) = 0;
+
+  /// The index (i32) of the thread running the current function, which
+  /// selects its slice of per-thread memory (the adstack heap).
+  /// CPU: the worker argument of `qd_task_<n>` (0 in the entry function).
+  /// GPU: the global thread id (block id * block size + thread id, from the
+  /// target's special registers), read in the entry block.
+  virtual llvm::Value *threadIndex(EmitContext &c) = 0;
+
+  /// Adstack entry address, part 1: the per-function base of stack `id`,
+  /// emitted in the entry block (EmitContext::entryBuilder).
+  /// CPU: heap + thread * ctx->stride + ctx->offsets[id] (thread-major).
+  /// GPU: heap + offsets[id] * T + thread * entry bytes, for the layout
+  /// interleaved across the T threads of the launch (DESIGN.md), so that a
+  /// warp's pushes and loads coalesce.
+  virtual llvm::Value *adStackBase(EmitContext &c, unsigned id) = 0;
+  /// Adstack entry address, part 2: the primal of entry `index` (i64) of a
+  /// stack, for `width` lanes that share one depth (1 outside vector code).
+  /// CPU: base + index * entryBytes * width (lane l's primal at + l * elem,
+  /// the lanes' adjoints after all primals). GPU: base + index * T * entry
+  /// bytes.
+  virtual llvm::Value *adStackEntry(EmitContext &c, const StackRef &stack,
+                                    const AdStackFrame &frame, llvm::Value *index,
+                                    unsigned width) = 0;
+  /// The adjoint of the entry whose primal `adStackEntry` returned as
+  /// `primal`. CPU: primal + elem bytes * width. GPU: wherever its layout
+  /// keeps adjoints (e.g. its own interleaved array).
+  virtual llvm::Value *adStackAdjoint(EmitContext &c, const StackRef &stack, llvm::Value *primal,
+                                      unsigned width) = 0;
+
+  /// Math calls: `fn` of `type` applied to `args`, which are vectors in
+  /// vector code (one value per lane) and scalars otherwise.
+  /// CPU: LLVM intrinsics and libm; glibc's libmvec for vector sin, cos,
+  /// exp and log (CodegenOptions::libmvec). NVPTX: libdevice (`__nv_sinf`,
+  /// ...). AMDGPU: ocml (`__ocml_sin_f32`, ...).
+  virtual llvm::Value *mathCall(EmitContext &c, MathFn fn, ScalarType type,
+                                llvm::ArrayRef<llvm::Value *> args) = 0;
+
+  /// Atomics: an atomic read-modify-write of `value` at `ptr`, with relaxed
+  /// (monotonic) ordering; only its effect is used. CPU: `atomicrmw`.
+  /// GPU: `atomicrmw` with a device-wide sync scope; AMDGPU may need a
+  /// compare-and-swap loop for float adds the hardware lacks.
+  virtual void atomicUpdate(EmitContext &c, llvm::AtomicRMWInst::BinOp op, llvm::Value *ptr,
+                            llvm::Value *value, llvm::Align align) = 0;
+
+  /// Raising an error: records error site `site` in the launch's error
+  /// record if no site is recorded yet, and if so writes `data` (i64
+  /// values, at most kMaxErrorData) to its data. The emitter then leaves
+  /// the function. CPU: a compare-and-swap on ctx->error->site. GPU: the
+  /// same on the record in device memory (system scope so the host reads
+  /// it after the launch).
+  virtual void raiseError(EmitContext &c, unsigned site, llvm::ArrayRef<llvm::Value *> data) = 0;
+};
+
+/// The hooks of `target`.
+std::unique_ptr<LlvmTarget> createTarget(CodegenTarget target);
+/// The host CPU's hooks.
+std::unique_ptr<LlvmTarget> createCpuTarget();
+
+} // namespace qd::codegen

@@ -1,0 +1,212 @@
+//===- qd-translate.cpp - Print the code generated for qd kernels ---------===//
+//
+//   qd-translate [input.qd|-] [--target=cpu] [--kernel=name] [--passes=...]
+//                [--vector-width=N] [--bounds-check] [--no-vector-math]
+//                [--optimize] [-o out]
+//
+// Reads a module (stdin by default), verifies it, optionally runs a pass
+// pipeline, and prints the LLVM IR the code generator emits for one kernel
+// or for every kernel (one LLVM module each, in module order). Without
+// --optimize the IR is exactly what the code generator produced; with it,
+// the IR after the O3 pipeline the CPU backend runs before JIT compilation.
+// Any diagnostic goes to stderr and the exit code is 1.
+//
+//===----------------------------------------------------------------------===//
+#include "qd/codegen/llvm/KernelCodegen.h"
+#include "qd/codegen/llvm/Optimize.h"
+#include "qd/ir/Parser.h"
+#include "qd/ir/Verifier.h"
+#include "qd/transforms/Passes.h"
+
+#include <llvm/IR/LLVMContext.h>
+#include <llvm/IR/Module.h>
+#include <llvm/Support/raw_ostream.h>
+#include <llvm/Target/TargetMachine.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <iterator>
+#include <optional>
+#include <string>
+
+namespace {
+
+struct Options {
+  std::string input = "-";
+  std::string output = "-";
+  std::string passes;
+  std::string target = "cpu";
+  std::optional<std::string> kernel;
+  unsigned vectorWidth = 1;
+  bool boundsCheck = false;
+  bool vectorMath = true;
+  bool optimize = false;
+};
+
+constexpr const char *kUsage =
+    "usage: qd-translate [options] [input.qd|-]\n"
+    "\n"
+    "Parses a qd module (stdin by default), verifies it, optionally runs a pass\n"
+    "pipeline, and prints the LLVM IR of its kernels for a target.\n"
+    "\n"
+    "options:\n"
+    "  --target=<name>        code generation target: cpu (default: cpu)\n"
+    "  --kernel=<name>        print only this kernel (default: every kernel)\n"
+    "  --passes=<p1,p2,...>   qd pass pipeline to run first (see qd-opt --list-passes)\n"
+    "  --vector-width=<n>     SIMD lanes of vectorised tasks, a power of two in\n"
+    "                         [1, 64] (default: 1, scalar code only)\n"
+    "  --bounds-check         check every global index (error sites)\n"
+    "  --no-vector-math       lanes call scalar sin/cos/exp/log instead of glibc's\n"
+    "                         libmvec (used only with --vector-width=8)\n"
+    "  --optimize             print the IR after the O3 pipeline of the CPU backend,\n"
+    "                         tuned for the host\n"
+    "  -o <file>              write the output to <file> (default: stdout)\n"
+    "  -h, --help             show this help\n";
+
+int fail(const std::string &message) {
+  std::cerr << "qd-translate: error: " << message << '\n';
+  return 1;
+}
+
+/// Parses the command line; returns an exit code to stop with, or nullopt.
+std::optional<int> parseArgs(int argc, char **argv, Options &opts) {
+  bool sawInput = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    auto value = [&](const char *name) -> std::optional<std::string> {
+      std::string prefix = std::string(name) + "=";
+      if (arg.rfind(prefix, 0) != 0)
+        return std::nullopt;
+      return arg.substr(prefix.size());
+    };
+    if (arg == "-h" || arg == "--help") {
+      std::cout << kUsage;
+      return 0;
+    }
+    if (auto v = value("--passes")) {
+      opts.passes = *v;
+    } else if (auto v = value("--target")) {
+      opts.target = *v;
+    } else if (auto v = value("--kernel")) {
+      opts.kernel = *v;
+    } else if (auto v = value("--vector-width")) {
+      char *end = nullptr;
+      long n = std::strtol(v->c_str(), &end, 10);
+      if (v->empty() || *end || n < 1 || n > 64 || (n & (n - 1)))
+        return fail("--vector-width takes a power of two in [1, 64], got '" + *v + "'");
+      opts.vectorWidth = static_cast<unsigned>(n);
+    } else if (arg == "--bounds-check") {
+      opts.boundsCheck = true;
+    } else if (arg == "--no-vector-math") {
+      opts.vectorMath = false;
+    } else if (arg == "--optimize") {
+      opts.optimize = true;
+    } else if (arg == "-o") {
+      if (i + 1 >= argc)
+        return fail("-o needs a file name");
+      opts.output = argv[++i];
+    } else if (arg.size() > 1 && arg[0] == '-') {
+      return fail("unknown option '" + arg + "' (see --help)");
+    } else if (sawInput) {
+      return fail("more than one input file given ('" + opts.input + "' and '" + arg + "')");
+    } else {
+      opts.input = arg;
+      sawInput = true;
+    }
+  }
+  return std::nullopt;
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  Options opts;
+  if (std::optional<int> code = parseArgs(argc, argv, opts))
+    return *code;
+  absl::StatusOr<qd::CodegenTarget> target = qd::parseCodegenTarget(opts.target);
+  if (!target.ok())
+    return fail(std::string(target.status().message()));
+  // A bad pipeline is reported before any input is read.
+  if (absl::Status s = qd::PassManager().addPipeline(opts.passes); !s.ok())
+    return fail(std::string(s.message()));
+
+  std::string text;
+  if (opts.input == "-") {
+    text.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
+  } else {
+    std::ifstream in(opts.input, std::ios::binary);
+    if (!in)
+      return fail("cannot read '" + opts.input + "'");
+    text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  qd::ParseOptions parse;
+  std::string filename = opts.input == "-" ? "<stdin>" : opts.input;
+  parse.filename = filename;
+  auto module = qd::parseModule(text, parse);
+  if (!module.ok()) {
+    std::cerr << module.status().message() << '\n';
+    return 1;
+  }
+  if (absl::Status v = qd::verify(**module); !v.ok()) {
+    std::cerr << v.message() << '\n';
+    return 1;
+  }
+  qd::PassManager pm;
+  if (absl::Status s = pm.addPipeline(opts.passes); !s.ok())
+    return fail(std::string(s.message()));
+  if (absl::Status s = pm.run(**module); !s.ok())
+    return fail(std::string(s.message()));
+
+  std::vector<const qd::Kernel *> kernels;
+  if (opts.kernel) {
+    const qd::Kernel *k = (*module)->findKernel(*opts.kernel);
+    if (!k)
+      return fail("no kernel named '@" + *opts.kernel + "' in '" + filename + "'");
+    kernels.push_back(k);
+  } else {
+    for (const auto &k : (*module)->kernels())
+      kernels.push_back(k.get());
+  }
+
+  std::unique_ptr<llvm::TargetMachine> machine;
+  if (opts.optimize) {
+    auto host = qd::hostTargetMachine();
+    if (!host.ok())
+      return fail(std::string(host.status().message()));
+    machine = std::move(*host);
+  }
+
+  qd::CodegenOptions codegen;
+  codegen.boundsChecked = opts.boundsCheck;
+  codegen.vectorWidth = opts.vectorWidth;
+  // The backend also checks that the host can call libmvec; printing IR
+  // needs no such check.
+  codegen.libmvec = opts.vectorMath && opts.vectorWidth == 8;
+  std::string out;
+  llvm::raw_string_ostream os(out);
+  for (const qd::Kernel *kernel : kernels) {
+    llvm::LLVMContext context;
+    qd::KernelLayout layout;
+    auto emitted = qd::emitKernel(*kernel, context, codegen, layout, *target);
+    if (!emitted.ok())
+      return fail("kernel @" + kernel->name() + ": " + std::string(emitted.status().message()));
+    llvm::Module &m = **emitted;
+    if (machine) {
+      m.setDataLayout(machine->createDataLayout());
+      m.setTargetTriple(machine->getTargetTriple().str());
+      qd::optimizeModule(m, machine.get());
+    }
+    m.print(os, nullptr);
+  }
+  os.flush();
+
+  if (opts.output == "-") {
+    std::cout << out;
+    return 0;
+  }
+  std::ofstream file(opts.output, std::ios::binary);
+  if (!file || !(file << out))
+    return fail("cannot write '" + opts.output + "'");
+  return 0;
+}
