@@ -15,6 +15,8 @@
 //===----------------------------------------------------------------------===//
 #include "KernelEmitter.h"
 
+#include "qd/abi/LaunchErrors.h"
+
 #include <fmt/format.h>
 
 namespace qd::codegen {
@@ -61,8 +63,7 @@ void AdStackLowering::alloca(AdStackAllocaStmt &a) {
 }
 
 unsigned AdStackLowering::underflowSite(AdStackOpStmt &op) {
-  return c_.site(op, fmt::format("adstack underflow: the adstack declared at {} is empty",
-                                 cast<Stmt>(op.stack())->loc().str()));
+  return c_.site(op, adStackUnderflowText(cast<AdStackAllocaStmt>(op.stack())));
 }
 
 void AdStackLowering::raiseNeeded(unsigned id, LV *depth) {

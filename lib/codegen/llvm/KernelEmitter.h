@@ -137,7 +137,7 @@ private:
   Lanes lanes_;
 };
 
-class KernelEmitter : public StmtVisitor<KernelEmitter> {
+class KernelEmitter : public ExhaustiveStmtVisitor<KernelEmitter> {
 public:
   KernelEmitter(const Kernel &kernel, llvm::LLVMContext &context, const CodegenOptions &options,
                 KernelLayout &layout, LlvmTarget &target);
@@ -153,9 +153,8 @@ public:
   /// What the runtime can read of a task bound before the launch.
   static KernelLayout::TaskBound taskBound(Bound b);
 
-  // One case per statement kind, none by default (visitStmt reports a kind
-  // without a case).
-  void visitStmt(Stmt &s);
+  // One case per statement kind (ExhaustiveStmtVisitor: a kind without a
+  // case does not compile).
   void visitConstStmt(ConstStmt &s) { c_.set(&s, arith_.constant(s)); }
   void visitBinaryStmt(BinaryStmt &s) { c_.set(&s, arith_.binary(s)); }
   void visitUnaryStmt(UnaryStmt &s) { c_.set(&s, arith_.unary(s)); }
