@@ -1,4 +1,5 @@
 //===- PassManagerTest.cpp - Registry, pipelines and the pass manager -----===//
+#include "qd/analysis/GlobalAccess.h"
 #include "qd/interp/Interpreter.h"
 #include "qd/ir/Clone.h"
 #include "qd/ir/IRBuilder.h"
@@ -442,7 +443,12 @@ QD_PROPERTY(PassManagerTest, EveryRegisteredPassPreservesSemantics, 100) {
       if (changed.ok() && !dynamicOk)
         testgen::fail(p, "check-global-accesses accepts a kernel whose launch writes a global "
                          "after reading it");
-      if (!changed.ok() && dynamicOk && !printed.writesBoundData)
+      // The launches pass distinct buffers; the static check also reports
+      // a read and a write through two ndarrays that may be one buffer.
+      bool onlyThroughAliases = true;
+      for (const GlobalAccessConflict &c : findGlobalAccessConflicts(*m->findKernel("k")))
+        onlyThroughAliases &= c.throughAliases();
+      if (!changed.ok() && dynamicOk && !printed.writesBoundData && !onlyThroughAliases)
         testgen::fail(p, "check-global-accesses rejects a kernel that writes no global it "
                          "reads:\n" +
                              message(changed.status()));

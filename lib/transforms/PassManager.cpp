@@ -139,6 +139,12 @@ void registerBuiltinPasses(PassRegistry &registry) {
                      createCheckGlobalAccessesPass);
   (void)registry.add("forward-ad", "add the forward-mode tangent kernel @<k>_dual of every kernel",
                      createForwardAdPass);
+  (void)registry.add("print-uniformity",
+                     "print what varies between the lanes of every parallel task",
+                     [] { return createPrintUniformityPass(); });
+  (void)registry.add("print-element-ownership",
+                     "print which global elements each parallel task's iterations own",
+                     [] { return createPrintElementOwnershipPass(); });
 }
 
 } // namespace qd

@@ -3,6 +3,8 @@
 
 #include "qd/transforms/Pass.h"
 
+#include <iostream>
+
 namespace qd {
 
 /// `fold`: replaces statements whose operands are constants by their exact
@@ -41,6 +43,17 @@ std::unique_ptr<Pass> createForwardAdPass();
 /// `check-global-accesses`: fails, naming both statements, when a kernel may
 /// write a field or ndarray element after reading it in the same launch.
 std::unique_ptr<Pass> createCheckGlobalAccessesPass();
+
+/// `print-uniformity`: changes nothing; prints, for every parallel task, what
+/// varies between lanes, what runs under a partial mask, masked loops, lane
+/// stacks and all-lanes stores (qd/analysis/Uniformity.h) to `os`.
+std::unique_ptr<Pass> createPrintUniformityPass(std::ostream &os = std::cout);
+
+/// `print-element-ownership`: changes nothing; prints, for every parallel
+/// task, whether each global access touches an element its iteration owns,
+/// private atomics and whether lanes are refused
+/// (qd/analysis/ElementOwnership.h) to `os`.
+std::unique_ptr<Pass> createPrintElementOwnershipPass(std::ostream &os = std::cout);
 
 /// Registers the passes above in `registry` (done automatically for
 /// `PassRegistry::global()`).

@@ -1,8 +1,7 @@
 //===- KernelCodegen.cpp - LLVM IR for kernels ----------------------------===//
 #include "qd/codegen/llvm/KernelCodegen.h"
 
-#include "TaskVectorPlan.h"
-
+#include "qd/analysis/TaskVectorPlan.h"
 #include "qd/ir/Printer.h"
 #include "qd/ir/Visitor.h"
 
