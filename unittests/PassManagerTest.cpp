@@ -111,7 +111,8 @@ TEST(PassManagerTest, UnknownPassListsTheRegisteredOnes) {
   EXPECT_EQ(p.status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(std::string(p.status().message()),
             "unknown pass 'fodl'; registered passes: check-global-accesses, dce, fold, forward-ad, "
-            "reverse-ad, reverse-ad-recompute, simplify, size-adstacks");
+            "print-element-ownership, print-uniformity, reverse-ad, reverse-ad-recompute, "
+            "simplify, size-adstacks");
 
   // The global registry may hold more passes; it lists at least these.
   PassManager pm;
