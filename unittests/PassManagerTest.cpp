@@ -1,4 +1,5 @@
 //===- PassManagerTest.cpp - Registry, pipelines and the pass manager -----===//
+#include "qd/analysis/GlobalAccess.h"
 #include "qd/interp/Interpreter.h"
 #include "qd/ir/Clone.h"
 #include "qd/ir/IRBuilder.h"
@@ -122,7 +123,8 @@ TEST(PassManagerTest, UnknownPassListsTheRegisteredOnes) {
   EXPECT_EQ(p.status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(std::string(p.status().message()),
             "unknown pass 'fodl'; registered passes: check-global-accesses, dce, fold, forward-ad, "
-            "print-activity, reverse-ad, simplify, size-adstacks; aliases: reverse-ad-recompute");
+            "print-activity, print-element-ownership, print-uniformity, reverse-ad, simplify, "
+            "size-adstacks; aliases: reverse-ad-recompute");
 
   // The global registry may hold more passes; it lists at least these.
   PassManager pm;
@@ -467,7 +469,12 @@ QD_PROPERTY(PassManagerTest, EveryRegisteredPassPreservesSemantics, 100) {
       if (changed.ok() && !dynamicOk)
         testgen::fail(p, "check-global-accesses accepts a kernel whose launch writes a global "
                          "after reading it");
-      if (!changed.ok() && dynamicOk && !printed.writesBoundData)
+      // The launches pass distinct buffers; the static check also reports
+      // a read and a write through two ndarrays that may be one buffer.
+      bool onlyThroughAliases = true;
+      for (const GlobalAccessConflict &c : findGlobalAccessConflicts(*m->findKernel("k")))
+        onlyThroughAliases &= c.throughAliases();
+      if (!changed.ok() && dynamicOk && !printed.writesBoundData && !onlyThroughAliases)
         testgen::fail(p, "check-global-accesses rejects a kernel that writes no global it "
                          "reads:\n" +
                              message(changed.status()));

@@ -1,5 +1,6 @@
 //===- SizeExprTest.cpp - Launch-time adstack bounds ----------------------===//
 #include "qd/analysis/SizeExpr.h"
+#include "qd/analysis/KernelSizing.h"
 #include "qd/ir/Parser.h"
 
 #include <gtest/gtest.h>
@@ -1423,6 +1424,16 @@ RC_GTEST_PROP(SizeExprTest, EvaluationMatchesTheReference, ()) {
   absl::StatusOr<int64_t> s = evaluateSizeExpr(*simple, in, 1 << 20);
   RC_ASSERT(s.ok());
   RC_ASSERT(*s == *expected);
+}
+
+// The sizing result's names come with qd::sizeexpr (this test links nothing
+// else), so a runtime reports tiers without the compile-time analyses.
+TEST(KernelSizingTest, TiersAndMethodsHaveNamesWithoutTheAnalyses) {
+  EXPECT_EQ(toString(SizingTier::LaunchTime), "tier 2 launch-time");
+  EXPECT_EQ(toString(SizingMethod::BellmanFord), "bellman-ford");
+  KernelSizing empty;
+  EXPECT_TRUE(empty.stacks().empty());
+  EXPECT_EQ(empty.find(nullptr), nullptr);
 }
 
 } // namespace

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <unordered_map>
 
 namespace qd {
 
@@ -70,10 +71,9 @@ private:
       edge(header, body);
       if (isFor)
         edge(header, exit);
-      loops_.push_back({header, exit});
+      loops_[&s] = {header, exit};
       cur_ = body;
       buildBlock(s.block(0));
-      loops_.pop_back();
       edge(cur_, header);
       cur_ = exit;
       return;
@@ -107,8 +107,8 @@ private:
     case StmtKind::Break:
     case StmtKind::Continue: {
       append(s);
-      if (!loops_.empty())
-        edge(cur_, s.kind() == StmtKind::Break ? loops_.back().exit : loops_.back().header);
+      if (auto it = loops_.find(jumpTarget(s)); it != loops_.end())
+        edge(cur_, s.kind() == StmtKind::Break ? it->second.exit : it->second.header);
       cur_ = add("dead", &s, pre(s)); // statements after a jump are unreachable
       return;
     }
@@ -131,8 +131,8 @@ private:
 
   ControlFlowGraph &g_;
   unsigned cur_ = 0;
-  uint32_t counter_ = 1; // 0 is the entry's anchor
-  std::vector<Loop> loops_;
+  uint32_t counter_ = 1;                         // 0 is the entry's anchor
+  std::unordered_map<const Stmt *, Loop> loops_; // header and exit of every loop built so far
 };
 
 ControlFlowGraph ControlFlowGraph::build(const Kernel &kernel) {

@@ -1,11 +1,16 @@
 //===- GlobalAccess.cpp - Write-after-read checks -------------------------===//
 #include "qd/analysis/GlobalAccess.h"
 
+#include "qd/analysis/ElementOwnership.h"
 #include "qd/ir/Module.h"
+#include "qd/ir/Printer.h"
 #include "qd/ir/Stmt.h"
 #include "qd/ir/Visitor.h"
 
+#include <fmt/format.h>
+
 #include <map>
+#include <memory>
 #include <unordered_map>
 
 namespace qd {
@@ -16,6 +21,7 @@ struct Access {
   uint32_t order; // pre-order position
   Stmt *task;     // the top-level statement holding it
   bool write;
+  std::string name; // `@x` or `%a`
 };
 
 /// Loops (not tasks) around `s`.
@@ -35,80 +41,109 @@ bool shareALoop(const Stmt *a, const Stmt *b) {
   return false;
 }
 
-/// True if every access uses the same index values, one of them being the
-/// parallel task's index: each iteration then has elements of its own.
-bool privatePerIteration(const std::vector<const Access *> &accesses, const Stmt *task) {
-  auto *loop = dyn_cast<ForStmt>(task);
-  if (!loop || !loop->isParallel() || accesses.empty())
-    return false;
-  std::vector<Value *> first = accesses.front()->stmt->indices();
-  bool hasTaskIndex = false;
-  for (Value *v : first)
-    hasTaskIndex |= v == loop;
-  if (!hasTaskIndex)
-    return false;
-  for (const Access *a : accesses)
-    if (a->stmt->indices() != first)
-      return false;
-  return true;
-}
-
-} // namespace
-
-std::vector<GlobalAccessConflict> findGlobalAccessConflicts(const Kernel &kernel) {
-  std::map<std::string, std::vector<Access>> byGlobal; // ordered by name for stable output
-  std::vector<std::string> firstSeen;
-  uint32_t order = 0;
-  Block &body = const_cast<Kernel &>(kernel).body();
-  for (Stmt &top : body) {
-    auto visit = [&](Stmt &s) {
-      ++order;
-      auto *g = dyn_cast<GlobalAccessStmt>(&s);
-      if (!g || g->component() != Component::Primal)
-        return;
-      std::string name = g->isField() ? "@" + g->field()->name() : "%" + g->ndarray()->name();
-      auto &list = byGlobal[name];
-      if (list.empty())
-        firstSeen.push_back(name);
-      list.push_back({g, order, &top, s.kind() != StmtKind::GlobalLoad});
-    };
-    visit(top);
-    for (unsigned i = 0; i < top.numBlocks(); ++i)
-      walk(top.block(i), visit);
+class Checker {
+public:
+  explicit Checker(const Kernel &kernel) {
+    uint32_t order = 0;
+    Block &body = const_cast<Kernel &>(kernel).body();
+    for (Stmt &top : body) {
+      auto visit = [&](Stmt &s) {
+        ++order;
+        auto *g = dyn_cast<GlobalAccessStmt>(&s);
+        if (!g || g->component() != Component::Primal)
+          return;
+        std::string name = g->isField() ? "@" + g->field()->name() : "%" + g->ndarray()->name();
+        auto &list = byGlobal_[name];
+        if (list.empty())
+          firstSeen_.push_back(name);
+        list.push_back({g, order, &top, s.kind() != StmtKind::GlobalLoad, name});
+      };
+      visit(top);
+      for (unsigned i = 0; i < top.numBlocks(); ++i)
+        walk(top.block(i), visit);
+    }
   }
 
-  std::vector<GlobalAccessConflict> out;
-  for (const std::string &name : firstSeen) {
-    const auto &accesses = byGlobal[name];
-    std::unordered_map<const Stmt *, std::vector<const Access *>> perTask;
-    for (const Access &a : accesses)
-      perTask[a.task].push_back(&a);
-    bool found = false;
-    for (const Access &r : accesses) {
-      if (r.write || found)
-        continue;
-      for (const Access &w : accesses) {
-        if (!w.write)
-          continue;
-        bool conflict;
-        if (r.task != w.task) {
-          conflict = w.order > r.order; // tasks run in order
-        } else if (privatePerIteration(perTask[r.task], r.task)) {
-          conflict = w.order > r.order || shareALoop(r.stmt, w.stmt);
-        } else if (auto *loop = dyn_cast<ForStmt>(r.task); loop && loop->isParallel()) {
-          conflict = true; // another iteration may write what this one read
-        } else {
-          conflict = w.order > r.order || shareALoop(r.stmt, w.stmt);
-        }
-        if (conflict) {
-          out.push_back({name, r.stmt, w.stmt});
-          found = true;
+  std::vector<GlobalAccessConflict> run() {
+    std::vector<GlobalAccessConflict> out;
+    for (const std::string &name : firstSeen_) {
+      // The global's own writes first: a conflict through them is certain
+      // to touch one buffer; then the writes through ndarrays that may
+      // alias it.
+      for (bool aliases : {false, true}) {
+        const Access *w = nullptr;
+        if (const Access *r = findConflict(name, aliases, w)) {
+          out.push_back({w->name, name, r->stmt, w->stmt});
           break;
         }
       }
     }
+    return out;
   }
-  return out;
+
+private:
+  /// The first read of `name` (program order) that a write conflicts with,
+  /// through `name` itself or through another global that may alias it.
+  const Access *findConflict(const std::string &name, bool aliases, const Access *&write) {
+    for (const Access &r : byGlobal_[name]) {
+      if (r.write)
+        continue;
+      for (const std::string &other : firstSeen_) {
+        if ((other == name) == aliases)
+          continue;
+        for (const Access &w : byGlobal_[other])
+          if (w.write && mayAlias(*r.stmt, *w.stmt) && conflict(r, w)) {
+            write = &w;
+            return &r;
+          }
+      }
+    }
+    return nullptr;
+  }
+
+  bool conflict(const Access &r, const Access &w) {
+    if (r.task != w.task)
+      return w.order > r.order; // tasks run in order
+    auto *loop = dyn_cast<ForStmt>(r.task);
+    if (loop && loop->isParallel() && !ownership(*loop).owns(*r.stmt))
+      return true; // another iteration may write what this one read
+    // Serial code, or elements of the iteration's own: one iteration only.
+    return w.order > r.order || shareALoop(r.stmt, w.stmt);
+  }
+
+  const ElementOwnership &ownership(const ForStmt &task) {
+    auto &slot = ownership_[&task];
+    if (!slot)
+      slot = std::make_unique<ElementOwnership>(ElementOwnership::compute(task));
+    return *slot;
+  }
+
+  std::map<std::string, std::vector<Access>> byGlobal_;
+  std::vector<std::string> firstSeen_;
+  std::unordered_map<const ForStmt *, std::unique_ptr<ElementOwnership>> ownership_;
+};
+
+} // namespace
+
+std::vector<GlobalAccessConflict> findGlobalAccessConflicts(const Kernel &kernel) {
+  return Checker(kernel).run();
+}
+
+std::string describe(const GlobalAccessConflict &c, const Kernel &kernel) {
+  if (!c.throughAliases())
+    return fmt::format("{}: error: {} may be written here after it is read at {} in the same "
+                       "launch (kernel @{}); reverse mode replays reads from memory, so the "
+                       "gradient would be wrong. Write the result to another field or ndarray",
+                       c.write->loc().str(), c.global, c.read->loc().str(), kernel.name());
+  ValueNamer names(kernel);
+  return fmt::format(
+      "{}: error: {} may be written here ('{}') after {} is read at {} ('{}') in the same launch "
+      "(kernel @{}): the ndarrays {} and {} may alias (the caller may pass one buffer for both); "
+      "reverse mode replays reads from memory, so the gradient would then be wrong. Write the "
+      "result to an ndarray of another element type or rank, or check the launches with the "
+      "exact dynamic check (qd-run --check-global-accesses)",
+      c.write->loc().str(), c.global, printStmt(*c.write, names), c.readGlobal, c.read->loc().str(),
+      printStmt(*c.read, names), kernel.name(), c.readGlobal, c.global);
 }
 
 } // namespace qd

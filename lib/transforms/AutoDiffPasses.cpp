@@ -43,12 +43,7 @@ public:
   absl::StatusOr<bool> runOnKernel(Kernel &kernel) override {
     std::string report;
     for (const GlobalAccessConflict &c : findGlobalAccessConflicts(kernel))
-      report += fmt::format("{}{}: error: {} may be written here after it is read at {} in the "
-                            "same launch (kernel @{}); reverse mode replays reads from memory, so "
-                            "the gradient would be wrong. Write the result to another field or "
-                            "ndarray",
-                            report.empty() ? "" : "\n", c.write->loc().str(), c.global,
-                            c.read->loc().str(), kernel.name());
+      report += (report.empty() ? "" : "\n") + describe(c, kernel);
     if (!report.empty())
       return absl::FailedPreconditionError(report);
     return false;

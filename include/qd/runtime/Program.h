@@ -1,7 +1,7 @@
 //===- qd/runtime/Program.h - Module instances and launches -----*- C++ -*-===//
 #pragma once
 
-#include "qd/analysis/AdStackSizing.h"
+#include "qd/analysis/KernelSizing.h"
 #include "qd/ir/Module.h"
 #include "qd/runtime/Buffer.h"
 

@@ -8,6 +8,8 @@
 
 #include "qd/transforms/Pass.h"
 
+#include <iostream>
+
 namespace qd {
 
 /// `fold`: replaces statements whose operands are constants by their exact
@@ -48,6 +50,17 @@ std::unique_ptr<Pass> createCheckGlobalAccessesPass();
 /// values of reverse mode and of forward mode (qd/analysis/Activity.h) to
 /// stdout (`qd-opt` prints the module after it).
 std::unique_ptr<Pass> createPrintActivityPass();
+
+/// `print-uniformity`: changes nothing; prints, for every parallel task, what
+/// varies between lanes, what runs under a partial mask, masked loops, lane
+/// stacks and all-lanes stores (qd/analysis/Uniformity.h) to stdout.
+std::unique_ptr<Pass> createPrintUniformityPass();
+
+/// `print-element-ownership`: changes nothing; prints, for every parallel
+/// task, whether each global access touches an element its iteration owns,
+/// private atomics and whether lanes are refused
+/// (qd/analysis/ElementOwnership.h) to stdout.
+std::unique_ptr<Pass> createPrintElementOwnershipPass();
 
 /// Registers every pass and alias of qd/transforms/Passes.def in `registry`
 /// (done automatically for `PassRegistry::global()`).

@@ -12,7 +12,7 @@
 #pragma once
 
 #include "LlvmTarget.h"
-#include "TaskVectorPlan.h"
+#include "qd/analysis/TaskVectorPlan.h"
 
 #include "qd/codegen/llvm/KernelCodegen.h"
 

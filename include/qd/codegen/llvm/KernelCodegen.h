@@ -66,7 +66,7 @@ struct CodegenOptions {
   /// access).
   bool boundsChecked = false;
   /// SIMD lanes of a vectorised parallel task (1: scalar code only). A task
-  /// that may be vectorised (see lib/codegen/llvm/TaskVectorPlan.h) runs
+  /// that may be vectorised (see qd/analysis/TaskVectorPlan.h) runs
   /// whole groups of `vectorWidth` consecutive iterations at once, then the
   /// remaining iterations one at a time.
   unsigned vectorWidth = 1;

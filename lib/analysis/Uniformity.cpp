@@ -1,36 +1,30 @@
-//===- TaskVectorPlan.cpp - Which parts of a task vary across lanes -------===//
-#include "TaskVectorPlan.h"
+//===- Uniformity.cpp - What differs between lanes ------------------------===//
+#include "qd/analysis/Uniformity.h"
 
+#include "TaskPrinting.h"
+#include "qd/ir/Module.h"
 #include "qd/ir/Printer.h"
 #include "qd/ir/Visitor.h"
 
 #include <fmt/format.h>
 
-#include <map>
-#include <set>
-#include <tuple>
+#include <unordered_map>
 
 namespace qd {
 
-namespace {
-
-class Planner {
+class UniformityBuilder {
 public:
-  Planner(const ForStmt &task, TaskVectorPlan &plan) : task_(task), plan_(plan) {}
+  UniformityBuilder(const ForStmt &task, const ElementOwnership &ownership, Uniformity &out)
+      : task_(task), ownership_(ownership), out_(out) {}
 
   void run() {
-    checkMemory();
-    if (!plan_.ok())
-      return;
-    // Varying values make statements divergent and divergent stores make
-    // locals varying: iterate to the (monotone) fixpoint.
-    plan_.varying.insert(&task_);
+    out_.varying_.insert(&task_);
     do {
       changed_ = false;
       // A continue only some lanes take masks the rest of the body.
       bool masked = hasDivergentJump(task_);
       if (masked)
-        mark<const Stmt *>(plan_.maskedLoops, &task_);
+        mark<const Stmt *>(out_.maskedLoops_, &task_);
       visitBlock(task_.body(), masked);
     } while (changed_);
     findAllLanesStores();
@@ -41,7 +35,7 @@ private:
     if (set.insert(v).second)
       changed_ = true;
   }
-  bool varying(const Value *v) const { return v && plan_.isVarying(v); }
+  bool varying(const Value *v) const { return v && out_.isVarying(v); }
   bool anyOperandVarying(const Stmt &s) const {
     for (unsigned i = 0; i < s.numOperands(); ++i)
       if (varying(s.operand(i)))
@@ -73,7 +67,7 @@ private:
 
   void visit(Stmt &s, bool div) {
     if (div)
-      mark<const Stmt *>(plan_.divergent, &s);
+      mark<const Stmt *>(out_.divergent_, &s);
     switch (s.kind()) {
     case StmtKind::If: {
       auto &i = cast<IfStmt>(s);
@@ -85,17 +79,17 @@ private:
     case StmtKind::For: {
       auto &f = cast<ForStmt>(s);
       if (varying(f.beginValue()))
-        mark<const Value *>(plan_.varying, &s); // each lane counts from its own start
+        mark<const Value *>(out_.varying_, &s); // each lane counts from its own start
       bool masked = varying(f.beginValue()) || varying(f.endValue()) || hasDivergentJump(s);
       if (masked)
-        mark<const Stmt *>(plan_.maskedLoops, &s);
+        mark<const Stmt *>(out_.maskedLoops_, &s);
       visitBlock(f.body(), div || masked);
       return;
     }
     case StmtKind::While: {
       bool masked = hasDivergentJump(s);
       if (masked)
-        mark<const Stmt *>(plan_.maskedLoops, &s);
+        mark<const Stmt *>(out_.maskedLoops_, &s);
       visitBlock(cast<WhileStmt>(s).body(), div || masked);
       return;
     }
@@ -104,44 +98,43 @@ private:
       return;
     case StmtKind::Alloca:
       if (div) // zeroed under a partial mask: the lanes hold different values
-        mark<const Value *>(plan_.varying, &s);
+        mark<const Value *>(out_.varying_, &s);
       return;
     case StmtKind::LocalStore: {
       auto &st = cast<LocalStoreStmt>(s);
       if (div || varying(st.value()))
-        mark<const Value *>(plan_.varying, st.local());
+        mark<const Value *>(out_.varying_, st.local());
       return;
     }
     case StmtKind::LocalLoad:
       if (varying(cast<LocalLoadStmt>(s).local()))
-        mark<const Value *>(plan_.varying, &s);
+        mark<const Value *>(out_.varying_, &s);
       return;
     case StmtKind::GlobalLoad: {
-      auto &g = cast<GlobalLoadStmt>(s);
-      if (anyOperandVarying(s) || written_.count(keyOf(g)))
-        mark<const Value *>(plan_.varying, &s);
+      // A load of memory the task writes sees what the lanes wrote.
+      if (anyOperandVarying(s) || ownership_.mayBeWritten(cast<GlobalLoadStmt>(s)))
+        mark<const Value *>(out_.varying_, &s);
       return;
     }
     case StmtKind::AdStackAlloca:
       if (div)
-        mark<const Stmt *>(plan_.laneStacks, &s);
+        mark<const Value *>(out_.laneStacks_, &s);
       return;
     case StmtKind::AdStackPush:
     case StmtKind::AdStackPop:
     case StmtKind::AdStackAccAdjoint:
     case StmtKind::AdStackLoadTop:
     case StmtKind::AdStackLoadTopAdj: {
-      auto *stack = cast<Stmt>(cast<AdStackOpStmt>(s).stack());
       if (div)
-        mark<const Stmt *>(plan_.laneStacks, stack);
+        mark<const Value *>(out_.laneStacks_, cast<AdStackOpStmt>(s).stack());
       // Entries are per lane: what a lane reads back is its own.
       if (s.kind() == StmtKind::AdStackLoadTop || s.kind() == StmtKind::AdStackLoadTopAdj)
-        mark<const Value *>(plan_.varying, &s);
+        mark<const Value *>(out_.varying_, &s);
       return;
     }
     default:
       if (anyOperandVarying(s))
-        mark<const Value *>(plan_.varying, &s);
+        mark<const Value *>(out_.varying_, &s);
       return;
     }
   }
@@ -161,15 +154,15 @@ private:
   void findAllLanesStores() {
     std::unordered_map<const Stmt *, size_t> order; // pre-order position in the task
     walk(task_.body(), [&](Stmt &s) { order.emplace(&s, order.size()); });
-    for (const Stmt *loop : plan_.maskedLoops) {
+    for (const Stmt *loop : out_.maskedLoops_) {
       if (loop == &task_)
         continue;
       Block &body = loop->block(0);
       for (Stmt &s : body) {
         const Value *local = written(s);
-        if (local && plan_.isVarying(local) && killedAtStart(local, body) &&
+        if (local && out_.isVarying(local) && killedAtStart(local, body) &&
             deadAfter(local, *loop, order))
-          plan_.allLanesStores.insert(&s);
+          out_.allLanesStores_.insert(&s);
       }
     }
   }
@@ -210,70 +203,47 @@ private:
     return dead;
   }
 
-  // Ndarray arguments may share storage: one key for all of them.
-  using Key = std::tuple<const Field *, int>;
-  static Key keyOf(const GlobalAccessStmt &g) {
-    return g.isField() ? Key(g.field(), static_cast<int>(g.component())) : Key(nullptr, -1);
-  }
-
-  /// Lanes must not see each other's writes in another order than
-  /// consecutive iterations would.
-  void checkMemory() {
-    struct Uses {
-      bool store = false, atomic = false, load = false;
-      uint64_t ownPositions = ~uint64_t(0); // index positions that hold the task index
-      const Stmt *first = nullptr;
-      std::vector<const Stmt *> atomics;
-    };
-    std::map<Key, Uses> uses;
-    walk(task_.body(), [&](Stmt &s) {
-      auto *g = dyn_cast<GlobalAccessStmt>(&s);
-      if (!g)
-        return;
-      Uses &u = uses[keyOf(*g)];
-      if (!u.first)
-        u.first = g;
-      u.store |= s.kind() == StmtKind::GlobalStore;
-      u.atomic |= s.kind() == StmtKind::AtomicAdd;
-      if (s.kind() == StmtKind::AtomicAdd)
-        u.atomics.push_back(&s);
-      u.load |= s.kind() == StmtKind::GlobalLoad;
-      uint64_t own = 0;
-      for (unsigned d = 0; d < g->numIndices() && d < 64; ++d)
-        if (g->index(d) == &task_)
-          own |= uint64_t(1) << d;
-      u.ownPositions &= own;
-    });
-    for (auto &[key, u] : uses) {
-      if (u.store || u.atomic)
-        written_.insert(key);
-      bool ownElements = u.ownPositions != 0;
-      if (ownElements)
-        plan_.privateAtomics.insert(u.atomics.begin(), u.atomics.end());
-      if (u.store && !ownElements)
-        plan_.refused = fmt::format("'{}' at {} is stored to at an element that is not the "
-                                    "iteration's own",
-                                    printStmt(*u.first), u.first->loc().str());
-      else if (u.atomic && u.load && !ownElements)
-        plan_.refused = fmt::format("'{}' at {} is both atomically added to and loaded",
-                                    printStmt(*u.first), u.first->loc().str());
-      if (!plan_.ok())
-        return;
-    }
-  }
-
   const ForStmt &task_;
-  TaskVectorPlan &plan_;
-  std::set<Key> written_;
+  const ElementOwnership &ownership_;
+  Uniformity &out_;
   bool changed_ = false;
 };
 
-} // namespace
+Uniformity Uniformity::compute(const ForStmt &task, const ElementOwnership &ownership) {
+  Uniformity out;
+  UniformityBuilder(task, ownership, out).run();
+  return out;
+}
 
-TaskVectorPlan planTaskVectorization(const ForStmt &task) {
-  TaskVectorPlan plan;
-  Planner(task, plan).run();
-  return plan;
+void printUniformity(const Kernel &kernel, std::ostream &os) {
+  using namespace analysis_detail;
+  ValueNamer names(kernel);
+  for (Stmt &top : const_cast<Kernel &>(kernel).body()) {
+    auto *task = dyn_cast<ForStmt>(&top);
+    if (!task || !task->isParallel())
+      continue;
+    Uniformity u = Uniformity::compute(*task);
+    os << fmt::format("uniformity of task {} in @{} at {}:\n", names[task], kernel.name(),
+                      task->loc().str());
+    auto line = [&](const Stmt &s) {
+      std::string tags;
+      auto tag = [&](bool on, const char *word) {
+        if (on)
+          tags += (tags.empty() ? "" : ", ") + std::string(word);
+      };
+      // Uniformity is a property of values (a stack's is its lane-stack tag).
+      if (!s.type().isVoid() && !s.type().isAdStack())
+        tag(true, u.isVarying(&s) ? "varying" : "uniform");
+      tag(u.isDivergent(&s), "divergent");
+      tag(u.isMaskedLoop(&s), "masked loop");
+      tag(u.isLaneStack(&s), "lane stack");
+      tag(u.storesAllLanes(&s), "all-lanes store");
+      os << fmt::format("  {} {}  [{}]\n", lineCol(s), headline(s, names),
+                        tags.empty() ? "-" : tags);
+    };
+    line(*task);
+    walk(task->body(), line);
+  }
 }
 
 } // namespace qd

@@ -1,0 +1,75 @@
+//===- qd/analysis/KernelSizing.h - Adstack capacities of a kernel -*- C++ -*-===//
+//
+// The result of sizing a kernel's adstacks (AdStackSizing.h computes it): per
+// stack its tier, the method that sized it and a capacity or a launch-time
+// SizeExpr. This header and SizeExpr.h belong to the `qd::sizeexpr` library,
+// which a runtime links to evaluate the bounds at launch without the
+// compile-time analyses (CFG, Bellman-Ford) of `qd::analysis`.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "qd/analysis/SizeExpr.h"
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace qd {
+
+class AdStackAllocaStmt;
+class Kernel;
+struct SizingOptions;
+
+enum class SizingTier : uint8_t { Declared, Constant, LaunchTime, Default };
+enum class SizingMethod : uint8_t {
+  Declared,    // capacity written in the IR
+  Unused,      // no push: capacity 1
+  Structural,  // tier 1, structured depth algebra with constant trip counts
+  BellmanFord, // tier 1, longest path on the CFG
+  Evaluated,   // tier 1, a SizeExpr with no launch-time leaf, evaluated now
+  SizeExpr,    // tier 2
+  Default,     // tier 3
+};
+std::string_view toString(SizingTier tier);
+std::string_view toString(SizingMethod method);
+
+struct AdStackSize {
+  const AdStackAllocaStmt *stack = nullptr;
+  /// The stack's printed name (`%s`).
+  std::string name;
+  SizingTier tier = SizingTier::Default;
+  SizingMethod method = SizingMethod::Default;
+  /// The capacity for Declared, Constant and Default stacks.
+  int64_t capacity = 0;
+  /// The bound for LaunchTime stacks (the capacity is max(value, 1)).
+  SizeExprRef expr;
+  /// True when the bound equals the largest depth some execution reaches
+  /// (no approximation was made); false for a sound upper bound.
+  bool exact = false;
+  /// Tier 3: why the stack is outside the grammar.
+  std::string reason;
+};
+
+class KernelSizing {
+public:
+  const std::vector<AdStackSize> &stacks() const { return stacks_; }
+  const AdStackSize *find(const AdStackAllocaStmt *stack) const;
+  /// `file:line:col: warning: ...` for every tier-3 stack.
+  const std::vector<std::string> &warnings() const { return warnings_; }
+  /// Names for printing the SizeExprs of this kernel (`%n`, `%i`).
+  const SizeExprNames &names() const { return names_; }
+  /// `= 5`, `= max(%n, 0)`, with the tier and method; one line per stack.
+  std::string describe(const AdStackSize &s) const;
+
+private:
+  // Filled by the sizing computation (AdStackSizing.h).
+  friend KernelSizing sizeAdStacks(const Kernel &, const SizingOptions &);
+  std::vector<AdStackSize> stacks_;
+  std::vector<std::string> warnings_;
+  SizeExprNames names_;
+  std::vector<std::string> varNames_;
+};
+
+} // namespace qd

@@ -1,0 +1,39 @@
+//===- qd/analysis/TaskVectorPlan.h - Lanes of a parallel task --*- C++ -*-===//
+//
+// The CPU code of a parallel task can run `W` consecutive iterations at once,
+// one per SIMD lane (docs/codegen.md, "Vectorised tasks"). The plan combines
+// the two analyses that decide it: ElementOwnership.h (may lanes run
+// together at all; which atomics are private) and Uniformity.h (what varies
+// between lanes, what runs under a partial mask). See docs/analyses.md.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "qd/analysis/ElementOwnership.h"
+#include "qd/analysis/Uniformity.h"
+
+#include <string>
+
+namespace qd {
+
+struct TaskVectorPlan {
+  /// Empty when the task can be vectorised, else why not.
+  std::string refused;
+  ElementOwnership ownership;
+  /// Computed only when the task can be vectorised (else all uniform).
+  Uniformity uniformity;
+
+  bool ok() const { return refused.empty(); }
+  bool isVarying(const Value *v) const { return uniformity.isVarying(v); }
+  bool isDivergent(const Stmt *s) const { return uniformity.isDivergent(s); }
+  bool isMaskedLoop(const Stmt *s) const { return uniformity.isMaskedLoop(s); }
+  bool isLaneStack(const Value *s) const { return uniformity.isLaneStack(s); }
+  bool storesAllLanes(const Stmt *s) const { return uniformity.storesAllLanes(s); }
+  /// Valid whether or not the task is vectorised (the scalar code uses it).
+  bool isPrivateAtomic(const Stmt *s) const { return ownership.isPrivateAtomic(s); }
+};
+
+/// Plans the lanes of parallel task `task` (a top-level parallel for).
+TaskVectorPlan planTaskVectorization(const ForStmt &task);
+
+} // namespace qd

@@ -1,0 +1,79 @@
+//===- qd/analysis/Uniformity.h - What differs between lanes ----*- C++ -*-===//
+//
+// Lanes are consecutive iterations of a parallel task run together: the SIMD
+// lanes of the CPU's vector code (docs/codegen.md, "Vectorised tasks"), and
+// the same notion serves the threads of a GPU warp. For each statement of a
+// task this analysis says whether it is
+//
+//  - *varying*: its value differs between lanes (it depends on the task
+//    index, on a per-lane load, or on a local written with per-lane values or
+//    under a partial mask); otherwise it is *uniform*, one value for all
+//    lanes. A global load is varying when its indices are, or when the task
+//    writes memory it may read (ElementOwnership.h): lanes see different
+//    writes;
+//  - *divergent*: it runs under a partial mask (inside an if whose condition
+//    varies, a loop whose bounds vary or that some lanes leave early);
+//  - a *masked loop*: lanes may leave it at different times (a varying bound,
+//    or a break/continue inside a varying if), so its control is a lane mask
+//    instead of a branch; the task itself is one when some lanes continue;
+//  - a *lane stack*: an adstack some operation of which is divergent, so each
+//    lane keeps its own depth (otherwise one depth serves all lanes);
+//  - an *all-lanes store*: a store to a local (or its zeroing alloca) at the
+//    top level of a masked loop's body that may write every lane, inactive
+//    ones too. Under a mask a store keeps the inactive lanes' old values,
+//    which keeps everything that computed them alive. It may write them when
+//    the local is overwritten at the start of every iteration before it is
+//    read, and nothing reads it after the loop.
+//
+// Varying values make statements divergent and divergent stores make locals
+// varying: the analysis iterates to the (monotone) fixpoint.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "qd/analysis/ElementOwnership.h"
+#include "qd/ir/Stmt.h"
+
+#include <ostream>
+#include <unordered_set>
+
+namespace qd {
+
+class Uniformity {
+public:
+  Uniformity() = default;
+  /// Analyses parallel task `task`; `ownership` (of the same task) says which
+  /// memory the task writes.
+  static Uniformity compute(const ForStmt &task, const ElementOwnership &ownership);
+  static Uniformity compute(const ForStmt &task) {
+    return compute(task, ElementOwnership::compute(task));
+  }
+
+  bool isVarying(const Value *v) const { return varying_.count(v) != 0; }
+  bool isDivergent(const Stmt *s) const { return divergent_.count(s) != 0; }
+  bool isMaskedLoop(const Stmt *s) const { return maskedLoops_.count(s) != 0; }
+  bool isLaneStack(const Value *stack) const { return laneStacks_.count(stack) != 0; }
+  bool storesAllLanes(const Stmt *s) const { return allLanesStores_.count(s) != 0; }
+
+  const std::unordered_set<const Value *> &varying() const { return varying_; }
+  const std::unordered_set<const Stmt *> &divergent() const { return divergent_; }
+  const std::unordered_set<const Stmt *> &maskedLoops() const { return maskedLoops_; }
+  const std::unordered_set<const Value *> &laneStacks() const { return laneStacks_; }
+  const std::unordered_set<const Stmt *> &allLanesStores() const { return allLanesStores_; }
+
+private:
+  friend class UniformityBuilder;
+  std::unordered_set<const Value *> varying_;
+  std::unordered_set<const Stmt *> divergent_;
+  std::unordered_set<const Stmt *> maskedLoops_;
+  std::unordered_set<const Value *> laneStacks_;
+  std::unordered_set<const Stmt *> allLanesStores_;
+};
+
+/// Prints, for every parallel task of `kernel`, each statement of the task
+/// with what the analysis says about it: `varying` or `uniform` (statements
+/// that define a value), `divergent`, `masked loop`, `lane stack`,
+/// `all-lanes store`, or `-` for none of these. The `print-uniformity` pass.
+void printUniformity(const Kernel &kernel, std::ostream &os);
+
+} // namespace qd

@@ -1,0 +1,159 @@
+//===- ElementOwnership.cpp - Elements an iteration owns ------------------===//
+#include "qd/analysis/ElementOwnership.h"
+
+#include "TaskPrinting.h"
+#include "qd/ir/Module.h"
+#include "qd/ir/Printer.h"
+#include "qd/ir/Visitor.h"
+
+#include <fmt/format.h>
+
+namespace qd {
+
+AliasClass aliasClassOf(const GlobalAccessStmt &access) {
+  AliasClass c;
+  if (access.isField()) {
+    c.field = access.field();
+    c.component = access.component();
+  } else {
+    // Any component: a buffer may be one argument's primal and another's
+    // companion.
+    c.element = access.elementType();
+    c.rank = access.ndarray()->type().ndim();
+  }
+  return c;
+}
+
+std::string describe(const AliasClass &cls) {
+  if (!cls.field)
+    return fmt::format("ndarrays of {}, rank {}", toString(cls.element), cls.rank);
+  std::string name = "@" + cls.field->name();
+  if (cls.component == Component::Grad)
+    name += ".grad";
+  else if (cls.component == Component::Dual)
+    name += ".dual";
+  return name;
+}
+
+uint64_t ownedIndexPositions(const ForStmt &task,
+                             std::span<const GlobalAccessStmt *const> accesses) {
+  if (accesses.empty())
+    return 0;
+  uint64_t common = ~uint64_t(0);
+  for (const GlobalAccessStmt *g : accesses) {
+    uint64_t own = 0;
+    for (unsigned d = 0; d < g->numIndices() && d < 64; ++d)
+      if (g->index(d) == &task)
+        own |= uint64_t(1) << d;
+    common &= own;
+  }
+  return common;
+}
+
+ElementOwnership ElementOwnership::compute(const ForStmt &task) {
+  ElementOwnership out;
+  out.task_ = &task;
+  walk(task.body(), [&](Stmt &s) {
+    auto *g = dyn_cast<GlobalAccessStmt>(&s);
+    if (!g)
+      return;
+    AliasClass cls = aliasClassOf(*g);
+    unsigned i = 0;
+    while (i < out.classes_.size() && !(out.classes_[i].cls == cls))
+      ++i;
+    if (i == out.classes_.size())
+      out.classes_.push_back({cls, {}, 0, false, false, false});
+    ClassUse &u = out.classes_[i];
+    u.accesses.push_back(g);
+    u.stored |= s.kind() == StmtKind::GlobalStore;
+    u.atomicallyAdded |= s.kind() == StmtKind::AtomicAdd;
+    u.loaded |= s.kind() == StmtKind::GlobalLoad;
+    out.classOf_.emplace(g, i);
+  });
+  for (ClassUse &u : out.classes_) {
+    u.ownedPositions = ownedIndexPositions(task, u.accesses);
+    if (u.owned()) {
+      for (const GlobalAccessStmt *g : u.accesses)
+        if (g->kind() == StmtKind::AtomicAdd)
+          out.privateAtomics_.insert(g);
+      continue;
+    }
+    if (!out.lanesRefused_.empty())
+      continue;
+    // Name the first access of the kind that breaks the rule.
+    StmtKind culprit = u.stored ? StmtKind::GlobalStore : StmtKind::AtomicAdd;
+    if (!u.stored && !(u.atomicallyAdded && u.loaded))
+      continue;
+    const GlobalAccessStmt *first = u.accesses.front();
+    for (const GlobalAccessStmt *g : u.accesses)
+      if (g->kind() == culprit) {
+        first = g;
+        break;
+      }
+    out.lanesRefused_ = u.stored
+                            ? fmt::format("'{}' at {} is stored to at an element that is not the "
+                                          "iteration's own",
+                                          printStmt(*first), first->loc().str())
+                            : fmt::format("'{}' at {} is both atomically added to and loaded",
+                                          printStmt(*first), first->loc().str());
+  }
+  return out;
+}
+
+const ElementOwnership::ClassUse *ElementOwnership::useOf(const GlobalAccessStmt &access) const {
+  auto it = classOf_.find(&access);
+  return it == classOf_.end() ? nullptr : &classes_[it->second];
+}
+
+bool ElementOwnership::owns(const GlobalAccessStmt &access) const {
+  const ClassUse *u = useOf(access);
+  return u && u->owned();
+}
+
+bool ElementOwnership::mayBeWritten(const GlobalAccessStmt &access) const {
+  if (const ClassUse *u = useOf(access))
+    return u->written();
+  AliasClass cls = aliasClassOf(access);
+  for (const ClassUse &u : classes_)
+    if (u.cls == cls)
+      return u.written();
+  return false;
+}
+
+void printElementOwnership(const Kernel &kernel, std::ostream &os) {
+  using namespace analysis_detail;
+  ValueNamer names(kernel);
+  for (Stmt &top : const_cast<Kernel &>(kernel).body()) {
+    auto *task = dyn_cast<ForStmt>(&top);
+    if (!task || !task->isParallel())
+      continue;
+    ElementOwnership own = ElementOwnership::compute(*task);
+    os << fmt::format("element ownership of task {} in @{} at {}:\n", names[task], kernel.name(),
+                      task->loc().str());
+    walk(task->body(), [&](Stmt &s) {
+      if (auto *g = dyn_cast<GlobalAccessStmt>(&s))
+        os << fmt::format("  {} {}  [{}{}]\n", lineCol(*g), headline(*g, names),
+                          own.owns(*g) ? "owned" : "not owned",
+                          own.isPrivateAtomic(g) ? ", private atomic" : "");
+    });
+    for (const ElementOwnership::ClassUse &u : own.classes()) {
+      std::string positions;
+      for (unsigned d = 0; d < 64; ++d)
+        if (u.ownedPositions >> d & 1)
+          positions += (positions.empty() ? "" : ", ") + std::to_string(d);
+      std::string uses;
+      for (auto [flag, word] : {std::pair{u.loaded, "loaded"}, std::pair{u.stored, "stored"},
+                                std::pair{u.atomicallyAdded, "atomically added"}})
+        if (flag)
+          uses += (uses.empty() ? "" : ", ") + std::string(word);
+      os << fmt::format("  class {}: {} ({})\n", describe(u.cls),
+                        u.owned() ? "owned at index " + positions : "not owned", uses);
+    }
+    if (own.lanesRefused().empty())
+      os << "  lanes: allowed\n";
+    else
+      os << "  lanes: refused: " << own.lanesRefused() << "\n";
+  }
+}
+
+} // namespace qd

@@ -1,0 +1,63 @@
+//===- KernelSizing.cpp - Adstack capacities of a kernel ------------------===//
+#include "qd/analysis/KernelSizing.h"
+
+#include "qd/ir/Stmt.h"
+
+#include <fmt/format.h>
+
+namespace qd {
+
+std::string_view toString(SizingTier tier) {
+  switch (tier) {
+  case SizingTier::Declared:
+    return "declared";
+  case SizingTier::Constant:
+    return "tier 1 constant";
+  case SizingTier::LaunchTime:
+    return "tier 2 launch-time";
+  case SizingTier::Default:
+    return "tier 3 default";
+  }
+  return "?";
+}
+
+std::string_view toString(SizingMethod method) {
+  switch (method) {
+  case SizingMethod::Declared:
+    return "declared";
+  case SizingMethod::Unused:
+    return "unused";
+  case SizingMethod::Structural:
+    return "structural";
+  case SizingMethod::BellmanFord:
+    return "bellman-ford";
+  case SizingMethod::Evaluated:
+    return "evaluated";
+  case SizingMethod::SizeExpr:
+    return "size-expr";
+  case SizingMethod::Default:
+    return "default";
+  }
+  return "?";
+}
+
+const AdStackSize *KernelSizing::find(const AdStackAllocaStmt *stack) const {
+  for (const AdStackSize &s : stacks_)
+    if (s.stack == stack)
+      return &s;
+  return nullptr;
+}
+
+std::string KernelSizing::describe(const AdStackSize &s) const {
+  std::string bound = s.expr ? printSizeExpr(*s.expr, names_) : std::to_string(s.capacity);
+  std::string out =
+      fmt::format("adstack {} ({}) at {}: {} [{}] = {}", s.name, toString(s.stack->elementType()),
+                  s.stack->loc().str(), toString(s.tier), toString(s.method), bound);
+  if (s.tier == SizingTier::Constant || s.tier == SizingTier::LaunchTime)
+    out += s.exact ? " (exact)" : " (upper bound)";
+  if (!s.reason.empty())
+    out += ": " + s.reason;
+  return out;
+}
+
+} // namespace qd

@@ -1,0 +1,307 @@
+//===- SizingStructural.cpp - The structural path algebra -----------------===//
+#include "SizingStructural.h"
+
+#include "qd/analysis/ConstantFolding.h"
+#include "qd/ir/Visitor.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace qd::sizing {
+
+KernelFacts::KernelFacts(const Kernel &kernel) {
+  uint32_t n = 0;
+  Block &body = const_cast<Kernel &>(kernel).body();
+  walk(body, [&](Stmt &s) {
+    preorder[&s] = n++;
+    if (auto *a = dyn_cast<AdStackAllocaStmt>(&s))
+      allocas.push_back(a);
+    else if (auto *op = dyn_cast<AdStackOpStmt>(&s))
+      ops[op->stack()].push_back(op);
+    else if (auto *f = dyn_cast<ForStmt>(&s)) {
+      varOf[f] = static_cast<unsigned>(loops.size());
+      loops.push_back(f);
+    } else if (s.kind() == StmtKind::GlobalStore || s.kind() == StmtKind::AtomicAdd) {
+      auto &g = cast<GlobalAccessStmt>(s);
+      if (g.component() == Component::Primal) {
+        if (g.isField())
+          writtenFields.insert(g.field());
+        else
+          writtenNdarrays.insert(g.ndarray());
+      }
+    }
+  });
+  markJumps(body);
+}
+
+// Records, per block, the statements a break or continue leaves through: the
+// jump itself and every if or serial around it inside the loop it targets.
+void KernelFacts::markJumps(Block &body) {
+  std::unordered_set<const Stmt *> marked;
+  walk(body, [&](Stmt &s) {
+    if (s.kind() != StmtKind::Break && s.kind() != StmtKind::Continue)
+      return;
+    const Stmt *target = jumpTarget(s);
+    for (Stmt *p = &s; p && p != target; p = p->parentStmt())
+      if (marked.insert(p).second)
+        jumpChildren[p->parent()].push_back(p);
+  });
+}
+
+E StructuralSizer::size(const AdStackAllocaStmt &a) {
+  scope_ = a.parent();
+  relevant_.clear();
+  seen_.clear();
+  auto it = facts_.ops.find(&a);
+  if (it != facts_.ops.end())
+    for (AdStackOpStmt *op : it->second) {
+      Stmt *child = op;
+      while (child->parent() != scope_) {
+        Stmt *up = child->parentStmt();
+        if (!up)
+          return fail(fmt::format("the adstack operation at {} is outside the adstack's block",
+                                  op->loc().str()));
+        if (seen_.insert(child).second)
+          relevant_[child->parent()].push_back(child);
+        child = up;
+      }
+      if (seen_.insert(child).second)
+        relevant_[scope_].push_back(child);
+    }
+  Summary s = block(*scope_, facts_.preorder.at(&a) + 1);
+  if (failed_)
+    return nullptr;
+  exact_ = s.exact;
+  E depth = s.peak;
+  // Loops around the alloca: the capacity is the maximum over their
+  // iterations (threads included) of the depth reached in one of them.
+  // The maximum is only reached when every iteration runs the alloca: an
+  // if, a while or a break/continue between the loop and the alloca may
+  // skip it in the iteration that gives the maximum.
+  bool mayBeSkipped = false;
+  for (Stmt *child = const_cast<AdStackAllocaStmt *>(&a), *up = a.parentStmt(); up && !failed_;
+       child = up, up = up->parentStmt()) {
+    if (auto it = facts_.jumpChildren.find(child->parent()); it != facts_.jumpChildren.end())
+      for (Stmt *j : it->second)
+        mayBeSkipped |= facts_.preorder.at(j) < facts_.preorder.at(child);
+    auto *loop = dyn_cast<ForStmt>(up);
+    if (!loop) {
+      mayBeSkipped |= up->kind() == StmtKind::If || up->kind() == StmtKind::While;
+      continue;
+    }
+    unsigned v = facts_.varOf.at(loop);
+    if (!depth->usesVar(v)) {
+      // The depth does not depend on this loop, but the alloca is reached
+      // only if it runs: a loop that may run 0 times (for some values of
+      // the loops around it) makes the bound an over-estimate there.
+      bool runs = loop->begin().isConstant() && loop->end().isConstant() &&
+                  loop->begin().constant < loop->end().constant;
+      if (!runs) {
+        exact_ = false;
+        mayBeSkipped = true;
+      }
+      continue;
+    }
+    if (mayBeSkipped)
+      exact_ = false;
+    E begin = bound(loop->begin(), *loop);
+    E end = bound(loop->end(), *loop);
+    if (failed_)
+      return nullptr;
+    depth = SizeExpr::maxOverRange(v, begin, end, depth);
+  }
+  if (failed_)
+    return nullptr;
+  return depth;
+}
+
+E StructuralSizer::fail(std::string why) {
+  if (!failed_)
+    reason_ = std::move(why);
+  failed_ = true;
+  return nullptr;
+}
+
+Summary StructuralSizer::block(Block &b, uint32_t from) {
+  std::vector<Stmt *> children;
+  if (auto it = relevant_.find(&b); it != relevant_.end())
+    children = it->second;
+  if (auto it = facts_.jumpChildren.find(&b); it != facts_.jumpChildren.end())
+    for (Stmt *s : it->second)
+      if (!seen_.count(s))
+        children.push_back(s);
+  std::vector<std::pair<uint32_t, Stmt *>> ordered;
+  for (Stmt *s : children) {
+    uint32_t p = facts_.preorder.at(s);
+    if (p >= from)
+      ordered.emplace_back(p, s);
+  }
+  std::sort(ordered.begin(), ordered.end());
+  Summary acc = Summary::identity();
+  for (auto &[p, s] : ordered) {
+    if (failed_ || !acc.fall)
+      break;
+    acc = seq(acc, stmt(*s));
+  }
+  return acc;
+}
+
+Summary StructuralSizer::stmt(Stmt &s) {
+  Summary r = Summary::identity();
+  switch (s.kind()) {
+  case StmtKind::AdStackPush:
+    r.fall = r.peak = cst(1);
+    return r;
+  case StmtKind::AdStackPop:
+    r.fall = cst(-1);
+    return r;
+  case StmtKind::Break:
+    return {nullptr, cst(0), nullptr, cst(0), false};
+  case StmtKind::Continue:
+    return {nullptr, nullptr, cst(0), cst(0), false};
+  case StmtKind::If: {
+    auto &i = cast<IfStmt>(s);
+    Summary t = block(i.thenBlock(), 0);
+    Summary e = block(i.elseBlock(), 0);
+    r.fall = maxOpt(t.fall, e.fall);
+    r.brk = maxOpt(t.brk, e.brk);
+    r.cont = maxOpt(t.cont, e.cont);
+    r.peak = SizeExpr::max(t.peak, e.peak);
+    r.exact = t.exact && e.exact && sameOpt(t.fall, e.fall) && t.peak->equals(*e.peak);
+    return r;
+  }
+  case StmtKind::Serial:
+    return block(s.block(0), 0);
+  case StmtKind::For:
+    return forLoop(cast<ForStmt>(s));
+  case StmtKind::While:
+    return whileLoop(cast<WhileStmt>(s));
+  default:
+    return r; // load_top, load_top_adj, acc_adjoint: depth unchanged
+  }
+}
+
+Summary StructuralSizer::whileLoop(WhileStmt &w) {
+  Summary b = block(w.body(), 0);
+  E it = maxOpt(b.fall, b.cont);
+  if (it && !(it->isConst() && it->value() <= 0)) {
+    fail(fmt::format("the while loop at {} may push more than it pops per iteration, and its "
+                     "trip count is not known before it runs",
+                     w.loc().str()));
+    return Summary::identity();
+  }
+  // Iteration k starts at k * it <= 0, so the first iteration peaks highest
+  // and the exit through a break is at most brk.
+  return {b.brk, nullptr, nullptr, b.peak, b.exact && !b.cont};
+}
+
+Summary StructuralSizer::forLoop(ForStmt &loop) {
+  Summary b = block(loop.body(), 0);
+  if (failed_)
+    return b;
+  E begin, end, trip;
+  E it = maxOpt(b.fall, b.cont); // net change of one iteration
+  bool nonPositive = !it || (it->isConst() && it->value() <= 0);
+  // (Symbolic mode only: with constant trip counts the tier-1 structural
+  // pass leaves these shapes to Bellman-Ford, which handles them exactly.)
+  auto capturable = [&](Bound bd) { return bd.isConstant() || capture(bd.value) != nullptr; };
+  if (symbolic_ && nonPositive && !(capturable(loop.begin()) && capturable(loop.end())) &&
+      !b.peak->usesVar(facts_.varOf.at(&loop)) &&
+      (!b.brk || !b.brk->usesVar(facts_.varOf.at(&loop)))) {
+    // Iterations never raise the depth they start at: the first one peaks
+    // highest, whatever the trip count (which may even be data-dependent).
+    Summary r;
+    r.peak = b.peak;
+    r.fall = maxOpt(cst(0), b.brk);
+    r.exact = false;
+    return r;
+  }
+  if (symbolic_) {
+    begin = bound(loop.begin(), loop);
+    end = bound(loop.end(), loop);
+    if (failed_)
+      return b;
+    trip = SizeExpr::tripCount(begin, end);
+  } else {
+    std::optional<int64_t> t = constantTripCount(loop);
+    if (!t) {
+      fail(fmt::format("the loop at {} has bounds that are not compile-time constants",
+                       loop.loc().str()));
+      return b;
+    }
+    trip = cst(*t);
+    begin = cst(0);
+    end = trip;
+  }
+  unsigned v = facts_.varOf.at(&loop);
+  if (symbolic_ && it && it->usesVar(v) && !b.brk && !b.cont && it->isNonNegative() &&
+      b.peak->equals(*it)) {
+    // Every iteration pushes it(v) >= 0 and peaks at its end: the loop
+    // peaks after its last iteration, at the sum of all of them (a
+    // triangular nest: sum(j in [0, m): j), not m * max(j)).
+    Summary r;
+    r.fall = r.peak = SizeExpr::sumOverRange(v, begin, end, it);
+    r.exact = b.exact;
+    return r;
+  }
+  E br = b.brk, p = b.peak;
+  bool exact = b.exact && !b.cont && !b.brk;
+  // A body whose depth depends on the loop's own index: bound every
+  // iteration by the largest one (sound; exact only for a constant body).
+  auto hoist = [&](E &x) {
+    if (x && x->usesVar(v)) {
+      x = SizeExpr::maxOverRange(v, begin, end, x);
+      exact = false;
+    }
+  };
+  E itAt = it; // the net change of the iteration at index v
+  bool itUsesVar = it && it->usesVar(v);
+  bool othersUseVar = (br && br->usesVar(v)) || p->usesVar(v);
+  hoist(it);
+  hoist(br);
+  hoist(p);
+  if (trip->isConst() && trip->value() == 0)
+    return Summary::identity();
+  // `guard(x)`: x when the loop runs at least once, 0 otherwise.
+  auto guard = [&](const E &x) {
+    if (trip->isConst())
+      return x;
+    return SizeExpr::maxOverRange(v, begin, end, x);
+  };
+  Summary r;
+  r.exact = exact;
+  if (!it) { // every iteration leaves through a break: at most one runs
+    r.peak = guard(p);
+    r.fall = br ? guard(br) : cst(0);
+    if (!trip->isConst())
+      r.fall = SizeExpr::max(r.fall, cst(0));
+    return r;
+  }
+  if (it->isNonPositive()) {
+    r.peak = guard(p);
+    if (itUsesVar) {
+      // The net is the sum of the iterations' nets: exact, where
+      // trip * max(net) would over-estimate it.
+      r.fall = SizeExpr::sumOverRange(v, begin, end, itAt);
+      r.exact = b.exact && !b.cont && !b.brk && !othersUseVar;
+    } else {
+      r.fall = SizeExpr::mul(trip, it);
+    }
+  } else {
+    E itp = SizeExpr::max(it, cst(0));
+    if (!it->isNonNegative())
+      r.exact = false;
+    E tm1 = SizeExpr::sub(trip, cst(1));
+    r.peak = p->equals(*itp) ? SizeExpr::mul(trip, itp)
+                             : guard(SizeExpr::add(SizeExpr::mul(tm1, itp), p));
+    r.fall = SizeExpr::mul(trip, itp);
+    if (br)
+      br = SizeExpr::add(SizeExpr::mul(tm1, itp), br);
+  }
+  if (br)
+    r.fall = SizeExpr::max(r.fall, guard(br));
+  return r;
+}
+
+} // namespace qd::sizing

@@ -1,0 +1,140 @@
+//===- SizingStructural.h - Internals of adstack sizing ---------*- C++ -*-===//
+//
+// Shared by the files of the sizing computation (AdStackSizing.cpp drives
+// the tiers): kernel facts, the structural path algebra and the CFG
+// longest-path (Bellman-Ford) tier. Not a public header.
+//
+// The structural tiers evaluate a small path algebra over the structured IR.
+// A region (statement or block) is summarised relative to the stack depth at
+// its entry by
+//   fall  the largest net depth on paths that leave it normally,
+//   brk   ... on paths that leave it through a `break`,
+//   cont  ... on paths that leave it through a `continue`,
+//   peak  the largest depth reached inside it (>= 0),
+// where a missing path is "none". Sequencing adds, if arms take the max, and a
+// loop with trip count T and per-iteration net `it` peaks at
+// (T - 1) * max(it, 0) + peak(body) (just peak(body) when it <= 0), or at
+// the sum of `it` over the iterations when every iteration peaks at its
+// end and `it` depends on the loop index. Values
+// are SizeExprs, so the same code gives constants (tier 1, everything folds)
+// and launch-time expressions (tier 2).
+//
+#pragma once
+
+#include "qd/analysis/AdStackSizing.h"
+#include "qd/analysis/CFG.h"
+#include "qd/ir/Module.h"
+#include "qd/ir/Stmt.h"
+
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+namespace qd::sizing {
+
+using E = SizeExprRef;
+
+inline E cst(int64_t v) {
+  return SizeExpr::constant(v);
+}
+inline E maxOpt(const E &a, const E &b) {
+  if (!a)
+    return b;
+  if (!b)
+    return a;
+  return SizeExpr::max(a, b);
+}
+inline bool sameOpt(const E &a, const E &b) {
+  return (!a && !b) || (a && b && a->equals(*b));
+}
+
+struct Summary {
+  E fall, brk, cont, peak;
+  bool exact = true;
+  static Summary identity() { return {cst(0), nullptr, nullptr, cst(0), true}; }
+};
+
+inline Summary seq(const Summary &a, const Summary &b) {
+  Summary r;
+  r.fall = a.fall && b.fall ? SizeExpr::add(a.fall, b.fall) : nullptr;
+  r.brk = maxOpt(a.brk, a.fall && b.brk ? SizeExpr::add(a.fall, b.brk) : nullptr);
+  r.cont = maxOpt(a.cont, a.fall && b.cont ? SizeExpr::add(a.fall, b.cont) : nullptr);
+  r.peak = a.fall ? SizeExpr::max(a.peak, SizeExpr::add(a.fall, b.peak)) : a.peak;
+  r.exact = a.exact && b.exact;
+  return r;
+}
+
+/// What is known about a kernel before sizing its stacks.
+struct KernelFacts {
+  std::vector<AdStackAllocaStmt *> allocas;
+  std::unordered_map<const Value *, std::vector<AdStackOpStmt *>> ops; // program order
+  std::unordered_map<const Stmt *, uint32_t> preorder;
+  std::unordered_map<const Block *, std::vector<Stmt *>> jumpChildren;
+  std::unordered_map<const ForStmt *, unsigned> varOf;
+  std::vector<const ForStmt *> loops;
+  std::unordered_set<const Field *> writtenFields;
+  std::unordered_set<const Value *> writtenNdarrays;
+
+  explicit KernelFacts(const Kernel &kernel);
+
+private:
+  void markJumps(Block &body);
+};
+
+/// Sizes one stack: the structural algebra in constant or symbolic mode
+/// (SizingStructural.cpp), with loop bounds captured as SizeExprs
+/// (SizingCapture.cpp).
+class StructuralSizer {
+public:
+  StructuralSizer(const KernelFacts &facts, bool symbolic,
+                  std::unordered_map<const Value *, E> &captureCache,
+                  std::unordered_map<const Value *, std::string> &captureErrors)
+      : facts_(facts), symbolic_(symbolic), cache_(captureCache), captureErrors_(captureErrors) {}
+
+  /// The depth bound, or null with `reason()` set.
+  E size(const AdStackAllocaStmt &a);
+  bool exact() const { return exact_; }
+  const std::string &reason() const { return reason_; }
+
+private:
+  E fail(std::string why);
+  Summary block(Block &b, uint32_t from);
+  Summary stmt(Stmt &s);
+  Summary whileLoop(WhileStmt &w);
+  Summary forLoop(ForStmt &loop);
+
+  // SizingCapture.cpp
+  E bound(Bound b, const ForStmt &loop);
+  /// The value of an integer SSA value as a SizeExpr, or null (reason in
+  /// captureErrors_).
+  E capture(const Value *v);
+  E reject(const Value *v, std::string why);
+  E captureUncached(const Value *v);
+
+  const KernelFacts &facts_;
+  bool symbolic_;
+  std::unordered_map<const Value *, E> &cache_;
+  std::unordered_map<const Value *, std::string> &captureErrors_;
+  Block *scope_ = nullptr;
+  std::unordered_map<const Block *, std::vector<Stmt *>> relevant_;
+  std::unordered_set<const Stmt *> seen_;
+  bool failed_ = false;
+  bool exact_ = true;
+  std::string reason_;
+};
+
+/// Reusable per-kernel scratch for `longestPath`: the region-local index of
+/// every CFG node (~0u outside the current region).
+struct PathScratch {
+  std::vector<unsigned> localOf;
+};
+
+/// Longest path of net pushes from the alloca over its scope's CFG nodes, or
+/// nullopt when a cycle reachable from the alloca has a positive net
+/// (SizingBellmanFord.cpp).
+std::optional<int64_t> longestPath(const ControlFlowGraph &cfg, const AdStackAllocaStmt &a,
+                                   const std::vector<AdStackOpStmt *> &ops, PathScratch &scratch);
+
+} // namespace qd::sizing
