@@ -246,6 +246,31 @@ TEST(LaunchArgs, WrongArityTypeRankAndCompanions) {
   EXPECT_EQ(message(h.run("missing")), "no kernel named '@missing' in the module");
 }
 
+TEST(LaunchArgs, NdarraysOfDifferentTypesMustNotShareMemory) {
+  Harness h(R"(kernel @k(%a: ndarray<f32, 1>, %b: ndarray<i32, 1>, %c: ndarray<f32, 1>) {
+  parallel for %i = 0 to 4 {
+    %v = load %b[%i] : i32
+    %f = cast %v : i32 to f32
+    store %a[%i], %f
+  }
+})");
+  std::vector<float> storage(12, 0.f);
+  auto a = Buffer::borrow(ScalarType::F32, {4}, storage.data());
+  auto b = Buffer::borrow(ScalarType::I32, {4}, storage.data() + 2); // overlaps a
+  auto c = Buffer::borrow(ScalarType::F32, {4}, storage.data() + 1); // overlaps a: same type
+  auto far = Buffer::borrow(ScalarType::I32, {4}, storage.data() + 8);
+  NdarrayArg na{&*a}, nb{&*b}, nc{&*c}, nfar{&*far};
+  EXPECT_EQ(message(h.run("k", {LaunchArg::ndarray(&na), LaunchArg::ndarray(&nb),
+                                LaunchArg::ndarray(&nc)})),
+            "kernel @k: the buffers given for '%a' (ndarray<f32, 1>) and '%b' (ndarray<i32, 1>) "
+            "overlap; ndarrays of different element types or ranks must not share memory (qd's "
+            "analyses take them to be distinct)");
+  // Same element type and rank may overlap; disjoint buffers are fine.
+  EXPECT_TRUE(
+      h.run("k", {LaunchArg::ndarray(&na), LaunchArg::ndarray(&nfar), LaunchArg::ndarray(&nc)})
+          .ok());
+}
+
 //===----------------------------------------------------------------------===//
 // Statements
 //===----------------------------------------------------------------------===//

@@ -31,6 +31,55 @@ Buffer *Program::field(std::string_view name, Component c) {
   return f ? field(*f, c) : nullptr;
 }
 
+namespace {
+
+/// The analyses (qd/analysis/ElementOwnership.h) take ndarray arguments of
+/// different element types or ranks to be different memory: no launch
+/// accepts one buffer for both. Two borrowed buffers can still overlap, so
+/// a launch where they do is refused here instead of computing a wrong
+/// result. Arguments of one type and rank may overlap (the analyses assume
+/// they may).
+absl::Status checkNdarrayOverlap(const Kernel &kernel, std::span<const LaunchArg> args) {
+  struct Range {
+    const std::byte *begin, *end;
+    unsigned arg;
+    Component component;
+  };
+  std::vector<Range> ranges;
+  for (unsigned i = 0; i < args.size(); ++i) {
+    if (!args[i].isNdarray())
+      continue;
+    for (Component c : {Component::Primal, Component::Grad, Component::Dual})
+      if (const Buffer *b = args[i].ndarrayValue().component(c); b && b->sizeInBytes() > 0)
+        ranges.push_back({b->data(), b->data() + b->sizeInBytes(), i, c});
+  }
+  for (size_t x = 0; x < ranges.size(); ++x)
+    for (size_t y = x + 1; y < ranges.size(); ++y) {
+      const Range &a = ranges[x], &b = ranges[y];
+      const Type &ta = kernel.argument(a.arg)->type(), &tb = kernel.argument(b.arg)->type();
+      if (ta.element() == tb.element() && ta.ndim() == tb.ndim())
+        continue;
+      if (a.begin < b.end && b.begin < a.end) {
+        auto name = [&](const Range &r) {
+          std::string n = "%" + kernel.argument(r.arg)->name();
+          if (r.component != Component::Primal) {
+            n += '.';
+            n += toString(r.component);
+          }
+          return n;
+        };
+        return absl::InvalidArgumentError(fmt::format(
+            "kernel @{}: the buffers given for '{}' ({}) and '{}' ({}) overlap; ndarrays of "
+            "different element types or ranks must not share memory (qd's analyses take them to "
+            "be distinct)",
+            kernel.name(), name(a), ta.str(), name(b), tb.str()));
+      }
+    }
+  return absl::OkStatus();
+}
+
+} // namespace
+
 absl::Status validateLaunchArgs(const Kernel &kernel, std::span<const LaunchArg> args) {
   if (args.size() != kernel.numArguments())
     return absl::InvalidArgumentError(fmt::format(
@@ -75,7 +124,7 @@ absl::Status validateLaunchArgs(const Kernel &kernel, std::span<const LaunchArg>
                         toString(c), what));
     }
   }
-  return absl::OkStatus();
+  return checkNdarrayOverlap(kernel, args);
 }
 
 absl::Status Program::launch(std::string_view name, std::span<const LaunchArg> args,
