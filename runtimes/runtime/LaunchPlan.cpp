@@ -147,7 +147,9 @@ QdLaunchContext LaunchPlan::hostContext(std::vector<void *> &globals, char *heap
                          .needed = needed.data(),
                          .error = &record,
                          .runtime = runtime,
-                         .taskLanes = taskLanes};
+                         .taskLanes = taskLanes,
+                         .threads = 0,
+                         .values = nullptr};
 }
 
 std::string LaunchPlan::indexErrorText(const GlobalAccessStmt &g,

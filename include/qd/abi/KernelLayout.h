@@ -60,6 +60,21 @@ struct KernelLayout {
     std::string whyScalar;
     TaskBound begin, end;
   };
+  /// GPU targets: the device functions of the kernel in the order the
+  /// runtime launches them, each `void fn(QdLaunchContext *ctx)` with `ctx`
+  /// in device memory. A `Serial` entry runs a run of top-level statements
+  /// (and serial tasks) on one thread; a `Parallel` entry runs parallel task
+  /// `task` as a grid-stride loop over a grid of ctx->threads threads.
+  /// Top-level values a later entry uses travel through ctx->values. Empty
+  /// for the CPU, whose one entry function `qd_kernel` runs everything.
+  struct Launch {
+    enum Kind { Serial, Parallel } kind = Serial;
+    std::string function;
+    int task = -1; // index in `tasks` for Parallel entries
+  };
+  std::vector<Launch> launches;
+  /// GPU targets: slots of ctx->values.
+  unsigned numValues = 0;
   std::vector<GlobalSlot> slots;
   std::vector<ErrorSite> sites;
   std::vector<Stack> stacks;

@@ -60,7 +60,12 @@ inline constexpr unsigned kMaxErrorData = 16;
   /* opaque; passed back to the runtime's task launcher */                                         \
   X(Ptr, void *, runtime, 1)                                                                       \
   /* per parallel task: the lanes it may use in this launch */                                     \
-  X(Ptr, const int32_t *, taskLanes, 1)
+  X(Ptr, const int32_t *, taskLanes, 1)                                                            \
+  /* GPU: the threads of a parallel launch's grid (T of the interleaved heap layout) */            \
+  X(I64, int64_t, threads, 1)                                                                      \
+  /* GPU: the top-level values of the kernel, one 8-byte slot each                */               \
+  /* (KernelLayout::numValues), shared by the launches of one kernel              */               \
+  X(Ptr, int64_t *, values, 1)
 
 namespace qd {
 
