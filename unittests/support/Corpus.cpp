@@ -1,0 +1,274 @@
+//===- Corpus.cpp - Differential testing of backends on the .qd corpus ----===//
+#include "Corpus.h"
+
+#include "ProgramGen.h"
+
+#include "qd/interp/Interpreter.h"
+#include "qd/ir/Visitor.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <thread>
+
+namespace qd::corpus {
+
+bool hasFloatAtomic(Kernel &k) {
+  bool found = false;
+  walk(k, [&](Stmt &s) {
+    if (auto *a = dyn_cast<AtomicAddStmt>(&s); a && isFloat(a->elementType()))
+      found = true;
+  });
+  return found;
+}
+
+std::string message(const absl::Status &s) {
+  return std::string(s.message());
+}
+
+/// `file:line:col` of an error message (`file:line:col: error: ...`).
+std::string locationPrefix(const absl::Status &s) {
+  std::string m = message(s);
+  size_t at = m.find(": error:");
+  return at == std::string::npos ? std::string() : m.substr(0, at);
+}
+
+size_t countOf(const std::string &haystack, const std::string &needle) {
+  size_t n = 0;
+  for (size_t at = haystack.find(needle); at != std::string::npos;
+       at = haystack.find(needle, at + 1))
+    ++n;
+  return n;
+}
+
+using testgen::sameScalar;
+
+/// Empty if equal, else the first difference.
+std::string compareBuffers(const std::string &what, const Buffer &a, const Buffer &b, double rtol) {
+  return testgen::compareBuffers(what, a, b, rtol, "interp ", "backend ");
+}
+
+double tolFor(ScalarType t) {
+  return t == ScalarType::F32 ? 1e-5 : 1e-12;
+}
+
+std::string componentSuffix(Component c) {
+  return c == Component::Primal ? "" : "." + std::string(toString(c));
+}
+
+/// Compares every field component of two programs of the same module.
+std::string compareFields(const Module &m, Program &a, Program &b, bool exact) {
+  for (auto &f : m.fields())
+    for (Component c : kComponents) {
+      Buffer *x = a.field(*f, c), *y = b.field(*f, c);
+      if (!x || !y)
+        continue;
+      std::string d = compareBuffers("@" + f->name() + componentSuffix(c), *x, *y,
+                                     exact ? 0 : tolFor(f->elementType()));
+      if (!d.empty())
+        return d;
+    }
+  return {};
+}
+
+Scalar randomScalar(ScalarType t, Rng &r) {
+  if (isFloat(t))
+    return Scalar::ofFloat(t, -2 + 4 * r.unit());
+  if (t == ScalarType::I1)
+    return Scalar::ofInt(t, r.intIn(0, 1));
+  return Scalar::ofInt(t, r.intIn(0, 5));
+}
+
+void fill(Buffer &b, Rng &r) {
+  for (int64_t i = 0; i < b.numElements(); ++i)
+    b.set(i, randomScalar(b.elementType(), r));
+}
+
+std::unique_ptr<Instance> makeInstance(const Module &m, const Kernel &k, uint64_t seed,
+                                       int variant) {
+  auto inst = std::make_unique<Instance>();
+  auto p = Program::create(m);
+  if (!p.ok())
+    return nullptr;
+  inst->program = *std::move(p);
+  Rng r{seed};
+  for (auto &f : m.fields())
+    for (Component c : kComponents)
+      if (Buffer *b = inst->program->field(*f, c))
+        fill(*b, r);
+  for (unsigned i = 0; i < k.numArguments(); ++i) {
+    const Argument *a = k.argument(i);
+    ScalarType t = a->type().element();
+    if (!a->isNdarray()) {
+      inst->args.push_back(LaunchArg::scalar(randomScalar(t, r)));
+      continue;
+    }
+    unsigned nd = a->type().ndim();
+    std::vector<int64_t> shape;
+    for (unsigned d = 0; d < nd; ++d)
+      shape.push_back(variant == 0 ? (nd <= 2 ? 4 : 2) : r.intIn(1, nd <= 2 ? 6 : 3));
+    auto arg = std::make_unique<NdarrayArg>();
+    for (Component c : kComponents) {
+      if (c != Component::Primal && !a->hasComponent(c))
+        continue;
+      auto b = std::make_unique<Buffer>(*Buffer::create(t, shape));
+      fill(*b, r);
+      (c == Component::Primal ? arg->primal
+       : c == Component::Grad ? arg->grad
+                              : arg->dual) = b.get();
+      inst->buffers.push_back(std::move(b));
+    }
+    inst->args.push_back(LaunchArg::ndarray(arg.get()));
+    inst->named.emplace_back("%" + a->name(), arg.get());
+    inst->ndarrays.push_back(std::move(arg));
+  }
+  return inst;
+}
+
+std::string compareInstances(const Module &m, Instance &a, Instance &b, bool exact) {
+  std::string d = compareFields(m, *a.program, *b.program, exact);
+  if (!d.empty())
+    return d;
+  for (size_t i = 0; i < a.named.size(); ++i)
+    for (Component c : kComponents) {
+      Buffer *x = a.named[i].second->component(c), *y = b.named[i].second->component(c);
+      if (!x || !y)
+        continue;
+      d = compareBuffers(a.named[i].first + componentSuffix(c), *x, *y,
+                         exact ? 0 : tolFor(x->elementType()));
+      if (!d.empty())
+        return d;
+    }
+  return {};
+}
+
+/// Runs the interpreter on another thread; gives up after `seconds` (a
+/// kernel that loops forever on random data). On a timeout the caller must
+/// leak everything the launch uses.
+absl::Status interpretWithTimeout(Program &program, const std::string &kernel,
+                                  const std::vector<LaunchArg> &args, const LaunchOptions &opts,
+                                  double seconds, bool &timedOut) {
+  struct State {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+    absl::Status status;
+  };
+  auto state = std::make_shared<State>();
+  std::thread t([state, &program, kernel, args, opts] {
+    Interpreter interp;
+    absl::Status s = program.launch(kernel, args, interp, opts);
+    std::lock_guard lock(state->mu);
+    state->status = s;
+    state->done = true;
+    state->cv.notify_all();
+  });
+  std::unique_lock lock(state->mu);
+  timedOut = !state->cv.wait_for(lock, std::chrono::duration<double>(seconds),
+                                 [&] { return state->done; });
+  lock.unlock();
+  if (timedOut) {
+    t.detach();
+    return absl::DeadlineExceededError("interpreter timed out");
+  }
+  t.join();
+  return state->status;
+}
+
+/// A `while` whose body (outside nested loops) has no `break` never ends.
+bool hasEndlessWhile(Kernel &k) {
+  bool endless = false;
+  walk(k, [&](Stmt &s) {
+    if (s.kind() != StmtKind::While)
+      return;
+    bool found = false;
+    std::function<void(Block &)> scan = [&](Block &b) {
+      for (Stmt &t : b) {
+        if (t.kind() == StmtKind::Break)
+          found = true;
+        if (t.kind() == StmtKind::If)
+          for (unsigned i = 0; i < t.numBlocks(); ++i)
+            scan(t.block(i));
+      }
+    };
+    scan(s.block(0));
+    endless |= !found;
+  });
+  return endless;
+}
+
+/// A parallel task whose result depends on the order of its iterations: a
+/// stored global that is not indexed by the loop index (the same indices in
+/// every access), or an atomically updated global that is also read.
+bool mayRace(Kernel &k) {
+  for (Stmt &t : k.body()) {
+    auto *loop = dyn_cast<ForStmt>(&t);
+    if (!loop || !loop->isParallel())
+      continue;
+    std::map<std::tuple<const Field *, const Value *, Component>, std::vector<GlobalAccessStmt *>>
+        groups;
+    walk(loop->body(), [&](Stmt &s) {
+      if (auto *g = dyn_cast<GlobalAccessStmt>(&s))
+        groups[{g->field(), g->ndarray(), g->component()}].push_back(g);
+    });
+    for (auto &[target, accesses] : groups) {
+      bool stored = false, atomic = false, loaded = false;
+      for (auto *g : accesses) {
+        stored |= g->kind() == StmtKind::GlobalStore;
+        atomic |= g->kind() == StmtKind::AtomicAdd;
+        loaded |= g->kind() == StmtKind::GlobalLoad;
+      }
+      if (atomic && (loaded || stored))
+        return true;
+      if (!stored)
+        continue;
+      GlobalAccessStmt *first = accesses.front();
+      bool byIndex = false;
+      for (unsigned d = 0; d < first->numIndices(); ++d)
+        byIndex |= first->index(d) == loop;
+      if (!byIndex)
+        return true;
+      for (auto *g : accesses)
+        for (unsigned d = 0; d < g->numIndices(); ++d)
+          if (g->index(d) != first->index(d))
+            return true;
+    }
+  }
+  return false;
+}
+
+/// A loop the interpreter cannot finish in time (a constant range of more
+/// than 10^7 iterations).
+bool hasHugeLoop(Kernel &k) {
+  bool huge = false;
+  walk(k, [&](Stmt &s) {
+    if (auto *f = dyn_cast<ForStmt>(&s); f && f->begin().isConstant() && f->end().isConstant())
+      huge |= f->end().constant - f->begin().constant > 10'000'000;
+  });
+  return huge;
+}
+
+bool hasParallelTask(Kernel &k) {
+  for (Stmt &s : k.body())
+    if (auto *f = dyn_cast<ForStmt>(&s); f && f->isParallel())
+      return true;
+  return false;
+}
+
+std::vector<std::filesystem::path> corpusFiles() {
+  std::vector<std::filesystem::path> files;
+  for (const char *dir : {"test", "examples"})
+    for (auto &e :
+         std::filesystem::recursive_directory_iterator(std::filesystem::path(QD_SOURCE_DIR) / dir))
+      if (e.is_regular_file() && e.path().extension() == ".qd")
+        files.push_back(e.path());
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+} // namespace qd::corpus
