@@ -36,6 +36,15 @@ class LlvmTarget {
 public:
   virtual ~LlvmTarget() = default;
 
+  /// Kernel structure. Emits the kernel's entry functions, lowering each
+  /// top-level statement with KernelEmitter::emitTopLevel inside a function
+  /// of the target's own, and fills what KernelLayout says about them.
+  /// CPU: one `qd_kernel(ctx)` that runs every top-level statement in order.
+  /// GPU: one device entry per run of non-parallel statements and one per
+  /// parallel task (KernelLayout::launches), with the top-level values a
+  /// later entry uses passed through ctx->values.
+  virtual void emitEntries(KernelEmitter &emitter) = 0;
+
   /// Task mapping. Emits the top-level parallel `for` `task` at the
   /// insertion point of the entry function, and records it in
   /// KernelLayout::tasks. Its body is lowered by `emitter` in a function
@@ -103,5 +112,7 @@ public:
 std::unique_ptr<LlvmTarget> createTarget(CodegenTarget target);
 /// The host CPU's hooks.
 std::unique_ptr<LlvmTarget> createCpuTarget();
+/// NVIDIA GPUs through LLVM's NVPTX back end (NvptxTarget.cpp).
+std::unique_ptr<LlvmTarget> createNvptxTarget();
 
 } // namespace qd::codegen
