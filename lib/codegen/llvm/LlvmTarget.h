@@ -51,9 +51,9 @@ public:
   /// state of the target's own (EmitContext::beginFunction).
   /// CPU: outlines `qd_task_<n>(ctx, captures, begin, end, worker)` over a
   /// chunk, runs whole groups of SIMD lanes then the scalar rest, and calls
-  /// `qd_rt_parallel_for`. GPU: a kernel function whose threads run a
-  /// grid-stride loop over [begin, end) in a bounded grid; the entry
-  /// function becomes host-side launch code (no lanes: lanes stay 1).
+  /// `qd_rt_parallel_for`. NVPTX: the device entry `qd_task_<n>(ctx)`, whose
+  /// threads run a grid-stride loop over [begin, end) in a grid of
+  /// ctx->threads threads (no lanes: lanes stay 1).
   virtual void emitParallelTask(KernelEmitter &emitter, ForStmt &task) = 0;
 
   /// The index (i32) of the thread running the current function, which
@@ -80,7 +80,8 @@ public:
                                     unsigned width) = 0;
   /// The adjoint of the entry whose primal `adStackEntry` returned as
   /// `primal`. CPU: primal + elem bytes * width. GPU: wherever its layout
-  /// keeps adjoints (e.g. its own interleaved array).
+  /// keeps adjoints (NVPTX: primal + elem bytes, inside the interleaved
+  /// entry).
   virtual llvm::Value *adStackAdjoint(EmitContext &c, const StackRef &stack, llvm::Value *primal,
                                       unsigned width) = 0;
 

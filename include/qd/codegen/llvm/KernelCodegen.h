@@ -35,6 +35,10 @@
 // the runtime per launch) is at least the task's KernelLayout::Task::lanes;
 // the runtime then lays out the task's stack entries with one slot per lane.
 //
+// CodegenTarget::Nvptx emits device entries instead (KernelLayout::launches,
+// lib/codegen/llvm/NvptxTarget.cpp and docs/runtime.md, "NVPTX target");
+// qd/codegen/llvm/Ptx.h turns its module into PTX.
+//
 // The emitter is target-neutral; the CPU specifics above (chunked tasks,
 // lanes, libmvec, the thread-major heap) are CodegenTarget::Cpu's hooks
 // (lib/codegen/llvm/LlvmTarget.h, CpuTarget.cpp). `qd-translate` prints the
