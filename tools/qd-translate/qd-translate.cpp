@@ -1,19 +1,23 @@
 //===- qd-translate.cpp - Print the code generated for qd kernels ---------===//
 //
-//   qd-translate [input.qd|-] [--target=cpu] [--kernel=name] [--passes=...]
-//                [--vector-width=N] [--bounds-check] [--no-vector-math]
-//                [--optimize] [-o out]
+//   qd-translate [input.qd|-] [--target=cpu|nvptx] [--kernel=name]
+//                [--passes=...] [--vector-width=N] [--bounds-check]
+//                [--no-vector-math] [--optimize] [--emit=llvm|ptx]
+//                [--arch=sm_80] [-o out]
 //
 // Reads a module (stdin by default), verifies it, optionally runs a pass
 // pipeline, and prints the LLVM IR the code generator emits for one kernel
 // or for every kernel (one LLVM module each, in module order). Without
 // --optimize the IR is exactly what the code generator produced; with it,
-// the IR after the O3 pipeline the CPU backend runs before JIT compilation.
+// the IR after the O3 pipeline the CPU backend runs before JIT compilation
+// (for nvptx: the pipeline of the NVPTX target machine). --emit=ptx prints
+// the PTX of each kernel (nvptx only: libdevice linked, optimised).
 // Any diagnostic goes to stderr and the exit code is 1.
 //
 //===----------------------------------------------------------------------===//
 #include "qd/codegen/llvm/KernelCodegen.h"
 #include "qd/codegen/llvm/Optimize.h"
+#include "qd/codegen/llvm/Ptx.h"
 #include "qd/ir/Parser.h"
 #include "qd/ir/Verifier.h"
 #include "qd/transforms/Passes.h"
@@ -37,6 +41,9 @@ struct Options {
   std::string output = "-";
   std::string passes;
   std::string target = "cpu";
+  bool targetGiven = false;
+  std::string emit = "llvm";
+  std::string arch = "sm_80";
   std::optional<std::string> kernel;
   unsigned vectorWidth = 1;
   bool boundsCheck = false;
@@ -51,7 +58,11 @@ constexpr const char *kUsage =
     "pipeline, and prints the LLVM IR of its kernels for a target.\n"
     "\n"
     "options:\n"
-    "  --target=<name>        code generation target: cpu (default: cpu)\n"
+    "  --target=<name>        code generation target: cpu or nvptx (default: cpu)\n"
+    "  --emit=<what>          llvm (LLVM IR, the default) or ptx (PTX text of the\n"
+    "                         nvptx target; implies --target=nvptx)\n"
+    "  --arch=<sm_N>          GPU architecture of --emit=ptx and nvptx --optimize\n"
+    "                         (default: sm_80)\n"
     "  --kernel=<name>        print only this kernel (default: every kernel)\n"
     "  --passes=<p1,p2,...>   qd pass pipeline to run first (see qd-opt --list-passes)\n"
     "  --vector-width=<n>     SIMD lanes of vectorised tasks, a power of two in\n"
@@ -60,7 +71,7 @@ constexpr const char *kUsage =
     "  --no-vector-math       lanes call scalar sin/cos/exp/log instead of glibc's\n"
     "                         libmvec (used only with --vector-width=8)\n"
     "  --optimize             print the IR after the O3 pipeline of the CPU backend,\n"
-    "                         tuned for the host\n"
+    "                         tuned for the host (nvptx: of the NVPTX target)\n"
     "  -o <file>              write the output to <file> (default: stdout)\n"
     "  -h, --help             show this help\n";
 
@@ -88,6 +99,13 @@ std::optional<int> parseArgs(int argc, char **argv, Options &opts) {
       opts.passes = *v;
     } else if (auto v = value("--target")) {
       opts.target = *v;
+      opts.targetGiven = true;
+    } else if (auto v = value("--emit")) {
+      if (*v != "llvm" && *v != "ptx")
+        return fail("--emit takes 'llvm' or 'ptx', got '" + *v + "'");
+      opts.emit = *v;
+    } else if (auto v = value("--arch")) {
+      opts.arch = *v;
     } else if (auto v = value("--kernel")) {
       opts.kernel = *v;
     } else if (auto v = value("--vector-width")) {
@@ -124,9 +142,20 @@ int main(int argc, char **argv) {
   Options opts;
   if (std::optional<int> code = parseArgs(argc, argv, opts))
     return *code;
+  if (opts.emit == "ptx" && !opts.targetGiven)
+    opts.target = "nvptx";
   absl::StatusOr<qd::CodegenTarget> target = qd::parseCodegenTarget(opts.target);
   if (!target.ok())
     return fail(std::string(target.status().message()));
+  bool nvptx = *target == qd::CodegenTarget::Nvptx;
+  if (opts.emit == "ptx" && !nvptx)
+    return fail("--emit=ptx needs --target=nvptx (the " + opts.target +
+                " target prints LLVM IR only)");
+  qd::PtxOptions ptx;
+  ptx.arch = opts.arch;
+  if (nvptx) // a bad --arch is reported before any input is read
+    if (auto tm = qd::nvptxTargetMachine(opts.arch); !tm.ok())
+      return fail(std::string(tm.status().message()));
   // A bad pipeline is reported before any input is read.
   if (absl::Status s = qd::PassManager().addPipeline(opts.passes); !s.ok())
     return fail(std::string(s.message()));
@@ -170,7 +199,12 @@ int main(int argc, char **argv) {
   }
 
   std::unique_ptr<llvm::TargetMachine> machine;
-  if (opts.optimize) {
+  if (opts.optimize && nvptx) {
+    auto gpu = qd::nvptxTargetMachine(opts.arch);
+    if (!gpu.ok())
+      return fail(std::string(gpu.status().message()));
+    machine = std::move(*gpu);
+  } else if (opts.optimize) {
     auto host = qd::hostTargetMachine();
     if (!host.ok())
       return fail(std::string(host.status().message()));
@@ -192,6 +226,13 @@ int main(int argc, char **argv) {
     if (!emitted.ok())
       return fail("kernel @" + kernel->name() + ": " + std::string(emitted.status().message()));
     llvm::Module &m = **emitted;
+    if (opts.emit == "ptx") {
+      auto text = qd::emitPtx(m, ptx);
+      if (!text.ok())
+        return fail("kernel @" + kernel->name() + ": " + std::string(text.status().message()));
+      os << *text;
+      continue;
+    }
     if (machine) {
       m.setDataLayout(machine->createDataLayout());
       m.setTargetTriple(machine->getTargetTriple().str());

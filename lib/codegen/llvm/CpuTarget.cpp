@@ -23,6 +23,7 @@ namespace {
 
 class CpuTarget final : public LlvmTarget {
 public:
+  void emitEntries(KernelEmitter &emitter) override;
   void emitParallelTask(KernelEmitter &emitter, ForStmt &task) override;
   LV *threadIndex(EmitContext &c) override { return c.fn->thread; }
   LV *adStackBase(EmitContext &c, unsigned id) override;
@@ -45,6 +46,19 @@ private:
 
   unsigned taskCount_ = 0;
 };
+
+void CpuTarget::emitEntries(KernelEmitter &e) {
+  EmitContext &c = e.context();
+  auto *mainTy = llvm::FunctionType::get(c.b.getVoidTy(), {c.ptrTy}, false);
+  llvm::Function *mainFn =
+      llvm::Function::Create(mainTy, llvm::Function::ExternalLinkage, "qd_kernel", c.module.get());
+  FunctionState main;
+  c.beginFunction(main, mainFn, mainFn->getArg(0), c.b.getInt32(0));
+  for (Stmt &s : const_cast<Kernel &>(c.kernel).body())
+    e.emitTopLevel(s);
+  c.b.CreateRetVoid();
+  c.fn = nullptr;
+}
 
 void CpuTarget::emitParallelTask(KernelEmitter &e, ForStmt &task) {
   EmitContext &c = e.context();
@@ -230,22 +244,7 @@ void CpuTarget::atomicUpdate(EmitContext &c, llvm::AtomicRMWInst::BinOp op, LV *
 }
 
 void CpuTarget::raiseError(EmitContext &c, unsigned site, llvm::ArrayRef<LV *> data) {
-  llvm::IRBuilder<> &b = c.b;
-  LV *record = c.ctxField(CtxField::error);
-  LV *siteSlot = b.CreateStructGEP(c.errorTy, record, unsigned(abi::ErrorRecordField::site));
-  LV *cx = b.CreateAtomicCmpXchg(siteSlot, b.getInt32(0), b.getInt32(site), llvm::MaybeAlign(4),
-                                 llvm::AtomicOrdering::Monotonic, llvm::AtomicOrdering::Monotonic);
-  if (data.empty())
-    return;
-  BasicBlock *won = c.newBlock("error.data");
-  BasicBlock *done = c.newBlock("error.done");
-  b.CreateCondBr(b.CreateExtractValue(cx, 1), won, done);
-  b.SetInsertPoint(won);
-  LV *out = b.CreateStructGEP(c.errorTy, record, unsigned(abi::ErrorRecordField::data));
-  for (size_t i = 0; i < data.size() && i < abi::kMaxErrorData; ++i)
-    b.CreateStore(data[i], b.CreateGEP(c.i64, out, b.getInt64(i)));
-  b.CreateBr(done);
-  b.SetInsertPoint(done);
+  c.recordError(site, data);
 }
 
 } // namespace

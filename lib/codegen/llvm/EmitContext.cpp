@@ -119,6 +119,24 @@ void EmitContext::raiseIf(LV *cond, unsigned id, llvm::ArrayRef<LV *> data) {
   b.SetInsertPoint(ok);
 }
 
+void EmitContext::recordError(unsigned siteId, llvm::ArrayRef<LV *> data) {
+  LV *record = ctxField(CtxField::error);
+  LV *siteSlot = b.CreateStructGEP(errorTy, record, unsigned(abi::ErrorRecordField::site));
+  LV *cx = b.CreateAtomicCmpXchg(siteSlot, b.getInt32(0), b.getInt32(siteId), llvm::MaybeAlign(4),
+                                 llvm::AtomicOrdering::Monotonic, llvm::AtomicOrdering::Monotonic);
+  if (data.empty())
+    return;
+  BasicBlock *won = newBlock("error.data");
+  BasicBlock *done = newBlock("error.done");
+  b.CreateCondBr(b.CreateExtractValue(cx, 1), won, done);
+  b.SetInsertPoint(won);
+  LV *out = b.CreateStructGEP(errorTy, record, unsigned(abi::ErrorRecordField::data));
+  for (size_t i = 0; i < data.size() && i < abi::kMaxErrorData; ++i)
+    b.CreateStore(data[i], b.CreateGEP(i64, out, b.getInt64(i)));
+  b.CreateBr(done);
+  b.SetInsertPoint(done);
+}
+
 llvm::MDNode *EmitContext::unlikelyFirst() {
   return llvm::MDBuilder(llvm).createBranchWeights(1, 1 << 20);
 }

@@ -155,6 +155,9 @@ public:
   /// kernel, or the task's current chunk) is skipped, as the interpreter
   /// stops at its first error; code after the check may rely on `!cond`.
   void raiseIf(LV *cond, unsigned id, llvm::ArrayRef<LV *> data = {});
+  /// Records error site `site` in ctx->error with a compare-and-swap on its
+  /// `site` (0: none yet); the winner writes `data` (LlvmTarget::raiseError).
+  void recordError(unsigned site, llvm::ArrayRef<LV *> data);
   llvm::MDNode *unlikelyFirst();
   llvm::MDNode *unlikelySecond();
   /// Loop metadata that turns off runtime unrolling (see EmitControl.cpp).

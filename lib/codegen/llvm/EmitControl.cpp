@@ -50,6 +50,11 @@ void ControlFlowLowering::finishLoop(const LoopBlocks &blocks, const std::functi
 
 void ControlFlowLowering::countedLoop(LV *begin, LV *end, llvm::Type *ty, const Stmt *loop,
                                       const std::function<void(LV *)> &body, uint64_t step) {
+  countedLoop(begin, end, ty, loop, body, llvm::ConstantInt::get(ty, step));
+}
+
+void ControlFlowLowering::countedLoop(LV *begin, LV *end, llvm::Type *ty, const Stmt *loop,
+                                      const std::function<void(LV *)> &body, LV *step) {
   llvm::IRBuilder<> &b = c_.b;
   llvm::AllocaInst *counter = c_.entryAlloca(ty, "i");
   b.CreateStore(begin, counter);
@@ -61,7 +66,7 @@ void ControlFlowLowering::countedLoop(LV *begin, LV *end, llvm::Type *ty, const 
   b.SetInsertPoint(blocks.body);
   inLoop({blocks.latch, blocks.exit, loop}, [&] { body(i); });
   finishLoop(blocks, [&] {
-    LV *next = b.CreateAdd(b.CreateLoad(ty, counter), llvm::ConstantInt::get(ty, step));
+    LV *next = b.CreateAdd(b.CreateLoad(ty, counter), step);
     b.CreateStore(next, counter);
   });
 }

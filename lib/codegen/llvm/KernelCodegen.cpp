@@ -17,14 +17,18 @@ namespace qd {
 absl::StatusOr<CodegenTarget> parseCodegenTarget(std::string_view name) {
   if (name == "cpu")
     return CodegenTarget::Cpu;
+  if (name == "nvptx")
+    return CodegenTarget::Nvptx;
   return absl::InvalidArgumentError(
-      fmt::format("unknown code generation target '{}' (known targets: cpu)", name));
+      fmt::format("unknown code generation target '{}' (known targets: cpu, nvptx)", name));
 }
 
 const char *codegenTargetName(CodegenTarget target) {
   switch (target) {
   case CodegenTarget::Cpu:
     return "cpu";
+  case CodegenTarget::Nvptx:
+    return "nvptx";
   }
   return "?";
 }
@@ -35,6 +39,8 @@ std::unique_ptr<LlvmTarget> createTarget(CodegenTarget target) {
   switch (target) {
   case CodegenTarget::Cpu:
     return createCpuTarget();
+  case CodegenTarget::Nvptx:
+    return createNvptxTarget();
   }
   return nullptr;
 }

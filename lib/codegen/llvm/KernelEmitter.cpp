@@ -25,24 +25,7 @@ absl::StatusOr<std::unique_ptr<llvm::Module>> KernelEmitter::run() {
       layout.shapeOffset[i] = layout.numShapes;
       layout.numShapes += kernel.argument(i)->type().ndim();
     }
-  auto *mainTy = llvm::FunctionType::get(c_.b.getVoidTy(), {c_.ptrTy}, false);
-  llvm::Function *mainFn =
-      llvm::Function::Create(mainTy, llvm::Function::ExternalLinkage, "qd_kernel", c_.module.get());
-  FunctionState main;
-  c_.beginFunction(main, mainFn, mainFn->getArg(0), c_.b.getInt32(0));
-  for (Stmt &s : const_cast<Kernel &>(kernel).body()) {
-    if (!s.isTask()) {
-      visit(s);
-      continue;
-    }
-    c_.currentTask = &s;
-    if (auto *loop = dyn_cast<ForStmt>(&s))
-      c_.target.emitParallelTask(*this, *loop);
-    else
-      emitBlock(s.block(0));
-    c_.currentTask = nullptr;
-  }
-  c_.b.CreateRetVoid();
+  c_.target.emitEntries(*this);
   c_.fn = nullptr;
   if (!c_.error.empty())
     return absl::InternalError(c_.error);
@@ -51,6 +34,19 @@ absl::StatusOr<std::unique_ptr<llvm::Module>> KernelEmitter::run() {
   if (llvm::verifyModule(*c_.module, &os))
     return absl::InternalError("codegen produced invalid LLVM IR: " + os.str());
   return std::move(c_.module);
+}
+
+void KernelEmitter::emitTopLevel(Stmt &s) {
+  if (!s.isTask()) {
+    visit(s);
+    return;
+  }
+  c_.currentTask = &s;
+  if (auto *loop = dyn_cast<ForStmt>(&s))
+    c_.target.emitParallelTask(*this, *loop);
+  else
+    emitBlock(s.block(0));
+  c_.currentTask = nullptr;
 }
 
 void KernelEmitter::emitBlock(Block &block) {

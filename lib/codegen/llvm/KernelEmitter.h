@@ -84,6 +84,9 @@ public:
   /// latch. `loop` is the statement that breaks and continues leave.
   void countedLoop(LV *begin, LV *end, llvm::Type *ty, const Stmt *loop,
                    const std::function<void(LV *)> &body, uint64_t step = 1);
+  /// The same with a step computed at run time (a grid-stride loop).
+  void countedLoop(LV *begin, LV *end, llvm::Type *ty, const Stmt *loop,
+                   const std::function<void(LV *)> &body, LV *step);
   void forLoop(ForStmt &loop);
   void whileLoop(WhileStmt &w);
   void ifStmt(IfStmt &i);
@@ -148,6 +151,10 @@ public:
   ControlFlowLowering &control() { return control_; }
   /// Emits the statements of `block` (up to a break or continue).
   void emitBlock(Block &block);
+  /// Emits top-level statement `s` in the current function: a parallel task
+  /// through LlvmTarget::emitParallelTask, a serial task's block, or a
+  /// top-level scalar statement.
+  void emitTopLevel(Stmt &s);
   /// The top-level values task `task` uses, in order of first use.
   std::vector<const Value *> capturesOf(ForStmt &task);
   /// What the runtime can read of a task bound before the launch.

@@ -36,15 +36,24 @@ class LlvmTarget {
 public:
   virtual ~LlvmTarget() = default;
 
+  /// Kernel structure. Emits the kernel's entry functions, lowering each
+  /// top-level statement with KernelEmitter::emitTopLevel inside a function
+  /// of the target's own, and fills what KernelLayout says about them.
+  /// CPU: one `qd_kernel(ctx)` that runs every top-level statement in order.
+  /// GPU: one device entry per run of non-parallel statements and one per
+  /// parallel task (KernelLayout::launches), with the top-level values a
+  /// later entry uses passed through ctx->values.
+  virtual void emitEntries(KernelEmitter &emitter) = 0;
+
   /// Task mapping. Emits the top-level parallel `for` `task` at the
   /// insertion point of the entry function, and records it in
   /// KernelLayout::tasks. Its body is lowered by `emitter` in a function
   /// state of the target's own (EmitContext::beginFunction).
   /// CPU: outlines `qd_task_<n>(ctx, captures, begin, end, worker)` over a
   /// chunk, runs whole groups of SIMD lanes then the scalar rest, and calls
-  /// `qd_rt_parallel_for`. GPU: a kernel function whose threads run a
-  /// grid-stride loop over [begin, end) in a bounded grid; the entry
-  /// function becomes host-side launch code (no lanes: lanes stay 1).
+  /// `qd_rt_parallel_for`. NVPTX: the device entry `qd_task_<n>(ctx)`, whose
+  /// threads run a grid-stride loop over [begin, end) in a grid of
+  /// ctx->threads threads (no lanes: lanes stay 1).
   virtual void emitParallelTask(KernelEmitter &emitter, ForStmt &task) = 0;
 
   /// The index (i32) of the thread running the current function, which
@@ -71,7 +80,8 @@ public:
                                     unsigned width) = 0;
   /// The adjoint of the entry whose primal `adStackEntry` returned as
   /// `primal`. CPU: primal + elem bytes * width. GPU: wherever its layout
-  /// keeps adjoints (e.g. its own interleaved array).
+  /// keeps adjoints (NVPTX: primal + elem bytes, inside the interleaved
+  /// entry).
   virtual llvm::Value *adStackAdjoint(EmitContext &c, const StackRef &stack, llvm::Value *primal,
                                       unsigned width) = 0;
 
@@ -103,5 +113,7 @@ public:
 std::unique_ptr<LlvmTarget> createTarget(CodegenTarget target);
 /// The host CPU's hooks.
 std::unique_ptr<LlvmTarget> createCpuTarget();
+/// NVIDIA GPUs through LLVM's NVPTX back end (NvptxTarget.cpp).
+std::unique_ptr<LlvmTarget> createNvptxTarget();
 
 } // namespace qd::codegen

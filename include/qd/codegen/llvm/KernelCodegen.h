@@ -35,6 +35,10 @@
 // the runtime per launch) is at least the task's KernelLayout::Task::lanes;
 // the runtime then lays out the task's stack entries with one slot per lane.
 //
+// CodegenTarget::Nvptx emits device entries instead (KernelLayout::launches,
+// lib/codegen/llvm/NvptxTarget.cpp and docs/runtime.md, "NVPTX target");
+// qd/codegen/llvm/Ptx.h turns its module into PTX.
+//
 // The emitter is target-neutral; the CPU specifics above (chunked tasks,
 // lanes, libmvec, the thread-major heap) are CodegenTarget::Cpu's hooks
 // (lib/codegen/llvm/LlvmTarget.h, CpuTarget.cpp). `qd-translate` prints the
@@ -78,14 +82,20 @@ struct CodegenOptions {
 };
 
 /// What the generated code runs on (lib/codegen/llvm/LlvmTarget.h holds
-/// each target's hooks). GPU targets come next.
+/// each target's hooks).
 enum class CodegenTarget {
   /// The host CPU: chunked tasks run by the runtime's thread pool, SIMD
   /// lanes, libm/libmvec.
   Cpu,
+  /// NVIDIA GPUs: device entries listed in KernelLayout::launches (serial
+  /// runs on one thread, parallel tasks as grid-stride loops), the adstack
+  /// heap interleaved across threads, libdevice math, no SIMD lanes
+  /// (vectorWidth is ignored). qd/codegen/llvm/Ptx.h turns the module into
+  /// PTX.
+  Nvptx,
 };
 
-/// The target named `name` ("cpu"), or InvalidArgument listing the known ones.
+/// The target named `name` ("cpu", "nvptx"), or InvalidArgument listing the known ones.
 absl::StatusOr<CodegenTarget> parseCodegenTarget(std::string_view name);
 /// The name parseCodegenTarget accepts for `target`.
 const char *codegenTargetName(CodegenTarget target);
