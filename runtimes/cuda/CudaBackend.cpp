@@ -67,7 +67,7 @@ struct CudaBackend::Impl {
     if (!loaded.ok())
       return absl::Status(loaded.status().code(),
                           fmt::format("kernel @{}: the driver rejected its PTX: {}", kernel.name(),
-                                      loaded.status().message()));
+                                      std::string(loaded.status().message())));
     c.module = *std::move(loaded);
     // One grid for every parallel entry (the heap is laid out for its
     // threads): the fewest blocks any entry keeps resident on all SMs.
@@ -208,7 +208,7 @@ absl::Status CudaBackend::launch(Program &program, const Kernel &kernel,
     if (!heap.ok())
       return absl::ResourceExhaustedError(
           fmt::format("kernel @{}: cannot allocate {} bytes of adstack heap on the GPU: {}",
-                      kernel.name(), grown, heap.status().message()));
+                      kernel.name(), grown, std::string(heap.status().message())));
     impl_->heap = *std::move(heap);
   }
   impl_->lastHeapBytes = *heapBytes;
@@ -274,7 +274,7 @@ absl::Status CudaBackend::launch(Program &program, const Kernel &kernel,
   QdErrorRecord record{};
   if (absl::Status s = device.copyToHost(&record, *dRecord, sizeof(record)); !s.ok())
     return absl::Status(s.code(), fmt::format("kernel @{}: the launch failed on the GPU: {}",
-                                              kernel.name(), s.message()));
+                                              kernel.name(), std::string(s.message())));
   if (absl::Status s = device.copyToHost(needed.data(), *dNeeded, needed.size() * 8); !s.ok())
     return s;
   for (size_t i = 0; i < buffers.size(); ++i)
