@@ -1,6 +1,6 @@
 //===- qd-run.cpp - Run kernels from a .qd file ---------------------------===//
 //
-//   qd-run kernel.qd [--kernel=NAME]... [--backend=cpu|interp] [--inputs=in.json]
+//   qd-run kernel.qd [--kernel=NAME]... [--backend=cpu|cuda|interp] [--inputs=in.json]
 //          [--set FIELD=JSON]... [--arg NAME=JSON]... [--print=a,b.grad,...]
 //          [--no-bounds-check] [--adstack-capacity=N] [--report-adstacks]
 //          [--no-adstack-sizing] [--vector-width=N] [--no-vector-math]
@@ -18,6 +18,7 @@
 #include "qd/ir/Printer.h"
 #include "qd/ir/Verifier.h"
 #include "qd/runtime/CpuBackend.h"
+#include "qd/runtime/CudaBackend.h"
 
 #include <nlohmann/json.hpp>
 
@@ -42,7 +43,8 @@ constexpr const char *kUsage =
     "options:\n"
     "  --kernel=NAME          kernel to launch (repeat to launch several in order;\n"
     "                         default: the module's only kernel)\n"
-    "  --backend=NAME         execution backend: cpu (LLVM JIT, the default) or interp\n"
+    "  --backend=NAME         execution backend: cpu (LLVM JIT, the default), cuda (an\n"
+    "                         NVIDIA GPU through the CUDA driver) or interp\n"
     "                         (the reference interpreter; the default with\n"
     "                         --check-global-accesses)\n"
     "  --inputs=FILE          JSON file {\"fields\": {...}, \"args\": {...}}\n"
@@ -300,8 +302,8 @@ int run(int argc, char **argv) {
     die("no input file (see --help)");
   if (backendName.empty()) // the exact access check is the interpreter's
     backendName = options.checkGlobalAccesses ? "interp" : "cpu";
-  if (backendName != "interp" && backendName != "cpu")
-    die("unknown backend '" + backendName + "'; available backends: interp, cpu");
+  if (backendName != "interp" && backendName != "cpu" && backendName != "cuda")
+    die("unknown backend '" + backendName + "'; available backends: interp, cpu, cuda");
 
   auto parsed = qd::parseModule(readFile(file), {file, 1});
   if (!parsed.ok())
@@ -410,7 +412,16 @@ int run(int argc, char **argv) {
       die(std::string(created.status().message()));
     cpu = *std::move(created);
   }
-  qd::Backend &backend = cpu ? static_cast<qd::Backend &>(*cpu) : interp;
+  std::unique_ptr<qd::CudaBackend> cuda;
+  if (backendName == "cuda") {
+    auto created = qd::CudaBackend::create();
+    if (!created.ok())
+      die(std::string(created.status().message()));
+    cuda = *std::move(created);
+  }
+  qd::Backend &backend = cpu    ? static_cast<qd::Backend &>(*cpu)
+                         : cuda ? static_cast<qd::Backend &>(*cuda)
+                                : interp;
   std::vector<std::string> adstackReport;
   for (const std::string &kname : kernels) {
     const qd::Kernel &k = *module.findKernel(kname);
@@ -439,7 +450,7 @@ int run(int argc, char **argv) {
                                                   stack->loc().str() + ": capacity " +
                                                   std::to_string(cap) + more);
       };
-      if (cpu) {
+      if (cpu || cuda) {
         for (auto &[stack, cap] : (*program)->lastAdStackCapacities())
           row(stack, cap, "");
       } else {
