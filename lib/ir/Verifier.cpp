@@ -345,17 +345,14 @@ private:
   void checkLoopExit(Stmt &s) {
     if (&s.parent()->back() != &s)
       error(fmt::format("'{}' must be the last statement of its block", opName(s)));
-    for (Stmt *p = s.parentStmt(); p; p = p->parentStmt()) {
-      if (p->kind() == StmtKind::While || (p->kind() == StmtKind::For && !p->isTask()))
-        return;
-      if (auto *f = dyn_cast<ForStmt>(p); f && f->isParallel()) {
-        if (s.kind() == StmtKind::Break)
-          error("'break' cannot leave a 'parallel for' (its iterations run independently); "
-                "use 'continue' to end an iteration early");
-        return;
-      }
+    Stmt *loop = jumpTarget(s);
+    if (!loop) {
+      error(fmt::format("'{}' must be inside a 'for' or 'while' loop", opName(s)));
+      return;
     }
-    error(fmt::format("'{}' must be inside a 'for' or 'while' loop", opName(s)));
+    if (auto *f = dyn_cast<ForStmt>(loop); f && f->isParallel() && s.kind() == StmtKind::Break)
+      error("'break' cannot leave a 'parallel for' (its iterations run independently); "
+            "use 'continue' to end an iteration early");
   }
 
   bool requireScalarResult(Stmt &s) {
