@@ -35,6 +35,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "BenchMain.h"
+#include "GradientKernels.h"
 #include "GradientWorkloads.h"
 
 #include "qd/codegen/llvm/KernelCodegen.h"
@@ -56,7 +57,6 @@
 #include <functional>
 #include <iostream>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -95,142 +95,7 @@ double timeMin(int reps, const std::function<void()> &before, const std::functio
   return best;
 }
 
-//===--- kernels as IR text ---------------------------------------------===//
-
-std::string sinIR(int64_t n) {
-  return fmt::format(R"(field @x : f32[{0}] grad
-field @y : f32[{0}] grad
-field @n : i32
-
-kernel @sinloop() {{
-  parallel for %i = 0 to {0} {{
-    %xi = load @x[%i] : f32
-    %v = alloca f32
-    store %v, %xi
-    %n = load @n[] : i32
-    for %j = 0 to %n {{
-      %a = load %v : f32
-      %s = sin %a : f32
-      %c = const 0.1 : f32
-      %b = add %s, %c : f32
-      store %v, %b
-    }}
-    %r = load %v : f32
-    store @y[%i], %r
-  }}
-}}
-)",
-                     n);
-}
-
-std::string triIR(int64_t n) {
-  return fmt::format(R"(field @x : f32[{0}] grad
-field @y : f32[{0}] grad
-field @m : i32[{0}]
-
-kernel @tri() {{
-  parallel for %i = 0 to {0} {{
-    %xi = load @x[%i] : f32
-    %v = alloca f32
-    store %v, %xi
-    %mi = load @m[%i] : i32
-    for %j = 0 to %mi {{
-      for %k = 0 to %j {{
-        %a = load %v : f32
-        %kf = cast %k : i32 to f32
-        %c = const 0.01 : f32
-        %d = mul %kf, %c : f32
-        %e = add %a, %d : f32
-        %s = sin %e : f32
-        %h = const 0.1 : f32
-        %b = add %s, %h : f32
-        store %v, %b
-      }}
-    }}
-    %r = load %v : f32
-    store @y[%i], %r
-  }}
-}}
-)",
-                     n);
-}
-
-/// The spring chain, generated: locals %P0..%P7, %Q0..%Q7.
-std::string springIR(int64_t n) {
-  std::ostringstream o;
-  o << fmt::format("field @p : f32[{0}, {1}] grad\nfield @q : f32[{0}, {1}] grad\n"
-                   "field @out : f32[{0}] grad\nfield @steps : i32\n\n",
-                   n, kChain);
-  o << "kernel @spring() {\n";
-  o << fmt::format("  parallel for %i = 0 to {} {{\n", n);
-  auto c = [&](const char *name, float v) {
-    o << fmt::format("    %{} = const {:.9g} : f32\n", name, v);
-  };
-  c("zero", 0.0f);
-  c("L", kSpringRest);
-  c("C", kSpringCubic);
-  c("K", kSpringK);
-  c("D", kSpringDamp);
-  c("dt", kSpringDt);
-  for (int k = 0; k < kChain; ++k) {
-    o << fmt::format("    %k{0} = const {0} : i32\n", k);
-    o << fmt::format("    %p{0}in = load @p[%i, %k{0}] : f32\n", k);
-    o << fmt::format("    %q{0}in = load @q[%i, %k{0}] : f32\n", k);
-    o << fmt::format("    %P{0} = alloca f32\n    store %P{0}, %p{0}in\n", k);
-    o << fmt::format("    %Q{0} = alloca f32\n    store %Q{0}, %q{0}in\n", k);
-  }
-  o << "    %T = load @steps[] : i32\n";
-  o << "    for %t = 0 to %T {\n";
-  for (int k = 0; k < kChain; ++k)
-    o << fmt::format("      %p{0} = load %P{0} : f32\n      %q{0} = load %Q{0} : f32\n", k);
-  for (int k = 0; k < kChain; ++k) {
-    if (k == 0)
-      o << "      %e0 = sub %p0, %L : f32\n";
-    else
-      o << fmt::format("      %d{0} = sub %p{0}, %p{1} : f32\n"
-                       "      %e{0} = sub %d{0}, %L : f32\n",
-                       k, k - 1);
-    o << fmt::format("      %ee{0} = mul %e{0}, %e{0} : f32\n"
-                     "      %eee{0} = mul %ee{0}, %e{0} : f32\n"
-                     "      %ec{0} = mul %eee{0}, %C : f32\n"
-                     "      %g{0} = add %e{0}, %ec{0} : f32\n",
-                     k);
-  }
-  for (int k = 0; k < kChain; ++k) {
-    std::string next = k + 1 < kChain ? fmt::format("%g{}", k + 1) : "%zero";
-    o << fmt::format("      %fd{0} = sub {1}, %g{0} : f32\n"
-                     "      %f{0} = mul %fd{0}, %K : f32\n"
-                     "      %dq{0} = mul %D, %q{0} : f32\n"
-                     "      %a{0} = sub %f{0}, %dq{0} : f32\n"
-                     "      %adt{0} = mul %a{0}, %dt : f32\n"
-                     "      %qn{0} = add %q{0}, %adt{0} : f32\n"
-                     "      store %Q{0}, %qn{0}\n"
-                     "      %dp{0} = mul %dt, %qn{0} : f32\n"
-                     "      %pn{0} = add %p{0}, %dp{0} : f32\n"
-                     "      store %P{0}, %pn{0}\n",
-                     k, next);
-  }
-  o << "    }\n";
-  o << "    %s0 = load %P0 : f32\n";
-  for (int k = 1; k < kChain; ++k)
-    o << fmt::format("    %l{0} = load %P{0} : f32\n    %s{0} = add %s{1}, %l{0} : f32\n", k,
-                     k - 1);
-  o << fmt::format("    store @out[%i], %s{}\n", kChain - 1);
-  o << "  }\n}\n";
-  return o.str();
-}
-
 //===--- qd runs ---------------------------------------------------------===//
-
-float *f32(qd::Program &p, const char *name, qd::Component c = qd::Component::Primal) {
-  qd::Buffer *b = p.field(name, c);
-  if (!b)
-    die(fmt::format("no field {}", name));
-  return reinterpret_cast<float *>(b->data());
-}
-int32_t *i32(qd::Program &p, const char *name) {
-  return reinterpret_cast<int32_t *>(p.field(name)->data());
-}
 
 struct Workload {
   std::string key, title;
@@ -244,6 +109,17 @@ struct Workload {
   std::function<void(qd::Program &, int64_t)> init;
   int64_t gradElemsPerItem = 1; // gradient floats per element (16 for (c))
 };
+
+/// The kernel, fields and inputs of workload `w.key` (GradientKernels.h).
+void applySpec(Workload &w) {
+  const KernelSpec &s = kernelSpec(w.key);
+  w.ir = s.ir;
+  w.kernel = s.kernel;
+  w.gradFields = s.gradFields;
+  w.seed = s.seed;
+  w.gradElemsPerItem = s.gradElemsPerItem;
+  w.init = [key = w.key](qd::Program &p, int64_t n) { fillInputs(key, p, n); };
+}
 
 struct QdResult {
   double fwdMs = 0, gradMs = 0, compileFwdMs = 0, compileGradMs = 0;
@@ -473,16 +349,7 @@ static int runBench(int argc, char **argv) {
     w.n = int64_t(1) << 20;
     w.nAdolc = int64_t(1) << 14;
     w.nInterp = int64_t(1) << 10;
-    w.ir = sinIR;
-    w.kernel = "sinloop";
-    w.gradFields = {"x"};
-    w.seed = "y";
-    w.init = [](qd::Program &p, int64_t n) {
-      float *x = f32(p, "x");
-      for (int64_t i = 0; i < n; ++i)
-        x[i] = sinInput(i);
-      *i32(p, "n") = kSinSteps;
-    };
+    applySpec(w);
     workloads.push_back(w);
   }
   {
@@ -493,18 +360,7 @@ static int runBench(int argc, char **argv) {
     w.n = int64_t(1) << 20;
     w.nAdolc = int64_t(1) << 14;
     w.nInterp = int64_t(1) << 10;
-    w.ir = triIR;
-    w.kernel = "tri";
-    w.gradFields = {"x"};
-    w.seed = "y";
-    w.init = [](qd::Program &p, int64_t n) {
-      float *x = f32(p, "x");
-      int32_t *m = i32(p, "m");
-      for (int64_t i = 0; i < n; ++i) {
-        x[i] = sinInput(i);
-        m[i] = triBound(i);
-      }
-    };
+    applySpec(w);
     workloads.push_back(w);
   }
   {
@@ -516,20 +372,7 @@ static int runBench(int argc, char **argv) {
     w.n = int64_t(1) << 16;
     w.nAdolc = int64_t(1) << 10;
     w.nInterp = int64_t(1) << 7;
-    w.ir = springIR;
-    w.kernel = "spring";
-    w.gradFields = {"p", "q"};
-    w.seed = "out";
-    w.gradElemsPerItem = kChain;
-    w.init = [](qd::Program &p, int64_t n) {
-      float *pp = f32(p, "p"), *qq = f32(p, "q");
-      for (int64_t i = 0; i < n; ++i)
-        for (int k = 0; k < kChain; ++k) {
-          pp[i * kChain + k] = springP(i, k);
-          qq[i * kChain + k] = springQ(i, k);
-        }
-      *i32(p, "steps") = kSpringSteps;
-    };
+    applySpec(w);
     workloads.push_back(w);
   }
 

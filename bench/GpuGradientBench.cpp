@@ -1,0 +1,558 @@
+//===- GpuGradientBench.cpp - Gradients on the CUDA backend vs peers ------===//
+//
+// qd-bench-gpu: the reverse-mode gradients of the workloads of
+// GradientWorkloads.h (the qd kernels of GradientKernels.h, the gradient
+// kernel from buildGradientKernel, as qd-bench-gradients builds them) on
+// qd::CudaBackend, at GPU sizes:
+//
+//  (a) sin        v = sin(v) + 0.1, K = 64 times; N = 2^20 and 2^24
+//  (b) triangular for j < m[i] { for k < j { v = sin(v + 0.01k) + 0.1 } },
+//                 m[i] = 4..16; N = 2^22
+//  (c) spring     8-mass chain, 16 loop-carried f32, T = 64; N = 2^20 chains
+//
+// Per workload and size: the module is parsed, the gradient kernel built,
+// a Program created and filled; input adjoints are zeroed and the output
+// adjoint seeded with 1, and the first gradient launch (which compiles: PTX
+// and the driver's JIT) is checked against a CPU reference; then --warmup
+// launches, then --reps timed launches of the gradient kernel (and of the
+// forward kernel), each Program::launch timed on the wall clock (a launch
+// returns after its error record is copied back). The timed launches write
+// no host data in between: the gradient kernel clears the output adjoint it
+// consumed, so they run with a zero seed (the same work on a GPU), and a
+// backend that keeps data on the device is timed without host copies.
+//
+// The reference: the hand-written scalar reverse loops of
+// GradientHandwritten.cpp on one period of the inputs. The inputs of
+// GradientWorkloads.h depend on the element index only modulo 1000 (a),
+// 13000 (b, x and m) and 187 (c, i mod 17 and i mod 11), and so does the
+// gradient, so one period gives every element exactly. PASS: the gradient's
+// sum and every element within a relative error of 1e-3 (elements below
+// 1e-3 of the largest are compared against that floor).
+//
+// Peers come from JSON files (--peers, repeatable; bench/run-gpu.sh makes
+// one from bench/gpu/peers.cu and bench/gpu/framework_peers.py): an object
+// or an array of objects, each with
+//   "rows":   [{"workload": "a", "n": N, "impl": "local_tape", "ms_median": ..,
+//               "ms_min": .., "grad_sum": .., "compile_s": .. (optional)}, ...]
+//   "status": {"jax": {"available": false, "reason": ".."}, ...}
+//   "source", "info" (printed)
+// or {"available": false, "reason": "..", "impls": [...]} for a peer program
+// that did not run. Impls: local_tape, global_tape, jax, torch_eager,
+// torch_compile. A peer whose grad_sum is off the reference by more than
+// 1e-3 is marked with '!'.
+//
+// Usage: qd-bench-gpu [--reps 20] [--warmup 3] [--only a,b,c] [--peers FILE]...
+//                     [--device 0] [--max-n N] [--backend cuda|cpu]
+// Without a GPU (no driver, no device) it says why and exits 0. --max-n caps
+// every size (a quick run); --backend cpu runs the same steps on the CPU
+// backend, to check this program where there is no GPU (no GPU figures).
+// Exit status 1 when a qd gradient FAILs its check.
+//
+//===----------------------------------------------------------------------===//
+#include "BenchMain.h"
+#include "GradientKernels.h"
+#include "GradientReference.h"
+#include "GradientWorkloads.h"
+
+#include "qd/ir/Parser.h"
+#include "qd/runtime/CpuBackend.h"
+#include "qd/runtime/CudaBackend.h"
+#include "qd/transforms/AutoDiff.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <bit>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <tuple>
+#include <vector>
+
+using namespace qdbench;
+using json = nlohmann::json;
+
+namespace {
+
+template <typename T> T check(absl::StatusOr<T> s, const std::string &what) {
+  if (!s.ok())
+    die(fmt::format("{}: {}", what, s.status().ToString()));
+  return std::move(*s);
+}
+void check(const absl::Status &s, const std::string &what) {
+  if (!s.ok())
+    die(fmt::format("{}: {}", what, s.ToString()));
+}
+
+double nowMs() {
+  return std::chrono::duration<double, std::milli>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+struct Timing {
+  double medianMs = 0, minMs = 0;
+};
+
+/// Median and min of `reps` timed calls of `fn`.
+template <typename Fn> Timing timeRuns(int reps, Fn &&fn) {
+  std::vector<double> ms;
+  for (int r = 0; r < reps; ++r) {
+    double t0 = nowMs();
+    fn();
+    ms.push_back(nowMs() - t0);
+  }
+  std::sort(ms.begin(), ms.end());
+  size_t h = ms.size() / 2;
+  double median = ms.size() % 2 ? ms[h] : 0.5 * (ms[h - 1] + ms[h]);
+  return {median, ms.front()};
+}
+
+constexpr double kTolerance = 1e-3;
+
+double relErr(double a, double ref, double floor) {
+  double d = std::fabs(a - ref);
+  double den = std::max(std::fabs(ref), floor);
+  double e = den > 0 ? d / den : d;
+  return std::isnan(e) ? INFINITY : e;
+}
+
+//===--- peers --------------------------------------------------------------===//
+
+const std::vector<std::string> kPeerImpls = {"local_tape", "global_tape", "jax", "torch_eager",
+                                             "torch_compile"};
+
+struct PeerRow {
+  double medianMs = 0, minMs = 0;
+  std::optional<double> gradSum, compileS;
+  std::string note;
+};
+
+struct Peers {
+  std::map<std::tuple<std::string, int64_t, std::string>, PeerRow> rows;
+  std::map<std::string, std::string> unavailable; // impl -> reason
+  std::vector<std::string> info;                  // lines printed above the table
+
+  const PeerRow *find(const std::string &key, int64_t n, const std::string &impl) const {
+    auto it = rows.find({key, n, impl});
+    return it == rows.end() ? nullptr : &it->second;
+  }
+};
+
+void addPeerObject(Peers &peers, const json &o, const std::string &file) {
+  if (!o.is_object())
+    return;
+  std::string source = o.value("source", file);
+  if (o.contains("available") && !o.value("available", true)) {
+    std::string reason = o.value("reason", std::string("not available"));
+    if (o.contains("impls") && o["impls"].is_array())
+      for (const auto &i : o["impls"])
+        if (i.is_string())
+          peers.unavailable.emplace(i.get<std::string>(), reason);
+    peers.info.push_back(fmt::format("{}: not available: {}", source, reason));
+    return;
+  }
+  if (o.contains("info") && o["info"].is_string())
+    peers.info.push_back(fmt::format("{}: {}", source, o["info"].get<std::string>()));
+  if (o.contains("status") && o["status"].is_object())
+    for (const auto &[impl, st] : o["status"].items())
+      if (st.is_object() && !st.value("available", true))
+        peers.unavailable.emplace(impl, st.value("reason", std::string("not available")));
+  if (!o.contains("rows") || !o["rows"].is_array())
+    return;
+  for (const json &r : o["rows"]) {
+    if (!r.is_object() || !r.contains("workload") || !r.contains("n") || !r.contains("impl") ||
+        !r.contains("ms_median"))
+      continue;
+    PeerRow row;
+    row.medianMs = r["ms_median"].get<double>();
+    row.minMs = r.value("ms_min", row.medianMs);
+    if (r.contains("grad_sum") && r["grad_sum"].is_number())
+      row.gradSum = r["grad_sum"].get<double>();
+    if (r.contains("compile_s") && r["compile_s"].is_number())
+      row.compileS = r["compile_s"].get<double>();
+    row.note = r.value("note", std::string());
+    peers.rows[{r["workload"].get<std::string>(), r["n"].get<int64_t>(),
+                r["impl"].get<std::string>()}] = row;
+  }
+}
+
+void loadPeers(Peers &peers, const std::string &file) {
+  std::ifstream in(file);
+  json j = in ? json::parse(in, nullptr, false) : json(nullptr);
+  if (!in || j.is_discarded()) {
+    peers.info.push_back(fmt::format("{}: unreadable (missing or not JSON)", file));
+    return;
+  }
+  if (j.is_array())
+    for (const json &o : j)
+      addPeerObject(peers, o, file);
+  else
+    addPeerObject(peers, j, file);
+}
+
+//===--- qd runs ----------------------------------------------------------===//
+
+/// The backend the gradients run on: the GPU, or (--backend cpu, to check
+/// this program's plumbing on a machine without one) the CPU backend.
+struct Target {
+  qd::Backend *backend = nullptr;
+  std::function<int64_t()> heapBytes;
+  std::function<int64_t(const qd::Kernel &)> gridThreads; // the CPU: its worker threads
+};
+
+struct Case {
+  std::string key;
+  int64_t n = 0;
+};
+
+struct QdRow {
+  Case c;
+  bool pass = false;
+  double sumErr = 0, maxElemErr = 0, qdSum = 0, refSum = 0;
+  bool stable = false; // the gradient unchanged by the timed (zero-seed) launches
+  std::string samples; // a few elements, qd against the reference
+  double firstLaunchMs = 0;
+  Timing grad, fwd;
+  int64_t heapBytes = 0, gridThreads = 0, hostBytes = 0;
+};
+
+std::string sizeName(int64_t n) {
+  if (n > 0 && std::has_single_bit(uint64_t(n)))
+    return fmt::format("2^{}", std::countr_zero(uint64_t(n)));
+  return std::to_string(n);
+}
+
+std::string title(const std::string &key) {
+  if (key == "a")
+    return "(a) sin";
+  if (key == "b")
+    return "(b) triangular";
+  return "(c) spring";
+}
+
+QdRow runCase(const Case &c, const Target &gpu, const Reference &ref, int warmup, int reps) {
+  const KernelSpec &spec = kernelSpec(c.key);
+  QdRow row;
+  row.c = c;
+  std::unique_ptr<qd::Module> module =
+      check(qd::parseModule(spec.ir(c.n), {.filename = spec.key + ".qd"}), "parse");
+  const qd::Kernel *fwd = module->findKernel(spec.kernel);
+  if (!fwd)
+    die("no kernel " + spec.kernel);
+  const qd::Kernel *grad = check(qd::buildGradientKernel(*module, *fwd), "buildGradientKernel");
+  std::unique_ptr<qd::Program> program = check(qd::Program::create(*module), "Program::create");
+  qd::Program &p = *program;
+  fillInputs(c.key, p, c.n);
+  for (const auto &f : module->fields())
+    for (qd::Component comp : {qd::Component::Primal, qd::Component::Grad, qd::Component::Dual})
+      if (qd::Buffer *b = f->hasComponent(comp) ? p.field(*f, comp) : nullptr)
+        row.hostBytes += int64_t(b->sizeInBytes());
+
+  // Input adjoints zeroed, the output adjoint seeded with 1. Host data is
+  // written only here, before the first launch.
+  for (const auto &f : spec.gradFields) {
+    qd::Buffer *b = p.field(f, qd::Component::Grad);
+    std::memset(b->data(), 0, b->sizeInBytes());
+  }
+  {
+    qd::Buffer *seed = p.field(spec.seed, qd::Component::Grad);
+    float *s = reinterpret_cast<float *>(seed->data());
+    std::fill(s, s + seed->numElements(), 1.0f);
+  }
+  std::string gradName(grad->name()), fwdName(fwd->name());
+  auto launchGrad = [&] { check(p.launch(gradName, {}, *gpu.backend), "gradient launch"); };
+  auto launchFwd = [&] { check(p.launch(fwdName, {}, *gpu.backend), "forward launch"); };
+
+  double t0 = nowMs();
+  launchGrad(); // compiles
+  row.firstLaunchMs = nowMs() - t0;
+
+  // The check, against the periodic reference.
+  const double floor = kTolerance * double(ref.scale);
+  for (size_t f = 0; f < spec.gradFields.size(); ++f) {
+    qd::Buffer *b = p.field(spec.gradFields[f], qd::Component::Grad);
+    const float *g = reinterpret_cast<const float *>(b->data());
+    int64_t count = b->numElements();
+    for (int64_t j = 0; j < count; ++j) {
+      float r = ref.at(f, j);
+      row.qdSum += g[j];
+      row.maxElemErr = std::max(row.maxElemErr, relErr(g[j], r, floor));
+    }
+    for (int64_t j : {int64_t(0), count / 2 + 1, count - 1})
+      row.samples +=
+          fmt::format("{}{}.grad[{}] = {:.7g} (ref {:.7g})", row.samples.empty() ? "" : ", ",
+                      spec.gradFields[f], j, g[j], ref.at(f, j));
+  }
+  row.refSum = ref.sum(c.n);
+  row.sumErr = relErr(row.qdSum, row.refSum, 0);
+  row.pass = row.sumErr <= kTolerance && row.maxElemErr <= kTolerance;
+
+  for (int w = 0; w < warmup; ++w)
+    launchGrad();
+  row.grad = timeRuns(reps, launchGrad);
+  // The later launches ran with a zero seed: the gradient must not have
+  // moved (it would, were the seed not consumed, or a launch wrong).
+  double after = 0;
+  for (const auto &f : spec.gradFields) {
+    qd::Buffer *b = p.field(f, qd::Component::Grad);
+    const float *g = reinterpret_cast<const float *>(b->data());
+    for (int64_t j = 0; j < b->numElements(); ++j)
+      after += g[j];
+  }
+  row.stable = after == row.qdSum;
+  row.pass = row.pass && row.stable;
+  row.heapBytes = gpu.heapBytes();
+  row.gridThreads = gpu.gridThreads(*grad);
+  launchFwd(); // compiles
+  for (int w = 0; w < warmup; ++w)
+    launchFwd();
+  row.fwd = timeRuns(reps, launchFwd);
+  return row;
+}
+
+/// Median and min per Program::launch of a kernel storing one element.
+Timing launchOverhead(qd::Backend &backend, int launches) {
+  const char *text = R"(field @z : f32[1]
+
+kernel @tiny() {
+  parallel for %i = 0 to 1 {
+    %c = const 1.0 : f32
+    store @z[%i], %c
+  }
+}
+)";
+  std::unique_ptr<qd::Module> module =
+      check(qd::parseModule(text, {.filename = "tiny.qd"}), "parse");
+  std::unique_ptr<qd::Program> p = check(qd::Program::create(*module), "Program::create");
+  auto launch = [&] { check(p->launch("tiny", {}, backend), "trivial launch"); };
+  for (int w = 0; w < 5; ++w)
+    launch();
+  return timeRuns(launches, launch);
+}
+
+std::string fmtMs(double v) {
+  if (v < 1)
+    return fmt::format("{:.3f}", v);
+  if (v < 100)
+    return fmt::format("{:.2f}", v);
+  return fmt::format("{:.1f}", v);
+}
+
+} // namespace
+
+static int runBench(int argc, char **argv) {
+  int reps = 20, warmup = 3, device = 0;
+  int64_t maxN = 0;
+  std::string only = "a,b,c", backendName = "cuda";
+  std::vector<std::string> peerFiles;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc)
+        die("missing value after " + a);
+      return argv[++i];
+    };
+    if (a == "--reps")
+      reps = std::max(1, std::stoi(next()));
+    else if (a == "--warmup")
+      warmup = std::max(0, std::stoi(next()));
+    else if (a == "--only")
+      only = next();
+    else if (a == "--peers")
+      peerFiles.push_back(next());
+    else if (a == "--device")
+      device = std::stoi(next());
+    else if (a == "--max-n")
+      maxN = std::stoll(next());
+    else if (a == "--backend")
+      backendName = next();
+    else
+      die("usage: qd-bench-gpu [--reps N] [--warmup N] [--only a,b,c] [--peers FILE]... "
+          "[--device N] [--max-n N] [--backend cuda|cpu]");
+  }
+  if (backendName != "cuda" && backendName != "cpu")
+    die("--backend: cuda or cpu");
+
+  // The backend: the GPU; the CPU only to check this program without one.
+  std::unique_ptr<qd::CudaBackend> cuda;
+  std::unique_ptr<qd::CpuBackend> cpu;
+  Target target;
+  std::string machine;
+  if (backendName == "cuda") {
+    qd::CudaBackendOptions options;
+    options.device = device;
+    auto created = qd::CudaBackend::create(options);
+    if (!created.ok()) {
+      if (created.status().code() != absl::StatusCode::kFailedPrecondition)
+        die("CudaBackend::create: " + created.status().ToString());
+      fmt::print("qd-bench-gpu: no GPU to run on: {}\n"
+                 "qd-bench-gpu: nothing measured (run it on a machine with an NVIDIA GPU and its "
+                 "driver; see bench/run-gpu.sh)\n",
+                 std::string(created.status().message()));
+      return 0;
+    }
+    cuda = *std::move(created);
+    const qd::cuda::DeviceInfo &info = cuda->deviceInfo();
+    machine = fmt::format("{} (device {}, compute {}.{}, {} SMs), PTX for {}, {} threads per block",
+                          info.name, info.ordinal, info.computeMajor, info.computeMinor,
+                          info.multiprocessors, cuda->arch(), options.blockSize);
+    target.backend = cuda.get();
+    target.heapBytes = [&] { return cuda->lastAdStackHeapBytes(); };
+    target.gridThreads = [&](const qd::Kernel &k) {
+      return check(cuda->gridThreads(k), "gridThreads");
+    };
+  } else {
+    cpu = check(qd::CpuBackend::create({}), "CpuBackend::create");
+    machine = fmt::format("the CPU backend, {} threads (--backend cpu: a check of this program, "
+                          "not a GPU measurement; 'grid thr' are its worker threads)",
+                          cpu->numThreads());
+    target.backend = cpu.get();
+    target.heapBytes = [&] { return cpu->lastAdStackHeapBytes(); };
+    target.gridThreads = [&](const qd::Kernel &) { return int64_t(cpu->numThreads()); };
+  }
+
+  Peers peers;
+  for (const auto &f : peerFiles)
+    loadPeers(peers, f);
+
+  std::vector<Case> cases;
+  for (Case c : {Case{"a", int64_t(1) << 20}, Case{"a", int64_t(1) << 24},
+                 Case{"b", int64_t(1) << 22}, Case{"c", int64_t(1) << 20}}) {
+    if (only.find(c.key) == std::string::npos)
+      continue;
+    if (maxN > 0)
+      c.n = std::min(c.n, maxN);
+    if (cases.empty() || cases.back().key != c.key || cases.back().n != c.n)
+      cases.push_back(c);
+  }
+
+  double start = nowMs();
+  fmt::print("qd-bench-gpu: {}\n", machine);
+  fmt::print("  gradient of y (out) with adjoint 1 into zeroed input adjoints; median (min) of "
+             "{} Program::launch calls after {} warm-up, wall-clock ms\n",
+             reps, warmup);
+  std::string sizes;
+  for (const Case &c : cases)
+    sizes += fmt::format("{}{} N = {} ({}{})", sizes.empty() ? "" : ", ", title(c.key),
+                         sizeName(c.n), c.n, c.key == "c" ? " chains" : "");
+  fmt::print("  sizes: {}\n", sizes);
+  Timing overhead = launchOverhead(*target.backend, 200);
+  fmt::print("  launch overhead: trivial kernel on 1 element, median {:.1f} us (min {:.1f} us) "
+             "per Program::launch over 200 launches\n",
+             1e3 * overhead.medianMs, 1e3 * overhead.minMs);
+  for (const auto &l : peers.info)
+    fmt::print("  peers: {}\n", l);
+
+  std::map<std::string, Reference> refs;
+  std::vector<QdRow> rows;
+  for (const Case &c : cases) {
+    if (!refs.count(c.key))
+      refs.emplace(c.key, reference(c.key));
+    fmt::print(stderr, "qd-bench-gpu: {} N = {} ...\n", title(c.key), sizeName(c.n));
+    rows.push_back(runCase(c, target, refs.at(c.key), warmup, reps));
+  }
+
+  // The table.
+  const std::vector<std::string> heads = {"local", "global", "JAX", "torch", "t.compile"};
+  fmt::print("\n{:<15} {:>5} {:>5} {:>8} {:>17} {:>8} {:>8} {:>8} {:>8} {:>9} {:>9} {:>7} "
+             "{:>8} {:>9}\n",
+             "workload", "N", "check", "qd fwd", "qd grad (min)", heads[0], heads[1], heads[2],
+             heads[3], heads[4], "qd/local", "JAX/qd", "heap MiB", "grid thr");
+  std::vector<std::string> notes, targets;
+  std::set<std::string> peerNotes;
+  bool allPass = true;
+  for (const QdRow &r : rows) {
+    allPass = allPass && r.pass;
+    std::vector<std::string> cells;
+    for (const auto &impl : kPeerImpls) {
+      const PeerRow *pr = peers.find(r.c.key, r.c.n, impl);
+      if (!pr) {
+        cells.push_back("-");
+        continue;
+      }
+      std::string cell = fmtMs(pr->medianMs);
+      if (pr->gradSum && relErr(*pr->gradSum, r.refSum, 0) > kTolerance) {
+        cell += "!";
+        notes.push_back(fmt::format("{} N = {}: {} grad sum {:.9g} is off the reference {:.9g} "
+                                    "(rel err {:.1e})",
+                                    title(r.c.key), sizeName(r.c.n), impl, *pr->gradSum, r.refSum,
+                                    relErr(*pr->gradSum, r.refSum, 0)));
+      }
+      if (pr->compileS)
+        notes.push_back(fmt::format("{} N = {}: {} compile (first call) {:.1f} s", title(r.c.key),
+                                    sizeName(r.c.n), impl, *pr->compileS));
+      if (!pr->note.empty())
+        peerNotes.insert(fmt::format("{} {}: {}", title(r.c.key), impl, pr->note));
+      cells.push_back(cell);
+    }
+    const PeerRow *local = peers.find(r.c.key, r.c.n, "local_tape");
+    const PeerRow *jax = peers.find(r.c.key, r.c.n, "jax");
+    std::string qdLocal = local ? fmt::format("{:.2f}x", r.grad.medianMs / local->medianMs) : "-";
+    std::string jaxQd = jax ? fmt::format("{:.1f}x", jax->medianMs / r.grad.medianMs) : "-";
+    fmt::print("{:<15} {:>5} {:>5} {:>8} {:>17} {:>8} {:>8} {:>8} {:>8} {:>9} {:>9} {:>7} "
+               "{:>8.1f} {:>9}\n",
+               title(r.c.key), sizeName(r.c.n), r.pass ? "PASS" : "FAIL", fmtMs(r.fwd.medianMs),
+               fmt::format("{} ({})", fmtMs(r.grad.medianMs), fmtMs(r.grad.minMs)), cells[0],
+               cells[1], cells[2], cells[3], cells[4], qdLocal, jaxQd,
+               double(r.heapBytes) / 1048576.0, r.gridThreads);
+    if (r.c.key == "a") {
+      std::string t = fmt::format("(a) N = {}:", sizeName(r.c.n));
+      if (local)
+        t += fmt::format(" qd/local tape {:.2f}x (target <= 1.3x{});",
+                         r.grad.medianMs / local->medianMs,
+                         r.grad.medianMs / local->medianMs <= 1.3 ? "" : ", MISSED");
+      if (jax)
+        t += fmt::format(" JAX/qd {:.1f}x (target >= 5x{});", jax->medianMs / r.grad.medianMs,
+                         jax->medianMs / r.grad.medianMs >= 5 ? "" : ", MISSED");
+      if (r.c.n == int64_t(1) << 24)
+        t += fmt::format(" heap {:.1f} MiB (target < 128 MiB{});", double(r.heapBytes) / 1048576.0,
+                         r.heapBytes < (int64_t(128) << 20) ? "" : ", MISSED");
+      if (t.back() == ';')
+        targets.push_back(t);
+    }
+  }
+  fmt::print("\n  (ms: median over the reps; qd: per Program::launch, peers: their own "
+             "timing, see bench/run-gpu.sh; '-': not run, '!': gradient sum off the reference)\n");
+  for (const QdRow &r : rows) {
+    fmt::print("  {} N = {}: {}; grad sum {:.9g} (ref {:.9g}, rel err {:.1e}), max element rel "
+               "err {:.1e}; {}\n",
+               title(r.c.key), sizeName(r.c.n), r.pass ? "PASS" : "FAIL", r.qdSum, r.refSum,
+               r.sumErr, r.maxElemErr, r.samples);
+    if (!r.stable)
+      fmt::print("      FAIL: the gradient changed over the timed launches (which ran with the "
+                 "output adjoint the first launch cleared)\n");
+    fmt::print("      first gradient launch (compiles) {:.1f} ms; adstack heap {} bytes on {} "
+               "grid threads ({} bytes per thread); host field storage {:.1f} MiB\n",
+               r.firstLaunchMs, r.heapBytes, r.gridThreads,
+               r.gridThreads ? r.heapBytes / r.gridThreads : 0, double(r.hostBytes) / 1048576.0);
+  }
+  for (const auto &n : notes)
+    fmt::print("  {}\n", n);
+  for (const auto &n : peerNotes)
+    fmt::print("  {}\n", n);
+  for (const auto &impl : kPeerImpls)
+    if (auto it = peers.unavailable.find(impl); it != peers.unavailable.end())
+      fmt::print("  {}: n/a ({})\n", impl, it->second);
+  if (!targets.empty()) {
+    fmt::print("\ntargets:\n");
+    for (const auto &t : targets)
+      fmt::print("  {}\n", t);
+  }
+  fmt::print("launch overhead {:.1f} us (median); total benchmark time {:.1f} s; {}\n",
+             1e3 * overhead.medianMs, (nowMs() - start) / 1e3,
+             allPass ? "all gradients PASS" : "SOME GRADIENTS FAIL");
+  return allPass ? 0 : 1;
+}
+
+int main(int argc, char **argv) {
+  return qdbench::benchMain("qd-bench-gpu", argc, argv, runBench);
+}
