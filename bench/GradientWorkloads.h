@@ -2,7 +2,8 @@
 //
 // The three gradient workloads of bench/GradientBench.cpp, defined once for
 // every implementation (qd, the hand-written loops, ADOL-C; the PyTorch
-// script bench/torch_gradients.py repeats the definitions):
+// scripts bench/torch_gradients.py and bench/gpu/framework_peers.py repeat the
+// definitions; the hand-written CUDA of bench/gpu/peers.cu includes this):
 //
 //  (a) sin:        y[i] = f(x[i]), f applies v = sin(v) + 0.1 K times.
 //  (b) triangular: y[i] = g(x[i]), g runs for j < m[i] { for k < j {
@@ -20,6 +21,13 @@
 #pragma once
 
 #include <cstdint>
+
+// springStep also runs in device code (bench/gpu/peers.cu, compiled by nvcc).
+#ifdef __CUDACC__
+#define QDBENCH_HOST_DEVICE __host__ __device__
+#else
+#define QDBENCH_HOST_DEVICE
+#endif
 
 namespace qdbench {
 
@@ -45,7 +53,7 @@ inline float springQ(int64_t i, int k) {
 
 /// One spring step on a chain (positions p, velocities q), in the float
 /// operation order of the qd kernel.
-inline void springStep(float *p, float *q) {
+QDBENCH_HOST_DEVICE inline void springStep(float *p, float *q) {
   float g[kChain + 1];
   for (int k = 0; k < kChain; ++k) {
     float e = (k == 0 ? p[0] : p[k] - p[k - 1]) - kSpringRest;

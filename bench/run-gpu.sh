@@ -1,0 +1,148 @@
+#!/usr/bin/env bash
+# The GPU gradient benchmark (docs/performance.md, "GPU benchmark"), run ON
+# THE GPU MACHINE from the repository root, with a prebuilt qd-bench-gpu on
+# PATH (built and packed on the build machine: see
+# /work/shared/device/README.md and docs/performance.md). It
+#   1. compiles bench/gpu/peers.cu (hand-written CUDA) with nvcc for the
+#      GPU's architecture (nvidia-smi's compute_cap; sm_90 when unknown) and
+#      runs it,
+#   2. runs bench/gpu/framework_peers.py for JAX and for PyTorch (eager and
+#      torch.compile), each in its own python3 process,
+#   3. merges their JSON and runs `qd-bench-gpu --peers merged.json`, which
+#      prints one table: qd against the local tape, the global tape, JAX,
+#      PyTorch eager and torch.compile, with the ratios, the adstack heap and
+#      the launch overhead.
+# A peer that cannot run (no nvcc, no JAX, ...) shows as n/a with the reason.
+# Extra arguments go to qd-bench-gpu (e.g. --only a). Environment:
+#   REPS=20          timed runs of every implementation
+#   WARMUP=3         warm-up runs (qd-bench-gpu, framework_peers.py)
+#   TORCH_COMPILE=0  skip torch.compile (it compiles for ~90 s)
+#   JAX=0 TORCH=0 CUDA_PEERS=0   skip those peers
+#   DEVICE=0         the GPU (CUDA ordinal; when set, the python peers run with
+#                    CUDA_VISIBLE_DEVICES=DEVICE)
+#   OUT_DIR=DIR      where the JSON, the logs and table.txt go (default: a
+#                    new /tmp/qd-gpu-bench-XXXXXX)
+#   QD_BENCH_GPU=... the qd-bench-gpu executable (default: on PATH, else
+#                    build-rel/bench/qd-bench-gpu); NVCC, PYTHON likewise.
+# Takes about 3 to 5 minutes on an H100 (torch.compile most of it).
+set -uo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root" || exit 1
+reps="${REPS:-20}"
+warmup="${WARMUP:-3}"
+device="${DEVICE:-0}"
+pyenv=()
+if [ -n "${DEVICE:-}" ]; then
+  pyenv=(env CUDA_VISIBLE_DEVICES="$DEVICE")
+fi
+out="${OUT_DIR:-$(mktemp -d /tmp/qd-gpu-bench-XXXXXX)}"
+mkdir -p "$out"
+python="${PYTHON:-python3}"
+start=$SECONDS
+
+note() { echo "run-gpu: $*" >&2; }
+
+bench="${QD_BENCH_GPU:-}"
+if [ -z "$bench" ]; then
+  if command -v qd-bench-gpu >/dev/null; then
+    bench=qd-bench-gpu
+  elif [ -x "$root/build-rel/bench/qd-bench-gpu" ]; then
+    bench="$root/build-rel/bench/qd-bench-gpu"
+  else
+    note "qd-bench-gpu not found: build it on the build machine, pack it with"
+    note "  ../shared/device/pack.sh DIR build-rel/bench/qd-bench-gpu"
+    note "and eval \"\$(bash DIR/unpack.sh DIR)\" here (docs/performance.md, GPU benchmark)"
+    exit 1
+  fi
+fi
+
+# {"available": false, ...} for a peer program that did not give JSON.
+unavailable() { # FILE SOURCE REASON IMPLS (a JSON list)
+  "$python" - "$@" <<'EOF'
+import json, sys
+f, source, reason, impls = sys.argv[1:5]
+json.dump({"source": source, "available": False, "reason": reason,
+           "impls": json.loads(impls)}, open(f, "w"))
+EOF
+}
+# Keeps FILE if it is one JSON value, else replaces it with unavailable().
+check_json() { # FILE SOURCE REASON IMPLS
+  if ! "$python" -c 'import json, sys; json.load(open(sys.argv[1]))' "$1" 2>/dev/null; then
+    unavailable "$@"
+  fi
+}
+
+nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv,noheader \
+  -i "$device" 2>/dev/null | sed 's/^/run-gpu: GPU: /' >&2 || true
+
+# 1. Hand-written CUDA.
+peers_json="$out/peers.json"
+if [ "${CUDA_PEERS:-1}" = 0 ]; then
+  unavailable "$peers_json" peers.cu "skipped (CUDA_PEERS=0)" '["local_tape", "global_tape"]'
+else
+  nvcc="${NVCC:-}"
+  if [ -z "$nvcc" ]; then
+    if command -v nvcc >/dev/null; then nvcc=nvcc; else nvcc=/usr/local/cuda/bin/nvcc; fi
+  fi
+  cap="$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader -i "$device" 2>/dev/null |
+    head -n 1 | tr -d ' .')"
+  case "$cap" in
+    [0-9][0-9] | [0-9][0-9][0-9]) arch="sm_$cap" ;;
+    *) arch=sm_90 ;;
+  esac
+  note "compiling bench/gpu/peers.cu for $arch"
+  if ! "$nvcc" -O3 -arch="$arch" -o "$out/peers" bench/gpu/peers.cu >"$out/nvcc.log" 2>&1; then
+    note "nvcc failed (see $out/nvcc.log)"
+    unavailable "$peers_json" peers.cu "nvcc failed for $arch (see $out/nvcc.log)" \
+      '["local_tape", "global_tape"]'
+  else
+    note "running the hand-written CUDA peers"
+    timeout 300 "$out/peers" --reps "$((reps < 50 ? 50 : reps))" --device "$device" \
+      >"$peers_json" 2> >(tee "$out/peers.log" >&2)
+    check_json "$peers_json" peers.cu "peers failed (see $out/peers.log)" \
+      '["local_tape", "global_tape"]'
+  fi
+fi
+
+# 2. JAX and PyTorch, one process each.
+jax_json="$out/jax.json"
+torch_json="$out/torch.json"
+if [ "${JAX:-1}" = 0 ]; then
+  unavailable "$jax_json" framework_peers.py "skipped (JAX=0)" '["jax"]'
+else
+  note "running JAX"
+  "${pyenv[@]}" timeout 300 "$python" \
+    bench/gpu/framework_peers.py --frameworks jax --reps "$reps" --warmup "$warmup" \
+    >"$jax_json" 2> >(tee "$out/jax.log" >&2)
+  check_json "$jax_json" framework_peers.py "JAX run failed (see $out/jax.log)" '["jax"]'
+fi
+if [ "${TORCH:-1}" = 0 ]; then
+  unavailable "$torch_json" framework_peers.py "skipped (TORCH=0)" \
+    '["torch_eager", "torch_compile"]'
+else
+  compile_flag=()
+  if [ "${TORCH_COMPILE:-1}" = 0 ]; then
+    compile_flag=(--no-torch-compile)
+    note "running PyTorch eager (TORCH_COMPILE=0: no torch.compile)"
+  else
+    note "running PyTorch eager and torch.compile (the compile takes a minute or two)"
+  fi
+  "${pyenv[@]}" timeout 420 "$python" \
+    bench/gpu/framework_peers.py --frameworks torch --reps "$reps" --warmup "$warmup" \
+    "${compile_flag[@]}" >"$torch_json" 2> >(tee "$out/torch.log" >&2)
+  check_json "$torch_json" framework_peers.py "PyTorch run failed (see $out/torch.log)" \
+    '["torch_eager", "torch_compile"]'
+fi
+
+# 3. One table.
+merged="$out/merged.json"
+"$python" - "$merged" "$peers_json" "$jax_json" "$torch_json" <<'EOF'
+import json, sys
+json.dump([json.load(open(f)) for f in sys.argv[2:]], open(sys.argv[1], "w"), indent=1)
+EOF
+note "peers took $((SECONDS - start)) s; running qd-bench-gpu (results in $out)"
+"$bench" --peers "$merged" --reps "$reps" --warmup "$warmup" --device "$device" "$@" |
+  tee "$out/table.txt"
+status=${PIPESTATUS[0]}
+note "total $((SECONDS - start)) s; table in $out/table.txt, peers' JSON in $merged"
+exit "$status"
