@@ -1789,34 +1789,6 @@ kernel @k() {
   EXPECT_LE(worst, 4);
 }
 
-/// Runs `k` then (when `withGrad`) `k_grad` on the interpreter and on `cpu`,
-/// from the same inputs and output seeds; empty when every field and
-/// ndarray agrees after each launch (bit for bit when `rtol` is 0).
-std::string runGenerated(const testgen::GenProgram &p, Module &m, bool withGrad, CpuBackend &cpu,
-                         double rtol) {
-  auto ref = testgen::instantiate(p, m), out = testgen::instantiate(p, m);
-  if (!ref.ok() || !out.ok())
-    return "instantiate: " + message(ref.ok() ? out.status() : ref.status());
-  Interpreter interp;
-  LaunchOptions opts = testgen::defaultLaunchOptions();
-  std::vector<std::string> kernels{"k"};
-  if (withGrad)
-    kernels.push_back("k_grad");
-  for (const std::string &k : kernels) {
-    absl::Status a = (*ref)->program->launch(k, (*ref)->args, interp, opts);
-    absl::Status b = (*out)->program->launch(k, (*out)->args, cpu, opts);
-    if (!a.ok() || !b.ok())
-      return fmt::format("@{}: interp: {}; cpu: {}", k, a.ToString(), b.ToString());
-    if (k == "k") {
-      testgen::seedOutputAdjoints(m, **ref);
-      testgen::seedOutputAdjoints(m, **out);
-    }
-    if (std::string d = testgen::compareInstances(m, **ref, m, **out, rtol); !d.empty())
-      return fmt::format("after @{} (interp vs cpu): {}", k, d);
-  }
-  return {};
-}
-
 // Random kernels (GenConfig::cpu: float and integer locals with wrapping,
 // bitwise and shift operations, every differentiable operation, f32 round
 // trips, nested loops with bounds of every kind, while loops, breaks and
@@ -1854,20 +1826,20 @@ QD_PROPERTY(CpuBackendTest, RandomKernelsAndGradientsMatchTheInterpreter, 25) {
   RC_CLASSIFY(printed.hasStacks, "adstacks");
   RC_CLASSIFY(wide, "wide tasks");
   // One worker: the interpreter's order, bit-identical results.
-  std::string d = runGenerated(p, *m, withGrad, cpuSerial(), 0);
+  std::string d = testgen::runAgainstInterpreter(p, *m, withGrad, cpuSerial(), 0);
   if (!d.empty())
     testgen::fail(p, "1 worker: " + d + "\ngradient:\n" + gradText);
   // Four workers: atomic sums in another order.
-  d = runGenerated(p, *m, withGrad, cpuParallel(), 1e-9);
+  d = testgen::runAgainstInterpreter(p, *m, withGrad, cpuParallel(), 1e-9);
   if (!d.empty())
     testgen::fail(p, "4 workers: " + d + "\ngradient:\n" + gradText);
   // Two lanes (generated tasks run 2 or 3 iterations): float atomic sums in
   // statement order.
-  d = runGenerated(p, *m, withGrad, cpuLanes(), 1e-9);
+  d = testgen::runAgainstInterpreter(p, *m, withGrad, cpuLanes(), 1e-9);
   if (!d.empty())
     testgen::fail(p, "2 lanes: " + d + "\ngradient:\n" + gradText);
   if (wide) {
-    d = runGenerated(p, *m, withGrad, cpuEightLanes(), 1e-9);
+    d = testgen::runAgainstInterpreter(p, *m, withGrad, cpuEightLanes(), 1e-9);
     if (!d.empty())
       testgen::fail(p, "8 lanes: " + d + "\ngradient:\n" + gradText);
     bool vectorised = false;

@@ -8,6 +8,7 @@
 #include "qd/runtime/CudaBackend.h"
 
 #include "Corpus.h"
+#include "ProgramGen.h"
 
 #include "qd/interp/Interpreter.h"
 #include "qd/ir/Parser.h"
@@ -20,6 +21,7 @@
 #include <cmath>
 #include <fstream>
 #include <iostream>
+#include <random>
 #include <sstream>
 
 namespace qd {
@@ -251,6 +253,240 @@ TEST(CudaBackendTest, MoreThan256KiBOfAdstackPerThread) {
   ASSERT_TRUE(s.ok()) << s.message();
   for (size_t i = 0; i < x.size(); ++i)
     ASSERT_NEAR(out[i], ref[i], 1e-4) << i;
+}
+
+/// A backend with a small grid, so the property's large tier-3 default
+/// capacity fits in GPU memory.
+CudaBackend *smallGrid() {
+  static std::unique_ptr<CudaBackend> backend = [] {
+    CudaBackendOptions o;
+    o.maxThreads = 256;
+    auto b = CudaBackend::create(o);
+    return b.ok() ? *std::move(b) : nullptr;
+  }();
+  return backend.get();
+}
+
+/// A field incremented per element on the GPU, and a read-only field.
+constexpr const char *kResident = R"(field @f : f32[4096]
+field @w : f32[4096]
+kernel @inc() {
+  parallel for %i = 0 to 4096 {
+    %a = load @f[%i] : f32
+    %b = load @w[%i] : f32
+    %c = add %a, %b : f32
+    store @f[%i], %c
+  }
+}
+)";
+
+TEST(CudaBackendTest, FieldsStayOnTheDeviceUntilTheHostReadsThem) {
+  REQUIRE_GPU();
+  auto module = *parseModule(kResident, {"resident.qd", 1});
+  auto program = *Program::create(*module);
+  Buffer &f = *program->field("f");
+  Buffer &w = *program->field("w");
+  w.fill(Scalar::ofFloat(ScalarType::F32, 1.0));
+  for (int i = 0; i < 3; ++i) {
+    absl::Status s = program->launch("inc", {}, *gpu());
+    ASSERT_TRUE(s.ok()) << s.message();
+    EXPECT_FALSE(f.hostIsCurrent()) << "launch " << i; // written on the device, not copied back
+    EXPECT_TRUE(w.hostIsCurrent()) << "launch " << i;  // only read: both sides equal
+  }
+  EXPECT_EQ(f.get(17).f, 3.0); // the first host read copies it back
+  EXPECT_TRUE(f.hostIsCurrent());
+  // A host write goes to the device before the next launch.
+  f.set(17, Scalar::ofFloat(ScalarType::F32, 100.0));
+  w.set(5, Scalar::ofFloat(ScalarType::F32, 10.0));
+  ASSERT_TRUE(program->launch("inc", {}, *gpu()).ok());
+  EXPECT_EQ(f.get(17).f, 101.0);
+  EXPECT_EQ(f.get(5).f, 13.0);
+  EXPECT_EQ(f.get(4095).f, 4.0);
+  // The interpreter sees the device's contents, and the GPU sees its.
+  Interpreter interp;
+  ASSERT_TRUE(program->launch("inc", {}, interp).ok());
+  ASSERT_TRUE(program->launch("inc", {}, *gpu()).ok());
+  EXPECT_EQ(f.get(17).f, 103.0);
+  EXPECT_EQ(f.get(5).f, 33.0);
+}
+
+TEST(CudaBackendTest, ABorrowedDeviceArrayIsUsedInPlace) {
+  REQUIRE_GPU();
+  // Device memory a framework would own, allocated outside the backend.
+  auto device = *cuda::Device::open(0);
+  constexpr int64_t n = 3000;
+  auto x = *cuda::DeviceBuffer::allocate(*device, n * 4);
+  auto out = *cuda::DeviceBuffer::allocate(*device, n * 4);
+  std::vector<float> hx(n);
+  for (int64_t i = 0; i < n; ++i)
+    hx[i] = 0.0005f * float(i);
+  ASSERT_TRUE(device->copyToDevice(x.get(), hx.data(), n * 4).ok());
+  auto bx = gpu()->borrowDeviceArray(ScalarType::F32, {n}, x.get());
+  auto bo = gpu()->borrowDeviceArray(ScalarType::F32, {n}, out.get());
+  ASSERT_TRUE(bx.ok()) << bx.status().message();
+  ASSERT_TRUE(bo.ok()) << bo.status().message();
+  SinLoop k;
+  NdarrayArg ax{&*bx}, ao{&*bo};
+  std::vector<LaunchArg> args{LaunchArg::i32(30), LaunchArg::ndarray(&ax), LaunchArg::ndarray(&ao)};
+  absl::Status s = k.program->launch("g", args, *gpu());
+  ASSERT_TRUE(s.ok()) << s.message();
+  // The result is in the caller's memory, read without the buffer.
+  std::vector<float> got(n), ref(n);
+  ASSERT_TRUE(device->copyToHost(got.data(), out.get(), n * 4).ok());
+  Interpreter interp;
+  ASSERT_TRUE(k.run(interp, 30, hx, ref).ok());
+  for (int64_t i = 0; i < n; ++i)
+    ASSERT_NEAR(got[i], ref[i], 1e-4f * std::max(1.f, std::fabs(ref[i]))) << i;
+  // And through the buffer (copied back on the first host read).
+  EXPECT_NEAR(bo->get(1234).f, ref[1234], 1e-4);
+  // Bad pointers are clear errors.
+  auto bad = gpu()->borrowDeviceArray(ScalarType::F32, {n}, 0x1000);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(std::string(bad.status().message()).find("is not device memory"), std::string::npos)
+      << bad.status().message();
+  auto tooSmall = gpu()->borrowDeviceArray(ScalarType::F32, {n + 1}, x.get());
+  ASSERT_FALSE(tooSmall.ok());
+  EXPECT_NE(std::string(tooSmall.status().message()).find("the array needs"), std::string::npos)
+      << tooSmall.status().message();
+}
+
+/// @m is written on the GPU by @setup; @g's adstack is bounded by
+/// 1 + max of @m (over the task's range), which sizing reduces on the GPU.
+constexpr const char *kDeviceSized = R"(field @m : i32[65536]
+field @y : f32[65536]
+kernel @setup(%k: i32) {
+  parallel for %i = 0 to 65536 {
+    %c40 = const 40000 : i32
+    %hit = cmp eq %i, %c40 : i32
+    %c64 = const 64 : i32
+    %r = rem %i, %c64 : i32
+    %v = select %hit, %k, %r : i32
+    store @m[%i], %v
+  }
+}
+kernel @g() {
+  parallel for %i = 0 to 65536 {
+    %s = adstack.alloca f32, capacity 0
+    %n = load @m[%i] : i32
+    %one = const 1.0 : f32
+    adstack.push %s, %one
+    for %j = 0 to %n {
+      %two = const 2.0 : f32
+      adstack.push %s, %two
+    }
+    %d = adstack.load_top %s : f32
+    store @y[%i], %d
+  }
+}
+)";
+
+TEST(CudaBackendTest, ReductionsOnTheDeviceMatchTheHost) {
+  REQUIRE_GPU();
+  for (ScalarType t : {ScalarType::I1, ScalarType::I32, ScalarType::I64}) {
+    constexpr int64_t n = 5'000'003;
+    Buffer host = *Buffer::create(t, {n});
+    std::mt19937_64 rng(uint64_t(t) + 1);
+    for (int64_t i = 0; i < n; ++i)
+      host.set(i, Scalar::ofInt(t, t == ScalarType::I1 ? 0 : -int64_t(rng() % 1000000) - 5));
+    int64_t peak = n - 2;
+    host.set(peak, Scalar::ofInt(t, t == ScalarType::I1 ? 1 : -3));
+    auto device = *cuda::Device::open(0);
+    auto mem = *cuda::DeviceBuffer::allocate(*device, host.sizeInBytes());
+    ASSERT_TRUE(device->copyToDevice(mem.get(), host.data(), host.sizeInBytes()).ok());
+    auto b = gpu()->borrowDeviceArray(t, {n}, mem.get());
+    ASSERT_TRUE(b.ok()) << b.status().message();
+    for (auto [lo, hi] :
+         {std::pair<int64_t, int64_t>{0, n}, {0, peak}, {peak, peak + 1}, {n - 1, n}, {7, 70000}}) {
+      auto got = b->maxInteger(lo, hi);
+      ASSERT_TRUE(got.ok()) << got.status().message();
+      EXPECT_EQ(*got, *host.maxInteger(lo, hi)) << toString(t) << " [" << lo << ", " << hi << ")";
+    }
+    EXPECT_FALSE(b->hostIsCurrent()); // no copy back
+  }
+}
+
+TEST(CudaBackendTest, SizingReadsDeviceDataWithoutCopyingItBack) {
+  REQUIRE_GPU();
+  auto module = *parseModule(kDeviceSized, {"sized.qd", 1});
+  auto program = *Program::create(*module);
+  for (int k : {10, 900, 3000}) {
+    std::vector<LaunchArg> args{LaunchArg::i32(k)};
+    ASSERT_TRUE(program->launch("setup", args, *smallGrid()).ok());
+    EXPECT_FALSE(program->field("m")->hostIsCurrent());
+    absl::Status s = program->launch("g", {}, *smallGrid());
+    ASSERT_TRUE(s.ok()) << s.message();
+    // The bound is 1 + max(@m) = 1 + max(k, 63), read on the GPU.
+    ASSERT_EQ(program->lastAdStackCapacities().size(), 1u);
+    EXPECT_EQ(program->lastAdStackCapacities().begin()->second, 1 + std::max(k, 63)) << k;
+    EXPECT_FALSE(program->field("m")->hostIsCurrent()) << "sizing copied @m back";
+    EXPECT_EQ(program->field("y")->get(0).f, 1.0);
+    EXPECT_EQ(program->field("y")->get(3).f, 2.0);
+    EXPECT_EQ(program->field("y")->get(40000).f, 2.0);
+  }
+}
+
+TEST(CudaBackendTest, AHeapTheGpuCannotHoldIsAnErrorAndTheBackendStaysUsable) {
+  REQUIRE_GPU();
+  SinLoop k;
+  std::vector<float> x(1000, 0.5f), out(1000, -1.f), ref(1000);
+  LaunchOptions huge;
+  huge.sizeAdStacks = false;
+  huge.defaultAdStackCapacity = int64_t(1) << 30; // ~4 GiB per thread
+  absl::Status s = k.run(*gpu(), 9, x, out, huge);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s.message();
+  EXPECT_NE(std::string(s.message()).find("adstack heap"), std::string::npos) << s.message();
+  Interpreter interp;
+  ASSERT_TRUE(k.run(interp, 9, x, ref).ok());
+  s = k.run(*gpu(), 9, x, out);
+  ASSERT_TRUE(s.ok()) << s.message();
+  for (size_t i = 0; i < x.size(); ++i)
+    ASSERT_NEAR(out[i], ref[i], 1e-5) << i;
+}
+
+TEST(CudaBackendTest, AProgramOutlivesItsBackend) {
+  REQUIRE_GPU();
+  auto module = *parseModule(kResident, {"resident.qd", 1});
+  auto program = *Program::create(*module);
+  program->field("w")->fill(Scalar::ofFloat(ScalarType::F32, 2.0));
+  {
+    auto local = CudaBackend::create();
+    ASSERT_TRUE(local.ok());
+    ASSERT_TRUE(program->launch("inc", {}, **local).ok());
+  } // the backend is gone; @f's device copy is not
+  EXPECT_EQ(program->field("f")->get(9).f, 2.0);
+  ASSERT_TRUE(program->launch("inc", {}, *gpu()).ok()); // another backend takes over
+  EXPECT_EQ(program->field("f")->get(9).f, 4.0);
+}
+
+// Random kernels and their gradients (GenConfig::cpu; see CpuBackendTest)
+// on the GPU against the interpreter: integers exactly, floats within 1e-4
+// relative (libdevice's math differs from glibc's by a few ulp; parallel
+// float atomics sum in another order).
+void randomKernelsOnTheGpu() {
+  bool stacks = *rc::gen::inRange(0, 4) == 0;
+  testgen::GenConfig config = testgen::GenConfig::cpu(stacks);
+  if (*rc::gen::inRange(0, 4) == 0)
+    config.threads = 300; // more iterations than a warp, fewer than the grid
+  testgen::GenProgram p = *testgen::genProgram(config);
+  testgen::Printed printed = testgen::print(p);
+  auto parsed = parseModule(printed.text, {"gen.qd", 1});
+  if (!parsed.ok())
+    testgen::fail(p, "does not parse: " + message(parsed.status()));
+  std::unique_ptr<Module> m = *std::move(parsed);
+  bool withGrad = !printed.hasStacks;
+  if (withGrad && !buildGradientKernel(*m, *m->findKernel("k")).ok())
+    testgen::fail(p, "no gradient");
+  RC_CLASSIFY(printed.hasWhile, "while");
+  RC_CLASSIFY(printed.hasStacks, "adstacks");
+  std::string d = testgen::runAgainstInterpreter(p, *m, withGrad, *smallGrid(), 1e-4);
+  if (!d.empty())
+    testgen::fail(p, "cuda: " + d);
+}
+
+TEST(CudaBackendTest, RandomKernelsAndGradientsMatchTheInterpreter) {
+  REQUIRE_GPU();
+  testgen::checkProperty(&randomKernelsOnTheGpu, 40);
 }
 
 } // namespace

@@ -7,6 +7,8 @@
 //===----------------------------------------------------------------------===//
 #include "qd/runtime/CudaDriver.h"
 
+#include "qd/runtime/CudaBackend.h"
+
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -70,6 +72,26 @@ TEST(CudaDriver, HandWrittenPtxAssemblesWithPtxas) {
   std::ofstream(ptx) << kAddOne;
   std::string cmd = std::string(ptxas) + " -arch=sm_80 " + ptx.string() + " -o " + cubin.string();
   EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+}
+
+// The reduction kernels launch-time sizing runs on the GPU (max of integer
+// ranges) are hand-written PTX: every target qd supports assembles them.
+TEST(CudaDriver, ReductionPtxAssemblesWithPtxas) {
+  const char *ptxas = "/usr/local/cuda/bin/ptxas";
+  if (!std::filesystem::exists(ptxas))
+    GTEST_SKIP() << "no CUDA toolkit at /usr/local/cuda: ptxas is not checked";
+  std::filesystem::path dir = std::filesystem::temp_directory_path();
+  std::filesystem::path ptx = dir / "qd-cuda-reduction-test.ptx";
+  std::filesystem::path cubin = dir / "qd-cuda-reduction-test.cubin";
+  std::string text = CudaBackend::reductionPtx();
+  for (const char *name : {"qd_max_u8", "qd_max_i32", "qd_max_i64"})
+    EXPECT_NE(text.find(std::string(".entry ") + name), std::string::npos) << name;
+  std::ofstream(ptx) << text;
+  for (const char *arch : {"sm_75", "sm_80", "sm_90"}) {
+    std::string cmd =
+        std::string(ptxas) + " -arch=" + arch + " " + ptx.string() + " -o " + cubin.string();
+    EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  }
 }
 
 class CudaDevice : public ::testing::Test {

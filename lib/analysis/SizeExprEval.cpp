@@ -27,6 +27,15 @@ std::optional<SizeExprBufferView> SizeExprInputs::fieldView(const std::string &)
 std::optional<SizeExprBufferView> SizeExprInputs::ndarrayView(unsigned) const {
   return std::nullopt;
 }
+std::optional<int64_t> SizeExprInputs::fieldRangeMax(const std::string &, int64_t, int64_t) const {
+  return std::nullopt;
+}
+std::optional<int64_t> SizeExprInputs::ndarrayRangeMax(unsigned, int64_t, int64_t) const {
+  return std::nullopt;
+}
+std::optional<int64_t> SizeExprInputs::fieldExtent(const std::string &) const {
+  return std::nullopt;
+}
 
 namespace {
 
@@ -355,6 +364,23 @@ private:
       if (begin < lo || end > hi)
         best = std::max<int64_t>(best.value_or(0), 0);
       return best;
+    }
+    // Without a view, the inputs may reduce the range where the data lives.
+    std::optional<int64_t> extent = read.kind() == SizeExprKind::FieldLoad
+                                        ? in_.fieldExtent(read.fieldName())
+                                        : in_.ndarrayShape(read.argIndex(), 0);
+    if (extent && begin < end) {
+      int64_t lo = std::max<int64_t>(begin, 0), hi = std::min(end, *extent);
+      std::optional<int64_t> best;
+      if (lo < hi)
+        best = read.kind() == SizeExprKind::FieldLoad
+                   ? in_.fieldRangeMax(read.fieldName(), lo, hi)
+                   : in_.ndarrayRangeMax(read.argIndex(), lo, hi);
+      if (best || lo >= hi) {
+        if (begin < lo || end > hi)
+          best = std::max<int64_t>(best.value_or(0), 0);
+        return best;
+      }
     }
     int64_t best = 0;
     for (int64_t i = begin; i < end; ++i) {

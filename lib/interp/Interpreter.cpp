@@ -303,6 +303,8 @@ absl::Status Interpreter::launch(Program &program, const Kernel &kernel,
   capacities_.clear();
   if (absl::Status s = validateLaunchArgs(kernel, args); !s.ok())
     return s;
+  if (absl::Status s = syncLaunchBuffersToHost(program, kernel, args); !s.ok())
+    return s;
   return Execution(program, kernel, args, options, maxDepths_, capacities_).run();
 }
 

@@ -407,6 +407,8 @@ absl::Status CpuBackend::launch(Program &program, const Kernel &kernel,
   impl_->lastHeapBytes = *heapNeed;
   impl_->lastTaskLanes.assign(taskLanes.begin(), taskLanes.end() - 1);
 
+  if (absl::Status s = syncLaunchBuffersToHost(program, kernel, args); !s.ok())
+    return s;
   std::vector<void *> globals = plan->hostSlotPointers();
   std::vector<int64_t> needed = plan->zeroNeeded();
   QdErrorRecord record{};

@@ -1,6 +1,8 @@
 //===- CudaBackend.cpp - NVIDIA GPUs through the CUDA driver --------------===//
 #include "qd/runtime/CudaBackend.h"
 
+#include "CudaMemory.h"
+
 #include "qd/analysis/AdStackSizing.h"
 #include "qd/codegen/llvm/KernelCodegen.h"
 #include "qd/codegen/llvm/Ptx.h"
@@ -11,6 +13,7 @@
 #include <llvm/IR/Module.h>
 
 #include <algorithm>
+#include <cstring>
 #include <map>
 #include <mutex>
 
@@ -29,12 +32,14 @@ struct CudaBackend::Impl {
   };
 
   CudaBackendOptions options;
-  std::unique_ptr<cuda::Device> device;
+  std::shared_ptr<const cuda::Device> device;
+  std::shared_ptr<cuda::Reducer> reducer;
   std::string arch;
   mutable std::mutex compileMutex, launchMutex;
   std::map<std::pair<uint64_t, bool>, Compiled> cache;
   std::map<uint64_t, std::unique_ptr<KernelSizing>> sizings;
   DeviceBuffer heap;
+  cuda::LaunchArena arena;
   int64_t lastHeapBytes = 0;
 
   const KernelSizing &sizingOfLocked(const Kernel &kernel) {
@@ -111,7 +116,8 @@ CudaBackend::create(const CudaBackendOptions &options) {
     return device.status();
   auto impl = std::make_unique<Impl>();
   impl->options = options;
-  impl->device = *std::move(device);
+  impl->device = std::shared_ptr<const cuda::Device>(*std::move(device));
+  impl->reducer = std::make_shared<cuda::Reducer>(impl->device);
   impl->arch = options.arch.empty() ? impl->device->smArch() : options.arch;
   return std::unique_ptr<CudaBackend>(new CudaBackend(std::move(impl)));
 }
@@ -146,34 +152,19 @@ absl::StatusOr<int64_t> CudaBackend::gridThreads(const Kernel &kernel, bool boun
   return impl_->threadsOf(**c);
 }
 
-namespace {
-
-/// Device copies of a launch's host arrays, freed when the launch ends.
-class DeviceArrays {
-public:
-  explicit DeviceArrays(const cuda::Device &d) : device_(d) {}
-  /// A device copy of `bytes` bytes at `host` (a zeroed block when null).
-  absl::StatusOr<CUdeviceptr> copy(const void *host, size_t bytes) {
-    auto buf = DeviceBuffer::allocate(device_, std::max<size_t>(bytes, 8));
-    if (!buf.ok())
-      return buf.status();
-    absl::Status s = host ? device_.copyToDevice(buf->get(), host, bytes)
-                          : device_.zero(buf->get(), std::max<size_t>(bytes, 8));
-    if (!s.ok())
-      return s;
-    buffers_.push_back(*std::move(buf));
-    return buffers_.back().get();
-  }
-  template <typename T> absl::StatusOr<CUdeviceptr> copy(const std::vector<T> &v) {
-    return copy(v.data(), v.size() * sizeof(T));
-  }
-
-private:
-  const cuda::Device &device_;
-  std::vector<DeviceBuffer> buffers_;
-};
-
-} // namespace
+absl::StatusOr<Buffer> CudaBackend::borrowDeviceArray(ScalarType elem, std::vector<int64_t> shape,
+                                                      uint64_t devicePointer) {
+  absl::StatusOr<size_t> bytes = Buffer::byteSize(elem, shape);
+  if (!bytes.ok())
+    return bytes.status();
+  auto mirror =
+      cuda::CudaMirror::borrow(impl_.get(), impl_->device, impl_->reducer, devicePointer, *bytes);
+  if (!mirror.ok())
+    return absl::Status(mirror.status().code(),
+                        fmt::format("cuda backend: cannot borrow device memory for a {} array: {}",
+                                    toString(elem), std::string(mirror.status().message())));
+  return Buffer::onDevice(elem, std::move(shape), *std::move(mirror));
+}
 
 absl::Status CudaBackend::launch(Program &program, const Kernel &kernel,
                                  std::span<const LaunchArg> args, const LaunchOptions &options) {
@@ -213,75 +204,103 @@ absl::Status CudaBackend::launch(Program &program, const Kernel &kernel,
   }
   impl_->lastHeapBytes = *heapBytes;
 
-  // Device copies of the bound buffers and of the launch's arrays.
-  DeviceArrays arrays(device);
+  // The bound buffers on the device: resident copies, uploaded only when
+  // the host side changed since the last launch.
   const std::vector<Buffer *> &buffers = plan->slotBuffers();
   std::vector<CUdeviceptr> slots;
-  for (Buffer *b : buffers) {
-    auto p = arrays.copy(b->data(), b->sizeInBytes());
-    if (!p.ok())
-      return p.status();
-    slots.push_back(*p);
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    Buffer *b = buffers[i];
+    absl::StatusOr<DeviceMirror *> m = b->prepareOnDevice(impl_.get(), [&] {
+      return absl::StatusOr<std::unique_ptr<DeviceMirror>>(
+          cuda::CudaMirror::allocate(impl_.get(), impl_->device, impl_->reducer, b->sizeInBytes()));
+    });
+    if (!m.ok()) {
+      const KernelLayout::GlobalSlot &slot = c.layout.slots[i];
+      std::string what = slot.field ? "field @" + std::string(slot.field->name())
+                                    : "argument %" + std::string(slot.ndarray->name());
+      if (slot.component != Component::Primal)
+        what += "." + std::string(toString(slot.component));
+      return absl::Status(m.status().code(),
+                          fmt::format("kernel @{}: cannot put {} on the GPU: {}", kernel.name(),
+                                      what, std::string(m.status().message())));
+    }
+    slots.push_back((*m)->address());
   }
   slots.push_back(0);
-  std::vector<int64_t> needed = plan->zeroNeeded();
-  auto dGlobals = arrays.copy(slots);
-  auto dShapes = arrays.copy(plan->shapes());
-  auto dScalars = arrays.copy(plan->scalars());
-  auto dOffsets = arrays.copy(plan->heap().offsets);
-  auto dCaps = arrays.copy(plan->heap().capacities);
-  auto dNeeded = arrays.copy(needed);
-  auto dRecord = arrays.copy(nullptr, sizeof(QdErrorRecord));
-  auto dValues = arrays.copy(nullptr, size_t(c.layout.numValues + 1) * 8);
-  auto dLanes = arrays.copy(std::vector<int32_t>(c.layout.tasks.size() + 1, 1));
-  for (auto *p :
-       {&dGlobals, &dShapes, &dScalars, &dOffsets, &dCaps, &dNeeded, &dRecord, &dValues, &dLanes})
-    if (!p->ok())
-      return p->status();
-  auto ptr = [](CUdeviceptr p) { return reinterpret_cast<void *>(uintptr_t(p)); };
-  QdLaunchContext ctx{.globals = static_cast<void **>(ptr(*dGlobals)),
-                      .ndShapes = static_cast<const int64_t *>(ptr(*dShapes)),
-                      .scalars = static_cast<const int64_t *>(ptr(*dScalars)),
-                      .heap = static_cast<char *>(ptr(impl_->heap.get())),
-                      .stride = plan->heap().stride,
-                      .offsets = static_cast<const int64_t *>(ptr(*dOffsets)),
-                      .capacities = static_cast<const int64_t *>(ptr(*dCaps)),
-                      .needed = static_cast<int64_t *>(ptr(*dNeeded)),
-                      .error = static_cast<QdErrorRecord *>(ptr(*dRecord)),
-                      .runtime = nullptr,
-                      .taskLanes = static_cast<const int32_t *>(ptr(*dLanes)),
-                      .threads = threads,
-                      .values = static_cast<int64_t *>(ptr(*dValues))};
-  auto dCtx = arrays.copy(&ctx, sizeof(ctx));
-  if (!dCtx.ok())
-    return dCtx.status();
 
-  CUdeviceptr ctxArg = *dCtx;
+  // Every per-launch array in one block: one copy there, one copy back.
+  cuda::LaunchArena &arena = impl_->arena;
+  arena.clear();
+  std::vector<int64_t> needed = plan->zeroNeeded();
+  std::vector<int32_t> lanes(c.layout.tasks.size() + 1, 1);
+  size_t ctxOff = arena.place(sizeof(QdLaunchContext));
+  size_t globalsOff = arena.put(std::span<const CUdeviceptr>(slots));
+  size_t shapesOff = arena.put(std::span<const int64_t>(plan->shapes()));
+  size_t scalarsOff = arena.put(std::span<const int64_t>(plan->scalars()));
+  size_t offsetsOff = arena.put(std::span<const int64_t>(plan->heap().offsets));
+  size_t capsOff = arena.put(std::span<const int64_t>(plan->heap().capacities));
+  size_t lanesOff = arena.put(std::span<const int32_t>(lanes));
+  size_t valuesOff = arena.place(size_t(c.layout.numValues + 1) * 8);
+  // The record and the counters last and adjacent: they come back in one copy.
+  size_t recordOff = arena.place(sizeof(QdErrorRecord));
+  size_t neededOff = arena.put(std::span<const int64_t>(needed));
+  size_t reportBytes = neededOff + needed.size() * 8 - recordOff;
+  if (absl::Status s = arena.reserve(device); !s.ok())
+    return s;
+  auto at = [&](size_t off) { return reinterpret_cast<void *>(uintptr_t(arena.base() + off)); };
+  QdLaunchContext ctx{.globals = static_cast<void **>(at(globalsOff)),
+                      .ndShapes = static_cast<const int64_t *>(at(shapesOff)),
+                      .scalars = static_cast<const int64_t *>(at(scalarsOff)),
+                      .heap = reinterpret_cast<char *>(uintptr_t(impl_->heap.get())),
+                      .stride = plan->heap().stride,
+                      .offsets = static_cast<const int64_t *>(at(offsetsOff)),
+                      .capacities = static_cast<const int64_t *>(at(capsOff)),
+                      .needed = static_cast<int64_t *>(at(neededOff)),
+                      .error = static_cast<QdErrorRecord *>(at(recordOff)),
+                      .runtime = nullptr,
+                      .taskLanes = static_cast<const int32_t *>(at(lanesOff)),
+                      .threads = threads,
+                      .values = static_cast<int64_t *>(at(valuesOff))};
+  arena.write(ctxOff, &ctx, sizeof(ctx));
+  if (absl::Status s = arena.upload(device); !s.ok())
+    return s;
+
+  CUdeviceptr ctxArg = arena.base() + ctxOff;
   void *params[] = {&ctxArg};
-  for (size_t i = 0; i < c.layout.launches.size(); ++i) {
+  absl::Status launched;
+  for (size_t i = 0; i < c.layout.launches.size() && launched.ok(); ++i) {
     bool parallel = c.layout.launches[i].kind == KernelLayout::Launch::Parallel;
     unsigned grid = parallel ? unsigned(c.blocks) : 1;
     unsigned block = parallel ? impl_->options.blockSize : 1;
-    if (absl::Status s =
-            device.check(device.api().cuLaunchKernel(c.functions[i], grid, 1, 1, block, 1, 1, 0,
-                                                     nullptr, params, nullptr),
-                         "cuLaunchKernel(" + c.layout.launches[i].function + ")");
-        !s.ok())
-      return s;
+    launched = device.check(device.api().cuLaunchKernel(c.functions[i], grid, 1, 1, block, 1, 1, 0,
+                                                        nullptr, params, nullptr),
+                            "cuLaunchKernel(" + c.layout.launches[i].function + ")");
+  }
+  if (!launched.ok()) {
+    for (size_t i = 0; i < buffers.size(); ++i)
+      (void)buffers[i]->finishOnDevice(c.layout.slots[i].written);
+    return launched;
   }
 
-  // The copies back wait for the launches (the default stream).
-  QdErrorRecord record{};
-  if (absl::Status s = device.copyToHost(&record, *dRecord, sizeof(record)); !s.ok())
+  // The copy back waits for the launches (the default stream).
+  std::vector<std::byte> report(reportBytes);
+  if (absl::Status s = arena.download(device, recordOff, report.data(), reportBytes); !s.ok())
     return absl::Status(s.code(), fmt::format("kernel @{}: the launch failed on the GPU: {}",
                                               kernel.name(), std::string(s.message())));
-  if (absl::Status s = device.copyToHost(needed.data(), *dNeeded, needed.size() * 8); !s.ok())
-    return s;
+  // What the code stores to is newer on the device now, even when the
+  // launch stopped early (borrowed host memory comes back now).
   for (size_t i = 0; i < buffers.size(); ++i)
-    if (absl::Status s = device.copyToHost(buffers[i]->data(), slots[i], buffers[i]->sizeInBytes());
-        !s.ok())
-      return s;
+    if (absl::Status s = buffers[i]->finishOnDevice(c.layout.slots[i].written); !s.ok())
+      return absl::Status(s.code(),
+                          fmt::format("kernel @{}: {}", kernel.name(), std::string(s.message())));
+  QdErrorRecord record;
+  std::memcpy(&record, report.data(), sizeof(record));
+  std::memcpy(needed.data(), report.data() + (neededOff - recordOff), needed.size() * 8);
   return plan->finish(record, needed);
+}
+
+std::string CudaBackend::reductionPtx() {
+  return cuda::Reducer::ptx();
 }
 
 } // namespace qd

@@ -72,6 +72,7 @@ const Loaded &loadDriver(const std::string &library) {
     resolve(a.cuMemcpyHtoD, "cuMemcpyHtoD_v2");
     resolve(a.cuMemcpyDtoH, "cuMemcpyDtoH_v2");
     resolve(a.cuMemsetD8, "cuMemsetD8_v2");
+    resolve(a.cuMemGetAddressRange, "cuMemGetAddressRange_v2");
     resolve(a.cuModuleLoadDataEx, "cuModuleLoadDataEx");
     resolve(a.cuModuleUnload, "cuModuleUnload");
     resolve(a.cuModuleGetFunction, "cuModuleGetFunction");
@@ -184,6 +185,17 @@ absl::Status Device::copyToDevice(CUdeviceptr dst, const void *src, size_t bytes
   if (absl::Status s = makeCurrent(); !s.ok())
     return s;
   return check(api_->cuMemcpyHtoD(dst, src, bytes), "cuMemcpyHtoD");
+}
+
+absl::StatusOr<std::pair<CUdeviceptr, size_t>> Device::addressRange(CUdeviceptr p) const {
+  if (absl::Status s = makeCurrent(); !s.ok())
+    return s;
+  CUdeviceptr base = 0;
+  size_t size = 0;
+  if (absl::Status s = check(api_->cuMemGetAddressRange(&base, &size, p), "cuMemGetAddressRange");
+      !s.ok())
+    return s;
+  return std::pair(base, size);
 }
 
 absl::Status Device::copyToHost(void *dst, CUdeviceptr src, size_t bytes) const {

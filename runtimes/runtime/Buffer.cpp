@@ -3,8 +3,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
+#include <utility>
 
 namespace qd {
 
@@ -21,6 +23,28 @@ absl::StatusOr<int64_t> countElements(ScalarType elem, const std::vector<int64_t
   return n;
 }
 } // namespace
+
+struct Buffer::Residency {
+  std::mutex mutex;
+  std::unique_ptr<DeviceMirror> mirror;
+  Side side = Side::Host;
+  /// A copy back that failed, until reported.
+  absl::Status lost;
+};
+
+DeviceMirror::~DeviceMirror() = default;
+
+Buffer::Buffer() = default;
+Buffer::Buffer(Buffer &&) noexcept = default;
+Buffer &Buffer::operator=(Buffer &&) noexcept = default;
+Buffer::~Buffer() = default;
+
+absl::StatusOr<size_t> Buffer::byteSize(ScalarType elem, const std::vector<int64_t> &shape) {
+  absl::StatusOr<int64_t> n = countElements(elem, shape);
+  if (!n.ok())
+    return n.status();
+  return static_cast<size_t>(*n) * storageBytes(elem);
+}
 
 absl::StatusOr<Buffer> Buffer::create(ScalarType elem, std::vector<int64_t> shape) {
   absl::StatusOr<int64_t> n = countElements(elem, shape);
@@ -49,6 +73,188 @@ absl::StatusOr<Buffer> Buffer::borrow(ScalarType elem, std::vector<int64_t> shap
   return b;
 }
 
+absl::StatusOr<Buffer> Buffer::onDevice(ScalarType elem, std::vector<int64_t> shape,
+                                        std::unique_ptr<DeviceMirror> mirror) {
+  absl::StatusOr<int64_t> n = countElements(elem, shape);
+  if (!n.ok())
+    return n.status();
+  if (!mirror || (mirror->address() == 0 && *n != 0))
+    return absl::InvalidArgumentError("device buffer has a null device pointer");
+  Buffer b;
+  b.elem_ = elem;
+  b.shape_ = std::move(shape);
+  b.numElements_ = *n;
+  b.residency_ = std::make_unique<Residency>();
+  b.residency_->mirror = std::move(mirror);
+  b.residency_->side = Side::Device;
+  return b;
+}
+
+void Buffer::ensureHostStorage() const {
+  if (data_ || numElements_ == 0)
+    return;
+  owned_.assign(sizeInBytes(), std::byte{0});
+  data_ = owned_.data();
+}
+
+void Buffer::syncLocked() const {
+  Residency &r = *residency_;
+  if (r.side != Side::Device)
+    return;
+  ensureHostStorage();
+  absl::Status s = numElements_ == 0 ? absl::OkStatus() : r.mirror->download(data_, sizeInBytes());
+  if (s.ok()) {
+    r.side = Side::Both;
+    return;
+  }
+  // The host keeps what it had; the error is reported later, once.
+  r.lost = absl::Status(
+      s.code(), fmt::format("the device copy of a buffer could not be read back ({}); its host "
+                            "contents are older than the device's were",
+                            std::string(s.message())));
+  r.side = Side::Host;
+}
+
+void Buffer::hostAccess(bool write) const {
+  if (!residency_) {
+    ensureHostStorage();
+    return;
+  }
+  std::lock_guard<std::mutex> lock(residency_->mutex);
+  syncLocked();
+  ensureHostStorage();
+  if (write && residency_->mirror)
+    residency_->side = Side::Host;
+}
+
+std::byte *Buffer::data() {
+  hostAccess(true);
+  return data_;
+}
+
+const std::byte *Buffer::data() const {
+  hostAccess(false);
+  return data_;
+}
+
+absl::Status Buffer::syncToHost() const {
+  if (!residency_)
+    return absl::OkStatus();
+  std::lock_guard<std::mutex> lock(residency_->mutex);
+  syncLocked();
+  return std::exchange(residency_->lost, absl::OkStatus());
+}
+
+Buffer::StorageRange Buffer::storageRange() const {
+  if (residency_ && residency_->mirror && residency_->mirror->borrowed()) {
+    uint64_t a = residency_->mirror->address();
+    return {residency_->mirror->owner(), a, a + sizeInBytes()};
+  }
+  auto a = reinterpret_cast<uint64_t>(data_);
+  return {nullptr, a, a + sizeInBytes()};
+}
+
+bool Buffer::hostIsCurrent() const {
+  if (!residency_)
+    return true;
+  std::lock_guard<std::mutex> lock(residency_->mutex);
+  return residency_->side != Side::Device;
+}
+
+absl::StatusOr<int64_t> Buffer::readInteger(int64_t flat) const {
+  if (residency_) {
+    std::lock_guard<std::mutex> lock(residency_->mutex);
+    if (residency_->side == Side::Device)
+      return residency_->mirror->readInteger(elem_, flat);
+  }
+  ensureHostStorage();
+  return get(flat).i;
+}
+
+namespace {
+template <typename T> int64_t hostMax(const std::byte *data, int64_t begin, int64_t end) {
+  T best = std::numeric_limits<T>::min();
+  for (int64_t i = begin; i < end; ++i) {
+    T v;
+    std::memcpy(&v, data + i * sizeof(T), sizeof(T));
+    best = std::max(best, v);
+  }
+  return int64_t(best);
+}
+} // namespace
+
+absl::StatusOr<int64_t> Buffer::maxInteger(int64_t begin, int64_t end) const {
+  if (begin < 0 || begin >= end || end > numElements_ || isFloat(elem_))
+    return absl::InvalidArgumentError(
+        fmt::format("maxInteger: [{}, {}) is not a non-empty range of the {} integer elements",
+                    begin, end, numElements_));
+  if (residency_) {
+    std::lock_guard<std::mutex> lock(residency_->mutex);
+    if (residency_->side == Side::Device)
+      return residency_->mirror->maxInteger(elem_, begin, end);
+  }
+  ensureHostStorage();
+  switch (elem_) {
+  case ScalarType::I1:
+    return hostMax<uint8_t>(data_, begin, end) ? 1 : 0;
+  case ScalarType::I32:
+    return hostMax<int32_t>(data_, begin, end);
+  default:
+    return hostMax<int64_t>(data_, begin, end);
+  }
+}
+
+absl::StatusOr<DeviceMirror *> Buffer::prepareOnDevice(
+    const void *owner, const std::function<absl::StatusOr<std::unique_ptr<DeviceMirror>>()> &make) {
+  if (!residency_)
+    residency_ = std::make_unique<Residency>();
+  Residency &r = *residency_;
+  std::lock_guard<std::mutex> lock(r.mutex);
+  if (!r.lost.ok())
+    return std::exchange(r.lost, absl::OkStatus());
+  if (r.mirror && r.mirror->owner() != owner) {
+    if (r.mirror->borrowed())
+      return absl::FailedPreconditionError(
+          "the buffer stands for device memory of another backend or GPU; copy it to the host "
+          "(or borrow it on this backend's GPU) to use it here");
+    syncLocked();
+    if (!r.lost.ok())
+      return std::exchange(r.lost, absl::OkStatus());
+    r.mirror.reset();
+    r.side = Side::Host;
+  }
+  if (!r.mirror) {
+    absl::StatusOr<std::unique_ptr<DeviceMirror>> m = make();
+    if (!m.ok())
+      return m.status();
+    r.mirror = *std::move(m);
+    r.side = Side::Host;
+  }
+  if (isBorrowed() && r.side == Side::Both)
+    r.side = Side::Host; // the caller may have written its memory
+  if (r.side == Side::Host) {
+    ensureHostStorage();
+    if (numElements_ > 0)
+      if (absl::Status s = r.mirror->upload(data_, sizeInBytes()); !s.ok())
+        return s;
+    r.side = Side::Both;
+  }
+  return r.mirror.get();
+}
+
+absl::Status Buffer::finishOnDevice(bool written) {
+  if (!residency_ || !written)
+    return absl::OkStatus();
+  std::lock_guard<std::mutex> lock(residency_->mutex);
+  if (!residency_->mirror)
+    return absl::OkStatus();
+  residency_->side = Side::Device;
+  if (!isBorrowed())
+    return absl::OkStatus();
+  syncLocked();
+  return std::exchange(residency_->lost, absl::OkStatus());
+}
+
 std::optional<int64_t> Buffer::flatIndex(std::span<const int64_t> indices) const {
   if (indices.size() != shape_.size())
     return std::nullopt;
@@ -62,6 +268,8 @@ std::optional<int64_t> Buffer::flatIndex(std::span<const int64_t> indices) const
 }
 
 Scalar Buffer::get(int64_t flat) const {
+  if (residency_ || !data_)
+    hostAccess(false);
   const std::byte *p = data_ + flat * storageBytes(elem_);
   switch (elem_) {
   case ScalarType::I1:
@@ -91,6 +299,12 @@ Scalar Buffer::get(int64_t flat) const {
 }
 
 void Buffer::set(int64_t flat, const Scalar &value) {
+  if (residency_ || !data_)
+    hostAccess(true);
+  setRaw(flat, value);
+}
+
+void Buffer::setRaw(int64_t flat, const Scalar &value) {
   std::byte *p = data_ + flat * storageBytes(elem_);
   switch (elem_) {
   case ScalarType::I1: {
@@ -118,8 +332,9 @@ void Buffer::set(int64_t flat, const Scalar &value) {
 }
 
 void Buffer::fill(const Scalar &value) {
+  hostAccess(true);
   for (int64_t i = 0; i < numElements_; ++i)
-    set(i, value);
+    setRaw(i, value);
 }
 
 } // namespace qd

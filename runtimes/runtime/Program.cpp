@@ -1,6 +1,9 @@
 //===- Program.cpp - Module instances and launches ------------------------===//
 #include "qd/runtime/Program.h"
 
+#include "qd/ir/Casting.h"
+#include "qd/ir/Visitor.h"
+
 #include <fmt/format.h>
 
 namespace qd {
@@ -41,7 +44,7 @@ namespace {
 /// they may).
 absl::Status checkNdarrayOverlap(const Kernel &kernel, std::span<const LaunchArg> args) {
   struct Range {
-    const std::byte *begin, *end;
+    Buffer::StorageRange storage;
     unsigned arg;
     Component component;
   };
@@ -51,7 +54,7 @@ absl::Status checkNdarrayOverlap(const Kernel &kernel, std::span<const LaunchArg
       continue;
     for (Component c : {Component::Primal, Component::Grad, Component::Dual})
       if (const Buffer *b = args[i].ndarrayValue().component(c); b && b->sizeInBytes() > 0)
-        ranges.push_back({b->data(), b->data() + b->sizeInBytes(), i, c});
+        ranges.push_back({b->storageRange(), i, c});
   }
   for (size_t x = 0; x < ranges.size(); ++x)
     for (size_t y = x + 1; y < ranges.size(); ++y) {
@@ -59,7 +62,8 @@ absl::Status checkNdarrayOverlap(const Kernel &kernel, std::span<const LaunchArg
       const Type &ta = kernel.argument(a.arg)->type(), &tb = kernel.argument(b.arg)->type();
       if (ta.element() == tb.element() && ta.ndim() == tb.ndim())
         continue;
-      if (a.begin < b.end && b.begin < a.end) {
+      if (a.storage.space == b.storage.space && a.storage.begin < b.storage.end &&
+          b.storage.begin < a.storage.end) {
         auto name = [&](const Range &r) {
           std::string n = "%" + kernel.argument(r.arg)->name();
           if (r.component != Component::Primal) {
@@ -127,6 +131,28 @@ absl::Status validateLaunchArgs(const Kernel &kernel, std::span<const LaunchArg>
   return checkNdarrayOverlap(kernel, args);
 }
 
+absl::Status syncLaunchBuffersToHost(Program &program, const Kernel &kernel,
+                                     std::span<const LaunchArg> args) {
+  absl::Status status;
+  auto sync = [&](const Buffer *b, const std::string &what) {
+    if (!b || !status.ok())
+      return;
+    if (absl::Status s = b->syncToHost(); !s.ok())
+      status = absl::Status(s.code(), fmt::format("kernel @{}: {}: {}", kernel.name(), what,
+                                                  std::string(s.message())));
+  };
+  walk(const_cast<Kernel &>(kernel), [&](Stmt &s) {
+    if (auto *g = dyn_cast<GlobalAccessStmt>(&s); g && g->isField())
+      sync(program.field(*g->field(), g->component()), "field @" + std::string(g->field()->name()));
+  });
+  for (unsigned i = 0; i < args.size() && i < kernel.numArguments(); ++i)
+    if (args[i].isNdarray())
+      for (Component c : {Component::Primal, Component::Grad, Component::Dual})
+        sync(args[i].ndarrayValue().component(c),
+             "argument %" + std::string(kernel.argument(i)->name()));
+  return status;
+}
+
 absl::Status Program::launch(std::string_view name, std::span<const LaunchArg> args,
                              Backend &backend, const LaunchOptions &options) {
   Kernel *k = module_.findKernel(name);
@@ -157,11 +183,15 @@ absl::Status Program::launch(std::string_view name, std::span<const LaunchArg> a
 namespace {
 
 /// What a SizeExpr reads, taken from a launch's arguments and the program's
-/// live field storage.
+/// live field storage. A buffer whose current contents live on a device is
+/// read there, element by element or reduced on the device, never copied
+/// back whole; a failed device read is kept in `error()`.
 class LaunchInputs : public SizeExprInputs {
 public:
   LaunchInputs(Program &program, std::span<const LaunchArg> args)
       : program_(program), args_(args) {}
+
+  const absl::Status &error() const { return error_; }
 
   std::optional<int64_t> scalarArg(unsigned i) const override {
     if (i >= args_.size() || args_[i].isNdarray() || isFloat(args_[i].scalarValue().type))
@@ -187,6 +217,19 @@ public:
   std::optional<SizeExprBufferView> ndarrayView(unsigned i) const override {
     return view(ndarray(i));
   }
+  std::optional<int64_t> fieldExtent(const std::string &name) const override {
+    const Buffer *b = program_.field(name);
+    if (!b || b->ndim() != 1)
+      return std::nullopt;
+    return b->shape()[0];
+  }
+  std::optional<int64_t> fieldRangeMax(const std::string &name, int64_t begin,
+                                       int64_t end) const override {
+    return rangeMax(program_.field(name), begin, end);
+  }
+  std::optional<int64_t> ndarrayRangeMax(unsigned i, int64_t begin, int64_t end) const override {
+    return rangeMax(ndarray(i), begin, end);
+  }
 
 private:
   const Buffer *ndarray(unsigned i) const {
@@ -195,20 +238,35 @@ private:
     return args_[i].ndarrayValue().primal;
   }
   static std::optional<SizeExprBufferView> view(const Buffer *b) {
-    if (!b || isFloat(b->elementType()))
+    if (!b || isFloat(b->elementType()) || !b->hostIsCurrent())
       return std::nullopt;
     return SizeExprBufferView{b->data(), b->elementType(), b->shape()};
   }
-  static std::optional<int64_t> element(const Buffer *b, std::span<const int64_t> idx) {
+  std::optional<int64_t> element(const Buffer *b, std::span<const int64_t> idx) const {
     if (!b || isFloat(b->elementType()))
       return std::nullopt;
     std::optional<int64_t> flat = b->flatIndex(idx);
     if (!flat)
       return std::nullopt;
-    return b->get(*flat).i;
+    return keep(b->readInteger(*flat));
+  }
+  std::optional<int64_t> rangeMax(const Buffer *b, int64_t begin, int64_t end) const {
+    if (!b || isFloat(b->elementType()) || b->ndim() != 1)
+      return std::nullopt;
+    return keep(b->maxInteger(begin, end));
+  }
+  /// A device read that failed answers 0 and is reported after the
+  /// evaluation (which then fails).
+  std::optional<int64_t> keep(absl::StatusOr<int64_t> v) const {
+    if (v.ok())
+      return *v;
+    if (error_.ok())
+      error_ = v.status();
+    return 0;
   }
   Program &program_;
   std::span<const LaunchArg> args_;
+  mutable absl::Status error_;
 };
 
 } // namespace
@@ -230,6 +288,8 @@ Program::adStackCapacities(const Kernel &kernel, const KernelSizing &sizing,
       break;
     case SizingTier::LaunchTime: {
       absl::StatusOr<int64_t> v = evaluateSizeExpr(*s.expr, inputs);
+      if (v.ok() && !inputs.error().ok())
+        v = inputs.error();
       if (!v.ok())
         return absl::Status(
             v.status().code(),

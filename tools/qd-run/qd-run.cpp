@@ -464,6 +464,13 @@ int run(int argc, char **argv) {
         adstackReport.push_back("kernel @" + kname + ": adstack heap " +
                                 std::to_string(cpu->lastAdStackHeapBytes()) + " bytes (" +
                                 std::to_string(cpu->numThreads()) + " workers)");
+      if (cuda && !rows.empty()) {
+        absl::StatusOr<int64_t> threads = cuda->gridThreads(k, options.boundsChecked);
+        adstackReport.push_back("kernel @" + kname + ": adstack heap " +
+                                std::to_string(cuda->lastAdStackHeapBytes()) + " bytes (" +
+                                (threads.ok() ? std::to_string(*threads) : std::string("?")) +
+                                " GPU threads)");
+      }
     }
   }
   for (const std::string &line : adstackReport)

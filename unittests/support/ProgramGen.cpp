@@ -1729,6 +1729,30 @@ LaunchOptions defaultLaunchOptions() {
   return o;
 }
 
+std::string runAgainstInterpreter(const GenProgram &p, Module &m, bool withGrad, Backend &backend,
+                                  double rtol, const LaunchOptions &options) {
+  auto ref = instantiate(p, m), out = instantiate(p, m);
+  if (!ref.ok() || !out.ok())
+    return "instantiate: " + std::string((ref.ok() ? out.status() : ref.status()).message());
+  Interpreter interp;
+  std::vector<std::string> kernels{"k"};
+  if (withGrad)
+    kernels.push_back("k_grad");
+  for (const std::string &k : kernels) {
+    absl::Status a = (*ref)->program->launch(k, (*ref)->args, interp, options);
+    absl::Status b = (*out)->program->launch(k, (*out)->args, backend, options);
+    if (!a.ok() || !b.ok())
+      return fmt::format("@{}: interp: {}; {}: {}", k, a.ToString(), backend.name(), b.ToString());
+    if (k == "k") {
+      seedOutputAdjoints(m, **ref);
+      seedOutputAdjoints(m, **out);
+    }
+    if (std::string d = compareInstances(m, **ref, m, **out, rtol); !d.empty())
+      return fmt::format("after @{} (interp vs {}): {}", k, backend.name(), d);
+  }
+  return {};
+}
+
 //===----------------------------------------------------------------------===//
 // Properties
 //===----------------------------------------------------------------------===//

@@ -219,6 +219,14 @@ std::string compareInstances(const Module &ma, Instance &a, const Module &mb, In
 /// sized capacities is checked separately).
 LaunchOptions defaultLaunchOptions();
 
+/// Runs @k (and @k_grad when `withGrad`, after seeding the output
+/// adjoints) on the interpreter and on `backend`, each in a fresh instance,
+/// and compares every buffer after each launch (see compareInstances).
+/// Empty when they agree; otherwise what differs.
+std::string runAgainstInterpreter(const GenProgram &p, Module &m, bool withGrad, Backend &backend,
+                                  double rtol,
+                                  const LaunchOptions &options = defaultLaunchOptions());
+
 //===----------------------------------------------------------------------===//
 // Properties
 //===----------------------------------------------------------------------===//

@@ -25,6 +25,9 @@ struct KernelLayout {
     const Field *field = nullptr;      // or
     const Argument *ndarray = nullptr; // an ndarray argument
     Component component = Component::Primal;
+    /// The code may store or atomically add to it (a device runtime then
+    /// takes its device copy to be the newer one after the launch).
+    bool written = false;
   };
   struct ErrorSite {
     const Stmt *stmt;

@@ -165,6 +165,17 @@ public:
   /// default) means "use the element accessors".
   virtual std::optional<SizeExprBufferView> fieldView(const std::string &field) const;
   virtual std::optional<SizeExprBufferView> ndarrayView(unsigned argIndex) const;
+  /// Optional, for buffers without a view (e.g. resident on a GPU): the
+  /// maximum of elements [begin, end) of a 1-D integer field or ndarray,
+  /// with 0 <= begin < end <= its extent, computed where the data lives;
+  /// nullopt (the default) means "read the elements one by one".
+  virtual std::optional<int64_t> fieldRangeMax(const std::string &field, int64_t begin,
+                                               int64_t end) const;
+  virtual std::optional<int64_t> ndarrayRangeMax(unsigned argIndex, int64_t begin,
+                                                 int64_t end) const;
+  /// Optional: the extent of a 1-D field (nullopt: unknown), so that a range
+  /// max can be clipped to it before `fieldRangeMax`.
+  virtual std::optional<int64_t> fieldExtent(const std::string &field) const;
 };
 
 /// Evaluates `e` with saturating int64 arithmetic. `stepLimit` bounds the

@@ -14,10 +14,15 @@
 // heap + offsets[s]*T + (d*T + t)*entryBytes), sized before every launch by
 // the launch plan and grown by amortised doubling.
 //
-// Data: every buffer a launch binds is copied to the device before the
-// launch and back after it (device residency, so that unchanged data stays
-// on the GPU, is the next step; see docs/runtime.md). Launches are
-// serialised per backend.
+// Data stays on the device: each field component and ndarray buffer a
+// launch binds gets a device copy the first time (a DeviceMirror, see
+// qd/runtime/Buffer.h) and is copied again only when the host changed it;
+// it comes back only when the host reads it. A buffer from
+// `borrowDeviceArray` is caller device memory used in place. A launch
+// copies its small arrays (context, shapes, scalars, heap layout) in one
+// block and its error record and overflow counters back in one copy.
+// Launch-time sizing reads device data element by element, and a max over
+// a range on the GPU. Launches are serialised per backend.
 //
 //===----------------------------------------------------------------------===//
 #pragma once
@@ -67,6 +72,16 @@ public:
   absl::StatusOr<int64_t> gridThreads(const Kernel &kernel, bool boundsChecked = false);
   /// Adstack heap bytes the last launch used.
   int64_t lastAdStackHeapBytes() const;
+
+  /// An ndarray over device memory the caller owns (a CUdeviceptr of this
+  /// backend's GPU, e.g. a framework's tensor): launches on this backend
+  /// use it in place, without copies; host reads copy it back. The pointer
+  /// must lie in one allocation of the device's primary context with room
+  /// for the whole array, and the memory must outlive the buffer.
+  absl::StatusOr<Buffer> borrowDeviceArray(ScalarType elem, std::vector<int64_t> shape,
+                                           uint64_t devicePointer);
+  /// The PTX of the reduction kernels launch-time sizing runs (for tests).
+  static std::string reductionPtx();
 
   struct Impl;
 

@@ -21,6 +21,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace qd::cuda {
@@ -49,6 +50,7 @@ struct DriverApi {
   CUresult (*cuMemcpyHtoD)(CUdeviceptr, const void *, size_t);
   CUresult (*cuMemcpyDtoH)(void *, CUdeviceptr, size_t);
   CUresult (*cuMemsetD8)(CUdeviceptr, unsigned char, size_t);
+  CUresult (*cuMemGetAddressRange)(CUdeviceptr *, size_t *, CUdeviceptr);
   CUresult (*cuModuleLoadDataEx)(CUmodule *, const void *, unsigned, int *, void **);
   CUresult (*cuModuleUnload)(CUmodule);
   CUresult (*cuModuleGetFunction)(CUfunction *, CUmodule, const char *);
@@ -97,6 +99,9 @@ public:
   absl::Status copyToDevice(CUdeviceptr dst, const void *src, size_t bytes) const;
   absl::Status copyToHost(void *dst, CUdeviceptr src, size_t bytes) const;
   absl::Status zero(CUdeviceptr dst, size_t bytes) const;
+  /// The base and size of the allocation of this device's context that
+  /// holds `p` (an error when `p` is not device memory of the context).
+  absl::StatusOr<std::pair<CUdeviceptr, size_t>> addressRange(CUdeviceptr p) const;
 
 private:
   Device() = default;

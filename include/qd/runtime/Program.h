@@ -76,6 +76,13 @@ absl::Status validateLaunchArgs(const Kernel &kernel, std::span<const LaunchArg>
 
 class Program;
 
+/// Brings the host side of every buffer a launch of `kernel` may touch (the
+/// fields it accesses, the ndarray arguments) up to date, for a backend
+/// that runs on the host; reports a device copy that could not be read
+/// back (see Buffer).
+absl::Status syncLaunchBuffersToHost(Program &program, const Kernel &kernel,
+                                     std::span<const LaunchArg> args);
+
 /// A way of executing kernels (the interpreter, the CPU JIT, ...).
 class Backend {
 public:

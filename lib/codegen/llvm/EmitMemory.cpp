@@ -44,11 +44,14 @@ void MemoryLowering::shape(ShapeStmt &sh) {
 unsigned MemoryLowering::slotOf(const GlobalAccessStmt &g) {
   const Field *f = g.isField() ? g.field() : nullptr;
   const Argument *a = g.isField() ? nullptr : cast<Argument>(g.ndarray());
+  bool writes = !isa<GlobalLoadStmt>(g);
   auto &slots = c_.layout.slots;
   for (unsigned i = 0; i < slots.size(); ++i)
-    if (slots[i].field == f && slots[i].ndarray == a && slots[i].component == g.component())
+    if (slots[i].field == f && slots[i].ndarray == a && slots[i].component == g.component()) {
+      slots[i].written |= writes;
       return i;
-  slots.push_back({f, a, g.component()});
+    }
+  slots.push_back({f, a, g.component(), writes});
   return static_cast<unsigned>(slots.size() - 1);
 }
 

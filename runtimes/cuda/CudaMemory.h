@@ -1,0 +1,106 @@
+//===- CudaMemory.h - Device copies of buffers, reductions, launch arenas -*- C++ -*-===//
+//
+// Private to qd::runtime_cuda.
+//
+//  - CudaMirror: the device copy of a Buffer (qd/runtime/Buffer.h), owned
+//    (allocated by the backend, freed with the buffer) or borrowed (caller
+//    memory). It keeps the device alive through a shared pointer, so a
+//    program may outlive the backend that mirrored its buffers.
+//  - Reducer: the max of an integer range, computed on the device, for
+//    launch-time sizing (a hand-written PTX module, loaded on first use).
+//  - LaunchArena: the per-launch arrays (context, slot pointers, shapes,
+//    scalars, heap layout, error record, overflow counters) packed into one
+//    device block, so a launch costs one copy there and one copy back.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "qd/runtime/Buffer.h"
+#include "qd/runtime/CudaDriver.h"
+
+#include <memory>
+#include <mutex>
+#include <span>
+#include <vector>
+
+namespace qd::cuda {
+
+/// Max of integer ranges on the device.
+class Reducer {
+public:
+  explicit Reducer(std::shared_ptr<const Device> device) : device_(std::move(device)) {}
+  /// max of elements [begin, end) of `elem` integers at `data` (i1: 0 or 1).
+  absl::StatusOr<int64_t> max(CUdeviceptr data, ScalarType elem, int64_t begin, int64_t end);
+  /// The PTX of the reduction kernels (for tests that assemble it).
+  static std::string ptx();
+
+private:
+  std::shared_ptr<const Device> device_;
+  std::mutex mutex_;
+  std::unique_ptr<Module> module_;
+  CUfunction fns_[3] = {}; // u8, i32, i64
+  DeviceBuffer result_;
+};
+
+class CudaMirror : public DeviceMirror {
+public:
+  /// Device memory of `bytes` bytes owned by the mirror.
+  static absl::StatusOr<std::unique_ptr<CudaMirror>> allocate(const void *owner,
+                                                              std::shared_ptr<const Device> device,
+                                                              std::shared_ptr<Reducer> reducer,
+                                                              size_t bytes);
+  /// Caller memory at `ptr` (checked to be an allocation of the device's
+  /// context holding `bytes` bytes from `ptr`).
+  static absl::StatusOr<std::unique_ptr<CudaMirror>> borrow(const void *owner,
+                                                            std::shared_ptr<const Device> device,
+                                                            std::shared_ptr<Reducer> reducer,
+                                                            CUdeviceptr ptr, size_t bytes);
+
+  const void *owner() const override { return owner_; }
+  uint64_t address() const override { return ptr_; }
+  bool borrowed() const override { return !owned_.get(); }
+  absl::Status download(std::byte *host, size_t bytes) override;
+  absl::Status upload(const std::byte *host, size_t bytes) override;
+  absl::StatusOr<int64_t> readInteger(ScalarType elem, int64_t flat) override;
+  absl::StatusOr<int64_t> maxInteger(ScalarType elem, int64_t begin, int64_t end) override;
+
+private:
+  CudaMirror(const void *owner, std::shared_ptr<const Device> device,
+             std::shared_ptr<Reducer> reducer)
+      : owner_(owner), device_(std::move(device)), reducer_(std::move(reducer)) {}
+  const void *owner_;
+  std::shared_ptr<const Device> device_; // declared first: outlives owned_
+  std::shared_ptr<Reducer> reducer_;
+  DeviceBuffer owned_;
+  CUdeviceptr ptr_ = 0;
+};
+
+/// One launch's arrays in one device block, reused across launches.
+class LaunchArena {
+public:
+  /// Starts a layout: everything placed after this is laid out anew.
+  void clear() { host_.clear(); }
+  /// Reserves `bytes` (16-byte aligned) and returns the offset.
+  size_t place(size_t bytes);
+  /// Copies `bytes` bytes from `src` to `offset` of the staging copy.
+  void write(size_t offset, const void *src, size_t bytes);
+  template <typename T> size_t put(std::span<const T> v) {
+    size_t off = place(v.size_bytes());
+    write(off, v.data(), v.size_bytes());
+    return off;
+  }
+  /// Makes the device block at least as large as the layout (it may move,
+  /// so call before computing device addresses).
+  absl::Status reserve(const Device &device);
+  CUdeviceptr base() const { return block_.get(); }
+  /// Uploads the whole layout.
+  absl::Status upload(const Device &device) const;
+  /// Copies [offset, offset + bytes) of the device block back to `dst`.
+  absl::Status download(const Device &device, size_t offset, void *dst, size_t bytes) const;
+
+private:
+  std::vector<std::byte> host_;
+  DeviceBuffer block_;
+};
+
+} // namespace qd::cuda
