@@ -43,6 +43,7 @@
 //
 // Usage: qd-bench-gpu [--reps 20] [--warmup 3] [--only a,b,c] [--peers FILE]...
 //                     [--device 0] [--max-n N] [--backend cuda|cpu]
+//                     [--block-size 128] [--max-registers 0]
 // Without a GPU (no driver, no device) it says why and exits 0. --max-n caps
 // every size (a quick run); --backend cpu runs the same steps on the CPU
 // backend, to check this program where there is no GPU (no GPU figures).
@@ -353,6 +354,7 @@ static int runBench(int argc, char **argv) {
   int reps = 20, warmup = 3, device = 0;
   int64_t maxN = 0;
   std::string only = "a,b,c", backendName = "cuda";
+  unsigned blockSize = qd::CudaBackendOptions().blockSize, maxRegisters = 0;
   std::vector<std::string> peerFiles;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -375,9 +377,14 @@ static int runBench(int argc, char **argv) {
       maxN = std::stoll(next());
     else if (a == "--backend")
       backendName = next();
+    else if (a == "--block-size")
+      blockSize = unsigned(std::stoul(next()));
+    else if (a == "--max-registers")
+      maxRegisters = unsigned(std::stoul(next()));
     else
       die("usage: qd-bench-gpu [--reps N] [--warmup N] [--only a,b,c] [--peers FILE]... "
-          "[--device N] [--max-n N] [--backend cuda|cpu]");
+          "[--device N] [--max-n N] [--backend cuda|cpu] [--block-size N] "
+          "[--max-registers N]");
   }
   if (backendName != "cuda" && backendName != "cpu")
     die("--backend: cuda or cpu");
@@ -390,6 +397,8 @@ static int runBench(int argc, char **argv) {
   if (backendName == "cuda") {
     qd::CudaBackendOptions options;
     options.device = device;
+    options.blockSize = blockSize;
+    options.maxRegisters = maxRegisters;
     auto created = qd::CudaBackend::create(options);
     if (!created.ok()) {
       if (created.status().code() != absl::StatusCode::kFailedPrecondition)
@@ -402,9 +411,12 @@ static int runBench(int argc, char **argv) {
     }
     cuda = *std::move(created);
     const qd::cuda::DeviceInfo &info = cuda->deviceInfo();
-    machine = fmt::format("{} (device {}, compute {}.{}, {} SMs), PTX for {}, {} threads per block",
-                          info.name, info.ordinal, info.computeMajor, info.computeMinor,
-                          info.multiprocessors, cuda->arch(), options.blockSize);
+    machine = fmt::format(
+        "{} (device {}, compute {}.{}, {} SMs), PTX for {}, {} threads per block, {}", info.name,
+        info.ordinal, info.computeMajor, info.computeMinor, info.multiprocessors, cuda->arch(),
+        options.blockSize,
+        options.maxRegisters ? fmt::format("at most {} registers per thread", options.maxRegisters)
+                             : std::string("registers: the JIT's choice"));
     target.backend = cuda.get();
     target.heapBytes = [&] { return cuda->lastAdStackHeapBytes(); };
     target.gridThreads = [&](const qd::Kernel &k) {

@@ -255,6 +255,27 @@ TEST(CudaBackendTest, MoreThan256KiBOfAdstackPerThread) {
     ASSERT_NEAR(out[i], ref[i], 1e-4) << i;
 }
 
+TEST(CudaBackendTest, ARegisterCapGivesTheSameResultsOnAtLeastAsManyThreads) {
+  REQUIRE_GPU();
+  SinLoop k;
+  CudaBackendOptions capped;
+  capped.maxRegisters = 24;
+  auto tight = CudaBackend::create(capped);
+  ASSERT_TRUE(tight.ok()) << tight.status().message();
+  const Kernel &g = *k.module->findKernel("g");
+  // Fewer registers per thread: at least as many resident threads.
+  EXPECT_GE(*(*tight)->gridThreads(g), *gpu()->gridThreads(g));
+  std::vector<float> x(3000), ref(x.size()), out(x.size(), -1.f);
+  for (size_t i = 0; i < x.size(); ++i)
+    x[i] = 0.002f * float(i);
+  Interpreter interp;
+  ASSERT_TRUE(k.run(interp, 40, x, ref).ok());
+  absl::Status s = k.run(**tight, 40, x, out);
+  ASSERT_TRUE(s.ok()) << s.message();
+  for (size_t i = 0; i < x.size(); ++i)
+    ASSERT_NEAR(out[i], ref[i], 1e-4 * std::max(1.f, std::fabs(ref[i]))) << i;
+}
+
 /// A backend with a small grid, so the property's large tier-3 default
 /// capacity fits in GPU memory.
 CudaBackend *smallGrid() {

@@ -68,7 +68,7 @@ struct CudaBackend::Impl {
     if (!ptx.ok())
       return ptx.status();
     c.ptx = *std::move(ptx);
-    auto loaded = cuda::Module::load(*device, c.ptx);
+    auto loaded = cuda::Module::load(*device, c.ptx, options.maxRegisters);
     if (!loaded.ok())
       return absl::Status(loaded.status().code(),
                           fmt::format("kernel @{}: the driver rejected its PTX: {}", kernel.name(),

@@ -18,6 +18,7 @@ constexpr int kAttrMultiprocessors = 16;
 constexpr int kAttrMaxThreadsPerMultiprocessor = 39;
 constexpr int kAttrComputeMajor = 75;
 constexpr int kAttrComputeMinor = 76;
+constexpr int kJitMaxRegisters = 0;
 constexpr int kJitErrorLogBuffer = 5;
 constexpr int kJitErrorLogBufferSize = 6;
 constexpr CUresult kErrorNoDevice = 100;
@@ -214,15 +215,18 @@ absl::Status Device::zero(CUdeviceptr dst, size_t bytes) const {
   return check(api_->cuMemsetD8(dst, 0, bytes), "cuMemsetD8");
 }
 
-absl::StatusOr<std::unique_ptr<Module>> Module::load(const Device &device, std::string_view ptx) {
+absl::StatusOr<std::unique_ptr<Module>> Module::load(const Device &device, std::string_view ptx,
+                                                     unsigned maxRegisters) {
   if (absl::Status s = device.makeCurrent(); !s.ok())
     return s;
   std::string text(ptx); // the driver wants a NUL-terminated image
   std::string log(8192, '\0');
-  int options[] = {kJitErrorLogBuffer, kJitErrorLogBufferSize};
-  void *values[] = {log.data(), reinterpret_cast<void *>(log.size())};
+  int options[] = {kJitErrorLogBuffer, kJitErrorLogBufferSize, kJitMaxRegisters};
+  void *values[] = {log.data(), reinterpret_cast<void *>(log.size()),
+                    reinterpret_cast<void *>(uintptr_t(maxRegisters))};
   CUmodule m = nullptr;
-  CUresult r = device.api().cuModuleLoadDataEx(&m, text.c_str(), 2, options, values);
+  CUresult r =
+      device.api().cuModuleLoadDataEx(&m, text.c_str(), maxRegisters > 0 ? 3 : 2, options, values);
   if (r != 0) {
     log.resize(log.find('\0'));
     absl::Status s = device.check(r, "cuModuleLoadDataEx");

@@ -48,6 +48,9 @@ struct CudaBackendOptions {
   /// Upper bound of the grid's threads (0: resident blocks from the
   /// kernel's occupancy times the number of SMs).
   int64_t maxThreads = 0;
+  /// Registers per thread the JIT may use (0: its own choice). Fewer
+  /// registers, more resident threads: see docs/performance.md.
+  unsigned maxRegisters = 0;
 };
 
 class CudaBackend : public Backend {

@@ -116,7 +116,10 @@ class Module {
 public:
   /// JIT-compiles `ptx` with the driver. The driver's error log is part of
   /// the error.
-  static absl::StatusOr<std::unique_ptr<Module>> load(const Device &device, std::string_view ptx);
+  /// `maxRegisters` > 0 caps the registers per thread of its functions
+  /// (the JIT's CU_JIT_MAX_REGISTERS; more may spill to local memory).
+  static absl::StatusOr<std::unique_ptr<Module>> load(const Device &device, std::string_view ptx,
+                                                      unsigned maxRegisters = 0);
   ~Module();
   absl::StatusOr<CUfunction> function(const std::string &name) const;
 

@@ -75,8 +75,10 @@ LV *EmitContext::ctxField(CtxField f) {
   LV *&cached = fn->ctxFields[f];
   if (!cached) {
     llvm::IRBuilder<> eb = entryBuilder();
-    cached = eb.CreateLoad(launchContextFieldType(llvm, f),
-                           eb.CreateStructGEP(ctxTy, fn->ctxArg, static_cast<unsigned>(f)));
+    llvm::Type *type = launchContextFieldType(llvm, f);
+    cached = eb.CreateLoad(type, eb.CreateStructGEP(ctxTy, fn->ctxArg, static_cast<unsigned>(f)));
+    if (type->isPointerTy())
+      cached = target.devicePointer(eb, cached);
   }
   return cached;
 }

@@ -71,7 +71,8 @@ LV *MemoryLowering::slotBase(unsigned slot) {
   if (!cached) {
     LV *globals = c_.ctxField(CtxField::globals);
     llvm::IRBuilder<> eb = c_.entryBuilder();
-    cached = eb.CreateLoad(c_.ptrTy, eb.CreateGEP(c_.ptrTy, globals, eb.getInt64(slot)));
+    cached = c_.target.devicePointer(
+        eb, eb.CreateLoad(c_.ptrTy, eb.CreateGEP(c_.ptrTy, globals, eb.getInt64(slot))));
   }
   return cached;
 }

@@ -16,6 +16,7 @@
 #include "qd/ir/Stmt.h"
 
 #include <llvm/ADT/ArrayRef.h>
+#include <llvm/IR/IRBuilder.h>
 #include <llvm/IR/Instructions.h>
 
 #include <memory>
@@ -62,6 +63,13 @@ public:
   /// GPU: the global thread id (block id * block size + thread id, from the
   /// target's special registers), read in the entry block.
   virtual llvm::Value *threadIndex(EmitContext &c) = 0;
+
+  /// Device memory: `p`, a pointer the launch context holds (a field or
+  /// ndarray base, the heap, the context's own arrays), emitted with `b`,
+  /// as the target wants memory through it addressed. CPU: `p`. NVPTX: `p`
+  /// cast to the global address space and back, so that address-space
+  /// inference turns generic loads and stores through it into global ones.
+  virtual llvm::Value *devicePointer(llvm::IRBuilderBase &b, llvm::Value *p) { return p; }
 
   /// Adstack entry address, part 1: the per-function base of stack `id`,
   /// emitted in the entry block (EmitContext::entryBuilder).

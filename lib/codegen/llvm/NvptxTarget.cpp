@@ -50,6 +50,11 @@ public:
   void emitEntries(KernelEmitter &emitter) override;
   void emitParallelTask(KernelEmitter &emitter, ForStmt &task) override;
   LV *threadIndex(EmitContext &c) override { return c.fn->thread; }
+  LV *devicePointer(llvm::IRBuilderBase &b, LV *p) override {
+    // Every pointer the context holds is device (global) memory.
+    auto *global = llvm::PointerType::get(b.getContext(), 1);
+    return b.CreateAddrSpaceCast(b.CreateAddrSpaceCast(p, global), p->getType());
+  }
   LV *adStackBase(EmitContext &c, unsigned id) override;
   LV *adStackEntry(EmitContext &c, const StackRef &stack, const AdStackFrame &frame, LV *index,
                    unsigned width) override;

@@ -6,6 +6,7 @@
 #include <llvm/Passes/PassBuilder.h>
 #include <llvm/Support/TargetSelect.h>
 #include <llvm/Target/TargetMachine.h>
+#include <llvm/Transforms/Scalar/InferAddressSpaces.h>
 
 #include <mutex>
 
@@ -40,6 +41,14 @@ void optimizeModule(llvm::Module &module, llvm::TargetMachine *machine) {
   pb.registerFunctionAnalyses(fam);
   pb.registerLoopAnalyses(lam);
   pb.crossRegisterProxies(lam, fam, cgam, mam);
+  // GPU targets: the emitter marks pointers into device memory with a cast
+  // to the global address space and back (LlvmTarget::devicePointer).
+  // Address-space inference must see the pair before instcombine folds it
+  // away, so it runs first; loads and stores then use global addressing.
+  if (machine && (machine->getTargetTriple().isNVPTX() || machine->getTargetTriple().isAMDGPU()))
+    pb.registerPipelineStartEPCallback([](llvm::ModulePassManager &mpm, llvm::OptimizationLevel) {
+      mpm.addPass(llvm::createModuleToFunctionPassAdaptor(llvm::InferAddressSpacesPass()));
+    });
   llvm::ModulePassManager mpm = pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O3);
   mpm.run(module, mam);
 }
