@@ -13,9 +13,11 @@
 
 #include "ProgramGen.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <limits>
+#include <vector>
 
 namespace qd {
 namespace {
@@ -369,6 +371,35 @@ QD_PROPERTY(VerifierTest, GeneratedProgramsAndTheirShrinksVerify, 100) {
     if (std::string e = verifyText(testgen::print(shrunk[i]).text); !e.empty())
       testgen::fail(shrunk[i], "a shrink " + e);
   RC_CLASSIFY(shrunk.size() > 100, "more than 100 shrinks");
+}
+
+// Nesting beyond kMaxBlockNesting (built through the API, which has no
+// limit of its own) is one error, found without recursion: the verifier's
+// other checks and every pass recurse over blocks.
+TEST(VerifierTest, NestingBeyondTheLimitIsOneErrorNotACrash) {
+  for (unsigned depth : {kMaxBlockNesting, kMaxBlockNesting + 1, 12'000u}) {
+    Fixture f;
+    std::vector<IRBuilder::LoopScope> loops;
+    auto task = f.b.serial(); // depth 1
+    loops.reserve(depth);
+    for (unsigned d = 1; d < depth; ++d)
+      loops.push_back(f.b.forRange(0, 2));
+    EXPECT_EQ(firstStmtNestedBeyond(*f.kernel, depth) == nullptr, true) << depth;
+    EXPECT_NE(firstStmtNestedBeyond(*f.kernel, depth - 1), nullptr) << depth;
+    if (depth <= kMaxBlockNesting) {
+      EXPECT_EQ(verifyMessage(f.module), "OK") << depth;
+    } else {
+      EXPECT_EQ(verifyMessage(*f.kernel),
+                fmt::format("kernel @k: error: kernel '@k' nests blocks more than {} deep (the "
+                            "limit of qd's IR, kMaxBlockNesting); flatten the nesting or split "
+                            "the kernel",
+                            kMaxBlockNesting))
+          << depth;
+    }
+    while (!loops.empty())
+      loops.pop_back(); // close the innermost first
+    task.close();
+  }
 }
 
 } // namespace

@@ -69,8 +69,15 @@ std::optional<int64_t> longestPath(const ControlFlowGraph &cfg, const AdStackAll
   } reset{local, region};
 
   std::vector<int64_t> net(n, 0), peak(n, 0);
+  // An alloca the entry cannot reach never runs, and neither does its scope.
+  std::optional<unsigned> allocaNode = cfg.findNode(&a);
+  if (!allocaNode)
+    return 0;
   for (AdStackOpStmt *op : ops) {
-    unsigned i = local[cfg.nodeOf(op)];
+    std::optional<unsigned> node = cfg.findNode(op);
+    if (!node)
+      continue; // unreachable from the entry: it never runs
+    unsigned i = local[*node];
     if (i == ~0u)
       return std::nullopt; // not reachable from the alloca: leave to other tiers
     int64_t &d = net[i];
@@ -79,7 +86,7 @@ std::optional<int64_t> longestPath(const ControlFlowGraph &cfg, const AdStackAll
     else if (op->kind() == StmtKind::AdStackPop)
       --d;
   }
-  const unsigned src = local[cfg.nodeOf(&a)];
+  const unsigned src = local[*allocaNode];
   // Region edges in compressed rows (succs of u: succ[succBegin[u] ..
   // succBegin[u + 1]), likewise preds); entering the alloca's node again
   // starts a fresh stack.

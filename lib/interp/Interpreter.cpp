@@ -12,6 +12,7 @@
 
 #include <limits>
 #include <map>
+#include <new>
 #include <vector>
 
 namespace qd {
@@ -224,7 +225,13 @@ private:
       return fail(s, adStackPushOverflowText(*st.stmt, st.capacity));
     Scalar v = reg(s.value());
     ScalarType t = v.type;
-    st.entries.emplace_back(v, isFloat(t) ? Scalar::ofFloat(t, 0) : Scalar::ofInt(t, 0));
+    try {
+      st.entries.emplace_back(v, isFloat(t) ? Scalar::ofFloat(t, 0) : Scalar::ofInt(t, 0));
+    } catch (const std::bad_alloc &) {
+      return fail(s, fmt::format("cannot allocate memory for entry {} of the adstack (capacity "
+                                 "{}); the host is out of memory",
+                                 st.entries.size() + 1, st.capacity));
+    }
     int64_t &depth = maxDepths_[st.stmt];
     depth = std::max(depth, static_cast<int64_t>(st.entries.size()));
     return Flow::Normal;

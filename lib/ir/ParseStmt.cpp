@@ -1,6 +1,8 @@
 //===- ParseStmt.cpp - Parsing blocks and statements ----------------------===//
 #include "ParserImpl.h"
 
+#include "qd/ir/Verifier.h"
+
 #include <fmt/format.h>
 
 #include <charconv>
@@ -27,6 +29,17 @@ std::optional<StmtKind> stmtKindForKeyword(std::string_view keyword) {
 namespace parse {
 
 bool Parser::parseBlock(Block &block) {
+  // The parser recurses once per level: stop at the IR's nesting limit
+  // (counted as the verifier does: the kernel's body is level 0).
+  if (blockDepth_ > kMaxBlockNesting)
+    return failHere(fmt::format("blocks nest more than {} deep (the limit of qd's IR, "
+                                "kMaxBlockNesting); flatten the nesting or split the kernel",
+                                kMaxBlockNesting));
+  struct Nest {
+    unsigned &depth;
+    explicit Nest(unsigned &d) : depth(++d) {}
+    ~Nest() { --depth; }
+  } nest(blockDepth_);
   if (!expect(Tok::LBrace, "'{' to open a block"))
     return false;
   while (tok_.kind != Tok::RBrace) {

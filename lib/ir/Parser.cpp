@@ -15,7 +15,11 @@
 
 #include <fmt/format.h>
 
+#include <cerrno>
 #include <charconv>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
 
 namespace qd {
 namespace parse {
@@ -285,6 +289,30 @@ bool Parser::parseOperands(std::vector<Value *> &out, size_t n) {
 }
 
 } // namespace parse
+
+absl::StatusOr<std::string> readTextFile(const std::string &path) {
+  std::error_code ec;
+  std::filesystem::file_status st = std::filesystem::status(path, ec);
+  if (ec || !std::filesystem::exists(st))
+    return absl::NotFoundError(fmt::format("cannot read '{}': no such file", path));
+  if (std::filesystem::is_directory(st))
+    return absl::InvalidArgumentError(
+        fmt::format("cannot read '{}': it is a directory; give a file", path));
+  std::FILE *f = std::fopen(path.c_str(), "rb");
+  if (!f)
+    return absl::PermissionDeniedError(
+        fmt::format("cannot read '{}': {}", path, std::strerror(errno)));
+  std::string text;
+  char chunk[1 << 16];
+  size_t got;
+  while ((got = std::fread(chunk, 1, sizeof chunk, f)) > 0)
+    text.append(chunk, got);
+  bool failed = std::ferror(f) != 0;
+  std::fclose(f);
+  if (failed)
+    return absl::DataLossError(fmt::format("cannot read '{}': a read failed midway", path));
+  return text;
+}
 
 std::vector<SourceChunk> splitSourceChunks(std::string_view text) {
   std::vector<SourceChunk> chunks(1);

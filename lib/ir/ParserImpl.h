@@ -86,6 +86,8 @@ private:
 
   // --- blocks and statements ----------------------------------------------
   bool parseBlock(Block &block);
+  /// Blocks being parsed (parseBlock's recursion depth).
+  unsigned blockDepth_ = 0;
 
   /// Parses the nested blocks of a container statement after it has been
   /// inserted (so the loop index is defined inside its own body).

@@ -412,9 +412,45 @@ absl::Status toStatus(const std::vector<std::string> &errors) {
 
 } // namespace
 
+const Stmt *firstStmtNestedBeyond(const Kernel &kernel, unsigned limit) {
+  // Depth-first over blocks with an explicit stack: (block, depth).
+  std::vector<std::pair<Block *, unsigned>> work{{&const_cast<Kernel &>(kernel).body(), 0}};
+  while (!work.empty()) {
+    auto [block, depth] = work.back();
+    work.pop_back();
+    for (Stmt &s : *block) {
+      if (s.numBlocks() == 0)
+        continue;
+      if (depth + 1 > limit)
+        return &s;
+      for (unsigned i = 0; i < s.numBlocks(); ++i)
+        work.emplace_back(&s.block(i), depth + 1);
+    }
+  }
+  return nullptr;
+}
+
+namespace {
+
+/// Verifies `kernel` into `errors`; a kernel nested too deeply gets one
+/// error and no further checks (they recurse over blocks).
+void verifyKernel(const Kernel &kernel, std::vector<std::string> &errors) {
+  if (const Stmt *deep = firstStmtNestedBeyond(kernel, kMaxBlockNesting)) {
+    errors.push_back(
+        fmt::format("{}: error: kernel '@{}' nests blocks more than {} deep (the limit of qd's IR, "
+                    "kMaxBlockNesting); flatten the nesting or split the kernel",
+                    deep->loc().isKnown() ? deep->loc().str() : "kernel @" + kernel.name(),
+                    kernel.name(), kMaxBlockNesting));
+    return;
+  }
+  KernelVerifier(kernel, errors).run();
+}
+
+} // namespace
+
 absl::Status verify(const Kernel &kernel) {
   std::vector<std::string> errors;
-  KernelVerifier(kernel, errors).run();
+  verifyKernel(kernel, errors);
   return toStatus(errors);
 }
 
@@ -444,7 +480,7 @@ absl::Status verify(const Module &module) {
                                    k->loc().isKnown() ? k->loc().str() : "kernel @" + k->name(),
                                    k->name()));
   for (const auto &k : module.kernels())
-    KernelVerifier(*k, errors).run();
+    verifyKernel(*k, errors);
   return toStatus(errors);
 }
 

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <new>
 #include <utility>
 
 namespace qd {
@@ -54,7 +55,14 @@ absl::StatusOr<Buffer> Buffer::create(ScalarType elem, std::vector<int64_t> shap
   b.elem_ = elem;
   b.shape_ = std::move(shape);
   b.numElements_ = *n;
-  b.owned_.assign(static_cast<size_t>(*n) * storageBytes(elem), std::byte{0});
+  size_t bytes = static_cast<size_t>(*n) * storageBytes(elem);
+  try {
+    b.owned_.assign(bytes, std::byte{0});
+  } catch (const std::bad_alloc &) {
+    return absl::ResourceExhaustedError(
+        fmt::format("cannot allocate {} bytes ({} elements of {}) on the host; use a smaller shape",
+                    bytes, *n, toString(elem)));
+  }
   b.data_ = b.owned_.data();
   return b;
 }

@@ -16,8 +16,9 @@ absl::StatusOr<std::unique_ptr<Program>> Program::create(const Module &module) {
         continue;
       absl::StatusOr<Buffer> b = Buffer::create(f->elementType(), f->shape());
       if (!b.ok())
-        return absl::InvalidArgumentError(fmt::format("cannot allocate field '@{}': {}", f->name(),
-                                                      std::string(b.status().message())));
+        return absl::Status(b.status().code(),
+                            fmt::format("cannot allocate field '@{}': {}", f->name(),
+                                        std::string(b.status().message())));
       p->fields_.emplace(std::pair(f.get(), c), *std::move(b));
     }
   }

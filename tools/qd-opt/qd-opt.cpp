@@ -245,12 +245,12 @@ int main(int argc, char **argv) {
   if (opts.input == "-") {
     text.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
   } else {
-    std::ifstream in(opts.input, std::ios::binary);
-    if (!in) {
-      std::cerr << "qd-opt: error: cannot read '" << opts.input << "'\n";
+    absl::StatusOr<std::string> read = qd::readTextFile(opts.input);
+    if (!read.ok()) {
+      std::cerr << "qd-opt: error: " << read.status().message() << '\n';
       return 1;
     }
-    text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    text = *std::move(read);
   }
   std::string filename = opts.input == "-" ? "<stdin>" : opts.input;
 

@@ -77,13 +77,41 @@ struct Failure {
 }
 
 std::string readFile(const std::string &path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    die("cannot read '" + path + "'");
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  absl::StatusOr<std::string> text = qd::readTextFile(path);
+  if (!text.ok())
+    die(std::string(text.status().message()));
+  return *std::move(text);
 }
 
+/// Deepest nesting of arrays and objects accepted in JSON input: far more
+/// than any value qd-run takes (an ndarray of rank r nests r + 2 levels),
+/// and shallow enough that handling the value never exhausts the stack.
+constexpr int kMaxJsonNesting = 512;
+
 json parseJson(const std::string &text, const std::string &what) {
+  // Reject deep nesting before building the value (copying or printing a
+  // json value recurses once per level).
+  int depth = 0;
+  bool inString = false, escaped = false;
+  for (char ch : text) {
+    if (inString) {
+      if (escaped)
+        escaped = false;
+      else if (ch == '\\')
+        escaped = true;
+      else if (ch == '"')
+        inString = false;
+    } else if (ch == '"') {
+      inString = true;
+    } else if (ch == '[' || ch == '{') {
+      if (++depth > kMaxJsonNesting)
+        die("JSON in " + what + " nests arrays and objects more than " +
+            std::to_string(kMaxJsonNesting) + " levels deep; qd-run's inputs need at most the " +
+            "ndarray rank + 2");
+    } else if (ch == ']' || ch == '}') {
+      --depth;
+    }
+  }
   json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded())
     die("malformed JSON in " + what + ": '" + text.substr(0, 80) + "'");

@@ -164,10 +164,10 @@ int main(int argc, char **argv) {
   if (opts.input == "-") {
     text.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
   } else {
-    std::ifstream in(opts.input, std::ios::binary);
-    if (!in)
-      return fail("cannot read '" + opts.input + "'");
-    text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    absl::StatusOr<std::string> read = qd::readTextFile(opts.input);
+    if (!read.ok())
+      return fail(std::string(read.status().message()));
+    text = *std::move(read);
   }
   qd::ParseOptions parse;
   std::string filename = opts.input == "-" ? "<stdin>" : opts.input;

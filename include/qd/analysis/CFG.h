@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -51,8 +52,12 @@ public:
   unsigned exitNode() const { return exit_; }
   size_t numEdges() const;
 
-  /// The node holding a non-container statement.
-  unsigned nodeOf(const Stmt *s) const { return nodeOf_.at(s); }
+  /// The node holding a non-container statement, or nullopt when it has
+  /// none: simplify() removed it as unreachable (it never runs).
+  std::optional<unsigned> findNode(const Stmt *s) const {
+    auto it = nodeOf_.find(s);
+    return it == nodeOf_.end() ? std::nullopt : std::optional<unsigned>(it->second);
+  }
   /// Pre-order number of a statement (containers before their contents).
   uint32_t preorder(const Stmt *s) const { return preorder_.at(s); }
   /// One past the pre-order number of the last statement of `s`'s block:

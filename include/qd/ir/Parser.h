@@ -26,6 +26,12 @@ struct SourceChunk {
   unsigned firstLine = 1;
 };
 
+/// The contents of the file at `path` (the tools' input files: `.qd` text,
+/// JSON inputs). A path that is missing, a directory or not readable, and
+/// a read that fails midway, are errors naming the path; never an
+/// exception.
+absl::StatusOr<std::string> readTextFile(const std::string &path);
+
 /// Splits `text` on lines starting with `// -----` (the convention of
 /// `qd-opt --split-input-file`); each chunk starts on the line after its
 /// separator, so diagnostics keep the file's line numbers.

@@ -15,4 +15,14 @@ namespace qd {
 absl::Status verify(const Module &module);
 absl::Status verify(const Kernel &kernel);
 
+/// The deepest nesting of blocks a kernel may have (a `for` in an `if` in a
+/// task is depth 3). The parser stops at the first block beyond it and the
+/// verifier rejects kernels built deeper through the API, so analyses,
+/// passes and code generators, which recurse over blocks, never see more.
+inline constexpr unsigned kMaxBlockNesting = 10000;
+
+/// The first statement whose blocks would lie deeper than `limit` (checked
+/// without recursion), or null.
+const Stmt *firstStmtNestedBeyond(const Kernel &kernel, unsigned limit);
+
 } // namespace qd
