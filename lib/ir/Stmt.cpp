@@ -11,6 +11,7 @@
 #include <cstring>
 #include <limits>
 #include <type_traits>
+#include <vector>
 
 namespace qd {
 
@@ -152,11 +153,18 @@ bool Stmt::isTask() const {
 }
 
 void Stmt::dropAllReferences() {
-  for (unsigned i = 0; i < numOperands_; ++i)
-    operands_[i].set(nullptr);
-  for (auto &b : blocks_)
-    for (Stmt &s : *b)
-      s.dropAllReferences();
+  // Iterative: IR built through the API may nest deeper than the stack
+  // allows recursion (the verifier rejects it, and it must still go away).
+  std::vector<Stmt *> work{this};
+  while (!work.empty()) {
+    Stmt *s = work.back();
+    work.pop_back();
+    for (unsigned i = 0; i < s->numOperands_; ++i)
+      s->operands_[i].set(nullptr);
+    for (auto &b : s->blocks_)
+      for (Stmt &child : *b)
+        work.push_back(&child);
+  }
 }
 
 std::unique_ptr<Stmt> Stmt::remove() {
@@ -205,9 +213,25 @@ void Block::splice(iterator pos, Block &other) {
 void Block::clear() {
   for (auto &s : stmts_)
     s->dropAllReferences();
-  // Destroy back to front so later statements (the users) go first.
-  while (!stmts_.empty())
-    stmts_.pop_back();
+  // With every reference inside the subtree dropped, the order no longer
+  // matters for uses; destroy without recursion by moving each statement's
+  // nested statements out before it goes, so ~Stmt only sees empty blocks.
+  // Back to front, so later statements (the users) go first.
+  std::vector<std::unique_ptr<Stmt>> doomed;
+  auto take = [&doomed](List &list) {
+    while (!list.empty()) {
+      doomed.push_back(std::move(list.front()));
+      list.pop_front();
+    }
+  };
+  take(stmts_);
+  while (!doomed.empty()) {
+    std::unique_ptr<Stmt> s = std::move(doomed.back());
+    doomed.pop_back();
+    for (auto &b : s->blocks_)
+      take(b->stmts_);
+    s->parent_ = nullptr;
+  }
 }
 
 bool Block::isNestedIn(const Block *ancestor) const {

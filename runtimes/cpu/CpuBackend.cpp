@@ -1,6 +1,7 @@
 //===- CpuBackend.cpp - LLVM JIT backend for the CPU ----------------------===//
 #include "qd/runtime/CpuBackend.h"
 
+#include "qd/runtime/Buffer.h"
 #include "qd/runtime/LaunchPlan.h"
 
 #include "qd/analysis/AdStackSizing.h"
@@ -30,6 +31,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <thread>
 
 namespace qd {
@@ -396,6 +398,13 @@ absl::Status CpuBackend::launch(Program &program, const Kernel &kernel,
     // would overflow.
     int64_t grown =
         impl_->heapBytes > INT64_MAX / 2 ? *heapNeed : std::max(*heapNeed, 2 * impl_->heapBytes);
+    if (std::string why = hostAllocationProblem(static_cast<uint64_t>(*heapNeed)); !why.empty())
+      return absl::ResourceExhaustedError(
+          fmt::format("kernel @{}: cannot allocate {} bytes of adstack heap: {}; give the stacks "
+                      "smaller capacities or launch fewer threads",
+                      kernel.name(), *heapNeed, why));
+    if (!hostAllocationProblem(static_cast<uint64_t>(grown)).empty())
+      grown = *heapNeed; // doubling would pass the host's memory: exactly the need
     impl_->heap.reset(new (std::nothrow) char[grown]);
     if (!impl_->heap) {
       impl_->heapBytes = 0;

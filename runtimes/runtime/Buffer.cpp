@@ -7,9 +7,25 @@
 #include <cstring>
 #include <limits>
 #include <new>
+#include <string>
+#include <sys/sysinfo.h>
 #include <utility>
 
 namespace qd {
+
+uint64_t hostMemoryBytes() {
+  struct sysinfo info {};
+  if (sysinfo(&info) != 0)
+    return 0;
+  return (static_cast<uint64_t>(info.totalram) + info.totalswap) * info.mem_unit;
+}
+
+std::string hostAllocationProblem(uint64_t bytes) {
+  uint64_t host = hostMemoryBytes();
+  if (host == 0 || bytes <= host)
+    return {};
+  return fmt::format("more than the host's memory ({} bytes of RAM and swap)", host);
+}
 
 namespace {
 absl::StatusOr<int64_t> countElements(ScalarType elem, const std::vector<int64_t> &shape) {
@@ -56,6 +72,11 @@ absl::StatusOr<Buffer> Buffer::create(ScalarType elem, std::vector<int64_t> shap
   b.shape_ = std::move(shape);
   b.numElements_ = *n;
   size_t bytes = static_cast<size_t>(*n) * storageBytes(elem);
+  if (std::string why = hostAllocationProblem(bytes); !why.empty())
+    return absl::ResourceExhaustedError(
+        fmt::format("cannot allocate {} bytes ({} elements of {}) on the host: {}; use a smaller "
+                    "shape",
+                    bytes, *n, toString(elem), why));
   try {
     b.owned_.assign(bytes, std::byte{0});
   } catch (const std::bad_alloc &) {

@@ -168,10 +168,14 @@ std::string LaunchPlan::indexErrorText(const GlobalAccessStmt &g,
 
 absl::Status LaunchPlan::finish(const QdErrorRecord &record,
                                 std::span<const int64_t> needed) const {
+  // needed[s]: the pushes past the capacity (QdLaunchContext::needed).
   for (size_t i = 0; i < layout_->stacks.size() && i < needed.size(); ++i)
-    if (needed[i] > heap_.capacities[i]) {
+    if (needed[i] > 0) {
       const auto &st = layout_->stacks[i];
-      return adStackOverflowError(*kernel_, *st.stmt, st.task, heap_.capacities[i], needed[i]);
+      int64_t need;
+      if (__builtin_add_overflow(heap_.capacities[i], needed[i], &need))
+        need = INT64_MAX;
+      return adStackOverflowError(*kernel_, *st.stmt, st.task, heap_.capacities[i], need);
     }
   if (record.site <= 0)
     return absl::OkStatus();

@@ -53,7 +53,8 @@ inline constexpr unsigned kMaxErrorData = 16;
   /* per stack id: byte offset in a worker's slice, capacity (entries) */                          \
   X(Ptr, const int64_t *, offsets, 1)                                                              \
   X(Ptr, const int64_t *, capacities, 1)                                                           \
-  /* per stack id: the largest depth a push asked for (an atomic max) */                           \
+  /* per stack id: the most pushes past the capacity, over threads and lanes (an atomic max; */    \
+  /* 0 when every push fit): the launch needed capacities[s] + needed[s] entries */                \
   X(Ptr, int64_t *, needed, 1)                                                                     \
   /* the launch's error record */                                                                  \
   X(Ptr, QdErrorRecord *, error, 1)                                                                \

@@ -24,9 +24,20 @@
 #include <mutex>
 #include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
 namespace qd {
+
+/// The host's memory (RAM plus swap) in bytes, or 0 when unknown.
+uint64_t hostMemoryBytes();
+
+/// Empty when `bytes` may be allocated on the host, else why not ("more
+/// than the host's memory (N bytes of RAM and swap)"). Checked before
+/// allocating, so a hopeless size is an error even where the allocator would
+/// abort instead of failing (sanitizer runtimes), or overcommit would let
+/// the allocation succeed and the process be killed later.
+std::string hostAllocationProblem(uint64_t bytes);
 
 /// A copy of a buffer's contents in a device's memory, made and kept by a
 /// device backend. Its methods run under the owning buffer's lock.

@@ -93,7 +93,8 @@ public:
                               const int32_t *taskLanes) const;
 
   /// The launch's outcome from what its code reported: an adstack overflow
-  /// (a `needed` count above the capacity) first, then the first error site.
+  /// (a nonzero `needed` count: pushes past the capacity) first, then the
+  /// first error site.
   absl::Status finish(const QdErrorRecord &record, std::span<const int64_t> needed) const;
 
 private:

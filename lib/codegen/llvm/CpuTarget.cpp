@@ -27,8 +27,7 @@ public:
   void emitParallelTask(KernelEmitter &emitter, ForStmt &task) override;
   LV *threadIndex(EmitContext &c) override { return c.fn->thread; }
   LV *adStackBase(EmitContext &c, unsigned id) override;
-  LV *adStackEntry(EmitContext &c, const StackRef &stack, const AdStackFrame &frame, LV *index,
-                   unsigned width) override;
+  LV *adStackRowBytes(EmitContext &c, const StackRef &stack, unsigned width) override;
   LV *adStackAdjoint(EmitContext &c, const StackRef &stack, LV *primal, unsigned width) override;
   LV *mathCall(EmitContext &c, MathFn fn, ScalarType type, llvm::ArrayRef<LV *> args) override;
   void atomicUpdate(EmitContext &c, llvm::AtomicRMWInst::BinOp op, LV *ptr, LV *value,
@@ -158,10 +157,8 @@ LV *CpuTarget::adStackBase(EmitContext &c, unsigned id) {
   return eb.CreateGEP(eb.getInt8Ty(), heap, eb.CreateAdd(perWorker, offset));
 }
 
-LV *CpuTarget::adStackEntry(EmitContext &c, const StackRef &stack, const AdStackFrame &frame,
-                            LV *index, unsigned width) {
-  LV *rowBytes = c.b.getInt64(int64_t(stack.entryBytes) * width);
-  return c.b.CreateGEP(c.b.getInt8Ty(), frame.base, c.b.CreateMul(index, rowBytes));
+LV *CpuTarget::adStackRowBytes(EmitContext &c, const StackRef &stack, unsigned width) {
+  return c.b.getInt64(int64_t(stack.entryBytes) * width);
 }
 
 LV *CpuTarget::adStackAdjoint(EmitContext &c, const StackRef &stack, LV *primal, unsigned width) {

@@ -1,10 +1,16 @@
 //===- EmitAdStack.cpp - Adstack operations -------------------------------===//
 //
 // Adstacks live in a heap the runtime owns; the target places each thread's
-// entries (LlvmTarget::adStackBase/adStackEntry). The depth lives in a
-// function-local variable. A push past the capacity writes nothing and
-// raises needed[s] (an atomic max), so the runtime can report the capacity
-// the launch needed; a read of an empty stack is an error site.
+// entries (LlvmTarget::adStackBase/adStackRowBytes). The depth lives in
+// function-local variables. For a stack whose lanes share one depth it is
+// the address of the next free row, so a push or pop adds or subtracts one
+// row size (no multiply of the depth per operation, which costs several
+// instructions in 64 bits on a GPU). A push past the capacity writes
+// nothing, leaves the top at the end and counts an *excess* push instead;
+// pops take back excess pushes first, so a read after an overflow finds the
+// last stored entry without a clamp. Each overflowing push raises needed[s]
+// to the excess (an atomic max), so the runtime can report the capacity the
+// launch needed; a read of an empty stack is an error site.
 //
 // In vector code an entry holds one value per lane: row e holds the lanes'
 // primals, then their adjoints. A stack whose operations all run with every
@@ -28,19 +34,37 @@ const AdStackFrame &AdStackLowering::frame(unsigned id) {
     LV *caps = c_.ctxField(CtxField::capacities);
     llvm::IRBuilder<> eb = c_.entryBuilder();
     frame.capacity = eb.CreateLoad(c_.i64, eb.CreateGEP(c_.i64, caps, eb.getInt64(id)));
-    LV *last = eb.CreateSub(frame.capacity, eb.getInt64(1));
-    frame.lastIndex = eb.CreateSelect(eb.CreateICmpSLT(last, eb.getInt64(0)), eb.getInt64(0), last);
-    frame.count = eb.CreateAlloca(c_.i64, nullptr, fmt::format("adstack{}.count", id));
-    eb.CreateStore(eb.getInt64(0), frame.count);
   }
   return frame;
+}
+
+const AdStackRows &AdStackLowering::rows(const StackRef &st, unsigned width) {
+  frame(st.id);
+  AdStackFrame &f = c_.fn->stacks[st.id];
+  AdStackRows &r = f.rows[width];
+  if (!r.top) {
+    r.rowBytes = c_.target.adStackRowBytes(c_, st, width);
+    llvm::IRBuilder<> eb = c_.entryBuilder();
+    r.end = eb.CreateGEP(eb.getInt8Ty(), f.base, eb.CreateMul(f.capacity, r.rowBytes));
+    std::string suffix = width > 1 ? fmt::format(".x{}", width) : "";
+    r.top =
+        eb.CreateAlloca(f.base->getType(), nullptr, fmt::format("adstack{}.top{}", st.id, suffix));
+    eb.CreateStore(f.base, r.top);
+    r.excess = eb.CreateAlloca(c_.i64, nullptr, fmt::format("adstack{}.excess{}", st.id, suffix));
+    eb.CreateStore(eb.getInt64(0), r.excess);
+  }
+  return r;
 }
 
 llvm::AllocaInst *AdStackLowering::laneCount(unsigned id) {
   frame(id); // the base and capacity the lane code also reads
   AdStackFrame &f = c_.fn->stacks[id];
-  if (!f.laneCount)
+  if (!f.laneCount) {
     f.laneCount = c_.entryAlloca(lanes_.vecOf(c_.i64), "adstack.lanecount");
+    llvm::IRBuilder<> eb = c_.entryBuilder();
+    LV *last = eb.CreateSub(f.capacity, eb.getInt64(1));
+    f.lastIndex = eb.CreateSelect(eb.CreateICmpSLT(last, eb.getInt64(0)), eb.getInt64(0), last);
+  }
   return f.laneCount;
 }
 
@@ -55,26 +79,29 @@ void AdStackLowering::alloca(AdStackAllocaStmt &a) {
     c_.layout.stacks.push_back({&a, c_.currentTask, entryBytes, c_.fn->parallelTask});
     known = c_.stacks.emplace(&a, StackRef{id, a.elementType(), entryBytes}).first;
   }
-  unsigned id = known->second.id;
+  const StackRef &st = known->second;
   if (lanes_.vectorMode() && lanes_.plan().isLaneStack(&a))
-    lanes_.storeLocal(laneCount(id), c_.b.getInt64(0));
-  else
-    c_.b.CreateStore(c_.b.getInt64(0), frame(id).count);
+    lanes_.storeLocal(laneCount(st.id), c_.b.getInt64(0));
+  else {
+    const AdStackRows &r = rows(st, lanes_.width());
+    c_.b.CreateStore(frame(st.id).base, r.top);
+    c_.b.CreateStore(c_.b.getInt64(0), r.excess);
+  }
 }
 
 unsigned AdStackLowering::underflowSite(AdStackOpStmt &op) {
   return c_.site(op, adStackUnderflowText(cast<AdStackAllocaStmt>(op.stack())));
 }
 
-void AdStackLowering::raiseNeeded(unsigned id, LV *depth) {
+void AdStackLowering::raiseNeeded(unsigned id, LV *excess) {
   LV *slot = c_.b.CreateGEP(c_.i64, c_.ctxField(CtxField::needed), c_.b.getInt64(id));
-  c_.target.atomicUpdate(c_, llvm::AtomicRMWInst::Max, slot, depth, llvm::Align(8));
+  c_.target.atomicUpdate(c_, llvm::AtomicRMWInst::Max, slot, excess, llvm::Align(8));
 }
 
 void AdStackLowering::overflow(BasicBlock *over, BasicBlock *done, const StackRef &st,
                                const std::function<LV *()> &asked) {
   c_.b.SetInsertPoint(over);
-  // Nothing is written; remember the depth this push asked for.
+  // Nothing is written; remember how far past the capacity this push went.
   raiseNeeded(st.id, asked());
   c_.b.CreateBr(done);
   c_.b.SetInsertPoint(done);
@@ -90,7 +117,8 @@ void AdStackLowering::op(AdStackOpStmt &op) {
 void AdStackLowering::uniformOp(AdStackOpStmt &op, const StackRef &st, unsigned width) {
   llvm::IRBuilder<> &b = c_.b;
   const AdStackFrame &f = frame(st.id);
-  LV *count = b.CreateLoad(c_.i64, f.count);
+  const AdStackRows &r = rows(st, width);
+  LV *top = b.CreateLoad(f.base->getType(), r.top);
   llvm::Type *mem = c_.memTypeOf(st.elem);
   if (width > 1)
     mem = lanes_.vecOf(mem);
@@ -112,29 +140,43 @@ void AdStackLowering::uniformOp(AdStackOpStmt &op, const StackRef &st, unsigned 
     BasicBlock *write = c_.newBlock("push.write");
     BasicBlock *over = c_.newBlock("push.overflow");
     BasicBlock *done = c_.newBlock("push.done");
-    b.CreateCondBr(b.CreateICmpSLT(count, f.capacity), write, over, c_.unlikelySecond());
+    b.CreateCondBr(b.CreateICmpULT(top, r.end), write, over, c_.unlikelySecond());
     b.SetInsertPoint(write);
-    LV *entry = c_.target.adStackEntry(c_, st, f, count, width);
-    store(c_.toMem(value(push->value()), st.elem), entry);
+    store(c_.toMem(value(push->value()), st.elem), top);
     if (st.entryBytes > storageBytes(st.elem)) // the adjoint slot starts at 0
-      store(llvm::Constant::getNullValue(mem), c_.target.adStackAdjoint(c_, st, entry, width));
+      store(llvm::Constant::getNullValue(mem), c_.target.adStackAdjoint(c_, st, top, width));
+    b.CreateStore(b.CreateGEP(b.getInt8Ty(), top, r.rowBytes), r.top);
     b.CreateBr(done);
-    overflow(over, done, st, [&] { return b.CreateAdd(count, b.getInt64(1)); });
-    b.CreateStore(b.CreateAdd(count, b.getInt64(1)), f.count);
+    overflow(over, done, st, [&] {
+      LV *excess = b.CreateAdd(b.CreateLoad(c_.i64, r.excess), b.getInt64(1));
+      b.CreateStore(excess, r.excess);
+      return excess;
+    });
     return;
   }
-  // pop / load_top / load_top_adj / acc_adjoint need a non-empty stack.
-  c_.raiseIf(b.CreateICmpSLE(count, b.getInt64(0)), underflowSite(op));
-  LV *top = b.CreateSub(count, b.getInt64(1));
   if (op.kind() == StmtKind::AdStackPop) {
-    b.CreateStore(top, f.count);
+    // An excess push goes first (nothing was stored for it).
+    BasicBlock *dropExcess = c_.newBlock("pop.excess");
+    BasicBlock *dropRow = c_.newBlock("pop.row");
+    BasicBlock *done = c_.newBlock("pop.done");
+    LV *excess = b.CreateLoad(c_.i64, r.excess);
+    b.CreateCondBr(b.CreateICmpNE(excess, b.getInt64(0)), dropExcess, dropRow, c_.unlikelyFirst());
+    b.SetInsertPoint(dropExcess);
+    b.CreateStore(b.CreateSub(excess, b.getInt64(1)), r.excess);
+    b.CreateBr(done);
+    b.SetInsertPoint(dropRow);
+    c_.raiseIf(b.CreateICmpULE(top, f.base), underflowSite(op));
+    b.CreateStore(b.CreateGEP(b.getInt8Ty(), top, b.CreateNeg(r.rowBytes)), r.top);
+    b.CreateBr(done);
+    b.SetInsertPoint(done);
     return;
   }
-  // After an overflow (reported at the end of the launch) the entries past
-  // the capacity were not stored: read the last stored one. The runtime
-  // refuses capacity 0, so that entry exists.
-  top = b.CreateBinaryIntrinsic(llvm::Intrinsic::umin, top, f.lastIndex);
-  LV *entry = c_.target.adStackEntry(c_, st, f, top, width);
+  // load_top / load_top_adj / acc_adjoint need a non-empty stack. After an
+  // overflow (reported at the end of the launch) the top stays at the end,
+  // so they use the last stored entry; the runtime refuses capacity 0, so
+  // that entry exists.
+  c_.raiseIf(b.CreateICmpULE(top, f.base), underflowSite(op));
+  LV *entry = b.CreateGEP(b.getInt8Ty(), top, b.CreateNeg(r.rowBytes));
   LV *adjoint = c_.target.adStackAdjoint(c_, st, entry, width);
   if (op.kind() == StmtKind::AdStackLoadTop) {
     c_.set(&op, c_.fromMem(load(entry), st.elem));
@@ -186,8 +228,9 @@ void AdStackLowering::perLaneOp(AdStackOpStmt &op, const StackRef &st) {
     BasicBlock *done = c_.newBlock("push.done");
     b.CreateCondBr(b.CreateOrReduce(over), overBB, done, c_.unlikelyFirst());
     overflow(overBB, done, st, [&] {
-      LV *asked = b.CreateSelect(over, b.CreateAdd(count, activeOnes),
-                                 llvm::Constant::getNullValue(count->getType()));
+      // Each overflowing lane's pushes beyond the capacity, this one included.
+      LV *excess = b.CreateSub(b.CreateAdd(count, activeOnes), lanes_.splat(f.capacity));
+      LV *asked = b.CreateSelect(over, excess, llvm::Constant::getNullValue(count->getType()));
       return b.CreateIntMaxReduce(asked, /*IsSigned=*/true);
     });
     b.CreateStore(b.CreateAdd(count, activeOnes), countSlot);

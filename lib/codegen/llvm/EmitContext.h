@@ -18,6 +18,7 @@
 
 #include <llvm/IR/IRBuilder.h>
 
+#include <map>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -37,15 +38,30 @@ struct StackRef {
   unsigned entryBytes;
 };
 
+/// The rows of a stack at one vector width (1 in scalar code): the bytes
+/// between consecutive entries (LlvmTarget::adStackRowBytes), the end of
+/// the stack (base + capacity rows), and two locals: `top`, the address of
+/// the next free row (the depth as a pointer, so a push or pop moves it by
+/// one row instead of multiplying the depth by the row size; it never
+/// passes `end`), and `excess`, the pushes that found no room and were not
+/// popped yet (0 unless the stack overflowed).
+struct AdStackRows {
+  LV *rowBytes = nullptr, *end = nullptr;
+  llvm::AllocaInst *top = nullptr, *excess = nullptr;
+};
+
 /// Per-function facts of a stack, computed once in the entry block: its
-/// base (LlvmTarget::adStackBase), its capacity, the last index a read may
-/// touch (max(capacity - 1, 0)), and its depth. The depth lives in an
-/// entry-block alloca, not in the heap: each thread owns its stacks, so the
-/// count is private, SROA keeps it in a register, and no store through a
-/// heap pointer can clobber it.
+/// base (LlvmTarget::adStackBase) and capacity, and its depth. The depth
+/// lives in entry-block allocas, not in the heap: each thread owns its
+/// stacks, so the depth is private, SROA keeps it in registers, and no store
+/// through a heap pointer can clobber it. A stack whose operations all run
+/// with every lane active keeps its depth in AdStackRows (one per width: a
+/// vectorised task's body and its scalar remainder lay rows out
+/// differently); a lane stack keeps a depth per lane (`laneCount`) and
+/// clamps reads to `lastIndex` (max(capacity - 1, 0)) after an overflow.
 struct AdStackFrame {
   LV *base = nullptr, *capacity = nullptr, *lastIndex = nullptr;
-  llvm::AllocaInst *count = nullptr;
+  std::map<unsigned, AdStackRows> rows;  // by width, made on demand
   llvm::AllocaInst *laneCount = nullptr; // per lane (a lane stack), made on demand
 };
 

@@ -123,18 +123,23 @@ public:
 
 private:
   const AdStackFrame &frame(unsigned id);
+  /// The rows of `st` at `width` lanes (AdStackRows), made in the entry
+  /// block on first use.
+  const AdStackRows &rows(const StackRef &st, unsigned width);
   llvm::AllocaInst *laneCount(unsigned id);
   /// The stack's depth is one value (scalar code, or all lanes together).
   void uniformOp(AdStackOpStmt &op, const StackRef &st, unsigned width);
   /// Each lane keeps its own depth (operations under a partial mask).
   void perLaneOp(AdStackOpStmt &op, const StackRef &st);
   /// The overflow block `over` of a push: needed[id] = max(needed[id],
-  /// asked()), then on to `done`.
+  /// asked()), asked() being the pushes past the capacity, then on to
+  /// `done`.
   void overflow(BasicBlock *over, BasicBlock *done, const StackRef &st,
                 const std::function<LV *()> &asked);
   unsigned underflowSite(AdStackOpStmt &op);
-  /// needed[id] = max(needed[id], depth): the capacity a push asked for.
-  void raiseNeeded(unsigned id, LV *depth);
+  /// needed[id] = max(needed[id], excess): the capacity a push asked for,
+  /// less the capacity it had.
+  void raiseNeeded(unsigned id, LV *excess);
 
   EmitContext &c_;
   Lanes lanes_;

@@ -78,15 +78,13 @@ public:
   /// interleaved across the T threads of the launch (DESIGN.md), so that a
   /// warp's pushes and loads coalesce.
   virtual llvm::Value *adStackBase(EmitContext &c, unsigned id) = 0;
-  /// Adstack entry address, part 2: the primal of entry `index` (i64) of a
-  /// stack, for `width` lanes that share one depth (1 outside vector code).
-  /// CPU: base + index * entryBytes * width (lane l's primal at + l * elem,
-  /// the lanes' adjoints after all primals). GPU: base + index * T * entry
-  /// bytes.
-  virtual llvm::Value *adStackEntry(EmitContext &c, const StackRef &stack,
-                                    const AdStackFrame &frame, llvm::Value *index,
-                                    unsigned width) = 0;
-  /// The adjoint of the entry whose primal `adStackEntry` returned as
+  /// Adstack entry address, part 2: the bytes between entry d and entry
+  /// d + 1 of a stack, for `width` lanes that share one depth (1 outside
+  /// vector code), emitted in the entry block; entry d is at base + d *
+  /// rowBytes. CPU: entryBytes * width (lane l's primal at + l * elem, the
+  /// lanes' adjoints after all primals). GPU: T * entry bytes.
+  virtual llvm::Value *adStackRowBytes(EmitContext &c, const StackRef &stack, unsigned width) = 0;
+  /// The adjoint of the entry whose primal is at `primal` (base + d * rowBytes)
   /// `primal`. CPU: primal + elem bytes * width. GPU: wherever its layout
   /// keeps adjoints (NVPTX: primal + elem bytes, inside the interleaved
   /// entry).

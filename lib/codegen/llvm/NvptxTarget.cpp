@@ -56,8 +56,7 @@ public:
     return b.CreateAddrSpaceCast(b.CreateAddrSpaceCast(p, global), p->getType());
   }
   LV *adStackBase(EmitContext &c, unsigned id) override;
-  LV *adStackEntry(EmitContext &c, const StackRef &stack, const AdStackFrame &frame, LV *index,
-                   unsigned width) override;
+  LV *adStackRowBytes(EmitContext &c, const StackRef &stack, unsigned width) override;
   LV *adStackAdjoint(EmitContext &c, const StackRef &stack, LV *primal, unsigned width) override;
   LV *mathCall(EmitContext &c, MathFn fn, ScalarType type, llvm::ArrayRef<LV *> args) override;
   void atomicUpdate(EmitContext &c, llvm::AtomicRMWInst::BinOp op, LV *ptr, LV *value,
@@ -232,13 +231,16 @@ LV *NvptxTarget::adStackBase(EmitContext &c, unsigned id) {
   llvm::IRBuilder<> eb = c.entryBuilder();
   LV *offset = eb.CreateLoad(c.i64, eb.CreateGEP(c.i64, offsets, eb.getInt64(id)));
   LV *mine = eb.CreateMul(eb.CreateZExt(threadIndex(c), c.i64), eb.getInt64(entryBytes));
-  return eb.CreateGEP(eb.getInt8Ty(), heap, eb.CreateAdd(eb.CreateMul(offset, threads), mine));
+  // A global-space pointer, so that every address derived from it (the
+  // stack's top, end and last row) is one too, with no generic copy kept
+  // alive for the overflow path's pointer difference.
+  LV *global = eb.CreateAddrSpaceCast(heap, llvm::PointerType::get(c.llvm, 1));
+  return eb.CreateGEP(eb.getInt8Ty(), global, eb.CreateAdd(eb.CreateMul(offset, threads), mine));
 }
 
-LV *NvptxTarget::adStackEntry(EmitContext &c, const StackRef &stack, const AdStackFrame &frame,
-                              LV *index, unsigned) {
-  LV *rowBytes = c.b.CreateMul(c.ctxField(CtxField::threads), c.b.getInt64(stack.entryBytes));
-  return c.b.CreateGEP(c.b.getInt8Ty(), frame.base, c.b.CreateMul(index, rowBytes));
+LV *NvptxTarget::adStackRowBytes(EmitContext &c, const StackRef &stack, unsigned) {
+  LV *threads = c.ctxField(CtxField::threads);
+  return c.entryBuilder().CreateMul(threads, c.b.getInt64(stack.entryBytes));
 }
 
 LV *NvptxTarget::adStackAdjoint(EmitContext &c, const StackRef &stack, LV *primal, unsigned) {
