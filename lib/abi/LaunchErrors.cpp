@@ -80,4 +80,34 @@ std::string adStackPushOverflowText(const AdStackAllocaStmt &stack, int64_t capa
                      stack.loc().str(), capacity, capacity + 1);
 }
 
+absl::Status launchStoppedError(const Kernel &kernel, const Stmt &loop, const Stmt *task,
+                                StopReason reason, int64_t limit) {
+  // The loop by its keyword: printing it would print its whole body.
+  std::string where =
+      fmt::format("in {}: `{}` loop", launchWhere(kernel, task), mnemonic(loop.kind()));
+  switch (reason) {
+  case StopReason::Timeout:
+    return absl::DeadlineExceededError(fmt::format(
+        "{}: error: the launch ran past its timeout of {:g} ms and was stopped in this loop; check "
+        "the loop's exit condition or allow more time (LaunchOptions::timeout, qd-run "
+        "--timeout-ms) ({})",
+        loop.loc().str(), double(limit) / 1e6, where));
+  case StopReason::Cancelled:
+    return absl::CancelledError(
+        fmt::format("{}: error: the launch was cancelled (LaunchOptions::cancel) while in this "
+                    "loop ({})",
+                    loop.loc().str(), where));
+  case StopReason::LoopLimit:
+    return absl::ResourceExhaustedError(fmt::format(
+        "{}: error: the launch ran its limit of {} loop iterations and was stopped in this loop; "
+        "check the loop's exit condition or raise the limit (LaunchOptions::maxLoopIterations, "
+        "qd-run --max-loop-iterations) ({})",
+        loop.loc().str(), limit, where));
+  case StopReason::None:
+    break;
+  }
+  return absl::InternalError(fmt::format("{}: the launch reported stop reason {} ({})",
+                                         loop.loc().str(), int(reason), where));
+}
+
 } // namespace qd

@@ -1,5 +1,6 @@
 //===- Interpreter.cpp - Reference interpreter ----------------------------===//
 #include "qd/interp/Interpreter.h"
+#include "qd/runtime/LaunchWatchdog.h"
 
 #include "qd/abi/LaunchErrors.h"
 #include "qd/analysis/AdStackSizing.h"
@@ -175,9 +176,24 @@ private:
     reg(&s) = Scalar::ofInt(s.type().element(), extent);
     return Flow::Normal;
   }
+  /// Before each iteration of `loop`: the launch's loop budget and the
+  /// watchdog's stop request.
+  bool stopped(const Stmt &loop) {
+    StopReason why = static_cast<StopReason>(stop_.load(std::memory_order_relaxed));
+    if (why == StopReason::None && options_.maxLoopIterations > 0 &&
+        ++iterations_ > options_.maxLoopIterations)
+      why = StopReason::LoopLimit;
+    if (why == StopReason::None)
+      return false;
+    error_ = launchStoppedError(kernel_, loop, task_, why, stopLimit(options_, why));
+    return true;
+  }
+
   Flow visitForStmt(ForStmt &s) {
     int64_t begin = *bound(s.begin()), end = *bound(s.end());
     for (int64_t i = begin; i < end; ++i) {
+      if (stopped(s))
+        return Flow::Error;
       reg(&s) = Scalar::ofInt(ScalarType::I32, i);
       Flow f = execBlock(s.body());
       if (f == Flow::Error)
@@ -192,6 +208,8 @@ private:
   }
   Flow visitWhileStmt(WhileStmt &s) {
     while (true) {
+      if (stopped(s))
+        return Flow::Error;
       Flow f = execBlock(s.body());
       if (f == Flow::Error)
         return f;
@@ -298,6 +316,13 @@ private:
   std::unordered_map<const Value *, const NdarrayArg *> ndarrays_;
   const Stmt *task_ = nullptr;
   absl::Status error_;
+  int64_t iterations_ = 0;
+
+public:
+  /// Set by the launch's watchdog (a StopReason).
+  std::atomic<int32_t> stop_{0};
+
+private:
   std::map<std::pair<const Buffer *, int64_t>, const Stmt *> firstReads_;
 };
 
@@ -312,7 +337,11 @@ absl::Status Interpreter::launch(Program &program, const Kernel &kernel,
     return s;
   if (absl::Status s = syncLaunchBuffersToHost(program, kernel, args); !s.ok())
     return s;
-  return Execution(program, kernel, args, options, maxDepths_, capacities_).run();
+  Execution execution(program, kernel, args, options, maxDepths_, capacities_);
+  LaunchWatchdog watchdog(options, [&](StopReason why) {
+    execution.stop_.store(static_cast<int32_t>(why), std::memory_order_relaxed);
+  });
+  return execution.run();
 }
 
 absl::StatusOr<const KernelSizing *> Interpreter::adStackSizing(const Kernel &kernel) {

@@ -3,6 +3,7 @@
 
 #include "qd/runtime/Buffer.h"
 #include "qd/runtime/LaunchPlan.h"
+#include "qd/runtime/LaunchWatchdog.h"
 
 #include "qd/analysis/AdStackSizing.h"
 #include "qd/codegen/llvm/KernelCodegen.h"
@@ -108,6 +109,9 @@ private:
     for (;;) {
       int64_t b = next_.fetch_add(job.chunk);
       if (b >= job.end)
+        break;
+      // After an error (a stop included) the launch fails: no new chunks.
+      if (std::atomic_ref<int32_t>(job.ctx->error->site).load(std::memory_order_relaxed) != 0)
         break;
       job.fn(job.ctx, job.captures, b, std::min(job.end, b + job.chunk),
              static_cast<int32_t>(worker));
@@ -421,9 +425,19 @@ absl::Status CpuBackend::launch(Program &program, const Kernel &kernel,
   std::vector<void *> globals = plan->hostSlotPointers();
   std::vector<int64_t> needed = plan->zeroNeeded();
   QdErrorRecord record{};
-  QdLaunchContext ctx = plan->hostContext(globals, impl_->heap.get(), needed, record,
-                                          impl_->pool.get(), taskLanes.data());
-  (*compiled)->fn(&ctx);
+  // The code reads `stop` at loop back edges; the watchdog (if the options
+  // ask for one) sets it.
+  std::atomic<int32_t> stop{0};
+  static_assert(sizeof(stop) == sizeof(int32_t) && std::atomic<int32_t>::is_always_lock_free);
+  QdLaunchContext ctx =
+      plan->hostContext(globals, impl_->heap.get(), needed, record, impl_->pool.get(),
+                        taskLanes.data(), reinterpret_cast<const int32_t *>(&stop));
+  {
+    LaunchWatchdog watchdog(options, [&](StopReason why) {
+      stop.store(static_cast<int32_t>(why), std::memory_order_relaxed);
+    });
+    (*compiled)->fn(&ctx);
+  }
   return plan->finish(record, needed);
 }
 

@@ -7,6 +7,7 @@
 #include "qd/codegen/llvm/KernelCodegen.h"
 #include "qd/codegen/llvm/Ptx.h"
 #include "qd/runtime/LaunchPlan.h"
+#include "qd/runtime/LaunchWatchdog.h"
 
 #include <fmt/format.h>
 #include <llvm/IR/LLVMContext.h>
@@ -40,6 +41,9 @@ struct CudaBackend::Impl {
   std::map<uint64_t, std::unique_ptr<KernelSizing>> sizings;
   DeviceBuffer heap;
   cuda::LaunchArena arena;
+  /// QdLaunchContext::stop: a host word the device reads (allocated at the
+  /// first launch).
+  std::unique_ptr<cuda::MappedHostMemory> stopWord;
   int64_t lastHeapBytes = 0;
 
   const KernelSizing &sizingOfLocked(const Kernel &kernel) {
@@ -230,6 +234,16 @@ absl::Status CudaBackend::launch(Program &program, const Kernel &kernel,
 
   // Every per-launch array in one block: one copy there, one copy back.
   cuda::LaunchArena &arena = impl_->arena;
+  if (!impl_->stopWord) {
+    auto word = cuda::MappedHostMemory::allocate(device, sizeof(int32_t));
+    if (!word.ok())
+      return absl::Status(word.status().code(),
+                          fmt::format("kernel @{}: cannot allocate the launch's stop word: {}",
+                                      kernel.name(), std::string(word.status().message())));
+    impl_->stopWord = *std::move(word);
+  }
+  std::atomic_ref<int32_t> stop(*static_cast<int32_t *>(impl_->stopWord->host()));
+  stop.store(0, std::memory_order_relaxed);
   arena.clear();
   std::vector<int64_t> needed = plan->zeroNeeded();
   std::vector<int32_t> lanes(c.layout.tasks.size() + 1, 1);
@@ -260,13 +274,19 @@ absl::Status CudaBackend::launch(Program &program, const Kernel &kernel,
                       .runtime = nullptr,
                       .taskLanes = static_cast<const int32_t *>(at(lanesOff)),
                       .threads = threads,
-                      .values = static_cast<int64_t *>(at(valuesOff))};
+                      .values = static_cast<int64_t *>(at(valuesOff)),
+                      .stop =
+                          reinterpret_cast<const int32_t *>(uintptr_t(impl_->stopWord->device()))};
   arena.write(ctxOff, &ctx, sizeof(ctx));
   if (absl::Status s = arena.upload(device); !s.ok())
     return s;
 
   CUdeviceptr ctxArg = arena.base() + ctxOff;
   void *params[] = {&ctxArg};
+  // Watches the launches and the copy back, which waits for them.
+  LaunchWatchdog watchdog(options, [&](StopReason why) {
+    stop.store(static_cast<int32_t>(why), std::memory_order_release);
+  });
   absl::Status launched;
   for (size_t i = 0; i < c.layout.launches.size() && launched.ok(); ++i) {
     bool parallel = c.layout.launches[i].kind == KernelLayout::Launch::Parallel;

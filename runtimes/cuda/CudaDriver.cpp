@@ -6,6 +6,7 @@
 #include <dlfcn.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <type_traits>
@@ -74,6 +75,9 @@ const Loaded &loadDriver(const std::string &library) {
     resolve(a.cuMemcpyDtoH, "cuMemcpyDtoH_v2");
     resolve(a.cuMemsetD8, "cuMemsetD8_v2");
     resolve(a.cuMemGetAddressRange, "cuMemGetAddressRange_v2");
+    resolve(a.cuMemHostAlloc, "cuMemHostAlloc");
+    resolve(a.cuMemFreeHost, "cuMemFreeHost");
+    resolve(a.cuMemHostGetDevicePointer, "cuMemHostGetDevicePointer_v2");
     resolve(a.cuModuleLoadDataEx, "cuModuleLoadDataEx");
     resolve(a.cuModuleUnload, "cuModuleUnload");
     resolve(a.cuModuleGetFunction, "cuModuleGetFunction");
@@ -186,6 +190,33 @@ absl::Status Device::copyToDevice(CUdeviceptr dst, const void *src, size_t bytes
   if (absl::Status s = makeCurrent(); !s.ok())
     return s;
   return check(api_->cuMemcpyHtoD(dst, src, bytes), "cuMemcpyHtoD");
+}
+
+absl::StatusOr<std::unique_ptr<MappedHostMemory>> MappedHostMemory::allocate(const Device &device,
+                                                                             size_t bytes) {
+  constexpr unsigned kPortable = 0x1, kDeviceMap = 0x2; // CU_MEMHOSTALLOC_*
+  if (absl::Status s = device.makeCurrent(); !s.ok())
+    return s;
+  void *host = nullptr;
+  if (absl::Status s = device.check(
+          device.api().cuMemHostAlloc(&host, bytes ? bytes : 1, kPortable | kDeviceMap),
+          "cuMemHostAlloc");
+      !s.ok())
+    return s;
+  CUdeviceptr mapped = 0;
+  if (absl::Status s = device.check(device.api().cuMemHostGetDevicePointer(&mapped, host, 0),
+                                    "cuMemHostGetDevicePointer");
+      !s.ok()) {
+    device.api().cuMemFreeHost(host);
+    return s;
+  }
+  std::memset(host, 0, bytes);
+  return std::unique_ptr<MappedHostMemory>(new MappedHostMemory(device, host, mapped));
+}
+
+MappedHostMemory::~MappedHostMemory() {
+  if (owner_.makeCurrent().ok())
+    owner_.api().cuMemFreeHost(host_);
 }
 
 absl::StatusOr<std::pair<CUdeviceptr, size_t>> Device::addressRange(CUdeviceptr p) const {

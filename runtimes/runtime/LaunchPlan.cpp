@@ -1,5 +1,6 @@
 //===- LaunchPlan.cpp - What a launch binds and reports -------------------===//
 #include "qd/runtime/LaunchPlan.h"
+#include "qd/runtime/LaunchWatchdog.h"
 
 #include "qd/abi/LaunchErrors.h"
 
@@ -15,6 +16,12 @@ absl::StatusOr<LaunchPlan> LaunchPlan::bind(Program &program, const Kernel &kern
                                             const KernelLayout &layout,
                                             std::span<const LaunchArg> args,
                                             const LaunchOptions &options) {
+  if (options.maxLoopIterations != 0)
+    return absl::InvalidArgumentError(fmt::format(
+        "kernel @{}: compiled code does not count loop iterations "
+        "(LaunchOptions::maxLoopIterations); stop it with LaunchOptions::timeout or ::cancel, or "
+        "launch on the interpreter",
+        kernel.name()));
   LaunchPlan plan;
   plan.program_ = &program;
   plan.kernel_ = &kernel;
@@ -136,7 +143,8 @@ absl::StatusOr<int64_t> LaunchPlan::heapBytes(int64_t threads) const {
 
 QdLaunchContext LaunchPlan::hostContext(std::vector<void *> &globals, char *heap,
                                         std::vector<int64_t> &needed, QdErrorRecord &record,
-                                        void *runtime, const int32_t *taskLanes) const {
+                                        void *runtime, const int32_t *taskLanes,
+                                        const int32_t *stop) const {
   return QdLaunchContext{.globals = globals.data(),
                          .ndShapes = shapes_.data(),
                          .scalars = scalars_.data(),
@@ -149,7 +157,8 @@ QdLaunchContext LaunchPlan::hostContext(std::vector<void *> &globals, char *heap
                          .runtime = runtime,
                          .taskLanes = taskLanes,
                          .threads = 0,
-                         .values = nullptr};
+                         .values = nullptr,
+                         .stop = stop};
 }
 
 std::string LaunchPlan::indexErrorText(const GlobalAccessStmt &g,
@@ -184,6 +193,11 @@ absl::Status LaunchPlan::finish(const QdErrorRecord &record,
         fmt::format("kernel @{}: the code reported error site {}, but its layout has {} sites",
                     kernel_->name(), record.site, layout_->sites.size()));
   const auto &site = layout_->sites[record.site - 1];
+  if (site.stopCheck) {
+    auto reason = static_cast<StopReason>(record.data[0]);
+    return launchStoppedError(*kernel_, *site.stmt, taskOf(site.stmt), reason,
+                              stopLimit(*options_, reason));
+  }
   std::string what =
       site.indexCheck ? indexErrorText(cast<GlobalAccessStmt>(*site.stmt), record.data) : site.what;
   return statementError(*kernel_, *site.stmt, taskOf(site.stmt), what);

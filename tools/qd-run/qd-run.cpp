@@ -4,6 +4,7 @@
 //          [--set FIELD=JSON]... [--arg NAME=JSON]... [--print=a,b.grad,...]
 //          [--no-bounds-check] [--adstack-capacity=N] [--report-adstacks]
 //          [--no-adstack-sizing] [--vector-width=N] [--no-vector-math]
+//          [--timeout-ms=N] [--max-loop-iterations=N]
 //
 // Fields and ndarray arguments are given as (nested) JSON arrays, scalars as
 // JSON numbers or booleans; `NAME.grad` / `NAME.dual` address companions.
@@ -20,6 +21,7 @@
 #include "qd/runtime/CpuBackend.h"
 #include "qd/runtime/CudaBackend.h"
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -62,6 +64,10 @@ constexpr const char *kUsage =
     "  --check-global-accesses\n"
     "                         fail when a launch writes a field or ndarray element\n"
     "                         it read earlier in the same launch\n"
+    "  --timeout-ms=N         stop each launch that runs longer than N ms, naming the\n"
+    "                         loop it was in (every backend)\n"
+    "  --max-loop-iterations=N\n"
+    "                         interp: stop a launch after N loop iterations in all\n"
     "  --report-adstacks      print each adstack's capacity and maximum depth\n"
     "  --vector-width=N       cpu: SIMD lanes of vectorised parallel tasks (a power of\n"
     "                         two up to 64; default 8; 1: scalar code only)\n"
@@ -238,6 +244,25 @@ struct Ndarray {
   qd::NdarrayArg arg;
 };
 
+/// The whole of `text` as a decimal integer in [lo, hi], or a failure
+/// naming `flag` (no trailing text, no silent wrap-around).
+int64_t integerOption(const std::string &flag, const std::string &text, int64_t lo, int64_t hi) {
+  size_t at = text.empty() || text[0] == '-' || text[0] == '+' ? 1 : 0;
+  bool digits = at < text.size() && std::all_of(text.begin() + at, text.end(),
+                                                [](char c) { return c >= '0' && c <= '9'; });
+  if (!digits)
+    die(fmt::format("{} expects an integer in [{}, {}], got '{}'", flag, lo, hi, text));
+  int64_t v = 0;
+  try {
+    v = std::stoll(text);
+  } catch (const std::out_of_range &) {
+    die(fmt::format("{} '{}' does not fit in a 64-bit integer", flag, text));
+  }
+  if (v < lo || v > hi)
+    die(fmt::format("{} must be in [{}, {}], got {}", flag, lo, hi, v));
+  return v;
+}
+
 int run(int argc, char **argv) {
   std::string file, backendName, inputsFile;
   std::vector<std::string> kernels, printList;
@@ -285,28 +310,15 @@ int run(int argc, char **argv) {
         if (!item.empty() && std::find(printList.begin(), printList.end(), item) == printList.end())
           printList.push_back(item); // each key once
     } else if (auto v = value("--adstack-capacity")) {
-      try {
-        size_t used = 0;
-        options.defaultAdStackCapacity = std::stoll(*v, &used);
-        if (used != v->size())
-          throw std::invalid_argument("trailing text");
-      } catch (const std::out_of_range &) {
-        die("--adstack-capacity '" + *v + "' does not fit in a 64-bit integer");
-      } catch (...) {
-        die("--adstack-capacity expects an integer, got '" + *v + "'");
-      }
-      if (options.defaultAdStackCapacity < 0)
-        die("--adstack-capacity must be non-negative");
+      options.defaultAdStackCapacity = integerOption("--adstack-capacity", *v, 0, INT64_MAX);
+    } else if (auto v = value("--timeout-ms")) {
+      // Nanoseconds in 64 bits: about 292 years.
+      int64_t ms = integerOption("--timeout-ms", *v, 1, INT64_MAX / 1000000);
+      options.timeout = std::chrono::milliseconds(ms);
+    } else if (auto v = value("--max-loop-iterations")) {
+      options.maxLoopIterations = integerOption("--max-loop-iterations", *v, 1, INT64_MAX);
     } else if (auto v = value("--vector-width")) {
-      try {
-        size_t used = 0;
-        long long w = std::stoll(*v, &used);
-        if (used != v->size() || w < 1 || w > 64)
-          throw std::out_of_range("width");
-        cpuOptions.vectorWidth = static_cast<unsigned>(w);
-      } catch (...) {
-        die("--vector-width expects a power of two in [1, 64], got '" + *v + "'");
-      }
+      cpuOptions.vectorWidth = static_cast<unsigned>(integerOption("--vector-width", *v, 1, 64));
     } else if (a == "--no-vector-math")
       cpuOptions.vectorMath = false;
     else if (a == "--bounds-check")

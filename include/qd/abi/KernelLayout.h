@@ -35,6 +35,9 @@ struct KernelLayout {
     /// An index check of a global access: the error data holds the first
     /// min(numIndices, kMaxErrorData) indices of the failing access.
     bool indexCheck = false;
+    /// The stop check at a loop's back edge: the error data holds the
+    /// StopReason the host gave (QdLaunchContext::stop).
+    bool stopCheck = false;
   };
   struct Stack {
     const AdStackAllocaStmt *stmt;

@@ -30,7 +30,23 @@ enum class FieldRep : uint8_t { Ptr, I32, I64, I64Array };
 /// Entries of QdErrorRecord::data.
 inline constexpr unsigned kMaxErrorData = 16;
 
+/// Back edges a thread of generated code runs between two reads of
+/// QdLaunchContext::stop (a power of two).
+inline constexpr unsigned kStopCheckInterval = 1024;
+
 } // namespace qd::abi
+
+namespace qd {
+
+/// Why the host stopped a launch (QdLaunchContext::stop; 0: it did not).
+enum class StopReason : int32_t {
+  None = 0,
+  Timeout = 1,   // LaunchOptions::timeout passed
+  Cancelled = 2, // LaunchOptions::cancel was set
+  LoopLimit = 3, // LaunchOptions::maxLoopIterations ran out (the interpreter)
+};
+
+} // namespace qd
 
 // X(rep, C type, name, array length (1 for a scalar field))
 #define QD_ERROR_RECORD_FIELDS(X)                                                                  \
@@ -66,7 +82,10 @@ inline constexpr unsigned kMaxErrorData = 16;
   X(I64, int64_t, threads, 1)                                                                      \
   /* GPU: the top-level values of the kernel, one 8-byte slot each                */               \
   /* (KernelLayout::numValues), shared by the launches of one kernel              */               \
-  X(Ptr, int64_t *, values, 1)
+  X(Ptr, int64_t *, values, 1)                                                                     \
+  /* nonzero once the host asks the launch to stop (qd::StopReason); generated code reads */       \
+  /* it at every 1024th loop back edge of a thread and raises the loop's stop site */              \
+  X(Ptr, const int32_t *, stop, 1)
 
 namespace qd {
 

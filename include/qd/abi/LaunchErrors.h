@@ -8,6 +8,8 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include "qd/abi/LaunchContext.h"
+
 #include <absl/status/status.h>
 
 #include <cstdint>
@@ -55,6 +57,13 @@ absl::Status adStackTooLargeError(const Kernel &kernel, const AdStackAllocaStmt 
 /// at the first push that does not fit, see `adStackPushOverflowText`).
 absl::Status adStackOverflowError(const Kernel &kernel, const AdStackAllocaStmt &stack,
                                   const Stmt *task, int64_t capacity, int64_t needed);
+/// A launch the host stopped while a thread was in `loop` (a `for` or
+/// `while`): DeadlineExceeded, Cancelled or ResourceExhausted by `reason`.
+/// `limit`: the timeout in nanoseconds (Timeout) or the iteration limit
+/// (LoopLimit).
+absl::Status launchStoppedError(const Kernel &kernel, const Stmt &loop, const Stmt *task,
+                                StopReason reason, int64_t limit);
+
 /// The interpreter's overflow text, at the push that does not fit.
 std::string adStackPushOverflowText(const AdStackAllocaStmt &stack, int64_t capacity);
 

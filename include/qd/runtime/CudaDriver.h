@@ -51,6 +51,9 @@ struct DriverApi {
   CUresult (*cuMemcpyDtoH)(void *, CUdeviceptr, size_t);
   CUresult (*cuMemsetD8)(CUdeviceptr, unsigned char, size_t);
   CUresult (*cuMemGetAddressRange)(CUdeviceptr *, size_t *, CUdeviceptr);
+  CUresult (*cuMemHostAlloc)(void **, size_t, unsigned);
+  CUresult (*cuMemFreeHost)(void *);
+  CUresult (*cuMemHostGetDevicePointer)(CUdeviceptr *, void *, unsigned);
   CUresult (*cuModuleLoadDataEx)(CUmodule *, const void *, unsigned, int *, void **);
   CUresult (*cuModuleUnload)(CUmodule);
   CUresult (*cuModuleGetFunction)(CUfunction *, CUmodule, const char *);
@@ -109,6 +112,24 @@ private:
   CUdevice device_ = 0;
   CUcontext context_ = nullptr;
   DeviceInfo info_;
+};
+
+/// Pinned host memory mapped into the device's address space: the host
+/// writes it with plain stores while a kernel runs, and the kernel reads
+/// them (volatile loads) through `device()`. Freed on destruction.
+class MappedHostMemory {
+public:
+  static absl::StatusOr<std::unique_ptr<MappedHostMemory>> allocate(const Device &device,
+                                                                    size_t bytes);
+  ~MappedHostMemory();
+  void *host() const { return host_; }
+  CUdeviceptr device() const { return device_; }
+
+private:
+  MappedHostMemory(const Device &d, void *h, CUdeviceptr p) : owner_(d), host_(h), device_(p) {}
+  const Device &owner_;
+  void *host_;
+  CUdeviceptr device_;
 };
 
 /// A loaded PTX module (unloaded on destruction).

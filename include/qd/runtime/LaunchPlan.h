@@ -87,14 +87,14 @@ public:
 
   /// The context of a backend that runs the code on the host, in this
   /// plan's storage (`globals` from `hostSlotPointers`, kept alive by the
-  /// caller with `needed`, `record` and `taskLanes`).
+  /// caller with `needed`, `record`, `taskLanes` and `stop`).
   QdLaunchContext hostContext(std::vector<void *> &globals, char *heap,
                               std::vector<int64_t> &needed, QdErrorRecord &record, void *runtime,
-                              const int32_t *taskLanes) const;
+                              const int32_t *taskLanes, const int32_t *stop) const;
 
   /// The launch's outcome from what its code reported: an adstack overflow
   /// (a nonzero `needed` count: pushes past the capacity) first, then the
-  /// first error site.
+  /// first error site (a loop's stop site: launchStoppedError).
   absl::Status finish(const QdErrorRecord &record, std::span<const int64_t> needed) const;
 
 private:

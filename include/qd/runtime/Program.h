@@ -7,6 +7,8 @@
 
 #include <absl/status/status.h>
 
+#include <atomic>
+#include <chrono>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -68,6 +70,20 @@ struct LaunchOptions {
   bool sizeAdStacks = true;
   /// Per-launch capacities, overriding the declared and sized capacity.
   std::unordered_map<const AdStackAllocaStmt *, int64_t> adStackCapacities;
+  /// Stop the launch once it has run this long (zero: no limit), with a
+  /// DeadlineExceeded error naming the loop a thread was in. Loops check
+  /// at their back edges (compiled code: every kStopCheckInterval-th back
+  /// edge of a thread), so code between back edges is not interrupted, and
+  /// what the launch stored before it stopped stays stored.
+  std::chrono::nanoseconds timeout{0};
+  /// A flag any thread may set to stop the launch the same way (Cancelled).
+  /// It must outlive the launch; it is read, never written.
+  const std::atomic<bool> *cancel = nullptr;
+  /// The interpreter only: stop after this many loop iterations in all
+  /// (every `for` and `while`, tasks included; zero: no limit), with a
+  /// ResourceExhausted error naming the loop: deterministic, unlike
+  /// `timeout`. Compiled backends refuse a launch that sets it.
+  int64_t maxLoopIterations = 0;
 };
 
 /// Checks arity, scalar types, ndarray element types, ranks and companions

@@ -139,6 +139,34 @@ void EmitContext::recordError(unsigned siteId, llvm::ArrayRef<LV *> data) {
   b.SetInsertPoint(done);
 }
 
+void EmitContext::stopCheck(const Stmt *loop) {
+  if (!loop || loop->isTask())
+    return;
+  if (auto *f = dyn_cast<ForStmt>(loop); f && f->begin().isConstant() && f->end().isConstant())
+    return;
+  if (!fn->backEdges) {
+    fn->backEdges = entryAlloca(i32, "back.edges");
+    entryBuilder().CreateStore(b.getInt32(0), fn->backEdges);
+  }
+  LV *n = b.CreateAdd(b.CreateLoad(i32, fn->backEdges), b.getInt32(1));
+  b.CreateStore(n, fn->backEdges);
+  BasicBlock *check = newBlock("stop.check");
+  BasicBlock *next = newBlock("stop.next");
+  static_assert((abi::kStopCheckInterval & (abi::kStopCheckInterval - 1)) == 0);
+  b.CreateCondBr(b.CreateICmpEQ(b.CreateAnd(n, abi::kStopCheckInterval - 1), b.getInt32(0)), check,
+                 next, unlikelyFirst());
+  b.SetInsertPoint(check);
+  // Written by the host during the launch: an atomic load, never hoisted.
+  llvm::LoadInst *reason = b.CreateAlignedLoad(
+      i32, target.devicePointer(b, ctxField(CtxField::stop)), llvm::Align(4), /*isVolatile=*/true);
+  reason->setAtomic(llvm::AtomicOrdering::Monotonic);
+  unsigned id = site(*loop, "");
+  layout.sites.back().stopCheck = true;
+  raiseIf(b.CreateICmpNE(reason, b.getInt32(0)), id, {b.CreateSExt(reason, i64)});
+  b.CreateBr(next);
+  b.SetInsertPoint(next);
+}
+
 llvm::MDNode *EmitContext::unlikelyFirst() {
   return llvm::MDBuilder(llvm).createBranchWeights(1, 1 << 20);
 }

@@ -112,6 +112,8 @@ struct FunctionState {
   int parallelTask = -1;
   const TaskVectorPlan *taskPlan = nullptr;
   LaneState lanes;
+  /// Back edges this thread has run (stop checks); created at the first.
+  llvm::AllocaInst *backEdges = nullptr;
 };
 
 class EmitContext {
@@ -174,6 +176,11 @@ public:
   /// Records error site `site` in ctx->error with a compare-and-swap on its
   /// `site` (0: none yet); the winner writes `data` (LlvmTarget::raiseError).
   void recordError(unsigned site, llvm::ArrayRef<LV *> data);
+  /// At a back edge of `loop`: every abi::kStopCheckInterval-th back edge
+  /// of this thread reads ctx->stop and, when the host asked the launch to
+  /// stop, raises the loop's stop site with the reason. Loops that always
+  /// end soon (constant trip counts, tasks) get none.
+  void stopCheck(const Stmt *loop);
   llvm::MDNode *unlikelyFirst();
   llvm::MDNode *unlikelySecond();
   /// Loop metadata that turns off runtime unrolling (see EmitControl.cpp).

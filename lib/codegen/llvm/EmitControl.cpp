@@ -39,11 +39,13 @@ void ControlFlowLowering::inLoop(const LoopFrame &frame, const std::function<voi
   c_.fn->loops.pop_back();
 }
 
-void ControlFlowLowering::finishLoop(const LoopBlocks &blocks, const std::function<void()> &step) {
+void ControlFlowLowering::finishLoop(const LoopBlocks &blocks, const Stmt *loop,
+                                     const std::function<void()> &step) {
   if (!c_.b.GetInsertBlock()->getTerminator())
     c_.b.CreateBr(blocks.latch);
   c_.b.SetInsertPoint(blocks.latch);
   step();
+  c_.stopCheck(loop);
   c_.b.CreateBr(blocks.header)->setMetadata(llvm::LLVMContext::MD_loop, c_.noRuntimeUnroll());
   c_.b.SetInsertPoint(blocks.exit);
 }
@@ -65,7 +67,7 @@ void ControlFlowLowering::countedLoop(LV *begin, LV *end, llvm::Type *ty, const 
   b.CreateCondBr(b.CreateICmpSLT(i, end), blocks.body, blocks.exit);
   b.SetInsertPoint(blocks.body);
   inLoop({blocks.latch, blocks.exit, loop}, [&] { body(i); });
-  finishLoop(blocks, [&] {
+  finishLoop(blocks, loop, [&] {
     LV *next = b.CreateAdd(b.CreateLoad(ty, counter), step);
     b.CreateStore(next, counter);
   });
@@ -84,12 +86,16 @@ void ControlFlowLowering::whileLoop(WhileStmt &w) {
   if (lanes_.vectorMode() && lanes_.plan().isMaskedLoop(&w))
     return maskedLoop(w);
   BasicBlock *header = c_.newBlock("while.body");
+  BasicBlock *latch = c_.newBlock("while.latch"); // continue goes here too
   BasicBlock *exit = c_.newBlock("while.exit");
   c_.b.CreateBr(header);
   c_.b.SetInsertPoint(header);
-  inLoop({header, exit, &w}, [&] { e_.emitBlock(w.body()); });
+  inLoop({latch, exit, &w}, [&] { e_.emitBlock(w.body()); });
   if (!c_.b.GetInsertBlock()->getTerminator())
-    c_.b.CreateBr(header);
+    c_.b.CreateBr(latch);
+  c_.b.SetInsertPoint(latch);
+  c_.stopCheck(&w);
+  c_.b.CreateBr(header);
   c_.b.SetInsertPoint(exit);
 }
 
@@ -130,10 +136,9 @@ void ControlFlowLowering::maskedLoop(Stmt &loop) {
   if (forLoop)
     c_.set(&loop, i);
   state.loops[&loop] = laneLoop;
-  inLoop({forLoop ? blocks.latch : blocks.header, blocks.exit, &loop},
-         [&] { e_.emitBlock(loop.block(0)); });
+  inLoop({blocks.latch, blocks.exit, &loop}, [&] { e_.emitBlock(loop.block(0)); });
   state.loops.erase(&loop);
-  finishLoop(blocks, [&] {
+  finishLoop(blocks, &loop, [&] {
     if (!forLoop)
       return;
     LV *cur = b.CreateLoad(counter->getAllocatedType(), counter);

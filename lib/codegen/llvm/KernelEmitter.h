@@ -104,7 +104,7 @@ private:
   void inLoop(const LoopFrame &frame, const std::function<void()> &body);
   /// Falls through to the latch, emits `step` there and the back edge, and
   /// continues at the exit.
-  void finishLoop(const LoopBlocks &blocks, const std::function<void()> &step);
+  void finishLoop(const LoopBlocks &blocks, const Stmt *loop, const std::function<void()> &step);
   /// A for or while loop whose lanes leave at different times.
   void maskedLoop(Stmt &loop);
   void vectorIf(IfStmt &i, LV *cond, LV *entryMask);
