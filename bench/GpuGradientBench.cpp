@@ -43,7 +43,7 @@
 //
 // Usage: qd-bench-gpu [--reps 20] [--warmup 3] [--only a,b,c] [--peers FILE]...
 //                     [--device 0] [--max-n N] [--backend cuda|cpu]
-//                     [--block-size 128] [--max-registers 0]
+//                     [--block-size 128] [--max-registers 0] [--timeout-ms 0]
 // Without a GPU (no driver, no device) it says why and exits 0. --max-n caps
 // every size (a quick run); --backend cpu runs the same steps on the CPU
 // backend, to check this program where there is no GPU (no GPU figures).
@@ -206,6 +206,8 @@ void loadPeers(Peers &peers, const std::string &file) {
 /// this program's plumbing on a machine without one) the CPU backend.
 struct Target {
   qd::Backend *backend = nullptr;
+  /// Of every timed launch (--timeout-ms: the code with stop checks).
+  qd::LaunchOptions launchOptions;
   std::function<int64_t()> heapBytes;
   std::function<int64_t(const qd::Kernel &)> gridThreads; // the CPU: its worker threads
 };
@@ -270,8 +272,12 @@ QdRow runCase(const Case &c, const Target &gpu, const Reference &ref, int warmup
     std::fill(s, s + seed->numElements(), 1.0f);
   }
   std::string gradName(grad->name()), fwdName(fwd->name());
-  auto launchGrad = [&] { check(p.launch(gradName, {}, *gpu.backend), "gradient launch"); };
-  auto launchFwd = [&] { check(p.launch(fwdName, {}, *gpu.backend), "forward launch"); };
+  auto launchGrad = [&] {
+    check(p.launch(gradName, {}, *gpu.backend, gpu.launchOptions), "gradient launch");
+  };
+  auto launchFwd = [&] {
+    check(p.launch(fwdName, {}, *gpu.backend, gpu.launchOptions), "forward launch");
+  };
 
   double t0 = nowMs();
   launchGrad(); // compiles
@@ -356,6 +362,7 @@ static int runBench(int argc, char **argv) {
   std::string only = "a,b,c", backendName = "cuda";
   unsigned blockSize = qd::CudaBackendOptions().blockSize, maxRegisters = 0;
   std::vector<std::string> peerFiles;
+  int64_t timeoutMs = 0;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -381,10 +388,12 @@ static int runBench(int argc, char **argv) {
       blockSize = unsigned(std::stoul(next()));
     else if (a == "--max-registers")
       maxRegisters = unsigned(std::stoul(next()));
+    else if (a == "--timeout-ms")
+      timeoutMs = std::stoll(next());
     else
       die("usage: qd-bench-gpu [--reps N] [--warmup N] [--only a,b,c] [--peers FILE]... "
           "[--device N] [--max-n N] [--backend cuda|cpu] [--block-size N] "
-          "[--max-registers N]");
+          "[--max-registers N] [--timeout-ms N]");
   }
   if (backendName != "cuda" && backendName != "cpu")
     die("--backend: cuda or cpu");
@@ -393,6 +402,7 @@ static int runBench(int argc, char **argv) {
   std::unique_ptr<qd::CudaBackend> cuda;
   std::unique_ptr<qd::CpuBackend> cpu;
   Target target;
+  target.launchOptions.timeout = std::chrono::milliseconds(timeoutMs);
   std::string machine;
   if (backendName == "cuda") {
     qd::CudaBackendOptions options;
@@ -417,6 +427,8 @@ static int runBench(int argc, char **argv) {
         options.blockSize,
         options.maxRegisters ? fmt::format("at most {} registers per thread", options.maxRegisters)
                              : std::string("registers: the JIT's choice"));
+    if (timeoutMs > 0)
+      machine += fmt::format(", launches with a {} ms timeout (stop checks)", timeoutMs);
     target.backend = cuda.get();
     target.heapBytes = [&] { return cuda->lastAdStackHeapBytes(); };
     target.gridThreads = [&](const qd::Kernel &k) {

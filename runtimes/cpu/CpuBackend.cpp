@@ -34,6 +34,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <tuple>
 
 namespace qd {
 
@@ -177,7 +178,8 @@ struct CpuBackend::Impl {
   /// Held for a whole launch: a launch uses every worker of the pool and
   /// the one heap, so launches from several threads run one at a time.
   mutable std::mutex launchMutex;
-  std::map<std::pair<uint64_t, bool>, Compiled> cache;
+  /// Keyed by (kernel, bounds checks, stop checks).
+  std::map<std::tuple<uint64_t, bool, bool>, Compiled> cache;
   /// Adstack sizing per Kernel::uniqueId(), computed with the kernel's
   /// first compilation (or when Program::launch asks first).
   std::map<uint64_t, std::unique_ptr<KernelSizing>> sizings;
@@ -198,9 +200,10 @@ struct CpuBackend::Impl {
     return *slot;
   }
 
-  absl::StatusOr<Compiled *> compile(const Kernel &kernel, bool boundsChecked) {
+  absl::StatusOr<Compiled *> compile(const Kernel &kernel, bool boundsChecked,
+                                     bool stopChecks = false) {
     std::lock_guard<std::mutex> lock(compileMutex);
-    auto key = std::pair(kernel.uniqueId(), boundsChecked);
+    auto key = std::tuple(kernel.uniqueId(), boundsChecked, stopChecks);
     if (auto it = cache.find(key); it != cache.end())
       return &it->second;
     auto start = std::chrono::steady_clock::now();
@@ -211,6 +214,7 @@ struct CpuBackend::Impl {
     opts.boundsChecked = boundsChecked;
     opts.vectorWidth = vectorWidth;
     opts.libmvec = libmvec;
+    opts.stopChecks = stopChecks;
     auto module = emitKernel(kernel, *context, opts, c.layout);
     if (!module.ok())
       return module.status();
@@ -333,7 +337,7 @@ double CpuBackend::compileSeconds(const Kernel &kernel) const {
   std::lock_guard<std::mutex> lock(impl_->compileMutex);
   double s = 0;
   for (auto &[key, c] : impl_->cache)
-    if (key.first == kernel.uniqueId())
+    if (std::get<0>(key) == kernel.uniqueId())
       s += c.seconds;
   return s;
 }
@@ -371,7 +375,9 @@ absl::Status CpuBackend::launch(Program &program, const Kernel &kernel,
         "(LaunchOptions::checkGlobalAccesses); launch on the interpreter for that check, or run "
         "the static `check-global-accesses` pass",
         kernel.name()));
-  auto compiled = impl_->compile(kernel, options.boundsChecked);
+  // A launch that may be stopped runs code that checks (CodegenOptions::stopChecks).
+  auto compiled =
+      impl_->compile(kernel, options.boundsChecked, options.timeout.count() > 0 || options.cancel);
   if (!compiled.ok())
     return compiled.status();
   std::lock_guard<std::mutex> lock(impl_->launchMutex);

@@ -17,6 +17,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <tuple>
 
 namespace qd {
 
@@ -37,7 +38,8 @@ struct CudaBackend::Impl {
   std::shared_ptr<cuda::Reducer> reducer;
   std::string arch;
   mutable std::mutex compileMutex, launchMutex;
-  std::map<std::pair<uint64_t, bool>, Compiled> cache;
+  /// Keyed by (kernel, bounds checks, stop checks).
+  std::map<std::tuple<uint64_t, bool, bool>, Compiled> cache;
   std::map<uint64_t, std::unique_ptr<KernelSizing>> sizings;
   DeviceBuffer heap;
   cuda::LaunchArena arena;
@@ -53,9 +55,10 @@ struct CudaBackend::Impl {
     return *slot;
   }
 
-  absl::StatusOr<Compiled *> compile(const Kernel &kernel, bool boundsChecked) {
+  absl::StatusOr<Compiled *> compile(const Kernel &kernel, bool boundsChecked,
+                                     bool stopChecks = false) {
     std::lock_guard<std::mutex> lock(compileMutex);
-    auto key = std::pair(kernel.uniqueId(), boundsChecked);
+    auto key = std::tuple(kernel.uniqueId(), boundsChecked, stopChecks);
     if (auto it = cache.find(key); it != cache.end())
       return &it->second;
     sizingOfLocked(kernel);
@@ -63,6 +66,7 @@ struct CudaBackend::Impl {
     llvm::LLVMContext context;
     CodegenOptions opts;
     opts.boundsChecked = boundsChecked;
+    opts.stopChecks = stopChecks;
     auto module = emitKernel(kernel, context, opts, c.layout, CodegenTarget::Nvptx);
     if (!module.ok())
       return module.status();
@@ -180,7 +184,9 @@ absl::Status CudaBackend::launch(Program &program, const Kernel &kernel,
         "(LaunchOptions::checkGlobalAccesses); launch on the interpreter for that check, or run "
         "the static `check-global-accesses` pass",
         kernel.name()));
-  auto compiled = impl_->compile(kernel, options.boundsChecked);
+  // A launch that may be stopped runs code that checks (CodegenOptions::stopChecks).
+  auto compiled =
+      impl_->compile(kernel, options.boundsChecked, options.timeout.count() > 0 || options.cancel);
   if (!compiled.ok())
     return compiled.status();
   const Impl::Compiled &c = **compiled;

@@ -1,7 +1,7 @@
 //===- qd-translate.cpp - Print the code generated for qd kernels ---------===//
 //
 //   qd-translate [input.qd|-] [--target=cpu|nvptx] [--kernel=name]
-//                [--passes=...] [--vector-width=N] [--bounds-check]
+//                [--passes=...] [--vector-width=N] [--bounds-check] [--stop-checks]
 //                [--no-vector-math] [--optimize] [--emit=llvm|ptx]
 //                [--arch=sm_80] [-o out]
 //
@@ -47,6 +47,7 @@ struct Options {
   std::optional<std::string> kernel;
   unsigned vectorWidth = 1;
   bool boundsCheck = false;
+  bool stopChecks = false;
   bool vectorMath = true;
   bool optimize = false;
 };
@@ -68,6 +69,8 @@ constexpr const char *kUsage =
     "  --vector-width=<n>     SIMD lanes of vectorised tasks, a power of two in\n"
     "                         [1, 64] (default: 1, scalar code only)\n"
     "  --bounds-check         check every global index (error sites)\n"
+    "  --stop-checks          loops check the launch's stop word (what a launch\n"
+    "                         with a timeout or a cancel flag runs)\n"
     "  --no-vector-math       lanes call scalar sin/cos/exp/log instead of glibc's\n"
     "                         libmvec (used only with --vector-width=8)\n"
     "  --optimize             print the IR after the O3 pipeline of the CPU backend,\n"
@@ -116,6 +119,8 @@ std::optional<int> parseArgs(int argc, char **argv, Options &opts) {
       opts.vectorWidth = static_cast<unsigned>(n);
     } else if (arg == "--bounds-check") {
       opts.boundsCheck = true;
+    } else if (arg == "--stop-checks") {
+      opts.stopChecks = true;
     } else if (arg == "--no-vector-math") {
       opts.vectorMath = false;
     } else if (arg == "--optimize") {
@@ -213,6 +218,7 @@ int main(int argc, char **argv) {
 
   qd::CodegenOptions codegen;
   codegen.boundsChecked = opts.boundsCheck;
+  codegen.stopChecks = opts.stopChecks;
   codegen.vectorWidth = opts.vectorWidth;
   // The backend also checks that the host can call libmvec; printing IR
   // needs no such check.

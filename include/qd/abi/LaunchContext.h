@@ -31,8 +31,10 @@ enum class FieldRep : uint8_t { Ptr, I32, I64, I64Array };
 inline constexpr unsigned kMaxErrorData = 16;
 
 /// Back edges a thread of generated code runs between two reads of
-/// QdLaunchContext::stop (a power of two).
+/// QdLaunchContext::stop (powers of two): on the CPU, and on a GPU, where
+/// the word is host memory the device reads across the bus.
 inline constexpr unsigned kStopCheckInterval = 1024;
+inline constexpr unsigned kDeviceStopCheckInterval = 65536;
 
 } // namespace qd::abi
 
@@ -83,8 +85,8 @@ enum class StopReason : int32_t {
   /* GPU: the top-level values of the kernel, one 8-byte slot each                */               \
   /* (KernelLayout::numValues), shared by the launches of one kernel              */               \
   X(Ptr, int64_t *, values, 1)                                                                     \
-  /* nonzero once the host asks the launch to stop (qd::StopReason); generated code reads */       \
-  /* it at every 1024th loop back edge of a thread and raises the loop's stop site */              \
+  /* nonzero once the host asks the launch to stop (qd::StopReason); code compiled with stop */    \
+  /* checks reads it at loop back edges and raises the loop's stop site */                         \
   X(Ptr, const int32_t *, stop, 1)
 
 namespace qd {

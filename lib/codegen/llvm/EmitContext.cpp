@@ -140,7 +140,7 @@ void EmitContext::recordError(unsigned siteId, llvm::ArrayRef<LV *> data) {
 }
 
 void EmitContext::stopCheck(const Stmt *loop) {
-  if (!loop || loop->isTask())
+  if (!opts.stopChecks || !loop || loop->isTask())
     return;
   if (auto *f = dyn_cast<ForStmt>(loop); f && f->begin().isConstant() && f->end().isConstant())
     return;
@@ -152,9 +152,9 @@ void EmitContext::stopCheck(const Stmt *loop) {
   b.CreateStore(n, fn->backEdges);
   BasicBlock *check = newBlock("stop.check");
   BasicBlock *next = newBlock("stop.next");
-  static_assert((abi::kStopCheckInterval & (abi::kStopCheckInterval - 1)) == 0);
-  b.CreateCondBr(b.CreateICmpEQ(b.CreateAnd(n, abi::kStopCheckInterval - 1), b.getInt32(0)), check,
-                 next, unlikelyFirst());
+  unsigned interval = target.stopCheckInterval();
+  b.CreateCondBr(b.CreateICmpEQ(b.CreateAnd(n, interval - 1), b.getInt32(0)), check, next,
+                 unlikelyFirst());
   b.SetInsertPoint(check);
   // Written by the host during the launch: an atomic load, never hoisted.
   llvm::LoadInst *reason = b.CreateAlignedLoad(

@@ -70,6 +70,9 @@ public:
   /// cast to the global address space and back, so that address-space
   /// inference turns generic loads and stores through it into global ones.
   virtual llvm::Value *devicePointer(llvm::IRBuilderBase &b, llvm::Value *p) { return p; }
+  /// Back edges between two reads of the stop word (a power of two; see
+  /// CodegenOptions::stopChecks).
+  virtual unsigned stopCheckInterval() const { return abi::kStopCheckInterval; }
 
   /// Adstack entry address, part 1: the per-function base of stack `id`,
   /// emitted in the entry block (EmitContext::entryBuilder).

@@ -55,6 +55,7 @@ public:
     auto *global = llvm::PointerType::get(b.getContext(), 1);
     return b.CreateAddrSpaceCast(b.CreateAddrSpaceCast(p, global), p->getType());
   }
+  unsigned stopCheckInterval() const override { return abi::kDeviceStopCheckInterval; }
   LV *adStackBase(EmitContext &c, unsigned id) override;
   LV *adStackRowBytes(EmitContext &c, const StackRef &stack, unsigned width) override;
   LV *adStackAdjoint(EmitContext &c, const StackRef &stack, LV *primal, unsigned width) override;
