@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh
 export BUILD_DIR=${BUILD_DIR:-build-tsan}
-tests=(ConcurrencyTest InterpreterTest CpuBackendTest)
+tests=(ConcurrencyTest InterpreterTest CpuBackendTest RunawayLaunchTest)
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_C_COMPILER=clang-19 -DCMAKE_CXX_COMPILER=clang++-19 \
   -DQD_SANITIZE_THREAD=ON -DQD_BUILD_BENCH=OFF "$@"

@@ -59,7 +59,6 @@ TEST(CudaBackendTest, WithoutADriverCreationIsAClearError) {
 TEST(CudaBackendTest, CorpusKernelsMatchTheInterpreter) {
   REQUIRE_GPU();
   CorpusStats stats;
-  std::vector<std::unique_ptr<Module>> leaked;
   int chunkIndex = 0;
   for (const auto &path : corpusFiles()) {
     std::ifstream in(path);
@@ -103,8 +102,6 @@ TEST(CudaBackendTest, CorpusKernelsMatchTheInterpreter) {
             interpretWithTimeout(*ref->program, k->name(), ref->args, opts, 2, timedOut);
         if (timedOut) {
           ++stats.timedOut;
-          (void)ref.release();
-          leaked.push_back(std::move(module));
           break;
         }
         ++stats.launches;
@@ -119,10 +116,6 @@ TEST(CudaBackendTest, CorpusKernelsMatchTheInterpreter) {
           continue;
         }
         if (!sg.ok()) {
-          if (message(sg).find("is too large") != std::string::npos) {
-            ++stats.tooLarge;
-            continue;
-          }
           stats.failures.push_back(tag + ": the GPU failed: " + message(sg));
           continue;
         }
@@ -137,13 +130,11 @@ TEST(CudaBackendTest, CorpusKernelsMatchTheInterpreter) {
       }
     }
   }
-  for (auto &m : leaked)
-    (void)m.release();
   std::cout << fmt::format("[cuda corpus] {} kernels ({} gradient/dual), {} launches, {} where "
                            "both failed, {} skipped (endless/huge), {} order-dependent (not "
-                           "compared), {} refused capacities, {} failures\n",
+                           "compared), {} failures\n",
                            stats.kernels, stats.derived, stats.launches, stats.bothErrored,
-                           stats.skippedEndless, stats.racy, stats.tooLarge, stats.failures.size());
+                           stats.skippedEndless, stats.racy, stats.failures.size());
   EXPECT_GT(stats.kernels, 150);
   for (const auto &f : stats.failures)
     ADD_FAILURE() << f;

@@ -260,8 +260,8 @@ TEST(LaunchArgs, NdarraysOfDifferentTypesMustNotShareMemory) {
   auto c = Buffer::borrow(ScalarType::F32, {4}, storage.data() + 1); // overlaps a: same type
   auto far = Buffer::borrow(ScalarType::I32, {4}, storage.data() + 8);
   NdarrayArg na{&*a}, nb{&*b}, nc{&*c}, nfar{&*far};
-  EXPECT_EQ(message(h.run("k", {LaunchArg::ndarray(&na), LaunchArg::ndarray(&nb),
-                                LaunchArg::ndarray(&nc)})),
+  EXPECT_EQ(message(h.run(
+                "k", {LaunchArg::ndarray(&na), LaunchArg::ndarray(&nb), LaunchArg::ndarray(&nc)})),
             "kernel @k: the buffers given for '%a' (ndarray<f32, 1>) and '%b' (ndarray<i32, 1>) "
             "overlap; ndarrays of different element types or ranks must not share memory (qd's "
             "analyses take them to be distinct)");

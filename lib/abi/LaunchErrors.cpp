@@ -62,8 +62,9 @@ absl::Status adStackNoCapacityError(const Kernel &kernel, const AdStackAllocaStm
 absl::Status adStackTooLargeError(const Kernel &kernel, const AdStackAllocaStmt &stack,
                                   const Stmt *task, int64_t capacity) {
   return absl::ResourceExhaustedError(
-      fmt::format("{}: error: adstack capacity {} is too large ({})", stack.loc().str(), capacity,
-                  launchWhere(kernel, task)));
+      fmt::format("{}: error: adstack capacity {} is too large: the limit is 2^40 ({}) entries on "
+                  "every backend; give the stack a smaller capacity ({})",
+                  stack.loc().str(), capacity, kMaxAdStackCapacity, launchWhere(kernel, task)));
 }
 
 absl::Status adStackOverflowError(const Kernel &kernel, const AdStackAllocaStmt &stack,

@@ -229,6 +229,10 @@ private:
     if (cap <= 0)
       return fail(s, "adstack has no capacity: size it (qd sizing passes) or set "
                      "LaunchOptions::defaultAdStackCapacity");
+    if (cap > kMaxAdStackCapacity) { // the limit of every backend
+      error_ = adStackTooLargeError(kernel_, s, task_, cap);
+      return Flow::Error;
+    }
     AdStack &st = stacks_[slotOf_.at(&s)];
     st.stmt = &s;
     st.capacity = cap;

@@ -111,7 +111,7 @@ absl::Status LaunchPlan::layoutAdStacks(std::span<const int32_t> lanes) {
       cap = options_->defaultAdStackCapacity;
     if (cap <= 0)
       return adStackNoCapacityError(*kernel_, *st.stmt, st.task);
-    if (cap > (int64_t(1) << 40))
+    if (cap > kMaxAdStackCapacity)
       return adStackTooLargeError(*kernel_, *st.stmt, st.task, cap);
     heap_.capacities[i] = cap;
     int64_t &at = used[st.task];

@@ -155,12 +155,22 @@ qd::Scalar toScalar(const json &j, qd::ScalarType t, const std::string &what) {
       die(what + " does not fit in i32: " + j.dump());
     return qd::Scalar::ofInt(t, v);
   }
-  if (j.is_number())
-    return qd::Scalar::ofFloat(t, j.get<double>());
+  if (j.is_number()) {
+    // A number too large for the type is an error, not an infinity (JSON
+    // has no infinities: write "inf").
+    double d = j.get<double>();
+    if (std::isinf(d) || (t == ScalarType::F32 && std::isinf(static_cast<float>(d))))
+      die(fmt::format("{} is out of range for {} (largest finite value {}): {}; write \"inf\" or "
+                      "\"-inf\" for an infinity",
+                      what, qd::toString(t),
+                      t == ScalarType::F32 ? "3.4028235e+38" : "1.7976931348623157e+308",
+                      j.dump()));
+    return qd::Scalar::ofFloat(t, d);
+  }
   if (j.is_string()) {
     std::string s = j.get<std::string>();
     double inf = std::numeric_limits<double>::infinity();
-    if (s == "nan")
+    if (s == "nan" || s == "-nan") // the sign of a NaN carries no meaning here
       return qd::Scalar::ofFloat(t, std::numeric_limits<double>::quiet_NaN());
     if (s == "inf")
       return qd::Scalar::ofFloat(t, inf);
@@ -217,8 +227,10 @@ void fillBuffer(qd::Buffer &buf, const json &j, const std::string &what) {
 std::string scalarText(const qd::Scalar &s) {
   if (!s.isFloat())
     return s.type == qd::ScalarType::I1 ? (s.i ? "true" : "false") : std::to_string(s.i);
+  if (std::isnan(s.f)) // whatever its sign bit (x86 gives 0/0 a negative NaN)
+    return "\"nan\"";
   std::string text = qd::formatFloat(s.f, s.type);
-  if (std::isnan(s.f) || std::isinf(s.f))
+  if (std::isinf(s.f))
     return '"' + text + '"';
   return text;
 }

@@ -147,37 +147,17 @@ std::string compareInstances(const Module &m, Instance &a, Instance &b, bool exa
   return {};
 }
 
-/// Runs the interpreter on another thread; gives up after `seconds` (a
-/// kernel that loops forever on random data). On a timeout the caller must
-/// leak everything the launch uses.
+/// Runs the interpreter with a timeout (LaunchOptions::timeout).
 absl::Status interpretWithTimeout(Program &program, const std::string &kernel,
                                   const std::vector<LaunchArg> &args, const LaunchOptions &opts,
                                   double seconds, bool &timedOut) {
-  struct State {
-    std::mutex mu;
-    std::condition_variable cv;
-    bool done = false;
-    absl::Status status;
-  };
-  auto state = std::make_shared<State>();
-  std::thread t([state, &program, kernel, args, opts] {
-    Interpreter interp;
-    absl::Status s = program.launch(kernel, args, interp, opts);
-    std::lock_guard lock(state->mu);
-    state->status = s;
-    state->done = true;
-    state->cv.notify_all();
-  });
-  std::unique_lock lock(state->mu);
-  timedOut = !state->cv.wait_for(lock, std::chrono::duration<double>(seconds),
-                                 [&] { return state->done; });
-  lock.unlock();
-  if (timedOut) {
-    t.detach();
-    return absl::DeadlineExceededError("interpreter timed out");
-  }
-  t.join();
-  return state->status;
+  LaunchOptions timed = opts;
+  timed.timeout =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(seconds));
+  Interpreter interp;
+  absl::Status s = program.launch(kernel, args, interp, timed);
+  timedOut = s.code() == absl::StatusCode::kDeadlineExceeded;
+  return s;
 }
 
 /// A `while` whose body (outside nested loops) has no `break` never ends.

@@ -76,9 +76,8 @@ std::unique_ptr<Instance> makeInstance(const Module &m, const Kernel &k, uint64_
 /// `exact`), else the first difference.
 std::string compareInstances(const Module &m, Instance &a, Instance &b, bool exact);
 
-/// Runs the interpreter on another thread; gives up after `seconds` (a
-/// kernel that loops forever on random data). On a timeout the caller must
-/// leak everything the launch uses.
+/// Runs the interpreter with a timeout of `seconds` (LaunchOptions::timeout:
+/// a kernel that loops forever on random data stops with an error).
 absl::Status interpretWithTimeout(Program &program, const std::string &kernel,
                                   const std::vector<LaunchArg> &args, const LaunchOptions &opts,
                                   double seconds, bool &timedOut);
@@ -107,8 +106,8 @@ struct CorpusStats {
   int derived = 0;        // gradient/dual kernels among `kernels`
   int skippedEndless = 0; // kernels with a `while` that has no break
   int timedOut = 0;
-  int racy = 0;     // parallel kernels compared with one worker only
-  int tooLarge = 0; // declared adstack capacities the cpu backend refuses
+  int stopped = 0; // endless kernels the interpreter stopped at a timeout
+  int racy = 0;    // parallel kernels compared with one worker only
   std::vector<std::string> failures;
 };
 

@@ -49,7 +49,12 @@ std::string adStackUnderflowText(const AdStackAllocaStmt *stack);
 /// A stack that reached a launch with no capacity.
 absl::Status adStackNoCapacityError(const Kernel &kernel, const AdStackAllocaStmt &stack,
                                     const Stmt *task);
-/// A capacity above what a heap can hold.
+/// The largest adstack capacity a launch accepts, on every backend (2^40
+/// entries: far above any heap, and small enough that capacity x entry
+/// bytes x threads cannot overflow 64 bits before the heap is checked).
+inline constexpr int64_t kMaxAdStackCapacity = int64_t(1) << 40;
+
+/// A capacity above kMaxAdStackCapacity.
 absl::Status adStackTooLargeError(const Kernel &kernel, const AdStackAllocaStmt &stack,
                                   const Stmt *task, int64_t capacity);
 /// A launch whose pushes went past `capacity`: `needed` is the depth the
