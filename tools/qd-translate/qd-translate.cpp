@@ -249,11 +249,13 @@ int main(int argc, char **argv) {
   os.flush();
 
   if (opts.output == "-") {
-    std::cout << out;
+    // A full disk or a closed pipe must not pass for success.
+    if (!(std::cout << out) || !std::cout.flush())
+      return fail("cannot write the output (standard output failed)");
     return 0;
   }
   std::ofstream file(opts.output, std::ios::binary);
-  if (!file || !(file << out))
+  if (!file || !(file << out) || !file.flush())
     return fail("cannot write '" + opts.output + "'");
   return 0;
 }
