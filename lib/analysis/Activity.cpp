@@ -4,6 +4,7 @@
 #include "qd/ir/Printer.h"
 #include "qd/ir/Visitor.h"
 
+#include <unordered_set>
 #include <vector>
 
 namespace qd {
@@ -23,69 +24,97 @@ bool hasDerivativeCompanion(const GlobalAccessStmt &access, ActivityMode mode) {
   return a && a->hasComponent(c);
 }
 
+namespace {
+
+/// An arithmetic statement derivatives flow through, and its first operand
+/// that carries one (a select's condition does not).
+bool isDifferentiable(const Stmt &s, unsigned &first) {
+  switch (s.kind()) {
+  case StmtKind::Binary:
+  case StmtKind::Unary:
+  case StmtKind::Select:
+  case StmtKind::Cast:
+    break;
+  default:
+    return false;
+  }
+  if (!isFloatValue(&s))
+    return false;
+  if (auto *c = dyn_cast<CastStmt>(&s); c && !isFloat(c->from()))
+    return false; // int -> float: a constant as far as derivatives go
+  first = s.kind() == StmtKind::Select ? 1 : 0;
+  return true;
+}
+
+} // namespace
+
+// Two closures over def-use edges, each with a worklist, so that every
+// value and use is visited once (linear in the kernel; iterating sweeps in
+// statement order until nothing changes is quadratic, as usefulness moves
+// backwards one statement per sweep):
+//   varied: loads of globals with a companion, then forwards through
+//           arithmetic, stores to locals and loads of varied locals;
+//   useful: values stored to globals with a companion, then backwards
+//           through arithmetic, loads of locals and the stores to useful
+//           locals.
 Activity::Activity(const Kernel &kernel, ActivityMode mode) : mode_(mode) {
-  std::vector<Stmt *> stmts;
-  walk(const_cast<Kernel &>(kernel).body(), [&](Stmt &s) { stmts.push_back(&s); });
-  // Varied facts flow forwards and useful facts backwards along the same
-  // edges; a loop (or a store before a load in a loop) needs another sweep.
-  bool changed = true;
-  auto mark = [&](std::unordered_set<const Value *> &set, const Value *v) {
+  std::unordered_set<const Stmt *> inKernel;
+  std::vector<const Value *> variedWork, usefulWork;
+  auto mark = [](std::unordered_set<const Value *> &set, std::vector<const Value *> &work,
+                 const Value *v) {
     if (v && set.insert(v).second)
-      changed = true;
+      work.push_back(v);
   };
-  while (changed) {
-    changed = false;
-    for (Stmt *s : stmts) {
-      switch (s->kind()) {
-      case StmtKind::GlobalLoad:
-        if (isFloatValue(s) && hasDerivativeCompanion(cast<GlobalAccessStmt>(*s), mode))
-          mark(varied_, s);
-        break;
-      case StmtKind::GlobalStore:
-      case StmtKind::AtomicAdd: {
-        auto &g = cast<GlobalAccessStmt>(*s);
-        Value *v = s->operand(s->numOperands() - 1);
-        bool output = mode == ActivityMode::Reverse || g.component() == Component::Primal;
-        if (output && hasDerivativeCompanion(g, mode) && isFloatValue(v))
-          mark(useful_, v);
-        break;
-      }
-      case StmtKind::LocalStore: {
-        auto &st = cast<LocalStoreStmt>(*s);
-        if (varied_.count(st.value()))
-          mark(varied_, st.local());
-        if (useful_.count(st.local()))
-          mark(useful_, st.value());
-        break;
-      }
-      case StmtKind::LocalLoad: {
-        auto &ld = cast<LocalLoadStmt>(*s);
-        if (varied_.count(ld.local()))
-          mark(varied_, s);
-        if (useful_.count(s))
-          mark(useful_, ld.local());
-        break;
-      }
-      case StmtKind::Binary:
-      case StmtKind::Unary:
-      case StmtKind::Select:
-      case StmtKind::Cast: {
-        if (!isFloatValue(s))
-          break;
-        if (auto *c = dyn_cast<CastStmt>(s); c && !isFloat(c->from()))
-          break; // int -> float: a constant as far as derivatives go
-        unsigned first = s->kind() == StmtKind::Select ? 1 : 0; // not the condition
-        for (unsigned i = first; i < s->numOperands(); ++i) {
-          if (varied_.count(s->operand(i)))
-            mark(varied_, s);
-          if (useful_.count(s) && isFloatValue(s->operand(i)))
-            mark(useful_, s->operand(i));
-        }
-        break;
-      }
-      default:
-        break;
-      }
+  walk(const_cast<Kernel &>(kernel).body(), [&](Stmt &s) {
+    inKernel.insert(&s);
+    if (s.kind() == StmtKind::GlobalLoad && isFloatValue(&s) &&
+        hasDerivativeCompanion(cast<GlobalAccessStmt>(s), mode))
+      mark(varied_, variedWork, &s);
+    if (s.kind() == StmtKind::GlobalStore || s.kind() == StmtKind::AtomicAdd) {
+      auto &g = cast<GlobalAccessStmt>(s);
+      Value *v = s.operand(s.numOperands() - 1);
+      bool output = mode == ActivityMode::Reverse || g.component() == Component::Primal;
+      if (output && hasDerivativeCompanion(g, mode) && isFloatValue(v))
+        mark(useful_, usefulWork, v);
+    }
+  });
+
+  while (!variedWork.empty()) {
+    const Value *v = variedWork.back();
+    variedWork.pop_back();
+    for (const Use &u : v->uses()) {
+      Stmt *s = u.user();
+      if (!s || !inKernel.count(s))
+        continue;
+      unsigned first = 0;
+      if (auto *st = dyn_cast<LocalStoreStmt>(s); st && st->value() == v)
+        mark(varied_, variedWork, st->local());
+      else if (auto *ld = dyn_cast<LocalLoadStmt>(s); ld && ld->local() == v)
+        mark(varied_, variedWork, s);
+      else if (isDifferentiable(*s, first) && u.index() >= first)
+        mark(varied_, variedWork, s);
+    }
+  }
+
+  while (!usefulWork.empty()) {
+    const Value *v = usefulWork.back();
+    usefulWork.pop_back();
+    const auto *s = dyn_cast<Stmt>(v);
+    if (!s)
+      continue;
+    unsigned first = 0;
+    if (auto *ld = dyn_cast<LocalLoadStmt>(s)) {
+      mark(useful_, usefulWork, ld->local());
+    } else if (isDifferentiable(*s, first)) {
+      for (unsigned i = first; i < s->numOperands(); ++i)
+        if (isFloatValue(s->operand(i)))
+          mark(useful_, usefulWork, s->operand(i));
+    } else {
+      // A useful local: what is stored to it is useful.
+      for (const Use &u : v->uses())
+        if (auto *st = dyn_cast<LocalStoreStmt>(u.user());
+            st && inKernel.count(st) && st->local() == v)
+          mark(useful_, usefulWork, st->value());
     }
   }
 }

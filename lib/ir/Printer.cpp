@@ -249,8 +249,13 @@ void ValueNamer::assign(const Value *v) {
     if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '.')
       c = '_';
   std::string candidate = base.empty() ? std::to_string(counter_++) : base;
-  for (unsigned n = 1; used_.count(candidate); ++n)
-    candidate = base.empty() ? std::to_string(counter_++) : fmt::format("{}.{}", base, n);
+  if (used_.count(candidate)) {
+    // Every suffix up to the last one this hint got is taken already.
+    unsigned &n = lastSuffix_[base];
+    do
+      candidate = base.empty() ? std::to_string(counter_++) : fmt::format("{}.{}", base, ++n);
+    while (used_.count(candidate));
+  }
   used_.insert(candidate);
   names_[v] = "%" + candidate;
 }

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <cctype>
+#include <optional>
 #include <unordered_map>
 #include <vector>
 
@@ -47,7 +48,7 @@ bool isLaunchTimeScalar(const Stmt &s) {
 class KernelVerifier : public ExhaustiveStmtVisitor<KernelVerifier> {
 public:
   KernelVerifier(const Kernel &kernel, std::vector<std::string> &errors)
-      : kernel_(kernel), names_(kernel), errors_(errors) {
+      : kernel_(kernel), errors_(errors) {
     walk(const_cast<Kernel &>(kernel), [&](Stmt &s) { order_[&s] = order_.size(); });
   }
 
@@ -120,7 +121,7 @@ public:
     }
     if (auto *loop = dyn_cast<ForStmt>(def)) {
       if (!user.parent()->isNestedIn(&loop->body()))
-        error(fmt::format("loop index {} (of the loop at {}) is used outside its loop", names_[v],
+        error(fmt::format("loop index {} (of the loop at {}) is used outside its loop", names()[v],
                           loop->loc().str()));
       return;
     }
@@ -131,11 +132,11 @@ public:
     if (!anchor) {
       error(fmt::format("{} is not visible here: it is defined at {} inside a block that does "
                         "not enclose this use",
-                        names_[v], def->loc().str()));
+                        names()[v], def->loc().str()));
       return;
     }
     if (anchor == def || order_[def] > order_[anchor])
-      error(fmt::format("{} is used before its definition at {}", names_[v], def->loc().str()));
+      error(fmt::format("{} is used before its definition at {}", names()[v], def->loc().str()));
   }
 
   // --- visitor hooks -------------------------------------------------------
@@ -201,7 +202,7 @@ public:
     if (!requireKind(s, s.local(), Type::Kind::Local, "a local (from 'alloca')"))
       return;
     if (s.local()->type().element() != s.type().element())
-      error(fmt::format("'load' of {} (a local<{}>) must have type {}, not {}", names_[s.local()],
+      error(fmt::format("'load' of {} (a local<{}>) must have type {}, not {}", names()[s.local()],
                         toString(s.local()->type().element()),
                         toString(s.local()->type().element()), s.type().str()));
   }
@@ -229,7 +230,7 @@ public:
                           target, toString(s.component()), target, toString(s.component())));
     } else {
       Value *a = s.ndarray();
-      target = names_[a];
+      target = names()[a];
       if (!requireKind(s, a, Type::Kind::Ndarray, "an ndarray argument"))
         return;
       ndim = a->type().ndim();
@@ -245,7 +246,7 @@ public:
     for (unsigned i = 0; i < s.numIndices(); ++i) {
       Value *idx = s.index(i);
       if (idx && !(idx->type().isScalar(ScalarType::I32) || idx->type().isScalar(ScalarType::I64)))
-        error(fmt::format("index {} of '{}' has type {}; indices must be i32 or i64", names_[idx],
+        error(fmt::format("index {} of '{}' has type {}; indices must be i32 or i64", names()[idx],
                           target, describeType(idx)));
     }
     Type elem = Type::scalar(s.elementType());
@@ -271,7 +272,7 @@ public:
     unsigned ndim = s.ndarray()->type().ndim();
     if (s.axis() >= ndim)
       error(fmt::format("'shape' axis {} is out of range for {} with {} dimension{}", s.axis(),
-                        names_[s.ndarray()], ndim, ndim == 1 ? "" : "s"));
+                        names()[s.ndarray()], ndim, ndim == 1 ? "" : "s"));
     if (!(s.type().isScalar(ScalarType::I32) || s.type().isScalar(ScalarType::I64)))
       error(fmt::format("'shape' must have type i32 or i64, not {}", s.type().str()));
   }
@@ -279,8 +280,8 @@ public:
   void visitForStmt(ForStmt &s) {
     for (Value *b : {s.beginValue(), s.endValue()})
       if (b && !b->type().isScalar(ScalarType::I32))
-        error(fmt::format("loop bound {} has type {}; loop bounds must be i32 (cast it)", names_[b],
-                          describeType(b)));
+        error(fmt::format("loop bound {} has type {}; loop bounds must be i32 (cast it)",
+                          names()[b], describeType(b)));
     for (Bound b : {s.begin(), s.end()})
       if (b.isConstant() && static_cast<int32_t>(b.constant) != b.constant)
         error(fmt::format("loop bound {} does not fit in i32", b.constant));
@@ -313,14 +314,14 @@ public:
     if (adjoint && !isFloat(elem))
       error(fmt::format("'{}' needs a float adstack, but {} holds {} (integer adstacks carry no "
                         "adjoint)",
-                        opName(s), names_[s.stack()], toString(elem)));
+                        opName(s), names()[s.stack()], toString(elem)));
     Type elemType = Type::scalar(elem);
     if (auto *push = dyn_cast<AdStackPushStmt>(&s))
       expectType(s, push->value(), elemType, "the adstack's element type");
     else if (auto *acc = dyn_cast<AdStackAccAdjointStmt>(&s))
       expectType(s, acc->value(), elemType, "the adstack's element type");
     else if (!s.type().isVoid() && s.type() != elemType)
-      error(fmt::format("'{}' of {} must have type {}, not {}", opName(s), names_[s.stack()],
+      error(fmt::format("'{}' of {} must have type {}, not {}", opName(s), names()[s.stack()],
                         toString(elem), s.type().str()));
   }
 
@@ -367,7 +368,7 @@ private:
       return false;
     if (v->type().kind() == kind)
       return true;
-    error(fmt::format("'{}' needs {}, but {} has type {}", opName(s), what, names_[v],
+    error(fmt::format("'{}' needs {}, but {} has type {}", opName(s), what, names()[v],
                       describeType(v)));
     return false;
   }
@@ -375,7 +376,7 @@ private:
   void expectType(Stmt &s, Value *v, Type expected, std::string_view what) {
     if (!v || v->type() == expected)
       return;
-    error(fmt::format("'{}' operand {} has type {}, expected {} ({})", opName(s), names_[v],
+    error(fmt::format("'{}' operand {} has type {}, expected {} ({})", opName(s), names()[v],
                       describeType(v), expected.str(), what));
   }
 
@@ -392,7 +393,14 @@ private:
   }
 
   const Kernel &kernel_;
-  ValueNamer names_;
+  /// Names for messages, made at the first error (naming every value of a
+  /// large kernel costs more than checking it).
+  const ValueNamer &names() {
+    if (!names_)
+      names_.emplace(kernel_);
+    return *names_;
+  }
+  std::optional<ValueNamer> names_;
   std::vector<std::string> &errors_;
   std::unordered_map<const Stmt *, size_t> order_;
   Stmt *current_ = nullptr;

@@ -23,6 +23,9 @@ private:
   void assign(const Value *v);
   std::unordered_map<const Value *, std::string> names_;
   std::unordered_set<std::string> used_;
+  /// Per name hint: the suffix its last clash got (the next one starts
+  /// above it, so n values with one hint are named in linear time).
+  std::unordered_map<std::string, unsigned> lastSuffix_;
   unsigned counter_ = 0;
 };
 
