@@ -26,6 +26,9 @@ public:
   void emitEntries(KernelEmitter &emitter) override;
   void emitParallelTask(KernelEmitter &emitter, ForStmt &task) override;
   LV *threadIndex(EmitContext &c) override { return c.fn->thread; }
+  /// x86-64 has 16 general registers; a task's first 8 stacks keep their
+  /// state in them (the benchmark gradients have 1 to 2).
+  unsigned registerStackStates() const override { return 8; }
   LV *adStackBase(EmitContext &c, unsigned id) override;
   LV *adStackRowBytes(EmitContext &c, const StackRef &stack, unsigned width) override;
   LV *adStackAdjoint(EmitContext &c, const StackRef &stack, LV *primal, unsigned width) override;

@@ -23,6 +23,8 @@
 
 #include "qd/abi/LaunchErrors.h"
 
+#include <llvm/IR/InlineAsm.h>
+
 #include <fmt/format.h>
 
 namespace qd::codegen {
@@ -52,8 +54,33 @@ const AdStackRows &AdStackLowering::rows(const StackRef &st, unsigned width) {
     eb.CreateStore(f.base, r.top);
     r.excess = eb.CreateAlloca(c_.i64, nullptr, fmt::format("adstack{}.excess{}", st.id, suffix));
     eb.CreateStore(eb.getInt64(0), r.excess);
+    if (c_.fn->stackRows++ >= c_.target.registerStackStates()) {
+      // Hundreds of stacks (a loop carrying hundreds of values) would keep
+      // four live values each across the loop: far more than there are
+      // registers, and the register allocator's time grows faster than
+      // linearly with them (N = 200 stacks: 3.4x the compile time of
+      // N = 100). Their state stays in memory instead, where spilled
+      // registers would have put it anyway: the slots escape (an empty
+      // asm takes their addresses), so SROA and mem2reg leave them alone.
+      r.endSlot = eb.CreateAlloca(f.base->getType(), nullptr, "adstack.end");
+      eb.CreateStore(r.end, r.endSlot);
+      r.baseSlot = eb.CreateAlloca(f.base->getType(), nullptr, "adstack.base");
+      eb.CreateStore(f.base, r.baseSlot);
+      auto *pin = llvm::InlineAsm::get(
+          llvm::FunctionType::get(eb.getVoidTy(), {c_.ptrTy, c_.ptrTy, c_.ptrTy, c_.ptrTy}, false),
+          "", "r,r,r,r", /*hasSideEffects=*/true);
+      eb.CreateCall(pin, {r.top, r.excess, r.endSlot, r.baseSlot});
+    }
   }
   return r;
+}
+
+LV *AdStackLowering::endOf(const AdStackRows &r) {
+  return r.endSlot ? c_.b.CreateLoad(r.endSlot->getAllocatedType(), r.endSlot) : r.end;
+}
+
+LV *AdStackLowering::baseOf(const AdStackFrame &f, const AdStackRows &r) {
+  return r.baseSlot ? c_.b.CreateLoad(r.baseSlot->getAllocatedType(), r.baseSlot) : f.base;
 }
 
 llvm::AllocaInst *AdStackLowering::laneCount(unsigned id) {
@@ -84,7 +111,7 @@ void AdStackLowering::alloca(AdStackAllocaStmt &a) {
     lanes_.storeLocal(laneCount(st.id), c_.b.getInt64(0));
   else {
     const AdStackRows &r = rows(st, lanes_.width());
-    c_.b.CreateStore(frame(st.id).base, r.top);
+    c_.b.CreateStore(baseOf(frame(st.id), r), r.top);
     c_.b.CreateStore(c_.b.getInt64(0), r.excess);
   }
 }
@@ -140,7 +167,7 @@ void AdStackLowering::uniformOp(AdStackOpStmt &op, const StackRef &st, unsigned 
     BasicBlock *write = c_.newBlock("push.write");
     BasicBlock *over = c_.newBlock("push.overflow");
     BasicBlock *done = c_.newBlock("push.done");
-    b.CreateCondBr(b.CreateICmpULT(top, r.end), write, over, c_.unlikelySecond());
+    b.CreateCondBr(b.CreateICmpULT(top, endOf(r)), write, over, c_.unlikelySecond());
     b.SetInsertPoint(write);
     store(c_.toMem(value(push->value()), st.elem), top);
     if (st.entryBytes > storageBytes(st.elem)) // the adjoint slot starts at 0
@@ -165,7 +192,7 @@ void AdStackLowering::uniformOp(AdStackOpStmt &op, const StackRef &st, unsigned 
     b.CreateStore(b.CreateSub(excess, b.getInt64(1)), r.excess);
     b.CreateBr(done);
     b.SetInsertPoint(dropRow);
-    c_.raiseIf(b.CreateICmpULE(top, f.base), underflowSite(op));
+    c_.raiseIf(b.CreateICmpULE(top, baseOf(f, r)), underflowSite(op));
     b.CreateStore(b.CreateGEP(b.getInt8Ty(), top, b.CreateNeg(r.rowBytes)), r.top);
     b.CreateBr(done);
     b.SetInsertPoint(done);
@@ -175,7 +202,7 @@ void AdStackLowering::uniformOp(AdStackOpStmt &op, const StackRef &st, unsigned 
   // overflow (reported at the end of the launch) the top stays at the end,
   // so they use the last stored entry; the runtime refuses capacity 0, so
   // that entry exists.
-  c_.raiseIf(b.CreateICmpULE(top, f.base), underflowSite(op));
+  c_.raiseIf(b.CreateICmpULE(top, baseOf(f, r)), underflowSite(op));
   LV *entry = b.CreateGEP(b.getInt8Ty(), top, b.CreateNeg(r.rowBytes));
   LV *adjoint = c_.target.adStackAdjoint(c_, st, entry, width);
   if (op.kind() == StmtKind::AdStackLoadTop) {

@@ -48,6 +48,9 @@ struct StackRef {
 struct AdStackRows {
   LV *rowBytes = nullptr, *end = nullptr;
   llvm::AllocaInst *top = nullptr, *excess = nullptr;
+  /// Set when the stack's state stays in memory (see AdStackLowering::
+  /// rows): `end` and the base are read from these slots at each use.
+  llvm::AllocaInst *endSlot = nullptr, *baseSlot = nullptr;
 };
 
 /// Per-function facts of a stack, computed once in the entry block: its
@@ -114,6 +117,8 @@ struct FunctionState {
   LaneState lanes;
   /// Back edges this thread has run (stop checks); created at the first.
   llvm::AllocaInst *backEdges = nullptr;
+  /// Adstack rows (AdStackRows) made in this function so far.
+  unsigned stackRows = 0;
 };
 
 class EmitContext {

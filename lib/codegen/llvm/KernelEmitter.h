@@ -127,6 +127,10 @@ private:
   /// block on first use.
   const AdStackRows &rows(const StackRef &st, unsigned width);
   llvm::AllocaInst *laneCount(unsigned id);
+  /// The end (one past the last row) and the base of `r`'s stack: SSA
+  /// values, or loads of the slots of a stack whose state is in memory.
+  LV *endOf(const AdStackRows &r);
+  LV *baseOf(const AdStackFrame &f, const AdStackRows &r);
   /// The stack's depth is one value (scalar code, or all lanes together).
   void uniformOp(AdStackOpStmt &op, const StackRef &st, unsigned width);
   /// Each lane keeps its own depth (operations under a partial mask).

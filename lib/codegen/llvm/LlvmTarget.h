@@ -73,6 +73,10 @@ public:
   /// Back edges between two reads of the stop word (a power of two; see
   /// CodegenOptions::stopChecks).
   virtual unsigned stopCheckInterval() const { return abi::kStopCheckInterval; }
+  /// How many adstacks of a function keep their state (top, excess count,
+  /// end, base) in SSA values; the state of the others stays in memory
+  /// (see AdStackLowering::rows).
+  virtual unsigned registerStackStates() const { return ~0u; }
 
   /// Adstack entry address, part 1: the per-function base of stack `id`,
   /// emitted in the entry block (EmitContext::entryBuilder).
