@@ -43,8 +43,10 @@ struct Partial {
   /// of the side it comes from (the operand in forward mode, the result in
   /// reverse mode); only a cast's product has the other side's type.
   std::function<Value *(IRBuilder &, Value *seed)> times;
-  /// df/dx is negative: the product is `-times(seed)` (forward mode
-  /// subtracts it).
+  /// df/dx is -1 (neg, the rhs of sub): the product is `-seed` (forward
+  /// mode subtracts it). A rule with a factor puts the sign on the factor
+  /// instead (`seed * -sin(x)`): a negated product would negate the chain
+  /// of adjoints, which LLVM's InstCombine then rewrites in quadratic time.
   bool negated = false;
 };
 
