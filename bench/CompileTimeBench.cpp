@@ -1,0 +1,195 @@
+//===- CompileTimeBench.cpp - Compile cost against kernel size ------------===//
+//
+// qd-bench-compile: how the cost of parsing, differentiating (reverse-ad)
+// and compiling a gradient on the CPU backend grows with the kernel. Three
+// generated series:
+//
+//   statements  a parallel task of S statements: v_k = sin(v_{k-1}) and
+//               cos alternately, S = 1k ... 100k;
+//   nesting     D loops nested in a task (run-time trip counts), each
+//               with a sin chain step (D up to 254: with the kernel and
+//               the task, the IR's limit kMaxBlockNesting = 256);
+//   carried     a task whose dynamic-trip loop carries N f32 locals,
+//               v_j = sin(v_j) * v_{j+1} (N stacks in the gradient).
+//
+// Each row prints the wall time of every step, and for each step its
+// growth against the previous row of the series (time ratio / size ratio:
+// 1.0 is linear, 2.0 means doubling the kernel quadrupled the time). The
+// baseline of each row is parsing the same text (linear by construction).
+//
+// Usage: qd-bench-compile [--max-statements 100000] [--max-compile 4000]
+//                         [--max-carried 1000] [--max-compile-carried 500]
+//   --max-compile / --max-compile-carried: the largest kernels whose
+//   gradient is also compiled on the CPU backend (LLVM's time dominates
+//   above them).
+//
+//===----------------------------------------------------------------------===//
+#include "BenchMain.h"
+
+#include "qd/ir/Parser.h"
+#include "qd/ir/Verifier.h"
+#include "qd/runtime/CpuBackend.h"
+#include "qd/transforms/AutoDiff.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace {
+
+using qdbench::die;
+using Clock = std::chrono::steady_clock;
+
+double since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+std::string statementsKernel(int n) {
+  std::string s = "field @x : f32[1024] grad\nfield @y : f32[1024] grad\n\n"
+                  "kernel @k() {\n  parallel for %i = 0 to 1024 {\n    %v0 = load @x[%i] : f32\n";
+  for (int k = 1; k <= n; ++k)
+    s += fmt::format("    %v{} = {} %v{} : f32\n", k, k % 2 ? "cos" : "sin", k - 1);
+  return s + fmt::format("    store @y[%i], %v{}\n  }}\n}}\n", n);
+}
+
+std::string nestingKernel(int depth) {
+  // Run-time trip counts: LLVM would fully unroll nested constant ones.
+  std::string s = "field @x : f32[64] grad\nfield @y : f32[64] grad\nfield @m : i32\n\n"
+                  "kernel @k() {\n  parallel for %i = 0 to 64 {\n    %v = load @x[%i] : f32\n"
+                  "    %m = load @m[] : i32\n    %a = alloca f32\n    store %a, %v\n";
+  std::string indent = "    ";
+  for (int d = 0; d < depth; ++d) {
+    s += fmt::format("{0}for %j{1} = 0 to %m {{\n{0}  %l{1} = load %a : f32\n"
+                     "{0}  %s{1} = sin %l{1} : f32\n{0}  store %a, %s{1}\n",
+                     indent, d);
+    indent += "  ";
+  }
+  for (int d = depth; d-- > 0;) {
+    indent.resize(indent.size() - 2);
+    s += indent + "}\n";
+  }
+  return s + "    %r = load %a : f32\n    store @y[%i], %r\n  }\n}\n";
+}
+
+std::string carriedKernel(int n) {
+  std::string s = "field @x : f32[1024] grad\nfield @y : f32[1024] grad\nfield @m : i32\n\n"
+                  "kernel @k() {\n  parallel for %i = 0 to 1024 {\n    %x = load @x[%i] : f32\n"
+                  "    %m = load @m[] : i32\n";
+  for (int j = 0; j < n; ++j)
+    s += fmt::format("    %a{0} = alloca f32\n    store %a{0}, %x\n", j);
+  s += "    for %t = 0 to %m {\n";
+  for (int j = 0; j < n; ++j)
+    s += fmt::format("      %l{0} = load %a{0} : f32\n      %n{0} = load %a{1} : f32\n"
+                     "      %s{0} = sin %l{0} : f32\n      %p{0} = mul %s{0}, %n{0} : f32\n"
+                     "      store %a{0}, %p{0}\n",
+                     j, (j + 1) % n);
+  return s + "    }\n    %r = load %a0 : f32\n    store @y[%i], %r\n  }\n}\n";
+}
+
+struct Row {
+  int size = 0;
+  double parse = 0, reverse = 0;
+  std::optional<double> compile;
+};
+
+Row measure(const std::string &text, int size, bool compile) {
+  Row r;
+  r.size = size;
+  auto t = Clock::now();
+  auto parsed = qd::parseModule(text, {"generated.qd", 1});
+  if (!parsed.ok())
+    die(std::string(parsed.status().message()));
+  if (absl::Status v = qd::verify(**parsed); !v.ok())
+    die(std::string(v.message()));
+  r.parse = since(t);
+  qd::Module &m = **parsed;
+  t = Clock::now();
+  auto grad = qd::buildGradientKernel(m, *m.findKernel("k"));
+  if (!grad.ok())
+    die(std::string(grad.status().message()));
+  r.reverse = since(t);
+  if (compile) {
+    qd::CpuBackendOptions o;
+    o.threads = 1;
+    auto cpu = qd::CpuBackend::create(o);
+    if (!cpu.ok())
+      die(std::string(cpu.status().message()));
+    if (auto layout = (*cpu)->layout(**grad); !layout.ok())
+      die(std::string(layout.status().message()));
+    r.compile = (*cpu)->compileSeconds(**grad);
+  }
+  return r;
+}
+
+std::string growth(double now, double before, int size, int beforeSize) {
+  if (before <= 0 || beforeSize <= 0)
+    return "-";
+  return fmt::format("{:.2f}", (now / before) / (double(size) / beforeSize));
+}
+
+void series(const char *name, const char *unit, const std::vector<int> &sizes, int maxCompile,
+            std::string (*make)(int)) {
+  fmt::print("\n{} series\n{:>10} {:>9} {:>11} {:>11} {:>8} {:>8} {:>8}\n", name, unit, "parse ms",
+             "reverse ms", "compile ms", "g.parse", "g.rev", "g.comp");
+  std::optional<Row> prev;
+  for (int size : sizes) {
+    Row r = measure(make(size), size, size <= maxCompile);
+    std::string comp = r.compile ? fmt::format("{:.0f}", *r.compile * 1e3) : "-";
+    std::string gp = prev ? growth(r.parse, prev->parse, r.size, prev->size) : "-";
+    std::string gr = prev ? growth(r.reverse, prev->reverse, r.size, prev->size) : "-";
+    std::string gc = prev && r.compile && prev->compile
+                         ? growth(*r.compile, *prev->compile, r.size, prev->size)
+                         : "-";
+    fmt::print("{:>10} {:>9.1f} {:>11.1f} {:>11} {:>8} {:>8} {:>8}\n", size, r.parse * 1e3,
+               r.reverse * 1e3, comp, gp, gr, gc);
+    std::fflush(stdout);
+    prev = r;
+  }
+}
+
+int run(int argc, char **argv) {
+  int maxStatements = 100000, maxCompile = 4000, maxCarried = 1000, maxCompileCarried = 500;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto next = [&] {
+      if (i + 1 >= argc)
+        die("missing value after " + a);
+      return std::atoi(argv[++i]);
+    };
+    if (a == "--max-statements")
+      maxStatements = next();
+    else if (a == "--max-compile")
+      maxCompile = next();
+    else if (a == "--max-carried")
+      maxCarried = next();
+    else if (a == "--max-compile-carried")
+      maxCompileCarried = next();
+    else
+      die("usage: qd-bench-compile [--max-statements N] [--max-compile N] [--max-carried N] "
+          "[--max-compile-carried N]");
+  }
+  fmt::print("qd-bench-compile: wall seconds of one run per row; growth g = (time ratio) / "
+             "(size ratio) against the row above (1.00: linear)\n");
+  // The kernel and its task take two levels of the 256 the IR allows.
+  std::vector<int> statements, nesting = {16, 32, 64, 127, 254}, carried;
+  for (int s = 1000; s <= maxStatements; s *= 2)
+    statements.push_back(s);
+  if (statements.empty() || statements.back() != maxStatements)
+    statements.push_back(maxStatements);
+  for (int n = 50; n <= maxCarried; n *= 2)
+    carried.push_back(n);
+  series("statements", "stmts", statements, maxCompile, statementsKernel);
+  series("nesting", "depth", nesting, 256, nestingKernel);
+  series("carried", "N", carried, maxCompileCarried, carriedKernel);
+  return 0;
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  return qdbench::benchMain("qd-bench-compile", argc, argv, run);
+}
