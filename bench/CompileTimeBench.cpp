@@ -18,10 +18,11 @@
 // baseline of each row is parsing the same text (linear by construction).
 //
 // Usage: qd-bench-compile [--max-statements 100000] [--max-compile 4000]
-//                         [--max-carried 1000] [--max-compile-carried 500]
-//   --max-compile / --max-compile-carried: the largest kernels whose
-//   gradient is also compiled on the CPU backend (LLVM's time dominates
-//   above them).
+//                         [--max-carried 1000] [--max-compile-carried 400]
+//                         [--max-compile-depth 32]
+//   --max-compile*: the largest kernels whose gradient is also compiled on
+//   the CPU backend (LLVM's time dominates above them: see
+//   docs/performance.md, "Compile time").
 //
 //===----------------------------------------------------------------------===//
 #include "BenchMain.h"
@@ -152,7 +153,8 @@ void series(const char *name, const char *unit, const std::vector<int> &sizes, i
 }
 
 int run(int argc, char **argv) {
-  int maxStatements = 100000, maxCompile = 4000, maxCarried = 1000, maxCompileCarried = 500;
+  int maxStatements = 100000, maxCompile = 4000, maxCarried = 1000, maxCompileCarried = 400;
+  int maxCompileDepth = 32;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&] {
@@ -168,9 +170,11 @@ int run(int argc, char **argv) {
       maxCarried = next();
     else if (a == "--max-compile-carried")
       maxCompileCarried = next();
+    else if (a == "--max-compile-depth")
+      maxCompileDepth = next();
     else
       die("usage: qd-bench-compile [--max-statements N] [--max-compile N] [--max-carried N] "
-          "[--max-compile-carried N]");
+          "[--max-compile-carried N] [--max-compile-depth N]");
   }
   fmt::print("qd-bench-compile: wall seconds of one run per row; growth g = (time ratio) / "
              "(size ratio) against the row above (1.00: linear)\n");
@@ -183,7 +187,7 @@ int run(int argc, char **argv) {
   for (int n = 50; n <= maxCarried; n *= 2)
     carried.push_back(n);
   series("statements", "stmts", statements, maxCompile, statementsKernel);
-  series("nesting", "depth", nesting, 256, nestingKernel);
+  series("nesting", "depth", nesting, maxCompileDepth, nestingKernel);
   series("carried", "N", carried, maxCompileCarried, carriedKernel);
   return 0;
 }

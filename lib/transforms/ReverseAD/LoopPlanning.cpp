@@ -102,6 +102,9 @@ private:
     needs_.compute(inside, &scope, neededInside, read, roots, &plan.outsideNeeds);
     std::unordered_set<const Value *> written;
     std::vector<AllocaStmt *> order;
+    // Whether a local is declared outside the loop, once per local (each
+    // answer walks up the nesting: per access it made deep nests cubic).
+    std::unordered_map<const AllocaStmt *, bool> outside;
     walk(s.block(0), [&](Stmt &inner) {
       Value *local = nullptr;
       if (auto *ld = dyn_cast<LocalLoadStmt>(&inner)) {
@@ -112,9 +115,11 @@ private:
       }
       if (local) {
         auto *a = cast<AllocaStmt>(local);
-        if (!a->parent()->isNestedIn(&s.block(0)) &&
-            std::find(order.begin(), order.end(), a) == order.end())
+        auto [it, fresh] = outside.try_emplace(a, false);
+        if (fresh && !a->parent()->isNestedIn(&s.block(0))) {
+          it->second = true;
           order.push_back(a);
+        }
       }
     });
     // A written local is pushed only if a needed load can see the value it
@@ -168,7 +173,9 @@ private:
           plan_.loops.at(parent).counted)
         return;
       std::unordered_set<const Value *> writes;
+      std::unordered_set<const Stmt *> insideS;
       walk(s.block(0), [&](Stmt &inner) {
+        insideS.insert(&inner);
         if (auto *st = dyn_cast<LocalStoreStmt>(&inner))
           writes.insert(st->local());
       });
@@ -178,7 +185,7 @@ private:
           after = true;
           return;
         }
-        if (!after || t.parent()->isNestedIn(&s.block(0)))
+        if (!after || insideS.count(&t))
           return;
         if (auto *ld = dyn_cast<LocalLoadStmt>(&t); ld && writes.count(ld->local()))
           readAfter = true;

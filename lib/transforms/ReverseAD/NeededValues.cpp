@@ -82,14 +82,35 @@ void NeededValues::compute(const std::vector<Stmt *> &stmts,
   if (scope)
     for (size_t i = 0; i < stmts.size(); ++i)
       position[stmts[i]] = i;
+  // The outermost `for` or `while` of the scope around `x` (null: none):
+  // that of its parent, else the parent if it is such a loop, for a parent
+  // in the scope. Memoised; the recursion is as deep as the nesting.
+  std::unordered_map<const Stmt *, const Stmt *> outermost;
+  auto outermostOf = [&](auto &self, const Stmt *x) -> const Stmt * {
+    if (auto it = outermost.find(x); it != outermost.end())
+      return it->second;
+    const Stmt *p = x->parentStmt();
+    const Stmt *o = nullptr;
+    if (p && scope->count(p)) {
+      o = self(self, p);
+      if (!o && (p->kind() == StmtKind::For || p->kind() == StmtKind::While))
+        o = p;
+    }
+    outermost.emplace(x, o);
+    return o;
+  };
+  auto outermostLoop = [&](const Stmt *x) { return outermostOf(outermostOf, x); };
   auto reaches = [&](const LocalStoreStmt *st, const LocalLoadStmt *ld) {
     if (!scope || position.at(st) < position.at(ld))
       return true;
-    for (const Stmt *p = ld->parentStmt(); p && scope->count(p); p = p->parentStmt())
-      if ((p->kind() == StmtKind::For || p->kind() == StmtKind::While) &&
-          st->parent()->isNestedIn(&p->block(0)))
-        return true;
-    return false;
+    // A loop in the scope around both. The loops in the scope around a
+    // statement are nested in each other, so some encloses both exactly
+    // when the outermost one around the load also encloses the store, that
+    // is, when both have the same outermost one (O(1) a pair, memoised;
+    // walking up from the store once per loop around the load was cubic
+    // in deep nests).
+    const Stmt *outer = outermostLoop(ld);
+    return outer && outermostLoop(st) == outer;
   };
   while (!work_.empty()) {
     const Value *v = work_.back();
