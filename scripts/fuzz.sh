@@ -44,6 +44,8 @@ for t in "${TARGETS[@]}"; do
   # Inputs that once failed (fuzz/regressions/<target>/) run first, every time.
   regressions=()
   [ -d "fuzz/regressions/$t" ] && regressions=("fuzz/regressions/$t")
+  # The corpus long campaigns keep (scripts/fuzz-campaign.sh), read only.
+  [ -d "fuzz/corpus/$t" ] && regressions+=("fuzz/corpus/$t")
   corpus=$BUILD_DIR/corpus/$t
   log=$BUILD_DIR/logs/$t.log
   mkdir -p "$corpus"
