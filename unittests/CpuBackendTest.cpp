@@ -1923,5 +1923,47 @@ QD_PROPERTY(CpuBackendTest, RandomKernelsAndGradientsMatchTheInterpreter, 25) {
   }
 }
 
+// The program generator's nesting-depth and size dimensions (issue 20):
+// cases at RapidCheck size 120 with blocks nested 5 deep in a task and up
+// to 4 statements a block (200 statements and more; bounds of at most 2,
+// so loop nests stay short to run), their gradients, on the interpreter and
+// the CPU backend's scalar and 8-lane code. Deeper programs are where
+// compile time goes wrong: at 6 to 8 levels a case spends 40 to 60 s in
+// LLVM (docs/performance.md, "Compile time"), too long for every CI run.
+QD_PROPERTY(CpuBackendTest, LargeDeeplyNestedRandomKernelsMatchTheInterpreter, 4) {
+  testgen::GenConfig config = testgen::GenConfig::cpu(false);
+  config.maxDepth = 5;
+  config.maxBlock = 4;
+  config.maxTasks = 2;
+  config.maxBoundValue = 2;
+  testgen::GenProgram p = *rc::gen::resize(120, testgen::genProgram(config));
+  testgen::Printed printed = testgen::print(p);
+  auto parsed = parseModule(printed.text, {"gen.qd", 1});
+  if (!parsed.ok())
+    testgen::fail(p, "does not parse: " + message(parsed.status()));
+  std::unique_ptr<Module> m = *std::move(parsed);
+  if (absl::Status v = verify(*m); !v.ok())
+    testgen::fail(p, "does not verify: " + message(v));
+  auto g = buildGradientKernel(*m, *m->findKernel("k"));
+  if (!g.ok())
+    testgen::fail(p, "no gradient: " + message(g.status()));
+  int statements = 0, depth = 0;
+  walk(*m->findKernel("k"), [&](Stmt &s) {
+    ++statements;
+    int d = 0;
+    for (const Stmt *q = &s; q; q = q->parentStmt())
+      ++d;
+    depth = std::max(depth, d);
+  });
+  RC_TAG(statements >= 200 ? "200+ statements" : statements >= 100 ? "100+ statements" : "smaller");
+  RC_CLASSIFY(depth >= 7, "statements 5 blocks deep in the task");
+  std::string d = testgen::runAgainstInterpreter(p, *m, true, cpuSerial(), 0);
+  if (!d.empty())
+    testgen::fail(p, "1 worker: " + d);
+  d = testgen::runAgainstInterpreter(p, *m, true, cpuEightLanes(), 1e-9);
+  if (!d.empty())
+    testgen::fail(p, "8 lanes: " + d);
+}
+
 } // namespace
 } // namespace qd
