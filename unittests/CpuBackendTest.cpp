@@ -1862,6 +1862,18 @@ kernel @k() {
   EXPECT_LE(worst, 4);
 }
 
+/// A generated program's module, parsed and verified (or the case fails).
+std::unique_ptr<Module> parseGenerated(const testgen::GenProgram &p,
+                                       const testgen::Printed &printed) {
+  auto parsed = parseModule(printed.text, {"gen.qd", 1});
+  if (!parsed.ok())
+    testgen::fail(p, "does not parse: " + message(parsed.status()));
+  std::unique_ptr<Module> m = *std::move(parsed);
+  if (absl::Status v = verify(*m); !v.ok())
+    testgen::fail(p, "does not verify: " + message(v));
+  return m;
+}
+
 // Random kernels (GenConfig::cpu: float and integer locals with wrapping,
 // bitwise and shift operations, every differentiable operation, f32 round
 // trips, nested loops with bounds of every kind, while loops, breaks and
@@ -1880,12 +1892,7 @@ QD_PROPERTY(CpuBackendTest, RandomKernelsAndGradientsMatchTheInterpreter, 25) {
     config.threads = 20;
   testgen::GenProgram p = *testgen::genProgram(config);
   testgen::Printed printed = testgen::print(p);
-  auto parsed = parseModule(printed.text, {"gen.qd", 1});
-  if (!parsed.ok())
-    testgen::fail(p, "does not parse: " + message(parsed.status()));
-  std::unique_ptr<Module> m = *std::move(parsed);
-  if (absl::Status v = verify(*m); !v.ok())
-    testgen::fail(p, "does not verify: " + message(v));
+  std::unique_ptr<Module> m = parseGenerated(p, printed);
   bool withGrad = !printed.hasStacks;
   std::string gradText;
   if (withGrad) {
@@ -1938,12 +1945,7 @@ QD_PROPERTY(CpuBackendTest, LargeDeeplyNestedRandomKernelsMatchTheInterpreter, 4
   config.maxBoundValue = 2;
   testgen::GenProgram p = *rc::gen::resize(120, testgen::genProgram(config));
   testgen::Printed printed = testgen::print(p);
-  auto parsed = parseModule(printed.text, {"gen.qd", 1});
-  if (!parsed.ok())
-    testgen::fail(p, "does not parse: " + message(parsed.status()));
-  std::unique_ptr<Module> m = *std::move(parsed);
-  if (absl::Status v = verify(*m); !v.ok())
-    testgen::fail(p, "does not verify: " + message(v));
+  std::unique_ptr<Module> m = parseGenerated(p, printed);
   auto g = buildGradientKernel(*m, *m->findKernel("k"));
   if (!g.ok())
     testgen::fail(p, "no gradient: " + message(g.status()));
