@@ -84,7 +84,7 @@ struct CodegenOptions {
   /// the CPU, every abi::kDeviceStopCheckInterval-th on a GPU) and leave
   /// with the loop's stop error when the host asks: what LaunchOptions::
   /// timeout and ::cancel need. Off, the code has no checks (on an H100
-  /// they cost 17% to 85% of the benchmark gradients' time).
+  /// they cost up to 75% of a benchmark gradient's time, docs/performance.md).
   bool stopChecks = false;
 };
 
