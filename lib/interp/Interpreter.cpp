@@ -54,6 +54,11 @@ public:
     stacks_.resize(slotOf_.size());
   }
 
+  /// From the launch's watchdog thread: stop before the next iteration.
+  void requestStop(StopReason why) {
+    stop_.store(static_cast<int32_t>(why), std::memory_order_relaxed);
+  }
+
   absl::Status run() {
     for (Stmt &s : const_cast<Block &>(kernel_.body())) {
       task_ = s.isTask() ? &s : nullptr;
@@ -321,12 +326,8 @@ private:
   const Stmt *task_ = nullptr;
   absl::Status error_;
   int64_t iterations_ = 0;
-
-public:
   /// Set by the launch's watchdog (a StopReason).
   std::atomic<int32_t> stop_{0};
-
-private:
   std::map<std::pair<const Buffer *, int64_t>, const Stmt *> firstReads_;
 };
 
@@ -342,9 +343,7 @@ absl::Status Interpreter::launch(Program &program, const Kernel &kernel,
   if (absl::Status s = syncLaunchBuffersToHost(program, kernel, args); !s.ok())
     return s;
   Execution execution(program, kernel, args, options, maxDepths_, capacities_);
-  LaunchWatchdog watchdog(options, [&](StopReason why) {
-    execution.stop_.store(static_cast<int32_t>(why), std::memory_order_relaxed);
-  });
+  LaunchWatchdog watchdog(options, [&](StopReason why) { execution.requestStop(why); });
   return execution.run();
 }
 

@@ -185,8 +185,7 @@ absl::Status CudaBackend::launch(Program &program, const Kernel &kernel,
         "the static `check-global-accesses` pass",
         kernel.name()));
   // A launch that may be stopped runs code that checks (CodegenOptions::stopChecks).
-  auto compiled =
-      impl_->compile(kernel, options.boundsChecked, options.timeout.count() > 0 || options.cancel);
+  auto compiled = impl_->compile(kernel, options.boundsChecked, options.stoppable());
   if (!compiled.ok())
     return compiled.status();
   const Impl::Compiled &c = **compiled;

@@ -76,7 +76,7 @@ private:
 } // namespace
 
 LaunchWatchdog::LaunchWatchdog(const LaunchOptions &options, std::function<void(StopReason)> stop) {
-  if (options.timeout.count() <= 0 && !options.cancel)
+  if (!options.stoppable())
     return;
   entry_.deadline = Clock::time_point::max();
   if (options.timeout.count() > 0) {

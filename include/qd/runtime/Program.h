@@ -84,6 +84,10 @@ struct LaunchOptions {
   /// ResourceExhausted error naming the loop: deterministic, unlike
   /// `timeout`. Compiled backends refuse a launch that sets it.
   int64_t maxLoopIterations = 0;
+
+  /// Whether the host may stop the launch while it runs (a timeout or a
+  /// cancel flag): compiled backends then run code with stop checks.
+  bool stoppable() const { return timeout.count() > 0 || cancel; }
 };
 
 /// Checks arity, scalar types, ndarray element types, ranks and companions
