@@ -946,7 +946,7 @@ kernel @k() {
   h.checkLaunch();
 }
 
-TEST(AdStackSizingTest, OverflowingTripProductFallsBackToTheDefault) {
+TEST(AdStackSizingTest, OverflowingTripProductIsMeasured) {
   Harness h(R"(
 kernel @k(%go: i32) {
   serial {
@@ -967,22 +967,34 @@ kernel @k(%go: i32) {
 }
 )");
   ASSERT_TRUE(h.ok());
+  // Without counting kernels: the default, with a warning.
+  SizingOptions noCount;
+  noCount.countKernels = false;
+  KernelSizing tier3 = sizeAdStacks(h.kernel(), noCount);
+  ASSERT_EQ(tier3.stacks().size(), 1u);
+  EXPECT_EQ(tier3.stacks()[0].tier, SizingTier::Default);
+  EXPECT_EQ(tier3.stacks()[0].method, SizingMethod::Default);
+  EXPECT_EQ(tier3.stacks()[0].capacity, 256);
+  EXPECT_FALSE(tier3.stacks()[0].exact);
+  ASSERT_EQ(tier3.warnings().size(), 1u);
+  EXPECT_NE(tier3.warnings()[0].find("t.qd:4:5: warning: adstack %s in kernel @k"),
+            std::string::npos)
+      << tier3.warnings()[0];
+  EXPECT_NE(tier3.warnings()[0].find("overflows int64"), std::string::npos);
+  // With them (the default): counted at launch, exactly; the counting kernel
+  // does not enter the loops when %go is 0.
   const AdStackSize &s = h.stack("%s");
-  EXPECT_EQ(s.tier, SizingTier::Default);
-  EXPECT_EQ(s.method, SizingMethod::Default);
-  EXPECT_EQ(s.capacity, 256);
-  EXPECT_FALSE(s.exact);
+  EXPECT_EQ(s.tier, SizingTier::Measured);
+  EXPECT_EQ(s.method, SizingMethod::Counted);
+  EXPECT_TRUE(s.exact);
   EXPECT_NE(s.reason.find("overflow"), std::string::npos) << s.reason;
   ASSERT_EQ(h.sizing().warnings().size(), 1u);
-  EXPECT_NE(h.sizing().warnings()[0].find("t.qd:4:5: warning: adstack %s in kernel @k"),
+  EXPECT_NE(h.sizing().warnings()[0].find("t.qd:4:5: note: adstack %s in kernel @k"),
             std::string::npos)
       << h.sizing().warnings()[0];
-  EXPECT_NE(h.sizing().warnings()[0].find("overflows int64"), std::string::npos);
   ASSERT_TRUE(h.run({LaunchArg::i32(0)}, withDefault(3)).ok());
-  EXPECT_EQ(h.program->lastAdStackCapacities().at(s.stack), 3);
+  EXPECT_EQ(h.program->lastAdStackCapacities().at(s.stack), 1);
   EXPECT_EQ(h.interp.adStackMaxDepths().at(s.stack), 0);
-  ASSERT_TRUE(h.run({LaunchArg::i32(0)}).ok());
-  EXPECT_EQ(h.program->lastAdStackCapacities().at(s.stack), 256);
   h.checkLaunch();
 }
 
@@ -1029,30 +1041,72 @@ kernel @balanced(%n: i32) {
 }
 )";
 
-TEST(AdStackSizingTest, WhileLoopWithPositiveNetIsTier3) {
+TEST(AdStackSizingTest, WhileLoopWithPositiveNetIsMeasuredExactly) {
   Harness h(kWhileKernels);
   ASSERT_TRUE(h.ok());
   const AdStackSize &s = h.stack("%s");
-  EXPECT_EQ(s.tier, SizingTier::Default);
-  EXPECT_EQ(s.method, SizingMethod::Default);
-  EXPECT_EQ(s.capacity, 256);
+  EXPECT_EQ(s.tier, SizingTier::Measured);
+  EXPECT_EQ(s.method, SizingMethod::Counted);
+  EXPECT_EQ(s.countSlot, 0);
   EXPECT_NE(s.reason.find("the while loop at t.qd:8:5 may push more than it pops"),
             std::string::npos)
       << s.reason;
   ASSERT_EQ(h.sizing().warnings().size(), 1u);
-  EXPECT_EQ(h.sizing().warnings()[0].rfind("t.qd:4:5: warning: adstack %s in kernel @k is "
+  EXPECT_EQ(h.sizing().warnings()[0].rfind("t.qd:4:5: note: adstack %s in kernel @k is "
                                            "outside the sizing grammar",
                                            0),
             0u)
       << h.sizing().warnings()[0];
+  ASSERT_NE(h.sizing().countKernel(), nullptr);
+  EXPECT_EQ(h.sizing().numCounted(), 1);
   EXPECT_EQ(bellmanFordDepth(h.kernel(), *s.stack), std::nullopt);
-  ASSERT_TRUE(h.run({LaunchArg::i32(16)}, withDefault(16)).ok());
-  EXPECT_EQ(h.program->lastAdStackCapacities().at(s.stack), 16);
-  EXPECT_EQ(h.interp.adStackMaxDepths().at(s.stack), 16);
-  h.checkLaunch();
-  absl::Status over = h.run({LaunchArg::i32(17)}, withDefault(16));
+  // The capacity is the depth the launch reaches, whatever the default.
+  for (int n : {16, 17, 300, 0}) {
+    ASSERT_TRUE(h.run({LaunchArg::i32(n)}, withDefault(16)).ok()) << n;
+    EXPECT_EQ(h.program->lastAdStackCapacities().at(s.stack), std::max(n, 1));
+    EXPECT_EQ(h.interp.adStackMaxDepths().at(s.stack), n);
+    h.checkLaunch();
+  }
+  // An explicit capacity still wins, and may overflow.
+  LaunchOptions fixed;
+  fixed.adStackCapacities[s.stack] = 16;
+  absl::Status over = h.run({LaunchArg::i32(17)}, fixed);
   EXPECT_FALSE(over.ok());
   EXPECT_NE(message(over).find("adstack overflow"), std::string::npos) << message(over);
+}
+
+TEST(AdStackSizingTest, AStackWhosePushesDependOnItsOwnValuesIsNotCounted) {
+  Harness h(R"(
+kernel @k(%n: i32) {
+  serial {
+    %s = adstack.alloca i32, capacity 0
+    %zero = const 0 : i32
+    %one = const 1 : i32
+    adstack.push %s, %zero
+    while {
+      %t = adstack.load_top %s : i32
+      %done = cmp ge %t, %n : i32
+      if %done {
+        break
+      }
+      %t1 = add %t, %one : i32
+      adstack.push %s, %t1
+    }
+  }
+}
+)");
+  ASSERT_TRUE(h.ok());
+  const AdStackSize &s = h.stack("%s");
+  EXPECT_EQ(s.tier, SizingTier::Default);
+  EXPECT_NE(s.reason.find("it cannot be counted before the launch either: the value "
+                          "'%t = adstack.load_top %s : i32' at t.qd:9:7 read from adstack %s"),
+            std::string::npos)
+      << s.reason;
+  EXPECT_EQ(h.sizing().countKernel(), nullptr);
+  ASSERT_EQ(h.sizing().warnings().size(), 1u);
+  EXPECT_NE(h.sizing().warnings()[0].find("warning: adstack %s"), std::string::npos);
+  ASSERT_TRUE(h.run({LaunchArg::i32(9)}, withDefault(12)).ok());
+  EXPECT_EQ(h.interp.adStackMaxDepths().at(s.stack), 10);
 }
 
 TEST(AdStackSizingTest, BalancedWhileLoopIsTier1) {
@@ -1093,6 +1147,11 @@ kernel @k() {
   EXPECT_EQ(s.tier, SizingTier::Default);
   EXPECT_EQ(s.method, SizingMethod::Default);
   EXPECT_NE(s.reason.find("the kernel writes @n"), std::string::npos) << s.reason;
+  EXPECT_NE(s.reason.find("it cannot be counted before the launch either: its pushes depend on "
+                          "'%n = load @n[] : i32' at t.qd:6:5, a read of memory the kernel "
+                          "also writes"),
+            std::string::npos)
+      << s.reason;
   ASSERT_EQ(h.sizing().warnings().size(), 1u);
   h.setI("n", {5});
   ASSERT_TRUE(h.run({}, withDefault(8)).ok());
@@ -1101,7 +1160,7 @@ kernel @k() {
   h.checkLaunch();
 }
 
-TEST(AdStackSizingTest, BoundFromALocalVariableIsTier3) {
+TEST(AdStackSizingTest, BoundFromALocalVariableIsMeasured) {
   Harness h(R"(
 kernel @k(%n: i32) {
   serial {
@@ -1117,11 +1176,11 @@ kernel @k(%n: i32) {
 )");
   ASSERT_TRUE(h.ok());
   const AdStackSize &s = h.stack("%s");
-  EXPECT_EQ(s.tier, SizingTier::Default);
+  EXPECT_EQ(s.tier, SizingTier::Measured);
   EXPECT_NE(s.reason.find("loaded from a local variable"), std::string::npos) << s.reason;
   EXPECT_NE(s.reason.find("t.qd:7:5"), std::string::npos) << s.reason;
   ASSERT_TRUE(h.run({LaunchArg::i32(4)}, withDefault(6)).ok());
-  EXPECT_EQ(h.program->lastAdStackCapacities().at(s.stack), 6);
+  EXPECT_EQ(h.program->lastAdStackCapacities().at(s.stack), 4);
   EXPECT_EQ(h.interp.adStackMaxDepths().at(s.stack), 4);
   h.checkLaunch();
 }

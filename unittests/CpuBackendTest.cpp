@@ -1431,7 +1431,7 @@ kernel @sum_and_read() {
   EXPECT_NE(shared.whyScalar.find("t.qd:"), std::string::npos) << shared.whyScalar;
   const auto &sum = onlyTask(cpuEightLanes(), *p.module->findKernel("sum_and_read"));
   EXPECT_EQ(sum.lanes, 1u);
-  EXPECT_NE(sum.whyScalar.find("both atomically added to and loaded"), std::string::npos);
+  EXPECT_NE(sum.whyScalar.find("both atomically updated and loaded"), std::string::npos);
   EXPECT_EQ(onlyTask(cpuSerial(), *p.module->findKernel("own")).lanes, 1u);
 }
 

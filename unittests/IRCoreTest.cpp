@@ -558,6 +558,9 @@ TEST(IRCoreTest, HasSideEffectsClassification) {
   pure(b.load(GlobalRef::ofField(fx), {i}));
   effect(b.store(GlobalRef::ofField(fx), {i}, x));
   effect(b.atomicAdd(GlobalRef::ofField(fx, Component::Grad), {i}, x));
+  Field *fm = m.addField(
+      std::make_unique<Field>("m", ScalarType::I32, std::vector<int64_t>{}, false, false));
+  effect(b.atomicMax(GlobalRef::ofField(fm), {}, i));
   pure(b.shape(arr, 0));
   AdStackAllocaStmt *st = b.adstackAlloca(ScalarType::F32, 4);
   pure(st);

@@ -132,7 +132,7 @@ TEST(StmtKindsTest, EveryMnemonicIsAParserKeywordOfItsKind) {
 /// One statement of every kind, in the text form.
 constexpr std::string_view kEveryKind = R"(field @x : f32[4] grad
 
-kernel @k(%a: ndarray<f32, 1>, %n: i32) {
+kernel @k(%a: ndarray<f32, 1>, %n: i32, %b: ndarray<i32, 1>) {
   %c = const 1.5 : f32
   %m = shape %a, 0 : i32
   parallel for %i = 0 to %n {
@@ -147,6 +147,7 @@ kernel @k(%a: ndarray<f32, 1>, %n: i32) {
     %lv = load %v : f32
     store @x.grad[%i], %lv
     atomic_add %a[%i], %lv : f32
+    atomic_max %b[%i], %i : i32
     %st = adstack.alloca f32, capacity 4
     adstack.push %st, %lv
     %top = adstack.load_top %st : f32

@@ -140,7 +140,7 @@ kernel @k(%a: ndarray<f32, 1> grad, %b: ndarray<f32, 1>, %c: ndarray<i32, 1>,
   EXPECT_FALSE(own.isPrivateAtomic(&add));
   EXPECT_TRUE(own.mayBeWritten(y));
   EXPECT_FALSE(own.mayBeWritten(w));
-  EXPECT_NE(own.lanesRefused().find("both atomically added to and loaded"), std::string::npos)
+  EXPECT_NE(own.lanesRefused().find("both atomically updated and loaded"), std::string::npos)
       << own.lanesRefused();
 }
 

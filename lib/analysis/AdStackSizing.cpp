@@ -10,6 +10,7 @@
 #include "qd/analysis/AdStackSizing.h"
 
 #include "SizingStructural.h"
+#include "qd/analysis/AdStackCounting.h"
 #include "qd/ir/Printer.h"
 
 #include <fmt/format.h>
@@ -71,6 +72,7 @@ KernelSizing sizeAdStacks(const Kernel &kernel, const SizingOptions &options) {
   std::optional<ControlFlowGraph> cfg;
   PathScratch pathScratch;
   static const std::vector<AdStackOpStmt *> none;
+  std::vector<size_t> outside; // indices in out.stacks_ of the stacks tiers 1-2 cannot size
 
   for (AdStackAllocaStmt *a : facts.allocas) {
     AdStackSize r;
@@ -161,18 +163,50 @@ KernelSizing sizeAdStacks(const Kernel &kernel, const SizingOptions &options) {
     } else {
       reason = overflow;
     }
-    // Tier 3.
+    // Measured at launch, or tier 3: decided below for all of them at once.
     r.tier = SizingTier::Default;
     r.method = SizingMethod::Default;
     r.capacity = options.defaultCapacity;
     r.reason = reason;
-    out.warnings_.push_back(
-        fmt::format("{}: warning: adstack {} in kernel @{} is outside the sizing grammar ({}); it "
-                    "gets the default capacity {}, and a launch that pushes more fails with an "
-                    "overflow error. Give it an explicit capacity or bound its loops with "
-                    "arguments, fields or ndarray data the kernel does not write",
-                    a->loc().str(), r.name, kernel.name(), reason, options.defaultCapacity));
+    outside.push_back(out.stacks_.size());
     out.stacks_.push_back(std::move(r));
+  }
+  if (outside.empty())
+    return out;
+  std::vector<const AdStackAllocaStmt *> candidates;
+  for (size_t i : outside)
+    candidates.push_back(out.stacks_[i].stack);
+  AdStackCounting counting;
+  if (options.countKernels)
+    counting = buildAdStackCounting(kernel, candidates);
+  for (size_t slot = 0; slot < counting.counted.size(); ++slot)
+    for (size_t i : outside)
+      if (AdStackSize &r = out.stacks_[i]; r.stack == counting.counted[slot]) {
+        r.tier = SizingTier::Measured;
+        r.method = SizingMethod::Counted;
+        r.countSlot = static_cast<int>(slot);
+        r.exact = true;
+      }
+  out.countKernel_ = counting.kernel;
+  out.numCounted_ = static_cast<int>(counting.counted.size());
+  for (size_t i : outside) {
+    AdStackSize &r = out.stacks_[i];
+    if (r.tier == SizingTier::Measured) {
+      out.warnings_.push_back(fmt::format(
+          "{}: note: adstack {} in kernel @{} is outside the sizing grammar ({}); its need is "
+          "measured before each launch by the counting kernel @{}, which runs the loops that "
+          "decide its depth once more",
+          r.stack->loc().str(), r.name, kernel.name(), r.reason, counting.kernel->name()));
+      continue;
+    }
+    if (auto it = counting.refused.find(r.stack); it != counting.refused.end())
+      r.reason += "; it cannot be counted before the launch either: " + it->second;
+    out.warnings_.push_back(fmt::format(
+        "{}: warning: adstack {} in kernel @{} is outside the sizing grammar ({}); it "
+        "gets the default capacity {}, and a launch that pushes more fails with an "
+        "overflow error. Give it an explicit capacity or bound its loops with "
+        "arguments, fields or ndarray data the kernel does not write",
+        r.stack->loc().str(), r.name, kernel.name(), r.reason, options.defaultCapacity));
   }
   return out;
 }

@@ -66,7 +66,7 @@ ElementOwnership ElementOwnership::compute(const ForStmt &task) {
     ClassUse &u = out.classes_[i];
     u.accesses.push_back(g);
     u.stored |= s.kind() == StmtKind::GlobalStore;
-    u.atomicallyAdded |= s.kind() == StmtKind::AtomicAdd;
+    u.atomicallyAdded |= isa<AtomicRmwStmt>(s);
     u.loaded |= s.kind() == StmtKind::GlobalLoad;
     out.classOf_.emplace(g, i);
   });
@@ -86,7 +86,7 @@ ElementOwnership ElementOwnership::compute(const ForStmt &task) {
       continue;
     const GlobalAccessStmt *first = u.accesses.front();
     for (const GlobalAccessStmt *g : u.accesses)
-      if (g->kind() == culprit) {
+      if (g->kind() == culprit || (culprit == StmtKind::AtomicAdd && isa<AtomicRmwStmt>(g))) {
         first = g;
         break;
       }
@@ -94,7 +94,7 @@ ElementOwnership ElementOwnership::compute(const ForStmt &task) {
                             ? fmt::format("'{}' at {} is stored to at an element that is not the "
                                           "iteration's own",
                                           printStmt(*first), first->loc().str())
-                            : fmt::format("'{}' at {} is both atomically added to and loaded",
+                            : fmt::format("'{}' at {} is both atomically updated and loaded",
                                           printStmt(*first), first->loc().str());
   }
   return out;

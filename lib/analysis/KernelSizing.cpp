@@ -15,6 +15,8 @@ std::string_view toString(SizingTier tier) {
     return "tier 1 constant";
   case SizingTier::LaunchTime:
     return "tier 2 launch-time";
+  case SizingTier::Measured:
+    return "tier 2 measured";
   case SizingTier::Default:
     return "tier 3 default";
   }
@@ -35,6 +37,8 @@ std::string_view toString(SizingMethod method) {
     return "evaluated";
   case SizingMethod::SizeExpr:
     return "size-expr";
+  case SizingMethod::Counted:
+    return "count-kernel";
   case SizingMethod::Default:
     return "default";
   }
@@ -49,11 +53,14 @@ const AdStackSize *KernelSizing::find(const AdStackAllocaStmt *stack) const {
 }
 
 std::string KernelSizing::describe(const AdStackSize &s) const {
-  std::string bound = s.expr ? printSizeExpr(*s.expr, names_) : std::to_string(s.capacity);
+  std::string bound = s.expr                           ? printSizeExpr(*s.expr, names_)
+                      : s.tier == SizingTier::Measured ? fmt::format("need[{}]", s.countSlot)
+                                                       : std::to_string(s.capacity);
   std::string out =
       fmt::format("adstack {} ({}) at {}: {} [{}] = {}", s.name, toString(s.stack->elementType()),
                   s.stack->loc().str(), toString(s.tier), toString(s.method), bound);
-  if (s.tier == SizingTier::Constant || s.tier == SizingTier::LaunchTime)
+  if (s.tier == SizingTier::Constant || s.tier == SizingTier::LaunchTime ||
+      s.tier == SizingTier::Measured)
     out += s.exact ? " (exact)" : " (upper bound)";
   if (!s.reason.empty())
     out += ": " + s.reason;

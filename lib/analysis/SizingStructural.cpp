@@ -22,7 +22,7 @@ KernelFacts::KernelFacts(const Kernel &kernel) {
     else if (auto *f = dyn_cast<ForStmt>(&s)) {
       varOf[f] = static_cast<unsigned>(loops.size());
       loops.push_back(f);
-    } else if (s.kind() == StmtKind::GlobalStore || s.kind() == StmtKind::AtomicAdd) {
+    } else if (isa<GlobalStoreStmt>(s) || isa<AtomicRmwStmt>(s)) {
       auto &g = cast<GlobalAccessStmt>(s);
       if (g.component() == Component::Primal) {
         if (g.isField())

@@ -173,7 +173,9 @@ private:
   }
   Flow visitGlobalLoadStmt(GlobalLoadStmt &s) { return execGlobalAccess(s); }
   Flow visitGlobalStoreStmt(GlobalStoreStmt &s) { return execGlobalAccess(s); }
-  Flow visitAtomicAddStmt(AtomicAddStmt &s) { return execGlobalAccess(s); }
+  Flow visitAtomicAddStmt(AtomicAddStmt &s) { return visitAtomicRmwStmt(s); }
+  Flow visitAtomicMaxStmt(AtomicMaxStmt &s) { return visitAtomicRmwStmt(s); }
+  Flow visitAtomicRmwStmt(AtomicRmwStmt &s) { return execGlobalAccess(s); }
   Flow visitShapeStmt(ShapeStmt &s) {
     int64_t extent = ndarrays_.at(s.ndarray())->primal->shape()[s.axis()];
     if (s.type().isScalar(ScalarType::I32) && extent > std::numeric_limits<int32_t>::max())
@@ -309,6 +311,8 @@ private:
       reg(&g) = buf->get(flat);
     else if (auto *st = dyn_cast<GlobalStoreStmt>(&g))
       buf->set(flat, reg(st->value()));
+    else if (auto *mx = dyn_cast<AtomicMaxStmt>(&g))
+      buf->set(flat, std::get<Scalar>(evalBinary(BinaryOp::Max, buf->get(flat), reg(mx->value()))));
     else
       buf->set(flat, evalAdd(buf->get(flat), reg(cast<AtomicAddStmt>(g).value())));
     return Flow::Normal;

@@ -74,6 +74,10 @@ public:
     auto idx = indices(s);
     return std::make_unique<AtomicAddStmt>(ref(s), idx, m(s.value()), s.valueType());
   }
+  std::unique_ptr<Stmt> visitAtomicMaxStmt(AtomicMaxStmt &s) {
+    auto idx = indices(s);
+    return std::make_unique<AtomicMaxStmt>(ref(s), idx, m(s.value()), s.valueType());
+  }
   std::unique_ptr<Stmt> visitShapeStmt(ShapeStmt &s) {
     return std::make_unique<ShapeStmt>(m(s.ndarray()), s.axis(), s.type());
   }
@@ -182,7 +186,9 @@ public:
   bool visitLocalStoreStmt(LocalStoreStmt &) { return true; }
   bool visitGlobalLoadStmt(GlobalLoadStmt &s) { return sameAccess(s, o(s)); }
   bool visitGlobalStoreStmt(GlobalStoreStmt &s) { return sameAccess(s, o(s)); }
-  bool visitAtomicAddStmt(AtomicAddStmt &s) {
+  bool visitAtomicAddStmt(AtomicAddStmt &s) { return visitAtomicRmwStmt(s); }
+  bool visitAtomicMaxStmt(AtomicMaxStmt &s) { return visitAtomicRmwStmt(s); }
+  bool visitAtomicRmwStmt(AtomicRmwStmt &s) {
     return sameAccess(s, o(s)) && s.valueType() == o(s).valueType();
   }
   bool visitShapeStmt(ShapeStmt &s) { return s.axis() == o(s).axis(); }

@@ -80,6 +80,10 @@ AtomicAddStmt *IRBuilder::atomicAdd(const GlobalRef &ref, std::span<Value *const
                                     Value *value) {
   return insert(std::make_unique<AtomicAddStmt>(ref, indices, value, elementOf(ref)));
 }
+AtomicMaxStmt *IRBuilder::atomicMax(const GlobalRef &ref, std::span<Value *const> indices,
+                                    Value *value) {
+  return insert(std::make_unique<AtomicMaxStmt>(ref, indices, value, elementOf(ref)));
+}
 ShapeStmt *IRBuilder::shape(Value *ndarray, unsigned axis, ScalarType type) {
   return insert(std::make_unique<ShapeStmt>(ndarray, axis, Type::scalar(type)));
 }

@@ -170,7 +170,8 @@ std::unique_ptr<Stmt> Parser::parseOperation(StmtKind kind, std::string_view kw)
   case StmtKind::GlobalStore:
     return parseStore();
   case StmtKind::AtomicAdd:
-    return parseAtomicAdd();
+  case StmtKind::AtomicMax:
+    return parseAtomicRmw(kind);
   case StmtKind::Shape:
     return parseShape();
   case StmtKind::For:
@@ -439,7 +440,7 @@ std::unique_ptr<Stmt> Parser::parseStore() {
   return std::make_unique<GlobalStoreStmt>(ref, indices, value);
 }
 
-std::unique_ptr<Stmt> Parser::parseAtomicAdd() {
+std::unique_ptr<Stmt> Parser::parseAtomicRmw(StmtKind kind) {
   GlobalRef ref;
   std::vector<Value *> indices;
   bool isLocal;
@@ -448,13 +449,15 @@ std::unique_ptr<Stmt> Parser::parseAtomicAdd() {
   if (!parseGlobalTarget(ref, indices, isLocal, local))
     return nullptr;
   if (isLocal) {
-    fail(target, "atomic_add needs a field or ndarray element, e.g. '@x[%i]'");
+    fail(target, fmt::format("{} needs a field or ndarray element, e.g. '@x[%i]'", mnemonic(kind)));
     return nullptr;
   }
   ScalarType t;
   if (!expect(Tok::Comma, "',' before the added value") ||
       !parseValue(value, "the added value '%name'") || !parseTypeSuffix(t))
     return nullptr;
+  if (kind == StmtKind::AtomicMax)
+    return std::make_unique<AtomicMaxStmt>(ref, indices, value, t);
   return std::make_unique<AtomicAddStmt>(ref, indices, value, t);
 }
 

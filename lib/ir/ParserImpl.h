@@ -102,7 +102,7 @@ private:
   std::unique_ptr<Stmt> parseAdStackAlloca();
   std::unique_ptr<Stmt> parseConst();
 
-  /// After `load`, `store` or `atomic_add`: a global access target
+  /// After `load`, `store`, `atomic_add` or `atomic_max`: a global access target
   /// `@field[.grad|.dual][indices]` or `%ndarray[.grad|.dual][indices]`.
   /// For `load`, a plain `%local` (no brackets) is a local load instead.
   bool parseGlobalTarget(GlobalRef &ref, std::vector<Value *> &indices, bool &isLocal,
@@ -114,7 +114,7 @@ private:
 
   std::unique_ptr<Stmt> parseStore();
 
-  std::unique_ptr<Stmt> parseAtomicAdd();
+  std::unique_ptr<Stmt> parseAtomicRmw(StmtKind kind);
 
   bool parseBound(Bound &b);
 

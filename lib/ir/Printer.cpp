@@ -106,7 +106,9 @@ public:
     access(s);
     os_ << ", " << n(s.value());
   }
-  void visitAtomicAddStmt(AtomicAddStmt &s) {
+  void visitAtomicAddStmt(AtomicAddStmt &s) { visitAtomicRmwStmt(s); }
+  void visitAtomicMaxStmt(AtomicMaxStmt &s) { visitAtomicRmwStmt(s); }
+  void visitAtomicRmwStmt(AtomicRmwStmt &s) {
     head(s);
     access(s);
     os_ << ", " << n(s.value()) << " : " << toString(s.valueType());

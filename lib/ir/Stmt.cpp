@@ -376,6 +376,12 @@ IfStmt::IfStmt(Value *cond) : Stmt(StmtKind::If, Type(), 1) {
   initOperands({cond});
 }
 
+bool AtomicRmwStmt::classof(const Value *v) {
+  if (!Stmt::classof(v))
+    return false;
+  return kindDerivesFrom<AtomicRmwStmt>(static_cast<const Stmt *>(v)->kind());
+}
+
 bool AdStackOpStmt::classof(const Value *v) {
   if (!Stmt::classof(v))
     return false;

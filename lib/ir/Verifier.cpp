@@ -216,7 +216,9 @@ public:
   void visitAllocaStmt(AllocaStmt &) {}
   void visitGlobalLoadStmt(GlobalLoadStmt &s) { checkGlobalAccess(s); }
   void visitGlobalStoreStmt(GlobalStoreStmt &s) { checkGlobalAccess(s); }
-  void visitAtomicAddStmt(AtomicAddStmt &s) { checkGlobalAccess(s); }
+  void visitAtomicAddStmt(AtomicAddStmt &s) { visitAtomicRmwStmt(s); }
+  void visitAtomicMaxStmt(AtomicMaxStmt &s) { visitAtomicRmwStmt(s); }
+  void visitAtomicRmwStmt(AtomicRmwStmt &s) { checkGlobalAccess(s); }
 
   void checkGlobalAccess(GlobalAccessStmt &s) {
     std::string target;
@@ -256,13 +258,18 @@ public:
                           elem.str(), load->type().str()));
     } else if (auto *store = dyn_cast<GlobalStoreStmt>(&s)) {
       expectType(s, store->value(), elem, "the element type of '" + target + "'");
-    } else if (auto *add = dyn_cast<AtomicAddStmt>(&s)) {
-      if (Type::scalar(add->valueType()) != elem)
-        error(fmt::format("'atomic_add' on '{}' must have type {} (its element type), not {}",
-                          target, elem.str(), toString(add->valueType())));
+    } else if (auto *rmw = dyn_cast<AtomicRmwStmt>(&s)) {
+      std::string_view op = mnemonic(s.kind());
+      if (Type::scalar(rmw->valueType()) != elem)
+        error(fmt::format("'{}' on '{}' must have type {} (its element type), not {}", op, target,
+                          elem.str(), toString(rmw->valueType())));
       else if (elem.element() == ScalarType::I1)
-        error(fmt::format("'atomic_add' is not defined on i1 ('{}')", target));
-      expectType(s, add->value(), elem, "the element type of '" + target + "'");
+        error(fmt::format("'{}' is not defined on i1 ('{}')", op, target));
+      else if (s.kind() == StmtKind::AtomicMax && isFloat(elem.element()))
+        error(fmt::format("'atomic_max' is defined on i32 and i64 elements, not on {} ('{}'); "
+                          "keep the maximum in an integer field",
+                          elem.str(), target));
+      expectType(s, rmw->value(), elem, "the element type of '" + target + "'");
     }
   }
 

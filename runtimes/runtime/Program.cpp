@@ -161,24 +161,75 @@ absl::Status Program::launch(std::string_view name, std::span<const LaunchArg> a
     return absl::NotFoundError(fmt::format("no kernel named '@{}' in the module", name));
   if (absl::Status s = validateLaunchArgs(*k, args); !s.ok())
     return s;
+  return launchSized(*k, args, backend, options, /*record=*/true);
+}
+
+absl::Status Program::launchSized(const Kernel &k, std::span<const LaunchArg> args,
+                                  Backend &backend, const LaunchOptions &options, bool record) {
   if (!options.sizeAdStacks)
-    return backend.launch(*this, *k, args, options);
-  absl::StatusOr<const KernelSizing *> sizing = backend.adStackSizing(*k);
+    return backend.launch(*this, k, args, options);
+  absl::StatusOr<const KernelSizing *> sizing = backend.adStackSizing(k);
   if (!sizing.ok())
     return sizing.status();
-  auto capacities = adStackCapacities(*k, **sizing, args, options.defaultAdStackCapacity);
+  auto capacities = adStackCapacities(k, **sizing, args, options.defaultAdStackCapacity);
   if (!capacities.ok())
     return capacities.status();
+  // Stacks measured at launch: run the counting kernel first, unless every
+  // one of them has an explicit capacity. (A counting kernel's own stacks
+  // are never measured: `record` is false for it.)
+  const KernelSizing &sz = **sizing;
+  bool measure = false;
+  for (const AdStackSize &s : sz.stacks())
+    measure |= s.tier == SizingTier::Measured && !options.adStackCapacities.count(s.stack);
+  if (measure && record && sz.countKernel()) {
+    absl::StatusOr<std::vector<int64_t>> need = countAdStacks(k, sz, args, backend, options);
+    if (!need.ok())
+      return need.status();
+    for (const AdStackSize &s : sz.stacks())
+      if (s.tier == SizingTier::Measured)
+        (*capacities)[s.stack] = std::max<int64_t>((*need)[s.countSlot], 1);
+  }
   LaunchOptions sized = options;
   for (auto &[stack, cap] : *capacities)
     sized.adStackCapacities.try_emplace(stack, cap); // explicit entries win
-  {
+  if (record) {
     std::lock_guard<std::mutex> lock(mutex_);
     lastCapacities_.clear();
     for (auto &[stack, cap] : sized.adStackCapacities)
       lastCapacities_[stack] = cap;
   }
-  return backend.launch(*this, *k, args, sized);
+  return backend.launch(*this, k, args, sized);
+}
+
+absl::StatusOr<std::vector<int64_t>> Program::countAdStacks(const Kernel &kernel,
+                                                            const KernelSizing &sizing,
+                                                            std::span<const LaunchArg> args,
+                                                            Backend &backend,
+                                                            const LaunchOptions &options) {
+  absl::StatusOr<Buffer> need = Buffer::create(ScalarType::I64, {sizing.numCounted()});
+  if (!need.ok())
+    return need.status();
+  NdarrayArg needArg;
+  needArg.primal = &*need;
+  std::vector<LaunchArg> countArgs(args.begin(), args.end());
+  countArgs.push_back(LaunchArg::ndarray(&needArg));
+  LaunchOptions countOptions = options;
+  countOptions.adStackCapacities.clear();
+  const Kernel &counter = *sizing.countKernel();
+  if (absl::Status s = launchSized(counter, countArgs, backend, countOptions, /*record=*/false);
+      !s.ok())
+    return absl::Status(s.code(),
+                        fmt::format("kernel @{}: measuring its adstacks before the launch (the "
+                                    "counting kernel @{}) failed: {}",
+                                    kernel.name(), counter.name(), std::string(s.message())));
+  std::vector<int64_t> out(sizing.numCounted());
+  for (int i = 0; i < sizing.numCounted(); ++i) {
+    absl::StatusOr<int64_t> v = need->readInteger(i);
+    if (!v.ok())
+      return v.status();
+    out[i] = *v;
+  }
+  return out;
 }
 
 namespace {
@@ -285,6 +336,7 @@ Program::adStackCapacities(const Kernel &kernel, const KernelSizing &sizing,
       out[s.stack] = s.capacity;
       break;
     case SizingTier::Default:
+    case SizingTier::Measured: // launch() replaces it with the counted need
       out[s.stack] = defaultCapacity > 0 ? defaultCapacity : s.capacity;
       break;
     case SizingTier::LaunchTime: {

@@ -59,7 +59,8 @@ constexpr const char *kUsage =
     "  --list-passes          list the registered passes, their options and aliases,\n"
     "                         and exit\n"
     "  --report-ad-stacks     after the passes, print how every adstack is sized\n"
-    "                         (tier, method, bound) instead of the module\n"
+    "                         (tier, method, bound) instead of the module, and the\n"
+    "                         counting kernel of stacks measured at launch\n"
     "  --adstack-default-capacity=<n>\n"
     "                         capacity of stacks outside the sizing grammar (256)\n"
     "  --dump-cfg             after the passes, print each kernel's control-flow\n"
@@ -213,6 +214,9 @@ bool processChunk(const qd::SourceChunk &chunk, const std::string &filename, std
         std::cerr << w << '\n';
       for (const qd::AdStackSize &stack : result.stacks())
         out << "@" << kernel->name() << ": " << result.describe(stack) << '\n';
+      if (const qd::Kernel *counter = result.countKernel())
+        out << "// the counting kernel of @" << kernel->name() << ":\n"
+            << qd::printKernel(*counter) << "\n";
     }
   }
   if (!opts.dumpCfg && !opts.reportAdStacks)

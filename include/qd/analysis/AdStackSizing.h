@@ -45,6 +45,9 @@ struct SizingOptions {
   /// Run the individual tier-1 analyses (tests switch them off to compare).
   bool structural = true;
   bool bellmanFord = true;
+  /// Measure the stacks tiers 1 and 2 cannot size with a counting kernel
+  /// (AdStackCounting.h) instead of giving them the default capacity.
+  bool countKernels = true;
   /// Step budget for evaluating a closed SizeExpr at compile time.
   int64_t compileTimeEvalSteps = int64_t(1) << 24;
 };

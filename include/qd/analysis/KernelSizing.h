@@ -12,6 +12,7 @@
 #include "qd/analysis/SizeExpr.h"
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -22,7 +23,7 @@ class AdStackAllocaStmt;
 class Kernel;
 struct SizingOptions;
 
-enum class SizingTier : uint8_t { Declared, Constant, LaunchTime, Default };
+enum class SizingTier : uint8_t { Declared, Constant, LaunchTime, Measured, Default };
 enum class SizingMethod : uint8_t {
   Declared,    // capacity written in the IR
   Unused,      // no push: capacity 1
@@ -30,6 +31,7 @@ enum class SizingMethod : uint8_t {
   BellmanFord, // tier 1, longest path on the CFG
   Evaluated,   // tier 1, a SizeExpr with no launch-time leaf, evaluated now
   SizeExpr,    // tier 2
+  Counted,     // tier 2, measured at launch by the counting kernel
   Default,     // tier 3
 };
 std::string_view toString(SizingTier tier);
@@ -41,14 +43,19 @@ struct AdStackSize {
   std::string name;
   SizingTier tier = SizingTier::Default;
   SizingMethod method = SizingMethod::Default;
-  /// The capacity for Declared, Constant and Default stacks.
+  /// The capacity for Declared, Constant and Default stacks (and for
+  /// Measured ones when the counting kernel does not run).
   int64_t capacity = 0;
   /// The bound for LaunchTime stacks (the capacity is max(value, 1)).
   SizeExprRef expr;
   /// True when the bound equals the largest depth some execution reaches
   /// (no approximation was made); false for a sound upper bound.
   bool exact = false;
-  /// Tier 3: why the stack is outside the grammar.
+  /// Measured stacks: the stack's element of the counting kernel's `need`
+  /// argument.
+  int countSlot = -1;
+  /// Measured and tier-3 stacks: why the stack is outside the grammar (and,
+  /// for tier 3, why it cannot be counted either).
   std::string reason;
 };
 
@@ -58,6 +65,13 @@ public:
   const AdStackSize *find(const AdStackAllocaStmt *stack) const;
   /// `file:line:col: warning: ...` for every tier-3 stack.
   const std::vector<std::string> &warnings() const { return warnings_; }
+  /// The counting kernel of the measured stacks (AdStackCounting.h), or
+  /// null when there are none: run it before each launch, with the
+  /// kernel's arguments and a zeroed `need` ndarray of `numCounted()`
+  /// i64 elements after them, and give each measured stack
+  /// max(need[countSlot], 1).
+  const Kernel *countKernel() const { return countKernel_.get(); }
+  int numCounted() const { return numCounted_; }
   /// Names for printing the SizeExprs of this kernel (`%n`, `%i`).
   const SizeExprNames &names() const { return names_; }
   /// `= 5`, `= max(%n, 0)`, with the tier and method; one line per stack.
@@ -68,6 +82,8 @@ private:
   friend KernelSizing sizeAdStacks(const Kernel &, const SizingOptions &);
   std::vector<AdStackSize> stacks_;
   std::vector<std::string> warnings_;
+  std::shared_ptr<Kernel> countKernel_;
+  int numCounted_ = 0;
   SizeExprNames names_;
   std::vector<std::string> varNames_;
 };

@@ -91,6 +91,7 @@ public:
   AtomicAddStmt *atomicAdd(const GlobalRef &ref, std::initializer_list<Value *> indices,
                            Value *value);
   AtomicAddStmt *atomicAdd(const GlobalRef &ref, std::span<Value *const> indices, Value *value);
+  AtomicMaxStmt *atomicMax(const GlobalRef &ref, std::span<Value *const> indices, Value *value);
   ShapeStmt *shape(Value *ndarray, unsigned axis, ScalarType type = ScalarType::I32);
 
   // --- adstacks ------------------------------------------------------------

@@ -502,19 +502,41 @@ public:
   static bool classof(const Value *v) { return ConstStmt::isKindOf(v, StmtKind::GlobalStore); }
 };
 
-/// `atomic_add @y[], %v : f32`: adds `%v` atomically to the element.
-class AtomicAddStmt : public GlobalAccessStmt {
+/// An atomic read-modify-write of one element: `atomic_add` or `atomic_max`.
+class AtomicRmwStmt : public GlobalAccessStmt {
 public:
-  AtomicAddStmt(const GlobalRef &ref, std::span<Value *const> indices, Value *value,
-                ScalarType valueType)
-      : GlobalAccessStmt(StmtKind::AtomicAdd, Type(), ref, indices, value), valueType_(valueType) {}
   Value *value() const { return operand(numOperands() - 1); }
   /// The type written after the colon in the text form.
   ScalarType valueType() const { return valueType_; }
-  static bool classof(const Value *v) { return ConstStmt::isKindOf(v, StmtKind::AtomicAdd); }
+  static bool classof(const Value *v);
+
+protected:
+  AtomicRmwStmt(StmtKind kind, const GlobalRef &ref, std::span<Value *const> indices, Value *value,
+                ScalarType valueType)
+      : GlobalAccessStmt(kind, Type(), ref, indices, value), valueType_(valueType) {}
 
 private:
   ScalarType valueType_;
+};
+
+/// `atomic_add @y[], %v : f32`: adds `%v` atomically to the element.
+class AtomicAddStmt : public AtomicRmwStmt {
+public:
+  AtomicAddStmt(const GlobalRef &ref, std::span<Value *const> indices, Value *value,
+                ScalarType valueType)
+      : AtomicRmwStmt(StmtKind::AtomicAdd, ref, indices, value, valueType) {}
+  static bool classof(const Value *v) { return ConstStmt::isKindOf(v, StmtKind::AtomicAdd); }
+};
+
+/// `atomic_max @m[%i], %v : i64`: raises the element to `%v` atomically when
+/// `%v` is larger (signed for integers; for floats a NaN operand is ignored,
+/// as by `max`).
+class AtomicMaxStmt : public AtomicRmwStmt {
+public:
+  AtomicMaxStmt(const GlobalRef &ref, std::span<Value *const> indices, Value *value,
+                ScalarType valueType)
+      : AtomicRmwStmt(StmtKind::AtomicMax, ref, indices, value, valueType) {}
+  static bool classof(const Value *v) { return ConstStmt::isKindOf(v, StmtKind::AtomicMax); }
 };
 
 /// `%n = shape %a, 0 : i32`: the extent of an ndarray argument along an axis.

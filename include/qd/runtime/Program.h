@@ -15,6 +15,7 @@
 #include <span>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 namespace qd {
 
@@ -149,6 +150,15 @@ public:
 
 private:
   explicit Program(const Module &m) : module_(m) {}
+  /// launch() after validation: sizes the stacks (running the counting
+  /// kernel of measured stacks first) and runs `k`; `record` keeps the
+  /// capacities in lastAdStackCapacities() (not for a counting kernel).
+  absl::Status launchSized(const Kernel &k, std::span<const LaunchArg> args, Backend &backend,
+                           const LaunchOptions &options, bool record);
+  /// Runs the counting kernel of `sizing` and returns its `need` values.
+  absl::StatusOr<std::vector<int64_t>>
+  countAdStacks(const Kernel &kernel, const KernelSizing &sizing, std::span<const LaunchArg> args,
+                Backend &backend, const LaunchOptions &options);
   const Module &module_;
   /// Guards lastCapacities_: launches from several threads may size
   /// stacks at once (field storage is never reallocated after create()).

@@ -10,9 +10,12 @@
 namespace qd::codegen {
 namespace {
 
-/// `atomic_add` of `elem` values (in memory form): float add, i1 xor,
-/// wrapping integer add.
-llvm::AtomicRMWInst::BinOp atomicAddOp(ScalarType elem) {
+/// The operation of an atomic read-modify-write of `elem` values (in memory
+/// form): for `atomic_add` float add, i1 xor, wrapping integer add; for
+/// `atomic_max` (integers only) signed max.
+llvm::AtomicRMWInst::BinOp atomicOp(const AtomicRmwStmt &s, ScalarType elem) {
+  if (s.kind() == StmtKind::AtomicMax)
+    return llvm::AtomicRMWInst::Max;
   return isFloat(elem)            ? llvm::AtomicRMWInst::FAdd
          : elem == ScalarType::I1 ? llvm::AtomicRMWInst::Xor
                                   : llvm::AtomicRMWInst::Add;
@@ -128,12 +131,14 @@ void MemoryLowering::globalAccess(GlobalAccessStmt &g) {
   } else if (auto *st = dyn_cast<GlobalStoreStmt>(&g)) {
     b.CreateStore(c_.toMem(c_.get(st->value()), elem), ptr);
   } else {
-    LV *v = c_.toMem(c_.get(cast<AtomicAddStmt>(g).value()), elem);
+    auto &rmw = cast<AtomicRmwStmt>(g);
+    LV *v = c_.toMem(c_.get(rmw.value()), elem);
     const TaskVectorPlan *plan = c_.fn->taskPlan;
-    if (plan && plan->isPrivateAtomic(&g)) // no other iteration touches it
+    auto *add = dyn_cast<AtomicAddStmt>(&g);
+    if (add && plan && plan->isPrivateAtomic(add)) // no other iteration touches it
       b.CreateStore(addOf(b.CreateLoad(mem, ptr), v, elem), ptr);
     else
-      c_.target.atomicUpdate(c_, atomicAddOp(elem), ptr, v, llvm::Align(storageBytes(elem)));
+      c_.target.atomicUpdate(c_, atomicOp(rmw, elem), ptr, v, llvm::Align(storageBytes(elem)));
   }
 }
 
@@ -211,11 +216,11 @@ void MemoryLowering::globalAccessLanes(GlobalAccessStmt &g) {
       b.CreateMaskedScatter(sum, ptrs, align, active);
     return;
   }
-  if (auto *st = dyn_cast<AtomicAddStmt>(&g)) {
+  if (auto *st = dyn_cast<AtomicRmwStmt>(&g)) {
     LV *v = c_.toMem(c_.get(st->value()), elem);
     lanes_.forEachActiveLane([&](unsigned l) {
       LV *p = ptrs ? lanes_.lane(ptrs, l) : contiguous ? b.CreateConstGEP1_64(mem, ptr, l) : ptr;
-      c_.target.atomicUpdate(c_, atomicAddOp(elem), p, lanes_.lane(v, l), align);
+      c_.target.atomicUpdate(c_, atomicOp(*st, elem), p, lanes_.lane(v, l), align);
     });
     return;
   }

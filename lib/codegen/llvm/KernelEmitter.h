@@ -53,7 +53,7 @@ public:
   void localLoad(LocalLoadStmt &s);
   void localStore(LocalStoreStmt &s);
   void shape(ShapeStmt &s);
-  /// load, store and atomic_add of fields and ndarrays.
+  /// load, store, atomic_add and atomic_max of fields and ndarrays.
   void globalAccess(GlobalAccessStmt &g);
 
 private:
@@ -182,7 +182,9 @@ public:
   void visitLocalStoreStmt(LocalStoreStmt &s) { memory_.localStore(s); }
   void visitGlobalLoadStmt(GlobalLoadStmt &s) { memory_.globalAccess(s); }
   void visitGlobalStoreStmt(GlobalStoreStmt &s) { memory_.globalAccess(s); }
-  void visitAtomicAddStmt(AtomicAddStmt &s) { memory_.globalAccess(s); }
+  void visitAtomicAddStmt(AtomicAddStmt &s) { visitAtomicRmwStmt(s); }
+  void visitAtomicMaxStmt(AtomicMaxStmt &s) { visitAtomicRmwStmt(s); }
+  void visitAtomicRmwStmt(AtomicRmwStmt &s) { memory_.globalAccess(s); }
   void visitShapeStmt(ShapeStmt &s) { memory_.shape(s); }
   void visitForStmt(ForStmt &s) { control_.forLoop(s); }
   void visitSerialStmt(SerialStmt &s) { emitBlock(s.block(0)); }

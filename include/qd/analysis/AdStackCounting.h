@@ -1,0 +1,49 @@
+//===- qd/analysis/AdStackCounting.h - Counting kernels ---------*- C++ -*-===//
+//
+// The exact need of adstacks whose depth no launch-time expression bounds
+// (a `while` loop that pushes, a bound computed in the kernel): the counting
+// kernel of a kernel is its slice that keeps only what decides how often
+// each counted stack is pushed and popped (the control flow around the
+// pushes and pops and the values it depends on), replaces each counted stack
+// by a per-thread counter and its running maximum, writes no program state,
+// and raises `need[slot]` to every thread's maximum with `atomic_max`. It is
+// an ordinary kernel: every backend runs it right before the kernel it
+// counts (docs/sizing.md, "Measured at launch").
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include <memory>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace qd {
+
+class AdStackAllocaStmt;
+class Kernel;
+
+struct AdStackCounting {
+  /// The counting kernel, detached from any module (its field references
+  /// are the source kernel's), or null when no stack can be counted. Its
+  /// arguments are the source kernel's followed by `need`, an
+  /// `ndarray<i64, 1>` with one element per counted stack, which the caller
+  /// zeroes before the launch.
+  std::shared_ptr<Kernel> kernel;
+  /// The counted stacks of the source kernel, in `need` order.
+  std::vector<const AdStackAllocaStmt *> counted;
+  /// Stacks that cannot be counted, with the reason (the value of a stack
+  /// that is itself counted decides how often it is pushed, or a bound is
+  /// read from memory the kernel writes).
+  std::unordered_map<const AdStackAllocaStmt *, std::string> refused;
+};
+
+/// Builds the counting kernel of `kernel` for `stacks` (stacks of `kernel`).
+/// The other stacks of `kernel` must have capacities known before the launch
+/// (declared, constant or launch-time): the counting kernel keeps those whose
+/// values it needs, with the same sizing.
+AdStackCounting buildAdStackCounting(const Kernel &kernel,
+                                     std::span<const AdStackAllocaStmt *const> stacks);
+
+} // namespace qd

@@ -1,0 +1,295 @@
+//===- AdStackCounting.cpp - Counting kernels -----------------------------===//
+//
+// The slice is a backward closure over three kinds of dependence, starting
+// from the pushes and pops of a counted stack:
+//   - data: a kept statement keeps the statements defining its operands (a
+//     push of a counted stack keeps its stack, not its value);
+//   - control: a kept statement keeps the statements that contain it (an
+//     `if` keeps its condition, a `for` its bounds), and a kept loop keeps
+//     every `break`/`continue` that leaves or continues it;
+//   - memory: a kept load of a local keeps every store to that local; a kept
+//     read of a stack keeps that stack's pushes and pops.
+// A stack is refused when its slice reads a stack being counted (its values
+// are not kept) or a global the kernel writes (the counting kernel writes
+// nothing, so it would read other values than the kernel does).
+//
+//===----------------------------------------------------------------------===//
+#include "qd/analysis/AdStackCounting.h"
+
+#include "qd/ir/Clone.h"
+#include "qd/ir/IRBuilder.h"
+#include "qd/ir/Module.h"
+#include "qd/ir/Printer.h"
+#include "qd/ir/Visitor.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <set>
+#include <unordered_set>
+
+namespace qd {
+namespace {
+
+/// What the closure needs to know about the whole kernel, computed once.
+struct KernelIndex {
+  std::vector<Stmt *> preorder;
+  std::unordered_map<const Value *, std::vector<Stmt *>> localStores;
+  std::unordered_map<const Value *, std::vector<Stmt *>> stackOps;
+  std::unordered_map<const Stmt *, std::vector<Stmt *>> jumpsTo;
+  /// Written globals: fields by component, and whether any ndarray is
+  /// written (an ndarray may alias any buffer of its element type).
+  std::set<std::pair<const Field *, Component>> writtenFields;
+  std::set<std::pair<ScalarType, Component>> writtenNdarrays;
+  std::unordered_map<const Stmt *, size_t> position;
+
+  explicit KernelIndex(const Kernel &kernel) {
+    walk(const_cast<Kernel &>(kernel).body(), [&](Stmt &s) {
+      position[&s] = preorder.size();
+      preorder.push_back(&s);
+      if (auto *st = dyn_cast<LocalStoreStmt>(&s))
+        localStores[st->local()].push_back(&s);
+      else if (auto *op = dyn_cast<AdStackOpStmt>(&s))
+        stackOps[op->stack()].push_back(&s);
+      else if (isa<BreakStmt>(s) || isa<ContinueStmt>(s))
+        jumpsTo[jumpTarget(s)].push_back(&s);
+      else if (isa<GlobalStoreStmt>(s) || isa<AtomicRmwStmt>(s)) {
+        auto &g = cast<GlobalAccessStmt>(s);
+        if (g.isField())
+          writtenFields.insert({g.field(), g.component()});
+        else
+          writtenNdarrays.insert({g.elementType(), g.component()});
+      }
+    });
+  }
+
+  /// Whether the kernel may write the element `g` reads: a write of the
+  /// same field component, or of an ndarray component of the same element
+  /// type (two ndarray arguments may be one buffer).
+  bool isWritten(const GlobalAccessStmt &g) const {
+    if (g.isField())
+      return writtenFields.count({g.field(), g.component()}) != 0;
+    return writtenNdarrays.count({g.elementType(), g.component()}) != 0;
+  }
+
+  /// Whether the value `store` writes into its local may be what `load`
+  /// reads: the store comes first in the text, or a loop inside the local's
+  /// scope contains both (a later iteration reads it). A loop that contains
+  /// the local's `alloca` starts a fresh local every iteration.
+  bool mayReach(const Stmt &store, const Stmt &load, const Stmt &local) const {
+    if (position.at(&store) < position.at(&load))
+      return true;
+    std::unordered_set<const Stmt *> aroundStore, aroundLocal;
+    for (const Stmt *p = store.parentStmt(); p; p = p->parentStmt())
+      aroundStore.insert(p);
+    for (const Stmt *p = local.parentStmt(); p; p = p->parentStmt())
+      aroundLocal.insert(p);
+    for (const Stmt *p = load.parentStmt(); p && !aroundLocal.count(p); p = p->parentStmt())
+      if ((isa<ForStmt>(p) || isa<WhileStmt>(p)) && aroundStore.count(p))
+        return true;
+    return false;
+  }
+};
+
+/// The slice of one counted stack, or why it cannot be counted.
+class Slicer {
+public:
+  Slicer(const KernelIndex &index, const std::unordered_set<const Value *> &counted,
+         const ValueNamer &names)
+      : index_(index), counted_(counted), names_(names) {}
+
+  /// Adds the slice of `stack` to `kept`; returns a reason on failure
+  /// (`kept` is then unchanged).
+  std::string slice(const AdStackAllocaStmt &stack, std::unordered_set<const Stmt *> &kept) {
+    std::unordered_set<const Stmt *> mine;
+    std::vector<const Stmt *> work;
+    auto keep = [&](const Value *v) {
+      auto *s = dyn_cast<Stmt>(v);
+      if (s && mine.insert(s).second)
+        work.push_back(s);
+    };
+    keep(&stack);
+    if (auto it = index_.stackOps.find(&stack); it != index_.stackOps.end())
+      for (const Stmt *op : it->second)
+        if (op->kind() == StmtKind::AdStackPush || op->kind() == StmtKind::AdStackPop)
+          keep(op);
+    while (!work.empty()) {
+      const Stmt *s = work.back();
+      work.pop_back();
+      // Data.
+      for (unsigned i = 0; i < s->numOperands(); ++i) {
+        const Value *v = s->operand(i);
+        bool countedPush = s->kind() == StmtKind::AdStackPush && i == 1 &&
+                           counted_.count(cast<AdStackOpStmt>(s)->stack());
+        if (v && !countedPush)
+          keep(v);
+      }
+      // Control.
+      if (const Stmt *parent = s->parentStmt())
+        keep(parent);
+      if (auto it = index_.jumpsTo.find(s); it != index_.jumpsTo.end())
+        for (const Stmt *j : it->second)
+          keep(j);
+      // Memory.
+      if (auto *ld = dyn_cast<LocalLoadStmt>(s)) {
+        if (auto it = index_.localStores.find(ld->local()); it != index_.localStores.end())
+          for (const Stmt *st : it->second)
+            if (index_.mayReach(*st, *ld, *cast<Stmt>(ld->local())))
+              keep(st);
+      } else if (auto *op = dyn_cast<AdStackOpStmt>(s);
+                 op && (op->kind() == StmtKind::AdStackLoadTop ||
+                        op->kind() == StmtKind::AdStackLoadTopAdj)) {
+        if (counted_.count(op->stack()))
+          return fmt::format("the value '{}' at {} read from adstack {}, which is itself "
+                             "measured, decides how often it is pushed",
+                             printStmt(*op), op->loc().str(), names_[op->stack()]);
+        bool adjoint = op->kind() == StmtKind::AdStackLoadTopAdj;
+        for (const Stmt *other : index_.stackOps.at(op->stack()))
+          if (other->kind() != StmtKind::AdStackAccAdjoint || adjoint)
+            keep(other);
+      } else if (auto *g = dyn_cast<GlobalLoadStmt>(s); g && index_.isWritten(*g)) {
+        return fmt::format("its pushes depend on '{}' at {}, a read of memory the kernel also "
+                           "writes",
+                           printStmt(*g), g->loc().str());
+      }
+    }
+    kept.insert(mine.begin(), mine.end());
+    return "";
+  }
+
+private:
+  const KernelIndex &index_;
+  const std::unordered_set<const Value *> &counted_;
+  const ValueNamer &names_;
+};
+
+/// The task (top-level `parallel for` or `serial`) containing `s`.
+Stmt *taskOf(Stmt *s) {
+  while (s->parentStmt())
+    s = s->parentStmt();
+  return s;
+}
+
+std::string freshArgumentName(const Kernel &k, std::string base) {
+  std::string name = base;
+  for (int i = 1; k.findArgument(name); ++i)
+    name = fmt::format("{}{}", base, i);
+  return name;
+}
+
+} // namespace
+
+AdStackCounting buildAdStackCounting(const Kernel &kernel,
+                                     std::span<const AdStackAllocaStmt *const> stacks) {
+  AdStackCounting out;
+  if (stacks.empty())
+    return out;
+  KernelIndex index(kernel);
+  ValueNamer names(kernel);
+  // A stack whose slice reads a counted stack is refused, which may make
+  // another slice acceptable; repeat until the counted set is stable.
+  std::unordered_set<const Value *> counted(stacks.begin(), stacks.end());
+  std::unordered_set<const Stmt *> kept;
+  for (bool changed = true; changed;) {
+    changed = false;
+    kept.clear();
+    Slicer slicer(index, counted, names);
+    for (const AdStackAllocaStmt *s : stacks) {
+      if (!counted.count(s))
+        continue;
+      std::string why = slicer.slice(*s, kept);
+      if (!why.empty()) {
+        out.refused[s] = why;
+        counted.erase(s);
+        changed = true;
+      }
+    }
+  }
+  for (const AdStackAllocaStmt *s : stacks)
+    if (counted.count(s))
+      out.counted.push_back(s);
+  if (out.counted.empty())
+    return out;
+
+  // Clone, and map the source statements onto the clone's (same preorder).
+  std::shared_ptr<Kernel> k = cloneKernel(kernel, kernel.name() + "__adstack_count");
+  std::vector<Stmt *> clonePre;
+  walk(k->body(), [&](Stmt &s) { clonePre.push_back(&s); });
+  std::unordered_map<const Stmt *, Stmt *> toClone;
+  for (size_t i = 0; i < index.preorder.size(); ++i)
+    toClone[index.preorder[i]] = clonePre[i];
+  std::unordered_set<const Stmt *> keptClone;
+  for (const Stmt *s : kept)
+    keptClone.insert(toClone.at(s));
+
+  // What the slice does not keep goes (a statement that is not kept
+  // contains nothing that is kept): first its references, so that the
+  // counted stacks' remaining uses are their pushes and pops.
+  std::vector<Stmt *> dropped, droppedRoots;
+  for (Stmt *s : clonePre)
+    if (!keptClone.count(s)) {
+      dropped.push_back(s);
+      if (!s->parentStmt() || keptClone.count(s->parentStmt()))
+        droppedRoots.push_back(s);
+    }
+  for (Stmt *s : dropped)
+    s->dropAllReferences();
+
+  // The output and the counters.
+  Argument *need = k->addArgument(std::make_unique<Argument>(freshArgumentName(*k, "adstack_need"),
+                                                             Type::ndarray(ScalarType::I64, 1)));
+  std::unordered_map<Stmt *, std::vector<std::pair<AllocaStmt *, int>>> peaksOfTask;
+  for (size_t slot = 0; slot < out.counted.size(); ++slot) {
+    auto *stack = cast<AdStackAllocaStmt>(toClone.at(out.counted[slot]));
+    Stmt *task = taskOf(stack);
+    IRBuilder top(task->block(0));
+    top.setInsertionPoint(task->block(0), task->block(0).begin());
+    top.setLocation(stack->loc());
+    AllocaStmt *peak = top.alloca(ScalarType::I64);
+    peaksOfTask[task].push_back({peak, static_cast<int>(slot)});
+    IRBuilder at = IRBuilder::before(*stack);
+    at.setLocation(stack->loc());
+    AllocaStmt *count = at.alloca(ScalarType::I64);
+    std::vector<Stmt *> ops;
+    for (const Use &u : stack->uses())
+      ops.push_back(u.user());
+    for (Stmt *op : ops) {
+      IRBuilder b = IRBuilder::before(*op);
+      b.setLocation(op->loc());
+      if (op->kind() == StmtKind::AdStackPush) {
+        Value *c = b.add(b.load(count), b.i64(1));
+        b.store(count, c);
+        b.store(peak, b.max(b.load(peak), c));
+      } else if (op->kind() == StmtKind::AdStackPop) {
+        b.store(count, b.sub(b.load(count), b.i64(1)));
+      }
+      op->dropAllReferences();
+      op->erase();
+    }
+    stack->erase();
+  }
+  for (Stmt *s : droppedRoots)
+    s->erase();
+  // Each thread raises need[slot] to its maximum where its task iteration
+  // ends: at the end of the body and before a `continue` of the task loop.
+  for (auto &[task, peaks] : peaksOfTask) {
+    std::vector<std::pair<Block *, Block::iterator>> exits{{&task->block(0), task->block(0).end()}};
+    walk(task->block(0), [&](Stmt &s) {
+      if (isa<ContinueStmt>(s) && jumpTarget(s) == task)
+        exits.push_back({s.parent(), Block::iteratorTo(&s)});
+    });
+    for (auto &[block, pos] : exits) {
+      IRBuilder b(*block);
+      b.setInsertionPoint(*block, pos);
+      b.setLocation(task->loc());
+      for (auto &[peak, slot] : peaks) {
+        Value *idx[] = {b.i32(slot)};
+        b.atomicMax(GlobalRef::ofNdarray(need), idx, b.load(peak));
+      }
+    }
+  }
+  out.kernel = std::move(k);
+  return out;
+}
+
+} // namespace qd
