@@ -2,7 +2,7 @@
 //
 // qd-bench-measured: the gradient of a per-element relaxation iteration that
 // runs until it converges (a `while` loop with a data-dependent trip count,
-// 1 to about 200 iterations per element), whose tape no launch-time
+// 1 to about 105 iterations per element), whose tape no launch-time
 // expression bounds. Its adstack is measured before every launch by the
 // counting kernel (docs/sizing.md). The benchmark prints, in one run:
 //   - the gradient launch with measured sizing, against the same launch with
@@ -14,8 +14,8 @@
 //   qd-bench-measured [--backend=cpu|cuda] [--n=N] [--reps=R]
 //
 //===----------------------------------------------------------------------===//
-#include "qd/analysis/AdStackSizing.h"
-#include "qd/interp/Interpreter.h"
+#include "BenchMain.h"
+#include "qd/analysis/KernelSizing.h"
 #include "qd/ir/Parser.h"
 #include "qd/runtime/CpuBackend.h"
 #include "qd/runtime/CudaBackend.h"
@@ -28,7 +28,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -66,10 +65,7 @@ kernel @k() {
 }
 )";
 
-void die(const std::string &m) {
-  fmt::print(stderr, "qd-bench-measured: {}\n", m);
-  std::exit(1);
-}
+using qdbench::die;
 
 template <typename T> T check(absl::StatusOr<T> v) {
   if (!v.ok())
@@ -87,9 +83,7 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-} // namespace
-
-int main(int argc, char **argv) {
+int run(int argc, char **argv) {
   std::string backendName = "cpu";
   int64_t n = 1 << 16;
   int reps = 7;
@@ -134,8 +128,7 @@ int main(int argc, char **argv) {
   };
 
   auto program = check(qd::Program::create(*module));
-  // Targets spread so that the trip counts run from 1 to about 200.
-  std::vector<int64_t> trips(n);
+  // Targets spread so that the trip counts run from 1 to about 105.
   {
     float *t = reinterpret_cast<float *>(program->field("t")->data());
     for (int64_t i = 0; i < n; ++i)
@@ -202,4 +195,10 @@ int main(int argc, char **argv) {
   fmt::print("  heap: measured {} bytes, by hand {} bytes ({:.3f}x)\n", measuredHeap, handHeap,
              static_cast<double>(measuredHeap) / static_cast<double>(handHeap));
   return 0;
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  return qdbench::benchMain("qd-bench-measured", argc, argv, run);
 }
