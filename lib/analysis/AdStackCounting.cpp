@@ -7,8 +7,8 @@
 //   - control: a kept statement keeps the statements that contain it (an
 //     `if` keeps its condition, a `for` its bounds), and a kept loop keeps
 //     every `break`/`continue` that leaves or continues it;
-//   - memory: a kept load of a local keeps every store to that local; a kept
-//     read of a stack keeps that stack's pushes and pops.
+//   - memory: a kept load of a local keeps the stores to that local that can
+//     reach it; a kept read of a stack keeps that stack's pushes and pops.
 // A stack is refused when its slice reads a stack being counted (its values
 // are not kept) or a global the kernel writes (the counting kernel writes
 // nothing, so it would read other values than the kernel does).
@@ -24,7 +24,6 @@
 
 #include <fmt/format.h>
 
-#include <algorithm>
 #include <set>
 #include <unordered_set>
 
@@ -37,8 +36,8 @@ struct KernelIndex {
   std::unordered_map<const Value *, std::vector<Stmt *>> localStores;
   std::unordered_map<const Value *, std::vector<Stmt *>> stackOps;
   std::unordered_map<const Stmt *, std::vector<Stmt *>> jumpsTo;
-  /// Written globals: fields by component, and whether any ndarray is
-  /// written (an ndarray may alias any buffer of its element type).
+  /// Written globals: fields by component, ndarrays by element type and
+  /// component (see isWritten).
   std::set<std::pair<const Field *, Component>> writtenFields;
   std::set<std::pair<ScalarType, Component>> writtenNdarrays;
   std::unordered_map<const Stmt *, size_t> position;

@@ -179,14 +179,16 @@ KernelSizing sizeAdStacks(const Kernel &kernel, const SizingOptions &options) {
   AdStackCounting counting;
   if (options.countKernels)
     counting = buildAdStackCounting(kernel, candidates);
+  std::unordered_map<const AdStackAllocaStmt *, int> slotOf;
   for (size_t slot = 0; slot < counting.counted.size(); ++slot)
-    for (size_t i : outside)
-      if (AdStackSize &r = out.stacks_[i]; r.stack == counting.counted[slot]) {
-        r.tier = SizingTier::Measured;
-        r.method = SizingMethod::Counted;
-        r.countSlot = static_cast<int>(slot);
-        r.exact = true;
-      }
+    slotOf[counting.counted[slot]] = static_cast<int>(slot);
+  for (size_t i : outside)
+    if (AdStackSize &r = out.stacks_[i]; slotOf.count(r.stack)) {
+      r.tier = SizingTier::Measured;
+      r.method = SizingMethod::Counted;
+      r.countSlot = slotOf[r.stack];
+      r.exact = true;
+    }
   out.countKernel_ = counting.kernel;
   out.numCounted_ = static_cast<int>(counting.counted.size());
   for (size_t i : outside) {

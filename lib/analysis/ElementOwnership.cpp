@@ -66,7 +66,7 @@ ElementOwnership ElementOwnership::compute(const ForStmt &task) {
     ClassUse &u = out.classes_[i];
     u.accesses.push_back(g);
     u.stored |= s.kind() == StmtKind::GlobalStore;
-    u.atomicallyAdded |= isa<AtomicRmwStmt>(s);
+    u.atomicallyUpdated |= isa<AtomicRmwStmt>(s);
     u.loaded |= s.kind() == StmtKind::GlobalLoad;
     out.classOf_.emplace(g, i);
   });
@@ -81,12 +81,14 @@ ElementOwnership ElementOwnership::compute(const ForStmt &task) {
     if (!out.lanesRefused_.empty())
       continue;
     // Name the first access of the kind that breaks the rule.
-    StmtKind culprit = u.stored ? StmtKind::GlobalStore : StmtKind::AtomicAdd;
-    if (!u.stored && !(u.atomicallyAdded && u.loaded))
+    if (!u.stored && !(u.atomicallyUpdated && u.loaded))
       continue;
+    auto isCulprit = [&](const GlobalAccessStmt *g) {
+      return u.stored ? isa<GlobalStoreStmt>(g) : isa<AtomicRmwStmt>(g);
+    };
     const GlobalAccessStmt *first = u.accesses.front();
     for (const GlobalAccessStmt *g : u.accesses)
-      if (g->kind() == culprit || (culprit == StmtKind::AtomicAdd && isa<AtomicRmwStmt>(g))) {
+      if (isCulprit(g)) {
         first = g;
         break;
       }
@@ -143,7 +145,7 @@ void printElementOwnership(const Kernel &kernel, std::ostream &os) {
           positions += (positions.empty() ? "" : ", ") + std::to_string(d);
       std::string uses;
       for (auto [flag, word] : {std::pair{u.loaded, "loaded"}, std::pair{u.stored, "stored"},
-                                std::pair{u.atomicallyAdded, "atomically added"}})
+                                std::pair{u.atomicallyUpdated, "atomically updated"}})
         if (flag)
           uses += (uses.empty() ? "" : ", ") + std::string(word);
       os << fmt::format("  class {}: {} ({})\n", describe(u.cls),

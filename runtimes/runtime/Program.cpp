@@ -179,9 +179,10 @@ absl::Status Program::launchSized(const Kernel &k, std::span<const LaunchArg> ar
   // are never measured: `record` is false for it.)
   const KernelSizing &sz = **sizing;
   bool measure = false;
-  for (const AdStackSize &s : sz.stacks())
-    measure |= s.tier == SizingTier::Measured && !options.adStackCapacities.count(s.stack);
-  if (measure && record && sz.countKernel()) {
+  if (record && sz.countKernel())
+    for (const AdStackSize &s : sz.stacks())
+      measure |= s.tier == SizingTier::Measured && !options.adStackCapacities.count(s.stack);
+  if (measure) {
     absl::StatusOr<std::vector<int64_t>> need = countAdStacks(k, sz, args, backend, options);
     if (!need.ok())
       return need.status();

@@ -79,9 +79,9 @@ public:
     AliasClass cls;
     std::vector<const GlobalAccessStmt *> accesses; // program order
     uint64_t ownedPositions = 0;
-    bool stored = false, atomicallyAdded = false, loaded = false;
+    bool stored = false, atomicallyUpdated = false, loaded = false;
     bool owned() const { return ownedPositions != 0; }
-    bool written() const { return stored || atomicallyAdded; }
+    bool written() const { return stored || atomicallyUpdated; }
   };
 
   ElementOwnership() = default;

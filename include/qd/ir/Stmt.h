@@ -529,8 +529,7 @@ public:
 };
 
 /// `atomic_max @m[%i], %v : i64`: raises the element to `%v` atomically when
-/// `%v` is larger (signed for integers; for floats a NaN operand is ignored,
-/// as by `max`).
+/// `%v` is larger (signed; i32 and i64 elements only).
 class AtomicMaxStmt : public AtomicRmwStmt {
 public:
   AtomicMaxStmt(const GlobalRef &ref, std::span<Value *const> indices, Value *value,
