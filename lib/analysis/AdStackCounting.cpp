@@ -16,6 +16,7 @@
 //===----------------------------------------------------------------------===//
 #include "qd/analysis/AdStackCounting.h"
 
+#include "qd/analysis/KernelSizing.h"
 #include "qd/ir/Clone.h"
 #include "qd/ir/IRBuilder.h"
 #include "qd/ir/Module.h"
@@ -269,8 +270,11 @@ AdStackCounting buildAdStackCounting(const Kernel &kernel,
   }
   for (Stmt *s : droppedRoots)
     s->erase();
-  // Each thread raises need[slot] to its maximum where its task iteration
-  // ends: at the end of the body and before a `continue` of the task loop.
+  // Each thread raises need[slot * spread + (i & (spread - 1))] to its
+  // maximum where its task iteration `i` ends (a serial task is iteration
+  // 0): at the end of the body and before a `continue` of the task loop.
+  // Spreading the maximum over `spread` elements keeps a GPU's threads off
+  // one address; the runtime takes the maximum of the range.
   for (auto &[task, peaks] : peaksOfTask) {
     std::vector<std::pair<Block *, Block::iterator>> exits{{&task->block(0), task->block(0).end()}};
     walk(task->block(0), [&](Stmt &s) {
@@ -281,8 +285,12 @@ AdStackCounting buildAdStackCounting(const Kernel &kernel,
       IRBuilder b(*block);
       b.setInsertionPoint(*block, pos);
       b.setLocation(task->loc());
+      constexpr int64_t spread = KernelSizing::kCountSpread;
+      static_assert((spread & (spread - 1)) == 0, "the lane mask needs a power of two");
+      Value *lane = isa<ForStmt>(task) ? b.binary(BinaryOp::And, task, b.i32(spread - 1))
+                                       : static_cast<Value *>(b.i32(0));
       for (auto &[peak, slot] : peaks) {
-        Value *idx[] = {b.i32(slot)};
+        Value *idx[] = {b.add(b.i32(static_cast<int32_t>(slot * spread)), lane)};
         b.atomicMax(GlobalRef::ofNdarray(need), idx, b.load(peak));
       }
     }

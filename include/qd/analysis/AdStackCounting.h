@@ -28,8 +28,8 @@ struct AdStackCounting {
   /// The counting kernel, detached from any module (its field references
   /// are the source kernel's), or null when no stack can be counted. Its
   /// arguments are the source kernel's followed by `need`, an
-  /// `ndarray<i64, 1>` with one element per counted stack, which the caller
-  /// zeroes before the launch.
+  /// `ndarray<i64, 1>` with KernelSizing::kCountSpread elements per counted
+  /// stack, which the caller zeroes before the launch.
   std::shared_ptr<Kernel> kernel;
   /// The counted stacks of the source kernel, in `need` order.
   std::vector<const AdStackAllocaStmt *> counted;

@@ -67,11 +67,16 @@ public:
   const std::vector<std::string> &warnings() const { return warnings_; }
   /// The counting kernel of the measured stacks (AdStackCounting.h), or
   /// null when there are none: run it before each launch, with the
-  /// kernel's arguments and a zeroed `need` ndarray of `numCounted()`
-  /// i64 elements after them, and give each measured stack
-  /// max(need[countSlot], 1).
+  /// kernel's arguments and a zeroed `need` ndarray of
+  /// `numCounted() * kCountSpread` i64 elements after them, and give each
+  /// measured stack max(1, the largest of need[countSlot * kCountSpread,
+  /// (countSlot + 1) * kCountSpread)).
   const Kernel *countKernel() const { return countKernel_.get(); }
   int numCounted() const { return numCounted_; }
+  /// Elements of `need` per measured stack: thread `i` raises element
+  /// `i mod kCountSpread` of its stack's range, so that a GPU's threads do
+  /// not all update one address.
+  static constexpr int64_t kCountSpread = 1024;
   /// Names for printing the SizeExprs of this kernel (`%n`, `%i`).
   const SizeExprNames &names() const { return names_; }
   /// `= 5`, `= max(%n, 0)`, with the tier and method; one line per stack.
