@@ -20,6 +20,7 @@
 #include <fstream>
 #include <iostream>
 #include <iterator>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -190,6 +191,9 @@ bool processChunk(const qd::SourceChunk &chunk, const std::string &filename, std
     std::cerr << "qd-opt: error: " << s.message() << '\n';
     return false;
   }
+  std::set<const qd::Kernel *> before;
+  for (const auto &kernel : (*module)->kernels())
+    before.insert(kernel.get());
   absl::Status result = pm.run(**module);
   std::cerr << afterAll.str();
   if (opts.timePasses)
@@ -205,6 +209,15 @@ bool processChunk(const qd::SourceChunk &chunk, const std::string &filename, std
       out << cfg.toDot();
     }
   }
+  // Kernels the pipeline made (gradients, duals): what sizing says about
+  // their stacks outside the grammar, as --report-ad-stacks does.
+  if (!opts.reportAdStacks)
+    for (const auto &kernel : (*module)->kernels())
+      if (!before.count(kernel.get())) {
+        qd::KernelSizing sizing = qd::sizeAdStacks(*kernel);
+        for (const std::string &w : sizing.warnings())
+          std::cerr << w << '\n';
+      }
   if (opts.reportAdStacks) {
     qd::SizingOptions sizing;
     sizing.defaultCapacity = opts.defaultCapacity;

@@ -18,6 +18,7 @@
 #include "qd/ir/Parser.h"
 #include "qd/ir/Printer.h"
 #include "qd/ir/Verifier.h"
+#include "qd/ir/Visitor.h"
 #include "qd/runtime/CpuBackend.h"
 #include "qd/runtime/CudaBackend.h"
 
@@ -31,6 +32,7 @@
 #include <iterator>
 #include <limits>
 #include <map>
+#include <set>
 #include <sstream>
 
 using json = nlohmann::json;
@@ -475,6 +477,7 @@ int run(int argc, char **argv) {
                          : cuda ? static_cast<qd::Backend &>(*cuda)
                                 : interp;
   std::vector<std::string> adstackReport;
+  std::set<std::string> warnedKernels;
   for (const std::string &kname : kernels) {
     const qd::Kernel &k = *module.findKernel(kname);
     std::vector<qd::LaunchArg> args;
@@ -491,18 +494,36 @@ int run(int argc, char **argv) {
       args.push_back(qd::LaunchArg::scalar(
           toScalar(it->second, p->type().element(), "argument '" + p->name() + "'")));
     }
+    // What sizing says about stacks outside its grammar (measured at
+    // launch, or the default), once per kernel, before its first launch.
+    if (options.sizeAdStacks && warnedKernels.insert(kname).second) {
+      absl::StatusOr<const qd::KernelSizing *> sizing = backend.adStackSizing(k);
+      if (!sizing.ok())
+        die(std::string(sizing.status().message()));
+      for (const std::string &w : (*sizing)->warnings())
+        std::cerr << w << '\n';
+    }
     if (absl::Status s = (*program)->launch(kname, args, backend, options); !s.ok())
       die(std::string(s.message()));
     if (reportAdStacks) {
-      // One line per stack, in source order: the capacity it got, and the
-      // depth it reached (interpreter) or the heap the launch used (cpu).
+      // One line per stack, in source order, named as qd-opt names it: the
+      // capacity it got, and the depth it reached (interpreter) or the heap
+      // the launch used (cpu, cuda).
+      qd::ValueNamer names(k);
       std::vector<std::pair<std::string, std::string>> rows;
       auto row = [&](const qd::AdStackAllocaStmt *stack, int64_t cap, const std::string &more) {
-        rows.emplace_back(stack->loc().str(), "kernel @" + kname + ": adstack at " +
-                                                  stack->loc().str() + ": capacity " +
-                                                  std::to_string(cap) + more);
+        rows.emplace_back(stack->loc().str(),
+                          fmt::format("kernel @{}: adstack {} ({}) at {}: capacity {}{}", kname,
+                                      names[stack], qd::toString(stack->elementType()),
+                                      stack->loc().str(), cap, more));
       };
-      if (cpu || cuda) {
+      if ((cpu || cuda) && !options.sizeAdStacks) {
+        // Unsized: what the launch was given (declared, or the default).
+        qd::walk(const_cast<qd::Kernel &>(k), [&](qd::Stmt &s) {
+          if (auto *a = qd::dyn_cast<qd::AdStackAllocaStmt>(&s))
+            row(a, a->capacity() ? a->capacity() : options.defaultAdStackCapacity, "");
+        });
+      } else if (cpu || cuda) {
         for (auto &[stack, cap] : (*program)->lastAdStackCapacities())
           row(stack, cap, "");
       } else {
