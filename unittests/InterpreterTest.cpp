@@ -548,15 +548,22 @@ TEST(AdStack, PushPopTopAdjointAndDepthTracking) {
   EXPECT_EQ(h.interp.adStackCapacities().at(stack), 3);
 }
 
-TEST(AdStack, OverflowStopsTheLaunchWithLocationsAndCapacity) {
+TEST(AdStack, OverflowFailsTheLaunchWithTheRealNeed) {
   Harness h(kStackModule);
   LaunchOptions options;
   options.sizeAdStacks = false; // the interpreter's own check, without sizing
   options.defaultAdStackCapacity = 2;
   EXPECT_EQ(message(h.run("k", {LaunchArg::i32(3)}, options)),
-            "t.qd:13:7: error: adstack overflow: the adstack declared at t.qd:8:5 has capacity 2 "
-            "and this push needs at least 3; give it a larger capacity (in kernel @k, task at "
-            "t.qd:6:3: adstack.push %s, %a)");
+            "t.qd:8:5: error: adstack overflow: the adstack declared at t.qd:8:5 (kernel @k, task "
+            "at t.qd:6:3) has capacity 2 and this launch needed 3; give it a larger capacity or "
+            "let Program::launch size it");
+  // The pushes that do not fit are counted, not stored: the need is the
+  // depth the launch reached, the same number a compiled backend reports.
+  absl::Status five = h.run("k", {LaunchArg::i32(5)}, options);
+  EXPECT_EQ(five.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(message(five).find("has capacity 2 and this launch needed 5"), std::string::npos)
+      << message(five);
+  EXPECT_EQ(h.interp.adStackMaxDepths().at(findStack(*h.module)), 5);
   // The program stays usable: a later launch within capacity succeeds.
   EXPECT_TRUE(h.run("k", {LaunchArg::i32(2)}, options).ok());
   EXPECT_EQ(h.interp.adStackMaxDepths().at(findStack(*h.module)), 2);

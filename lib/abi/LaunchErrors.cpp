@@ -75,12 +75,6 @@ absl::Status adStackOverflowError(const Kernel &kernel, const AdStackAllocaStmt 
       stack.loc().str(), stack.loc().str(), launchWhere(kernel, task), capacity, needed));
 }
 
-std::string adStackPushOverflowText(const AdStackAllocaStmt &stack, int64_t capacity) {
-  return fmt::format("adstack overflow: the adstack declared at {} has capacity {} and this push "
-                     "needs at least {}; give it a larger capacity",
-                     stack.loc().str(), capacity, capacity + 1);
-}
-
 absl::Status launchStoppedError(const Kernel &kernel, const Stmt &loop, const Stmt *task,
                                 StopReason reason, int64_t limit) {
   // The loop by its keyword: printing it would print its whole body.

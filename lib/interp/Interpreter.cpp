@@ -14,6 +14,7 @@
 #include <limits>
 #include <map>
 #include <new>
+#include <optional>
 #include <vector>
 
 namespace qd {
@@ -25,6 +26,9 @@ struct AdStack {
   const AdStackAllocaStmt *stmt = nullptr;
   int64_t capacity = 0;
   std::vector<std::pair<Scalar, Scalar>> entries; // (primal, adjoint)
+  /// Pushes past the capacity: stored nowhere, taken back first by pops
+  /// (what compiled code does, so the launch can report its real need).
+  int64_t excess = 0;
 };
 
 /// Runs one launch. Exhaustive: a new statement kind does not compile until
@@ -60,12 +64,19 @@ public:
   }
 
   absl::Status run() {
+    Flow f = Flow::Normal;
     for (Stmt &s : const_cast<Block &>(kernel_.body())) {
       task_ = s.isTask() ? &s : nullptr;
-      if (exec(s) == Flow::Error)
-        return error_;
+      if ((f = exec(s)) == Flow::Error)
+        break;
     }
-    return absl::OkStatus();
+    // An overflow comes first, with the depth the launch needed, as on
+    // the compiled backends (an error after it may come from reading
+    // entries that were never stored).
+    if (overflow_)
+      return adStackOverflowError(kernel_, *overflow_->stack, overflow_->task, overflow_->capacity,
+                                  maxDepths_.at(overflow_->stack));
+    return f == Flow::Error ? error_ : absl::OkStatus();
   }
 
 private:
@@ -244,14 +255,20 @@ private:
     st.stmt = &s;
     st.capacity = cap;
     st.entries.clear();
+    st.excess = 0;
     capacities_[&s] = cap;
     maxDepths_.try_emplace(&s, 0);
     return Flow::Normal;
   }
   Flow visitAdStackPushStmt(AdStackPushStmt &s) {
     AdStack &st = stackOf(s);
-    if (static_cast<int64_t>(st.entries.size()) >= st.capacity)
-      return fail(s, adStackPushOverflowText(*st.stmt, st.capacity));
+    int64_t &depth = maxDepths_[st.stmt];
+    if (static_cast<int64_t>(st.entries.size()) >= st.capacity) {
+      if (!overflow_)
+        overflow_ = Overflow{st.stmt, task_, st.capacity};
+      depth = std::max(depth, st.capacity + ++st.excess);
+      return Flow::Normal;
+    }
     Scalar v = reg(s.value());
     ScalarType t = v.type;
     try {
@@ -261,12 +278,16 @@ private:
                                  "{}); the host is out of memory",
                                  st.entries.size() + 1, st.capacity));
     }
-    int64_t &depth = maxDepths_[st.stmt];
     depth = std::max(depth, static_cast<int64_t>(st.entries.size()));
     return Flow::Normal;
   }
   Flow visitAdStackPopStmt(AdStackPopStmt &s) {
-    return onTop(s, [&](AdStack &st, auto &) { st.entries.pop_back(); });
+    return onTop(s, [&](AdStack &st, auto &) {
+      if (st.excess > 0)
+        --st.excess;
+      else
+        st.entries.pop_back();
+    });
   }
   Flow visitAdStackLoadTopStmt(AdStackLoadTopStmt &s) {
     return onTop(s, [&](AdStack &, auto &top) { reg(&s) = top.first; });
@@ -329,6 +350,13 @@ private:
   std::unordered_map<const Value *, const NdarrayArg *> ndarrays_;
   const Stmt *task_ = nullptr;
   absl::Status error_;
+  /// The first stack that overflowed (its need is its maxDepths_ entry).
+  struct Overflow {
+    const AdStackAllocaStmt *stack;
+    const Stmt *task;
+    int64_t capacity;
+  };
+  std::optional<Overflow> overflow_;
   int64_t iterations_ = 0;
   /// Set by the launch's watchdog (a StopReason).
   std::atomic<int32_t> stop_{0};

@@ -58,8 +58,8 @@ inline constexpr int64_t kMaxAdStackCapacity = int64_t(1) << 40;
 absl::Status adStackTooLargeError(const Kernel &kernel, const AdStackAllocaStmt &stack,
                                   const Stmt *task, int64_t capacity);
 /// A launch whose pushes went past `capacity`: `needed` is the depth the
-/// launch asked for (a compiled backend measures it; the interpreter stops
-/// at the first push that does not fit, see `adStackPushOverflowText`).
+/// launch reached (every backend counts the pushes that do not fit and
+/// carries on without storing them, so the number is the real need).
 absl::Status adStackOverflowError(const Kernel &kernel, const AdStackAllocaStmt &stack,
                                   const Stmt *task, int64_t capacity, int64_t needed);
 /// A launch the host stopped while a thread was in `loop` (a `for` or
@@ -68,8 +68,5 @@ absl::Status adStackOverflowError(const Kernel &kernel, const AdStackAllocaStmt 
 /// (LoopLimit).
 absl::Status launchStoppedError(const Kernel &kernel, const Stmt &loop, const Stmt *task,
                                 StopReason reason, int64_t limit);
-
-/// The interpreter's overflow text, at the push that does not fit.
-std::string adStackPushOverflowText(const AdStackAllocaStmt &stack, int64_t capacity);
 
 } // namespace qd
