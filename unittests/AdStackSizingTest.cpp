@@ -1434,9 +1434,11 @@ QD_PROPERTY(AdStackSizingTest, RandomKernelsAreSoundAndTight, 300) {
   const KernelSizing &ks = **interp.adStackSizing(k);
   KernelSizing structural = sizeAdStacks(k, onlyTier1(true, false));
   KernelSizing bf = sizeAdStacks(k, onlyTier1(false, true));
-  bool exact = false;
+  bool exact = false, measured = false, tier3 = false;
   for (size_t i = 0; i < ks.stacks().size(); ++i) {
     const AdStackSize &s = ks.stacks()[i];
+    measured |= s.tier == SizingTier::Measured;
+    tier3 |= s.tier == SizingTier::Default;
     // Tier-1 analyses agree when both resolve the stack.
     const AdStackSize &s1 = structural.stacks()[i], &s2 = bf.stacks()[i];
     if (s1.method == SizingMethod::Structural && s2.method == SizingMethod::BellmanFord &&
@@ -1459,6 +1461,8 @@ QD_PROPERTY(AdStackSizingTest, RandomKernelsAreSoundAndTight, 300) {
     exact |= s.exact;
   }
   RC_CLASSIFY(exact, "an exact stack");
+  RC_CLASSIFY(measured, "a stack measured by the counting kernel (exact)");
+  RC_CLASSIFY(tier3, "a tier-3 stack");
   RC_CLASSIFY(printed.hasNdarrayBound, "ndarray-read bound");
   RC_CLASSIFY(printed.writesBoundData, "writes a bound");
   RC_CLASSIFY(printed.hasWhile, "while");
