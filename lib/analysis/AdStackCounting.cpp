@@ -8,10 +8,12 @@
 //     `if` keeps its condition, a `for` its bounds), and a kept loop keeps
 //     every `break`/`continue` that leaves or continues it;
 //   - memory: a kept load of a local keeps the stores to that local that can
-//     reach it; a kept read of a stack keeps that stack's pushes and pops.
+//     reach it; a kept read of a stack keeps that stack's pushes and pops; a
+//     kept read of a field or ndarray the kernel writes keeps those writes,
+//     which then go to copies the caller passes (program state is never
+//     written).
 // A stack is refused when its slice reads a stack being counted (its values
-// are not kept) or a global the kernel writes (the counting kernel writes
-// nothing, so it would read other values than the kernel does).
+// are not kept).
 //
 //===----------------------------------------------------------------------===//
 #include "qd/analysis/AdStackCounting.h"
@@ -25,6 +27,7 @@
 
 #include <fmt/format.h>
 
+#include <map>
 #include <set>
 #include <unordered_set>
 
@@ -39,8 +42,8 @@ struct KernelIndex {
   std::unordered_map<const Stmt *, std::vector<Stmt *>> jumpsTo;
   /// Written globals: fields by component, ndarrays by element type and
   /// component (see isWritten).
-  std::set<std::pair<const Field *, Component>> writtenFields;
-  std::set<std::pair<ScalarType, Component>> writtenNdarrays;
+  std::map<std::pair<const Field *, Component>, std::vector<Stmt *>> fieldWriters;
+  std::map<std::pair<ScalarType, Component>, std::vector<Stmt *>> ndarrayWriters;
   std::unordered_map<const Stmt *, size_t> position;
 
   explicit KernelIndex(const Kernel &kernel) {
@@ -56,20 +59,23 @@ struct KernelIndex {
       else if (isa<GlobalStoreStmt>(s) || isa<AtomicRmwStmt>(s)) {
         auto &g = cast<GlobalAccessStmt>(s);
         if (g.isField())
-          writtenFields.insert({g.field(), g.component()});
+          fieldWriters[{g.field(), g.component()}].push_back(&s);
         else
-          writtenNdarrays.insert({g.elementType(), g.component()});
+          ndarrayWriters[{g.elementType(), g.component()}].push_back(&s);
       }
     });
   }
 
-  /// Whether the kernel may write the element `g` reads: a write of the
-  /// same field component, or of an ndarray component of the same element
-  /// type (two ndarray arguments may be one buffer).
-  bool isWritten(const GlobalAccessStmt &g) const {
-    if (g.isField())
-      return writtenFields.count({g.field(), g.component()}) != 0;
-    return writtenNdarrays.count({g.elementType(), g.component()}) != 0;
+  /// The writes of the kernel that may change the element `g` reads: the
+  /// writes of the same field component, or of an ndarray component of the
+  /// same element type (two ndarray arguments may be one buffer).
+  const std::vector<Stmt *> *writersOf(const GlobalAccessStmt &g) const {
+    if (g.isField()) {
+      auto it = fieldWriters.find({g.field(), g.component()});
+      return it == fieldWriters.end() ? nullptr : &it->second;
+    }
+    auto it = ndarrayWriters.find({g.elementType(), g.component()});
+    return it == ndarrayWriters.end() ? nullptr : &it->second;
   }
 
   /// Whether the value `store` writes into its local may be what `load`
@@ -147,10 +153,12 @@ public:
         for (const Stmt *other : index_.stackOps.at(op->stack()))
           if (other->kind() != StmtKind::AdStackAccAdjoint || adjoint)
             keep(other);
-      } else if (auto *g = dyn_cast<GlobalLoadStmt>(s); g && index_.isWritten(*g)) {
-        return fmt::format("its pushes depend on '{}' at {}, a read of memory the kernel also "
-                           "writes",
-                           printStmt(*g), g->loc().str());
+      } else if (auto *g = dyn_cast<GlobalLoadStmt>(s)) {
+        // Memory the kernel writes: the counting kernel replays the writes
+        // on a copy (the caller passes copies; see AdStackCounting).
+        if (const std::vector<Stmt *> *writers = index_.writersOf(*g))
+          for (const Stmt *w : *writers)
+            keep(w);
       }
     }
     kept.insert(mine.begin(), mine.end());
@@ -175,6 +183,65 @@ std::string freshArgumentName(const Kernel &k, std::string base) {
   for (int i = 1; k.findArgument(name); ++i)
     name = fmt::format("{}{}", base, i);
   return name;
+}
+
+/// The memory the slice writes goes to copies: each written field component
+/// becomes a new ndarray argument (appended after `need`; a 0-d field a
+/// 1-element ndarray), and the ndarray arguments of written element classes
+/// are listed for the caller to pass as copies.
+void shadowWrittenMemory(Kernel &k, const Argument *need, AdStackCounting &out) {
+  std::set<std::pair<const Field *, Component>> fields;
+  std::set<std::pair<ScalarType, Component>> ndarrayClasses;
+  std::vector<GlobalAccessStmt *> accesses;
+  walk(k.body(), [&](Stmt &s) {
+    auto *g = dyn_cast<GlobalAccessStmt>(&s);
+    if (!g || g->ndarray() == need)
+      return;
+    accesses.push_back(g);
+    if (isa<GlobalStoreStmt>(g) || isa<AtomicRmwStmt>(g)) {
+      if (g->isField())
+        fields.insert({g->field(), g->component()});
+      else
+        ndarrayClasses.insert({g->elementType(), g->component()});
+    }
+  });
+  std::map<std::pair<const Field *, Component>, Argument *> shadowOf;
+  for (auto [field, component] : fields) {
+    std::string name = field->name() + (component == Component::Primal ? "" : "_") +
+                       (component == Component::Primal ? "" : std::string(toString(component)));
+    shadowOf[{field, component}] = k.addArgument(std::make_unique<Argument>(
+        freshArgumentName(k, "adstack_copy_" + name),
+        Type::ndarray(field->elementType(), std::max<unsigned>(field->ndim(), 1))));
+    out.shadowFields.push_back({field, component});
+  }
+  std::set<unsigned> args;
+  for (GlobalAccessStmt *g : accesses) {
+    if (!g->isField()) {
+      if (ndarrayClasses.count({g->elementType(), g->component()}))
+        args.insert(cast<Argument>(g->ndarray())->index());
+      continue;
+    }
+    auto it = shadowOf.find({g->field(), g->component()});
+    if (it == shadowOf.end())
+      continue;
+    IRBuilder b = IRBuilder::before(*g);
+    b.setLocation(g->loc());
+    std::vector<Value *> idx = g->indices();
+    if (idx.empty())
+      idx.push_back(b.i32(0));
+    GlobalRef ref = GlobalRef::ofNdarray(it->second);
+    Stmt *copy = nullptr;
+    if (isa<GlobalLoadStmt>(g))
+      copy = b.load(ref, idx);
+    else if (auto *st = dyn_cast<GlobalStoreStmt>(g))
+      copy = b.store(ref, idx, st->value());
+    else if (isa<AtomicAddStmt>(g))
+      copy = b.atomicAdd(ref, idx, cast<AtomicRmwStmt>(g)->value());
+    else
+      copy = b.atomicMax(ref, idx, cast<AtomicRmwStmt>(g)->value());
+    g->replaceAndErase(copy);
+  }
+  out.shadowArgs.assign(args.begin(), args.end());
 }
 
 } // namespace
@@ -295,6 +362,7 @@ AdStackCounting buildAdStackCounting(const Kernel &kernel,
       }
     }
   }
+  shadowWrittenMemory(*k, need, out);
   out.kernel = std::move(k);
   return out;
 }

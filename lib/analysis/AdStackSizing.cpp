@@ -191,6 +191,8 @@ KernelSizing sizeAdStacks(const Kernel &kernel, const SizingOptions &options) {
     }
   out.countKernel_ = counting.kernel;
   out.numCounted_ = static_cast<int>(counting.counted.size());
+  out.countShadowFields_ = counting.shadowFields;
+  out.countShadowArgs_ = counting.shadowArgs;
   for (size_t i : outside) {
     AdStackSize &r = out.stacks_[i];
     if (r.tier == SizingTier::Measured) {

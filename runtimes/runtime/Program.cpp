@@ -6,6 +6,10 @@
 
 #include <fmt/format.h>
 
+#include <cstring>
+#include <deque>
+#include <map>
+
 namespace qd {
 
 absl::StatusOr<std::unique_ptr<Program>> Program::create(const Module &module) {
@@ -214,7 +218,49 @@ absl::StatusOr<std::vector<int64_t>> Program::countAdStacks(const Kernel &kernel
   NdarrayArg needArg;
   needArg.primal = &*need;
   std::vector<LaunchArg> countArgs(args.begin(), args.end());
+  // Memory the counting kernel writes goes to copies, one per buffer (so
+  // arguments that are one buffer stay one), made from the current contents.
+  std::map<const Buffer *, Buffer> copies;
+  auto copyOf = [&](const Buffer *b) -> absl::StatusOr<Buffer *> {
+    if (auto it = copies.find(b); it != copies.end())
+      return &it->second;
+    if (absl::Status s = b->syncToHost(); !s.ok())
+      return s;
+    std::vector<int64_t> shape = b->shape();
+    if (shape.empty())
+      shape = {1}; // a 0-d field is a 1-element ndarray in the counting kernel
+    absl::StatusOr<Buffer> c = Buffer::create(b->elementType(), shape);
+    if (!c.ok())
+      return c.status();
+    std::memcpy(c->data(), b->data(), b->sizeInBytes());
+    return &copies.emplace(b, *std::move(c)).first->second;
+  };
+  std::deque<NdarrayArg> shadows;
+  for (unsigned i : sizing.countShadowArgs()) {
+    NdarrayArg a = args[i].ndarrayValue();
+    for (Buffer **part : {&a.primal, &a.grad, &a.dual})
+      if (*part) {
+        absl::StatusOr<Buffer *> c = copyOf(*part);
+        if (!c.ok())
+          return c.status();
+        *part = *c;
+      }
+    countArgs[i] = LaunchArg::ndarray(&shadows.emplace_back(a));
+  }
   countArgs.push_back(LaunchArg::ndarray(&needArg));
+  for (auto [f, component] : sizing.countShadowFields()) {
+    const Buffer *b = field(*f, component);
+    if (!b)
+      return absl::FailedPreconditionError(fmt::format("kernel @{}: field @{} has no {} storage",
+                                                       kernel.name(), f->name(),
+                                                       toString(component)));
+    absl::StatusOr<Buffer *> c = copyOf(b);
+    if (!c.ok())
+      return c.status();
+    NdarrayArg a;
+    a.primal = *c;
+    countArgs.push_back(LaunchArg::ndarray(&shadows.emplace_back(a)));
+  }
   LaunchOptions countOptions = options;
   countOptions.adStackCapacities.clear();
   const Kernel &counter = *sizing.countKernel();

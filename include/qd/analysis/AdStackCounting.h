@@ -13,6 +13,7 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
@@ -22,7 +23,9 @@
 namespace qd {
 
 class AdStackAllocaStmt;
+class Field;
 class Kernel;
+enum class Component : uint8_t;
 
 struct AdStackCounting {
   /// The counting kernel, detached from any module (its field references
@@ -33,9 +36,16 @@ struct AdStackCounting {
   std::shared_ptr<Kernel> kernel;
   /// The counted stacks of the source kernel, in `need` order.
   std::vector<const AdStackAllocaStmt *> counted;
+  /// When a count depends on memory the kernel also writes, the counting
+  /// kernel replays those writes on copies: one more ndarray argument per
+  /// field component here (after `need`, in this order; the caller passes
+  /// a copy of its current contents, a 0-d field as 1 element), and the
+  /// indices of the ndarray arguments the caller passes as copies (one copy
+  /// per distinct buffer, so arguments that alias still alias).
+  std::vector<std::pair<const Field *, Component>> shadowFields;
+  std::vector<unsigned> shadowArgs;
   /// Stacks that cannot be counted, with the reason (the value of a stack
-  /// that is itself counted decides how often it is pushed, or a bound is
-  /// read from memory the kernel writes).
+  /// that is itself counted decides how often it is pushed).
   std::unordered_map<const AdStackAllocaStmt *, std::string> refused;
 };
 

@@ -15,12 +15,15 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace qd {
 
 class AdStackAllocaStmt;
+class Field;
 class Kernel;
+enum class Component : uint8_t;
 struct SizingOptions;
 
 enum class SizingTier : uint8_t { Declared, Constant, LaunchTime, Measured, Default };
@@ -77,6 +80,13 @@ public:
   /// `i mod kCountSpread` of its stack's range, so that a GPU's threads do
   /// not all update one address.
   static constexpr int64_t kCountSpread = 1024;
+  /// Memory the counting kernel writes, as copies (AdStackCounting): after
+  /// `need`, one ndarray argument per field component here, holding a copy
+  /// of its contents; and the ndarray arguments to pass as copies.
+  const std::vector<std::pair<const Field *, Component>> &countShadowFields() const {
+    return countShadowFields_;
+  }
+  const std::vector<unsigned> &countShadowArgs() const { return countShadowArgs_; }
   /// Names for printing the SizeExprs of this kernel (`%n`, `%i`).
   const SizeExprNames &names() const { return names_; }
   /// `= 5`, `= max(%n, 0)`, with the tier and method; one line per stack.
@@ -89,6 +99,8 @@ private:
   std::vector<std::string> warnings_;
   std::shared_ptr<Kernel> countKernel_;
   int numCounted_ = 0;
+  std::vector<std::pair<const Field *, Component>> countShadowFields_;
+  std::vector<unsigned> countShadowArgs_;
   SizeExprNames names_;
   std::vector<std::string> varNames_;
 };
