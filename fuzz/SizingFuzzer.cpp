@@ -10,6 +10,7 @@
 
 #include "qd/analysis/AdStackSizing.h"
 #include "qd/ir/Printer.h"
+#include "qd/ir/Verifier.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   std::unique_ptr<qd::Module> m = qd::fuzz::parseAndVerify(data, size);
@@ -22,6 +23,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   qd::fuzz::FakeInputs inputs;
   for (const auto &kernel : m->kernels()) {
     qd::KernelSizing sizing = qd::sizeAdStacks(*kernel, options);
+    if (const qd::Kernel *counter = sizing.countKernel())
+      if (absl::Status v = qd::verify(*counter); !v.ok())
+        qd::fuzz::fail("the counting kernel does not verify: " + std::string(v.message()),
+                       printKernel(*kernel) + "\n" + printKernel(*counter));
     for (const qd::AdStackSize &s : sizing.stacks()) {
       if (!s.stack)
         qd::fuzz::fail("a sized adstack has no alloca", printKernel(*kernel));

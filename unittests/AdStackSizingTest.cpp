@@ -1452,6 +1452,10 @@ QD_PROPERTY(AdStackSizingTest, RandomKernelsAreSoundAndTight, 300) {
 
   const Kernel &k = *module->findKernel("k");
   const KernelSizing &ks = **interp.adStackSizing(k);
+  if (const Kernel *counter = ks.countKernel())
+    if (absl::Status v = verify(*counter); !v.ok())
+      testgen::fail(p, "the counting kernel does not verify: " + message(v) + "\n" +
+                           printKernel(*counter));
   KernelSizing structural = sizeAdStacks(k, onlyTier1(true, false));
   KernelSizing bf = sizeAdStacks(k, onlyTier1(false, true));
   bool exact = false, measured = false, tier3 = false;
