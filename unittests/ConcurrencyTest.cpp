@@ -10,6 +10,7 @@
 #include "qd/ir/Parser.h"
 #include "qd/ir/Verifier.h"
 #include "qd/runtime/CpuBackend.h"
+#include "qd/runtime/CudaBackend.h"
 
 #include <gtest/gtest.h>
 
@@ -214,6 +215,28 @@ TEST_F(Concurrency, SharedInterpreter) {
   ASSERT_TRUE(program.ok());
   auto failures = run([&](int) -> Backend & { return interp; },
                       [&](int) -> Program & { return **program; }, /*overflowEvery=*/3);
+  EXPECT_TRUE(failures.empty()) << joined(failures);
+}
+
+// One CUDA backend shared by threads (docs/runtime.md): each kernel compiles
+// once, launches run one at a time, results equal the reference, cold and
+// warm, and a launch that overflows leaves the next one correct.
+TEST_F(Concurrency, SharedCudaBackend) {
+  auto cuda = CudaBackend::create();
+  if (!cuda.ok())
+    GTEST_SKIP() << "no CUDA device or driver on this machine: " << cuda.status().message();
+  auto program = Program::create(*module);
+  ASSERT_TRUE(program.ok());
+  for (const char *phase : {"cold", "warm"}) {
+    auto failures =
+        run([&](int) -> Backend & { return **cuda; }, [&](int) -> Program & { return **program; });
+    EXPECT_TRUE(failures.empty()) << phase << ":\n" << joined(failures);
+  }
+  std::vector<std::unique_ptr<Program>> programs;
+  for (int t = 0; t < kThreads; ++t)
+    programs.push_back(*Program::create(*module));
+  auto failures = run([&](int) -> Backend & { return **cuda; },
+                      [&](int t) -> Program & { return *programs[t]; }, /*overflowEvery=*/2);
   EXPECT_TRUE(failures.empty()) << joined(failures);
 }
 
