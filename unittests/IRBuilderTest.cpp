@@ -99,6 +99,13 @@ std::unique_ptr<Module> buildEverything() {
     b.cont();
   }
   {
+    Bound begins[] = {Bound(0), Bound(1)}, ends[] = {Bound(steps), Bound(4)};
+    auto band = b.parallelBand(begins, ends);
+    named(band.index(), "r");
+    named(band.index(1), "c");
+    b.store(GlobalRef::ofField(fn), {}, band.index(1));
+  }
+  {
     auto task = b.serial();
     b.store(GlobalRef::ofField(fs), {}, b.f32(1.0f));
   }
@@ -174,6 +181,9 @@ kernel @every(%a: ndarray<f32, 2> grad dual, %steps: i32) {
     if %nx {
       continue
     }
+  }
+  parallel for (%r, %c) = (0, 1) to (%steps, 4) {
+    store @n[], %c
   }
   serial {
     %1 = const 1.0 : f32

@@ -583,6 +583,7 @@ TEST(IRCoreTest, HasSideEffectsClassification) {
     auto ifs = b.ifThen(cond);
     effect(ifs.stmt());
   }
+  pure(b.insert(std::make_unique<TaskIndexStmt>(0)));
   task.close();
   effect(task.stmt());
   effect(IRBuilder(*k).insert(std::make_unique<SerialStmt>()));

@@ -165,6 +165,9 @@ kernel @k(%a: ndarray<f32, 1>, %n: i32, %b: ndarray<i32, 1>) {
       break
     }
   }
+  parallel for (%r, %t2) = (0, 0) to (%n, 2) {
+    %t0 = task_index 0
+  }
   serial {
   }
 }

@@ -62,8 +62,8 @@ KernelSizing sizeAdStacks(const Kernel &kernel, const SizingOptions &options) {
     return out;
   ValueNamer namer(kernel);
   out.names_ = SizeExprNames::forKernel(kernel);
-  for (const ForStmt *loop : facts.loops)
-    out.varNames_.push_back(namer[loop]);
+  for (const sizing::KernelFacts::LoopVar &var : facts.loops)
+    out.varNames_.push_back(var.dim == 0 ? namer[var.loop] : namer.bandIndex(*var.loop, var.dim));
   out.names_.varName = [names = out.varNames_](unsigned v) {
     return v < names.size() ? names[v] : fmt::format("%v{}", v);
   };

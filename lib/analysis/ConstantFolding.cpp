@@ -176,10 +176,16 @@ std::optional<int64_t> evaluateConstantInt(const Value *v) {
 }
 
 std::optional<int64_t> constantTripCount(const ForStmt &loop) {
-  auto b = boundValue(loop.begin()), e = boundValue(loop.end());
-  if (!b || !e)
-    return std::nullopt;
-  return *e > *b ? *e - *b : 0;
+  // A band's count is the product of its extents: 0 as soon as one is.
+  std::optional<int64_t> count = 1;
+  for (unsigned d = 0; d < loop.numDims(); ++d) {
+    auto b = boundValue(loop.begin(d)), e = boundValue(loop.end(d));
+    if (b && e && *e <= *b)
+      return 0;
+    if (!b || !e || !count || __builtin_mul_overflow(*count, *e - *b, &*count))
+      count = std::nullopt;
+  }
+  return count;
 }
 
 } // namespace qd

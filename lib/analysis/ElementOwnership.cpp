@@ -39,15 +39,28 @@ uint64_t ownedIndexPositions(const ForStmt &task,
                              std::span<const GlobalAccessStmt *const> accesses) {
   if (accesses.empty())
     return 0;
-  uint64_t common = ~uint64_t(0);
+  // Per task dimension, the positions that hold its index in every access.
+  // Iteration (i, j) of a band owns an element only when both i and j pin
+  // it down.
+  std::vector<uint64_t> common(task.numDims(), ~uint64_t(0));
   for (const GlobalAccessStmt *g : accesses) {
-    uint64_t own = 0;
-    for (unsigned d = 0; d < g->numIndices() && d < 64; ++d)
-      if (g->index(d) == &task)
-        own |= uint64_t(1) << d;
-    common &= own;
+    std::vector<uint64_t> own(task.numDims(), 0);
+    for (unsigned p = 0; p < g->numIndices() && p < 64; ++p)
+      if (int d = taskDimOf(g->index(p), task); d >= 0)
+        own[d] |= uint64_t(1) << p;
+    for (unsigned d = 0; d < task.numDims(); ++d)
+      common[d] &= own[d];
   }
-  return common;
+  // A dimension of extent 1 (literal bounds) does not tell iterations apart.
+  uint64_t positions = 0;
+  for (unsigned d = 0; d < task.numDims(); ++d) {
+    bool single = task.begin(d).isConstant() && task.end(d).isConstant() &&
+                  task.end(d).constant - task.begin(d).constant == 1;
+    if (common[d] == 0 && !single)
+      return 0;
+    positions |= common[d];
+  }
+  return positions;
 }
 
 ElementOwnership ElementOwnership::compute(const ForStmt &task) {

@@ -57,9 +57,12 @@ E StructuralSizer::captureUncached(const Value *v) {
       return reject(v, fmt::format("the shape at {} is not of a kernel argument", where));
     return SizeExpr::ndarrayShape(arg->index(), sh.axis());
   }
-  case StmtKind::For: {
-    auto &loop = cast<ForStmt>(*s);
-    return SizeExpr::boundVar(facts_.varOf.at(&loop));
+  case StmtKind::For:
+  case StmtKind::TaskIndex: {
+    auto it = facts_.varOf.find(s);
+    if (it == facts_.varOf.end())
+      return reject(v, fmt::format("the task index at {} is outside a parallel for", where));
+    return SizeExpr::boundVar(it->second);
   }
   case StmtKind::GlobalLoad: {
     auto &g = cast<GlobalLoadStmt>(*s);

@@ -20,8 +20,12 @@ KernelFacts::KernelFacts(const Kernel &kernel) {
     else if (auto *op = dyn_cast<AdStackOpStmt>(&s))
       ops[op->stack()].push_back(op);
     else if (auto *f = dyn_cast<ForStmt>(&s)) {
-      varOf[f] = static_cast<unsigned>(loops.size());
-      loops.push_back(f);
+      varOf[f] = static_cast<unsigned>(loops.size()); // a band's dimensions follow
+      for (unsigned d = 0; d < f->numDims(); ++d)
+        loops.push_back({f, d});
+    } else if (auto *ti = dyn_cast<TaskIndexStmt>(&s)) {
+      if (const ForStmt *task = enclosingParallelTask(s); task && ti->dim() < task->numDims())
+        varOf[ti] = varOfDim(*task, ti->dim());
     } else if (isa<GlobalStoreStmt>(s) || isa<AtomicRmwStmt>(s)) {
       auto &g = cast<GlobalAccessStmt>(s);
       if (g.component() == Component::Primal) {
@@ -90,26 +94,29 @@ E StructuralSizer::size(const AdStackAllocaStmt &a) {
       mayBeSkipped |= up->kind() == StmtKind::If || up->kind() == StmtKind::While;
       continue;
     }
-    unsigned v = facts_.varOf.at(loop);
-    if (!depth->usesVar(v)) {
-      // The depth does not depend on this loop, but the alloca is reached
-      // only if it runs: a loop that may run 0 times (for some values of
-      // the loops around it) makes the bound an over-estimate there.
-      bool runs = loop->begin().isConstant() && loop->end().isConstant() &&
-                  loop->begin().constant < loop->end().constant;
-      if (!runs) {
-        exact_ = false;
-        mayBeSkipped = true;
+    // A band's dimensions are loops nested in order (the innermost first).
+    for (unsigned d = loop->numDims(); d-- > 0 && !failed_;) {
+      unsigned v = facts_.varOfDim(*loop, d);
+      if (!depth->usesVar(v)) {
+        // The depth does not depend on this loop, but the alloca is reached
+        // only if it runs: a loop that may run 0 times (for some values of
+        // the loops around it) makes the bound an over-estimate there.
+        bool runs = loop->begin(d).isConstant() && loop->end(d).isConstant() &&
+                    loop->begin(d).constant < loop->end(d).constant;
+        if (!runs) {
+          exact_ = false;
+          mayBeSkipped = true;
+        }
+        continue;
       }
-      continue;
+      if (mayBeSkipped)
+        exact_ = false;
+      E begin = bound(loop->begin(d), *loop);
+      E end = bound(loop->end(d), *loop);
+      if (failed_)
+        return nullptr;
+      depth = SizeExpr::maxOverRange(v, begin, end, depth);
     }
-    if (mayBeSkipped)
-      exact_ = false;
-    E begin = bound(loop->begin(), *loop);
-    E end = bound(loop->end(), *loop);
-    if (failed_)
-      return nullptr;
-    depth = SizeExpr::maxOverRange(v, begin, end, depth);
   }
   if (failed_)
     return nullptr;
@@ -197,6 +204,11 @@ Summary StructuralSizer::whileLoop(WhileStmt &w) {
 }
 
 Summary StructuralSizer::forLoop(ForStmt &loop) {
+  if (loop.numDims() > 1) { // a task: stacks live inside its iterations
+    fail(fmt::format("the adstack is used across the iterations of the parallel for at {}",
+                     loop.loc().str()));
+    return Summary::identity();
+  }
   Summary b = block(loop.body(), 0);
   if (failed_)
     return b;

@@ -72,8 +72,17 @@ struct KernelFacts {
   std::unordered_map<const Value *, std::vector<AdStackOpStmt *>> ops; // program order
   std::unordered_map<const Stmt *, uint32_t> preorder;
   std::unordered_map<const Block *, std::vector<Stmt *>> jumpChildren;
-  std::unordered_map<const ForStmt *, unsigned> varOf;
-  std::vector<const ForStmt *> loops;
+  /// The SizeExpr variable of each loop index: a for's own value, and a
+  /// parallel band's task_index statements (one variable per dimension).
+  std::unordered_map<const Value *, unsigned> varOf;
+  /// Per variable: its loop and dimension.
+  struct LoopVar {
+    const ForStmt *loop;
+    unsigned dim;
+  };
+  std::vector<LoopVar> loops;
+  /// The variable of dimension `dim` of `loop`.
+  unsigned varOfDim(const ForStmt &loop, unsigned dim) const { return varOf.at(&loop) + dim; }
   std::unordered_set<const Field *> writtenFields;
   std::unordered_set<const Value *> writtenNdarrays;
 

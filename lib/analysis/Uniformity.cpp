@@ -18,7 +18,10 @@ public:
       : task_(task), ownership_(ownership), out_(out) {}
 
   void run() {
-    out_.varying_.insert(&task_);
+    // Lanes run consecutive iterations: of a band, consecutive innermost
+    // indices in one row (its outer indices are the same in every lane).
+    if (task_.numDims() == 1)
+      out_.varying_.insert(&task_);
     do {
       changed_ = false;
       // A continue only some lanes take masks the rest of the body.
@@ -129,6 +132,12 @@ private:
         mark<const Value *>(out_.laneStacks_, cast<AdStackOpStmt>(s).stack());
       // Entries are per lane: what a lane reads back is its own.
       if (s.kind() == StmtKind::AdStackLoadTop || s.kind() == StmtKind::AdStackLoadTopAdj)
+        mark<const Value *>(out_.varying_, &s);
+      return;
+    }
+    case StmtKind::TaskIndex: {
+      int dim = taskDimOf(&s, task_);
+      if (dim < 0 || unsigned(dim) + 1 == task_.numDims())
         mark<const Value *>(out_.varying_, &s);
       return;
     }

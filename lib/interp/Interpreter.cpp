@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <array>
 #include <limits>
 #include <map>
 #include <new>
@@ -208,6 +209,8 @@ private:
   }
 
   Flow visitForStmt(ForStmt &s) {
+    if (s.numDims() > 1)
+      return band(s);
     int64_t begin = *bound(s.begin()), end = *bound(s.end());
     for (int64_t i = begin; i < end; ++i) {
       if (stopped(s))
@@ -219,6 +222,38 @@ private:
       if (f == Flow::Break)
         break;
     }
+    return Flow::Normal;
+  }
+  /// Every point of a parallel band, in row-major order (dimension 0
+  /// outermost). A parallel for has no break.
+  Flow band(ForStmt &s) {
+    unsigned n = s.numDims();
+    std::array<int64_t, ForStmt::kMaxDims> begin{}, end{};
+    for (unsigned d = 0; d < n; ++d) {
+      begin[d] = *bound(s.begin(d));
+      end[d] = *bound(s.end(d));
+      if (end[d] <= begin[d])
+        return Flow::Normal;
+    }
+    bandIndex_ = begin;
+    while (true) {
+      if (stopped(s))
+        return Flow::Error;
+      reg(&s) = Scalar::ofInt(ScalarType::I32, bandIndex_[0]);
+      if (execBlock(s.body()) == Flow::Error)
+        return Flow::Error;
+      unsigned d = n;
+      while (d > 0 && ++bandIndex_[d - 1] == end[d - 1]) {
+        bandIndex_[d - 1] = begin[d - 1];
+        --d;
+      }
+      if (d == 0)
+        return Flow::Normal;
+    }
+  }
+  Flow visitTaskIndexStmt(TaskIndexStmt &s) {
+    reg(&s) = Scalar::ofInt(ScalarType::I32,
+                            s.dim() == 0 ? reg(enclosingParallelTask(s)).i : bandIndex_[s.dim()]);
     return Flow::Normal;
   }
   Flow visitSerialStmt(SerialStmt &s) {
@@ -349,6 +384,7 @@ private:
   std::vector<AdStack> stacks_;
   std::unordered_map<const Value *, const NdarrayArg *> ndarrays_;
   const Stmt *task_ = nullptr;
+  std::array<int64_t, ForStmt::kMaxDims> bandIndex_{};
   absl::Status error_;
   /// The first stack that overflowed (its need is its maxDepths_ entry).
   struct Overflow {

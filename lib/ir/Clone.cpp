@@ -82,7 +82,17 @@ public:
     return std::make_unique<ShapeStmt>(m(s.ndarray()), s.axis(), s.type());
   }
   std::unique_ptr<Stmt> visitForStmt(ForStmt &s) {
-    return std::make_unique<ForStmt>(bound(s.begin()), bound(s.end()), s.isParallel());
+    if (s.numDims() == 1)
+      return std::make_unique<ForStmt>(bound(s.begin()), bound(s.end()), s.isParallel());
+    std::vector<Bound> begins, ends;
+    for (unsigned d = 0; d < s.numDims(); ++d) {
+      begins.push_back(bound(s.begin(d)));
+      ends.push_back(bound(s.end(d)));
+    }
+    return std::make_unique<ForStmt>(begins, ends);
+  }
+  std::unique_ptr<Stmt> visitTaskIndexStmt(TaskIndexStmt &s) {
+    return std::make_unique<TaskIndexStmt>(s.dim());
   }
   std::unique_ptr<Stmt> visitSerialStmt(SerialStmt &) { return std::make_unique<SerialStmt>(); }
   std::unique_ptr<Stmt> visitWhileStmt(WhileStmt &) { return std::make_unique<WhileStmt>(); }
@@ -193,9 +203,14 @@ public:
   }
   bool visitShapeStmt(ShapeStmt &s) { return s.axis() == o(s).axis(); }
   bool visitForStmt(ForStmt &s) {
-    return s.isParallel() == o(s).isParallel() && s.beginConstant() == o(s).beginConstant() &&
-           s.endConstant() == o(s).endConstant();
+    if (s.isParallel() != o(s).isParallel() || s.numDims() != o(s).numDims())
+      return false;
+    for (unsigned d = 0; d < s.numDims(); ++d)
+      if (s.beginConstant(d) != o(s).beginConstant(d) || s.endConstant(d) != o(s).endConstant(d))
+        return false;
+    return true;
   }
+  bool visitTaskIndexStmt(TaskIndexStmt &s) { return s.dim() == o(s).dim(); }
   bool visitSerialStmt(SerialStmt &) { return true; }
   bool visitWhileStmt(WhileStmt &) { return true; }
   bool visitBreakStmt(BreakStmt &) { return true; }

@@ -150,6 +150,25 @@ IRBuilder::LoopScope IRBuilder::parallelFor(Bound begin, Bound end) {
   ForStmt *f = insert(std::make_unique<ForStmt>(begin, end, /*parallel=*/true));
   return LoopScope(*this, f, f->body());
 }
+IRBuilder::LoopScope IRBuilder::parallelBand(std::span<const Bound> begins,
+                                             std::span<const Bound> ends) {
+  ForStmt *f = insert(std::make_unique<ForStmt>(begins, ends));
+  for (unsigned d = 1; d < f->numDims(); ++d) {
+    Stmt *index = f->body().push_back(std::make_unique<TaskIndexStmt>(d));
+    index->setLoc(loc_);
+  }
+  return LoopScope(*this, f, f->body());
+}
+
+Value *IRBuilder::LoopScope::index(unsigned dim) const {
+  if (dim == 0)
+    return stmt_;
+  for (Stmt &s : stmt()->body())
+    if (auto *ti = dyn_cast<TaskIndexStmt>(&s); ti && ti->dim() == dim)
+      return ti;
+  return nullptr;
+}
+
 IRBuilder::LoopScope IRBuilder::forRange(Bound begin, Bound end) {
   ForStmt *f = insert(std::make_unique<ForStmt>(begin, end, /*parallel=*/false));
   return LoopScope(*this, f, f->body());

@@ -174,6 +174,8 @@ std::unique_ptr<Stmt> Parser::parseOperation(StmtKind kind, std::string_view kw)
     return parseAtomicRmw(kind);
   case StmtKind::Shape:
     return parseShape();
+  case StmtKind::TaskIndex:
+    return parseTaskIndex();
   case StmtKind::For:
     if (kw == "parallel" && !expectKeyword("for"))
       return nullptr;
@@ -478,6 +480,8 @@ bool Parser::parseBound(Bound &b) {
 }
 
 std::unique_ptr<Stmt> Parser::parseFor(bool parallel) {
+  if (parallel && tok_.kind == Tok::LParen)
+    return parseBand();
   Token indexTok = tok_;
   if (!expect(Tok::Local, "loop index '%name'") || !expect(Tok::Equal, "'=' after the loop index"))
     return nullptr;
@@ -489,6 +493,79 @@ std::unique_ptr<Stmt> Parser::parseFor(bool parallel) {
     return nullptr;
   pendingBodies_ = true;
   return f;
+}
+
+// `parallel for (%i, %j) = (b0, b1) to (e0, e1)`: one index and one pair of
+// bounds per dimension.
+std::unique_ptr<Stmt> Parser::parseBand() {
+  Token open = tok_;
+  std::vector<Token> names;
+  auto list = [&](auto &&item, std::string_view what) {
+    if (!expect(Tok::LParen, fmt::format("'(' to open the {}", what)))
+      return false;
+    do {
+      if (!item())
+        return false;
+    } while (tok_.kind == Tok::Comma && (consume(), true));
+    return expect(Tok::RParen, fmt::format("',' or ')' in the {}", what));
+  };
+  bool ok = list(
+      [&] {
+        names.push_back(tok_);
+        return expect(Tok::Local, "a loop index '%name'");
+      },
+      "loop indices");
+  if (!ok || !expect(Tok::Equal, "'=' after the loop indices"))
+    return nullptr;
+  if (names.size() > ForStmt::kMaxDims) {
+    fail(open, fmt::format("a parallel for has at most {} dimensions, this one has {}; flatten "
+                           "some of them into one index",
+                           ForStmt::kMaxDims, names.size()));
+    return nullptr;
+  }
+  std::vector<Bound> begins, ends;
+  auto bounds = [&](std::vector<Bound> &out, std::string_view what) {
+    Token at = tok_;
+    if (!list(
+            [&] {
+              Bound b;
+              if (!parseBound(b))
+                return false;
+              out.push_back(b);
+              return true;
+            },
+            what))
+      return false;
+    if (out.size() != names.size())
+      return fail(at, fmt::format("{} bounds for {} loop indices; give one per index", out.size(),
+                                  names.size()));
+    return true;
+  };
+  if (!bounds(begins, "lower bounds") || !expectKeyword("to") || !bounds(ends, "upper bounds"))
+    return nullptr;
+  auto f = std::make_unique<ForStmt>(begins, ends);
+  if (!define(names[0], f.get()))
+    return nullptr;
+  for (unsigned d = 1; d < names.size(); ++d) {
+    Stmt *index = f->body().push_back(std::make_unique<TaskIndexStmt>(d));
+    index->setLoc(loc(names[d]));
+    if (!define(names[d], index))
+      return nullptr;
+  }
+  pendingBodies_ = true;
+  return f;
+}
+
+std::unique_ptr<Stmt> Parser::parseTaskIndex() {
+  Token at = tok_;
+  int64_t d;
+  if (!parseInteger(d, "the task dimension"))
+    return nullptr;
+  if (d < 0 || d >= int64_t(ForStmt::kMaxDims)) {
+    fail(at, fmt::format("task dimension {} is out of range [0, {})", d, ForStmt::kMaxDims));
+    return nullptr;
+  }
+  return std::make_unique<TaskIndexStmt>(static_cast<unsigned>(d));
 }
 
 } // namespace parse

@@ -119,6 +119,8 @@ private:
   bool parseBound(Bound &b);
 
   std::unique_ptr<Stmt> parseFor(bool parallel);
+  std::unique_ptr<Stmt> parseBand();
+  std::unique_ptr<Stmt> parseTaskIndex();
 
   struct Def {
     Value *value;

@@ -35,6 +35,8 @@ public:
 
   void printBlock(const Block &block, unsigned indent) {
     for (Stmt &s : const_cast<Block &>(block)) {
+      if (names_.namedInBandHeader(&s))
+        continue;
       indent_ = indent;
       os_ << std::string(indent * 2, ' ');
       visit(s);
@@ -121,12 +123,32 @@ public:
     if (s.isParallel())
       os_ << "parallel ";
     head(s);
-    os_ << n(&s) << " = ";
-    bound(s.begin());
-    os_ << " to ";
-    bound(s.end());
+    if (s.numDims() == 1) {
+      os_ << n(&s) << " = ";
+      bound(s.begin());
+      os_ << " to ";
+      bound(s.end());
+    } else {
+      auto list = [&](auto &&item) {
+        os_ << '(';
+        for (unsigned d = 0; d < s.numDims(); ++d) {
+          os_ << (d ? ", " : "");
+          item(d);
+        }
+        os_ << ')';
+      };
+      list([&](unsigned d) { os_ << (d ? names_.bandIndex(s, d) : n(&s)); });
+      os_ << " = ";
+      list([&](unsigned d) { bound(s.begin(d)); });
+      os_ << " to ";
+      list([&](unsigned d) { bound(s.end(d)); });
+    }
     os_ << ' ';
     printBraced(s.body());
+  }
+  void visitTaskIndexStmt(TaskIndexStmt &s) {
+    head(s);
+    os_ << s.dim();
   }
   void visitSerialStmt(SerialStmt &s) {
     head(s);
@@ -231,16 +253,38 @@ void printKernelTo(const Kernel &kernel, std::ostream &os) {
 ValueNamer::ValueNamer(const Kernel &kernel) {
   for (unsigned i = 0; i < kernel.numArguments(); ++i)
     assign(kernel.argument(i));
+  std::vector<const ForStmt *> bands;
   walk(const_cast<Kernel &>(kernel), [&](Stmt &s) {
     if (!s.type().isVoid())
       assign(&s);
+    if (auto *f = dyn_cast<ForStmt>(&s); f && f->numDims() > 1)
+      bands.push_back(f);
   });
+  for (const ForStmt *band : bands) {
+    std::vector<std::string> &names = bandNames_[band];
+    names.resize(band->numDims());
+    for (Stmt &s : band->body())
+      if (auto *ti = dyn_cast<TaskIndexStmt>(&s);
+          ti && ti->dim() > 0 && ti->dim() < names.size() && names[ti->dim()].empty()) {
+        names[ti->dim()] = names_.at(ti);
+        inHeader_.insert(ti);
+      }
+    for (unsigned d = 1; d < names.size(); ++d)
+      if (names[d].empty())
+        names[d] = "%" + fresh(fmt::format("{}.dim{}", names_.at(band).substr(1), d));
+  }
 }
 
 const std::string &ValueNamer::operator[](const Value *v) const {
   static const std::string unknown = "<null>";
   auto it = names_.find(v);
   return it == names_.end() ? unknown : it->second;
+}
+
+const std::string &ValueNamer::bandIndex(const ForStmt &task, unsigned dim) const {
+  static const std::string unknown = "<null>";
+  auto it = bandNames_.find(&task);
+  return it == bandNames_.end() || dim >= it->second.size() ? unknown : it->second[dim];
 }
 
 void ValueNamer::assign(const Value *v) {
@@ -250,6 +294,10 @@ void ValueNamer::assign(const Value *v) {
   for (char &c : base)
     if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '.')
       c = '_';
+  names_[v] = "%" + fresh(std::move(base));
+}
+
+std::string ValueNamer::fresh(std::string base) {
   std::string candidate = base.empty() ? std::to_string(counter_++) : base;
   if (used_.count(candidate)) {
     // Every suffix up to the last one this hint got is taken already.
@@ -259,7 +307,7 @@ void ValueNamer::assign(const Value *v) {
     while (used_.count(candidate));
   }
   used_.insert(candidate);
-  names_[v] = "%" + candidate;
+  return candidate;
 }
 
 void printModule(const Module &module, std::ostream &os) {

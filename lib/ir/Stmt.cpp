@@ -357,19 +357,46 @@ ShapeStmt::ShapeStmt(Value *ndarray, unsigned axis, Type type)
 }
 
 ForStmt::ForStmt(Bound begin, Bound end, bool parallel)
-    : Stmt(StmtKind::For, Type::i32(), 2), parallel_(parallel) {
+    : Stmt(StmtKind::For, Type::i32(), 2), parallel_(parallel), consts_(2, 0) {
   setBegin(begin);
   setEnd(end);
 }
 
-void ForStmt::setBegin(Bound b) {
-  setOperand(0, b.value);
-  beginConst_ = b.value ? 0 : b.constant;
+ForStmt::ForStmt(std::span<const Bound> begins, std::span<const Bound> ends)
+    : Stmt(StmtKind::For, Type::i32(), 2 * static_cast<unsigned>(begins.size())), parallel_(true),
+      consts_(2 * begins.size(), 0) {
+  assert(begins.size() == ends.size() && !begins.empty() && begins.size() <= kMaxDims);
+  for (unsigned d = 0; d < begins.size(); ++d) {
+    setBegin(begins[d], d);
+    setEnd(ends[d], d);
+  }
 }
 
-void ForStmt::setEnd(Bound b) {
-  setOperand(1, b.value);
-  endConst_ = b.value ? 0 : b.constant;
+void ForStmt::setBegin(Bound b, unsigned dim) {
+  setOperand(2 * dim, b.value);
+  consts_[2 * dim] = b.value ? 0 : b.constant;
+}
+
+void ForStmt::setEnd(Bound b, unsigned dim) {
+  setOperand(2 * dim + 1, b.value);
+  consts_[2 * dim + 1] = b.value ? 0 : b.constant;
+}
+
+const ForStmt *enclosingParallelTask(const Stmt &s) {
+  const Stmt *top = &s;
+  for (const Stmt *p = s.parentStmt(); p; p = p->parentStmt())
+    top = p;
+  auto *f = dyn_cast<ForStmt>(top);
+  return f && f->isParallel() && top != &s ? f : nullptr;
+}
+
+int taskDimOf(const Value *v, const ForStmt &task) {
+  if (v == &task)
+    return 0;
+  auto *ti = dyn_cast<TaskIndexStmt>(v);
+  if (!ti || ti->dim() >= task.numDims() || enclosingParallelTask(*ti) != &task)
+    return -1;
+  return static_cast<int>(ti->dim());
 }
 
 IfStmt::IfStmt(Value *cond) : Stmt(StmtKind::If, Type(), 1) {

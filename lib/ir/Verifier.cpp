@@ -285,13 +285,27 @@ public:
   }
 
   void visitForStmt(ForStmt &s) {
-    for (Value *b : {s.beginValue(), s.endValue()})
-      if (b && !b->type().isScalar(ScalarType::I32))
-        error(fmt::format("loop bound {} has type {}; loop bounds must be i32 (cast it)",
-                          names()[b], describeType(b)));
-    for (Bound b : {s.begin(), s.end()})
-      if (b.isConstant() && static_cast<int32_t>(b.constant) != b.constant)
-        error(fmt::format("loop bound {} does not fit in i32", b.constant));
+    if (s.numDims() > ForStmt::kMaxDims)
+      error(fmt::format("a parallel for has at most {} dimensions, this one has {}",
+                        ForStmt::kMaxDims, s.numDims()));
+    for (unsigned d = 0; d < s.numDims(); ++d) {
+      for (Value *b : {s.beginValue(d), s.endValue(d)})
+        if (b && !b->type().isScalar(ScalarType::I32))
+          error(fmt::format("loop bound {} has type {}; loop bounds must be i32 (cast it)",
+                            names()[b], describeType(b)));
+      for (Bound b : {s.begin(d), s.end(d)})
+        if (b.isConstant() && static_cast<int32_t>(b.constant) != b.constant)
+          error(fmt::format("loop bound {} does not fit in i32", b.constant));
+    }
+  }
+
+  void visitTaskIndexStmt(TaskIndexStmt &s) {
+    const ForStmt *task = enclosingParallelTask(s);
+    if (!task)
+      error("'task_index' must be inside a parallel for (it names one of the task's indices)");
+    else if (s.dim() >= task->numDims())
+      error(fmt::format("'task_index {}' is out of range: its parallel for has {} dimension{}",
+                        s.dim(), task->numDims(), task->numDims() == 1 ? "" : "s"));
   }
 
   void visitSerialStmt(SerialStmt &) {}

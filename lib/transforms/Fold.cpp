@@ -27,15 +27,15 @@ std::unique_ptr<ConstStmt> materialize(const ConstantValue &c) {
 }
 
 /// Replaces a constant-valued loop bound by a literal.
-bool literalizeBound(ForStmt &loop, bool isBegin) {
-  Bound b = isBegin ? loop.begin() : loop.end();
+bool literalizeBound(ForStmt &loop, bool isBegin, unsigned dim) {
+  Bound b = isBegin ? loop.begin(dim) : loop.end(dim);
   if (b.isConstant())
     return false;
   std::optional<int64_t> c = evaluateConstantInt(b.value);
   if (!c || !b.value->type().isScalar(ScalarType::I32) ||
       *c < std::numeric_limits<int32_t>::min() || *c > std::numeric_limits<int32_t>::max())
     return false;
-  isBegin ? loop.setBegin(Bound(*c)) : loop.setEnd(Bound(*c));
+  isBegin ? loop.setBegin(Bound(*c), dim) : loop.setEnd(Bound(*c), dim);
   return true;
 }
 
@@ -47,8 +47,10 @@ public:
     bool changed = false;
     walkMutable(kernel.body(), [&](Stmt &s) {
       if (auto *loop = dyn_cast<ForStmt>(&s)) {
-        changed |= literalizeBound(*loop, true);
-        changed |= literalizeBound(*loop, false);
+        for (unsigned d = 0; d < loop->numDims(); ++d) {
+          changed |= literalizeBound(*loop, true, d);
+          changed |= literalizeBound(*loop, false, d);
+        }
         return false;
       }
       if (!isFoldable(s))

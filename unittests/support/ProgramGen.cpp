@@ -1081,7 +1081,24 @@ private:
       } else {
         top = std::to_string(1 + c.pick(1, cfg_.threads));
       }
-      head = fmt::format("  parallel for {} = 0 to {} {{\n", topIndex_, top);
+      // A band with a second dimension of extent 1 runs the same points:
+      // the task index is its innermost (lanes along it) or outer index.
+      std::string other = "%it" + suffix;
+      switch (cfg_.bands ? c.weighted(24, {4, 1, 1}) : 0) {
+      case 0:
+        head = fmt::format("  parallel for {} = 0 to {} {{\n", topIndex_, top);
+        break;
+      case 1:
+        head =
+            fmt::format("  parallel for ({}, {}) = (0, 0) to (1, {}) {{\n", other, topIndex_, top);
+        frames_.back().ints.push_back({other, VarKind::Other});
+        break;
+      default:
+        head =
+            fmt::format("  parallel for ({}, {}) = (0, 0) to ({}, 1) {{\n", topIndex_, other, top);
+        frames_.back().ints.push_back({other, VarKind::Other});
+        break;
+      }
       frames_.back().ints.push_back({topIndex_, kind});
     } else {
       topIndex_.clear();
@@ -1258,7 +1275,7 @@ public:
     for (int t = 0; t < numTasks; ++t) {
       GenTask task;
       task.parallel = t == 0 || !cfg_.serialTasks || below(2) == 0;
-      task.c = choices(24);
+      task.c = choices(25);
       if (cfg_.adstacks)
         for (int k = 1 + below(3); k > 0; --k)
           task.body.push_back(leaf(StmtKind::Stack));

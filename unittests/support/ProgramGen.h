@@ -115,6 +115,7 @@ struct GenConfig {
   bool f32 = true;             // f64 -> f32 -> f64 round trips
   bool dualCompanions = false; // float globals with `grad` also get `dual`
   bool integerOutputs = true;  // @ci / @cm receive the integer locals
+  bool bands = true;           // parallel tasks may be 2-D bands with an extent-1 dimension
   // Data.
   int xLen = 4;          // @x
   int maxBoundValue = 3; // @cnt, %n, %a, %m values in [0, this]

@@ -127,8 +127,9 @@ public:
   class LoopScope : public Scope {
   public:
     ForStmt *stmt() const { return qd::cast<ForStmt>(stmt_); }
-    /// The loop index (the ForStmt itself).
-    Value *index() const { return stmt_; }
+    /// The loop index (the ForStmt itself); of a parallel band, the index
+    /// of dimension `dim` (a task_index statement at the top of its body).
+    Value *index(unsigned dim = 0) const;
 
   private:
     friend class IRBuilder;
@@ -156,6 +157,9 @@ public:
   };
 
   [[nodiscard]] LoopScope parallelFor(Bound begin, Bound end);
+  /// `parallel for (%i, %j, ...) = (begins...) to (ends...)`: one task_index
+  /// statement per dimension after the first opens its body.
+  [[nodiscard]] LoopScope parallelBand(std::span<const Bound> begins, std::span<const Bound> ends);
   [[nodiscard]] LoopScope forRange(Bound begin, Bound end);
   [[nodiscard]] BlockScope serial();
   [[nodiscard]] BlockScope whileLoop();

@@ -18,9 +18,19 @@ public:
   explicit ValueNamer(const Kernel &kernel);
   /// `%name`, or `<null>` for a value outside the kernel.
   const std::string &operator[](const Value *v) const;
+  /// `%name` of dimension `dim` (>= 1) of a parallel band in its header:
+  /// the first `task_index dim` directly in its body, or a fresh name when
+  /// the body has none.
+  const std::string &bandIndex(const ForStmt &task, unsigned dim) const;
+  /// True for the task_index statements a band's header names (the printer
+  /// leaves them out of the body).
+  bool namedInBandHeader(const Stmt *s) const { return inHeader_.count(s) > 0; }
 
 private:
   void assign(const Value *v);
+  std::string fresh(std::string base);
+  std::unordered_map<const ForStmt *, std::vector<std::string>> bandNames_;
+  std::unordered_set<const Stmt *> inHeader_;
   std::unordered_map<const Value *, std::string> names_;
   std::unordered_set<std::string> used_;
   /// Per name hint: the suffix its last clash got (the next one starts

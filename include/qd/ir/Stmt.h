@@ -571,27 +571,63 @@ struct Bound {
 /// `for %i = 0 to %n { ... }` iterates %i over [begin, end) in order;
 /// `parallel for` is a kernel-level task whose iterations may run
 /// concurrently. The statement's value is the loop index (i32).
+///
+/// A parallel task may have several dimensions (a band):
+/// `parallel for (%i, %j) = (0, 0) to (%n, %m)` runs one iteration per
+/// point of [b0, e0) x [b1, e1), in any order. The statement's value is the
+/// index of dimension 0; the other indices are TaskIndexStmts in the body.
 class ForStmt : public Stmt {
 public:
+  /// Most dimensions a parallel band may have.
+  static constexpr unsigned kMaxDims = 4;
+
   ForStmt(Bound begin, Bound end, bool parallel);
+  /// A parallel task over begins.size() dimensions (1 to kMaxDims).
+  ForStmt(std::span<const Bound> begins, std::span<const Bound> ends);
   bool isParallel() const { return parallel_; }
+  /// 1 for every serial loop.
+  unsigned numDims() const { return numOperands() / 2; }
   Block &body() const { return block(0); }
   /// Null when the bound is a literal.
-  Value *beginValue() const { return operand(0); }
-  Value *endValue() const { return operand(1); }
-  int64_t beginConstant() const { return beginConst_; }
-  int64_t endConstant() const { return endConst_; }
-  Bound begin() const { return beginValue() ? Bound(beginValue()) : Bound(beginConst_); }
-  Bound end() const { return endValue() ? Bound(endValue()) : Bound(endConst_); }
-  void setBegin(Bound b);
-  void setEnd(Bound b);
+  Value *beginValue(unsigned dim = 0) const { return operand(2 * dim); }
+  Value *endValue(unsigned dim = 0) const { return operand(2 * dim + 1); }
+  int64_t beginConstant(unsigned dim = 0) const { return consts_[2 * dim]; }
+  int64_t endConstant(unsigned dim = 0) const { return consts_[2 * dim + 1]; }
+  Bound begin(unsigned dim = 0) const {
+    return beginValue(dim) ? Bound(beginValue(dim)) : Bound(beginConstant(dim));
+  }
+  Bound end(unsigned dim = 0) const {
+    return endValue(dim) ? Bound(endValue(dim)) : Bound(endConstant(dim));
+  }
+  void setBegin(Bound b, unsigned dim = 0);
+  void setEnd(Bound b, unsigned dim = 0);
   static bool classof(const Value *v) { return ConstStmt::isKindOf(v, StmtKind::For); }
 
 private:
   bool parallel_;
-  int64_t beginConst_ = 0;
-  int64_t endConst_ = 0;
+  std::vector<int64_t> consts_; // begin, end per dimension (literal bounds)
 };
+
+/// `%j = task_index 1 : i32`: the index of dimension `dim` of the enclosing
+/// parallel task (see ForStmt). Index 0 is the task's own value. The parser
+/// creates one per extra dimension named in a band's header, at the top of
+/// its body.
+class TaskIndexStmt : public Stmt {
+public:
+  explicit TaskIndexStmt(unsigned dim) : Stmt(StmtKind::TaskIndex, Type::i32(), 0), dim_(dim) {}
+  unsigned dim() const { return dim_; }
+  static bool classof(const Value *v) { return ConstStmt::isKindOf(v, StmtKind::TaskIndex); }
+
+private:
+  unsigned dim_;
+};
+
+/// The parallel task `s` runs in (the top-level parallel for around it), or
+/// null.
+const ForStmt *enclosingParallelTask(const Stmt &s);
+/// The dimension of `task` whose index `v` is (the task itself: 0; a
+/// TaskIndexStmt inside it: its dim), or -1.
+int taskDimOf(const Value *v, const ForStmt &task);
 
 /// `serial { ... }`: a kernel-level task run by a single thread.
 class SerialStmt : public Stmt {

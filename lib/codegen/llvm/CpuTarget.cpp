@@ -41,7 +41,9 @@ private:
   /// The task's body over whole groups of lanes in [first, last); returns
   /// where the scalar code starts.
   LV *emitLaneGroups(KernelEmitter &e, ForStmt &task, const TaskVectorPlan &plan, LV *first,
-                     LV *last);
+                     LV *last, const std::function<void(Lanes &, LV *)> &setIndex);
+  void emitBandChunk(KernelEmitter &e, ForStmt &task, const TaskVectorPlan &plan, unsigned lanes,
+                     LV *first, LV *last);
   /// glibc's libmvec variant of a vector sin/cos/exp/log (x86-64 AVX2: 8
   /// floats, or 4 doubles twice), or null.
   LV *vectorMath(EmitContext &c, MathFn fn, ScalarType t, LV *x);
@@ -67,8 +69,10 @@ void CpuTarget::emitParallelTask(KernelEmitter &e, ForStmt &task) {
   llvm::IRBuilder<> &b = c.b;
   // The caller packs the top-level values the task uses into i64 slots.
   std::vector<const Value *> captures = e.capturesOf(task);
-  LV *begin = b.CreateSExt(c.boundValue(task.begin()), c.i64);
-  LV *end = b.CreateSExt(c.boundValue(task.end()), c.i64);
+  bool band = task.numDims() > 1;
+  // A band runs its iterations numbered row-major: [0, count).
+  LV *begin = band ? b.getInt64(0) : b.CreateSExt(c.boundValue(task.begin()), c.i64);
+  LV *end = band ? e.bandShape(task).count : b.CreateSExt(c.boundValue(task.end()), c.i64);
   llvm::AllocaInst *buf =
       c.entryAlloca(llvm::ArrayType::get(c.i64, std::max<size_t>(captures.size(), 1)), "captures");
   for (size_t i = 0; i < captures.size(); ++i)
@@ -94,15 +98,26 @@ void CpuTarget::emitParallelTask(KernelEmitter &e, ForStmt &task) {
   unsigned width = c.opts.vectorWidth;
   unsigned lanes = width > 1 && plan.ok() ? width : 1;
   state.parallelTask = static_cast<int>(c.layout.tasks.size());
-  c.layout.tasks.push_back({&task, lanes, width > 1 ? plan.refused : "",
-                            KernelEmitter::taskBound(task.begin()),
-                            KernelEmitter::taskBound(task.end())});
-  if (lanes > 1)
-    first = emitLaneGroups(e, task, plan, first, last);
-  e.control().countedLoop(first, last, c.i64, &task, [&](LV *i) {
-    c.set(&task, b.CreateTrunc(i, c.i32));
-    e.emitBlock(task.body());
-  });
+  // A band's chunk sizes are not a task bound the runtime reads: it keeps
+  // the lanes (Unknown bounds).
+  c.layout.tasks.push_back(
+      {&task, lanes, width > 1 ? plan.refused : "",
+       band ? KernelLayout::TaskBound() : KernelEmitter::taskBound(task.begin()),
+       band ? KernelLayout::TaskBound() : KernelEmitter::taskBound(task.end())});
+  if (band) {
+    emitBandChunk(e, task, plan, lanes, first, last);
+  } else {
+    if (lanes > 1)
+      first = emitLaneGroups(e, task, plan, first, last, [&](Lanes &l, LV *group) {
+        LV *base = b.CreateTrunc(group, c.i32);
+        c.set(&task, b.CreateAdd(l.splat(base), l.laneIds(c.i32)));
+        state.lanes.affineBase[&task] = base;
+      });
+    e.control().countedLoop(first, last, c.i64, &task, [&](LV *i) {
+      c.set(&task, b.CreateTrunc(i, c.i32));
+      e.emitBlock(task.body());
+    });
+  }
   b.CreateRetVoid();
 
   c.fn = caller;
@@ -113,10 +128,41 @@ void CpuTarget::emitParallelTask(KernelEmitter &e, ForStmt &task) {
   b.CreateCall(parallelFor, {c.fn->ctxArg, taskFn, buf, begin, end});
 }
 
+// A chunk [first, last) of a band's row-major iterations, row by row: the
+// outer indices once per row, lanes along the innermost index (whole groups
+// within the row, then the rest of the row in scalar code).
+void CpuTarget::emitBandChunk(KernelEmitter &e, ForStmt &task, const TaskVectorPlan &plan,
+                              unsigned lanes, LV *first, LV *last) {
+  EmitContext &c = e.context();
+  llvm::IRBuilder<> &b = c.b;
+  KernelEmitter::BandShape shape = e.bandShape(task);
+  LV *inner = b.CreateBinaryIntrinsic(llvm::Intrinsic::smax, shape.extent.back(), b.getInt64(1));
+  LV *rowFirst = b.CreateUDiv(first, inner);
+  LV *rowLast = b.CreateSelect(
+      b.CreateICmpSLT(first, last),
+      b.CreateAdd(b.CreateUDiv(b.CreateSub(last, b.getInt64(1)), inner), b.getInt64(1)), rowFirst);
+  e.control().countedLoop(rowFirst, rowLast, c.i64, nullptr, [&](LV *row) {
+    e.setBandRow(task, shape, row);
+    LV *rowStart = b.CreateMul(row, inner);
+    LV *jFirst =
+        b.CreateBinaryIntrinsic(llvm::Intrinsic::smax, b.CreateSub(first, rowStart), b.getInt64(0));
+    LV *jLast = b.CreateBinaryIntrinsic(llvm::Intrinsic::smin, b.CreateSub(last, rowStart), inner);
+    if (lanes > 1)
+      jFirst = emitLaneGroups(e, task, plan, jFirst, jLast, [&](Lanes &, LV *j) {
+        e.setBandInner(task, shape, j, /*vector=*/true);
+      });
+    e.control().countedLoop(jFirst, jLast, c.i64, &task, [&](LV *j) {
+      e.setBandInner(task, shape, j);
+      e.emitBlock(task.body());
+    });
+  });
+}
+
 // The runtime lays out lane entries only for tasks whose chunks hold a
 // group (ctx->taskLanes); the others run the scalar code only.
 LV *CpuTarget::emitLaneGroups(KernelEmitter &e, ForStmt &task, const TaskVectorPlan &plan,
-                              LV *first, LV *last) {
+                              LV *first, LV *last,
+                              const std::function<void(Lanes &, LV *)> &setIndex) {
   EmitContext &c = e.context();
   llvm::IRBuilder<> &b = c.b;
   FunctionState &state = *c.fn;
@@ -134,9 +180,7 @@ LV *CpuTarget::emitLaneGroups(KernelEmitter &e, ForStmt &task, const TaskVectorP
   e.control().countedLoop(
       first, vectorEnd, c.i64, &task,
       [&](LV *group) {
-        LV *base = b.CreateTrunc(group, c.i32);
-        c.set(&task, b.CreateAdd(lanes.splat(base), lanes.laneIds(c.i32)));
-        state.lanes.affineBase[&task] = base;
+        setIndex(lanes, group);
         if (plan.isMaskedLoop(&task)) { // some lanes may continue early
           LaneLoop laneLoop{lanes.maskAlloca("exited"), lanes.maskAlloca("skipped")};
           lanes.clearMask(laneLoop.skipped);

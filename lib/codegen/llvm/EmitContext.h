@@ -18,6 +18,7 @@
 
 #include <llvm/IR/IRBuilder.h>
 
+#include <array>
 #include <map>
 #include <string>
 #include <unordered_map>
@@ -83,6 +84,10 @@ struct LaneState {
   LV *mask = nullptr;
   /// Lane-affine integers: lane l holds base + l.
   std::unordered_map<const Value *, LV *> affineBase;
+  /// A parallel band's vector code: lane l's innermost index is
+  /// bandInnerBase + l (task_index statements of that dimension are
+  /// lane-affine).
+  LV *bandInnerBase = nullptr;
   /// The masked loops being emitted.
   std::unordered_map<const Stmt *, LaneLoop> loops;
   /// Per-lane if arms being emitted: the block after the arm, and the depth
@@ -115,6 +120,9 @@ struct FunctionState {
   int parallelTask = -1;
   const TaskVectorPlan *taskPlan = nullptr;
   LaneState lanes;
+  /// A parallel band's indices of the iteration being emitted (dimension 0
+  /// is also the task's own value); task_index statements read them.
+  std::array<LV *, ForStmt::kMaxDims> bandIndex{};
   /// Back edges this thread has run (stop checks); created at the first.
   llvm::AllocaInst *backEdges = nullptr;
   /// Adstack rows (AdStackRows) made in this function so far.

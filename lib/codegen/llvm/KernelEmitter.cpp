@@ -60,15 +60,82 @@ void KernelEmitter::emitBlock(Block &block) {
 std::vector<const Value *> KernelEmitter::capturesOf(ForStmt &task) {
   std::vector<const Value *> captures;
   std::unordered_set<const Value *> seen;
-  walk(task.body(), [&](Stmt &s) {
+  auto note = [&](Stmt &s) {
     for (unsigned i = 0; i < s.numOperands(); ++i) {
       auto *def = dyn_cast<Stmt>(s.operand(i));
       if (def && !def->parentStmt() && !def->isTask() && c_.fn->values.count(def) &&
           seen.insert(def).second)
         captures.push_back(def);
     }
-  });
+  };
+  if (task.numDims() > 1) // its task function computes the band's shape
+    note(task);
+  walk(task.body(), note);
   return captures;
+}
+
+KernelEmitter::BandShape KernelEmitter::bandShape(ForStmt &task) {
+  llvm::IRBuilder<> &b = c_.b;
+  BandShape shape;
+  shape.count = b.getInt64(1);
+  LV *overflowed = b.getFalse();
+  for (unsigned d = 0; d < task.numDims(); ++d) {
+    LV *begin = b.CreateSExt(c_.boundValue(task.begin(d)), c_.i64);
+    LV *end = b.CreateSExt(c_.boundValue(task.end(d)), c_.i64);
+    LV *extent =
+        b.CreateBinaryIntrinsic(llvm::Intrinsic::smax, b.CreateSub(end, begin), b.getInt64(0));
+    shape.begin.push_back(begin);
+    shape.extent.push_back(extent);
+    // Four extents below 2^32 may pass 2^63; such a band never finishes
+    // anyway (a launch timeout stops it), so the count saturates.
+    LV *product = b.CreateBinaryIntrinsic(llvm::Intrinsic::umul_with_overflow, shape.count, extent);
+    overflowed = b.CreateOr(overflowed, b.CreateExtractValue(product, 1));
+    shape.count = b.CreateExtractValue(product, 0);
+  }
+  shape.count = b.CreateSelect(b.CreateOr(overflowed, b.CreateICmpSLT(shape.count, b.getInt64(0))),
+                               b.getInt64(INT64_MAX), shape.count);
+  return shape;
+}
+
+void KernelEmitter::setBandRow(ForStmt &task, const BandShape &shape, LV *row) {
+  llvm::IRBuilder<> &b = c_.b;
+  unsigned n = task.numDims();
+  for (unsigned d = n - 1; d-- > 0;) {
+    LV *index = row;
+    if (d > 0) {
+      LV *extent = b.CreateBinaryIntrinsic(llvm::Intrinsic::smax, shape.extent[d], b.getInt64(1));
+      index = b.CreateURem(row, extent);
+      row = b.CreateUDiv(row, extent);
+    }
+    c_.fn->bandIndex[d] = b.CreateTrunc(b.CreateAdd(shape.begin[d], index), c_.i32);
+  }
+  c_.set(&task, c_.fn->bandIndex[0]);
+}
+
+void KernelEmitter::setBandInner(ForStmt &task, const BandShape &shape, LV *j, bool vector) {
+  llvm::IRBuilder<> &b = c_.b;
+  unsigned inner = task.numDims() - 1;
+  LV *index = b.CreateTrunc(b.CreateAdd(shape.begin[inner], j), c_.i32);
+  if (vector) {
+    Lanes lanes(c_);
+    c_.fn->lanes.bandInnerBase = index;
+    index = b.CreateAdd(lanes.splat(index), lanes.laneIds(c_.i32));
+  }
+  c_.fn->bandIndex[inner] = index;
+}
+
+void KernelEmitter::visitTaskIndexStmt(TaskIndexStmt &s) {
+  FunctionState &fn = *c_.fn;
+  auto *task = cast<ForStmt>(c_.currentTask);
+  LV *value = task->numDims() == 1 ? c_.get(task) : fn.bandIndex[s.dim()];
+  c_.set(&s, value);
+  auto &affine = fn.lanes.affineBase;
+  if (task->numDims() == 1) {
+    if (auto it = affine.find(task); it != affine.end())
+      affine[&s] = it->second;
+  } else if (s.dim() + 1 == task->numDims() && fn.lanes.bandInnerBase) {
+    affine[&s] = fn.lanes.bandInnerBase;
+  }
 }
 
 KernelLayout::TaskBound KernelEmitter::taskBound(Bound b) {

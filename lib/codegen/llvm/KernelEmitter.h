@@ -169,6 +169,22 @@ public:
   /// What the runtime can read of a task bound before the launch.
   static KernelLayout::TaskBound taskBound(Bound b);
 
+  /// Parallel bands (ForStmt::numDims() > 1). Their iterations are numbered
+  /// row-major from 0; a row holds the iterations that differ only in the
+  /// innermost index. Begins and extents (i64, extents >= 0) and the
+  /// iteration count (saturated at INT64_MAX), emitted where the bounds are
+  /// available.
+  struct BandShape {
+    std::vector<LV *> begin, extent;
+    LV *count = nullptr;
+  };
+  BandShape bandShape(ForStmt &task);
+  /// Sets the indices of dimensions 0 to N-2 for row `row` (i64).
+  void setBandRow(ForStmt &task, const BandShape &shape, LV *row);
+  /// Sets the innermost index to begin + `j` (i64, scalar code) or, with
+  /// `laneBase` (i32, vector code), to laneBase + lane.
+  void setBandInner(ForStmt &task, const BandShape &shape, LV *j, bool vector = false);
+
   // One case per statement kind (ExhaustiveStmtVisitor: a kind without a
   // case does not compile).
   void visitConstStmt(ConstStmt &s) { c_.set(&s, arith_.constant(s)); }
@@ -186,6 +202,7 @@ public:
   void visitAtomicMaxStmt(AtomicMaxStmt &s) { visitAtomicRmwStmt(s); }
   void visitAtomicRmwStmt(AtomicRmwStmt &s) { memory_.globalAccess(s); }
   void visitShapeStmt(ShapeStmt &s) { memory_.shape(s); }
+  void visitTaskIndexStmt(TaskIndexStmt &s);
   void visitForStmt(ForStmt &s) { control_.forLoop(s); }
   void visitSerialStmt(SerialStmt &s) { emitBlock(s.block(0)); }
   void visitWhileStmt(WhileStmt &s) { control_.whileLoop(s); }

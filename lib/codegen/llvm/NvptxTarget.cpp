@@ -33,6 +33,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <set>
 
 namespace qd::codegen {
@@ -208,16 +209,30 @@ void NvptxTarget::emitParallelTask(KernelEmitter &e, ForStmt &task) {
   TaskVectorPlan plan = planTaskVectorization(task);
   state.taskPlan = &plan; // its private atomics
   state.parallelTask = index;
+  bool band = task.numDims() > 1;
   c.layout.tasks.push_back(
       {&task, 1, c.opts.vectorWidth > 1 ? "the nvptx target runs one iteration per thread" : "",
-       KernelEmitter::taskBound(task.begin()), KernelEmitter::taskBound(task.end())});
-  LV *begin = b.CreateSExt(c.boundValue(task.begin()), c.i64);
-  LV *end = b.CreateSExt(c.boundValue(task.end()), c.i64);
+       band ? KernelLayout::TaskBound() : KernelEmitter::taskBound(task.begin()),
+       band ? KernelLayout::TaskBound() : KernelEmitter::taskBound(task.end())});
+  // A band's iterations are numbered row-major: consecutive threads take
+  // consecutive innermost indices.
+  std::optional<KernelEmitter::BandShape> shape;
+  if (band)
+    shape = e.bandShape(task);
+  LV *begin = band ? b.getInt64(0) : b.CreateSExt(c.boundValue(task.begin()), c.i64);
+  LV *end = band ? shape->count : b.CreateSExt(c.boundValue(task.end()), c.i64);
   LV *first = b.CreateAdd(begin, b.CreateZExt(state.thread, c.i64));
   e.control().countedLoop(
       first, end, c.i64, &task,
       [&](LV *i) {
-        c.set(&task, b.CreateTrunc(i, c.i32));
+        if (band) {
+          LV *inner =
+              b.CreateBinaryIntrinsic(llvm::Intrinsic::smax, shape->extent.back(), b.getInt64(1));
+          e.setBandRow(task, *shape, b.CreateUDiv(i, inner));
+          e.setBandInner(task, *shape, b.CreateURem(i, inner));
+        } else {
+          c.set(&task, b.CreateTrunc(i, c.i32));
+        }
         e.emitBlock(task.body());
       },
       c.ctxField(CtxField::threads));

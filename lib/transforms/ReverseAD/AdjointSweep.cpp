@@ -49,8 +49,13 @@ void GradientBuilder::run() {
     Frame f;
     f.parent = &kernelFrame;
     if (auto *loop = dyn_cast<ForStmt>(&task)) {
-      auto scope = top.parallelFor(bound(loop->begin(), kernelFrame, top),
-                                   bound(loop->end(), kernelFrame, top));
+      std::vector<Bound> begins, ends;
+      for (unsigned d = 0; d < loop->numDims(); ++d) {
+        begins.push_back(bound(loop->begin(d), kernelFrame, top));
+        ends.push_back(bound(loop->end(d), kernelFrame, top));
+      }
+      auto scope = loop->numDims() == 1 ? top.parallelFor(begins[0], ends[0])
+                                        : top.parallelBand(begins, ends);
       f.block = &scope.stmt()->body();
       f.direct[loop] = scope.index();
       markOwner(loop->body(), &f);
