@@ -70,6 +70,11 @@ std::vector<SizeExprRef> handMade() {
   // A shared subtree (serialised once, referred to twice).
   auto shared = SizeExpr::max(SizeExpr::add(n, m), SizeExpr::fieldLoad("n", {}));
   out.push_back(SizeExpr::add(shared, SizeExpr::mul(shared, c(3))));
+  // A flattened index (rows plan), min and a narrowing cast (format v3).
+  out.push_back(SizeExpr::maxOverRange(
+      0, c(0), SizeExpr::mul(n, m),
+      SizeExpr::add(SizeExpr::div(v0, m), SizeExpr::min(SizeExpr::rem(v0, m), c(7)))));
+  out.push_back(SizeExpr::trunc32(SizeExpr::mul(n, SizeExpr::scalarArg(5))));
   // Unsimplified nodes as deserialisation builds them.
   out.push_back(SizeExpr::make(SizeExprKind::Add, {c(1), c(2)}));
   out.push_back(SizeExpr::make(SizeExprKind::MaxOverRange, {c(0), c(4), v0}, 0, 0));

@@ -896,7 +896,7 @@ TEST(SizeExprTest, SerialisationEncodesConstantsCompactly) {
   EXPECT_EQ(serializeSizeExpr(*c(-64)).size(), 11u);
   EXPECT_EQ(serializeSizeExpr(*c(64)).size(), 12u);
   EXPECT_EQ(serializeSizeExpr(*c(I64::min())).size(), 20u);
-  std::vector<uint8_t> expected = {'Q', 'D', 'S', 'X', 2, 0, 0, 0, 1, 0, 3};
+  std::vector<uint8_t> expected = {'Q', 'D', 'S', 'X', 3, 0, 0, 0, 1, 0, 3};
   EXPECT_EQ(serializeSizeExpr(*c(-2)), expected);
 }
 
@@ -1010,19 +1010,19 @@ TEST(SizeExprTest, DeserialiserRejectsBadHeaders) {
   EXPECT_TRUE(contains(rejection(cat({'Q', 'D', 'S', 'Y', 1, 0, 0, 0, 1}, {kConst, 0})), "QDSX"));
   std::vector<uint8_t> good = serializeSizeExpr(*c(5));
   ASSERT_TRUE(deserializeSizeExpr(good).ok());
-  std::vector<uint8_t> v3 = good;
-  v3[4] = 3;
-  std::string msg = rejection(v3);
-  EXPECT_TRUE(contains(msg, "version 3")) << msg;
-  EXPECT_TRUE(contains(msg, "versions 1 to 2")) << msg;
+  std::vector<uint8_t> v4 = good;
+  v4[4] = 4;
+  std::string msg = rejection(v4);
+  EXPECT_TRUE(contains(msg, "version 4")) << msg;
+  EXPECT_TRUE(contains(msg, "versions 1 to 3")) << msg;
   std::vector<uint8_t> v0 = good;
   v0[4] = 0;
   msg = rejection(v0);
   EXPECT_TRUE(contains(msg, "version 0")) << msg;
   std::vector<uint8_t> vHigh = good;
-  vHigh[7] = 1; // version 0x01000002
+  vHigh[7] = 1; // version 0x01000003
   msg = rejection(vHigh);
-  EXPECT_TRUE(contains(msg, "version 16777218")) << msg;
+  EXPECT_TRUE(contains(msg, "version 16777219")) << msg;
   // No nodes.
   msg = rejection(header(0));
   EXPECT_TRUE(contains(msg, "node count")) << msg;
@@ -1061,8 +1061,8 @@ TEST(SizeExprTest, DeserialiserRejectsBadReferences) {
 }
 
 TEST(SizeExprTest, DeserialiserRejectsBadNodes) {
-  std::string msg = rejection(cat(header(1), {12}));
-  EXPECT_TRUE(contains(msg, "unknown node kind 12")) << msg;
+  std::string msg = rejection(cat(header(1), {16}));
+  EXPECT_TRUE(contains(msg, "unknown node kind 16")) << msg;
   msg = rejection(cat(header(1), {0xff}));
   EXPECT_TRUE(contains(msg, "unknown node kind 255")) << msg;
   // Trailing bytes after a valid encoding.
@@ -1130,6 +1130,95 @@ TEST(SizeExprTest, DeserialiserLimitsNesting) {
 }
 
 //===----------------------------------------------------------------------===//
+// min, div, rem and narrowing casts (format v3)
+//===----------------------------------------------------------------------===//
+
+TEST(SizeExprTest, DivisionAndRemainderFollowTheIR) {
+  FakeInputs in;
+  in.args = {{0, -7}, {1, 2}, {2, 0}, {3, -1}, {4, I64::min()}};
+  auto div = [](SizeExprRef a, SizeExprRef b) { return SizeExpr::make(K::Div, {a, b}); };
+  auto rem = [](SizeExprRef a, SizeExprRef b) { return SizeExpr::make(K::Rem, {a, b}); };
+  EXPECT_EQ(valueOf(div(arg(0), arg(1)), in), -3); // truncates toward zero
+  EXPECT_EQ(valueOf(rem(arg(0), arg(1)), in), -1); // the sign of the dividend
+  EXPECT_EQ(valueOf(div(arg(0), arg(2)), in), 0);  // by 0: the kernel fails there
+  EXPECT_EQ(valueOf(rem(arg(0), arg(2)), in), 0);
+  EXPECT_EQ(valueOf(div(arg(4), arg(3)), in), I64::min()); // wraps, as i64 does
+  EXPECT_EQ(valueOf(rem(arg(4), arg(3)), in), 0);
+  EXPECT_EQ(valueOf(SizeExpr::make(K::Min, {arg(0), arg(1)}), in), -7);
+  in.args[5] = (int64_t(1) << 32) + 5;
+  in.args[6] = int64_t(3) << 31; // 0x1'8000'0000: low 32 bits are INT32_MIN
+  EXPECT_EQ(valueOf(SizeExpr::make(K::Trunc32, {arg(5)}), in), 5);
+  EXPECT_EQ(valueOf(SizeExpr::make(K::Trunc32, {arg(6)}), in), I64::min() >> 32);
+}
+
+TEST(SizeExprTest, DivisionRemainderAndMinSimplify) {
+  EXPECT_EQ(print(SizeExpr::div(c(-7), c(2))), "-3");
+  EXPECT_EQ(print(SizeExpr::rem(c(-7), c(2))), "-1");
+  EXPECT_EQ(print(SizeExpr::div(arg(0), c(1))), "%arg0");
+  EXPECT_EQ(print(SizeExpr::div(arg(0), c(0))), "0");
+  EXPECT_EQ(print(SizeExpr::rem(arg(0), c(1))), "0");
+  EXPECT_EQ(print(SizeExpr::min(arg(0), arg(0))), "%arg0");
+  EXPECT_EQ(print(SizeExpr::min(c(4), arg(1))), "min(%arg1, 4)");
+  EXPECT_EQ(print(SizeExpr::trunc32(c((int64_t(1) << 32) + 9))), "9");
+  EXPECT_EQ(print(SizeExpr::trunc32(SizeExpr::trunc32(arg(0)))), "trunc32(%arg0)");
+  // Precedence: the right operand of / and % is parenthesised when compound.
+  EXPECT_EQ(print(SizeExpr::div(SizeExpr::add(arg(0), c(1)), SizeExpr::mul(arg(1), arg(2)))),
+            "(%arg0 + 1) / (%arg1 * %arg2)");
+  EXPECT_EQ(print(SizeExpr::mul(c(2), SizeExpr::rem(arg(0), arg(1)))), "2 * (%arg0 % %arg1)");
+  // Signs.
+  EXPECT_TRUE(SizeExpr::div(SizeExpr::ndarrayShape(0, 0), c(3))->isNonNegative());
+  EXPECT_TRUE(SizeExpr::rem(SizeExpr::ndarrayShape(0, 0), arg(1))->isNonNegative());
+  EXPECT_FALSE(SizeExpr::rem(arg(0), c(3))->isNonNegative());
+  EXPECT_TRUE(SizeExpr::min(arg(0), c(-1))->isNonPositive());
+}
+
+// A flattened 2-D index: max over %t in [0, n*m) of a body that uses %t / m
+// and %t % m is evaluated over rows, never per %t: 2^22 indices, a step
+// limit of 200.
+TEST(SizeExprTest, FlattenedIndicesAreEvaluatedByRows) {
+  FakeInputs in;
+  in.args = {{0, 1 << 11}, {1, 1 << 11}}; // n, m
+  SizeExprRef t = var(0), n = arg(0), m = arg(1);
+  SizeExprRef i = SizeExpr::div(t, m), j = SizeExpr::rem(t, m);
+  auto maxOver = [&](SizeExprRef begin, SizeExprRef end, SizeExprRef body) {
+    return SizeExpr::maxOverRange(0, begin, end, body);
+  };
+  SizeExprRef all = SizeExpr::mul(n, m);
+  EXPECT_EQ(valueOf(maxOver(c(0), all, j), in, 200), (1 << 11) - 1);
+  EXPECT_EQ(valueOf(maxOver(c(0), all, i), in, 200), (1 << 11) - 1);
+  // A body of both: the largest i + 2 j is in the last row, last column.
+  SizeExprRef both = SizeExpr::add(i, SizeExpr::mul(c(2), j));
+  EXPECT_EQ(valueOf(maxOver(c(0), all, both), in, 200), 3 * ((1 << 11) - 1));
+  // Non-monotone in j: (j - 5)^2 peaks at a row's ends.
+  SizeExprRef bowl = SizeExpr::mul(SizeExpr::sub(j, c(5)), SizeExpr::sub(j, c(5)));
+  in.args = {{0, 3}, {1, 10}};
+  EXPECT_EQ(valueOf(maxOver(c(0), all, bowl), in, 2000), 25);
+  // Partial rows: [13, 17) covers j = 3..6 of row 1; [8, 12) j = 8, 9, 0, 1.
+  EXPECT_EQ(valueOf(maxOver(c(13), c(17), j), in, 2000), 6);
+  EXPECT_EQ(valueOf(maxOver(c(8), c(12), j), in, 2000), 9);
+  EXPECT_EQ(valueOf(maxOver(c(8), c(12), bowl), in, 2000), 25);
+  EXPECT_EQ(valueOf(maxOver(c(13), c(17), bowl), in, 2000), 4);
+  // A negative start or divisor is iterated, exactly.
+  EXPECT_EQ(valueOf(maxOver(c(-4), c(3), j), in, 2000), 2);
+  in.args = {{0, 3}, {1, -4}};
+  EXPECT_EQ(valueOf(maxOver(c(0), c(12), j), in, 2000), 3);
+}
+
+TEST(SizeExprTest, VersionTwoDataHasNoDivisions) {
+  std::vector<uint8_t> bytes = serializeSizeExpr(*SizeExpr::div(arg(0), arg(1)));
+  EXPECT_EQ(bytes[4], 3);
+  bytes[4] = 2;
+  auto r = deserializeSizeExpr(bytes);
+  ASSERT_FALSE(r.ok());
+  EXPECT_TRUE(contains(r.status().message(), "unknown node kind 13 in format version 2"))
+      << r.status();
+  bytes[4] = 3;
+  auto back = deserializeSizeExpr(bytes);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(print(*back), "%arg0 / %arg1");
+}
+
+//===----------------------------------------------------------------------===//
 // Properties
 //===----------------------------------------------------------------------===//
 
@@ -1143,7 +1232,7 @@ template <typename T> T pick(T lo, T hi) {
 /// them; ranges may shadow an enclosing variable.
 SizeExprRef genExpr(int depth, std::vector<unsigned> &bound) {
   auto small = [] { return pick<int64_t>(-3, 8); };
-  int choice = pick(0, depth > 0 ? 11 : 4);
+  int choice = pick(0, depth > 0 ? 14 : 4);
   switch (choice) {
   case 0:
     return SizeExpr::make(
@@ -1180,6 +1269,20 @@ SizeExprRef genExpr(int depth, std::vector<unsigned> &bound) {
     auto b = genExpr(depth - 1, bound);
     return SizeExpr::make(ops[choice - 6], {a, b});
   }
+  case 11: {
+    // The IR's other integer operations; a bound variable divided by a small
+    // divisor is a flattened index (the evaluator's rows plan).
+    static constexpr K ops[] = {K::Min, K::Div, K::Rem};
+    K op = ops[pick(0, 3)];
+    if (!bound.empty() && pick(0, 2) == 0)
+      return SizeExpr::make(op, {SizeExpr::make(K::BoundVar, {}, 0, *rc::gen::elementOf(bound)),
+                                 SizeExpr::make(K::Const, {}, pick<int64_t>(-2, 6))});
+    auto a = genExpr(depth - 1, bound);
+    auto b = genExpr(depth - 1, bound);
+    return SizeExpr::make(op, {a, b});
+  }
+  case 12:
+    return SizeExpr::make(K::Trunc32, {genExpr(depth - 1, bound)});
   default: {
     unsigned v = pick(0u, 4u);
     auto begin = genExpr(depth - 1, bound);
@@ -1332,6 +1435,12 @@ public:
       }
       return e.kind() == K::SumOverRange ? sum : best.value_or(0);
     }
+    case K::Trunc32: {
+      auto a = eval(*ops[0]);
+      if (!a)
+        return std::nullopt;
+      return static_cast<int32_t>(static_cast<uint32_t>(static_cast<uint64_t>(*a)));
+    }
     default: {
       auto a = eval(*ops[0]);
       auto b = eval(*ops[1]);
@@ -1351,6 +1460,18 @@ public:
       case K::Mul:
         overflow = __builtin_mul_overflow(*a, *b, &r);
         positive = (*a < 0) == (*b < 0);
+        break;
+      case K::Min:
+        r = std::min(*a, *b);
+        break;
+      case K::Div: // the IR's: truncating, MIN / -1 wraps; by 0: 0
+      case K::Rem:
+        if (*b == 0)
+          r = 0;
+        else if (*b == -1)
+          r = e.kind() == K::Div ? int64_t(0 - uint64_t(*a)) : 0;
+        else
+          r = e.kind() == K::Div ? *a / *b : *a % *b;
         break;
       default:
         r = std::max(*a, *b);
@@ -1387,6 +1508,14 @@ SizeExprRef rebuild(const SizeExprRef &e) {
     return SizeExpr::mul(ops[0], ops[1]);
   case K::Max:
     return SizeExpr::max(ops[0], ops[1]);
+  case K::Min:
+    return SizeExpr::min(ops[0], ops[1]);
+  case K::Div:
+    return SizeExpr::div(ops[0], ops[1]);
+  case K::Rem:
+    return SizeExpr::rem(ops[0], ops[1]);
+  case K::Trunc32:
+    return SizeExpr::trunc32(ops[0]);
   case K::MaxOverRange:
     return SizeExpr::maxOverRange(e->var(), ops[0], ops[1], ops[2]);
   case K::SumOverRange:

@@ -27,7 +27,12 @@ unsigned arity(SizeExprKind k) {
   case SizeExprKind::Sub:
   case SizeExprKind::Mul:
   case SizeExprKind::Max:
+  case SizeExprKind::Min:
+  case SizeExprKind::Div:
+  case SizeExprKind::Rem:
     return 2;
+  case SizeExprKind::Trunc32:
+    return 1;
   case SizeExprKind::MaxOverRange:
   case SizeExprKind::SumOverRange:
     return 3;
@@ -64,6 +69,14 @@ std::string_view toString(SizeExprKind kind) {
     return "max_over_range";
   case SizeExprKind::SumOverRange:
     return "sum_over_range";
+  case SizeExprKind::Min:
+    return "min";
+  case SizeExprKind::Div:
+    return "div";
+  case SizeExprKind::Rem:
+    return "rem";
+  case SizeExprKind::Trunc32:
+    return "trunc32";
   }
   return "?";
 }
@@ -107,7 +120,12 @@ SizeExprRef SizeExpr::make(SizeExprKind kind, std::vector<SizeExprRef> operands,
     break;
   case SizeExprKind::Add:
   case SizeExprKind::Mul:
+  case SizeExprKind::Min:
+  case SizeExprKind::Div:
     e->nonNegative_ = ops[0]->nonNegative_ && ops[1]->nonNegative_;
+    break;
+  case SizeExprKind::Rem: // the sign of the dividend, or 0
+    e->nonNegative_ = ops[0]->nonNegative_;
     break;
   case SizeExprKind::Max:
     e->nonNegative_ = ops[0]->nonNegative_ || ops[1]->nonNegative_;
@@ -133,7 +151,14 @@ SizeExprRef SizeExpr::make(SizeExprKind kind, std::vector<SizeExprRef> operands,
     e->nonPositive_ = neg(*ops[0]) && pos(*ops[1]);
     break;
   case SizeExprKind::Mul:
+  case SizeExprKind::Div:
     e->nonPositive_ = (neg(*ops[0]) && pos(*ops[1])) || (pos(*ops[0]) && neg(*ops[1]));
+    break;
+  case SizeExprKind::Min:
+    e->nonPositive_ = neg(*ops[0]) || neg(*ops[1]);
+    break;
+  case SizeExprKind::Rem:
+    e->nonPositive_ = neg(*ops[0]);
     break;
   case SizeExprKind::MaxOverRange:
   case SizeExprKind::SumOverRange:
@@ -220,6 +245,42 @@ SizeExprRef SizeExpr::max(SizeExprRef a, SizeExprRef b) {
   if (absorbs(*a, *b))
     return a;
   return make(SizeExprKind::Max, {std::move(a), std::move(b)});
+}
+
+SizeExprRef SizeExpr::min(SizeExprRef a, SizeExprRef b) {
+  if (a->isConst() && b->isConst())
+    return constant(std::min(a->value(), b->value()));
+  if (a->equals(*b))
+    return a;
+  if (a->isConst())
+    std::swap(a, b); // constants go right: min(x, c)
+  return make(SizeExprKind::Min, {std::move(a), std::move(b)});
+}
+
+SizeExprRef SizeExpr::div(SizeExprRef a, SizeExprRef b) {
+  if (a->isConst() && b->isConst())
+    return constant(detail::truncatingDiv(a->value(), b->value()));
+  if (b->isConst() && b->value() == 1)
+    return a;
+  if (b->isConst() && b->value() == 0)
+    return constant(0);
+  return make(SizeExprKind::Div, {std::move(a), std::move(b)});
+}
+
+SizeExprRef SizeExpr::rem(SizeExprRef a, SizeExprRef b) {
+  if (a->isConst() && b->isConst())
+    return constant(detail::truncatingRem(a->value(), b->value()));
+  if (b->isConst() && (b->value() == 1 || b->value() == -1 || b->value() == 0))
+    return constant(0);
+  return make(SizeExprKind::Rem, {std::move(a), std::move(b)});
+}
+
+SizeExprRef SizeExpr::trunc32(SizeExprRef a) {
+  if (a->isConst())
+    return constant(static_cast<int32_t>(a->value()));
+  if (a->kind() == SizeExprKind::Trunc32)
+    return a;
+  return make(SizeExprKind::Trunc32, {std::move(a)});
 }
 
 SizeExprRef SizeExpr::maxOverRange(unsigned var, SizeExprRef begin, SizeExprRef end,
@@ -326,7 +387,19 @@ public:
       return prec > 2 ? "(" + s + ")" : s;
     }
     case SizeExprKind::Max:
-      return "max(" + print(*ops[0], 0) + ", " + print(*ops[1], 0) + ")";
+    case SizeExprKind::Min:
+      return std::string(toString(e.kind())) + "(" + print(*ops[0], 0) + ", " + print(*ops[1], 0) +
+             ")";
+    case SizeExprKind::Div:
+    case SizeExprKind::Rem: {
+      // Like C: the right operand of `/` and `%` needs parentheses around a
+      // product or quotient.
+      std::string s =
+          print(*ops[0], 2) + (e.kind() == SizeExprKind::Div ? " / " : " % ") + print(*ops[1], 3);
+      return prec >= 2 ? "(" + s + ")" : s;
+    }
+    case SizeExprKind::Trunc32:
+      return "trunc32(" + print(*ops[0], 0) + ")";
     case SizeExprKind::MaxOverRange:
     case SizeExprKind::SumOverRange:
       return fmt::format("{}({} in [{}, {}): {})",
@@ -519,7 +592,9 @@ absl::StatusOr<SizeExprRef> deserializeSizeExpr(std::span<const uint8_t> bytes) 
                     "1 to {}; recompile the kernel",
                     version, kSizeExprFormatVersion));
   // The last kind each version knows.
-  SizeExprKind lastKind = version == 1 ? SizeExprKind::MaxOverRange : SizeExprKind::SumOverRange;
+  SizeExprKind lastKind = version == 1   ? SizeExprKind::MaxOverRange
+                          : version == 2 ? SizeExprKind::SumOverRange
+                                         : SizeExprKind::Trunc32;
   Reader r(bytes.subspan(8));
   auto count = r.varint();
   if (!count || *count == 0)

@@ -16,6 +16,7 @@
 #include <cstring>
 #include <limits>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 
 namespace qd {
@@ -124,7 +125,10 @@ public:
     case SizeExprKind::Add:
     case SizeExprKind::Sub:
     case SizeExprKind::Mul:
-    case SizeExprKind::Max: {
+    case SizeExprKind::Max:
+    case SizeExprKind::Min:
+    case SizeExprKind::Div:
+    case SizeExprKind::Rem: {
       auto a = eval(*e.operands()[0]);
       if (!a)
         return std::nullopt;
@@ -132,6 +136,12 @@ public:
       if (!b)
         return std::nullopt;
       return arith(e.kind(), *a, *b);
+    }
+    case SizeExprKind::Trunc32: {
+      auto a = eval(*e.operands()[0]);
+      if (!a)
+        return std::nullopt;
+      return static_cast<int32_t>(*a);
     }
     case SizeExprKind::MaxOverRange:
     case SizeExprKind::SumOverRange:
@@ -162,12 +172,116 @@ private:
     return nullptr;
   }
 
+  /// A body that uses its variable `%t` only as `%t / D` and `%t % D` (one
+  /// divisor that does not use `%t`): an index flattened from two. For
+  /// `D > 0` and `%t >= 0`, the range of `%t` is a run of rows `q = %t / D`
+  /// of `D` columns `r = %t % D` (the first and last rows partial), and the
+  /// maximum over it is the maximum over those rectangles of the body with
+  /// `q` and `r` as variables of their own, which the usual plans then
+  /// handle (a body monotone in `r`: one evaluation per rectangle).
+  struct RowsPlan {
+    SizeExprRef divisor;
+    /// max(q in [qa, qb)): max(r in [ra, rb)): body with q and r
+    SizeExprRef rectangle;
+    unsigned qa, qb, ra, rb; // fresh variables: a rectangle's ranges
+  };
+
   /// What evalMaxOverRange does with a node, decided once per node.
-  enum class Plan : uint8_t { Once, AtEnd, AtBegin, ReadMax, Iterate };
+  enum class Plan : uint8_t { Once, AtEnd, AtBegin, ReadMax, Rows, Iterate };
   struct RangePlan {
     Plan plan;
     const SizeExpr *read = nullptr; // Plan::ReadMax: a representative read
+    std::shared_ptr<const RowsPlan> rows;
   };
+
+  /// `e` with `%var / D` and `%var % D` replaced by variables `q` and `r`;
+  /// null when `%var` is used any other way or with another divisor.
+  SizeExprRef splitRows(const SizeExprRef &e, unsigned var, SizeExprRef &divisor, unsigned q,
+                        unsigned r, std::unordered_map<const SizeExpr *, SizeExprRef> &memo) {
+    if (!e->usesVar(var))
+      return e;
+    if (auto it = memo.find(e.get()); it != memo.end())
+      return it->second;
+    const auto &ops = e->operands();
+    SizeExprRef out;
+    if ((e->kind() == SizeExprKind::Div || e->kind() == SizeExprKind::Rem) &&
+        ops[0]->kind() == SizeExprKind::BoundVar && ops[0]->var() == var && !ops[1]->usesVar(var) &&
+        (!divisor || divisor->equals(*ops[1]))) {
+      divisor = ops[1];
+      out = SizeExpr::boundVar(e->kind() == SizeExprKind::Div ? q : r);
+    } else if (e->kind() != SizeExprKind::BoundVar) {
+      // Under a rebinding of `var` only the range bounds see the outer one.
+      size_t n = isRange(e->kind()) && e->var() == var ? 2 : ops.size();
+      std::vector<SizeExprRef> newOps(ops);
+      bool ok = true;
+      for (size_t i = 0; i < n && ok; ++i)
+        ok = (newOps[i] = splitRows(ops[i], var, divisor, q, r, memo)) != nullptr;
+      if (ok)
+        out = SizeExpr::make(e->kind(), std::move(newOps), e->value(), e->argIndex(), e->axis(),
+                             e->fieldName());
+    }
+    memo.emplace(e.get(), out);
+    return out;
+  }
+
+  std::shared_ptr<const RowsPlan> rowsPlanFor(const SizeExpr &e) {
+    auto plan = std::make_shared<RowsPlan>();
+    unsigned q = freshVar_++, r = freshVar_++;
+    plan->qa = freshVar_++;
+    plan->qb = freshVar_++;
+    plan->ra = freshVar_++;
+    plan->rb = freshVar_++;
+    std::unordered_map<const SizeExpr *, SizeExprRef> memo;
+    SizeExprRef body = splitRows(e.operands()[2], e.var(), plan->divisor, q, r, memo);
+    if (!body || !plan->divisor)
+      return nullptr;
+    auto var = [](unsigned v) { return SizeExpr::boundVar(v); };
+    // The ranges of a rectangle are never empty (nonEmpty_ tells the
+    // direction analysis, which may then see through them).
+    auto range = [&](unsigned v, unsigned lo, unsigned hi, SizeExprRef b) {
+      if (!b->usesVar(v))
+        return b;
+      SizeExprRef m = SizeExpr::make(SizeExprKind::MaxOverRange, {var(lo), var(hi), b}, 0, v);
+      nonEmpty_.insert(m.get());
+      return m;
+    };
+    plan->rectangle = range(q, plan->qa, plan->qb, range(r, plan->ra, plan->rb, std::move(body)));
+    return plan;
+  }
+
+  /// The maximum of the body of `e` over [begin, end) by rows (RowsPlan);
+  /// nullopt with no failure when the range is not one of rows.
+  std::optional<int64_t> maxByRows(const RowsPlan &p, int64_t begin, int64_t end, bool &applies) {
+    auto d = eval(*p.divisor);
+    if (!d)
+      return std::nullopt;
+    int64_t D = *d;
+    applies = D > 0 && begin >= 0;
+    if (!applies)
+      return std::nullopt;
+    int64_t q0 = begin / D, r0 = begin % D, qLast = (end - 1) / D, rLast = (end - 1) % D;
+    auto rectangle = [&](int64_t qa, int64_t qb, int64_t ra, int64_t rb) {
+      bindings_.push_back({p.qa, qa});
+      bindings_.push_back({p.qb, qb});
+      bindings_.push_back({p.ra, ra});
+      bindings_.push_back({p.rb, rb});
+      auto v = eval(*p.rectangle);
+      bindings_.resize(bindings_.size() - 4);
+      return v;
+    };
+    if (q0 == qLast)
+      return rectangle(q0, q0 + 1, r0, rLast + 1);
+    auto best = rectangle(q0, q0 + 1, r0, D);
+    if (best && qLast > q0 + 1)
+      if (auto middle = rectangle(q0 + 1, qLast, 0, D))
+        best = std::max(*best, *middle);
+    if (!best || failed_)
+      return std::nullopt;
+    auto last = rectangle(qLast, qLast + 1, 0, rLast + 1);
+    if (!last)
+      return std::nullopt;
+    return std::max(*best, *last);
+  }
 
   /// The subject a direction is taken against: the variable `var` itself,
   /// or (when `read` is set) the value of `read`-like reads indexed by
@@ -196,7 +310,14 @@ private:
       break;
     case SizeExprKind::Add:
     case SizeExprKind::Max:
+    case SizeExprKind::Min:
       d = join(direction(*ops[0], s), direction(*ops[1], s));
+      break;
+    case SizeExprKind::Div:
+      // Truncating division by a fixed non-negative divisor keeps the
+      // dividend's direction (by 0 it is constantly 0).
+      if (direction(*ops[1], s) == kConst && ops[1]->isNonNegative())
+        d = direction(*ops[0], s);
       break;
     case SizeExprKind::Sub:
       d = join(direction(*ops[0], s), flip(direction(*ops[1], s)));
@@ -215,7 +336,7 @@ private:
       // The maximum or sum of a non-negative body (0 for an empty range)
       // rises when the range widens or the body rises. A body that rebinds
       // the subject's variable does not see it.
-      if (ops[2]->isNonNegative())
+      if (ops[2]->isNonNegative() || nonEmpty_.count(&e))
         d = join(join(flip(direction(*ops[0], s)), direction(*ops[1], s)),
                  e.var() == s.var ? kConst : direction(*ops[2], s));
       break;
@@ -250,7 +371,7 @@ private:
     if (auto it = plans_.find(&e); it != plans_.end())
       return it->second;
     const SizeExpr &body = *e.operands()[2];
-    RangePlan p{Plan::Iterate};
+    RangePlan p{Plan::Iterate, nullptr, nullptr};
     if (!body.usesVar(e.var())) {
       p.plan = Plan::Once;
     } else if (Dir d = direction(body, {e.var(), nullptr}); d == kInc || d == kConst) {
@@ -261,6 +382,9 @@ private:
                r && (direction(body, {e.var(), r}) & kDec) == 0) {
       p.plan = Plan::ReadMax;
       p.read = r;
+    } else if (auto rows = rowsPlanFor(e)) {
+      p.plan = Plan::Rows;
+      p.rows = std::move(rows);
     }
     return plans_.emplace(&e, p).first->second;
   }
@@ -453,6 +577,13 @@ private:
         return std::nullopt;
       return evalBodyAt(e, {e.var(), begin, p.read, *m});
     }
+    case Plan::Rows: {
+      bool applies = false;
+      auto m = maxByRows(*p.rows, begin, end, applies);
+      if (applies || failed_)
+        return m;
+      break; // a negative index or divisor: iterate
+    }
     case Plan::Iterate:
       break;
     }
@@ -488,6 +619,12 @@ private:
       return saturate(checkedSub(a, b), b < 0);
     case SizeExprKind::Mul:
       return saturate(checkedMul(a, b), (a < 0) == (b < 0));
+    case SizeExprKind::Min:
+      return std::min(a, b);
+    case SizeExprKind::Div:
+      return detail::truncatingDiv(a, b);
+    case SizeExprKind::Rem:
+      return detail::truncatingRem(a, b);
     default:
       return std::max(a, b);
     }
@@ -503,6 +640,11 @@ private:
 
   const SizeExprInputs &in_;
   int64_t stepsLeft_;
+  /// Variables the evaluator introduces (RowsPlan), above every variable of
+  /// a kernel or a deserialised expression (at most 2^20).
+  unsigned freshVar_ = 1u << 24;
+  /// Ranges the evaluator built that are never empty (RowsPlan).
+  std::unordered_set<const SizeExpr *> nonEmpty_;
   std::vector<Binding> bindings_;
   std::unordered_map<std::tuple<const SizeExpr *, unsigned, const SizeExpr *>, Dir, KeyHash>
       directions_;

@@ -2,8 +2,8 @@
 //
 // Builds the SizeExpr of a loop bound from the SSA values it is computed
 // from: scalar arguments, ndarray shapes, field and ndarray reads of data the
-// kernel does not write, enclosing loop indices, add/sub/mul/max and widening
-// casts. Anything else is outside the grammar, with the reason recorded.
+// kernel does not write, enclosing loop indices, add/sub/mul/max/min/div/rem
+// and integer casts. Anything else is outside the grammar, with the reason recorded.
 //
 //===----------------------------------------------------------------------===//
 #include "SizingStructural.h"
@@ -108,17 +108,26 @@ E StructuralSizer::captureUncached(const Value *v) {
       return SizeExpr::mul(l, r);
     case BinaryOp::Max:
       return SizeExpr::max(l, r);
+    case BinaryOp::Min:
+      return SizeExpr::min(l, r);
+    case BinaryOp::Div:
+      return SizeExpr::div(l, r);
+    case BinaryOp::Rem:
+      return SizeExpr::rem(l, r);
     default:
-      return reject(
-          v, fmt::format("'{}' at {} is not one of add, sub, mul, max", toString(b.op()), where));
+      return reject(v, fmt::format("'{}' at {} is not one of add, sub, mul, max, min, div, rem",
+                                   toString(b.op()), where));
     }
   }
   case StmtKind::Cast: {
     auto &c = cast<CastStmt>(*s);
     if (isInteger(c.from()) && c.from() != ScalarType::I1 && isInteger(c.to()) &&
-        bitWidth(c.to()) >= bitWidth(c.from())) {
+        c.to() != ScalarType::I1) {
       E in = capture(c.input());
-      return in ? in : reject(v, captureErrors_[c.input()]);
+      if (!in)
+        return reject(v, captureErrors_[c.input()]);
+      // Narrowing keeps the low 32 bits, as the kernel does.
+      return bitWidth(c.to()) >= bitWidth(c.from()) ? in : SizeExpr::trunc32(in);
     }
     return reject(v, fmt::format("the cast at {} may change the value", where));
   }

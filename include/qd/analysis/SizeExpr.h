@@ -49,6 +49,11 @@ enum class SizeExprKind : uint8_t {
   Max,
   MaxOverRange, // var(), operands() = {begin, end, body}; 0 on an empty range
   SumOverRange, // var(), operands() = {begin, end, body}; 0 on an empty range (format v2)
+  // Format v3: the integer operations of the IR, with its semantics.
+  Min,
+  Div,     // truncating (toward zero), as `div`; x / 0 evaluates to 0
+  Rem,     // the sign of the dividend, as `rem`; x rem 0 evaluates to 0
+  Trunc32, // the low 32 bits, sign-extended: a `cast ... : i64 to i32`
 };
 /// MaxOverRange and SumOverRange bind var() in their body (operand 2) to
 /// every value of [begin, end).
@@ -87,6 +92,13 @@ public:
   /// does not use the variable and the range is constant.
   static SizeExprRef sumOverRange(unsigned var, SizeExprRef begin, SizeExprRef end,
                                   SizeExprRef body);
+  /// The IR's `min`, `div`, `rem` and i64-to-i32 `cast`. A division or
+  /// remainder by 0 evaluates to 0: the kernel fails at that statement, so
+  /// no valid execution uses its value (as for reads outside a buffer).
+  static SizeExprRef min(SizeExprRef a, SizeExprRef b);
+  static SizeExprRef div(SizeExprRef a, SizeExprRef b);
+  static SizeExprRef rem(SizeExprRef a, SizeExprRef b);
+  static SizeExprRef trunc32(SizeExprRef a);
   /// The number of iterations of `range(begin, end)`: max(end - begin, 0).
   static SizeExprRef tripCount(SizeExprRef begin, SizeExprRef end);
 
@@ -199,8 +211,9 @@ absl::StatusOr<int64_t> evaluateSizeExpr(const SizeExpr &e, const SizeExprInputs
 inline constexpr int64_t kSumIterationLimit = int64_t(1) << 16;
 
 /// The serialisation format version written in the header. Version 2 added
-/// SumOverRange; version 1 data (without it) is still read.
-inline constexpr uint32_t kSizeExprFormatVersion = 2;
+/// SumOverRange, version 3 Min, Div, Rem and Trunc32; data of versions 1
+/// and 2 (without them) is still read.
+inline constexpr uint32_t kSizeExprFormatVersion = 3;
 
 /// Flat post-order bytes: magic "QDSX", version, node count, then each node
 /// (kind, payload, operand indices that refer to earlier nodes); the last
