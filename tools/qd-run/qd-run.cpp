@@ -1,19 +1,25 @@
 //===- qd-run.cpp - Run kernels from a .qd file ---------------------------===//
 //
-//   qd-run kernel.qd [--kernel=NAME]... [--backend=cpu|cuda|interp] [--inputs=in.json]
-//          [--set FIELD=JSON]... [--arg NAME=JSON]... [--print=a,b.grad,...]
-//          [--no-bounds-check] [--adstack-capacity=N] [--report-adstacks]
-//          [--no-adstack-sizing] [--vector-width=N] [--no-vector-math]
-//          [--timeout-ms=N] [--max-loop-iterations=N]
+//   qd-run kernel.qd [--kernel=NAME]... [--script=FILE] [--backend=cpu|cuda|interp]
+//          [--inputs=in.json] [--set FIELD=JSON]... [--arg [KERNEL:]NAME=JSON]...
+//          [--print=a,b.grad,...] [--no-bounds-check] [--adstack-capacity=N]
+//          [--report-adstacks] [--no-adstack-sizing] [--vector-width=N]
+//          [--no-vector-math] [--timeout-ms=N] [--max-loop-iterations=N]
 //
 // Fields and ndarray arguments are given as (nested) JSON arrays, scalars as
 // JSON numbers or booleans; `NAME.grad` / `NAME.dual` address companions.
 // An inputs file is {"fields": {NAME: JSON}, "args": {NAME: JSON}}. After
 // the kernels ran, the requested fields/ndarrays are printed as one JSON
 // object (floats in shortest round-trip form; NaN and infinities as the
-// strings "nan", "inf", "-inf").
+// strings "nan", "inf", "-inf"). A launch script (Script.h) lists launches
+// with their own arguments, values to set, values to print and expected
+// errors; each launch that prints or fails as expected prints one JSON
+// object on its own line.
 //
 //===----------------------------------------------------------------------===//
+#include "Script.h"
+#include "Values.h"
+
 #include "qd/interp/Interpreter.h"
 #include "qd/ir/Parser.h"
 #include "qd/ir/Printer.h"
@@ -23,19 +29,14 @@
 #include "qd/runtime/CudaBackend.h"
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <cmath>
-#include <fstream>
 #include <iostream>
-#include <iterator>
-#include <limits>
 #include <map>
 #include <set>
 #include <sstream>
 
-using json = nlohmann::json;
+using namespace qdrun;
 
 namespace {
 
@@ -47,19 +48,32 @@ constexpr const char *kUsage =
     "options:\n"
     "  --kernel=NAME          kernel to launch (repeat to launch several in order;\n"
     "                         default: the module's only kernel)\n"
+    "  --script=FILE          launch script instead of --kernel: a JSON file\n"
+    "                         {\"launches\": [LAUNCH, ...]}, each LAUNCH an object\n"
+    "                         {\"kernel\": NAME, \"args\": {NAME: JSON}, \"set\": {NAME: JSON},\n"
+    "                          \"print\": [NAME, ...] or true,\n"
+    "                          \"expect_error\": true or TEXT}\n"
+    "                         (only \"kernel\" is required); prints one JSON object\n"
+    "                         per line for each launch that prints or fails as\n"
+    "                         expected, and stops at the first unexpected error\n"
+    "                         or expected error that did not happen\n"
     "  --backend=NAME         execution backend: cpu (LLVM JIT, the default), cuda (an\n"
     "                         NVIDIA GPU through the CUDA driver) or interp\n"
     "                         (the reference interpreter; the default with\n"
     "                         --check-global-accesses)\n"
     "  --inputs=FILE          JSON file {\"fields\": {...}, \"args\": {...}}\n"
     "  --set NAME=JSON        initial value of a field (or NAME.grad / NAME.dual)\n"
-    "  --arg NAME=JSON        kernel argument: number, boolean or nested array\n"
-    "  --print=A,B.grad,...   what to print (default: every field and ndarray)\n"
+    "  --arg NAME=JSON        kernel argument of every launched kernel that has it:\n"
+    "                         number, boolean or nested array (an ndarray, shared\n"
+    "                         by name by all launches)\n"
+    "  --arg KERNEL:NAME=JSON scalar argument of kernel KERNEL only (wins over NAME)\n"
+    "  --print=A,B.grad,...   what to print after the last launch (default: every\n"
+    "                         field and ndarray; a script says it per launch)\n"
     "  --no-bounds-check      cpu: do not check field/ndarray indices (faster; an\n"
     "                         out-of-range index is then undefined behaviour).\n"
     "                         By default every index is checked, and the\n"
     "                         interpreter always checks\n"
-    "  --bounds-check         the default (kept for scripts)\n"
+    "  --bounds-check         the default (for shell scripts that spell it out)\n"
     "  --adstack-capacity=N   capacity of adstacks the sizing cannot bound (tier 3);\n"
     "                         with --no-adstack-sizing, of every capacity-0 adstack\n"
     "  --no-adstack-sizing    do not size adstacks before each launch\n"
@@ -76,187 +90,217 @@ constexpr const char *kUsage =
     "  --no-vector-math       cpu: vectorised sin/cos/exp/log call the scalar libm\n"
     "                         functions per lane instead of glibc's libmvec\n";
 
-struct Failure {
-  std::string message;
-};
-
-[[noreturn]] void die(std::string message) {
-  throw Failure{std::move(message)};
-}
-
-std::string readFile(const std::string &path) {
-  absl::StatusOr<std::string> text = qd::readTextFile(path);
-  if (!text.ok())
-    die(std::string(text.status().message()));
-  return *std::move(text);
-}
-
-/// Deepest nesting of arrays and objects accepted in JSON input: far more
-/// than any value qd-run takes (an ndarray of rank r nests r + 2 levels),
-/// and shallow enough that handling the value never exhausts the stack.
-constexpr int kMaxJsonNesting = 512;
-
-json parseJson(const std::string &text, const std::string &what) {
-  // Reject deep nesting before building the value (copying or printing a
-  // json value recurses once per level).
-  int depth = 0;
-  bool inString = false, escaped = false;
-  for (char ch : text) {
-    if (inString) {
-      if (escaped)
-        escaped = false;
-      else if (ch == '\\')
-        escaped = true;
-      else if (ch == '"')
-        inString = false;
-    } else if (ch == '"') {
-      inString = true;
-    } else if (ch == '[' || ch == '{') {
-      if (++depth > kMaxJsonNesting)
-        die("JSON in " + what + " nests arrays and objects more than " +
-            std::to_string(kMaxJsonNesting) + " levels deep; qd-run's inputs need at most the " +
-            "ndarray rank + 2");
-    } else if (ch == ']' || ch == '}') {
-      --depth;
-    }
-  }
-  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded())
-    die("malformed JSON in " + what + ": '" + text.substr(0, 80) + "'");
-  return j;
-}
-
-std::pair<std::string, qd::Component> splitName(const std::string &name) {
-  size_t dot = name.rfind('.');
-  if (dot != std::string::npos) {
-    std::string suffix = name.substr(dot + 1);
-    if (suffix == "grad")
-      return {name.substr(0, dot), qd::Component::Grad};
-    if (suffix == "dual")
-      return {name.substr(0, dot), qd::Component::Dual};
-  }
-  return {name, qd::Component::Primal};
-}
-
-qd::Scalar toScalar(const json &j, qd::ScalarType t, const std::string &what) {
-  using qd::ScalarType;
-  if (t == ScalarType::I1) {
-    if (j.is_boolean())
-      return qd::Scalar::ofInt(t, j.get<bool>());
-    if (j.is_number_integer() && (j.get<int64_t>() == 0 || j.get<int64_t>() == 1))
-      return qd::Scalar::ofInt(t, j.get<int64_t>());
-    die(what + " must be true or false, got " + j.dump());
-  }
-  if (qd::isInteger(t)) {
-    if (!j.is_number_integer())
-      die(what + " must be an integer (" + std::string(qd::toString(t)) + "), got " + j.dump());
-    if (j.is_number_unsigned() && j.get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max()))
-      die(what + " does not fit in " + std::string(qd::toString(t)) + ": " + j.dump());
-    int64_t v = j.get<int64_t>();
-    if (t == ScalarType::I32 && static_cast<int32_t>(v) != v)
-      die(what + " does not fit in i32: " + j.dump());
-    return qd::Scalar::ofInt(t, v);
-  }
-  if (j.is_number()) {
-    // A number too large for the type is an error, not an infinity (JSON
-    // has no infinities: write "inf").
-    double d = j.get<double>();
-    if (std::isinf(d) || (t == ScalarType::F32 && std::isinf(static_cast<float>(d))))
-      die(fmt::format("{} is out of range for {} (largest finite value {}): {}; write \"inf\" or "
-                      "\"-inf\" for an infinity",
-                      what, qd::toString(t),
-                      t == ScalarType::F32 ? "3.4028235e+38" : "1.7976931348623157e+308",
-                      j.dump()));
-    return qd::Scalar::ofFloat(t, d);
-  }
-  if (j.is_string()) {
-    std::string s = j.get<std::string>();
-    double inf = std::numeric_limits<double>::infinity();
-    if (s == "nan" || s == "-nan") // the sign of a NaN carries no meaning here
-      return qd::Scalar::ofFloat(t, std::numeric_limits<double>::quiet_NaN());
-    if (s == "inf")
-      return qd::Scalar::ofFloat(t, inf);
-    if (s == "-inf")
-      return qd::Scalar::ofFloat(t, -inf);
-  }
-  die(what + " must be a number, got " + j.dump());
-}
-
-/// Shape of a rectangular nested JSON array (a scalar has shape []).
-std::vector<int64_t> shapeOf(const json &j, const std::string &what) {
-  std::vector<int64_t> shape;
-  const json *cur = &j;
-  while (cur->is_array()) {
-    shape.push_back(static_cast<int64_t>(cur->size()));
-    if (cur->empty())
-      break;
-    cur = &(*cur)[0];
-  }
-  (void)what;
-  return shape;
-}
-
-void flatten(const json &j, const std::vector<int64_t> &shape, size_t dim,
-             std::vector<const json *> &out, const std::string &what) {
-  if (dim == shape.size()) {
-    if (j.is_array())
-      die(what + " is not rectangular: nested deeper than its first element");
-    out.push_back(&j);
-    return;
-  }
-  if (!j.is_array() || static_cast<int64_t>(j.size()) != shape[dim])
-    die(what + " is not rectangular: expected " + std::to_string(shape[dim]) +
-        " elements at depth " + std::to_string(dim));
-  for (const json &e : j)
-    flatten(e, shape, dim + 1, out, what);
-}
-
-void fillBuffer(qd::Buffer &buf, const json &j, const std::string &what) {
-  std::vector<const json *> elems;
-  if (buf.ndim() == 0 && !j.is_array()) {
-    elems.push_back(&j);
-  } else {
-    flatten(j, buf.shape(), 0, elems, what);
-  }
-  for (size_t i = 0; i < elems.size(); ++i)
-    buf.set(static_cast<int64_t>(i),
-            toScalar(*elems[i], buf.elementType(), what + " element " + std::to_string(i)));
-}
-
-// Output is written as text, not through nlohmann::json: its number printer
-// (Grisu2) is not always shortest and knows nothing of f32, so 0.89722383f
-// would print as 0.8972238300000001.
-std::string scalarText(const qd::Scalar &s) {
-  if (!s.isFloat())
-    return s.type == qd::ScalarType::I1 ? (s.i ? "true" : "false") : std::to_string(s.i);
-  if (std::isnan(s.f)) // whatever its sign bit (x86 gives 0/0 a negative NaN)
-    return "\"nan\"";
-  std::string text = qd::formatFloat(s.f, s.type);
-  if (std::isinf(s.f))
-    return '"' + text + '"';
-  return text;
-}
-
-std::string bufferText(const qd::Buffer &buf) {
-  if (buf.ndim() == 0)
-    return scalarText(buf.get(0));
-  std::function<std::string(size_t, int64_t &)> build = [&](size_t dim, int64_t &flat) {
-    std::string arr = "[";
-    for (int64_t i = 0; i < buf.shape()[dim]; ++i) {
-      if (i)
-        arr += ',';
-      arr += dim + 1 == buf.ndim() ? scalarText(buf.get(flat++)) : build(dim + 1, flat);
-    }
-    return arr + "]";
-  };
-  int64_t flat = 0;
-  return build(0, flat);
-}
-
+/// An ndarray argument's buffers, kept by name from launch to launch.
 struct Ndarray {
   qd::Buffer primal, grad, dual;
   qd::NdarrayArg arg;
 };
+
+qd::Buffer makeBuffer(qd::ScalarType elem, const std::vector<int64_t> &shape,
+                      const std::string &what) {
+  absl::StatusOr<qd::Buffer> made = qd::Buffer::create(elem, shape);
+  if (!made.ok())
+    die(what + ": " + std::string(made.status().message()));
+  return *std::move(made);
+}
+
+/// The `c` companion of `nd`, made (zero) if it has none yet.
+qd::Buffer &companion(Ndarray &nd, qd::Component c, const std::string &what) {
+  qd::Buffer *&bound = c == qd::Component::Grad ? nd.arg.grad : nd.arg.dual;
+  if (!bound) {
+    qd::Buffer &b = c == qd::Component::Grad ? nd.grad : nd.dual;
+    b = makeBuffer(nd.primal.elementType(), nd.primal.shape(), what);
+    bound = &b;
+  }
+  return *bound;
+}
+
+/// Gives `nd` the companions `param` declares and it lacks, zero.
+void addCompanions(Ndarray &nd, const qd::Argument &param, const std::string &what) {
+  for (qd::Component c : {qd::Component::Grad, qd::Component::Dual})
+    if (param.hasComponent(c))
+      companion(nd, c, what);
+}
+
+/// Runs planned launches in order on one backend, keeping the ndarrays
+/// from launch to launch, and prints what they ask for: a command-line run
+/// one JSON object after its last launch, a script one JSON object per line
+/// for each launch that prints or fails as expected.
+class Runner {
+public:
+  struct Backends {
+    qd::Interpreter *interp = nullptr;
+    qd::CpuBackend *cpu = nullptr;
+    qd::CudaBackend *cuda = nullptr;
+  };
+  Runner(qd::Program &program, Backends backends, const qd::LaunchOptions &options, bool script,
+         bool reportAdStacks)
+      : program_(program), backends_(backends), options_(options), script_(script),
+        reportAdStacks_(reportAdStacks) {}
+
+  void run(Launch &launch);
+
+private:
+  qd::Backend &backend() {
+    return backends_.cpu    ? static_cast<qd::Backend &>(*backends_.cpu)
+           : backends_.cuda ? static_cast<qd::Backend &>(*backends_.cuda)
+                            : *backends_.interp;
+  }
+  qd::Buffer &buffer(const Slot &slot) {
+    return slot.ndarray ? *ndarrays_.at(slot.base)->arg.component(slot.component)
+                        : *program_.field(slot.base, slot.component);
+  }
+  std::optional<std::string> outcome(const Launch &launch, const absl::Status &status) const;
+  void reportAdStacks(const Launch &launch);
+  void print(const Launch &launch, const std::optional<std::string> &error);
+
+  qd::Program &program_;
+  Backends backends_;
+  const qd::LaunchOptions &options_;
+  bool script_, reportAdStacks_;
+  std::map<std::string, std::unique_ptr<Ndarray>> ndarrays_;
+  std::set<const qd::Kernel *> warned_;
+  std::vector<std::string> report_;
+};
+
+void Runner::run(Launch &launch) {
+  const qd::Kernel &k = *launch.kernel;
+  for (NewNdarray &n : launch.newNdarrays) {
+    std::string what = launch.label + ": ndarray '" + n.param->name() + "'";
+    auto nd = std::make_unique<Ndarray>();
+    nd->primal = makeBuffer(n.param->type().element(), n.primal.shape, what);
+    store(nd->primal, n.primal);
+    nd->arg.primal = &nd->primal;
+    addCompanions(*nd, *n.param, what);
+    for (const auto &[c, value] : n.companions)
+      store(companion(*nd, c, what), value);
+    ndarrays_[n.param->name()] = std::move(nd);
+  }
+  launch.newNdarrays.clear(); // the values are in the buffers now
+  std::vector<qd::LaunchArg> args;
+  for (unsigned i = 0; i < k.numArguments(); ++i) {
+    const qd::Argument &p = *k.argument(i);
+    if (!p.isNdarray()) {
+      args.push_back(qd::LaunchArg::scalar(launch.scalars[i]));
+      continue;
+    }
+    Ndarray &nd = *ndarrays_.at(p.name());
+    addCompanions(nd, p, launch.label + ": ndarray '" + p.name() + "'");
+    args.push_back(qd::LaunchArg::ndarray(&nd.arg));
+  }
+  // After the companions the launch needs exist: a value may be for one.
+  for (const auto &[slot, value] : launch.sets)
+    store(buffer(slot), value);
+  launch.sets.clear();
+
+  // What sizing says about stacks outside its grammar (measured at
+  // launch, or the default), once per kernel, before its first launch.
+  if (options_.sizeAdStacks && warned_.insert(&k).second) {
+    absl::StatusOr<const qd::KernelSizing *> sizing = backend().adStackSizing(k);
+    if (!sizing.ok())
+      die((script_ ? launch.label + ": " : "") + std::string(sizing.status().message()));
+    for (const std::string &w : (*sizing)->warnings())
+      std::cerr << w << '\n';
+  }
+  absl::Status status = program_.launch(k.name(), args, backend(), options_);
+  std::optional<std::string> error = outcome(launch, status);
+  if (reportAdStacks_ && !error)
+    reportAdStacks(launch);
+  // The adstack report goes out before the output: after each launch of a
+  // script, after the last launch of a command-line run.
+  if (script_ || launch.prints) {
+    for (const std::string &line : report_)
+      std::cerr << (script_ ? fmt::format("launches[{}]: ", launch.index) : "") << line << '\n';
+    report_.clear();
+  }
+  if (launch.prints || error)
+    print(launch, error);
+}
+
+/// The message of an expected error; stops the run on an unexpected error
+/// or on an expected one that did not happen.
+std::optional<std::string> Runner::outcome(const Launch &launch, const absl::Status &status) const {
+  std::string message(status.message());
+  const std::optional<std::string> &expected = launch.expectError;
+  if (status.ok() && !expected)
+    return std::nullopt;
+  if (!expected) {
+    if (!script_)
+      die(message);
+    die("qd-run: error: " + launch.label +
+        " failed (mark a launch that should fail with \"expect_error\"):\n" + diagnostic(message));
+  }
+  if (status.ok())
+    die(launch.label + " succeeded but was expected to fail (its \"expect_error\" is " +
+        (expected->empty() ? std::string("true") : quoted(*expected)) + ")");
+  if (message.find(*expected) == std::string::npos)
+    die("qd-run: error: " + launch.label + " failed with an error that does not contain " +
+        quoted(*expected) + " (its \"expect_error\"):\n" + diagnostic(message));
+  return message;
+}
+
+void Runner::reportAdStacks(const Launch &launch) {
+  // One line per stack, in source order, named as qd-opt names it: the
+  // capacity it got, and the depth it reached (interpreter) or the heap
+  // the launch used (cpu, cuda).
+  const qd::Kernel &k = *launch.kernel;
+  auto [interp, cpu, cuda] = backends_;
+  qd::ValueNamer names(k);
+  std::vector<std::pair<std::string, std::string>> rows;
+  auto row = [&](const qd::AdStackAllocaStmt *stack, int64_t cap, const std::string &more) {
+    rows.emplace_back(stack->loc().str(),
+                      fmt::format("kernel @{}: adstack {} ({}) at {}: capacity {}{}", k.name(),
+                                  names[stack], qd::toString(stack->elementType()),
+                                  stack->loc().str(), cap, more));
+  };
+  if ((cpu || cuda) && !options_.sizeAdStacks) {
+    // Unsized: what the launch was given (declared, or the default).
+    qd::walk(const_cast<qd::Kernel &>(k), [&](qd::Stmt &s) {
+      if (auto *a = qd::dyn_cast<qd::AdStackAllocaStmt>(&s))
+        row(a, a->capacity() ? a->capacity() : options_.defaultAdStackCapacity, "");
+    });
+  } else if (cpu || cuda) {
+    for (auto &[stack, cap] : program_.lastAdStackCapacities())
+      row(stack, cap, "");
+  } else {
+    for (auto &[stack, depth] : interp->adStackMaxDepths())
+      row(stack, interp->adStackCapacities().at(stack), ", max depth " + std::to_string(depth));
+  }
+  std::sort(rows.begin(), rows.end());
+  for (auto &r : rows)
+    report_.push_back(r.second);
+  if (cpu && !rows.empty()) // kernels without adstacks use no heap
+    report_.push_back("kernel @" + k.name() + ": adstack heap " +
+                      std::to_string(cpu->lastAdStackHeapBytes()) + " bytes (" +
+                      std::to_string(cpu->numThreads()) + " workers)");
+  if (cuda && !rows.empty()) {
+    absl::StatusOr<int64_t> threads = cuda->gridThreads(k, options_.boundsChecked);
+    report_.push_back("kernel @" + k.name() + ": adstack heap " +
+                      std::to_string(cuda->lastAdStackHeapBytes()) + " bytes (" +
+                      (threads.ok() ? std::to_string(*threads) : std::string("?")) +
+                      " GPU threads)");
+  }
+}
+
+void Runner::print(const Launch &launch, const std::optional<std::string> &error) {
+  std::string values = "{";
+  for (size_t i = 0; i < launch.print.size(); ++i)
+    values +=
+        (i ? ", " : "") + quoted(launch.print[i].name) + ": " + bufferText(buffer(launch.print[i]));
+  values += "}";
+  if (!script_) {
+    std::cout << values << '\n';
+    return;
+  }
+  std::string record =
+      fmt::format("{{\"launch\": {}, \"kernel\": {}", launch.index, quoted(launch.kernel->name()));
+  if (error)
+    record += ", \"error\": " + quoted(*error);
+  if (launch.prints)
+    record += ", \"values\": " + values;
+  // Flushed: what a launch printed stays printed if a later one fails.
+  std::cout << record << "}" << std::endl;
+}
 
 /// The whole of `text` as a decimal integer in [lo, hi], or a failure
 /// naming `flag` (no trailing text, no silent wrap-around).
@@ -278,7 +322,7 @@ int64_t integerOption(const std::string &flag, const std::string &text, int64_t 
 }
 
 int run(int argc, char **argv) {
-  std::string file, backendName, inputsFile;
+  std::string file, backendName, inputsFile, scriptFile;
   std::vector<std::string> kernels, printList;
   std::vector<std::pair<std::string, std::string>> sets, argValues;
   bool printGiven = false, reportAdStacks = false;
@@ -309,6 +353,8 @@ int run(int argc, char **argv) {
     }
     if (auto v = value("--kernel"))
       kernels.push_back(*v);
+    else if (auto v = value("--script"))
+      scriptFile = *v;
     else if (auto v = value("--backend"))
       backendName = *v;
     else if (auto v = value("--inputs"))
@@ -354,6 +400,11 @@ int run(int argc, char **argv) {
   }
   if (file.empty())
     die("no input file (see --help)");
+  bool script = !scriptFile.empty();
+  if (script && !kernels.empty())
+    die("--kernel does not go with --script: the script names the kernel of each launch");
+  if (script && printGiven)
+    die("--print does not go with --script: list what to print in a launch's \"print\"");
   if (backendName.empty()) // the exact access check is the interpreter's
     backendName = options.checkGlobalAccesses ? "interp" : "cpu";
   if (backendName != "interp" && backendName != "cpu" && backendName != "cuda")
@@ -366,22 +417,36 @@ int run(int argc, char **argv) {
   if (absl::Status v = qd::verify(module); !v.ok())
     die(std::string(v.message()));
 
-  if (kernels.empty()) {
-    if (module.kernels().size() != 1)
-      die("the module has " + std::to_string(module.kernels().size()) +
-          " kernels; choose with --kernel=NAME");
-    kernels.push_back(module.kernels()[0]->name());
+  // The launches: a script's, or one per --kernel with the output after
+  // the last.
+  std::vector<LaunchSpec> specs;
+  if (script) {
+    specs = readScript(scriptFile);
+  } else {
+    if (kernels.empty()) {
+      if (module.kernels().size() != 1)
+        die("the module has " + std::to_string(module.kernels().size()) +
+            " kernels; choose with --kernel=NAME");
+      kernels.push_back(module.kernels()[0]->name());
+    }
+    for (size_t i = 0; i < kernels.size(); ++i) {
+      LaunchSpec spec;
+      spec.index = static_cast<int>(i);
+      spec.kernel = kernels[i];
+      specs.push_back(std::move(spec));
+    }
+    specs.back().prints = true;
+    specs.back().printAll = !printGiven;
+    specs.back().print = printList;
   }
-  for (const std::string &k : kernels)
-    if (!module.findKernel(k))
-      die("no kernel named '@" + k + "' in " + file);
 
   auto program = qd::Program::create(module);
   if (!program.ok())
     die(std::string(program.status().message()));
 
   // Gather inputs: the file first, then command-line values override.
-  std::map<std::string, json> fieldInputs, argInputs;
+  json fieldInputs = json::object();
+  ArgDefaults argInputs;
   if (!inputsFile.empty()) {
     json in = parseJson(readFile(inputsFile), "'" + inputsFile + "'");
     if (!in.is_object())
@@ -391,72 +456,23 @@ int run(int argc, char **argv) {
         die("unknown key \"" + key + "\" in '" + inputsFile + "' (expected fields, args)");
       if (!val.is_object())
         die("\"" + key + "\" in '" + inputsFile + "' must be an object");
-      for (auto &[name, v] : val.items())
-        (key == "fields" ? fieldInputs : argInputs)[name] = v;
+      for (auto &[name, v] : val.items()) {
+        if (key == "fields") {
+          fieldInputs[name] = v;
+          continue;
+        }
+        auto [kernel, arg] = parseArgKey(name, "\"args\" in '" + inputsFile + "'");
+        argInputs[kernel][arg] = v;
+      }
     }
   }
   for (auto &[name, text] : sets)
     fieldInputs[name] = parseJson(text, "--set " + name);
-  for (auto &[name, text] : argValues)
-    argInputs[name] = parseJson(text, "--arg " + name);
-
-  for (auto &[name, value] : fieldInputs) {
-    auto [base, comp] = splitName(name);
-    qd::Buffer *buf = (*program)->field(base, comp);
-    if (!buf)
-      die("no field '@" + name + "' in " + file);
-    fillBuffer(*buf, value, "field '@" + name + "'");
+  for (auto &[key, text] : argValues) {
+    auto [kernel, arg] = parseArgKey(key, "--arg");
+    argInputs[kernel][arg] = parseJson(text, "--arg " + key);
   }
-
-  // Ndarray arguments are shared by name across the launched kernels.
-  std::map<std::string, std::unique_ptr<Ndarray>> ndarrays;
-  std::map<std::string, const qd::Argument *> ndarrayParams;
-  for (const std::string &kname : kernels) {
-    const qd::Kernel &k = *module.findKernel(kname);
-    for (unsigned i = 0; i < k.numArguments(); ++i) {
-      const qd::Argument *p = k.argument(i);
-      if (!p->isNdarray() || ndarrays.count(p->name()))
-        continue;
-      auto it = argInputs.find(p->name());
-      if (it == argInputs.end())
-        die("missing ndarray argument '" + p->name() + "' of kernel @" + kname + " (pass --arg " +
-            p->name() + "=[...])");
-      std::vector<int64_t> shape = shapeOf(it->second, p->name());
-      if (shape.size() != p->type().ndim())
-        die("ndarray argument '" + p->name() + "' is " + p->type().str() + " but the value has " +
-            std::to_string(shape.size()) + " dimension(s)");
-      auto nd = std::make_unique<Ndarray>();
-      auto make = [&](qd::Buffer &b) {
-        auto r = qd::Buffer::create(p->type().element(), shape);
-        if (!r.ok())
-          die(std::string(r.status().message()));
-        b = *std::move(r);
-      };
-      make(nd->primal);
-      fillBuffer(nd->primal, it->second, "argument '" + p->name() + "'");
-      nd->arg.primal = &nd->primal;
-      for (qd::Component c : {qd::Component::Grad, qd::Component::Dual}) {
-        if (!p->hasComponent(c))
-          continue;
-        qd::Buffer &b = c == qd::Component::Grad ? nd->grad : nd->dual;
-        make(b);
-        std::string cname = p->name() + "." + std::string(qd::toString(c));
-        if (auto g = argInputs.find(cname); g != argInputs.end())
-          fillBuffer(b, g->second, "argument '" + cname + "'");
-        (c == qd::Component::Grad ? nd->arg.grad : nd->arg.dual) = &b;
-      }
-      ndarrayParams[p->name()] = p;
-      ndarrays[p->name()] = std::move(nd);
-    }
-  }
-  for (auto &[name, v] : argInputs) {
-    std::string base = splitName(name).first;
-    bool known = false;
-    for (const std::string &kname : kernels)
-      known |= module.findKernel(kname)->findArgument(base) != nullptr;
-    if (!known)
-      die("no kernel argument named '" + base + "' in the launched kernel(s)");
-  }
+  std::vector<Launch> launches = planLaunches(specs, fieldInputs, argInputs, **program, file);
 
   qd::Interpreter interp;
   std::unique_ptr<qd::CpuBackend> cpu;
@@ -473,110 +489,9 @@ int run(int argc, char **argv) {
       die(std::string(created.status().message()));
     cuda = *std::move(created);
   }
-  qd::Backend &backend = cpu    ? static_cast<qd::Backend &>(*cpu)
-                         : cuda ? static_cast<qd::Backend &>(*cuda)
-                                : interp;
-  std::vector<std::string> adstackReport;
-  std::set<std::string> warnedKernels;
-  for (const std::string &kname : kernels) {
-    const qd::Kernel &k = *module.findKernel(kname);
-    std::vector<qd::LaunchArg> args;
-    for (unsigned i = 0; i < k.numArguments(); ++i) {
-      const qd::Argument *p = k.argument(i);
-      if (p->isNdarray()) {
-        args.push_back(qd::LaunchArg::ndarray(&ndarrays.at(p->name())->arg));
-        continue;
-      }
-      auto it = argInputs.find(p->name());
-      if (it == argInputs.end())
-        die("missing argument '" + p->name() + "' of kernel @" + kname + " (pass --arg " +
-            p->name() + "=VALUE)");
-      args.push_back(qd::LaunchArg::scalar(
-          toScalar(it->second, p->type().element(), "argument '" + p->name() + "'")));
-    }
-    // What sizing says about stacks outside its grammar (measured at
-    // launch, or the default), once per kernel, before its first launch.
-    if (options.sizeAdStacks && warnedKernels.insert(kname).second) {
-      absl::StatusOr<const qd::KernelSizing *> sizing = backend.adStackSizing(k);
-      if (!sizing.ok())
-        die(std::string(sizing.status().message()));
-      for (const std::string &w : (*sizing)->warnings())
-        std::cerr << w << '\n';
-    }
-    if (absl::Status s = (*program)->launch(kname, args, backend, options); !s.ok())
-      die(std::string(s.message()));
-    if (reportAdStacks) {
-      // One line per stack, in source order, named as qd-opt names it: the
-      // capacity it got, and the depth it reached (interpreter) or the heap
-      // the launch used (cpu, cuda).
-      qd::ValueNamer names(k);
-      std::vector<std::pair<std::string, std::string>> rows;
-      auto row = [&](const qd::AdStackAllocaStmt *stack, int64_t cap, const std::string &more) {
-        rows.emplace_back(stack->loc().str(),
-                          fmt::format("kernel @{}: adstack {} ({}) at {}: capacity {}{}", kname,
-                                      names[stack], qd::toString(stack->elementType()),
-                                      stack->loc().str(), cap, more));
-      };
-      if ((cpu || cuda) && !options.sizeAdStacks) {
-        // Unsized: what the launch was given (declared, or the default).
-        qd::walk(const_cast<qd::Kernel &>(k), [&](qd::Stmt &s) {
-          if (auto *a = qd::dyn_cast<qd::AdStackAllocaStmt>(&s))
-            row(a, a->capacity() ? a->capacity() : options.defaultAdStackCapacity, "");
-        });
-      } else if (cpu || cuda) {
-        for (auto &[stack, cap] : (*program)->lastAdStackCapacities())
-          row(stack, cap, "");
-      } else {
-        for (auto &[stack, depth] : interp.adStackMaxDepths())
-          row(stack, interp.adStackCapacities().at(stack), ", max depth " + std::to_string(depth));
-      }
-      std::sort(rows.begin(), rows.end());
-      for (auto &r : rows)
-        adstackReport.push_back(r.second);
-      if (cpu && !rows.empty()) // kernels without adstacks use no heap
-        adstackReport.push_back("kernel @" + kname + ": adstack heap " +
-                                std::to_string(cpu->lastAdStackHeapBytes()) + " bytes (" +
-                                std::to_string(cpu->numThreads()) + " workers)");
-      if (cuda && !rows.empty()) {
-        absl::StatusOr<int64_t> threads = cuda->gridThreads(k, options.boundsChecked);
-        adstackReport.push_back("kernel @" + kname + ": adstack heap " +
-                                std::to_string(cuda->lastAdStackHeapBytes()) + " bytes (" +
-                                (threads.ok() ? std::to_string(*threads) : std::string("?")) +
-                                " GPU threads)");
-      }
-    }
-  }
-  for (const std::string &line : adstackReport)
-    std::cerr << line << '\n';
-
-  // Output.
-  if (!printGiven) {
-    for (const auto &f : module.fields())
-      for (qd::Component c : {qd::Component::Primal, qd::Component::Grad, qd::Component::Dual})
-        if (f->hasComponent(c))
-          printList.push_back(
-              f->name() + (c == qd::Component::Primal ? "" : "." + std::string(qd::toString(c))));
-    for (auto &[name, p] : ndarrayParams)
-      for (qd::Component c : {qd::Component::Primal, qd::Component::Grad, qd::Component::Dual})
-        if (p->hasComponent(c))
-          printList.push_back(
-              name + (c == qd::Component::Primal ? "" : "." + std::string(qd::toString(c))));
-  }
-  std::string text = "{";
-  for (size_t i = 0; i < printList.size(); ++i) {
-    const std::string &name = printList[i];
-    auto [base, comp] = splitName(name);
-    const qd::Buffer *buf = (*program)->field(base, comp);
-    if (!buf) {
-      auto it = ndarrays.find(base);
-      if (it != ndarrays.end())
-        buf = it->second->arg.component(comp);
-    }
-    if (!buf)
-      die("cannot print '" + name + "': no such field or ndarray argument (or companion)");
-    text += (i ? ", " : "") + json(name).dump() + ": " + bufferText(*buf);
-  }
-  std::cout << text << "}\n";
+  Runner runner(**program, {&interp, cpu.get(), cuda.get()}, options, script, reportAdStacks);
+  for (Launch &launch : launches)
+    runner.run(launch);
   return 0;
 }
 
@@ -590,9 +505,11 @@ int main(int argc, char **argv) {
       die("cannot write the output (standard output failed)");
     return rc;
   } catch (const Failure &f) {
-    // Diagnostics that already carry `file:line:col: error:` stand alone.
-    bool located = f.message.find(": error: ") != std::string::npos;
-    std::cerr << (located ? "" : "qd-run: error: ") << f.message << '\n';
+    std::cerr << diagnostic(f.message) << '\n';
+    return 1;
+  } catch (const json::exception &e) {
+    // Inputs are checked before use; this is the net under that.
+    std::cerr << "qd-run: error: " << e.what() << '\n';
     return 1;
   }
 }
