@@ -123,9 +123,9 @@ struct GradCheckOptions {
   /// Use these kernels of the module instead of building them: a gradient
   /// kernel with the kernel's arguments, launched after it, that adds dJ/dx
   /// into the inputs' grad companions given the outputs' seeded grad
-  /// companions; a dual kernel launched instead of it. With an explicit
-  /// kernel, scalar arguments are not inputs of that mode (a kernel
-  /// written by hand has no companion for them).
+  /// companions; a dual kernel launched instead of it. With either given,
+  /// scalar arguments are not inputs of the check (a kernel written by hand
+  /// has no companion for them).
   std::string gradientKernel;
   std::string dualKernel;
   /// Called on the gradient / dual kernel (built or named) in the checker's
