@@ -351,6 +351,10 @@ kernel @k() {
     double xi = x[static_cast<size_t>(r->entries[i].index[0])];
     expectDerivative(r->entries[i], w * (std::cos(xi) * xi + std::sin(xi)), 1e-13, 1e-9);
   }
+  // The reverse gradient of every element, checked or not.
+  ASSERT_EQ(r->inputs[0].gradient.size(), 100u);
+  for (size_t i = 0; i < 100; ++i)
+    EXPECT_NEAR(r->inputs[0].gradient[i], w * (std::cos(x[i]) * x[i] + std::sin(x[i])), 1e-13) << i;
   const GradCheckEntry &d = r->entries.back();
   EXPECT_TRUE(d.direction);
   EXPECT_EQ(d.name(), "@x . v");

@@ -311,8 +311,9 @@ absl::StatusOr<GradCheckReport> Checker::run() {
 
   for (size_t i = 0; i < plan_.inputs.size(); ++i) {
     const Global &g = plan_.globals[plan_.inputs[i]];
-    r.inputs.push_back(
-        {g.display(), g.type, g.shape, g.elements, static_cast<int64_t>(plan_.checked[i].size())});
+    r.inputs.push_back({g.display(), g.type, g.shape, g.elements,
+                        static_cast<int64_t>(plan_.checked[i].size()),
+                        reverse_.empty() ? std::vector<double>() : reverse_[i]});
     for (int64_t flat : plan_.checked[i]) {
       GradCheckEntry e;
       e.input = g.display();

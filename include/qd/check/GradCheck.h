@@ -178,6 +178,9 @@ struct GradCheckInput {
   std::vector<int64_t> shape;
   int64_t elements = 1;
   int64_t checked = 0;
+  /// Reverse mode's dJ/dx of every element, row-major (checked or not;
+  /// empty when reverse mode is not checked).
+  std::vector<double> gradient;
 };
 
 /// One output: its name and the weight w of each of its elements in J.
