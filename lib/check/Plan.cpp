@@ -225,6 +225,9 @@ std::vector<int64_t> sample(int64_t n, int64_t count, Random &random) {
 
 absl::StatusOr<Plan> makePlan(const Module &module, const Kernel &k, const GradCheckInputs &inputs,
                               const GradCheckOptions &options) {
+  if (options.maxElements < 0 || !(options.fdStep > 0) || options.rtol < 0 || options.atol < 0)
+    return absl::InvalidArgumentError(
+        "maxElements, rtol and atol must not be negative, and fdStep must be positive");
   Plan plan;
   plan.kernel = k.name();
   plan.globals = discover(module, k);
@@ -323,9 +326,6 @@ absl::StatusOr<Plan> makePlan(const Module &module, const Kernel &k, const GradC
   bool f32 = plan.precision == ScalarType::F32;
   plan.rtol = options.rtol > 0 ? options.rtol : f32 ? 1e-3 : 1e-6;
   plan.atol = options.atol > 0 ? options.atol : f32 ? 1e-5 : 1e-9;
-  if (options.maxElements < 0 || !(options.fdStep > 0) || options.rtol < 0 || options.atol < 0)
-    return absl::InvalidArgumentError(
-        "maxElements, rtol and atol must not be negative, and fdStep must be positive");
 
   // Weights, then per input the checked elements and the direction.
   Random random(options.seed);
