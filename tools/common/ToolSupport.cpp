@@ -51,6 +51,13 @@ std::unique_ptr<Module> readModule(const std::string &path) {
   return *std::move(parsed);
 }
 
+std::string onlyKernel(const Module &module) {
+  if (module.kernels().size() != 1)
+    die("the module has " + std::to_string(module.kernels().size()) +
+        " kernels; choose with --kernel=NAME");
+  return module.kernels()[0]->name();
+}
+
 /// Deepest nesting of arrays and objects accepted in JSON input: far more
 /// than any value a tool takes (an ndarray of rank r nests r + 2 levels),
 /// and shallow enough that handling the value never exhausts the stack.

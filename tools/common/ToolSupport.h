@@ -46,6 +46,10 @@ std::string readFile(const std::string &path);
 /// The module in `path`, parsed and verified, or a failure.
 std::unique_ptr<Module> readModule(const std::string &path);
 
+/// The name of the module's only kernel, or a failure asking for
+/// --kernel=NAME.
+std::string onlyKernel(const Module &module);
+
 /// `text` as JSON, or a failure naming `what` (malformed or nested too
 /// deeply).
 json parseJson(const std::string &text, const std::string &what);

@@ -228,12 +228,8 @@ int run(int argc, char **argv) {
 
   std::unique_ptr<qd::Module> parsed = readModule(file);
   qd::Module &module = *parsed;
-  if (kernel.empty()) {
-    if (module.kernels().size() != 1)
-      die("the module has " + std::to_string(module.kernels().size()) +
-          " kernels; choose one with --kernel=NAME");
-    kernel = module.kernels()[0]->name();
-  }
+  if (kernel.empty())
+    kernel = onlyKernel(module);
   const qd::Kernel *k = module.findKernel(kernel);
   if (!k)
     die("no kernel named '@" + kernel + "' in " + file);

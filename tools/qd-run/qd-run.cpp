@@ -198,12 +198,8 @@ int run(int argc, char **argv) {
   std::unique_ptr<qd::Module> parsed = readModule(file);
   qd::Module &module = *parsed;
 
-  if (kernels.empty()) {
-    if (module.kernels().size() != 1)
-      die("the module has " + std::to_string(module.kernels().size()) +
-          " kernels; choose with --kernel=NAME");
-    kernels.push_back(module.kernels()[0]->name());
-  }
+  if (kernels.empty())
+    kernels.push_back(onlyKernel(module));
   for (const std::string &k : kernels)
     if (!module.findKernel(k))
       die("no kernel named '@" + k + "' in " + file);
