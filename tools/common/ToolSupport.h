@@ -13,6 +13,8 @@
 #include "qd/ir/Module.h"
 #include "qd/runtime/Buffer.h"
 
+#include <absl/status/statusor.h>
+
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
@@ -39,6 +41,13 @@ struct Failure {
 int toolMain(std::string_view tool, int (*run)(int, char **), int argc, char **argv);
 
 [[noreturn]] void die(std::string message);
+
+/// The value of `v`, or a failure with its error.
+template <typename T> T orDie(absl::StatusOr<T> v) {
+  if (!v.ok())
+    die(std::string(v.status().message()));
+  return *std::move(v);
+}
 
 /// The contents of `path`, or a failure naming it.
 std::string readFile(const std::string &path);

@@ -109,13 +109,6 @@ qd::GradCheckValue valueOf(const qd::Buffer &b) {
   return v;
 }
 
-qd::Buffer makeBuffer(qd::ScalarType elem, const std::vector<int64_t> &shape) {
-  absl::StatusOr<qd::Buffer> b = qd::Buffer::create(elem, shape);
-  if (!b.ok())
-    die(std::string(b.status().message()));
-  return *std::move(b);
-}
-
 /// The checker's inputs from the JSON values, checked against the module.
 qd::GradCheckInputs checkerInputs(const qd::Module &module, const qd::Kernel &k,
                                   const JsonInputs &json, const std::string &file) {
@@ -129,7 +122,7 @@ qd::GradCheckInputs checkerInputs(const qd::Module &module, const qd::Kernel &k,
     const qd::Field *f = module.findField(base);
     if (!f)
       die("no field '@" + name + "' in " + file);
-    qd::Buffer b = makeBuffer(f->elementType(), f->shape());
+    qd::Buffer b = orDie(qd::Buffer::create(f->elementType(), f->shape()));
     fillBuffer(b, value, "field '@" + name + "'");
     in.fields[name] = valueOf(b);
   }
@@ -151,7 +144,7 @@ qd::GradCheckInputs checkerInputs(const qd::Module &module, const qd::Kernel &k,
     if (shape.size() != p->type().ndim())
       die("ndarray argument '" + p->name() + "' is " + p->type().str() + " but the value has " +
           std::to_string(shape.size()) + " dimension(s)");
-    qd::Buffer b = makeBuffer(p->type().element(), shape);
+    qd::Buffer b = orDie(qd::Buffer::create(p->type().element(), shape));
     fillBuffer(b, it->second, what);
     in.args[p->name()] = valueOf(b);
   }
@@ -237,26 +230,17 @@ int run(int argc, char **argv) {
       checkerInputs(module, *k, readJsonInputs(inputsFile, sets, argValues), file);
 
   std::unique_ptr<qd::Backend> backend;
-  if (backendName == "cpu") {
-    auto cpu = qd::CpuBackend::create();
-    if (!cpu.ok())
-      die(std::string(cpu.status().message()));
-    backend = *std::move(cpu);
-  } else if (backendName == "cuda") {
-    auto cuda = qd::CudaBackend::create();
-    if (!cuda.ok())
-      die(std::string(cuda.status().message()));
-    backend = *std::move(cuda);
-  } else if (backendName != "interp") {
+  if (backendName == "cpu")
+    backend = orDie(qd::CpuBackend::create());
+  else if (backendName == "cuda")
+    backend = orDie(qd::CudaBackend::create());
+  else if (backendName != "interp")
     die("unknown backend '" + backendName + "'; available backends: interp, cpu, cuda");
-  }
   options.backend = backend.get(); // null: the checker's interpreter
 
-  absl::StatusOr<qd::GradCheckReport> report = qd::checkGradient(module, kernel, inputs, options);
-  if (!report.ok())
-    die(std::string(report.status().message()));
-  std::cout << qd::formatGradCheckReport(*report, verbose);
-  return report->passed ? 0 : 1;
+  qd::GradCheckReport report = orDie(qd::checkGradient(module, kernel, inputs, options));
+  std::cout << qd::formatGradCheckReport(report, verbose);
+  return report.passed ? 0 : 1;
 }
 
 } // namespace
