@@ -18,7 +18,8 @@
 //  - Forward mode: one launch of the dual kernel per checked element, with
 //    that element's dual set to 1: dJ/dx = sum w_y * y.dual.
 //  - Finite differences: central differences of J with steps h, h/2 and
-//    h/4 combined by Richardson extrapolation (error O(h^4)), evaluated on
+//    h/4 combined by Richardson extrapolation (error O(h^4)), trusted where
+//    the one-sided differences agree too (not at a kink), evaluated on
 //    a copy of the module with every f32 widened to f64
 //    (cloneModuleWidenedToF64), so an f32 kernel is differenced without
 //    f32 rounding noise. The difference is taken per output element before
@@ -150,12 +151,14 @@ struct GradCheckEntry {
   double reverse = kNone;          ///< NaN when reverse mode is not checked
   double forward = kNone;          ///< NaN when forward mode is not checked
   double finiteDifference = kNone; ///< Richardson-extrapolated, in f64
-  /// Estimated error of finiteDifference (the difference between its two
-  /// Richardson levels), and the step it was taken with.
+  /// Estimated error of finiteDifference: the larger of the differences
+  /// between its extrapolations from the finer and the coarser steps and
+  /// between the one-sided (forward and backward) extrapolations; and the
+  /// step it was taken with.
   double fdError = kNone;
   double fdStep = kNone;
   /// False where the finite difference could not be trusted to the
-  /// tolerance (the Richardson levels disagree at every step tried: a kink,
+  /// tolerance (fdError above a quarter of it at every step tried: a kink,
   /// a jump or a non-finite value within the step); such an entry is
   /// checked only for the agreement of the two modes.
   bool fdReliable = false;
