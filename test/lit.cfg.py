@@ -29,6 +29,7 @@ config.substitutions.append(("%qd_src_root", config.qd_src_root))
 # CHECK pattern on the RUN line is never rewritten.
 for name, directory in [("qd-opt", config.qd_tools_dir),
                         ("qd-run", config.qd_run_dir),
+                        ("qd-check-grad", config.qd_check_grad_dir),
                         ("qd-translate", config.qd_translate_dir),
                         ("FileCheck", config.llvm_tools_dir),
                         ("not", config.llvm_tools_dir),

@@ -118,6 +118,72 @@ TEST(CloneTest, CloneModuleIsEquivalentAndPrintsIdentically) {
     expectDisjoint(*c->kernels()[i], valuesOf(*m->kernels()[i]));
 }
 
+/// `text` with every `f32` spelled `f64`.
+std::string spelledF64(std::string text) {
+  for (size_t at = text.find("f32"); at != std::string::npos; at = text.find("f32", at))
+    text.replace(at, 3, "f64");
+  return text;
+}
+
+TEST(CloneTest, WidenedCloneTurnsEveryF32IntoF64) {
+  // Every place a type is written (fields, ndarray and scalar arguments,
+  // loads, locals, adstacks, constants, casts, comparisons, selects,
+  // atomics) changes, and nothing else does.
+  std::unique_ptr<Module> m = parse(kModule);
+  ASSERT_NE(m, nullptr);
+  std::string before = printModule(*m);
+  std::unique_ptr<Module> w = cloneModuleWidenedToF64(*m);
+  EXPECT_EQ(printModule(*w), spelledF64(before));
+  EXPECT_EQ(printModule(*m), before); // the original is untouched
+  EXPECT_EQ(w->findField("x")->elementType(), ScalarType::F64);
+  EXPECT_TRUE(w->findField("x")->hasGrad());
+  EXPECT_TRUE(w->findField("x")->hasDual());
+  EXPECT_EQ(w->findKernel("k")->argument(0)->type(), Type::ndarray(ScalarType::F64, 2));
+  EXPECT_EQ(w->findKernel("k")->argument(1)->type(), Type::i32());
+  walk(*w->findKernel("k"), [&](Stmt &s) {
+    if (auto *g = dyn_cast<GlobalAccessStmt>(&s); g && g->isField()) {
+      EXPECT_EQ(g->field()->module(), w.get()) << printStmt(s);
+    }
+  });
+  for (size_t i = 0; i < m->kernels().size(); ++i)
+    expectDisjoint(*w->kernels()[i], valuesOf(*m->kernels()[i]));
+}
+
+TEST(CloneTest, WidenedCloneKeepsTheValueOfF32ConstantsAndVerifies) {
+  // 0.1 as an f32 is 0.100000001490116...: the widened constant is that
+  // value, not the double nearest to 0.1, so the copy computes the same
+  // function without rounding.
+  std::unique_ptr<Module> m = parse(R"(field @y : f32
+field @z : f64
+kernel @k(%s: f32) {
+  serial {
+    %c = const 0.1 : f32
+    %p = mul %c, %s : f32
+    %lt = cmp lt %p, %c : f32
+    %q = select %lt, %p, %c : f32
+    store @y[], %q
+    %w = cast %q : f32 to f64
+    store @z[], %w
+  }
+}
+)");
+  ASSERT_NE(m, nullptr);
+  ASSERT_TRUE(verify(*m).ok());
+  std::unique_ptr<Module> w = cloneModuleWidenedToF64(*m);
+  ASSERT_TRUE(verify(*w).ok()) << verify(*w).message() << "\n" << printModule(*w);
+  const ConstStmt *c = nullptr;
+  walk(*w->findKernel("k"), [&](Stmt &s) {
+    if (auto *k = dyn_cast<ConstStmt>(&s))
+      c = k;
+  });
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(c->scalarType(), ScalarType::F64);
+  EXPECT_EQ(c->floatValue(), static_cast<double>(0.1f));
+  EXPECT_NE(c->floatValue(), 0.1);
+  EXPECT_EQ(w->findKernel("k")->argument(0)->type(), Type::f64());
+  EXPECT_EQ(w->findField("z")->elementType(), ScalarType::F64);
+}
+
 TEST(CloneTest, CloneKernelKeepsFieldsAndRenames) {
   std::unique_ptr<Module> m = parse(kModule);
   ASSERT_NE(m, nullptr);

@@ -13,10 +13,31 @@ namespace {
 
 using FieldMap = std::unordered_map<const Field *, Field *>;
 
+/// f32 becomes f64 (cloneModuleWidenedToF64); every other type stays.
+ScalarType widenedType(ScalarType e) {
+  return e == ScalarType::F32 ? ScalarType::F64 : e;
+}
+Type widenedType(Type ty) {
+  switch (ty.kind()) {
+  case Type::Kind::Void:
+    return ty;
+  case Type::Kind::Scalar:
+    return Type::scalar(widenedType(ty.element()));
+  case Type::Kind::Local:
+    return Type::local(widenedType(ty.element()));
+  case Type::Kind::AdStack:
+    return Type::adstack(widenedType(ty.element()));
+  case Type::Kind::Ndarray:
+    return Type::ndarray(widenedType(ty.element()), ty.ndim());
+  }
+  return ty;
+}
+
 /// Exhaustive: a new statement kind does not compile until it clones.
 class Cloner : public ExhaustiveStmtVisitor<Cloner, std::unique_ptr<Stmt>> {
 public:
-  Cloner(ValueMap &map, const FieldMap *fields) : map_(map), fields_(fields) {}
+  Cloner(ValueMap &map, const FieldMap *fields, bool widen = false)
+      : map_(map), fields_(fields), widen_(widen) {}
 
   std::unique_ptr<Stmt> clone(const Stmt &s) {
     std::unique_ptr<Stmt> c = visit(const_cast<Stmt &>(s));
@@ -36,35 +57,36 @@ public:
   std::unique_ptr<Stmt> visitConstStmt(ConstStmt &s) {
     return isInteger(s.scalarType())
                ? std::unique_ptr<Stmt>(ConstStmt::getInt(s.scalarType(), s.intValue()))
-               : std::unique_ptr<Stmt>(ConstStmt::getFloat(s.scalarType(), s.floatValue()));
+               : std::unique_ptr<Stmt>(ConstStmt::getFloat(t(s.scalarType()), s.floatValue()));
   }
   std::unique_ptr<Stmt> visitBinaryStmt(BinaryStmt &s) {
-    return std::make_unique<BinaryStmt>(s.op(), m(s.lhs()), m(s.rhs()), s.type());
+    return std::make_unique<BinaryStmt>(s.op(), m(s.lhs()), m(s.rhs()), t(s.type()));
   }
   std::unique_ptr<Stmt> visitUnaryStmt(UnaryStmt &s) {
-    return std::make_unique<UnaryStmt>(s.op(), m(s.input()), s.type());
+    return std::make_unique<UnaryStmt>(s.op(), m(s.input()), t(s.type()));
   }
   std::unique_ptr<Stmt> visitCmpStmt(CmpStmt &s) {
-    return std::make_unique<CmpStmt>(s.predicate(), m(s.lhs()), m(s.rhs()), s.operandType());
+    return std::make_unique<CmpStmt>(s.predicate(), m(s.lhs()), m(s.rhs()), t(s.operandType()));
   }
   std::unique_ptr<Stmt> visitSelectStmt(SelectStmt &s) {
-    return std::make_unique<SelectStmt>(m(s.cond()), m(s.trueValue()), m(s.falseValue()), s.type());
+    return std::make_unique<SelectStmt>(m(s.cond()), m(s.trueValue()), m(s.falseValue()),
+                                        t(s.type()));
   }
   std::unique_ptr<Stmt> visitCastStmt(CastStmt &s) {
-    return std::make_unique<CastStmt>(m(s.input()), s.from(), s.to());
+    return std::make_unique<CastStmt>(m(s.input()), t(s.from()), t(s.to()));
   }
   std::unique_ptr<Stmt> visitAllocaStmt(AllocaStmt &s) {
-    return std::make_unique<AllocaStmt>(s.elementType());
+    return std::make_unique<AllocaStmt>(t(s.elementType()));
   }
   std::unique_ptr<Stmt> visitLocalLoadStmt(LocalLoadStmt &s) {
-    return std::make_unique<LocalLoadStmt>(m(s.local()), s.type());
+    return std::make_unique<LocalLoadStmt>(m(s.local()), t(s.type()));
   }
   std::unique_ptr<Stmt> visitLocalStoreStmt(LocalStoreStmt &s) {
     return std::make_unique<LocalStoreStmt>(m(s.local()), m(s.value()));
   }
   std::unique_ptr<Stmt> visitGlobalLoadStmt(GlobalLoadStmt &s) {
     auto idx = indices(s);
-    return std::make_unique<GlobalLoadStmt>(ref(s), idx, s.type());
+    return std::make_unique<GlobalLoadStmt>(ref(s), idx, t(s.type()));
   }
   std::unique_ptr<Stmt> visitGlobalStoreStmt(GlobalStoreStmt &s) {
     auto idx = indices(s);
@@ -72,11 +94,11 @@ public:
   }
   std::unique_ptr<Stmt> visitAtomicAddStmt(AtomicAddStmt &s) {
     auto idx = indices(s);
-    return std::make_unique<AtomicAddStmt>(ref(s), idx, m(s.value()), s.valueType());
+    return std::make_unique<AtomicAddStmt>(ref(s), idx, m(s.value()), t(s.valueType()));
   }
   std::unique_ptr<Stmt> visitAtomicMaxStmt(AtomicMaxStmt &s) {
     auto idx = indices(s);
-    return std::make_unique<AtomicMaxStmt>(ref(s), idx, m(s.value()), s.valueType());
+    return std::make_unique<AtomicMaxStmt>(ref(s), idx, m(s.value()), t(s.valueType()));
   }
   std::unique_ptr<Stmt> visitShapeStmt(ShapeStmt &s) {
     return std::make_unique<ShapeStmt>(m(s.ndarray()), s.axis(), s.type());
@@ -102,7 +124,7 @@ public:
   }
   std::unique_ptr<Stmt> visitIfStmt(IfStmt &s) { return std::make_unique<IfStmt>(m(s.cond())); }
   std::unique_ptr<Stmt> visitAdStackAllocaStmt(AdStackAllocaStmt &s) {
-    return std::make_unique<AdStackAllocaStmt>(s.elementType(), s.capacity());
+    return std::make_unique<AdStackAllocaStmt>(t(s.elementType()), s.capacity());
   }
   std::unique_ptr<Stmt> visitAdStackPushStmt(AdStackPushStmt &s) {
     return std::make_unique<AdStackPushStmt>(m(s.stack()), m(s.value()));
@@ -111,16 +133,19 @@ public:
     return std::make_unique<AdStackPopStmt>(m(s.stack()));
   }
   std::unique_ptr<Stmt> visitAdStackLoadTopStmt(AdStackLoadTopStmt &s) {
-    return std::make_unique<AdStackLoadTopStmt>(m(s.stack()), s.type());
+    return std::make_unique<AdStackLoadTopStmt>(m(s.stack()), t(s.type()));
   }
   std::unique_ptr<Stmt> visitAdStackLoadTopAdjStmt(AdStackLoadTopAdjStmt &s) {
-    return std::make_unique<AdStackLoadTopAdjStmt>(m(s.stack()), s.type());
+    return std::make_unique<AdStackLoadTopAdjStmt>(m(s.stack()), t(s.type()));
   }
   std::unique_ptr<Stmt> visitAdStackAccAdjointStmt(AdStackAccAdjointStmt &s) {
     return std::make_unique<AdStackAccAdjointStmt>(m(s.stack()), m(s.value()));
   }
 
 private:
+  /// The type of the copy: f32 becomes f64 when widening.
+  ScalarType t(ScalarType e) const { return widen_ ? widenedType(e) : e; }
+  Type t(Type ty) const { return widen_ ? widenedType(ty) : ty; }
   Value *m(Value *v) const {
     if (!v)
       return nullptr;
@@ -148,20 +173,22 @@ private:
 
   ValueMap &map_;
   const FieldMap *fields_;
+  bool widen_;
 };
 
 std::unique_ptr<Kernel> cloneKernelImpl(const Kernel &kernel, std::string newName,
-                                        const FieldMap *fields) {
+                                        const FieldMap *fields, bool widen = false) {
   auto k = std::make_unique<Kernel>(std::move(newName));
   k->setLoc(kernel.loc());
   ValueMap map;
   for (unsigned i = 0; i < kernel.numArguments(); ++i) {
     const Argument *a = kernel.argument(i);
-    auto copy = std::make_unique<Argument>(a->name(), a->type(), a->hasGrad(), a->hasDual());
+    Type type = widen ? widenedType(a->type()) : a->type();
+    auto copy = std::make_unique<Argument>(a->name(), type, a->hasGrad(), a->hasDual());
     copy->setLoc(a->loc());
     map[a] = k->addArgument(std::move(copy));
   }
-  Cloner(map, fields).cloneInto(kernel.body(), k->body());
+  Cloner(map, fields, widen).cloneInto(kernel.body(), k->body());
   // A use before its definition (invalid, but cloned faithfully) was cloned
   // before its definition entered the map; point it at the copy too.
   walk(*k, [&](Stmt &s) {
@@ -336,18 +363,30 @@ std::unique_ptr<Kernel> cloneKernel(const Kernel &kernel, std::string newName) {
   return cloneKernelImpl(kernel, std::move(newName), nullptr);
 }
 
-std::unique_ptr<Module> cloneModule(const Module &module) {
+namespace {
+
+std::unique_ptr<Module> cloneModuleImpl(const Module &module, bool widen) {
   auto m = std::make_unique<Module>();
   FieldMap fields;
   for (const auto &f : module.fields()) {
-    auto copy = std::make_unique<Field>(f->name(), f->elementType(), f->shape(), f->hasGrad(),
-                                        f->hasDual());
+    ScalarType elem = widen ? widenedType(f->elementType()) : f->elementType();
+    auto copy = std::make_unique<Field>(f->name(), elem, f->shape(), f->hasGrad(), f->hasDual());
     copy->setLoc(f->loc());
     fields[f.get()] = m->addField(std::move(copy));
   }
   for (const auto &k : module.kernels())
-    m->addKernel(cloneKernelImpl(*k, k->name(), &fields));
+    m->addKernel(cloneKernelImpl(*k, k->name(), &fields, widen));
   return m;
+}
+
+} // namespace
+
+std::unique_ptr<Module> cloneModule(const Module &module) {
+  return cloneModuleImpl(module, /*widen=*/false);
+}
+
+std::unique_ptr<Module> cloneModuleWidenedToF64(const Module &module) {
+  return cloneModuleImpl(module, /*widen=*/true);
 }
 
 bool isEquivalent(const Kernel &a, const Kernel &b, std::string *why) {

@@ -19,6 +19,7 @@
 #include <vector>
 
 namespace qdrun {
+using namespace qd::tool;
 
 /// One launch as written: an entry of a launch script or a --kernel.
 struct LaunchSpec {

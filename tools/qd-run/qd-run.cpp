@@ -18,7 +18,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "Script.h"
-#include "Values.h"
+#include "ToolSupport.h"
 
 #include "qd/interp/Interpreter.h"
 #include "qd/ir/Parser.h"
@@ -37,6 +37,7 @@
 #include <sstream>
 
 using namespace qdrun;
+using namespace qd::tool;
 
 namespace {
 
@@ -228,14 +229,15 @@ std::optional<std::string> Runner::outcome(const Launch &launch, const absl::Sta
     if (!script_)
       die(message);
     die("qd-run: error: " + launch.label +
-        " failed (mark a launch that should fail with \"expect_error\"):\n" + diagnostic(message));
+        " failed (mark a launch that should fail with \"expect_error\"):\n" +
+        diagnostic(message, "qd-run"));
   }
   if (status.ok())
     die(launch.label + " succeeded but was expected to fail (its \"expect_error\" is " +
         (expected->empty() ? std::string("true") : quoted(*expected)) + ")");
   if (message.find(*expected) == std::string::npos)
     die("qd-run: error: " + launch.label + " failed with an error that does not contain " +
-        quoted(*expected) + " (its \"expect_error\"):\n" + diagnostic(message));
+        quoted(*expected) + " (its \"expect_error\"):\n" + diagnostic(message, "qd-run"));
   return message;
 }
 
@@ -300,25 +302,6 @@ void Runner::print(const Launch &launch, const std::optional<std::string> &error
     record += ", \"values\": " + values;
   // Flushed: what a launch printed stays printed if a later one fails.
   std::cout << record << "}" << std::endl;
-}
-
-/// The whole of `text` as a decimal integer in [lo, hi], or a failure
-/// naming `flag` (no trailing text, no silent wrap-around).
-int64_t integerOption(const std::string &flag, const std::string &text, int64_t lo, int64_t hi) {
-  size_t at = text.empty() || text[0] == '-' || text[0] == '+' ? 1 : 0;
-  bool digits = at < text.size() && std::all_of(text.begin() + at, text.end(),
-                                                [](char c) { return c >= '0' && c <= '9'; });
-  if (!digits)
-    die(fmt::format("{} expects an integer in [{}, {}], got '{}'", flag, lo, hi, text));
-  int64_t v = 0;
-  try {
-    v = std::stoll(text);
-  } catch (const std::out_of_range &) {
-    die(fmt::format("{} '{}' does not fit in a 64-bit integer", flag, text));
-  }
-  if (v < lo || v > hi)
-    die(fmt::format("{} must be in [{}, {}], got {}", flag, lo, hi, v));
-  return v;
 }
 
 int run(int argc, char **argv) {
@@ -448,22 +431,12 @@ int run(int argc, char **argv) {
   json fieldInputs = json::object();
   ArgDefaults argInputs;
   if (!inputsFile.empty()) {
-    json in = parseJson(readFile(inputsFile), "'" + inputsFile + "'");
-    if (!in.is_object())
-      die("'" + inputsFile + "' must hold a JSON object with \"fields\" and/or \"args\"");
-    for (auto &[key, val] : in.items()) {
-      if (key != "fields" && key != "args")
-        die("unknown key \"" + key + "\" in '" + inputsFile + "' (expected fields, args)");
-      if (!val.is_object())
-        die("\"" + key + "\" in '" + inputsFile + "' must be an object");
-      for (auto &[name, v] : val.items()) {
-        if (key == "fields") {
-          fieldInputs[name] = v;
-          continue;
-        }
-        auto [kernel, arg] = parseArgKey(name, "\"args\" in '" + inputsFile + "'");
-        argInputs[kernel][arg] = v;
-      }
+    JsonInputs file = readInputsFile(inputsFile);
+    for (auto &[name, v] : file.fields)
+      fieldInputs[name] = v;
+    for (auto &[name, v] : file.args) {
+      auto [kernel, arg] = parseArgKey(name, "\"args\" in '" + inputsFile + "'");
+      argInputs[kernel][arg] = v;
     }
   }
   for (auto &[name, text] : sets)
@@ -498,18 +471,5 @@ int run(int argc, char **argv) {
 } // namespace
 
 int main(int argc, char **argv) {
-  try {
-    int rc = run(argc, argv);
-    // A full disk or a closed pipe must not pass for success.
-    if (!std::cout.flush())
-      die("cannot write the output (standard output failed)");
-    return rc;
-  } catch (const Failure &f) {
-    std::cerr << diagnostic(f.message) << '\n';
-    return 1;
-  } catch (const json::exception &e) {
-    // Inputs are checked before use; this is the net under that.
-    std::cerr << "qd-run: error: " << e.what() << '\n';
-    return 1;
-  }
+  return qd::tool::toolMain("qd-run", run, argc, argv);
 }

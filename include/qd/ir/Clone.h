@@ -27,6 +27,15 @@ std::unique_ptr<Kernel> cloneKernel(const Kernel &kernel, std::string newName);
 /// Deep-copies a whole module.
 std::unique_ptr<Module> cloneModule(const Module &module);
 
+/// Deep-copies a whole module with every f32 widened to f64: field and
+/// ndarray element types, scalar arguments, values, locals, adstacks,
+/// constants (same value: an f32 constant is exact in f64), casts (an
+/// f32 -> f64 cast becomes an identity cast), comparisons and atomics.
+/// Integer and f64 types stay. The copy computes what the original computes
+/// without f32 rounding: the reference the gradient checker takes finite
+/// differences of (qd/check/GradCheck.h).
+std::unique_ptr<Module> cloneModuleWidenedToF64(const Module &module);
+
 /// Structural equality: same fields, kernels, statements, operand structure
 /// (up to renaming of values), types and constants. Locations are ignored.
 /// On mismatch, `why` (if given) describes the first difference.

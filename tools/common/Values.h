@@ -1,9 +1,9 @@
-//===- Values.h - qd-run's JSON values, names and failures ------*- C++ -*-===//
+//===- Values.h - The tools' JSON values, names and failures ----*- C++ -*-===//
 //
-// What qd-run's option parser, launch-script reader and runner share: the
-// failure they stop with, JSON input read defensively, names of field and
-// ndarray components (`x`, `x.grad`), JSON values checked against a type
-// and shape, and buffer contents as JSON text.
+// What the qd tools (qd-run's option parser, launch-script reader and
+// runner; qd-check-grad) share: the failure they stop with, JSON input read defensively, names of
+// field and ndarray components (`x`, `x.grad`), JSON values checked against a type and shape, and
+// buffer contents as JSON text.
 //
 //===----------------------------------------------------------------------===//
 #pragma once
@@ -14,22 +14,23 @@
 #include <nlohmann/json.hpp>
 
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
-namespace qdrun {
+namespace qd::tool {
 
 using json = nlohmann::json;
 
-/// Stops qd-run with `message` (main prints it and exits with 1).
+/// Stops the tool with `message` (main prints it and exits with 1).
 struct Failure {
   std::string message;
 };
 [[noreturn]] void die(std::string message);
 
 /// `message` as a diagnostic line: as it is when it carries
-/// `file:line:col: error:`, else after `qd-run: error: `.
-std::string diagnostic(const std::string &message);
+/// `file:line:col: error:`, else after `<tool>: error: `.
+std::string diagnostic(const std::string &message, std::string_view tool);
 
 std::string readFile(const std::string &path);
 
@@ -67,4 +68,4 @@ void store(qd::Buffer &buf, const Value &v);
 /// infinities as "nan", "inf", "-inf").
 std::string bufferText(const qd::Buffer &buf);
 
-} // namespace qdrun
+} // namespace qd::tool

@@ -1,4 +1,4 @@
-//===- Values.cpp - qd-run's JSON values, names and failures --------------===//
+//===- Values.cpp - The tools' JSON values, names and failures -------------===//
 #include "Values.h"
 
 #include "qd/ir/Parser.h"
@@ -10,16 +10,16 @@
 #include <functional>
 #include <limits>
 
-namespace qdrun {
+namespace qd::tool {
 
 void die(std::string message) {
   throw Failure{std::move(message)};
 }
 
-std::string diagnostic(const std::string &message) {
+std::string diagnostic(const std::string &message, std::string_view tool) {
   // Diagnostics that already carry `file:line:col: error:` stand alone.
   bool located = message.find(": error: ") != std::string::npos;
-  return located ? message : "qd-run: error: " + message;
+  return located ? message : std::string(tool) + ": error: " + message;
 }
 
 std::string readFile(const std::string &path) {
@@ -30,7 +30,7 @@ std::string readFile(const std::string &path) {
 }
 
 /// Deepest nesting of arrays and objects accepted in JSON input: far more
-/// than any value qd-run takes (an ndarray of rank r nests r + 2 levels in
+/// than any value a tool takes (an ndarray of rank r nests r + 2 levels in
 /// an inputs file, r + 4 in a launch script), and shallow enough that
 /// handling the value never exhausts the stack.
 constexpr int kMaxJsonNesting = 512;
@@ -215,4 +215,4 @@ std::string bufferText(const qd::Buffer &buf) {
   return build(0, flat);
 }
 
-} // namespace qdrun
+} // namespace qd::tool
