@@ -7,7 +7,7 @@ config.name = "qd"
 config.test_format = lit.formats.ShTest(execute_external=False)
 config.suffixes = [".qd"]
 config.excludes = ["CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py", "lit.site.cfg.py.in",
-                   "Inputs"]
+                   "Inputs", "run-doc.py"]
 
 config.test_source_root = os.path.dirname(__file__)
 config.test_exec_root = os.path.join(config.qd_obj_root, "test")
@@ -25,6 +25,7 @@ def tool(name, directory):
 
 
 config.substitutions.append(("%qd_src_root", config.qd_src_root))
+config.substitutions.append(("%qd_obj_root", config.qd_obj_root))
 # Whole-word substitutions, as LLVM's ToolSubst does: '-o' or 'count' inside a
 # CHECK pattern on the RUN line is never rewritten.
 for name, directory in [("qd-opt", config.qd_tools_dir),

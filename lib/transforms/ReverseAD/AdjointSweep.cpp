@@ -58,6 +58,18 @@ void GradientBuilder::run() {
                                         : top.parallelBand(begins, ends);
       f.block = &scope.stmt()->body();
       f.direct[loop] = scope.index();
+      if (loop->numDims() > 1) {
+        // A band keeps its index names, and the indices its header names
+        // stand for the source's (not cloned again).
+        scope.stmt()->setName(loop->name());
+        for (Stmt &s : loop->body())
+          if (auto *ti = dyn_cast<TaskIndexStmt>(&s); ti && !f.direct.count(ti)) {
+            Value *index = scope.index(ti->dim());
+            if (index->name().empty())
+              index->setName(ti->name());
+            f.direct[ti] = index;
+          }
+      }
       markOwner(loop->body(), &f);
       frame(loop->body(), f);
     } else {

@@ -131,7 +131,7 @@ void PrimalReplay::forward(Block &block, IRBuilder &b, Frame &f, bool inArm) {
         f.direct[&s] = atTop(f).alloca(cast<AllocaStmt>(s).elementType());
       break;
     default:
-      if (wanted(s))
+      if (wanted(s) && !(isa<TaskIndexStmt>(s) && f.direct.count(&s)))
         cloneLeaf(s, b, f, inArm);
     }
   }

@@ -1,0 +1,121 @@
+#!/usr/bin/env python3
+"""Follows a Markdown page literally, the way a reader would.
+
+Markers (HTML comments, invisible when the page is rendered) say what each
+fenced block is for:
+
+  <!-- test: file NAME -->       the next block is saved as NAME
+  <!-- test: run -->             each command of the next block runs, in
+                                 order, in the working directory (a line
+                                 ending in a backslash continues); it must
+                                 exit with 0
+  <!-- test: run, exit N -->     the same, and the last command must exit
+                                 with N
+  <!-- test: stdout -->          the next block is exactly what the last
+  <!-- test: stderr -->          command printed there (trailing spaces and
+                                 blank lines aside)
+
+The working directory starts empty except for `build`, a link to the build
+tree, so `./build/tools/...` in the page runs the tools under test.
+"""
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+MARKER = re.compile(r"^<!-- test: (.*?) -->\s*$")
+FENCE = re.compile(r"^```")
+
+
+def blocks(lines):
+    """Yields (marker, block text, line number) for every marked block."""
+    pending = None
+    i = 0
+    while i < len(lines):
+        m = MARKER.match(lines[i])
+        if m:
+            pending = (m.group(1).strip(), i + 1)
+            i += 1
+            continue
+        if FENCE.match(lines[i]):
+            start = i
+            i += 1
+            body = []
+            while i < len(lines) and not FENCE.match(lines[i]):
+                body.append(lines[i])
+                i += 1
+            if pending:
+                yield pending[0], "".join(body), start + 1
+                pending = None
+        i += 1
+
+
+def normalise(text):
+    return "\n".join(line.rstrip() for line in text.strip("\n").splitlines())
+
+
+def commands(text):
+    out, cur = [], ""
+    for line in text.splitlines():
+        if line.rstrip().endswith("\\"):
+            cur += line.rstrip()[:-1] + " "
+            continue
+        cur += line
+        if cur.strip():
+            out.append(cur.strip())
+        cur = ""
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("page")
+    ap.add_argument("--build", required=True)
+    ap.add_argument("--workdir", required=True)
+    args = ap.parse_args()
+    shutil.rmtree(args.workdir, ignore_errors=True)
+    os.makedirs(args.workdir)
+    os.symlink(os.path.abspath(args.build), os.path.join(args.workdir, "build"))
+    with open(args.page) as f:
+        lines = f.readlines()
+    last = None
+    checked = 0
+    where = os.path.basename(args.page)
+    for marker, text, line in blocks(lines):
+        at = f"{where}:{line}"
+        if marker.startswith("file "):
+            with open(os.path.join(args.workdir, marker[5:].strip()), "w") as f:
+                f.write(text)
+        elif marker.startswith("run"):
+            m = re.fullmatch(r"run(?:, exit (\d+))?", marker)
+            if not m:
+                sys.exit(f"{at}: unknown marker '{marker}'")
+            want = int(m.group(1) or 0)
+            cmds = commands(text)
+            for n, cmd in enumerate(cmds):
+                last = subprocess.run(cmd, shell=True, cwd=args.workdir, capture_output=True,
+                                      text=True)
+                expected = want if n + 1 == len(cmds) else 0
+                if last.returncode != expected:
+                    sys.exit(f"{at}: '{cmd}' exited with {last.returncode}, the page expects "
+                             f"{expected}\nstdout:\n{last.stdout}\nstderr:\n{last.stderr}")
+                checked += 1
+        elif marker in ("stdout", "stderr"):
+            if last is None:
+                sys.exit(f"{at}: output block before any command")
+            got = last.stdout if marker == "stdout" else last.stderr
+            if normalise(got) != normalise(text):
+                sys.exit(f"{at}: the page shows\n{normalise(text)}\nbut the command printed "
+                         f"on {marker}\n{normalise(got)}")
+            checked += 1
+        else:
+            sys.exit(f"{at}: unknown marker '{marker}'")
+    if checked == 0:
+        sys.exit(f"{where}: no marked commands or outputs")
+    print(f"{where}: followed {checked} commands and outputs")
+
+
+if __name__ == "__main__":
+    main()
