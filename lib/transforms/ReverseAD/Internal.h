@@ -29,6 +29,7 @@
 #include "qd/ir/IRBuilder.h"
 #include "qd/transforms/AutoDiff.h"
 
+#include <functional>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -151,6 +152,7 @@ protected:
   void allocateStacks(Stmt &loop, Frame &f, bool taped);
   /// Record(L).
   void record(Stmt &loop, IRBuilder &b, Frame &f);
+  static const IfStmt *exitGuard(const Stmt &loop);
 
   Kernel &src_;
   Kernel &grad_;
@@ -161,6 +163,10 @@ protected:
   std::unordered_map<LoopLocal, AllocaStmt *, PairHash> entrySaves_;
   std::unordered_map<const Stmt *, AllocaStmt *> counters_;
   std::unordered_map<const AdStackAllocaStmt *, const Stmt *> tapedStacks_;
+  /// Record(L) of a while loop that leaves at its top: the guard whose
+  /// block starts each completed iteration, and what to emit there.
+  const Stmt *pushGuard_ = nullptr;
+  std::function<void()> atPushGuard_;
   std::string internalError_;
 };
 

@@ -8,6 +8,8 @@
 //===----------------------------------------------------------------------===//
 #include "Internal.h"
 
+#include "qd/analysis/ConstantFolding.h"
+
 #include "qd/ir/Clone.h"
 #include "qd/ir/Printer.h"
 #include "qd/ir/Visitor.h"
@@ -148,6 +150,10 @@ void PrimalReplay::plain(Block &block, IRBuilder &b, Frame &f, ValueMap &map, bo
     case StmtKind::If: {
       auto &i = cast<IfStmt>(s);
       auto scope = b.ifThen(lookup(i.cond(), f, b, map));
+      if (&s == pushGuard_) {
+        pushGuard_ = nullptr;
+        atPushGuard_();
+      }
       plain(i.thenBlock(), b, f, map, taping);
       scope.otherwise();
       plain(i.elseBlock(), b, f, map, taping);
@@ -242,11 +248,95 @@ void PrimalReplay::record(Stmt &loop, IRBuilder &b, Frame &f) {
   } else {
     whileScope.emplace(b.whileLoop());
   }
-  if (counter)
-    b.store(counter, b.add(b.load(counter), b.i32(1)));
-  for (AllocaStmt *a : plan.perIteration)
-    b.adstackPush(stacks_.at({&loop, a}), b.load(primal(a, f, b)));
+  auto startIteration = [&] {
+    if (counter)
+      b.store(counter, b.add(b.load(counter), b.i32(1)));
+    for (AllocaStmt *a : plan.perIteration)
+      b.adstackPush(stacks_.at({&loop, a}), b.load(primal(a, f, b)));
+  };
+  // A while loop that may leave before it changes anything records only
+  // its completed iterations (their number is the trip count): the last
+  // iteration, which only decides to leave, has nothing to reverse.
+  if (const IfStmt *guard = isa<WhileStmt>(loop) ? exitGuard(loop) : nullptr) {
+    pushGuard_ = guard;
+    atPushGuard_ = startIteration;
+  } else {
+    startIteration();
+  }
   plain(loop.block(0), b, f, map, /*taping=*/true);
+  if (pushGuard_)
+    internalError_ = "the exit guard of a while loop was not replayed";
+  pushGuard_ = nullptr;
+}
+
+/// For a lowered while loop (JumpLowering.cpp) whose body is
+///   [pure statements] if %c { store %state, 2 } if %state == 0 { rest }
+///   [pure statements] if %state == 2 { break }
+/// the guard `if %state == 0`; null for any other shape. Pure: no store
+/// (but to fresh locals), no global write, adstack operation or loop, so
+/// an iteration that leaves at the first if changes nothing whose reverse
+/// would matter, and the locals it starts with are the guard's.
+const IfStmt *PrimalReplay::exitGuard(const Stmt &loop) {
+  auto pure = [](const Stmt &s) {
+    switch (s.kind()) {
+    case StmtKind::Const:
+    case StmtKind::Binary:
+    case StmtKind::Unary:
+    case StmtKind::Cmp:
+    case StmtKind::Select:
+    case StmtKind::Cast:
+    case StmtKind::Alloca:
+    case StmtKind::LocalLoad:
+    case StmtKind::GlobalLoad:
+    case StmtKind::Shape:
+    case StmtKind::TaskIndex:
+      return true;
+    default:
+      return false;
+    }
+  };
+  // `%l = load %state; %c = cmp eq %l, k` with k a constant.
+  auto stateTest = [](const Value *cond, const Value *&state, int64_t k) {
+    auto *c = dyn_cast<CmpStmt>(cond);
+    if (!c || c->predicate() != CmpPredicate::Eq)
+      return false;
+    auto *ld = dyn_cast<LocalLoadStmt>(c->lhs());
+    auto rhs = evaluateConstantInt(c->rhs());
+    if (!ld || !rhs || *rhs != k || (state && ld->local() != state))
+      return false;
+    state = ld->local();
+    return true;
+  };
+  const Value *state = nullptr;
+  const IfStmt *guard = nullptr;
+  bool exitSeen = false;
+  for (Stmt &s : loop.block(0)) {
+    if (pure(s))
+      continue;
+    auto *i = dyn_cast<IfStmt>(&s);
+    if (!i || !i->elseBlock().empty())
+      return nullptr;
+    Stmt *last = i->thenBlock().empty() ? nullptr : &i->thenBlock().back();
+    if (!exitSeen) { // if %c { store %state, 2 }
+      auto *st = last ? dyn_cast<LocalStoreStmt>(last) : nullptr;
+      auto k = st ? evaluateConstantInt(st->value()) : std::nullopt;
+      if (!st || !k || *k != 2)
+        return nullptr;
+      for (Stmt &t : i->thenBlock())
+        if (&t != last && !pure(t))
+          return nullptr;
+      state = st->local();
+      exitSeen = true;
+    } else if (!guard) { // if %state == 0 { rest }
+      if (!stateTest(i->cond(), state, 0))
+        return nullptr;
+      guard = i;
+    } else if (!(stateTest(i->cond(), state, 2) && last && last->kind() == StmtKind::Break &&
+                 &i->thenBlock().front() == last)) {
+      return nullptr;
+    }
+  }
+  return guard;
 }
 
 } // namespace qd::reverse
