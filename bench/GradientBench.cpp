@@ -28,7 +28,7 @@
 // A last line per workload times launches on one element (per-launch
 // overhead of Program::launch and of CpuBackend::launch alone).
 //
-// Usage: qd-bench-gradients [--threads 2] [--reps 3] [--torch FILE.json]
+// Usage: qd-bench-gradients [--threads 2] [--vector-width 8] [--reps 3] [--torch FILE.json]
 //                           [--only a,b,c] [--dump-ir a|b|c [--dump-n N]]
 // (--dump-ir prints the module at N elements, its gradient kernel and the
 // gradient's optimised LLVM IR.)
@@ -304,6 +304,7 @@ void printTable(const std::vector<Row> &rows, double qdGrad) {
 
 static int runBench(int argc, char **argv) {
   unsigned threads = 2;
+  unsigned width = 8;
   int reps = 3;
   std::string torchFile, only = "a,b,c", dump;
   int64_t dumpN = 1024;
@@ -316,6 +317,8 @@ static int runBench(int argc, char **argv) {
     };
     if (a == "--threads")
       threads = static_cast<unsigned>(std::stoi(next()));
+    else if (a == "--vector-width")
+      width = static_cast<unsigned>(std::stoi(next()));
     else if (a == "--reps")
       reps = std::stoi(next());
     else if (a == "--torch")
@@ -391,14 +394,18 @@ static int runBench(int argc, char **argv) {
     die("--dump-ir: unknown workload " + dump);
   }
 
-  auto cpu = check(qd::CpuBackend::create({.threads = threads}), "CpuBackend::create");
-  auto cpu1 = check(qd::CpuBackend::create({.threads = 1}), "CpuBackend::create");
+  auto cpu = check(qd::CpuBackend::create({.threads = threads, .vectorWidth = width}),
+                   "CpuBackend::create");
+  auto cpu1 =
+      check(qd::CpuBackend::create({.threads = 1, .vectorWidth = width}), "CpuBackend::create");
   auto cpuScalar =
       check(qd::CpuBackend::create({.threads = threads, .vectorWidth = 1}), "CpuBackend::create");
   double start = nowMs();
   fmt::print("qd-bench-gradients: {} threads for qd-cpu and the hand-written loops "
-             "({} hardware threads), min of {} runs, wall-clock ms\n",
-             cpu->numThreads(), std::thread::hardware_concurrency(), reps);
+             "({} hardware threads), min of {} runs, wall-clock ms; qd-cpu: {} lanes, "
+             "vector math {}\n",
+             cpu->numThreads(), std::thread::hardware_concurrency(), reps, cpu->vectorWidth(),
+             cpu->vectorMathIsa());
   if (!torch.value("available", false))
     fmt::print("PyTorch: n/a ({})\n", torch.value("reason", std::string("unknown")));
   else

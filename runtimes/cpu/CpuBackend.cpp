@@ -168,7 +168,7 @@ struct CpuBackend::Impl {
   std::unique_ptr<llvm::orc::LLJIT> jit;
   std::unique_ptr<ThreadPool> pool;
   unsigned vectorWidth = 1;
-  bool libmvec = false;
+  VectorMathIsa vectorMath = VectorMathIsa::None;
   /// Keyed by Kernel::uniqueId(), never by address: a destroyed kernel's
   /// address may be reused by a new one.
   /// Guards `cache`, `sizings`, `counter` and the JIT: a kernel compiles
@@ -213,7 +213,7 @@ struct CpuBackend::Impl {
     CodegenOptions opts;
     opts.boundsChecked = boundsChecked;
     opts.vectorWidth = vectorWidth;
-    opts.libmvec = libmvec;
+    opts.vectorMath = vectorMath;
     opts.stopChecks = stopChecks;
     auto module = emitKernel(kernel, *context, opts, c.layout);
     if (!module.ok())
@@ -249,19 +249,47 @@ struct CpuBackend::Impl {
 
 namespace {
 
-/// glibc's libmvec AVX2 variants can be called: the host has AVX2 and the
-/// library loads (it then stays loaded, and the JIT's process-symbol
-/// generator finds its functions).
-bool vectorMathAvailable() {
-  static const bool available = [] {
+/// The widest extension whose libmvec variants the host can call, or None
+/// when libmvec does not load (it then stays loaded, and the JIT's
+/// process-symbol generator finds its functions).
+VectorMathIsa hostVectorMath() {
+  static const VectorMathIsa isa = [] {
     llvm::StringMap<bool> features = llvm::sys::getHostCPUFeatures();
-    auto avx2 = features.find("avx2");
-    if (avx2 == features.end() || !avx2->second)
-      return false;
+    auto has = [&](const char *f) {
+      auto it = features.find(f);
+      return it != features.end() && it->second;
+    };
     std::string error;
-    return !llvm::sys::DynamicLibrary::LoadLibraryPermanently("libmvec.so.1", &error);
+    if (llvm::sys::DynamicLibrary::LoadLibraryPermanently("libmvec.so.1", &error))
+      return VectorMathIsa::None;
+    return has("avx512f")  ? VectorMathIsa::Avx512
+           : has("avx2")   ? VectorMathIsa::Avx2
+           : has("sse4.1") ? VectorMathIsa::Sse4
+                           : VectorMathIsa::None;
   }();
-  return available;
+  return isa;
+}
+
+/// CpuBackendOptions::vectorIsa, checked against the host.
+absl::StatusOr<VectorMathIsa> chooseVectorMath(const CpuBackendOptions &options) {
+  VectorMathIsa host = hostVectorMath();
+  if (!options.vectorMath || options.vectorIsa == "none")
+    return VectorMathIsa::None;
+  if (options.vectorIsa == "auto")
+    return host;
+  for (VectorMathIsa isa : {VectorMathIsa::Sse4, VectorMathIsa::Avx2, VectorMathIsa::Avx512})
+    if (options.vectorIsa == toString(isa)) {
+      if (isa > host)
+        return absl::InvalidArgumentError(fmt::format(
+            "cpu backend: vector math ISA '{}' is not available on this host (it has '{}'); "
+            "choose 'auto' or one it has",
+            options.vectorIsa, toString(host)));
+      return isa;
+    }
+  return absl::InvalidArgumentError(
+      fmt::format("cpu backend: unknown vector math ISA '{}'; choose auto, none, sse4, avx2 or "
+                  "avx512",
+                  options.vectorIsa));
 }
 
 } // namespace
@@ -308,8 +336,10 @@ absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::create(const CpuBackendO
   // scalar code, whose stacks need no room for lanes.
   impl->vectorWidth =
       options.chunk > 0 && options.chunk < options.vectorWidth ? 1 : options.vectorWidth;
-  if (options.vectorMath && impl->vectorWidth == 8)
-    impl->libmvec = vectorMathAvailable();
+  absl::StatusOr<VectorMathIsa> isa = chooseVectorMath(options);
+  if (!isa.ok())
+    return isa.status();
+  impl->vectorMath = impl->vectorWidth > 1 ? *isa : VectorMathIsa::None;
   unsigned threads = options.threads ? options.threads : std::thread::hardware_concurrency();
   impl->pool = std::make_unique<ThreadPool>(std::max(1u, threads), options.chunk);
   return std::unique_ptr<CpuBackend>(new CpuBackend(std::move(impl)));
@@ -322,7 +352,10 @@ unsigned CpuBackend::vectorWidth() const {
   return impl_->vectorWidth;
 }
 bool CpuBackend::usesVectorMath() const {
-  return impl_->libmvec;
+  return impl_->vectorMath != VectorMathIsa::None;
+}
+std::string_view CpuBackend::vectorMathIsa() const {
+  return toString(impl_->vectorMath);
 }
 int64_t CpuBackend::lastAdStackHeapBytes() const {
   std::lock_guard<std::mutex> lock(impl_->launchMutex);

@@ -88,8 +88,10 @@ constexpr const char *kUsage =
     "  --report-adstacks      print each adstack's capacity and maximum depth\n"
     "  --vector-width=N       cpu: SIMD lanes of vectorised parallel tasks (a power of\n"
     "                         two up to 64; default 8; 1: scalar code only)\n"
-    "  --no-vector-math       cpu: vectorised sin/cos/exp/log call the scalar libm\n"
-    "                         functions per lane instead of glibc's libmvec\n";
+    "  --no-vector-math       cpu: vectorised math calls the scalar libm functions\n"
+    "                         per lane instead of glibc's libmvec\n"
+    "  --vector-isa=NAME      cpu: libmvec variants to call: auto (the host's widest,\n"
+    "                         the default), sse4, avx2, avx512 or none\n";
 
 /// An ndarray argument's buffers, kept by name from launch to launch.
 struct Ndarray {
@@ -362,6 +364,8 @@ int run(int argc, char **argv) {
       options.maxLoopIterations = integerOption("--max-loop-iterations", *v, 1, INT64_MAX);
     } else if (auto v = value("--vector-width")) {
       cpuOptions.vectorWidth = static_cast<unsigned>(integerOption("--vector-width", *v, 1, 64));
+    } else if (auto v = value("--vector-isa")) {
+      cpuOptions.vectorIsa = *v;
     } else if (a == "--no-vector-math")
       cpuOptions.vectorMath = false;
     else if (a == "--bounds-check")

@@ -49,6 +49,7 @@ struct Options {
   bool boundsCheck = false;
   bool stopChecks = false;
   bool vectorMath = true;
+  qd::VectorMathIsa vectorIsa = qd::VectorMathIsa::Avx2;
   bool optimize = false;
 };
 
@@ -71,8 +72,10 @@ constexpr const char *kUsage =
     "  --bounds-check         check every global index (error sites)\n"
     "  --stop-checks          loops check the launch's stop word (what a launch\n"
     "                         with a timeout or a cancel flag runs)\n"
-    "  --no-vector-math       lanes call scalar sin/cos/exp/log instead of glibc's\n"
-    "                         libmvec (used only with --vector-width=8)\n"
+    "  --no-vector-math       lanes call scalar math functions instead of glibc's\n"
+    "                         libmvec\n"
+    "  --vector-isa=<name>    libmvec variants to call: sse4, avx2 (the default,\n"
+    "                         whatever the host) or avx512\n"
     "  --optimize             print the IR after the O3 pipeline of the CPU backend,\n"
     "                         tuned for the host (nvptx: of the NVPTX target)\n"
     "  -o <file>              write the output to <file> (default: stdout)\n"
@@ -123,6 +126,16 @@ std::optional<int> parseArgs(int argc, char **argv, Options &opts) {
       opts.stopChecks = true;
     } else if (arg == "--no-vector-math") {
       opts.vectorMath = false;
+    } else if (auto v = value("--vector-isa")) {
+      bool known = false;
+      for (qd::VectorMathIsa isa :
+           {qd::VectorMathIsa::Sse4, qd::VectorMathIsa::Avx2, qd::VectorMathIsa::Avx512})
+        if (*v == qd::toString(isa)) {
+          opts.vectorIsa = isa;
+          known = true;
+        }
+      if (!known)
+        return fail("--vector-isa takes sse4, avx2 or avx512, got '" + *v + "'");
     } else if (arg == "--optimize") {
       opts.optimize = true;
     } else if (arg == "-o") {
@@ -221,8 +234,8 @@ int main(int argc, char **argv) {
   codegen.stopChecks = opts.stopChecks;
   codegen.vectorWidth = opts.vectorWidth;
   // The backend also checks that the host can call libmvec; printing IR
-  // needs no such check.
-  codegen.libmvec = opts.vectorMath && opts.vectorWidth == 8;
+  // needs no such check, and does not depend on the host.
+  codegen.vectorMath = opts.vectorMath ? opts.vectorIsa : qd::VectorMathIsa::None;
   std::string out;
   llvm::raw_string_ostream os(out);
   for (const qd::Kernel *kernel : kernels) {

@@ -25,6 +25,8 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <string_view>
 #include <vector>
 
 namespace qd {
@@ -39,10 +41,18 @@ struct CpuBackendOptions {
   /// for the rounding of float atomic sums that several lanes add to the
   /// same element (their order changes) and the vector math below.
   unsigned vectorWidth = 8;
-  /// Vector sin/cos/exp/log use glibc's libmvec when the host has AVX2 and
-  /// vectorWidth is 8 (at most 4 ulp from the scalar functions); false: each
-  /// lane calls the scalar function, bit-identical to the scalar code.
+  /// Vector sin, cos, exp, log, tan, tanh, pow and atan2 use glibc's
+  /// libmvec (at most 4 ulp from the scalar functions), through the widest
+  /// variants `vectorIsa` allows; false: each lane calls the scalar
+  /// function, bit-identical to the scalar code.
   bool vectorMath = true;
+  /// The registers libmvec calls use: "auto" (the host's widest: "avx512"
+  /// with AVX-512F, "avx2" with AVX2, "sse4" with SSE4.1), or one of those
+  /// names to cap it ("none": no libmvec). Naming an extension the host
+  /// lacks is an error. A vector wider than the registers is split into
+  /// calls of their width, which run overlapped: with vectorWidth 16 on
+  /// AVX2, two 8-lane chains are in flight.
+  std::string vectorIsa = "auto";
 };
 
 class CpuBackend : public Backend {
@@ -60,6 +70,9 @@ public:
   unsigned vectorWidth() const;
   /// Whether vectorised tasks call libmvec (see CpuBackendOptions).
   bool usesVectorMath() const;
+  /// The extension whose libmvec variants they call ("none" when they do
+  /// not).
+  std::string_view vectorMathIsa() const;
   /// Adstack heap bytes the last launch used (stride x workers).
   int64_t lastAdStackHeapBytes() const;
   /// Bytes currently allocated for the adstack heap.

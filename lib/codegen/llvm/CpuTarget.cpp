@@ -44,9 +44,9 @@ private:
                      LV *last, const std::function<void(Lanes &, LV *)> &setIndex);
   void emitBandChunk(KernelEmitter &e, ForStmt &task, const TaskVectorPlan &plan, unsigned lanes,
                      LV *first, LV *last);
-  /// glibc's libmvec variant of a vector sin/cos/exp/log (x86-64 AVX2: 8
-  /// floats, or 4 doubles twice), or null.
-  LV *vectorMath(EmitContext &c, MathFn fn, ScalarType t, LV *x);
+  /// glibc's libmvec variants for a vector math call (CodegenOptions::
+  /// vectorMath), or null.
+  LV *vectorMath(EmitContext &c, MathFn fn, ScalarType t, llvm::ArrayRef<LV *> args);
 
   unsigned taskCount_ = 0;
 };
@@ -213,43 +213,92 @@ LV *CpuTarget::adStackAdjoint(EmitContext &c, const StackRef &stack, LV *primal,
                        c.b.getInt64(int64_t(storageBytes(stack.elem)) * width));
 }
 
-LV *CpuTarget::vectorMath(EmitContext &c, MathFn fn, ScalarType t, LV *x) {
-  auto *vt = llvm::dyn_cast<llvm::FixedVectorType>(x->getType());
-  if (!c.opts.libmvec || !vt || vt->getNumElements() != 8)
+LV *CpuTarget::vectorMath(EmitContext &c, MathFn fn, ScalarType t, llvm::ArrayRef<LV *> args) {
+  auto *vt = llvm::dyn_cast<llvm::FixedVectorType>(args[0]->getType());
+  VectorMathIsa isa = c.opts.vectorMath;
+  if (isa == VectorMathIsa::None || !vt)
     return nullptr;
-  const char *base = fn == MathFn::Sin   ? "sin"
-                     : fn == MathFn::Cos ? "cos"
-                     : fn == MathFn::Exp ? "exp"
-                     : fn == MathFn::Log ? "log"
-                                         : nullptr;
-  if (!base)
+  const char *base = nullptr;
+  switch (fn) {
+  case MathFn::Sin:
+    base = "sin";
+    break;
+  case MathFn::Cos:
+    base = "cos";
+    break;
+  case MathFn::Exp:
+    base = "exp";
+    break;
+  case MathFn::Log:
+    base = "log";
+    break;
+  case MathFn::Tan:
+    base = "tan";
+    break;
+  case MathFn::Tanh:
+    base = "tanh";
+    break;
+  case MathFn::Pow:
+    base = "pow";
+    break;
+  case MathFn::Atan2:
+    base = "atan2";
+    break;
+  }
+  // The widest variant of the ISA that fits the vector: 128-bit ('b'),
+  // 256-bit ('d') or 512-bit ('e') registers.
+  unsigned width = vt->getNumElements(), elemBits = t == ScalarType::F32 ? 32 : 64;
+  unsigned maxBits = isa == VectorMathIsa::Avx512 ? 512 : isa == VectorMathIsa::Avx2 ? 256 : 128;
+  unsigned bits = std::min(maxBits, width * elemBits);
+  if (bits < 128 || !base)
     return nullptr;
-  auto callee = [&](const std::string &name, llvm::Type *type) {
-    llvm::FunctionCallee f =
-        c.module->getOrInsertFunction(name, llvm::FunctionType::get(type, {type}, false));
-    if (auto *decl = llvm::dyn_cast<llvm::Function>(f.getCallee())) {
-      decl->setDoesNotAccessMemory();
-      decl->setDoesNotThrow();
-      decl->addFnAttr(llvm::Attribute::WillReturn);
-    }
-    return f;
-  };
+  unsigned lanes = bits / elemBits;
+  char letter = bits == 512 ? 'e' : bits == 256 ? 'd' : 'b';
   llvm::IRBuilder<> &b = c.b;
-  if (t == ScalarType::F32)
-    return b.CreateCall(callee(fmt::format("_ZGVdN8v_{}f", base), vt), {x});
+  auto *partTy = llvm::FixedVectorType::get(c.typeOf(t), lanes);
+  std::string name = fmt::format("_ZGV{}N{}{}_{}{}", letter, lanes, std::string(args.size(), 'v'),
+                                 base, t == ScalarType::F32 ? "f" : "");
+  std::vector<llvm::Type *> params(args.size(), partTy);
   llvm::FunctionCallee f =
-      callee(fmt::format("_ZGVdN4v_{}", base), llvm::FixedVectorType::get(b.getDoubleTy(), 4));
-  LV *lo = b.CreateCall(f, {b.CreateShuffleVector(x, {0, 1, 2, 3})});
-  LV *hi = b.CreateCall(f, {b.CreateShuffleVector(x, {4, 5, 6, 7})});
-  return b.CreateShuffleVector(lo, hi, {0, 1, 2, 3, 4, 5, 6, 7});
+      c.module->getOrInsertFunction(name, llvm::FunctionType::get(partTy, params, false));
+  if (auto *decl = llvm::dyn_cast<llvm::Function>(f.getCallee())) {
+    decl->setDoesNotAccessMemory();
+    decl->setDoesNotThrow();
+    decl->addFnAttr(llvm::Attribute::WillReturn);
+  }
+  // One call per `lanes` lanes: independent calls, which an out-of-order
+  // core overlaps (a serial chain per lane is bound by the call's latency).
+  std::vector<LV *> parts;
+  for (unsigned first = 0; first < width; first += lanes) {
+    llvm::SmallVector<int, 64> mask;
+    for (unsigned l = 0; l < lanes; ++l)
+      mask.push_back(static_cast<int>(first + l));
+    std::vector<LV *> in;
+    for (LV *a : args)
+      in.push_back(lanes == width ? a : b.CreateShuffleVector(a, mask));
+    parts.push_back(b.CreateCall(f, in));
+  }
+  // Concatenate pairwise back to the full width.
+  while (parts.size() > 1) {
+    std::vector<LV *> joined;
+    for (size_t i = 0; i < parts.size(); i += 2) {
+      unsigned n = llvm::cast<llvm::FixedVectorType>(parts[i]->getType())->getNumElements();
+      llvm::SmallVector<int, 64> mask;
+      for (unsigned l = 0; l < 2 * n; ++l)
+        mask.push_back(static_cast<int>(l));
+      joined.push_back(b.CreateShuffleVector(parts[i], parts[i + 1], mask));
+    }
+    parts = std::move(joined);
+  }
+  return parts[0];
 }
 
 LV *CpuTarget::mathCall(EmitContext &c, MathFn fn, ScalarType type, llvm::ArrayRef<LV *> args) {
   llvm::IRBuilder<> &b = c.b;
   llvm::Type *ty = args[0]->getType();
+  if (LV *v = vectorMath(c, fn, type, args))
+    return v;
   auto intrinsic = [&](llvm::Intrinsic::ID id) -> LV * {
-    if (LV *v = vectorMath(c, fn, type, args[0]))
-      return v;
     return b.CreateCall(c.intrinsic(id, {ty}), args);
   };
   // libm, once per lane in vector code.
@@ -271,7 +320,7 @@ LV *CpuTarget::mathCall(EmitContext &c, MathFn fn, ScalarType type, llvm::ArrayR
   case MathFn::Log:
     return intrinsic(llvm::Intrinsic::log);
   case MathFn::Pow:
-    return b.CreateCall(c.intrinsic(llvm::Intrinsic::pow, {ty}), args);
+    return intrinsic(llvm::Intrinsic::pow);
   case MathFn::Tan:
     return libm("tan");
   case MathFn::Tanh:

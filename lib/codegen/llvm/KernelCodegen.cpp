@@ -23,6 +23,20 @@ absl::StatusOr<CodegenTarget> parseCodegenTarget(std::string_view name) {
       fmt::format("unknown code generation target '{}' (known targets: cpu, nvptx)", name));
 }
 
+std::string_view toString(VectorMathIsa isa) {
+  switch (isa) {
+  case VectorMathIsa::None:
+    return "none";
+  case VectorMathIsa::Sse4:
+    return "sse4";
+  case VectorMathIsa::Avx2:
+    return "avx2";
+  case VectorMathIsa::Avx512:
+    return "avx512";
+  }
+  return "?";
+}
+
 const char *codegenTargetName(CodegenTarget target) {
   switch (target) {
   case CodegenTarget::Cpu:

@@ -65,6 +65,12 @@ class Module;
 
 namespace qd {
 
+/// The x86-64 vector extension whose libmvec variants generated code may
+/// call (CodegenOptions::vectorMath).
+enum class VectorMathIsa : uint8_t { None, Sse4, Avx2, Avx512 };
+/// `none`, `sse4`, `avx2`, `avx512`.
+std::string_view toString(VectorMathIsa isa);
+
 struct CodegenOptions {
   /// Check every field/ndarray index (an error site instead of a wild
   /// access).
@@ -74,11 +80,15 @@ struct CodegenOptions {
   /// whole groups of `vectorWidth` consecutive iterations at once, then the
   /// remaining iterations one at a time.
   unsigned vectorWidth = 1;
-  /// Vector sin/cos/exp/log call glibc's libmvec (its AVX2 variants, for
-  /// vectorWidth 8): at most 4 ulp from the scalar functions. The caller
-  /// must make those symbols resolvable. Otherwise each lane calls the
-  /// scalar function.
-  bool libmvec = false;
+  /// Vector sin, cos, exp, log, tan, tanh, pow and atan2 call glibc's
+  /// libmvec (at most 4 ulp from the scalar functions) with the widest
+  /// variants this ISA allows that fit the vector: SSE4 ('b': 4 floats or 2
+  /// doubles), AVX2 ('d': 8 or 4), AVX-512 ('e': 16 or 8). A wider vector is
+  /// split into calls of that width (independent calls the core overlaps); a
+  /// narrower one than 'b' calls the scalar function per lane. The caller
+  /// must make those symbols resolvable. None: each lane calls the scalar
+  /// function.
+  VectorMathIsa vectorMath = VectorMathIsa::None;
   /// Loops with run-time trip counts read QdLaunchContext::stop at their
   /// back edges (every abi::kStopCheckInterval-th back edge of a thread on
   /// the CPU, every abi::kDeviceStopCheckInterval-th on a GPU) and leave
