@@ -218,39 +218,13 @@ LV *CpuTarget::vectorMath(EmitContext &c, MathFn fn, ScalarType t, llvm::ArrayRe
   VectorMathIsa isa = c.opts.vectorMath;
   if (isa == VectorMathIsa::None || !vt)
     return nullptr;
-  const char *base = nullptr;
-  switch (fn) {
-  case MathFn::Sin:
-    base = "sin";
-    break;
-  case MathFn::Cos:
-    base = "cos";
-    break;
-  case MathFn::Exp:
-    base = "exp";
-    break;
-  case MathFn::Log:
-    base = "log";
-    break;
-  case MathFn::Tan:
-    base = "tan";
-    break;
-  case MathFn::Tanh:
-    base = "tanh";
-    break;
-  case MathFn::Pow:
-    base = "pow";
-    break;
-  case MathFn::Atan2:
-    base = "atan2";
-    break;
-  }
+  const char *base = mathFnName(fn);
   // The widest variant of the ISA that fits the vector: 128-bit ('b'),
   // 256-bit ('d') or 512-bit ('e') registers.
   unsigned width = vt->getNumElements(), elemBits = t == ScalarType::F32 ? 32 : 64;
   unsigned maxBits = isa == VectorMathIsa::Avx512 ? 512 : isa == VectorMathIsa::Avx2 ? 256 : 128;
   unsigned bits = std::min(maxBits, width * elemBits);
-  if (bits < 128 || !base)
+  if (bits < 128)
     return nullptr;
   unsigned lanes = bits / elemBits;
   char letter = bits == 512 ? 'e' : bits == 256 ? 'd' : 'b';

@@ -264,33 +264,7 @@ LV *NvptxTarget::adStackAdjoint(EmitContext &c, const StackRef &stack, LV *prima
 }
 
 LV *NvptxTarget::mathCall(EmitContext &c, MathFn fn, ScalarType type, llvm::ArrayRef<LV *> args) {
-  const char *base = "";
-  switch (fn) {
-  case MathFn::Sin:
-    base = "sin";
-    break;
-  case MathFn::Cos:
-    base = "cos";
-    break;
-  case MathFn::Exp:
-    base = "exp";
-    break;
-  case MathFn::Log:
-    base = "log";
-    break;
-  case MathFn::Tan:
-    base = "tan";
-    break;
-  case MathFn::Tanh:
-    base = "tanh";
-    break;
-  case MathFn::Pow:
-    base = "pow";
-    break;
-  case MathFn::Atan2:
-    base = "atan2";
-    break;
-  }
+  const char *base = mathFnName(fn);
   std::string symbol = fmt::format("__nv_{}{}", base, type == ScalarType::F32 ? "f" : "");
   llvm::Type *t = c.typeOf(type);
   std::vector<llvm::Type *> params(args.size(), t);
