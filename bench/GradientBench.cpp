@@ -304,7 +304,7 @@ void printTable(const std::vector<Row> &rows, double qdGrad) {
 
 static int runBench(int argc, char **argv) {
   unsigned threads = 2;
-  unsigned width = 8;
+  unsigned width = 0; // the backend's choice
   int reps = 3;
   std::string torchFile, only = "a,b,c", dump;
   int64_t dumpN = 1024;
@@ -492,7 +492,7 @@ static int runBench(int argc, char **argv) {
       vec.gradMs = timeMin(
           reps, zero, [&] { sinGradientVec(x.data(), ygrad.data(), g0, n, kSinSteps, threads); });
       vec.err = maxRelErr(g, ref);
-      vec.note = "-O3 -ffast-math -mavx2, libmvec";
+      vec.note = "-O3 -march=native -ffast-math, libmvec";
     } else if (w.key == "c") {
       vec.fwdMs = timeMin(reps, nullptr, [&] {
         springForwardVec(p.data(), q.data(), y.data(), n, kSpringSteps, threads);
@@ -501,7 +501,7 @@ static int runBench(int argc, char **argv) {
         springGradientVec(p.data(), q.data(), ygrad.data(), g0, g1, n, kSpringSteps, threads);
       });
       vec.err = maxRelErr(g, ref);
-      vec.note = "-O3 -ffast-math -mavx2, SoA blocks of 64";
+      vec.note = "-O3 -march=native -ffast-math, SoA blocks of 64";
     } else {
       vec.note = "not written (per-element trip counts)";
     }

@@ -326,19 +326,24 @@ absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::create(const CpuBackendO
       llvm::orc::ExecutorAddr::fromPtr(&qd_rt_parallel_for), llvm::JITSymbolFlags::Exported};
   if (llvm::Error e = main.define(llvm::orc::absoluteSymbols(std::move(runtime))))
     return absl::InternalError("cpu backend: " + llvm::toString(std::move(e)));
-  if (options.vectorWidth == 0 || options.vectorWidth > 64 ||
-      (options.vectorWidth & (options.vectorWidth - 1)))
+  if (options.vectorWidth > 64 || (options.vectorWidth & (options.vectorWidth - 1)))
     return absl::InvalidArgumentError(
         fmt::format("cpu backend: vector width {} is not a power of two in [1, 64]; use 1 for "
-                    "scalar code or 8 (the default)",
+                    "scalar code or 0 (the default: chosen from the host)",
                     options.vectorWidth));
-  // Chunks shorter than a group of lanes never run vector code: compile
-  // scalar code, whose stacks need no room for lanes.
-  impl->vectorWidth =
-      options.chunk > 0 && options.chunk < options.vectorWidth ? 1 : options.vectorWidth;
   absl::StatusOr<VectorMathIsa> isa = chooseVectorMath(options);
   if (!isa.ok())
     return isa.status();
+  // Auto: two registers' worth of floats, so that a task whose body is one
+  // serial chain per lane keeps two independent vector math calls in
+  // flight (16 lanes on AVX2, 32 on AVX-512, 8 on SSE4 or without libmvec;
+  // docs/performance.md, "Vector width").
+  unsigned width = options.vectorWidth;
+  if (width == 0)
+    width = *isa == VectorMathIsa::Avx512 ? 32 : *isa == VectorMathIsa::Avx2 ? 16 : 8;
+  // Chunks shorter than a group of lanes never run vector code: compile
+  // scalar code, whose stacks need no room for lanes.
+  impl->vectorWidth = options.chunk > 0 && options.chunk < width ? 1 : width;
   impl->vectorMath = impl->vectorWidth > 1 ? *isa : VectorMathIsa::None;
   unsigned threads = options.threads ? options.threads : std::thread::hardware_concurrency();
   impl->pool = std::make_unique<ThreadPool>(std::max(1u, threads), options.chunk);

@@ -36,11 +36,13 @@ struct CpuBackendOptions {
   unsigned threads = 0;
   /// Iterations per chunk of a parallel task (0: about 8 chunks per worker).
   int64_t chunk = 0;
-  /// SIMD lanes of vectorised parallel tasks: a power of two, 1 for scalar
-  /// code only. Results of a vectorised task equal the scalar code's except
-  /// for the rounding of float atomic sums that several lanes add to the
-  /// same element (their order changes) and the vector math below.
-  unsigned vectorWidth = 8;
+  /// SIMD lanes of vectorised parallel tasks: a power of two up to 64, 1
+  /// for scalar code only, 0 to choose from the host (two registers of
+  /// floats: 16 with AVX2, 32 with AVX-512, else 8; vectorWidth() says).
+  /// Results of a vectorised task equal the scalar code's except for the
+  /// rounding of float atomic sums that several lanes add to the same
+  /// element (their order changes) and the vector math below.
+  unsigned vectorWidth = 0;
   /// Vector sin, cos, exp, log, tan, tanh, pow and atan2 use glibc's
   /// libmvec (at most 4 ulp from the scalar functions), through the widest
   /// variants `vectorIsa` allows; false: each lane calls the scalar
