@@ -1383,6 +1383,7 @@ CpuBackend &cpuEightLanes() {
   static std::unique_ptr<CpuBackend> b = [] {
     CpuBackendOptions o;
     o.threads = 1;
+    o.vectorWidth = 8;
     o.vectorMath = false;
     return *CpuBackend::create(o);
   }();
