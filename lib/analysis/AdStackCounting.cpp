@@ -354,7 +354,12 @@ AdStackCounting buildAdStackCounting(const Kernel &kernel,
       b.setLocation(task->loc());
       constexpr int64_t spread = KernelSizing::kCountSpread;
       static_assert((spread & (spread - 1)) == 0, "the lane mask needs a power of two");
-      Value *lane = isa<ForStmt>(task) ? b.binary(BinaryOp::And, task, b.i32(spread - 1))
+      // Consecutive iterations raise different elements: of a band, those
+      // of one row, so its innermost index.
+      Value *index = task;
+      if (auto *band = dyn_cast<ForStmt>(task); band && band->numDims() > 1)
+        index = b.insert(std::make_unique<TaskIndexStmt>(band->numDims() - 1));
+      Value *lane = isa<ForStmt>(task) ? b.binary(BinaryOp::And, index, b.i32(spread - 1))
                                        : static_cast<Value *>(b.i32(0));
       for (auto &[peak, slot] : peaks) {
         Value *idx[] = {b.add(b.i32(static_cast<int32_t>(slot * spread)), lane)};
