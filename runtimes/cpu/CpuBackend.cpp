@@ -334,13 +334,14 @@ absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::create(const CpuBackendO
   absl::StatusOr<VectorMathIsa> isa = chooseVectorMath(options);
   if (!isa.ok())
     return isa.status();
-  // Auto: two registers' worth of floats, so that a task whose body is one
-  // serial chain per lane keeps two independent vector math calls in
-  // flight (16 lanes on AVX2, 32 on AVX-512, 8 on SSE4 or without libmvec;
-  // docs/performance.md, "Vector width").
+  // Auto: 32 lanes with AVX2 or AVX-512, so that a task whose body is one
+  // serial chain of math calls per lane keeps 4 (AVX2) or 2 (AVX-512)
+  // independent libmvec calls in flight; 8 otherwise. Measured on the three
+  // gradient benchmarks against 8 and 16 (docs/performance.md, "Vector
+  // width").
   unsigned width = options.vectorWidth;
   if (width == 0)
-    width = *isa == VectorMathIsa::Avx512 ? 32 : *isa == VectorMathIsa::Avx2 ? 16 : 8;
+    width = *isa == VectorMathIsa::Avx512 || *isa == VectorMathIsa::Avx2 ? 32 : 8;
   // Chunks shorter than a group of lanes never run vector code: compile
   // scalar code, whose stacks need no room for lanes.
   impl->vectorWidth = options.chunk > 0 && options.chunk < width ? 1 : width;

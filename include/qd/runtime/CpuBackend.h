@@ -37,8 +37,8 @@ struct CpuBackendOptions {
   /// Iterations per chunk of a parallel task (0: about 8 chunks per worker).
   int64_t chunk = 0;
   /// SIMD lanes of vectorised parallel tasks: a power of two up to 64, 1
-  /// for scalar code only, 0 to choose from the host (two registers of
-  /// floats: 16 with AVX2, 32 with AVX-512, else 8; vectorWidth() says).
+  /// for scalar code only, 0 to choose from the host (32 when libmvec runs
+  /// with AVX2 or AVX-512, else 8; vectorWidth() says).
   /// Results of a vectorised task equal the scalar code's except for the
   /// rounding of float atomic sums that several lanes add to the same
   /// element (their order changes) and the vector math below.
