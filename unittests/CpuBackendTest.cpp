@@ -1744,6 +1744,18 @@ kernel @k() {
   p.expectSame();
 }
 
+/// Runs sin_loop (20 steps) over `x` and its gradient on both sides of `p`
+/// (whose module has the gradient kernel) and checks x.grad bit for bit.
+void runSinLoopGradient(Pair &p, int n) {
+  p.instantiate();
+  p.set("n", {20});
+  p.set("x", ramp(n, 0.01, 0.2));
+  p.runOk("compute");
+  p.set("y", {1.0}, Component::Grad);
+  p.runOk("compute_grad");
+  p.expectSameExactly("x", Component::Grad);
+}
+
 TEST(CpuVectorTest, LaneEntriesAreLaidOutOnlyWhenChunksHoldAGroup) {
   for (int n : {4, 64}) {
     Pair p(sinLoopF64(n), &cpuEightLanes());
@@ -1751,13 +1763,7 @@ TEST(CpuVectorTest, LaneEntriesAreLaidOutOnlyWhenChunksHoldAGroup) {
     ASSERT_TRUE(g.ok()) << g.status().message();
     auto stacks = stacksOf(**g);
     ASSERT_EQ(stacks.size(), 1u);
-    p.instantiate();
-    p.set("n", {20});
-    p.set("x", ramp(n, 0.01, 0.2));
-    p.runOk("compute");
-    p.set("y", {1.0}, Component::Grad);
-    p.runOk("compute_grad");
-    p.expectSameExactly("x", Component::Grad);
+    runSinLoopGradient(p, n);
     int64_t cap = p.cpu->lastAdStackCapacities().at(stacks[0]);
     EXPECT_EQ(cap, 20);
     int32_t lanes = n >= 8 ? 8 : 1; // 4 elements never make a group
@@ -1766,6 +1772,24 @@ TEST(CpuVectorTest, LaneEntriesAreLaidOutOnlyWhenChunksHoldAGroup) {
               adStackBytes(adStackEntryBytes(*stacks[0]) * lanes, cap))
         << "n = " << n;
   }
+}
+
+// Chunks of a vectorised task are whole groups of lanes, so a task with
+// one group per worker runs vector code: 96 elements on 2 workers at 32
+// lanes make chunks of 32 (about 8 chunks per worker would be 6 elements,
+// too few for a group), and the gradient still equals the scalar code's.
+TEST(CpuVectorTest, ChunksAreWholeGroupsSoMidSizeTasksVectorise) {
+  CpuBackendOptions o;
+  o.threads = 2;
+  o.vectorWidth = 32;
+  o.vectorMath = false;
+  auto cpu = CpuBackend::create(o);
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  const int n = 96;
+  Pair p(sinLoopF64(n), cpu->get());
+  ASSERT_TRUE(buildGradientKernel(*p.module, *p.module->findKernel("compute")).ok());
+  runSinLoopGradient(p, n);
+  EXPECT_EQ((*cpu)->lastTaskLanes(), std::vector<int32_t>{32});
 }
 
 // A task bound read from a field at constant indices is read before the

@@ -62,20 +62,27 @@ public:
   }
   unsigned size() const { return n_; }
 
-  int64_t chunkFor(int64_t total) const {
-    return chunk_ > 0 ? chunk_ : std::max<int64_t>(1, total / (int64_t(n_) * 8));
+  /// About 8 chunks per worker; for a task with vector code of `lanes`
+  /// lanes, a whole number of groups (at least one), so that a task long
+  /// enough for one group per worker runs vector code.
+  int64_t chunkFor(int64_t total, int64_t lanes = 1) const {
+    if (chunk_ > 0)
+      return chunk_;
+    int64_t chunk = std::max<int64_t>(1, total / (int64_t(n_) * 8));
+    return lanes > 1 ? (chunk + lanes - 1) / lanes * lanes : chunk;
   }
   /// Iterations in the largest call `run` makes for `total` iterations.
-  int64_t largestCall(int64_t total) const {
-    int64_t chunk = chunkFor(total);
+  int64_t largestCall(int64_t total, int64_t lanes = 1) const {
+    int64_t chunk = chunkFor(total, lanes);
     return n_ == 1 || total <= chunk ? total : chunk;
   }
 
-  void run(QdLaunchContext *ctx, TaskFn fn, const int64_t *captures, int64_t begin, int64_t end) {
+  void run(QdLaunchContext *ctx, TaskFn fn, const int64_t *captures, int64_t begin, int64_t end,
+           int64_t lanes) {
     if (end <= begin)
       return;
     int64_t total = end - begin;
-    int64_t chunk = chunkFor(total);
+    int64_t chunk = chunkFor(total, lanes);
     if (n_ == 1 || total <= chunk) {
       fn(ctx, captures, begin, end, 0);
       return;
@@ -152,9 +159,11 @@ private:
 
 } // namespace
 
+/// `lanes`: the width of the task's vector code (1 without), which chunks
+/// are multiples of.
 extern "C" void qd_rt_parallel_for(QdLaunchContext *ctx, TaskFn fn, const int64_t *captures,
-                                   int64_t begin, int64_t end) {
-  static_cast<ThreadPool *>(ctx->runtime)->run(ctx, fn, captures, begin, end);
+                                   int64_t begin, int64_t end, int64_t lanes) {
+  static_cast<ThreadPool *>(ctx->runtime)->run(ctx, fn, captures, begin, end, lanes);
 }
 
 struct CpuBackend::Impl {
@@ -432,7 +441,7 @@ absl::Status CpuBackend::launch(Program &program, const Kernel &kernel,
   for (size_t t = 0; t < layout.tasks.size(); ++t) {
     const auto &task = layout.tasks[t];
     std::optional<int64_t> b = plan->taskBound(task.begin), e = plan->taskBound(task.end);
-    bool groups = !b || !e || impl_->pool->largestCall(*e - *b) >= task.lanes;
+    bool groups = !b || !e || impl_->pool->largestCall(*e - *b, task.lanes) >= task.lanes;
     taskLanes[t] = task.lanes > 1 && groups ? static_cast<int32_t>(task.lanes) : 1;
   }
   if (absl::Status s = plan->layoutAdStacks(taskLanes); !s.ok())

@@ -124,8 +124,10 @@ void CpuTarget::emitParallelTask(KernelEmitter &e, ForStmt &task) {
   b.restoreIP(callerIP);
   llvm::FunctionCallee parallelFor = c.module->getOrInsertFunction(
       "qd_rt_parallel_for",
-      llvm::FunctionType::get(b.getVoidTy(), {c.ptrTy, c.ptrTy, c.ptrTy, c.i64, c.i64}, false));
-  b.CreateCall(parallelFor, {c.fn->ctxArg, taskFn, buf, begin, end});
+      llvm::FunctionType::get(b.getVoidTy(), {c.ptrTy, c.ptrTy, c.ptrTy, c.i64, c.i64, c.i64},
+                              false));
+  // Chunks are whole groups of the task's lanes.
+  b.CreateCall(parallelFor, {c.fn->ctxArg, taskFn, buf, begin, end, b.getInt64(lanes)});
 }
 
 // A chunk [first, last) of a band's row-major iterations, row by row: the
