@@ -1067,6 +1067,7 @@ private:
     frames_.clear();
     frames_.emplace_back();
     std::string head;
+    int topValue = -1, bandRows = 0; // a literal top bound; rows of a 2-wide band
     if (t.parallel) {
       topIndex_ = "%i" + suffix;
       std::string top;
@@ -1079,14 +1080,27 @@ private:
         useArg("n");
         top = kernelValue("%kt", fmt::format("min %n, {} : i32", kernelConst(cfg_.threads)));
       } else {
-        top = std::to_string(1 + c.pick(1, cfg_.threads));
+        topValue = 1 + c.pick(1, cfg_.threads);
+        top = std::to_string(topValue);
       }
       // A band with a second dimension of extent 1 runs the same points:
       // the task index is its innermost (lanes along it) or outer index.
+      // A band of rows of 2 runs them too, the task index flattened from
+      // its two indices at the top of the body.
       std::string other = "%it" + suffix;
-      switch (cfg_.bands ? c.weighted(24, {4, 1, 1}) : 0) {
+      int form = cfg_.bands ? c.weighted(24, {4, 1, 1, 1}) : 0;
+      if (form == 3 && (topValue < 2 || topValue % 2))
+        form = 0;
+      switch (form) {
       case 0:
         head = fmt::format("  parallel for {} = 0 to {} {{\n", topIndex_, top);
+        break;
+      case 3:
+        bandRows = topValue / 2;
+        head = fmt::format("  parallel for ({}, {}) = (0, 0) to ({}, 2) {{\n", "%ibr" + suffix,
+                           "%ibc" + suffix, bandRows);
+        frames_.back().ints.push_back({"%ibr" + suffix, VarKind::Other});
+        frames_.back().ints.push_back({"%ibc" + suffix, VarKind::Other});
         break;
       case 1:
         head =
@@ -1104,9 +1118,18 @@ private:
       topIndex_.clear();
       head = "  serial {\n";
     }
+    // The flattened index of a 2-wide band comes first: the declarations
+    // (added in front of the body at the end) may use it.
+    std::string prologue;
+    out_ = &prologue;
+    indent_ = 2;
+    if (bandRows > 0) {
+      std::string row = fresh();
+      line(fmt::format("{} = mul {}, {} : i32", row, "%ibr" + suffix, constI32(2)));
+      line(fmt::format("{} = add {}, {} : i32", topIndex_, row, "%ibc" + suffix));
+    }
     std::string body;
     out_ = &body;
-    indent_ = 2;
     // Float locals, initialised from @x or %u.
     int numLocals = cfg_.floatLocals ? c.weighted(2, {1, 3, 3, 3}) : 0;
     for (int l = 0; l < numLocals; ++l) {
@@ -1161,7 +1184,7 @@ private:
     if (usesIm_)
       line(fmt::format("{} = alloca i64", im_));
     out_ = nullptr;
-    return head + decls + body + "  }\n";
+    return head + prologue + decls + body + "  }\n";
   }
 
   const GenProgram &p_;
