@@ -4,8 +4,8 @@
 // linked with glibc's libmvec: `#pragma omp simd` loops over a block of
 // kBlock elements at a time, so sinf/cosf become the host's widest libmvec
 // variants (_ZGVdN8v_sinf on AVX2, _ZGVeN16v_sinf on AVX-512), kBlock / 8
-// (or / 16) independent calls per step in flight. Same algorithm as GradientHandwritten.cpp (forward replay into a
-// per-thread buffer, reverse loop), lanes = elements. Nothing here is
+// (or / 16) independent calls per step in flight. Same algorithm as GradientHandwritten.cpp
+// (forward replay into a per-thread buffer, reverse loop), lanes = elements. Nothing here is
 // `inline` in a header shared with the other files (fast-math copies of
 // shared inline functions could replace the strict ones at link time).
 //

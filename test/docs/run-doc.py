@@ -7,16 +7,18 @@ fenced block is for:
   <!-- test: file NAME -->       the next block is saved as NAME
   <!-- test: run -->             each command of the next block runs, in
                                  order, in the working directory (a line
-                                 ending in a backslash continues); it must
-                                 exit with 0
-  <!-- test: run, exit N -->     the same, and the last command must exit
-                                 with N
+                                 ending in a backslash continues); its
+                                 status must be 0
+  <!-- test: run, status N -->   the same, and the last command's status
+                                 must be N
   <!-- test: stdout -->          the next block is exactly what the last
   <!-- test: stderr -->          command printed there (trailing spaces and
                                  blank lines aside)
 
 The working directory starts empty except for `build`, a link to the build
-tree, so `./build/tools/...` in the page runs the tools under test.
+tree, so `./build/tools/...` in the page runs the tools under test. A page
+that is not followed exactly raises DocMismatch, whose message (the page's
+line and what differs) is all that is printed.
 """
 import argparse
 import os
@@ -26,6 +28,18 @@ import subprocess
 import sys
 
 MARKER = re.compile(r"^<!-- test: (.*?) -->\s*$")
+RUN = re.compile(r"run(?:, status (\d+))?")
+
+
+class DocMismatch(Exception):
+    """The page and what its commands do disagree."""
+
+
+def report(kind, value, traceback):
+    if issubclass(kind, DocMismatch):
+        print(value, file=sys.stderr)
+    else:
+        sys.__excepthook__(kind, value, traceback)
 FENCE = re.compile(r"^```")
 
 
@@ -89,9 +103,9 @@ def main():
             with open(os.path.join(args.workdir, marker[5:].strip()), "w") as f:
                 f.write(text)
         elif marker.startswith("run"):
-            m = re.fullmatch(r"run(?:, exit (\d+))?", marker)
+            m = RUN.fullmatch(marker)
             if not m:
-                sys.exit(f"{at}: unknown marker '{marker}'")
+                raise DocMismatch(f"{at}: unknown marker '{marker}'")
             want = int(m.group(1) or 0)
             cmds = commands(text)
             for n, cmd in enumerate(cmds):
@@ -99,23 +113,25 @@ def main():
                                       text=True)
                 expected = want if n + 1 == len(cmds) else 0
                 if last.returncode != expected:
-                    sys.exit(f"{at}: '{cmd}' exited with {last.returncode}, the page expects "
-                             f"{expected}\nstdout:\n{last.stdout}\nstderr:\n{last.stderr}")
+                    raise DocMismatch(f"{at}: '{cmd}' returned status {last.returncode}, the page "
+                                      f"expects {expected}\nstdout:\n{last.stdout}\nstderr:\n"
+                                      f"{last.stderr}")
                 checked += 1
         elif marker in ("stdout", "stderr"):
             if last is None:
-                sys.exit(f"{at}: output block before any command")
+                raise DocMismatch(f"{at}: output block before any command")
             got = last.stdout if marker == "stdout" else last.stderr
             if normalise(got) != normalise(text):
-                sys.exit(f"{at}: the page shows\n{normalise(text)}\nbut the command printed "
-                         f"on {marker}\n{normalise(got)}")
+                raise DocMismatch(f"{at}: the page shows\n{normalise(text)}\nbut the command "
+                                  f"printed on {marker}\n{normalise(got)}")
             checked += 1
         else:
-            sys.exit(f"{at}: unknown marker '{marker}'")
+            raise DocMismatch(f"{at}: unknown marker '{marker}'")
     if checked == 0:
-        sys.exit(f"{where}: no marked commands or outputs")
+        raise DocMismatch(f"{where}: no marked commands or outputs")
     print(f"{where}: followed {checked} commands and outputs")
 
 
 if __name__ == "__main__":
+    sys.excepthook = report  # an uncaught DocMismatch: its message, status 1
     main()
