@@ -252,8 +252,9 @@ private:
     }
   }
   Flow visitTaskIndexStmt(TaskIndexStmt &s) {
-    reg(&s) = Scalar::ofInt(ScalarType::I32,
-                            s.dim() == 0 ? reg(enclosingParallelTask(s)).i : bandIndex_[s.dim()]);
+    // task_ is the parallel for running (the verifier puts task_index in
+    // one); its own value is index 0.
+    reg(&s) = Scalar::ofInt(ScalarType::I32, s.dim() == 0 ? reg(task_).i : bandIndex_[s.dim()]);
     return Flow::Normal;
   }
   Flow visitSerialStmt(SerialStmt &s) {

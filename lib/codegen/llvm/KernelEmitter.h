@@ -181,8 +181,8 @@ public:
   BandShape bandShape(ForStmt &task);
   /// Sets the indices of dimensions 0 to N-2 for row `row` (i64).
   void setBandRow(ForStmt &task, const BandShape &shape, LV *row);
-  /// Sets the innermost index to begin + `j` (i64, scalar code) or, with
-  /// `laneBase` (i32, vector code), to laneBase + lane.
+  /// Sets the innermost index to begin + `j` (`j` an i64 offset in the
+  /// row); with `vector`, lane l's index is begin + j + l (lane-affine).
   void setBandInner(ForStmt &task, const BandShape &shape, LV *j, bool vector = false);
 
   // One case per statement kind (ExhaustiveStmtVisitor: a kind without a

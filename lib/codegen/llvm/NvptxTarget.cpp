@@ -217,8 +217,11 @@ void NvptxTarget::emitParallelTask(KernelEmitter &e, ForStmt &task) {
   // A band's iterations are numbered row-major: consecutive threads take
   // consecutive innermost indices.
   std::optional<KernelEmitter::BandShape> shape;
-  if (band)
+  LV *inner = nullptr; // a band's row length (at least 1: a divisor)
+  if (band) {
     shape = e.bandShape(task);
+    inner = b.CreateBinaryIntrinsic(llvm::Intrinsic::smax, shape->extent.back(), b.getInt64(1));
+  }
   LV *begin = band ? b.getInt64(0) : b.CreateSExt(c.boundValue(task.begin()), c.i64);
   LV *end = band ? shape->count : b.CreateSExt(c.boundValue(task.end()), c.i64);
   LV *first = b.CreateAdd(begin, b.CreateZExt(state.thread, c.i64));
@@ -226,8 +229,6 @@ void NvptxTarget::emitParallelTask(KernelEmitter &e, ForStmt &task) {
       first, end, c.i64, &task,
       [&](LV *i) {
         if (band) {
-          LV *inner =
-              b.CreateBinaryIntrinsic(llvm::Intrinsic::smax, shape->extent.back(), b.getInt64(1));
           e.setBandRow(task, *shape, b.CreateUDiv(i, inner));
           e.setBandInner(task, *shape, b.CreateURem(i, inner));
         } else {
