@@ -10,6 +10,8 @@ packages=(
   libgtest-dev libgmock-dev librapidcheck-dev libbenchmark-dev
   zlib1g-dev libzstd-dev libedit-dev libxml2-dev libffi-dev libncurses-dev
   libadolc-dev python3-torch  # peers of bench/run-gradients.sh
+  spirv-tools spirv-headers libvulkan-dev mesa-vulkan-drivers vulkan-validationlayers  # SPIR-V/Vulkan
+  rocm-device-libs libamdhip64-dev lld-19  # AMDGPU: ocml/ockl bitcode, HIP headers, ld.lld
 )
 
 missing=()
