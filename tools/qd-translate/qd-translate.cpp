@@ -1,6 +1,6 @@
 //===- qd-translate.cpp - Print the code generated for qd kernels ---------===//
 //
-//   qd-translate [input.qd|-] [--target=cpu|nvptx] [--kernel=name]
+//   qd-translate [input.qd|-] [--target=cpu|nvptx|spirv] [--kernel=name]
 //                [--passes=...] [--vector-width=N] [--bounds-check] [--stop-checks]
 //                [--no-vector-math] [--optimize] [--emit=llvm|ptx]
 //                [--arch=sm_80] [-o out]
@@ -12,12 +12,16 @@
 // the IR after the O3 pipeline the CPU backend runs before JIT compilation
 // (for nvptx: the pipeline of the NVPTX target machine). --emit=ptx prints
 // the PTX of each kernel (nvptx only: libdevice linked, optimised).
+// --target=spirv prints the disassembly of each kernel's SPIR-V module
+// (validated; with --optimize after SPIRV-Tools' performance passes;
+// --atomic-float-add: for a device with SPV_EXT_shader_atomic_float_add).
 // Any diagnostic goes to stderr and the exit code is 1.
 //
 //===----------------------------------------------------------------------===//
 #include "qd/codegen/llvm/KernelCodegen.h"
 #include "qd/codegen/llvm/Optimize.h"
 #include "qd/codegen/llvm/Ptx.h"
+#include "qd/codegen/spirv/SpirvCodegen.h"
 #include "qd/ir/Parser.h"
 #include "qd/ir/Verifier.h"
 #include "qd/transforms/Passes.h"
@@ -51,6 +55,7 @@ struct Options {
   bool vectorMath = true;
   qd::VectorMathIsa vectorIsa = qd::VectorMathIsa::Avx2;
   bool optimize = false;
+  bool atomicFloatAdd = false;
 };
 
 constexpr const char *kUsage =
@@ -60,7 +65,10 @@ constexpr const char *kUsage =
     "pipeline, and prints the LLVM IR of its kernels for a target.\n"
     "\n"
     "options:\n"
-    "  --target=<name>        code generation target: cpu or nvptx (default: cpu)\n"
+    "  --target=<name>        code generation target: cpu, nvptx or spirv (default: cpu;\n"
+    "                         spirv prints the disassembled SPIR-V module)\n"
+    "  --atomic-float-add     spirv: the device has float atomic adds\n"
+    "                         (SPV_EXT_shader_atomic_float_add)\n"
     "  --emit=<what>          llvm (LLVM IR, the default) or ptx (PTX text of the\n"
     "                         nvptx target; implies --target=nvptx)\n"
     "  --arch=<sm_N>          GPU architecture of --emit=ptx and nvptx --optimize\n"
@@ -85,6 +93,8 @@ int fail(const std::string &message) {
   std::cerr << "qd-translate: error: " << message << '\n';
   return 1;
 }
+
+int writeOutput(const Options &opts, const std::string &out);
 
 /// Parses the command line; returns an exit code to stop with, or nullopt.
 std::optional<int> parseArgs(int argc, char **argv, Options &opts) {
@@ -136,6 +146,8 @@ std::optional<int> parseArgs(int argc, char **argv, Options &opts) {
         }
       if (!known)
         return fail("--vector-isa takes sse4, avx2 or avx512, got '" + *v + "'");
+    } else if (arg == "--atomic-float-add") {
+      opts.atomicFloatAdd = true;
     } else if (arg == "--optimize") {
       opts.optimize = true;
     } else if (arg == "-o") {
@@ -162,7 +174,13 @@ int main(int argc, char **argv) {
     return *code;
   if (opts.emit == "ptx" && !opts.targetGiven)
     opts.target = "nvptx";
-  absl::StatusOr<qd::CodegenTarget> target = qd::parseCodegenTarget(opts.target);
+  bool spirv = opts.target == "spirv";
+  if (spirv && opts.emit != "llvm")
+    return fail("--emit=" + opts.emit + " needs --target=nvptx (spirv prints SPIR-V)");
+  absl::StatusOr<qd::CodegenTarget> target =
+      spirv ? qd::CodegenTarget::Cpu : qd::parseCodegenTarget(opts.target);
+  if (!target.ok() && opts.target != "spirv")
+    return fail(std::string(target.status().message()) + " (or spirv)");
   if (!target.ok())
     return fail(std::string(target.status().message()));
   bool nvptx = *target == qd::CodegenTarget::Nvptx;
@@ -216,6 +234,28 @@ int main(int argc, char **argv) {
       kernels.push_back(k.get());
   }
 
+  if (spirv) {
+    std::string out;
+    qd::SpirvOptions options;
+    options.boundsChecked = opts.boundsCheck;
+    options.optimize = opts.optimize;
+    options.features.atomicFloat32Add = options.features.atomicFloat64Add = opts.atomicFloatAdd;
+    for (const qd::Kernel *kernel : kernels) {
+      auto emitted = qd::emitSpirv(*kernel, options);
+      if (!emitted.ok())
+        return fail("kernel @" + kernel->name() + ": " + std::string(emitted.status().message()));
+      if (emitted->words.empty()) {
+        out += "; kernel @" + kernel->name() + ": no launches, no module\n";
+        continue;
+      }
+      auto text = qd::disassembleSpirv(emitted->words);
+      if (!text.ok())
+        return fail("kernel @" + kernel->name() + ": " + std::string(text.status().message()));
+      out += "; kernel @" + kernel->name() + "\n" + *text;
+    }
+    return writeOutput(opts, out);
+  }
+
   std::unique_ptr<llvm::TargetMachine> machine;
   if (opts.optimize && nvptx) {
     auto gpu = qd::nvptxTargetMachine(opts.arch);
@@ -260,7 +300,12 @@ int main(int argc, char **argv) {
     m.print(os, nullptr);
   }
   os.flush();
+  return writeOutput(opts, out);
+}
 
+namespace {
+
+int writeOutput(const Options &opts, const std::string &out) {
   if (opts.output == "-") {
     // A full disk or a closed pipe must not pass for success.
     if (!(std::cout << out) || !std::cout.flush())
@@ -272,3 +317,5 @@ int main(int argc, char **argv) {
     return fail("cannot write '" + opts.output + "'");
   return 0;
 }
+
+} // namespace

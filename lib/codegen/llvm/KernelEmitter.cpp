@@ -1,6 +1,8 @@
 //===- KernelEmitter.cpp - The target-neutral LLVM emitter ----------------===//
 #include "KernelEmitter.h"
 
+#include "qd/abi/DeviceEntries.h"
+
 #include <llvm/IR/Module.h>
 #include <llvm/IR/Verifier.h>
 #include <llvm/Support/raw_ostream.h>
@@ -139,32 +141,7 @@ void KernelEmitter::visitTaskIndexStmt(TaskIndexStmt &s) {
 }
 
 KernelLayout::TaskBound KernelEmitter::taskBound(Bound b) {
-  KernelLayout::TaskBound t;
-  if (b.isConstant()) {
-    t.kind = KernelLayout::TaskBound::Constant;
-    t.constant = b.constant;
-  } else if (auto *a = dyn_cast<Argument>(b.value)) {
-    t.kind = KernelLayout::TaskBound::Argument;
-    t.argument = a->index();
-  } else if (auto *sh = dyn_cast<ShapeStmt>(b.value)) {
-    t.kind = KernelLayout::TaskBound::NdarrayExtent;
-    t.argument = cast<Argument>(sh->ndarray())->index();
-    t.axis = sh->axis();
-  } else if (auto *ld = dyn_cast<GlobalLoadStmt>(b.value); ld && ld->isField()) {
-    int64_t flat = 0;
-    const auto &shape = ld->field()->shape();
-    for (unsigned d = 0; d < ld->numIndices(); ++d) {
-      auto *c = dyn_cast<ConstStmt>(ld->index(d));
-      if (!c || c->intValue() < 0 || c->intValue() >= shape[d])
-        return t;
-      flat = flat * shape[d] + c->intValue();
-    }
-    t.kind = KernelLayout::TaskBound::FieldElement;
-    t.field = ld->field();
-    t.component = ld->component();
-    t.constant = flat;
-  }
-  return t;
+  return taskBoundOf(b);
 }
 
 } // namespace qd::codegen

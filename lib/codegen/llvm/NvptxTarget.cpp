@@ -24,6 +24,7 @@
 //===----------------------------------------------------------------------===//
 #include "KernelEmitter.h"
 
+#include "qd/abi/DeviceEntries.h"
 #include "qd/codegen/llvm/Ptx.h"
 
 #include <fmt/format.h>
@@ -79,7 +80,6 @@ private:
   void beginEntry(EmitContext &c, FunctionState &state, const std::string &name, LV *thread);
 
   std::vector<Entry> entries_;
-  std::map<const Stmt *, unsigned> entryOf_;
   std::map<const Value *, unsigned> slotOf_;
   /// Per entry: the values it loads, in slot order.
   std::vector<std::vector<const Stmt *>> imports_;
@@ -87,44 +87,12 @@ private:
 };
 
 void NvptxTarget::planEntries(EmitContext &c) {
-  for (Stmt &s : const_cast<Kernel &>(c.kernel).body()) {
-    auto *task = dyn_cast<ForStmt>(&s);
-    if (task && task->isParallel())
-      entries_.push_back({task, {&s}});
-    else if (entries_.empty() || entries_.back().task)
-      entries_.push_back({nullptr, {&s}});
-    else
-      entries_.back().stmts.push_back(&s);
-    entryOf_[&s] = static_cast<unsigned>(entries_.size() - 1);
-  }
-  // Which top-level values each entry uses from earlier entries.
-  std::vector<std::set<const Stmt *>> uses(entries_.size());
-  auto note = [&](unsigned entry, Stmt &user) {
-    for (unsigned i = 0; i < user.numOperands(); ++i) {
-      Value *v = user.operand(i);
-      auto *def = v ? dyn_cast<Stmt>(v) : nullptr;
-      if (def && !def->parentStmt() && !def->isTask() && entryOf_.at(def) < entry)
-        uses[entry].insert(def);
-    }
-  };
-  for (unsigned e = 0; e < entries_.size(); ++e)
-    for (Stmt *s : entries_[e].stmts) {
-      note(e, *s);
-      for (unsigned b = 0; b < s->numBlocks(); ++b)
-        walk(s->block(b), [&](Stmt &nested) { note(e, nested); });
-    }
-  std::set<const Stmt *> exported;
-  for (const auto &u : uses)
-    exported.insert(u.begin(), u.end());
-  for (Stmt &s : const_cast<Kernel &>(c.kernel).body())
-    if (exported.count(&s))
-      slotOf_[&s] = c.layout.numValues++;
-  imports_.resize(entries_.size());
-  for (unsigned e = 0; e < entries_.size(); ++e) {
-    imports_[e].assign(uses[e].begin(), uses[e].end());
-    std::sort(imports_[e].begin(), imports_[e].end(),
-              [&](const Stmt *x, const Stmt *y) { return slotOf_.at(x) < slotOf_.at(y); });
-  }
+  DeviceEntryPlan plan = planDeviceEntries(const_cast<Kernel &>(c.kernel));
+  for (DeviceEntryPlan::Entry &e : plan.entries)
+    entries_.push_back({e.task, std::move(e.stmts)});
+  slotOf_ = std::move(plan.slotOf);
+  c.layout.numValues = plan.numValues;
+  imports_ = std::move(plan.imports);
 }
 
 void NvptxTarget::emitEntries(KernelEmitter &e) {

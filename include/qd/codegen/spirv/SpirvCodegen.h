@@ -1,0 +1,116 @@
+//===- qd/codegen/spirv/SpirvCodegen.h - SPIR-V compute shaders -*- C++ -*-===//
+//
+// Lowers a verified kernel to one SPIR-V module (SPIR-V 1.3, Vulkan 1.1
+// target environment, logical addressing, GLSL450 memory model) with one
+// compute entry point per launch of KernelLayout::launches, named as the
+// NVPTX target names its device entries:
+//
+//   qd_serial_<k>  a run of top-level statements and serial tasks (local
+//                  size 1, dispatched as one workgroup);
+//   qd_task_<n>    parallel task n as a grid-stride loop over the T
+//                  invocations of a bounded grid (local size
+//                  SpirvOptions::workgroupSize).
+//
+// Descriptor set 0 holds every buffer the code reads or writes:
+//
+//   binding 0  the launch data: `uint words[]` laid out as SpirvLaunchData
+//              says (error record, T, adstack counters, capacities and
+//              offsets, scalar arguments, ndarray extents, top-level values
+//              shared between entries);
+//   binding 1  the adstack heap, `uint words[]`: entry d of stack s of
+//              invocation t starts at word offsets[s] * T + (d * T + t) *
+//              entryWords (the interleaved layout of DESIGN.md, in words);
+//   binding 2+i  global slot i of KernelLayout::slots, a runtime array of
+//              its element type (i1 as a 32-bit 0/1, f32/f64 as uint/ulong
+//              when a float atomic add needs a compare-exchange loop).
+//
+// Statements keep the interpreter's semantics, error sites included: a
+// failing bounds check, an integer division by zero, a bad shift or an
+// adstack underflow records the first site (a compare-exchange on word 0
+// of the launch data) and returns; every entry returns at once when a site
+// is recorded. A push past an adstack's capacity writes nothing and raises
+// the stack's `needed` counter with an atomic max. Math functions whose
+// Vulkan precision is too loose (sin, cos, tan, exp, log, tanh, pow, atan2)
+// are accurate implementations of our own (docs/runtime.md, "Vulkan").
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "qd/abi/KernelLayout.h"
+#include "qd/ir/Module.h"
+
+#include <absl/status/statusor.h>
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace qd {
+
+/// What the device offers beyond core Vulkan 1.1 compute (a Vulkan backend
+/// fills it from the device's features).
+struct SpirvFeatures {
+  bool int64 = true;        // shaderInt64
+  bool float64 = true;      // shaderFloat64
+  bool int64Atomics = true; // shaderBufferInt64Atomics
+  /// VK_EXT_shader_atomic_float: shaderBufferFloat32AtomicAdd and
+  /// shaderBufferFloat64AtomicAdd. Without them a float atomic add is a
+  /// compare-exchange loop.
+  bool atomicFloat32Add = false;
+  bool atomicFloat64Add = false;
+};
+
+struct SpirvOptions {
+  /// Check every field/ndarray index (an error site instead of a wild
+  /// access).
+  bool boundsChecked = false;
+  /// Invocations per workgroup of the parallel entries.
+  unsigned workgroupSize = 64;
+  SpirvFeatures features;
+  /// Run SPIRV-Tools' performance passes over the module (and validate it
+  /// again afterwards).
+  bool optimize = true;
+};
+
+/// Word offsets of the launch data buffer (binding 0) of a kernel, from its
+/// layout: what the code reads and the runtime writes and reads back.
+struct SpirvLaunchData {
+  static constexpr uint32_t kErrorSite = 0; // QdErrorRecord::site
+  static constexpr uint32_t kErrorData = 2; // QdErrorRecord::data, 2 words each
+  static constexpr uint32_t kThreads = 2 + 2 * abi::kMaxErrorData; // T
+  uint32_t needed = 0;     // per stack: pushes past the capacity (u32, atomic max)
+  uint32_t capacities = 0; // per stack (u32)
+  uint32_t offsets = 0;    // per stack: its offset in an invocation's slice, in words
+  uint32_t scalars = 0;    // per argument: 2 words (QdLaunchContext::scalars)
+  uint32_t shapes = 0;     // per packed extent: 2 words (QdLaunchContext::ndShapes)
+  uint32_t values = 0;     // per top-level value slot: 2 words
+  uint32_t words = 0;      // the whole buffer
+
+  static SpirvLaunchData of(const KernelLayout &layout, unsigned numArguments);
+};
+
+/// A compiled kernel: its module and what a runtime needs to launch it.
+struct SpirvKernel {
+  /// Empty for a kernel with no launches (nothing at its top level): a
+  /// module needs an entry point.
+  std::vector<uint32_t> words;
+  KernelLayout layout;
+  SpirvLaunchData data;
+  /// Words per entry of each stack (KernelLayout::stacks order); its
+  /// entryBytes is 4x this.
+  std::vector<uint32_t> entryWords;
+  unsigned workgroupSize = 64;
+};
+
+/// Emits `kernel` (verified). Fails with FailedPrecondition naming the
+/// device feature when the kernel needs one `options.features` lacks.
+absl::StatusOr<SpirvKernel> emitSpirv(const Kernel &kernel, const SpirvOptions &options = {});
+
+/// Validates `words` for the Vulkan 1.1 environment: empty when valid, else
+/// SPIRV-Tools' diagnostics.
+std::string validateSpirv(std::span<const uint32_t> words);
+/// SPIRV-Tools' disassembly of `words` (friendly names), or its error.
+absl::StatusOr<std::string> disassembleSpirv(std::span<const uint32_t> words);
+
+} // namespace qd

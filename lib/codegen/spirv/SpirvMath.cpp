@@ -1,0 +1,260 @@
+//===- SpirvMath.cpp - Accurate math functions for Vulkan -----------------===//
+//
+// Vulkan lets an implementation compute GLSL.std.450's sin and cos with an
+// absolute error of 2^-11, exp and log with several ulp growing with the
+// argument, and derives tan, tanh, pow and atan2 from those; none of them is
+// defined on 64-bit floats at all. Gradients checked against the
+// interpreter (libm) need better, so these functions are emitted inline as
+// straight-line code (no branches: selects), with the usual reductions:
+//
+//   exp    x = k ln2 + r (Cody-Waite split of ln2), Taylor series of e^r on
+//          |r| <= ln2/2, scaled by 2^k in two Ldexp steps (subnormal results);
+//   log    x = m 2^e with m in [sqrt(1/2), sqrt(2)), log m = 2 atanh(s),
+//          s = (m - 1) / (m + 1), odd series in s;
+//   sin, cos, tan  x = q pi/2 + r (three-part Cody-Waite split of pi/2),
+//          Taylor series on |r| <= pi/4, the quadrant from q mod 4;
+//   tanh   expm1(2x) / (expm1(2x) + 2) for |x| < 0.35 (series), else
+//          1 - 2 / (exp(2|x|) + 1);
+//   atan2  atan of y/x with the reduction to |z| <= tan(pi/8), quadrants,
+//          signed zeros and infinities as C's atan2;
+//   pow    exp(y log|x|) with C's special cases (negative bases with
+//          integer exponents, zeros, infinities, NaN, pow(x, 0) = 1).
+//
+// The series are truncated where the next term is below the type's
+// precision. The ranges where the reductions stay accurate are in
+// docs/runtime.md ("Vulkan").
+//
+//===----------------------------------------------------------------------===//
+#include "SpirvBuilder.h"
+
+#include <cmath>
+#include <numbers>
+#include <vector>
+
+namespace qd::spirv {
+namespace {
+
+/// Float arithmetic of one width.
+struct F {
+  SpirvBuilder &b;
+  unsigned w;
+  Id t;
+  F(SpirvBuilder &b, unsigned w) : b(b), w(w), t(b.tFloat(w)) {}
+
+  Id c(double v) { return b.m.constFloat(w, v); }
+  Id add(Id x, Id y) { return b.fadd(t, x, y); }
+  Id sub(Id x, Id y) { return b.fsub(t, x, y); }
+  Id mul(Id x, Id y) { return b.fmul(t, x, y); }
+  Id div(Id x, Id y) { return b.fdiv(t, x, y); }
+  Id neg(Id x) { return b.fneg(t, x); }
+  Id sel(Id cond, Id x, Id y) { return b.select(t, cond, x, y); }
+  Id lt(Id x, Id y) { return b.cmp(spv::Op::OpFOrdLessThan, x, y); }
+  Id gt(Id x, Id y) { return b.cmp(spv::Op::OpFOrdGreaterThan, x, y); }
+  Id eq(Id x, Id y) { return b.cmp(spv::Op::OpFOrdEqual, x, y); }
+  Id ne(Id x, Id y) { return b.cmp(spv::Op::OpFOrdNotEqual, x, y); }
+  Id abs(Id x) { return b.ext(GLSLstd450FAbs, t, {x}); }
+  Id floor(Id x) { return b.ext(GLSLstd450Floor, t, {x}); }
+  Id roundEven(Id x) { return b.ext(GLSLstd450RoundEven, t, {x}); }
+  /// c[0] + x (c[1] + x (c[2] + ...)).
+  Id horner(Id x, const std::vector<double> &coeffs) {
+    Id acc = c(coeffs.back());
+    for (size_t i = coeffs.size() - 1; i-- > 0;)
+      acc = add(c(coeffs[i]), mul(x, acc));
+    return acc;
+  }
+  /// The sign bit of `x` (true for -0 and negative NaNs).
+  Id signBit(Id x) {
+    Id hi = w == 32 ? b.bitcast(b.tU32(), x)
+                    : b.op(spv::Op::OpCompositeExtract, b.tU32(), {b.bitcast(b.tUvec2(), x), 1});
+    Id bit = b.op(spv::Op::OpBitwiseAnd, b.tU32(), {hi, b.u32(0x80000000u)});
+    return b.cmp(spv::Op::OpINotEqual, bit, b.u32(0));
+  }
+  /// |v| with the sign of `s`.
+  Id copySign(Id v, Id s) {
+    Id a = abs(v);
+    return sel(signBit(s), neg(a), a);
+  }
+};
+
+/// Coefficients 1/n! for n in [first, first + count) (every `step`-th), with
+/// alternating signs when `alternate`.
+std::vector<double> factorialSeries(int first, int last, int step, bool alternate) {
+  std::vector<double> out;
+  int sign = 1;
+  for (int n = first; n <= last; n += step) {
+    out.push_back(sign / std::tgamma(double(n) + 1));
+    if (alternate)
+      sign = -sign;
+  }
+  return out;
+}
+
+/// e^x, with the special values of C's exp.
+Id expOf(F &f, Id x) {
+  bool single = f.w == 32;
+  // ln2 = hi + lo, hi with trailing zero bits so that k * hi is exact.
+  double hi = single ? 0.693359375 : 6.93147180369123816490e-01;
+  double lo = single ? -2.12194440e-4 : 1.90821492927058770002e-10;
+  Id k = f.roundEven(f.mul(x, f.c(std::numbers::log2e)));
+  Id r = f.sub(f.sub(x, f.mul(k, f.c(hi))), f.mul(k, f.c(lo)));
+  // |r| <= ln2/2: the next term after r^N/N! is below the precision.
+  Id p = f.horner(r, factorialSeries(0, single ? 8 : 16, 1, false));
+  SpirvBuilder &b = f.b;
+  Id kc = b.ext(GLSLstd450FClamp, f.t, {k, f.c(-2000), f.c(2000)});
+  Id ki = b.op(spv::Op::OpConvertFToS, b.tI32(), {kc});
+  Id half = b.op(spv::Op::OpSDiv, b.tI32(), {ki, b.m.constI32(2)});
+  Id rest = b.isub(b.tI32(), ki, half);
+  Id v = b.ext(GLSLstd450Ldexp, f.t, {b.ext(GLSLstd450Ldexp, f.t, {p, half}), rest});
+  double maxArg = single ? 88.72283935546875 : 709.782712893384;
+  double minArg = single ? -103.97208404541015625 : -745.1332191019412;
+  v = f.sel(f.gt(x, f.c(maxArg)), f.c(INFINITY), v);
+  v = f.sel(f.lt(x, f.c(minArg)), f.c(0), v);
+  return f.sel(b.isNan(x), x, v);
+}
+
+/// e^x - 1 for |x| <= 0.7 (series).
+Id expm1Small(F &f, Id x) {
+  return f.mul(x, f.horner(x, factorialSeries(1, f.w == 32 ? 11 : 19, 1, false)));
+}
+
+/// log(x), with the special values of C's log.
+Id logOf(F &f, Id x) {
+  SpirvBuilder &b = f.b;
+  bool single = f.w == 32;
+  Id st = b.m.typeStruct({f.t, b.tI32()});
+  Id fr = b.ext(GLSLstd450FrexpStruct, st, {x});
+  Id m = b.op(spv::Op::OpCompositeExtract, f.t, {fr, 0});
+  Id e = b.op(spv::Op::OpCompositeExtract, b.tI32(), {fr, 1});
+  Id small = f.lt(m, f.c(std::numbers::sqrt2 / 2));
+  m = f.sel(small, f.add(m, m), m);
+  e = b.select(b.tI32(), small, b.isub(b.tI32(), e, b.m.constI32(1)), e);
+  Id g = f.sub(m, f.c(1));
+  Id s = f.div(g, f.add(f.c(2), g));
+  Id z = f.mul(s, s);
+  std::vector<double> series; // 1, 1/3, 1/5, ...: 2 atanh(s) = 2 s (1 + z/3 + ...)
+  for (int n = 1; n <= (single ? 11 : 23); n += 2)
+    series.push_back(1.0 / n);
+  Id logm = f.mul(f.add(s, s), f.horner(z, series));
+  Id ef = b.op(spv::Op::OpConvertSToF, f.t, {e});
+  double hi = single ? 0.693359375 : 6.93147180369123816490e-01;
+  double lo = single ? -2.12194440e-4 : 1.90821492927058770002e-10;
+  Id v = f.add(f.mul(ef, f.c(hi)), f.add(logm, f.mul(ef, f.c(lo))));
+  v = f.sel(f.eq(x, f.c(INFINITY)), x, v);
+  v = f.sel(f.eq(x, f.c(0)), f.c(-INFINITY), v);
+  v = f.sel(f.lt(x, f.c(0)), f.c(NAN), v);
+  return f.sel(b.isNan(x), x, v);
+}
+
+/// sin and cos of the reduced argument, and the quadrant (a float in 0..3).
+struct Reduced {
+  Id sin, cos, quadrant;
+};
+
+Reduced reduce(F &f, Id x) {
+  bool single = f.w == 32;
+  // pi/2 = p1 + p2 + p3, p1 and p2 with trailing zeros: q * p1, q * p2 exact.
+  double p1 = single ? 1.5703125 : 1.57079632673412561417e+00;
+  double p2 = single ? 4.837512969970703125e-4 : 6.07710050630396597660e-11;
+  double p3 = single ? 7.54978995489188216e-8 : 2.02226624879595063154e-21;
+  Id q = f.roundEven(f.mul(x, f.c(2 / std::numbers::pi)));
+  Id r = f.sub(f.sub(f.sub(x, f.mul(q, f.c(p1))), f.mul(q, f.c(p2))), f.mul(q, f.c(p3)));
+  Id z = f.mul(r, r);
+  Reduced out;
+  out.sin = f.mul(r, f.horner(z, factorialSeries(1, single ? 13 : 23, 2, true)));
+  out.cos = f.horner(z, factorialSeries(0, single ? 14 : 24, 2, true));
+  out.quadrant = f.sub(q, f.mul(f.c(4), f.floor(f.mul(q, f.c(0.25)))));
+  return out;
+}
+
+/// The value of quadrant n in {0, 1, 2, 3}: vals[n].
+Id byQuadrant(F &f, Id n, Id v0, Id v1, Id v2, Id v3) {
+  Id v = f.sel(f.eq(n, f.c(1)), v1, v0);
+  v = f.sel(f.eq(n, f.c(2)), v2, v);
+  return f.sel(f.eq(n, f.c(3)), v3, v);
+}
+
+/// atan(x), odd, for every x.
+Id atanOf(F &f, Id x) {
+  bool single = f.w == 32;
+  Id a = f.abs(x);
+  Id big = f.gt(a, f.c(2.414213562373095));  // tan(3pi/8)
+  Id mid = f.gt(a, f.c(0.4142135623730950)); // tan(pi/8)
+  Id z =
+      f.sel(big, f.neg(f.div(f.c(1), a)), f.sel(mid, f.div(f.sub(a, f.c(1)), f.add(a, f.c(1))), a));
+  Id y0 = f.sel(big, f.c(std::numbers::pi / 2), f.sel(mid, f.c(std::numbers::pi / 4), f.c(0)));
+  std::vector<double> series; // 1, -1/3, 1/5, ...
+  for (int n = 1, sign = 1; n <= (single ? 21 : 45); n += 2, sign = -sign)
+    series.push_back(sign / double(n));
+  Id v = f.add(y0, f.mul(z, f.horner(f.mul(z, z), series)));
+  return f.copySign(v, x);
+}
+
+Id atan2Of(F &f, Id y, Id x) {
+  SpirvBuilder &b = f.b;
+  Id pi = f.c(std::numbers::pi);
+  Id base = atanOf(f, f.div(y, x));
+  Id v = f.sel(f.lt(x, f.c(0)), f.add(base, f.copySign(pi, y)), base);
+  // x = +-0: +-pi/2 by the sign of y; y = +-0: +-0 or +-pi by the sign of x.
+  v = f.sel(f.eq(x, f.c(0)), f.copySign(f.c(std::numbers::pi / 2), y), v);
+  v = f.sel(f.eq(y, f.c(0)), f.sel(f.signBit(x), f.copySign(pi, y), f.copySign(f.c(0), y)), v);
+  Id bothInf = b.land(b.isInf(x), b.isInf(y));
+  Id corner = f.sel(f.gt(x, f.c(0)), f.c(std::numbers::pi / 4), f.c(3 * std::numbers::pi / 4));
+  v = f.sel(bothInf, f.copySign(corner, y), v);
+  return f.sel(b.lor(b.isNan(x), b.isNan(y)), f.add(x, y), v);
+}
+
+Id powOf(F &f, Id x, Id y) {
+  SpirvBuilder &b = f.b;
+  Id ax = f.abs(x);
+  Id e = expOf(f, f.mul(y, logOf(f, ax)));
+  Id isInt = f.eq(f.floor(y), y);
+  Id halfY = f.mul(y, f.c(0.5));
+  Id odd = b.land(isInt, f.ne(f.floor(halfY), halfY));
+  Id v = f.sel(b.land(f.signBit(x), odd), f.neg(e), e);
+  v = f.sel(b.land(f.lt(x, f.c(0)), b.lnot(isInt)), f.c(NAN), v);
+  v = f.sel(b.land(f.eq(ax, f.c(1)), b.isInf(y)), f.c(1), v);
+  v = f.sel(b.lor(b.isNan(x), b.isNan(y)), f.add(x, y), v);
+  v = f.sel(f.eq(x, f.c(1)), f.c(1), v);
+  return f.sel(f.eq(y, f.c(0)), f.c(1), v);
+}
+
+} // namespace
+
+Id emitMath(SpirvBuilder &b, SpirvMathFn fn, unsigned width, std::initializer_list<Id> args) {
+  F f(b, width);
+  Id x = *args.begin();
+  switch (fn) {
+  case SpirvMathFn::Exp:
+    return expOf(f, x);
+  case SpirvMathFn::Log:
+    return logOf(f, x);
+  case SpirvMathFn::Sin: {
+    Reduced r = reduce(f, x);
+    return byQuadrant(f, r.quadrant, r.sin, r.cos, f.neg(r.sin), f.neg(r.cos));
+  }
+  case SpirvMathFn::Cos: {
+    Reduced r = reduce(f, x);
+    return byQuadrant(f, r.quadrant, r.cos, f.neg(r.sin), f.neg(r.cos), r.sin);
+  }
+  case SpirvMathFn::Tan: {
+    Reduced r = reduce(f, x);
+    Id even = f.div(r.sin, r.cos), odd = f.neg(f.div(r.cos, r.sin));
+    return byQuadrant(f, r.quadrant, even, odd, even, odd);
+  }
+  case SpirvMathFn::Tanh: {
+    Id em1 = expm1Small(f, f.add(x, x));
+    Id small = f.div(em1, f.add(em1, f.c(2)));
+    Id a = f.abs(x);
+    Id large = f.sub(f.c(1), f.div(f.c(2), f.add(expOf(f, f.add(a, a)), f.c(1))));
+    Id v = f.sel(f.lt(a, f.c(0.35)), small, f.copySign(large, x));
+    return f.sel(b.isNan(x), x, v);
+  }
+  case SpirvMathFn::Pow:
+    return powOf(f, x, *(args.begin() + 1));
+  case SpirvMathFn::Atan2:
+    return atan2Of(f, x, *(args.begin() + 1));
+  }
+  return x;
+}
+
+} // namespace qd::spirv

@@ -1,0 +1,276 @@
+//===- SpirvCodegenTest.cpp - SPIR-V code generation without a device -----===//
+//
+// Every kernel of the corpus (every .qd file under test/ and examples/ that
+// parses and verifies), with its gradient and dual kernels where autodiff
+// builds them, becomes a SPIR-V module that SPIRV-Tools validates for
+// Vulkan 1.1, before and after its performance passes, with and without
+// bounds checks and float atomics; its launches are the NVPTX target's
+// (same entries, same shared values). Also: the features a kernel needs
+// are named when the device lacks them, and the launch data layout.
+//
+//===----------------------------------------------------------------------===//
+#include "qd/codegen/spirv/SpirvCodegen.h"
+#include "Corpus.h"
+
+#include "qd/codegen/llvm/KernelCodegen.h"
+#include "qd/ir/Parser.h"
+#include "qd/ir/Verifier.h"
+#include "qd/transforms/AutoDiff.h"
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <llvm/IR/LLVMContext.h>
+#include <llvm/IR/Module.h>
+
+#include <algorithm>
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <mutex>
+#include <thread>
+
+namespace qd {
+namespace {
+
+std::string readFile(const std::filesystem::path &path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+struct CorpusKernel {
+  std::string tag, source, name;
+};
+
+std::vector<CorpusKernel> corpusKernels() {
+  std::vector<CorpusKernel> kernels;
+  for (const auto &path : corpus::corpusFiles()) {
+    std::string rel = std::filesystem::relative(path, QD_SOURCE_DIR).string();
+    for (const SourceChunk &chunk : splitSourceChunks(readFile(path))) {
+      auto parsed = parseModule(chunk.text, {rel, chunk.firstLine});
+      if (!parsed.ok() || !verify(**parsed).ok())
+        continue;
+      for (auto &k : (*parsed)->kernels())
+        kernels.push_back({fmt::format("{}:{}", rel, chunk.firstLine), chunk.text, k->name()});
+    }
+  }
+  return kernels;
+}
+
+/// "" when the SPIR-V layout's launches are the NVPTX target's.
+std::string sameLaunchesAsNvptx(const Kernel &k, const KernelLayout &spirv) {
+  llvm::LLVMContext context;
+  KernelLayout nvptx;
+  auto m = emitKernel(k, context, CodegenOptions(), nvptx, CodegenTarget::Nvptx);
+  if (!m.ok())
+    return "nvptx: " + std::string(m.status().message());
+  if (nvptx.launches.size() != spirv.launches.size())
+    return fmt::format("{} launches, nvptx has {}", spirv.launches.size(), nvptx.launches.size());
+  for (size_t i = 0; i < nvptx.launches.size(); ++i)
+    if (nvptx.launches[i].function != spirv.launches[i].function ||
+        nvptx.launches[i].task != spirv.launches[i].task)
+      return fmt::format("launch {} is {}, nvptx has {}", i, spirv.launches[i].function,
+                         nvptx.launches[i].function);
+  if (nvptx.numValues != spirv.numValues)
+    return fmt::format("{} shared values, nvptx has {}", spirv.numValues, nvptx.numValues);
+  if (nvptx.stacks.size() != spirv.stacks.size())
+    return fmt::format("{} adstacks, nvptx has {}", spirv.stacks.size(), nvptx.stacks.size());
+  return "";
+}
+
+struct Results {
+  std::mutex mutex;
+  std::vector<std::string> failures;
+  int kernels = 0, derived = 0, modules = 0, empty = 0, tooLarge = 0;
+  void fail(std::string what) {
+    std::lock_guard<std::mutex> lock(mutex);
+    failures.push_back(std::move(what));
+  }
+};
+
+void compileKernel(const Kernel &k, const std::string &tag, Results &r) {
+  for (int variant = 0; variant < 3; ++variant) {
+    SpirvOptions options;
+    options.boundsChecked = variant != 0; // the error sites of index checks too
+    options.optimize = variant != 2;      // the emitter's own output is valid too
+    options.features.atomicFloat32Add = options.features.atomicFloat64Add = variant == 1;
+    auto emitted = emitSpirv(k, options);
+    if (!emitted.ok() &&
+        emitted.status().message().find("does not fit the 32-bit indices") != std::string::npos) {
+      std::lock_guard<std::mutex> lock(r.mutex);
+      ++r.tooLarge; // test/qd-run/field-too-large.qd: refused, saying why
+      continue;
+    }
+    if (!emitted.ok()) {
+      r.fail(fmt::format("{} @{} (variant {}): {}", tag, k.name(), variant,
+                         std::string(emitted.status().message())));
+      return;
+    }
+    if (emitted->words.empty()) {
+      if (!emitted->layout.launches.empty())
+        r.fail(fmt::format("{} @{}: no module for {} launches", tag, k.name(),
+                           emitted->layout.launches.size()));
+      std::lock_guard<std::mutex> lock(r.mutex);
+      ++r.empty;
+      continue;
+    }
+    if (std::string bad = validateSpirv(emitted->words); !bad.empty()) {
+      r.fail(fmt::format("{} @{} (variant {}): invalid SPIR-V: {}", tag, k.name(), variant, bad));
+      return;
+    }
+    if (variant == 0)
+      if (std::string bad = sameLaunchesAsNvptx(k, emitted->layout); !bad.empty())
+        r.fail(fmt::format("{} @{}: {}", tag, k.name(), bad));
+    std::lock_guard<std::mutex> lock(r.mutex);
+    ++r.modules;
+  }
+}
+
+TEST(SpirvCodegenTest, CorpusKernelsAndTheirDerivativesAreValidSpirv) {
+  std::vector<CorpusKernel> kernels = corpusKernels();
+  ASSERT_GT(kernels.size(), 100u);
+  Results r;
+  std::atomic<size_t> next{0};
+  auto worker = [&] {
+    for (size_t i; (i = next++) < kernels.size();) {
+      const CorpusKernel &ck = kernels[i];
+      auto module = parseModule(ck.source, {ck.tag, 1});
+      if (!module.ok())
+        continue;
+      Kernel *k = (*module)->findKernel(ck.name);
+      std::vector<Kernel *> all = {k};
+      if (!(*module)->findKernel(ck.name + "_grad") && !(*module)->findKernel(ck.name + "_dual")) {
+        if (auto g = buildGradientKernel(**module, *k); g.ok())
+          all.push_back(*g);
+        if (auto d = buildDualKernel(**module, *k); d.ok())
+          all.push_back(*d);
+      }
+      if (absl::Status v = verify(**module); !v.ok()) {
+        r.fail(fmt::format("{} @{}: derived kernels do not verify: {}", ck.tag, ck.name,
+                           std::string(v.message())));
+        continue;
+      }
+      {
+        std::lock_guard<std::mutex> lock(r.mutex);
+        r.kernels += int(all.size());
+        r.derived += int(all.size()) - 1;
+      }
+      for (Kernel *kernel : all)
+        compileKernel(*kernel, ck.tag, r);
+    }
+  };
+  unsigned n = std::clamp(std::thread::hardware_concurrency(), 1u, 8u);
+  std::vector<std::thread> threads;
+  for (unsigned t = 0; t < n; ++t)
+    threads.emplace_back(worker);
+  for (std::thread &t : threads)
+    t.join();
+  std::cout << fmt::format("[spirv] {} kernels ({} gradient/dual): {} valid modules, {} kernels "
+                           "without launches, {} with fields too large for 32-bit indices\n",
+                           r.kernels, r.derived, r.modules, r.empty, r.tooLarge);
+  for (const std::string &f : r.failures)
+    ADD_FAILURE() << f;
+  EXPECT_GT(r.kernels, 150);
+  EXPECT_EQ(r.modules + r.empty + r.tooLarge, 3 * r.kernels);
+  EXPECT_LE(r.tooLarge, 6); // the two kernels of test/qd-run/field-too-large.qd, 3 variants
+  EXPECT_GT(r.modules, 3 * 450);
+}
+
+std::unique_ptr<Module> parse(const char *text) {
+  auto m = parseModule(text, {"t.qd", 1});
+  EXPECT_TRUE(m.ok()) << m.status().message();
+  if (!m.ok())
+    return nullptr;
+  EXPECT_TRUE(verify(**m).ok());
+  return *std::move(m);
+}
+
+TEST(SpirvCodegenTest, AMissingDeviceFeatureIsNamed) {
+  auto m = parse(R"(field @x : f64[4]
+kernel @k(%n: i32) {
+  parallel for %i = 0 to 4 {
+    %v = load @x[%i] : f64
+    %w = mul %v, %v : f64
+    store @x[%i], %w
+  }
+})");
+  ASSERT_TRUE(m);
+  SpirvOptions o;
+  o.features.float64 = false;
+  auto s = emitSpirv(*m->findKernel("k"), o);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.status().message().find("shaderFloat64"), std::string::npos) << s.status().message();
+  EXPECT_NE(s.status().message().find("t.qd:4:"), std::string::npos) << s.status().message();
+  o.features.float64 = true;
+  EXPECT_TRUE(emitSpirv(*m->findKernel("k"), o).ok());
+}
+
+TEST(SpirvCodegenTest, SixtyFourBitIntegersAndAtomicsNeedTheirFeatures) {
+  auto m = parse(R"(field @c : i64
+kernel @k() {
+  parallel for %i = 0 to 4 {
+    %v = cast %i : i32 to i64
+    atomic_max @c[], %v : i64
+  }
+})");
+  ASSERT_TRUE(m);
+  SpirvOptions o;
+  o.features.int64Atomics = false;
+  auto s = emitSpirv(*m->findKernel("k"), o);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("shaderBufferInt64Atomics"), std::string::npos);
+  o.features.int64 = false;
+  s = emitSpirv(*m->findKernel("k"), o);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("shaderInt64"), std::string::npos);
+}
+
+TEST(SpirvCodegenTest, LaunchDataFollowsTheLayout) {
+  auto m = parse(R"(field @x : f32[8]
+kernel @k(%n: i32, %a: ndarray<f32, 2>) {
+  %m = mul %n, %n : i32
+  parallel for %i = 0 to %m {
+    %s = adstack.alloca f32, capacity 4
+    %v = load @x[%i] : f32
+    adstack.push %s, %v
+    %t = adstack.load_top %s : f32
+    %g = adstack.load_top_adj %s : f32
+    %z = const 0 : i32
+    store %a[%z, %z], %g
+    adstack.pop %s
+  }
+})");
+  ASSERT_TRUE(m);
+  auto s = emitSpirv(*m->findKernel("k"));
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  const SpirvLaunchData &d = s->data;
+  EXPECT_EQ(SpirvLaunchData::kThreads, 34u); // after the 136-byte error record
+  EXPECT_EQ(d.needed, 35u);
+  EXPECT_EQ(d.capacities, 36u);
+  EXPECT_EQ(d.offsets, 37u);
+  EXPECT_EQ(d.scalars, 38u);
+  EXPECT_EQ(d.shapes, 42u); // 2 arguments x 2 words
+  EXPECT_EQ(d.values, 46u); // 2 extents x 2 words
+  EXPECT_EQ(d.words, 48u);  // %m
+  ASSERT_EQ(s->entryWords.size(), 1u);
+  EXPECT_EQ(s->entryWords[0], 2u); // primal and adjoint
+  EXPECT_EQ(s->layout.stacks[0].entryBytes, 8u);
+  ASSERT_EQ(s->layout.launches.size(), 2u);
+  EXPECT_EQ(s->layout.launches[1].function, "qd_task_0");
+  auto text = disassembleSpirv(s->words);
+  ASSERT_TRUE(text.ok());
+  EXPECT_NE(text->find("OpEntryPoint GLCompute"), std::string::npos);
+  EXPECT_NE(text->find("LocalSize 64 1 1"), std::string::npos);
+  EXPECT_NE(text->find("LocalSize 1 1 1"), std::string::npos);
+}
+
+TEST(SpirvCodegenTest, ValidationRejectsBrokenModules) {
+  std::vector<uint32_t> words = {0x07230203, 0x00010300, 0, 5, 0};
+  EXPECT_NE(validateSpirv(words), ""); // no capability, no memory model
+  words[0] = 0;
+  EXPECT_FALSE(disassembleSpirv(words).ok());
+}
+
+} // namespace
+} // namespace qd
