@@ -24,6 +24,22 @@ Id SpirvBuilder::op(spv::Op o, Id type, std::initializer_list<uint32_t> operands
   Words ops{type, id};
   ops.insert(ops.end(), operands.begin(), operands.end());
   emitInst(*out, o, ops);
+  // IEEE arithmetic in the statement's own precision, as the interpreter
+  // computes it: without NoContraction a driver may fuse or reassociate
+  // (Mesa's NIR turns the Cody-Waite reduction x - q p1 - q p2 into
+  // x - q (p1 + p2), losing the bits the split keeps).
+  switch (o) {
+  case spv::Op::OpFAdd:
+  case spv::Op::OpFSub:
+  case spv::Op::OpFMul:
+  case spv::Op::OpFDiv:
+  case spv::Op::OpFRem:
+  case spv::Op::OpFNegate:
+    m.decorate(id, spv::Decoration::NoContraction);
+    break;
+  default:
+    break;
+  }
   return id;
 }
 

@@ -1,0 +1,91 @@
+//===- qd/runtime/VulkanBackend.h - Kernels on Vulkan compute -----*- C++ -*-===//
+//
+// Compiles kernels to SPIR-V (qd::codegen_spirv) and runs them through
+// Vulkan on one device. The Vulkan loader (libvulkan.so.1) is opened at run
+// time, never linked: the library builds and its other tests run on
+// machines without Vulkan, and creating the backend there fails with a
+// clear error.
+//
+// A kernel runs as its layout's launches (KernelLayout::launches), one
+// compute dispatch each, recorded in one command buffer with barriers
+// between them: runs of top-level statements as one invocation, each
+// parallel task as a grid-stride loop over a bounded grid of T invocations
+// (VulkanBackendOptions::maxThreads), so adstack storage does not grow with
+// the element count. Adstacks live in one device heap, interleaved across
+// the T invocations, sized before every launch by the launch plan (from
+// launch data, so bounds change without recompiling) and grown by
+// amortised doubling. A push past a capacity writes nothing and raises a
+// counter; the launch then fails with the CPU backend's overflow error and
+// the next launch works.
+//
+// Data stays on the device: each field component and ndarray buffer a
+// launch binds gets a device-local copy the first time (a DeviceMirror,
+// qd/runtime/Buffer.h), copied again through a staging buffer only when
+// the host changed it, and back only when the host reads it. i1 elements
+// are 32-bit on the device. Launches are serialised per backend; a launch
+// with a timeout or a cancel flag is refused (no stop checks yet).
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "qd/codegen/spirv/SpirvCodegen.h"
+#include "qd/runtime/Program.h"
+
+#include <absl/status/statusor.h>
+
+#include <memory>
+#include <string>
+
+namespace qd {
+
+struct VulkanBackendOptions {
+  /// Which device: a physical-device index ("0", "1"), or a substring of
+  /// its name ("llvmpipe", "NVIDIA"). Empty: the QD_VULKAN_DEVICE
+  /// environment variable, else the first discrete GPU, else device 0.
+  std::string device;
+  /// Invocations per workgroup of parallel tasks.
+  unsigned workgroupSize = 64;
+  /// The invocations of the grid parallel tasks run on (T, rounded down to
+  /// whole workgroups; at least one workgroup).
+  int64_t maxThreads = 65536;
+  /// Enable VK_LAYER_KHRONOS_validation when it is installed (tests).
+  bool validation = false;
+};
+
+struct VulkanDeviceInfo {
+  std::string name;
+  uint32_t apiVersion = 0, vendorId = 0, deviceId = 0, index = 0;
+  bool discrete = false;
+  SpirvFeatures features;
+  uint64_t maxStorageBufferRange = 0;
+};
+
+class VulkanBackend : public Backend {
+public:
+  /// Opens the loader, an instance and the device. FailedPrecondition,
+  /// saying why, where there is no loader, no device or none matching.
+  static absl::StatusOr<std::unique_ptr<VulkanBackend>>
+  create(const VulkanBackendOptions &options = {});
+  ~VulkanBackend() override;
+
+  std::string_view name() const override { return "vulkan"; }
+  absl::Status launch(Program &program, const Kernel &kernel, std::span<const LaunchArg> args,
+                      const LaunchOptions &options) override;
+  absl::StatusOr<const KernelSizing *> adStackSizing(const Kernel &kernel) override;
+
+  const VulkanDeviceInfo &deviceInfo() const;
+  /// The SPIR-V of a kernel as the backend runs it (compiles it if needed).
+  absl::StatusOr<const SpirvKernel *> spirv(const Kernel &kernel, bool boundsChecked = false);
+  /// T: the invocations of the grid of parallel tasks.
+  int64_t gridThreads() const;
+  /// Adstack heap bytes the last launch used.
+  int64_t lastAdStackHeapBytes() const;
+
+  struct Impl;
+
+private:
+  explicit VulkanBackend(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+} // namespace qd

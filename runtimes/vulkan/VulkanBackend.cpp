@@ -1,0 +1,498 @@
+//===- VulkanBackend.cpp - Kernels on Vulkan compute ----------------------===//
+#include "qd/runtime/VulkanBackend.h"
+
+#include "VulkanDevice.h"
+
+#include "qd/analysis/AdStackSizing.h"
+#include "qd/runtime/LaunchPlan.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <mutex>
+#include <tuple>
+
+namespace qd {
+
+using vk::DeviceBuffer;
+
+namespace {
+
+/// Bytes of one element on the device (i1 is a 32-bit word there).
+size_t deviceElementBytes(ScalarType t) {
+  return t == ScalarType::I1 ? 4 : storageBytes(t);
+}
+
+/// The device copy of a Buffer (always owned: Vulkan memory the caller owns
+/// is not borrowed yet).
+class VulkanMirror : public DeviceMirror {
+public:
+  static absl::StatusOr<std::unique_ptr<VulkanMirror>>
+  allocate(const void *owner, std::shared_ptr<const vk::Device> device, ScalarType elem,
+           int64_t elements) {
+    auto buf = DeviceBuffer::allocate(device, size_t(elements) * deviceElementBytes(elem), false);
+    if (!buf.ok())
+      return buf.status();
+    auto m = std::unique_ptr<VulkanMirror>(new VulkanMirror(owner, std::move(device), elem));
+    m->buffer_ = *std::move(buf);
+    return m;
+  }
+
+  const void *owner() const override { return owner_; }
+  uint64_t address() const override { return uint64_t(reinterpret_cast<uintptr_t>(buffer_.get())); }
+  bool borrowed() const override { return false; }
+  const DeviceBuffer &buffer() const { return buffer_; }
+
+  absl::Status upload(const std::byte *host, size_t bytes) override {
+    if (elem_ != ScalarType::I1)
+      return device_->upload(buffer_, 0, host, bytes);
+    std::vector<uint32_t> words(bytes);
+    for (size_t i = 0; i < bytes; ++i)
+      words[i] = host[i] != std::byte{0};
+    return device_->upload(buffer_, 0, words.data(), bytes * 4);
+  }
+  absl::Status download(std::byte *host, size_t bytes) override {
+    if (elem_ != ScalarType::I1)
+      return device_->download(buffer_, 0, host, bytes);
+    std::vector<uint32_t> words(bytes);
+    if (absl::Status s = device_->download(buffer_, 0, words.data(), bytes * 4); !s.ok())
+      return s;
+    for (size_t i = 0; i < bytes; ++i)
+      host[i] = std::byte(words[i] != 0);
+    return absl::OkStatus();
+  }
+  absl::StatusOr<int64_t> readInteger(ScalarType elem, int64_t flat) override {
+    auto v = readRange(elem, flat, flat + 1);
+    if (!v.ok())
+      return v.status();
+    return (*v)[0];
+  }
+  /// On the host, after copying the range back (a reduction shader would
+  /// save the copy; ranges read for sizing are small).
+  absl::StatusOr<int64_t> maxInteger(ScalarType elem, int64_t begin, int64_t end) override {
+    auto v = readRange(elem, begin, end);
+    if (!v.ok())
+      return v.status();
+    return *std::max_element(v->begin(), v->end());
+  }
+
+private:
+  VulkanMirror(const void *owner, std::shared_ptr<const vk::Device> device, ScalarType elem)
+      : owner_(owner), device_(std::move(device)), elem_(elem) {}
+
+  absl::StatusOr<std::vector<int64_t>> readRange(ScalarType elem, int64_t begin, int64_t end) {
+    size_t eb = deviceElementBytes(elem);
+    std::vector<std::byte> raw(size_t(end - begin) * eb);
+    if (absl::Status s = device_->download(buffer_, size_t(begin) * eb, raw.data(), raw.size());
+        !s.ok())
+      return s;
+    std::vector<int64_t> out(size_t(end - begin));
+    for (size_t i = 0; i < out.size(); ++i) {
+      if (eb == 8) {
+        std::memcpy(&out[i], raw.data() + 8 * i, 8);
+      } else {
+        int32_t v;
+        std::memcpy(&v, raw.data() + 4 * i, 4);
+        out[i] = elem == ScalarType::I1 ? int64_t(v != 0) : int64_t(v);
+      }
+    }
+    return out;
+  }
+
+  const void *owner_;
+  std::shared_ptr<const vk::Device> device_; // declared first: outlives buffer_
+  ScalarType elem_;
+  DeviceBuffer buffer_;
+};
+
+} // namespace
+
+struct VulkanBackend::Impl {
+  /// A kernel's module and the Vulkan objects that run it.
+  struct Compiled {
+    std::shared_ptr<const vk::Device> device;
+    SpirvKernel spirv;
+    VkShaderModule module = VK_NULL_HANDLE;
+    VkDescriptorSetLayout setLayout = VK_NULL_HANDLE;
+    VkPipelineLayout pipelineLayout = VK_NULL_HANDLE;
+    VkDescriptorPool pool = VK_NULL_HANDLE;
+    VkDescriptorSet set = VK_NULL_HANDLE;
+    std::vector<VkPipeline> pipelines; // per layout.launches entry
+
+    ~Compiled() {
+      if (!device)
+        return;
+      const vk::Api &api = device->api();
+      VkDevice d = device->handle();
+      for (VkPipeline p : pipelines)
+        api.DestroyPipeline(d, p, nullptr);
+      if (pool)
+        api.DestroyDescriptorPool(d, pool, nullptr);
+      if (pipelineLayout)
+        api.DestroyPipelineLayout(d, pipelineLayout, nullptr);
+      if (setLayout)
+        api.DestroyDescriptorSetLayout(d, setLayout, nullptr);
+      if (module)
+        api.DestroyShaderModule(d, module, nullptr);
+    }
+  };
+
+  VulkanBackendOptions options;
+  std::shared_ptr<vk::Device> device;
+  int64_t threads = 0;
+  mutable std::mutex compileMutex, launchMutex;
+  std::map<std::pair<uint64_t, bool>, std::unique_ptr<Compiled>> cache;
+  std::map<uint64_t, std::unique_ptr<KernelSizing>> sizings;
+  DeviceBuffer heap, launchData, launchStaging;
+  int64_t lastHeapBytes = 0;
+
+  const KernelSizing &sizingOfLocked(const Kernel &kernel) {
+    std::unique_ptr<KernelSizing> &slot = sizings[kernel.uniqueId()];
+    if (!slot)
+      slot = std::make_unique<KernelSizing>(sizeAdStacks(kernel));
+    return *slot;
+  }
+
+  absl::StatusOr<Compiled *> compile(const Kernel &kernel, bool boundsChecked);
+  absl::Status launch(Program &program, const Kernel &kernel, std::span<const LaunchArg> args,
+                      const LaunchOptions &options);
+};
+
+absl::StatusOr<VulkanBackend::Impl::Compiled *> VulkanBackend::Impl::compile(const Kernel &kernel,
+                                                                             bool boundsChecked) {
+  std::lock_guard<std::mutex> lock(compileMutex);
+  auto key = std::pair(kernel.uniqueId(), boundsChecked);
+  if (auto it = cache.find(key); it != cache.end())
+    return it->second.get();
+  sizingOfLocked(kernel);
+  SpirvOptions so;
+  so.boundsChecked = boundsChecked;
+  so.workgroupSize = options.workgroupSize;
+  so.features = device->info().features;
+  auto spirv = emitSpirv(kernel, so);
+  if (!spirv.ok())
+    return spirv.status();
+  auto c = std::make_unique<Compiled>();
+  c->device = device;
+  c->spirv = *std::move(spirv);
+  const vk::Api &api = device->api();
+  VkDevice d = device->handle();
+  if (!c->spirv.words.empty()) {
+    auto smi = vk::make<VkShaderModuleCreateInfo>(VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO);
+    smi.codeSize = c->spirv.words.size() * 4;
+    smi.pCode = c->spirv.words.data();
+    if (absl::Status s = device->check(api.CreateShaderModule(d, &smi, nullptr, &c->module),
+                                       "vkCreateShaderModule (kernel @" + kernel.name() + ")");
+        !s.ok())
+      return s;
+    uint32_t bindings = uint32_t(2 + c->spirv.layout.slots.size());
+    std::vector<VkDescriptorSetLayoutBinding> b(bindings);
+    for (uint32_t i = 0; i < bindings; ++i)
+      b[i] = {i, VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 1, VK_SHADER_STAGE_COMPUTE_BIT, nullptr};
+    auto dsl = vk::make<VkDescriptorSetLayoutCreateInfo>(
+        VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO);
+    dsl.bindingCount = bindings;
+    dsl.pBindings = b.data();
+    if (absl::Status s =
+            device->check(api.CreateDescriptorSetLayout(d, &dsl, nullptr, &c->setLayout),
+                          "vkCreateDescriptorSetLayout");
+        !s.ok())
+      return s;
+    auto pl = vk::make<VkPipelineLayoutCreateInfo>(VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO);
+    pl.setLayoutCount = 1;
+    pl.pSetLayouts = &c->setLayout;
+    if (absl::Status s =
+            device->check(api.CreatePipelineLayout(d, &pl, nullptr, &c->pipelineLayout),
+                          "vkCreatePipelineLayout");
+        !s.ok())
+      return s;
+    VkDescriptorPoolSize size{VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, bindings};
+    auto dp = vk::make<VkDescriptorPoolCreateInfo>(VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO);
+    dp.maxSets = 1;
+    dp.poolSizeCount = 1;
+    dp.pPoolSizes = &size;
+    if (absl::Status s = device->check(api.CreateDescriptorPool(d, &dp, nullptr, &c->pool),
+                                       "vkCreateDescriptorPool");
+        !s.ok())
+      return s;
+    auto dsa =
+        vk::make<VkDescriptorSetAllocateInfo>(VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO);
+    dsa.descriptorPool = c->pool;
+    dsa.descriptorSetCount = 1;
+    dsa.pSetLayouts = &c->setLayout;
+    if (absl::Status s =
+            device->check(api.AllocateDescriptorSets(d, &dsa, &c->set), "vkAllocateDescriptorSets");
+        !s.ok())
+      return s;
+    for (const KernelLayout::Launch &l : c->spirv.layout.launches) {
+      auto cp =
+          vk::make<VkComputePipelineCreateInfo>(VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO);
+      cp.stage = vk::make<VkPipelineShaderStageCreateInfo>(
+          VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO);
+      cp.stage.stage = VK_SHADER_STAGE_COMPUTE_BIT;
+      cp.stage.module = c->module;
+      cp.stage.pName = l.function.c_str();
+      cp.layout = c->pipelineLayout;
+      VkPipeline p = VK_NULL_HANDLE;
+      if (absl::Status s = device->check(
+              api.CreateComputePipelines(d, VK_NULL_HANDLE, 1, &cp, nullptr, &p),
+              fmt::format("vkCreateComputePipelines (kernel @{}, {})", kernel.name(), l.function));
+          !s.ok())
+        return s;
+      c->pipelines.push_back(p);
+    }
+  }
+  return (cache[key] = std::move(c)).get();
+}
+
+VulkanBackend::VulkanBackend(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+VulkanBackend::~VulkanBackend() = default;
+
+absl::StatusOr<std::unique_ptr<VulkanBackend>>
+VulkanBackend::create(const VulkanBackendOptions &options) {
+  if (options.workgroupSize == 0 || options.workgroupSize > 1024)
+    return absl::InvalidArgumentError(fmt::format(
+        "vulkan backend: workgroup size {} is outside [1, 1024]", options.workgroupSize));
+  auto device = vk::Device::open(options);
+  if (!device.ok())
+    return device.status();
+  auto impl = std::make_unique<Impl>();
+  impl->options = options;
+  impl->device = *std::move(device);
+  int64_t wg = options.workgroupSize;
+  impl->threads = std::max<int64_t>(wg, options.maxThreads / wg * wg);
+  return std::unique_ptr<VulkanBackend>(new VulkanBackend(std::move(impl)));
+}
+
+const VulkanDeviceInfo &VulkanBackend::deviceInfo() const {
+  return impl_->device->info();
+}
+
+int64_t VulkanBackend::gridThreads() const {
+  return impl_->threads;
+}
+
+int64_t VulkanBackend::lastAdStackHeapBytes() const {
+  std::lock_guard<std::mutex> lock(impl_->launchMutex);
+  return impl_->lastHeapBytes;
+}
+
+absl::StatusOr<const KernelSizing *> VulkanBackend::adStackSizing(const Kernel &kernel) {
+  std::lock_guard<std::mutex> lock(impl_->compileMutex);
+  return &impl_->sizingOfLocked(kernel);
+}
+
+absl::StatusOr<const SpirvKernel *> VulkanBackend::spirv(const Kernel &kernel, bool boundsChecked) {
+  auto c = impl_->compile(kernel, boundsChecked);
+  if (!c.ok())
+    return c.status();
+  return &(*c)->spirv;
+}
+
+absl::Status VulkanBackend::launch(Program &program, const Kernel &kernel,
+                                   std::span<const LaunchArg> args, const LaunchOptions &options) {
+  if (absl::Status s = validateLaunchArgs(kernel, args); !s.ok())
+    return s;
+  if (options.checkGlobalAccesses)
+    return absl::UnimplementedError(fmt::format(
+        "kernel @{}: the vulkan backend does not check global accesses "
+        "(LaunchOptions::checkGlobalAccesses); launch on the interpreter for that check, or run "
+        "the static `check-global-accesses` pass",
+        kernel.name()));
+  if (options.stoppable())
+    return absl::UnimplementedError(fmt::format(
+        "kernel @{}: the vulkan backend cannot stop a running launch (LaunchOptions::timeout and "
+        "::cancel); launch without them, or on the cpu or cuda backend",
+        kernel.name()));
+  if (options.maxLoopIterations > 0)
+    return absl::UnimplementedError(fmt::format(
+        "kernel @{}: LaunchOptions::maxLoopIterations is for the interpreter only", kernel.name()));
+  return impl_->launch(program, kernel, args, options);
+}
+
+absl::Status VulkanBackend::Impl::launch(Program &program, const Kernel &kernel,
+                                         std::span<const LaunchArg> args,
+                                         const LaunchOptions &options) {
+  auto compiled = compile(kernel, options.boundsChecked);
+  if (!compiled.ok())
+    return compiled.status();
+  const Compiled &c = **compiled;
+  const KernelLayout &layout = c.spirv.layout;
+  const SpirvLaunchData &data = c.spirv.data;
+  std::lock_guard<std::mutex> lock(launchMutex);
+  const vk::Api &api = device->api();
+  const VulkanDeviceInfo &info = device->info();
+
+  absl::StatusOr<LaunchPlan> plan = LaunchPlan::bind(program, kernel, layout, args, options);
+  if (!plan.ok())
+    return plan.status();
+  if (layout.launches.empty())
+    return absl::OkStatus();
+  if (absl::Status s = plan->layoutAdStacks(); !s.ok())
+    return s;
+  absl::StatusOr<int64_t> heapBytes = plan->heapBytes(threads);
+  if (!heapBytes.ok())
+    return heapBytes.status();
+  if (uint64_t(*heapBytes) > info.maxStorageBufferRange)
+    return absl::ResourceExhaustedError(fmt::format(
+        "kernel @{}: its adstacks need {} bytes of heap for {} invocations, more than one storage "
+        "buffer of '{}' may hold (maxStorageBufferRange = {}); lower the capacities or "
+        "VulkanBackendOptions::maxThreads",
+        kernel.name(), *heapBytes, threads, info.name, info.maxStorageBufferRange));
+  for (size_t s = 0; s < layout.stacks.size(); ++s)
+    if (plan->heap().capacities[s] > int64_t(std::numeric_limits<uint32_t>::max()))
+      return absl::ResourceExhaustedError(fmt::format(
+          "kernel @{}: adstack capacity {} is above the 2^32 - 1 entries SPIR-V code indexes",
+          kernel.name(), plan->heap().capacities[s]));
+  if (size_t(*heapBytes) > heap.size()) {
+    size_t grown = std::max<size_t>(size_t(*heapBytes), 2 * heap.size());
+    grown =
+        std::min<size_t>(grown, std::max<size_t>(size_t(*heapBytes), info.maxStorageBufferRange));
+    heap.reset();
+    auto h = DeviceBuffer::allocate(device, grown, false);
+    if (!h.ok())
+      return absl::ResourceExhaustedError(
+          fmt::format("kernel @{}: cannot allocate {} bytes of adstack heap on '{}': {}",
+                      kernel.name(), grown, info.name, std::string(h.status().message())));
+    heap = *std::move(h);
+  }
+  lastHeapBytes = *heapBytes;
+
+  // The bound buffers on the device: resident copies, uploaded only when
+  // the host side changed since the last launch.
+  const std::vector<Buffer *> &buffers = plan->slotBuffers();
+  std::vector<const DeviceBuffer *> slots;
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    Buffer *b = buffers[i];
+    const KernelLayout::GlobalSlot &slot = layout.slots[i];
+    auto name = [&] {
+      std::string what = slot.field ? "field @" + std::string(slot.field->name())
+                                    : "argument %" + std::string(slot.ndarray->name());
+      if (slot.component != Component::Primal)
+        what += "." + std::string(toString(slot.component));
+      return what;
+    };
+    size_t bytes = size_t(b->numElements()) * deviceElementBytes(b->elementType());
+    if (b->numElements() > std::numeric_limits<int32_t>::max() ||
+        bytes > info.maxStorageBufferRange)
+      return absl::ResourceExhaustedError(fmt::format(
+          "kernel @{}: {} has {} elements ({} bytes on the device), more than SPIR-V code "
+          "indexes (2^31 - 1 elements) or one storage buffer of '{}' holds ({} bytes)",
+          kernel.name(), name(), b->numElements(), bytes, info.name, info.maxStorageBufferRange));
+    absl::StatusOr<DeviceMirror *> m = b->prepareOnDevice(this, [&] {
+      auto made = VulkanMirror::allocate(this, device, b->elementType(), b->numElements());
+      if (!made.ok())
+        return absl::StatusOr<std::unique_ptr<DeviceMirror>>(made.status());
+      return absl::StatusOr<std::unique_ptr<DeviceMirror>>(*std::move(made));
+    });
+    if (!m.ok())
+      return absl::Status(m.status().code(),
+                          fmt::format("kernel @{}: cannot put {} on '{}': {}", kernel.name(),
+                                      name(), info.name, std::string(m.status().message())));
+    slots.push_back(&static_cast<VulkanMirror *>(*m)->buffer());
+  }
+
+  // The launch data (qd/codegen/spirv/SpirvCodegen.h).
+  std::vector<uint32_t> words(data.words, 0);
+  words[SpirvLaunchData::kThreads] = uint32_t(threads);
+  for (size_t s = 0; s < layout.stacks.size(); ++s) {
+    words[data.capacities + s] = uint32_t(plan->heap().capacities[s]);
+    words[data.offsets + s] = uint32_t(plan->heap().offsets[s] / 4);
+  }
+  auto put64 = [&](uint32_t at, int64_t v) {
+    words[at] = uint32_t(uint64_t(v));
+    words[at + 1] = uint32_t(uint64_t(v) >> 32);
+  };
+  for (unsigned a = 0; a < kernel.numArguments(); ++a)
+    put64(data.scalars + 2 * a, plan->scalars()[a]);
+  for (unsigned s = 0; s < layout.numShapes; ++s)
+    put64(data.shapes + 2 * s, plan->shapes()[s]);
+  size_t dataBytes = words.size() * 4;
+  for (DeviceBuffer *buf : {&launchData, &launchStaging})
+    if (buf->size() < dataBytes) {
+      auto made = DeviceBuffer::allocate(device, std::max<size_t>(dataBytes, 2 * buf->size()),
+                                         buf == &launchStaging);
+      if (!made.ok())
+        return made.status();
+      *buf = *std::move(made);
+    }
+  std::memcpy(launchStaging.mapped(), words.data(), dataBytes);
+
+  std::vector<VkDescriptorBufferInfo> infos;
+  infos.push_back({launchData.get(), 0, VK_WHOLE_SIZE});
+  infos.push_back({heap.get(), 0, VK_WHOLE_SIZE});
+  for (const DeviceBuffer *b : slots)
+    infos.push_back({b->get(), 0, VK_WHOLE_SIZE});
+  std::vector<VkWriteDescriptorSet> writes(infos.size());
+  for (size_t i = 0; i < infos.size(); ++i) {
+    writes[i] = vk::make<VkWriteDescriptorSet>(VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET);
+    writes[i].dstSet = c.set;
+    writes[i].dstBinding = uint32_t(i);
+    writes[i].descriptorCount = 1;
+    writes[i].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
+    writes[i].pBufferInfo = &infos[i];
+  }
+  api.UpdateDescriptorSets(device->handle(), uint32_t(writes.size()), writes.data(), 0, nullptr);
+
+  // A parallel task whose extent is known now and fits the grid needs only
+  // the workgroups that have an iteration.
+  std::vector<uint32_t> groups;
+  int64_t fullGroups = threads / int64_t(c.spirv.workgroupSize);
+  for (const KernelLayout::Launch &l : layout.launches) {
+    if (l.kind != KernelLayout::Launch::Parallel) {
+      groups.push_back(1);
+      continue;
+    }
+    int64_t n = fullGroups;
+    const KernelLayout::Task &t = layout.tasks[l.task];
+    auto exact = [](const KernelLayout::TaskBound &b) {
+      return b.kind == KernelLayout::TaskBound::Constant ||
+             b.kind == KernelLayout::TaskBound::Argument ||
+             b.kind == KernelLayout::TaskBound::NdarrayExtent;
+    };
+    if (exact(t.begin) && exact(t.end)) {
+      std::optional<int64_t> b = plan->taskBound(t.begin), e = plan->taskBound(t.end);
+      if (b && e) {
+        int64_t count = std::max<int64_t>(*e - *b, 0);
+        n = std::min(n, (count + c.spirv.workgroupSize - 1) / c.spirv.workgroupSize);
+      }
+    }
+    groups.push_back(uint32_t(n));
+  }
+  absl::Status ran = device->run([&](VkCommandBuffer cb) {
+    VkBufferCopy up{0, 0, dataBytes};
+    api.CmdCopyBuffer(cb, launchStaging.get(), launchData.get(), 1, &up);
+    vk::fullBarrier(api, cb);
+    for (size_t i = 0; i < layout.launches.size(); ++i) {
+      if (groups[i] == 0)
+        continue;
+      api.CmdBindPipeline(cb, VK_PIPELINE_BIND_POINT_COMPUTE, c.pipelines[i]);
+      api.CmdBindDescriptorSets(cb, VK_PIPELINE_BIND_POINT_COMPUTE, c.pipelineLayout, 0, 1, &c.set,
+                                0, nullptr);
+      api.CmdDispatch(cb, groups[i], 1, 1);
+      vk::fullBarrier(api, cb);
+    }
+    api.CmdCopyBuffer(cb, launchData.get(), launchStaging.get(), 1, &up);
+  });
+  // What the code stores to is newer on the device now.
+  for (size_t i = 0; i < buffers.size(); ++i)
+    if (absl::Status s = buffers[i]->finishOnDevice(layout.slots[i].written); !s.ok() && ran.ok())
+      ran = s;
+  if (!ran.ok())
+    return absl::Status(ran.code(),
+                        fmt::format("kernel @{}: the launch failed on '{}': {}", kernel.name(),
+                                    info.name, std::string(ran.message())));
+  std::memcpy(words.data(), launchStaging.mapped(), dataBytes);
+  QdErrorRecord record;
+  static_assert(sizeof(QdErrorRecord) == SpirvLaunchData::kThreads * 4);
+  std::memcpy(&record, words.data(), sizeof(record));
+  std::vector<int64_t> needed = plan->zeroNeeded();
+  for (size_t s = 0; s < layout.stacks.size(); ++s)
+    needed[s] = words[data.needed + s];
+  return plan->finish(record, needed);
+}
+
+} // namespace qd

@@ -1,0 +1,489 @@
+//===- VulkanDevice.cpp - The Vulkan loader, a device, its buffers --------===//
+#include "VulkanDevice.h"
+
+#include <fmt/format.h>
+
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+namespace qd::vk {
+
+const char *resultName(VkResult r) {
+  switch (r) {
+  case VK_SUCCESS:
+    return "VK_SUCCESS";
+  case VK_NOT_READY:
+    return "VK_NOT_READY";
+  case VK_TIMEOUT:
+    return "VK_TIMEOUT";
+  case VK_ERROR_OUT_OF_HOST_MEMORY:
+    return "VK_ERROR_OUT_OF_HOST_MEMORY";
+  case VK_ERROR_OUT_OF_DEVICE_MEMORY:
+    return "VK_ERROR_OUT_OF_DEVICE_MEMORY";
+  case VK_ERROR_INITIALIZATION_FAILED:
+    return "VK_ERROR_INITIALIZATION_FAILED";
+  case VK_ERROR_DEVICE_LOST:
+    return "VK_ERROR_DEVICE_LOST";
+  case VK_ERROR_MEMORY_MAP_FAILED:
+    return "VK_ERROR_MEMORY_MAP_FAILED";
+  case VK_ERROR_LAYER_NOT_PRESENT:
+    return "VK_ERROR_LAYER_NOT_PRESENT";
+  case VK_ERROR_EXTENSION_NOT_PRESENT:
+    return "VK_ERROR_EXTENSION_NOT_PRESENT";
+  case VK_ERROR_FEATURE_NOT_PRESENT:
+    return "VK_ERROR_FEATURE_NOT_PRESENT";
+  case VK_ERROR_INCOMPATIBLE_DRIVER:
+    return "VK_ERROR_INCOMPATIBLE_DRIVER";
+  case VK_ERROR_TOO_MANY_OBJECTS:
+    return "VK_ERROR_TOO_MANY_OBJECTS";
+  case VK_ERROR_OUT_OF_POOL_MEMORY:
+    return "VK_ERROR_OUT_OF_POOL_MEMORY";
+  case VK_ERROR_INVALID_SHADER_NV:
+    return "VK_ERROR_INVALID_SHADER_NV";
+  default:
+    return "VkResult error";
+  }
+}
+
+namespace {
+
+absl::Status unavailable(const std::string &why) {
+  return absl::FailedPreconditionError("vulkan: " + why);
+}
+
+/// The loader's vkGetInstanceProcAddr, or why there is none.
+absl::StatusOr<PFN_vkGetInstanceProcAddr> openLoader() {
+  static void *handle = nullptr;
+  static std::string error;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    for (const char *name : {"libvulkan.so.1", "libvulkan.so"})
+      if ((handle = dlopen(name, RTLD_NOW | RTLD_LOCAL)))
+        return;
+    const char *e = dlerror();
+    error = e ? e : "not found";
+  });
+  if (!handle)
+    return unavailable(fmt::format(
+        "cannot open the Vulkan loader (libvulkan.so.1: {}); install a Vulkan loader and driver "
+        "(e.g. libvulkan1 and mesa-vulkan-drivers for lavapipe), or use another backend",
+        error));
+  auto get = reinterpret_cast<PFN_vkGetInstanceProcAddr>(dlsym(handle, "vkGetInstanceProcAddr"));
+  if (!get)
+    return unavailable("the Vulkan loader has no vkGetInstanceProcAddr");
+  return get;
+}
+
+std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+  return s;
+}
+
+bool hasExtension(const std::vector<VkExtensionProperties> &exts, const char *name) {
+  for (const VkExtensionProperties &e : exts)
+    if (std::strcmp(e.extensionName, name) == 0)
+      return true;
+  return false;
+}
+
+} // namespace
+
+absl::Status Device::check(VkResult r, const std::string &what) const {
+  if (r == VK_SUCCESS)
+    return absl::OkStatus();
+  std::string msg =
+      fmt::format("vulkan: {} failed: {} ({}) on '{}'", what, resultName(r), int(r), info_.name);
+  if (r == VK_ERROR_OUT_OF_DEVICE_MEMORY || r == VK_ERROR_OUT_OF_HOST_MEMORY)
+    return absl::ResourceExhaustedError(msg);
+  return absl::InternalError(msg);
+}
+
+absl::StatusOr<std::shared_ptr<Device>> Device::open(const VulkanBackendOptions &options) {
+  auto get = openLoader();
+  if (!get.ok())
+    return get.status();
+  std::shared_ptr<Device> d(new Device());
+  Api &api = d->api_;
+  api.GetInstanceProcAddr = *get;
+  auto global = [&](const char *name) { return api.GetInstanceProcAddr(VK_NULL_HANDLE, name); };
+  api.CreateInstance = reinterpret_cast<PFN_vkCreateInstance>(global("vkCreateInstance"));
+  api.EnumerateInstanceVersion =
+      reinterpret_cast<PFN_vkEnumerateInstanceVersion>(global("vkEnumerateInstanceVersion"));
+  api.EnumerateInstanceLayerProperties = reinterpret_cast<PFN_vkEnumerateInstanceLayerProperties>(
+      global("vkEnumerateInstanceLayerProperties"));
+  if (!api.CreateInstance)
+    return unavailable("the Vulkan loader has no vkCreateInstance");
+  uint32_t version = VK_API_VERSION_1_0;
+  if (api.EnumerateInstanceVersion)
+    api.EnumerateInstanceVersion(&version);
+  if (version < VK_API_VERSION_1_1)
+    return unavailable(fmt::format("the Vulkan loader supports Vulkan {}.{}; qd needs 1.1",
+                                   VK_API_VERSION_MAJOR(version), VK_API_VERSION_MINOR(version)));
+  std::vector<const char *> layers;
+  if (options.validation && api.EnumerateInstanceLayerProperties) {
+    uint32_t n = 0;
+    api.EnumerateInstanceLayerProperties(&n, nullptr);
+    std::vector<VkLayerProperties> props(n);
+    api.EnumerateInstanceLayerProperties(&n, props.data());
+    for (const VkLayerProperties &p : props)
+      if (std::strcmp(p.layerName, "VK_LAYER_KHRONOS_validation") == 0)
+        layers.push_back("VK_LAYER_KHRONOS_validation");
+  }
+  auto app = vk::make<VkApplicationInfo>(VK_STRUCTURE_TYPE_APPLICATION_INFO);
+  app.pApplicationName = "qd";
+  app.pEngineName = "qd";
+  app.apiVersion = std::min<uint32_t>(version, VK_API_VERSION_1_3);
+  auto ici = vk::make<VkInstanceCreateInfo>(VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO);
+  ici.pApplicationInfo = &app;
+  ici.enabledLayerCount = uint32_t(layers.size());
+  ici.ppEnabledLayerNames = layers.data();
+  if (VkResult r = api.CreateInstance(&ici, nullptr, &d->instance_); r != VK_SUCCESS)
+    return unavailable(
+        fmt::format("vkCreateInstance failed: {}; is a Vulkan driver installed?", resultName(r)));
+#define QD_VK_LOAD(name)                                                                           \
+  api.name = reinterpret_cast<PFN_vk##name>(api.GetInstanceProcAddr(d->instance_, "vk" #name));    \
+  if (!api.name)                                                                                   \
+    return unavailable("the Vulkan loader has no vk" #name);
+  QD_VK_INSTANCE_FUNCTIONS(QD_VK_LOAD)
+#undef QD_VK_LOAD
+
+  uint32_t count = 0;
+  api.EnumeratePhysicalDevices(d->instance_, &count, nullptr);
+  std::vector<VkPhysicalDevice> physicals(count);
+  api.EnumeratePhysicalDevices(d->instance_, &count, physicals.data());
+  if (physicals.empty())
+    return unavailable(
+        "no Vulkan device: the loader found no driver (install one, e.g. mesa-vulkan-drivers "
+        "for lavapipe, or point VK_ICD_FILENAMES at a driver's manifest)");
+  std::vector<VkPhysicalDeviceProperties> props(physicals.size());
+  std::string names;
+  for (size_t i = 0; i < physicals.size(); ++i) {
+    api.GetPhysicalDeviceProperties(physicals[i], &props[i]);
+    names += fmt::format("{}{}: '{}'", i ? ", " : "", i, props[i].deviceName);
+  }
+  std::string selector = options.device;
+  if (selector.empty())
+    if (const char *env = std::getenv("QD_VULKAN_DEVICE"))
+      selector = env;
+  int chosen = -1;
+  if (!selector.empty()) {
+    bool digits = std::all_of(selector.begin(), selector.end(),
+                              [](unsigned char c) { return std::isdigit(c); });
+    for (size_t i = 0; i < physicals.size() && chosen < 0; ++i)
+      if (digits ? std::stoul(selector) == i
+                 : lower(props[i].deviceName).find(lower(selector)) != std::string::npos)
+        chosen = int(i);
+    if (chosen < 0)
+      return unavailable(fmt::format("no Vulkan device matches '{}' (the devices: {}); pass an "
+                                     "index or a part of a name (VulkanBackendOptions::device or "
+                                     "QD_VULKAN_DEVICE)",
+                                     selector, names));
+  } else {
+    for (size_t i = 0; i < physicals.size() && chosen < 0; ++i)
+      if (props[i].deviceType == VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU &&
+          props[i].apiVersion >= VK_API_VERSION_1_1)
+        chosen = int(i);
+    for (size_t i = 0; i < physicals.size() && chosen < 0; ++i)
+      if (props[i].apiVersion >= VK_API_VERSION_1_1)
+        chosen = int(i);
+    if (chosen < 0)
+      chosen = 0;
+  }
+  d->physical_ = physicals[chosen];
+  const VkPhysicalDeviceProperties &p = props[chosen];
+  VulkanDeviceInfo &info = d->info_;
+  info.name = p.deviceName;
+  info.apiVersion = p.apiVersion;
+  info.vendorId = p.vendorID;
+  info.deviceId = p.deviceID;
+  info.index = uint32_t(chosen);
+  info.discrete = p.deviceType == VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU;
+  info.maxStorageBufferRange = p.limits.maxStorageBufferRange;
+  if (p.apiVersion < VK_API_VERSION_1_1)
+    return unavailable(fmt::format("device '{}' supports Vulkan {}.{}; qd needs 1.1", info.name,
+                                   VK_API_VERSION_MAJOR(p.apiVersion),
+                                   VK_API_VERSION_MINOR(p.apiVersion)));
+
+  // A queue family with compute.
+  uint32_t families = 0;
+  api.GetPhysicalDeviceQueueFamilyProperties(d->physical_, &families, nullptr);
+  std::vector<VkQueueFamilyProperties> fam(families);
+  api.GetPhysicalDeviceQueueFamilyProperties(d->physical_, &families, fam.data());
+  int family = -1;
+  for (uint32_t i = 0; i < families && family < 0; ++i)
+    if (fam[i].queueFlags & VK_QUEUE_COMPUTE_BIT)
+      family = int(i);
+  if (family < 0)
+    return unavailable(fmt::format("device '{}' has no compute queue", info.name));
+
+  // The features qd's SPIR-V may use, where the device has them.
+  uint32_t extCount = 0;
+  api.EnumerateDeviceExtensionProperties(d->physical_, nullptr, &extCount, nullptr);
+  std::vector<VkExtensionProperties> exts(extCount);
+  api.EnumerateDeviceExtensionProperties(d->physical_, nullptr, &extCount, exts.data());
+  bool hasAtomic64 = hasExtension(exts, VK_KHR_SHADER_ATOMIC_INT64_EXTENSION_NAME);
+  bool hasAtomicFloat = hasExtension(exts, VK_EXT_SHADER_ATOMIC_FLOAT_EXTENSION_NAME);
+  auto atomic64 = vk::make<VkPhysicalDeviceShaderAtomicInt64Features>(
+      VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_ATOMIC_INT64_FEATURES);
+  auto atomicFloat = vk::make<VkPhysicalDeviceShaderAtomicFloatFeaturesEXT>(
+      VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_ATOMIC_FLOAT_FEATURES_EXT);
+  auto features = vk::make<VkPhysicalDeviceFeatures2>(VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2);
+  void **next = &features.pNext;
+  if (hasAtomic64) {
+    *next = &atomic64;
+    next = &atomic64.pNext;
+  }
+  if (hasAtomicFloat) {
+    *next = &atomicFloat;
+    next = &atomicFloat.pNext;
+  }
+  api.GetPhysicalDeviceFeatures2(d->physical_, &features);
+  SpirvFeatures &f = info.features;
+  f.int64 = features.features.shaderInt64;
+  f.float64 = features.features.shaderFloat64;
+  f.int64Atomics = hasAtomic64 && atomic64.shaderBufferInt64Atomics;
+  f.atomicFloat32Add = hasAtomicFloat && atomicFloat.shaderBufferFloat32AtomicAdd;
+  f.atomicFloat64Add = hasAtomicFloat && atomicFloat.shaderBufferFloat64AtomicAdd;
+
+  // Enable exactly those.
+  auto wantAtomic64 = vk::make<VkPhysicalDeviceShaderAtomicInt64Features>(
+      VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_ATOMIC_INT64_FEATURES);
+  wantAtomic64.shaderBufferInt64Atomics = f.int64Atomics;
+  auto wantFloat = vk::make<VkPhysicalDeviceShaderAtomicFloatFeaturesEXT>(
+      VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_ATOMIC_FLOAT_FEATURES_EXT);
+  wantFloat.shaderBufferFloat32AtomicAdd = f.atomicFloat32Add;
+  wantFloat.shaderBufferFloat64AtomicAdd = f.atomicFloat64Add;
+  auto want = vk::make<VkPhysicalDeviceFeatures2>(VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2);
+  want.features.shaderInt64 = f.int64;
+  want.features.shaderFloat64 = f.float64;
+  std::vector<const char *> enabled;
+  next = &want.pNext;
+  if (f.int64Atomics) {
+    enabled.push_back(VK_KHR_SHADER_ATOMIC_INT64_EXTENSION_NAME);
+    *next = &wantAtomic64;
+    next = &wantAtomic64.pNext;
+  }
+  if (f.atomicFloat32Add || f.atomicFloat64Add) {
+    enabled.push_back(VK_EXT_SHADER_ATOMIC_FLOAT_EXTENSION_NAME);
+    *next = &wantFloat;
+    next = &wantFloat.pNext;
+  }
+  float priority = 1.0f;
+  auto qci = vk::make<VkDeviceQueueCreateInfo>(VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO);
+  qci.queueFamilyIndex = uint32_t(family);
+  qci.queueCount = 1;
+  qci.pQueuePriorities = &priority;
+  auto dci = vk::make<VkDeviceCreateInfo>(VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO);
+  dci.pNext = &want;
+  dci.queueCreateInfoCount = 1;
+  dci.pQueueCreateInfos = &qci;
+  dci.enabledExtensionCount = uint32_t(enabled.size());
+  dci.ppEnabledExtensionNames = enabled.data();
+  if (VkResult r = api.CreateDevice(d->physical_, &dci, nullptr, &d->device_); r != VK_SUCCESS)
+    return unavailable(fmt::format("cannot create a device on '{}': {}", info.name, resultName(r)));
+#define QD_VK_LOAD(fn)                                                                             \
+  api.fn = reinterpret_cast<PFN_vk##fn>(api.GetDeviceProcAddr(d->device_, "vk" #fn));              \
+  if (!api.fn)                                                                                     \
+    return unavailable("device '" + info.name + "' has no vk" #fn);
+  QD_VK_DEVICE_FUNCTIONS(QD_VK_LOAD)
+#undef QD_VK_LOAD
+  api.GetDeviceQueue(d->device_, uint32_t(family), 0, &d->queue_);
+  api.GetPhysicalDeviceMemoryProperties(d->physical_, &d->memory_);
+  auto pci = vk::make<VkCommandPoolCreateInfo>(VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO);
+  pci.flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT;
+  pci.queueFamilyIndex = uint32_t(family);
+  if (absl::Status s = d->check(api.CreateCommandPool(d->device_, &pci, nullptr, &d->pool_),
+                                "vkCreateCommandPool");
+      !s.ok())
+    return s;
+  auto cai = vk::make<VkCommandBufferAllocateInfo>(VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO);
+  cai.commandPool = d->pool_;
+  cai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
+  cai.commandBufferCount = 1;
+  if (absl::Status s = d->check(api.AllocateCommandBuffers(d->device_, &cai, &d->commands_),
+                                "vkAllocateCommandBuffers");
+      !s.ok())
+    return s;
+  auto fci = vk::make<VkFenceCreateInfo>(VK_STRUCTURE_TYPE_FENCE_CREATE_INFO);
+  if (absl::Status s =
+          d->check(api.CreateFence(d->device_, &fci, nullptr, &d->fence_), "vkCreateFence");
+      !s.ok())
+    return s;
+  return d;
+}
+
+Device::~Device() {
+  if (device_) {
+    if (fence_)
+      api_.DestroyFence(device_, fence_, nullptr);
+    if (pool_)
+      api_.DestroyCommandPool(device_, pool_, nullptr);
+    api_.DestroyDevice(device_, nullptr);
+  }
+  if (instance_ && api_.DestroyInstance)
+    api_.DestroyInstance(instance_, nullptr);
+}
+
+absl::StatusOr<uint32_t> Device::memoryType(uint32_t bits, VkMemoryPropertyFlags flags,
+                                            VkMemoryPropertyFlags preferred) const {
+  int fallback = -1;
+  for (uint32_t i = 0; i < memory_.memoryTypeCount; ++i) {
+    VkMemoryPropertyFlags have = memory_.memoryTypes[i].propertyFlags;
+    if (!(bits & (1u << i)) || (have & flags) != flags)
+      continue;
+    if ((have & preferred) == preferred)
+      return i;
+    if (fallback < 0)
+      fallback = int(i);
+  }
+  if (fallback < 0)
+    return absl::InternalError(fmt::format(
+        "vulkan: device '{}' has no memory type with flags {:#x} for a buffer", info_.name, flags));
+  return uint32_t(fallback);
+}
+
+absl::Status Device::run(const std::function<void(VkCommandBuffer)> &record) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  VkCommandBuffer cb = commands_;
+  if (absl::Status s = check(api_.ResetCommandBuffer(cb, 0), "vkResetCommandBuffer"); !s.ok())
+    return s;
+  auto begin = vk::make<VkCommandBufferBeginInfo>(VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO);
+  begin.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
+  if (absl::Status s = check(api_.BeginCommandBuffer(cb, &begin), "vkBeginCommandBuffer"); !s.ok())
+    return s;
+  record(cb);
+  if (absl::Status s = check(api_.EndCommandBuffer(cb), "vkEndCommandBuffer"); !s.ok())
+    return s;
+  auto submit = vk::make<VkSubmitInfo>(VK_STRUCTURE_TYPE_SUBMIT_INFO);
+  submit.commandBufferCount = 1;
+  submit.pCommandBuffers = &cb;
+  if (absl::Status s = check(api_.QueueSubmit(queue_, 1, &submit, fence_), "vkQueueSubmit");
+      !s.ok())
+    return s;
+  absl::Status waited =
+      check(api_.WaitForFences(device_, 1, &fence_, VK_TRUE, UINT64_MAX), "vkWaitForFences");
+  api_.ResetFences(device_, 1, &fence_);
+  return waited;
+}
+
+void fullBarrier(const Api &api, VkCommandBuffer cb) {
+  auto barrier = vk::make<VkMemoryBarrier>(VK_STRUCTURE_TYPE_MEMORY_BARRIER);
+  barrier.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
+  barrier.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT |
+                          VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
+  VkPipelineStageFlags stages =
+      VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT;
+  api.CmdPipelineBarrier(cb, stages, stages, 0, 1, &barrier, 0, nullptr, 0, nullptr);
+}
+
+absl::Status Device::upload(const DeviceBuffer &dst, size_t offset, const void *src,
+                            size_t bytes) const {
+  if (bytes == 0)
+    return absl::OkStatus();
+  auto staging = DeviceBuffer::allocate(shared_from_this(), bytes, true);
+  if (!staging.ok())
+    return staging.status();
+  std::memcpy(staging->mapped(), src, bytes);
+  return run([&](VkCommandBuffer cb) {
+    VkBufferCopy region{0, offset, bytes};
+    api_.CmdCopyBuffer(cb, staging->get(), dst.get(), 1, &region);
+  });
+}
+
+absl::Status Device::download(const DeviceBuffer &src, size_t offset, void *dst,
+                              size_t bytes) const {
+  if (bytes == 0)
+    return absl::OkStatus();
+  auto staging = DeviceBuffer::allocate(shared_from_this(), bytes, true);
+  if (!staging.ok())
+    return staging.status();
+  if (absl::Status s = run([&](VkCommandBuffer cb) {
+        VkBufferCopy region{offset, 0, bytes};
+        api_.CmdCopyBuffer(cb, src.get(), staging->get(), 1, &region);
+      });
+      !s.ok())
+    return s;
+  std::memcpy(dst, staging->mapped(), bytes);
+  return absl::OkStatus();
+}
+
+//===--- DeviceBuffer -----------------------------------------------------===//
+
+DeviceBuffer &DeviceBuffer::operator=(DeviceBuffer &&o) noexcept {
+  if (this != &o) {
+    reset();
+    device_ = std::move(o.device_);
+    buffer_ = std::exchange(o.buffer_, VkBuffer(VK_NULL_HANDLE));
+    memory_ = std::exchange(o.memory_, VkDeviceMemory(VK_NULL_HANDLE));
+    size_ = std::exchange(o.size_, 0);
+    mapped_ = std::exchange(o.mapped_, nullptr);
+  }
+  return *this;
+}
+
+void DeviceBuffer::reset() {
+  if (device_) {
+    const Api &api = device_->api();
+    if (buffer_)
+      api.DestroyBuffer(device_->handle(), buffer_, nullptr);
+    if (memory_)
+      api.FreeMemory(device_->handle(), memory_, nullptr);
+  }
+  device_.reset();
+  buffer_ = VK_NULL_HANDLE;
+  memory_ = VK_NULL_HANDLE;
+  size_ = 0;
+  mapped_ = nullptr;
+}
+
+absl::StatusOr<DeviceBuffer> DeviceBuffer::allocate(std::shared_ptr<const Device> device,
+                                                    size_t bytes, bool hostVisible) {
+  const Api &api = device->api();
+  DeviceBuffer b;
+  b.device_ = device;
+  b.size_ = std::max<size_t>(bytes, 4); // Vulkan buffers are never empty
+  auto bci = vk::make<VkBufferCreateInfo>(VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO);
+  bci.size = b.size_;
+  bci.usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
+              VK_BUFFER_USAGE_TRANSFER_DST_BIT;
+  bci.sharingMode = VK_SHARING_MODE_EXCLUSIVE;
+  if (absl::Status s = device->check(api.CreateBuffer(device->handle(), &bci, nullptr, &b.buffer_),
+                                     fmt::format("vkCreateBuffer ({} bytes)", b.size_));
+      !s.ok())
+    return s;
+  VkMemoryRequirements req;
+  api.GetBufferMemoryRequirements(device->handle(), b.buffer_, &req);
+  VkMemoryPropertyFlags flags =
+      hostVisible ? VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT : 0;
+  VkMemoryPropertyFlags preferred =
+      hostVisible ? flags : VkMemoryPropertyFlags(VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT);
+  auto type = device->memoryType(req.memoryTypeBits, flags, preferred);
+  if (!type.ok())
+    return type.status();
+  auto mai = vk::make<VkMemoryAllocateInfo>(VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO);
+  mai.allocationSize = req.size;
+  mai.memoryTypeIndex = *type;
+  if (absl::Status s =
+          device->check(api.AllocateMemory(device->handle(), &mai, nullptr, &b.memory_),
+                        fmt::format("vkAllocateMemory ({} bytes)", req.size));
+      !s.ok())
+    return s;
+  if (absl::Status s = device->check(
+          api.BindBufferMemory(device->handle(), b.buffer_, b.memory_, 0), "vkBindBufferMemory");
+      !s.ok())
+    return s;
+  if (hostVisible)
+    if (absl::Status s = device->check(
+            api.MapMemory(device->handle(), b.memory_, 0, VK_WHOLE_SIZE, 0, &b.mapped_),
+            "vkMapMemory");
+        !s.ok())
+      return s;
+  return b;
+}
+
+} // namespace qd::vk

@@ -1,0 +1,172 @@
+//===- VulkanDevice.h - The Vulkan loader, a device, its buffers -*- C++ -*-===//
+//
+// Private to qd::runtime_vulkan. The loader is opened with dlopen and every
+// entry point comes through vkGetInstanceProcAddr / vkGetDeviceProcAddr
+// (the headers' prototypes are not used: VK_NO_PROTOTYPES), so nothing
+// links libvulkan. A Device is an instance, one physical device with the
+// features qd's SPIR-V may use enabled, a compute queue and a command pool;
+// buffers and mirrors hold it through a shared pointer, so a program may
+// outlive the backend that mirrored its buffers.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#define VK_NO_PROTOTYPES
+#include <vulkan/vulkan.h>
+
+#include "qd/runtime/VulkanBackend.h"
+
+#include <absl/status/statusor.h>
+
+#include <functional>
+#include <memory>
+#include <mutex>
+
+namespace qd::vk {
+
+// Entry points resolved with vkGetInstanceProcAddr(instance, ...).
+#define QD_VK_INSTANCE_FUNCTIONS(X)                                                                \
+  X(DestroyInstance)                                                                               \
+  X(EnumeratePhysicalDevices)                                                                      \
+  X(GetPhysicalDeviceProperties)                                                                   \
+  X(GetPhysicalDeviceFeatures2)                                                                    \
+  X(GetPhysicalDeviceQueueFamilyProperties)                                                        \
+  X(GetPhysicalDeviceMemoryProperties)                                                             \
+  X(EnumerateDeviceExtensionProperties)                                                            \
+  X(CreateDevice)                                                                                  \
+  X(GetDeviceProcAddr)
+// Entry points resolved with vkGetDeviceProcAddr(device, ...).
+#define QD_VK_DEVICE_FUNCTIONS(X)                                                                  \
+  X(DestroyDevice)                                                                                 \
+  X(GetDeviceQueue)                                                                                \
+  X(CreateBuffer)                                                                                  \
+  X(DestroyBuffer)                                                                                 \
+  X(GetBufferMemoryRequirements)                                                                   \
+  X(AllocateMemory)                                                                                \
+  X(FreeMemory)                                                                                    \
+  X(BindBufferMemory)                                                                              \
+  X(MapMemory)                                                                                     \
+  X(UnmapMemory)                                                                                   \
+  X(CreateCommandPool)                                                                             \
+  X(DestroyCommandPool)                                                                            \
+  X(AllocateCommandBuffers)                                                                        \
+  X(BeginCommandBuffer)                                                                            \
+  X(EndCommandBuffer)                                                                              \
+  X(ResetCommandBuffer)                                                                            \
+  X(CmdCopyBuffer)                                                                                 \
+  X(CmdPipelineBarrier)                                                                            \
+  X(CmdBindPipeline)                                                                               \
+  X(CmdBindDescriptorSets)                                                                         \
+  X(CmdDispatch)                                                                                   \
+  X(CmdFillBuffer)                                                                                 \
+  X(QueueSubmit)                                                                                   \
+  X(CreateFence)                                                                                   \
+  X(DestroyFence)                                                                                  \
+  X(WaitForFences)                                                                                 \
+  X(ResetFences)                                                                                   \
+  X(CreateShaderModule)                                                                            \
+  X(DestroyShaderModule)                                                                           \
+  X(CreateDescriptorSetLayout)                                                                     \
+  X(DestroyDescriptorSetLayout)                                                                    \
+  X(CreatePipelineLayout)                                                                          \
+  X(DestroyPipelineLayout)                                                                         \
+  X(CreateComputePipelines)                                                                        \
+  X(DestroyPipeline)                                                                               \
+  X(CreateDescriptorPool)                                                                          \
+  X(DestroyDescriptorPool)                                                                         \
+  X(ResetDescriptorPool)                                                                           \
+  X(AllocateDescriptorSets)                                                                        \
+  X(UpdateDescriptorSets)
+
+struct Api {
+  PFN_vkGetInstanceProcAddr GetInstanceProcAddr = nullptr;
+  PFN_vkCreateInstance CreateInstance = nullptr;
+  PFN_vkEnumerateInstanceVersion EnumerateInstanceVersion = nullptr;
+  PFN_vkEnumerateInstanceLayerProperties EnumerateInstanceLayerProperties = nullptr;
+#define QD_VK_DECLARE(name) PFN_vk##name name = nullptr;
+  QD_VK_INSTANCE_FUNCTIONS(QD_VK_DECLARE)
+  QD_VK_DEVICE_FUNCTIONS(QD_VK_DECLARE)
+#undef QD_VK_DECLARE
+};
+
+/// A zeroed Vulkan structure of type `type`.
+template <typename T> T make(VkStructureType type) {
+  T v{};
+  v.sType = type;
+  return v;
+}
+
+/// "VK_ERROR_OUT_OF_DEVICE_MEMORY", ...
+const char *resultName(VkResult r);
+
+class Device;
+
+/// A VkBuffer with its own memory: device-local, or host-visible and
+/// coherent (then mapped for its lifetime).
+class DeviceBuffer {
+public:
+  DeviceBuffer() = default;
+  DeviceBuffer(DeviceBuffer &&o) noexcept { *this = std::move(o); }
+  DeviceBuffer &operator=(DeviceBuffer &&o) noexcept;
+  ~DeviceBuffer() { reset(); }
+  static absl::StatusOr<DeviceBuffer> allocate(std::shared_ptr<const Device> device, size_t bytes,
+                                               bool hostVisible);
+  void reset();
+  VkBuffer get() const { return buffer_; }
+  size_t size() const { return size_; }
+  /// Host-visible buffers: their mapped memory.
+  void *mapped() const { return mapped_; }
+
+private:
+  std::shared_ptr<const Device> device_;
+  VkBuffer buffer_ = VK_NULL_HANDLE;
+  VkDeviceMemory memory_ = VK_NULL_HANDLE;
+  size_t size_ = 0;
+  void *mapped_ = nullptr;
+};
+
+class Device : public std::enable_shared_from_this<Device> {
+public:
+  /// The loader, an instance and the device `options` selects.
+  static absl::StatusOr<std::shared_ptr<Device>> open(const VulkanBackendOptions &options);
+  ~Device();
+  Device(const Device &) = delete;
+  Device &operator=(const Device &) = delete;
+
+  const Api &api() const { return api_; }
+  VkDevice handle() const { return device_; }
+  const VulkanDeviceInfo &info() const { return info_; }
+  /// OK, or an Internal error "vulkan: <what> failed: VK_ERROR_...".
+  absl::Status check(VkResult r, const std::string &what) const;
+  /// A memory type for `bits` with `flags` (and `preferred` if possible).
+  absl::StatusOr<uint32_t> memoryType(uint32_t bits, VkMemoryPropertyFlags flags,
+                                      VkMemoryPropertyFlags preferred) const;
+
+  /// Records commands with `record` into a command buffer, submits it to
+  /// the compute queue and waits for it (serialised per device).
+  absl::Status run(const std::function<void(VkCommandBuffer)> &record) const;
+  /// Copies between host memory and a device buffer through a staging
+  /// buffer.
+  absl::Status upload(const DeviceBuffer &dst, size_t offset, const void *src, size_t bytes) const;
+  absl::Status download(const DeviceBuffer &src, size_t offset, void *dst, size_t bytes) const;
+
+private:
+  Device() = default;
+  Api api_;
+  VkInstance instance_ = VK_NULL_HANDLE;
+  VkPhysicalDevice physical_ = VK_NULL_HANDLE;
+  VkDevice device_ = VK_NULL_HANDLE;
+  VkQueue queue_ = VK_NULL_HANDLE;
+  VkCommandPool pool_ = VK_NULL_HANDLE;
+  VkCommandBuffer commands_ = VK_NULL_HANDLE;
+  VkFence fence_ = VK_NULL_HANDLE;
+  VkPhysicalDeviceMemoryProperties memory_{};
+  VulkanDeviceInfo info_;
+  mutable std::mutex mutex_;
+};
+
+/// A barrier making every earlier shader and transfer write visible to
+/// every later shader and transfer access.
+void fullBarrier(const Api &api, VkCommandBuffer cb);
+
+} // namespace qd::vk

@@ -1,0 +1,503 @@
+//===- VulkanBackendTest.cpp - The Vulkan backend against the interpreter -===//
+//
+// Runs wherever the Vulkan loader finds a device: Mesa's lavapipe (a CPU
+// driver) in CI, a GPU's driver elsewhere (QD_VULKAN_DEVICE picks one by
+// index or name; by default the first discrete GPU, else device 0).
+// Without a loader or a device every test that needs one skips, saying
+// why. Floats are compared with the corpus tolerances (1e-5 relative for
+// f32, 1e-12 for f64) and the random programs with 1e-4 (as on CUDA):
+// docs/runtime.md ("Vulkan") gives the accuracy of the math functions.
+//
+//===----------------------------------------------------------------------===//
+#include "qd/runtime/VulkanBackend.h"
+
+#include "Corpus.h"
+#include "ProgramGen.h"
+
+#include "qd/interp/Interpreter.h"
+#include "qd/ir/Parser.h"
+#include "qd/ir/Verifier.h"
+#include "qd/transforms/AutoDiff.h"
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <iostream>
+#include <limits>
+#include <sstream>
+
+namespace qd {
+namespace {
+
+using namespace corpus;
+
+VulkanBackend *gpu() {
+  static std::unique_ptr<VulkanBackend> backend = [] {
+    auto b = VulkanBackend::create();
+    if (!b.ok()) {
+      std::cout << "[vulkan] " << b.status().message() << "\n";
+      return std::unique_ptr<VulkanBackend>();
+    }
+    const VulkanDeviceInfo &i = (*b)->deviceInfo();
+    std::cout << fmt::format("[vulkan] device {}: {} (Vulkan {}.{}; int64 {}, float64 {}, int64 "
+                             "atomics {}, float32 atomic add {})\n",
+                             i.index, i.name, i.apiVersion >> 22, (i.apiVersion >> 12) & 0x3ff,
+                             i.features.int64, i.features.float64, i.features.int64Atomics,
+                             i.features.atomicFloat32Add);
+    return *std::move(b);
+  }();
+  return backend.get();
+}
+
+#define REQUIRE_DEVICE()                                                                           \
+  if (!gpu())                                                                                      \
+  GTEST_SKIP() << "no Vulkan loader or device on this machine"
+
+TEST(VulkanBackendTest, AnUnknownDeviceIsAClearError) {
+  VulkanBackendOptions o;
+  o.device = "no-such-device-qd";
+  auto b = VulkanBackend::create(o);
+  ASSERT_FALSE(b.ok());
+  EXPECT_EQ(b.status().code(), absl::StatusCode::kFailedPrecondition);
+  std::string m(b.status().message());
+  EXPECT_EQ(m.rfind("vulkan: ", 0), 0u) << m;
+  if (gpu()) { // a loader and a device: the selection is what fails
+    EXPECT_NE(m.find("no Vulkan device matches 'no-such-device-qd'"), std::string::npos) << m;
+  }
+  o.device = "999";
+  EXPECT_FALSE(VulkanBackend::create(o).ok());
+  o.device = "";
+  o.workgroupSize = 0;
+  EXPECT_EQ(VulkanBackend::create(o).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(VulkanBackendTest, CorpusKernelsMatchTheInterpreter) {
+  REQUIRE_DEVICE();
+  CorpusStats stats;
+  int chunkIndex = 0, unsupported = 0;
+  for (const auto &path : corpusFiles()) {
+    std::ifstream in(path);
+    std::stringstream text;
+    text << in.rdbuf();
+    std::string rel = std::filesystem::relative(path, QD_SOURCE_DIR).string();
+    for (const SourceChunk &chunk : splitSourceChunks(text.str())) {
+      ++chunkIndex;
+      auto parsed = parseModule(chunk.text, {rel, chunk.firstLine});
+      if (!parsed.ok() || !verify(**parsed).ok())
+        continue;
+      std::unique_ptr<Module> module = *std::move(parsed);
+      std::vector<Kernel *> all;
+      for (auto &k : module->kernels())
+        all.push_back(k.get());
+      for (Kernel *k : std::vector<Kernel *>(all)) {
+        if (module->findKernel(k->name() + "_grad") || module->findKernel(k->name() + "_dual"))
+          continue;
+        if (auto g = buildGradientKernel(*module, *k); g.ok())
+          all.push_back(*g), ++stats.derived;
+        if (auto d = buildDualKernel(*module, *k); d.ok())
+          all.push_back(*d), ++stats.derived;
+      }
+      if (!verify(*module).ok())
+        continue;
+      for (Kernel *k : all) {
+        if (hasEndlessWhile(*k) || hasHugeLoop(*k)) {
+          ++stats.skippedEndless;
+          continue;
+        }
+        ++stats.kernels;
+        uint64_t seed = uint64_t(chunkIndex) * 7919 + std::hash<std::string>()(k->name());
+        auto ref = makeInstance(*module, *k, seed, 0);
+        auto dev = makeInstance(*module, *k, seed, 0);
+        if (!ref || !dev)
+          continue;
+        LaunchOptions opts;
+        opts.boundsChecked = true;
+        bool timedOut = false;
+        absl::Status si =
+            interpretWithTimeout(*ref->program, k->name(), ref->args, opts, 2, timedOut);
+        if (timedOut) {
+          ++stats.timedOut;
+          break;
+        }
+        ++stats.launches;
+        std::string tag = fmt::format("{}:{} kernel @{}", rel, chunk.firstLine, k->name());
+        absl::Status sg = dev->program->launch(k->name(), dev->args, *gpu(), opts);
+        if (!sg.ok() && sg.code() == absl::StatusCode::kFailedPrecondition &&
+            message(sg).find("does not support them (feature") != std::string::npos) {
+          ++unsupported; // a feature this device lacks, named
+          continue;
+        }
+        if (!si.ok()) {
+          if (sg.ok())
+            stats.failures.push_back(tag + ": the interpreter failed (" + message(si) +
+                                     ") but Vulkan succeeded");
+          else if (locationPrefix(si) == locationPrefix(sg))
+            ++stats.bothErrored, ++stats.sameLocation;
+          else if (hasParallelTask(*k)) // another iteration may fail first
+            ++stats.bothErrored;
+          else
+            stats.failures.push_back(tag + ": the interpreter failed with " + message(si) +
+                                     ", Vulkan with " + message(sg));
+          continue;
+        }
+        if (!sg.ok()) {
+          stats.failures.push_back(tag + ": Vulkan failed: " + message(sg));
+          continue;
+        }
+        if (hasParallelTask(*k) && mayRace(*k)) {
+          ++stats.racy;
+          continue;
+        }
+        if (std::string d = compareInstances(*module, *ref, *dev, /*exact=*/false); !d.empty())
+          stats.failures.push_back(tag + ": " + d);
+      }
+    }
+  }
+  std::cout << fmt::format("[vulkan corpus] {} kernels ({} gradient/dual), {} launches, {} where "
+                           "both failed ({} at the same statement), {} skipped (endless/huge), "
+                           "{} order-dependent (not compared), {} needing a missing feature, {} "
+                           "failures\n",
+                           stats.kernels, stats.derived, stats.launches, stats.bothErrored,
+                           stats.sameLocation, stats.skippedEndless, stats.racy, unsupported,
+                           stats.failures.size());
+  EXPECT_GT(stats.kernels, 150);
+  EXPECT_GT(stats.sameLocation, 0);
+  for (const auto &f : stats.failures)
+    ADD_FAILURE() << f;
+}
+
+/// The gradient of v = sin(v) + 0.1 repeated %n times, per element.
+constexpr const char *kSinLoop = R"(kernel @g(%n: i32, %x: ndarray<f32, 1>, %out: ndarray<f32, 1>) {
+  %len = shape %x, 0 : i32
+  parallel for %i = 0 to %len {
+    %s = adstack.alloca f32, capacity 0
+    %xi = load %x[%i] : f32
+    %v = alloca f32
+    store %v, %xi
+    for %j = 0 to %n {
+      %a = load %v : f32
+      adstack.push %s, %a
+      %sn = sin %a : f32
+      %c = const 0.1 : f32
+      %b = add %sn, %c : f32
+      store %v, %b
+    }
+    %g = alloca f32
+    %one = const 1.0 : f32
+    store %g, %one
+    for %j2 = 0 to %n {
+      %t = adstack.load_top %s : f32
+      %cs = cos %t : f32
+      %g0 = load %g : f32
+      %g1 = mul %g0, %cs : f32
+      store %g, %g1
+      adstack.pop %s
+    }
+    %gf = load %g : f32
+    store %out[%i], %gf
+  }
+}
+)";
+
+struct SinLoop {
+  std::unique_ptr<Module> module;
+  std::unique_ptr<Program> program;
+  SinLoop() {
+    module = *parseModule(kSinLoop, {"sin.qd", 1});
+    program = *Program::create(*module);
+  }
+  absl::Status run(Backend &b, int n, std::vector<float> &x, std::vector<float> &out,
+                   const LaunchOptions &options = {}) {
+    auto bx = Buffer::borrow(ScalarType::F32, {int64_t(x.size())}, x.data());
+    auto bo = Buffer::borrow(ScalarType::F32, {int64_t(out.size())}, out.data());
+    NdarrayArg ax{&*bx}, ao{&*bo};
+    std::vector<LaunchArg> args{LaunchArg::i32(n), LaunchArg::ndarray(&ax),
+                                LaunchArg::ndarray(&ao)};
+    absl::Status s = program->launch("g", args, b, options);
+    if (absl::Status t = bo->syncToHost(); s.ok())
+      s = t;
+    return s;
+  }
+};
+
+TEST(VulkanBackendTest, BoundsThatGrowBetweenLaunchesResizeTheHeap) {
+  REQUIRE_DEVICE();
+  SinLoop k;
+  Interpreter interp;
+  std::vector<float> x(5000);
+  for (size_t i = 0; i < x.size(); ++i)
+    x[i] = 0.001f * float(i);
+  int64_t threads = gpu()->gridThreads();
+  for (int n : {1, 20, 50, 300}) {
+    std::vector<float> ref(x.size()), out(x.size(), -1.f);
+    ASSERT_TRUE(k.run(interp, n, x, ref).ok());
+    absl::Status s = k.run(*gpu(), n, x, out);
+    ASSERT_TRUE(s.ok()) << s.message();
+    for (size_t i = 0; i < x.size(); ++i)
+      ASSERT_NEAR(out[i], ref[i], 1e-5 * std::max(1.f, std::fabs(ref[i])))
+          << "n=" << n << " i=" << i;
+    // The heap holds the grid's invocations, not the elements: n entries of
+    // 4 bytes (rounded up to 8) per invocation.
+    EXPECT_EQ(gpu()->lastAdStackHeapBytes(), threads * ((4 * n + 7) / 8 * 8)) << n;
+  }
+}
+
+TEST(VulkanBackendTest, OverflowIsAnErrorAndTheNextLaunchWorks) {
+  REQUIRE_DEVICE();
+  SinLoop k;
+  std::vector<float> x(1000, 0.5f), out(1000, -1.f), ref(1000);
+  LaunchOptions small;
+  small.sizeAdStacks = false;
+  small.defaultAdStackCapacity = 2;
+  absl::Status s = k.run(*gpu(), 9, x, out, small);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(std::string(s.message()).find("has capacity 2 and this launch needed 9"),
+            std::string::npos)
+      << s.message();
+  // The same error as the CPU backend's, through the shared decoding.
+  EXPECT_NE(std::string(s.message()).find("sin.qd:3:"), std::string::npos) << s.message();
+  Interpreter interp;
+  ASSERT_TRUE(k.run(interp, 9, x, ref).ok());
+  ASSERT_TRUE(k.run(*gpu(), 9, x, out).ok());
+  for (size_t i = 0; i < x.size(); ++i)
+    ASSERT_NEAR(out[i], ref[i], 1e-5) << i;
+}
+
+/// Error sites decode to the interpreter's message.
+TEST(VulkanBackendTest, ErrorSitesReadAsTheInterpretersErrors) {
+  REQUIRE_DEVICE();
+  auto module = *parseModule(R"(field @x : i32[8]
+field @y : f32[4]
+kernel @div(%d: i32) {
+  parallel for %i = 0 to 8 {
+    %v = load @x[%i] : i32
+    %q = div %v, %d : i32
+    store @x[%i], %q
+  }
+}
+kernel @index(%k: i32) {
+  serial {
+    %z = const 1 : i32
+    %j = add %k, %z : i32
+    %v = load @y[%j] : f32
+    store @y[%k], %v
+  }
+}
+kernel @under() {
+  serial {
+    %s = adstack.alloca f32, capacity 4
+    adstack.pop %s
+  }
+}
+)",
+                             {"errors.qd", 1});
+  auto program = *Program::create(*module);
+  Interpreter interp;
+  LaunchOptions checked;
+  checked.boundsChecked = true;
+  struct Case {
+    const char *kernel;
+    std::vector<LaunchArg> args;
+  };
+  for (const Case &c :
+       {Case{"div", {LaunchArg::i32(0)}}, Case{"index", {LaunchArg::i32(3)}}, Case{"under", {}}}) {
+    absl::Status want = program->launch(c.kernel, c.args, interp, checked);
+    absl::Status got = program->launch(c.kernel, c.args, *gpu(), checked);
+    ASSERT_FALSE(want.ok()) << c.kernel;
+    ASSERT_FALSE(got.ok()) << c.kernel;
+    EXPECT_EQ(got.code(), want.code()) << c.kernel;
+    EXPECT_EQ(got.message(), want.message()) << c.kernel;
+  }
+  // The backend stays usable.
+  std::vector<LaunchArg> two{LaunchArg::i32(2)};
+  EXPECT_TRUE(program->launch("div", two, *gpu(), checked).ok());
+}
+
+/// A field incremented per element on the device, and a read-only field.
+constexpr const char *kResident = R"(field @f : f32[4096]
+field @w : f32[4096]
+field @b : i1[4096]
+kernel @inc() {
+  parallel for %i = 0 to 4096 {
+    %a = load @f[%i] : f32
+    %c = load @w[%i] : f32
+    %d = add %a, %c : f32
+    store @f[%i], %d
+    %t = load @b[%i] : i1
+    %nt = not %t : i1
+    store @b[%i], %nt
+  }
+}
+)";
+
+TEST(VulkanBackendTest, FieldsStayOnTheDeviceUntilTheHostReadsThem) {
+  REQUIRE_DEVICE();
+  auto module = *parseModule(kResident, {"resident.qd", 1});
+  auto program = *Program::create(*module);
+  Buffer &f = *program->field("f");
+  Buffer &w = *program->field("w");
+  Buffer &b = *program->field("b");
+  w.fill(Scalar::ofFloat(ScalarType::F32, 1.0));
+  b.set(7, Scalar::ofInt(ScalarType::I1, 1));
+  for (int i = 0; i < 3; ++i) {
+    absl::Status s = program->launch("inc", {}, *gpu());
+    ASSERT_TRUE(s.ok()) << s.message();
+    EXPECT_FALSE(f.hostIsCurrent()) << "launch " << i;
+    EXPECT_TRUE(w.hostIsCurrent()) << "launch " << i;
+  }
+  EXPECT_EQ(f.get(17).f, 3.0);
+  EXPECT_TRUE(f.hostIsCurrent());
+  EXPECT_EQ(b.get(7).i, 0); // flipped three times; 32-bit booleans on the device
+  EXPECT_EQ(b.get(8).i, 1);
+  f.set(17, Scalar::ofFloat(ScalarType::F32, 100.0));
+  w.set(5, Scalar::ofFloat(ScalarType::F32, 10.0));
+  ASSERT_TRUE(program->launch("inc", {}, *gpu()).ok());
+  EXPECT_EQ(f.get(17).f, 101.0);
+  EXPECT_EQ(f.get(5).f, 13.0);
+  EXPECT_EQ(f.get(4095).f, 4.0);
+  Interpreter interp;
+  ASSERT_TRUE(program->launch("inc", {}, interp).ok());
+  ASSERT_TRUE(program->launch("inc", {}, *gpu()).ok());
+  EXPECT_EQ(f.get(17).f, 103.0);
+  EXPECT_EQ(f.get(5).f, 33.0);
+}
+
+TEST(VulkanBackendTest, AProgramOutlivesItsBackend) {
+  REQUIRE_DEVICE();
+  auto module = *parseModule(kResident, {"resident.qd", 1});
+  auto program = *Program::create(*module);
+  program->field("w")->fill(Scalar::ofFloat(ScalarType::F32, 2.0));
+  {
+    auto local = VulkanBackend::create();
+    ASSERT_TRUE(local.ok());
+    ASSERT_TRUE(program->launch("inc", {}, **local).ok());
+  } // the backend is gone; @f's device copy is not
+  EXPECT_EQ(program->field("f")->get(9).f, 2.0);
+  ASSERT_TRUE(program->launch("inc", {}, *gpu()).ok());
+  EXPECT_EQ(program->field("f")->get(9).f, 4.0);
+}
+
+/// The math functions against libm, in ulp of the result, over arguments
+/// where the reductions are accurate (docs/runtime.md, "Vulkan").
+TEST(VulkanBackendTest, MathFunctionsAreAccurate) {
+  REQUIRE_DEVICE();
+  const char *fns[] = {"sin", "cos", "tan", "exp", "log", "tanh", "sqrt"};
+  for (ScalarType t : {ScalarType::F32, ScalarType::F64}) {
+    if (t == ScalarType::F64 && !gpu()->deviceInfo().features.float64)
+      continue;
+    std::string ty(toString(t));
+    std::string text = fmt::format("field @x : {0}[2048]\nfield @p : {0}[2048]\n", ty);
+    for (const char *fn : fns)
+      text += fmt::format("field @{1} : {0}[2048]\n", ty, fn);
+    text += fmt::format("field @pow : {0}[2048]\nfield @atan2 : {0}[2048]\n", ty);
+    text += "kernel @k() {\n  parallel for %i = 0 to 2048 {\n";
+    text += fmt::format("    %x = load @x[%i] : {0}\n    %p = load @p[%i] : {0}\n", ty);
+    for (const char *fn : fns)
+      text += fmt::format("    %{1} = {1} %x : {0}\n    store @{1}[%i], %{1}\n", ty, fn);
+    text += fmt::format("    %pw = pow %x, %p : {0}\n    store @pow[%i], %pw\n", ty);
+    text += fmt::format("    %at = atan2 %p, %x : {0}\n    store @atan2[%i], %at\n", ty);
+    text += "  }\n}\n";
+    auto module = parseModule(text, {"math.qd", 1});
+    ASSERT_TRUE(module.ok()) << module.status().message();
+    auto program = *Program::create(**module);
+    Buffer &x = *program->field("x"), &p = *program->field("p");
+    for (int64_t i = 0; i < 2048; ++i) {
+      // Magnitudes from 1e-3 to 1e3, both signs, and exponents in [-4, 4].
+      double mag = std::pow(10.0, -3 + 6 * double(i) / 2047);
+      x.set(i, Scalar::ofFloat(t, (i % 2 ? -1 : 1) * mag));
+      p.set(i, Scalar::ofFloat(t, -4 + 8 * double((i * 7919) % 2048) / 2047));
+    }
+    absl::Status s = program->launch("k", {}, *gpu());
+    ASSERT_TRUE(s.ok()) << s.message();
+    auto ulp = [&](double want, double got) {
+      if (std::isnan(want))
+        return std::isnan(got) ? 0.0 : INFINITY;
+      if (std::isinf(want) || want == 0)
+        return want == got ? 0.0 : INFINITY;
+      double unit = t == ScalarType::F32
+                        ? std::nextafter(float(std::fabs(want)), INFINITY) - std::fabs(float(want))
+                        : std::nextafter(std::fabs(want), INFINITY) - std::fabs(want);
+      return std::fabs(want - got) / unit;
+    };
+    auto check = [&](const char *name, auto libm, double maxUlp) {
+      Buffer &out = *program->field(name);
+      double worst = 0;
+      int64_t at = 0;
+      for (int64_t i = 0; i < 2048; ++i) {
+        double xv = x.get(i).f, pv = p.get(i).f;
+        double want =
+            t == ScalarType::F32 ? double(float(libm(xv, pv, true))) : libm(xv, pv, false);
+        double e = ulp(want, out.get(i).f);
+        if (e > worst)
+          worst = e, at = i;
+      }
+      std::cout << fmt::format("[vulkan math] {} {}: {} ulp at most\n", ty, name, worst);
+      EXPECT_LE(worst, maxUlp) << ty << " " << name << " at x = " << x.get(at).f
+                               << ", p = " << p.get(at).f << ": " << out.get(at).f;
+    };
+#define QD_LIBM(expr)                                                                              \
+  [](double x, double p, bool single) {                                                            \
+    (void)p;                                                                                       \
+    return single ? double([](float x, float p) { return expr; }(float(x), float(p)))              \
+                  : [](double x, double p) { return expr; }(x, p);                                 \
+  }
+    check("sin", QD_LIBM(std::sin(x)), 4);
+    check("cos", QD_LIBM(std::cos(x)), 4);
+    check("tan", QD_LIBM(std::tan(x)), 8);
+    check("sqrt", QD_LIBM(std::sqrt(x)), 4);
+    check("tanh", QD_LIBM(std::tanh(x)), 8);
+    check("log", QD_LIBM(std::log(x)), 4);
+    check("exp", QD_LIBM(std::exp(x)), 4);
+    check("pow", QD_LIBM(std::pow(x, p)), 64);
+    check("atan2", QD_LIBM(std::atan2(p, x)), 8);
+#undef QD_LIBM
+  }
+}
+
+/// A backend with a small grid (one workgroup), so the property's large
+/// tier-3 default capacity fits one storage buffer (lavapipe's
+/// maxStorageBufferRange is 128 MiB).
+VulkanBackend *smallGrid() {
+  static std::unique_ptr<VulkanBackend> backend = [] {
+    VulkanBackendOptions o;
+    o.maxThreads = 64;
+    auto b = VulkanBackend::create(o);
+    return b.ok() ? *std::move(b) : nullptr;
+  }();
+  return backend.get();
+}
+
+// Random kernels and their gradients (GenConfig::cpu; see CpuBackendTest)
+// on the device against the interpreter: integers exactly, floats within
+// 1e-4 relative (parallel float atomics sum in another order).
+void randomKernelsOnVulkan() {
+  bool stacks = *rc::gen::inRange(0, 4) == 0;
+  testgen::GenConfig config = testgen::GenConfig::cpu(stacks);
+  if (*rc::gen::inRange(0, 4) == 0)
+    config.threads = 300; // more iterations than the grid's invocations
+  testgen::GenProgram p = *testgen::genProgram(config);
+  testgen::Printed printed = testgen::print(p);
+  auto parsed = parseModule(printed.text, {"gen.qd", 1});
+  if (!parsed.ok())
+    testgen::fail(p, "does not parse: " + message(parsed.status()));
+  std::unique_ptr<Module> m = *std::move(parsed);
+  bool withGrad = !printed.hasStacks;
+  if (withGrad && !buildGradientKernel(*m, *m->findKernel("k")).ok())
+    testgen::fail(p, "no gradient");
+  RC_CLASSIFY(printed.hasWhile, "while");
+  RC_CLASSIFY(printed.hasStacks, "adstacks");
+  std::string d = testgen::runAgainstInterpreter(p, *m, withGrad, *smallGrid(), 1e-4);
+  if (!d.empty())
+    testgen::fail(p, "vulkan: " + d);
+}
+
+TEST(VulkanBackendTest, RandomKernelsAndGradientsMatchTheInterpreter) {
+  REQUIRE_DEVICE();
+  testgen::checkProperty(&randomKernelsOnVulkan, 40);
+}
+
+} // namespace
+} // namespace qd
