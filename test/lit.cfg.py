@@ -38,3 +38,30 @@ for name, directory in [("qd-opt", config.qd_tools_dir),
                         ("count", config.llvm_tools_dir)]:
     config.substitutions.append(
         (r"(?<![\w/.-])" + name.replace("-", r"\-") + r"(?![\w/.-])", tool(name, directory)))
+
+# The Vulkan device the loader finds (lavapipe in CI, a GPU's driver
+# elsewhere): tests that run kernels on it say `REQUIRES: vulkan`.
+for var in ["QD_VULKAN_DEVICE", "VK_ICD_FILENAMES", "VK_DRIVER_FILES", "VK_LOADER_DEBUG"]:
+    if var in os.environ:
+        config.environment[var] = os.environ[var]
+
+
+def vulkan_device_available():
+    import subprocess
+    import tempfile
+    probe = "field @y : i32\nkernel @k() {\n  serial {\n  }\n}\n"
+    with tempfile.NamedTemporaryFile("w", suffix=".qd", delete=False) as f:
+        f.write(probe)
+    try:
+        env = dict(os.environ, LC_ALL="C")
+        r = subprocess.run([tool("qd-run", config.qd_run_dir), f.name, "--backend=vulkan"],
+                           env=env, capture_output=True, timeout=60)
+        return r.returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    finally:
+        os.unlink(f.name)
+
+
+if vulkan_device_available():
+    config.available_features.add("vulkan")

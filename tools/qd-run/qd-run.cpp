@@ -1,6 +1,6 @@
 //===- qd-run.cpp - Run kernels from a .qd file ---------------------------===//
 //
-//   qd-run kernel.qd [--kernel=NAME]... [--script=FILE] [--backend=cpu|cuda|interp]
+//   qd-run kernel.qd [--kernel=NAME]... [--script=FILE] [--backend=cpu|cuda|vulkan|interp]
 //          [--inputs=in.json] [--set FIELD=JSON]... [--arg [KERNEL:]NAME=JSON]...
 //          [--print=a,b.grad,...] [--no-bounds-check] [--adstack-capacity=N]
 //          [--report-adstacks] [--no-adstack-sizing] [--vector-width=N]
@@ -27,6 +27,7 @@
 #include "qd/ir/Visitor.h"
 #include "qd/runtime/CpuBackend.h"
 #include "qd/runtime/CudaBackend.h"
+#include "qd/runtime/VulkanBackend.h"
 
 #include <fmt/format.h>
 
@@ -59,7 +60,9 @@ constexpr const char *kUsage =
     "                         expected, and stops at the first unexpected error\n"
     "                         or expected error that did not happen\n"
     "  --backend=NAME         execution backend: cpu (LLVM JIT, the default), cuda (an\n"
-    "                         NVIDIA GPU through the CUDA driver) or interp\n"
+    "                         NVIDIA GPU through the CUDA driver), vulkan (SPIR-V\n"
+    "                         on a Vulkan device; QD_VULKAN_DEVICE picks one by index\n"
+    "                         or name) or interp\n"
     "                         (the reference interpreter; the default with\n"
     "                         --check-global-accesses)\n"
     "  --inputs=FILE          JSON file {\"fields\": {...}, \"args\": {...}}\n"
@@ -136,6 +139,7 @@ public:
     qd::Interpreter *interp = nullptr;
     qd::CpuBackend *cpu = nullptr;
     qd::CudaBackend *cuda = nullptr;
+    qd::VulkanBackend *vulkan = nullptr;
   };
   Runner(qd::Program &program, Backends backends, const qd::LaunchOptions &options, bool script,
          bool reportAdStacks)
@@ -146,9 +150,10 @@ public:
 
 private:
   qd::Backend &backend() {
-    return backends_.cpu    ? static_cast<qd::Backend &>(*backends_.cpu)
-           : backends_.cuda ? static_cast<qd::Backend &>(*backends_.cuda)
-                            : *backends_.interp;
+    return backends_.cpu      ? static_cast<qd::Backend &>(*backends_.cpu)
+           : backends_.cuda   ? static_cast<qd::Backend &>(*backends_.cuda)
+           : backends_.vulkan ? static_cast<qd::Backend &>(*backends_.vulkan)
+                              : *backends_.interp;
   }
   qd::Buffer &buffer(const Slot &slot) {
     return slot.ndarray ? *ndarrays_.at(slot.base)->arg.component(slot.component)
@@ -247,9 +252,10 @@ std::optional<std::string> Runner::outcome(const Launch &launch, const absl::Sta
 void Runner::reportAdStacks(const Launch &launch) {
   // One line per stack, in source order, named as qd-opt names it: the
   // capacity it got, and the depth it reached (interpreter) or the heap
-  // the launch used (cpu, cuda).
+  // the launch used (cpu, cuda, vulkan).
   const qd::Kernel &k = *launch.kernel;
-  auto [interp, cpu, cuda] = backends_;
+  auto [interp, cpu, cuda, vulkan] = backends_;
+  bool compiled = cpu || cuda || vulkan;
   qd::ValueNamer names(k);
   std::vector<std::pair<std::string, std::string>> rows;
   auto row = [&](const qd::AdStackAllocaStmt *stack, int64_t cap, const std::string &more) {
@@ -258,13 +264,13 @@ void Runner::reportAdStacks(const Launch &launch) {
                                   names[stack], qd::toString(stack->elementType()),
                                   stack->loc().str(), cap, more));
   };
-  if ((cpu || cuda) && !options_.sizeAdStacks) {
+  if (compiled && !options_.sizeAdStacks) {
     // Unsized: what the launch was given (declared, or the default).
     qd::walk(const_cast<qd::Kernel &>(k), [&](qd::Stmt &s) {
       if (auto *a = qd::dyn_cast<qd::AdStackAllocaStmt>(&s))
         row(a, a->capacity() ? a->capacity() : options_.defaultAdStackCapacity, "");
     });
-  } else if (cpu || cuda) {
+  } else if (compiled) {
     for (auto &[stack, cap] : program_.lastAdStackCapacities())
       row(stack, cap, "");
   } else {
@@ -285,6 +291,10 @@ void Runner::reportAdStacks(const Launch &launch) {
                       (threads.ok() ? std::to_string(*threads) : std::string("?")) +
                       " GPU threads)");
   }
+  if (vulkan && !rows.empty())
+    report_.push_back("kernel @" + k.name() + ": adstack heap " +
+                      std::to_string(vulkan->lastAdStackHeapBytes()) + " bytes (" +
+                      std::to_string(vulkan->gridThreads()) + " invocations)");
 }
 
 void Runner::print(const Launch &launch, const std::optional<std::string> &error) {
@@ -395,8 +405,9 @@ int run(int argc, char **argv) {
     die("--print does not go with --script: list what to print in a launch's \"print\"");
   if (backendName.empty()) // the exact access check is the interpreter's
     backendName = options.checkGlobalAccesses ? "interp" : "cpu";
-  if (backendName != "interp" && backendName != "cpu" && backendName != "cuda")
-    die("unknown backend '" + backendName + "'; available backends: interp, cpu, cuda");
+  if (backendName != "interp" && backendName != "cpu" && backendName != "cuda" &&
+      backendName != "vulkan")
+    die("unknown backend '" + backendName + "'; available backends: interp, cpu, cuda, vulkan");
 
   auto parsed = qd::parseModule(readFile(file), {file, 1});
   if (!parsed.ok())
@@ -467,7 +478,15 @@ int run(int argc, char **argv) {
       die(std::string(created.status().message()));
     cuda = *std::move(created);
   }
-  Runner runner(**program, {&interp, cpu.get(), cuda.get()}, options, script, reportAdStacks);
+  std::unique_ptr<qd::VulkanBackend> vulkan;
+  if (backendName == "vulkan") {
+    auto created = qd::VulkanBackend::create();
+    if (!created.ok())
+      die(std::string(created.status().message()));
+    vulkan = *std::move(created);
+  }
+  Runner runner(**program, {&interp, cpu.get(), cuda.get(), vulkan.get()}, options, script,
+                reportAdStacks);
   for (Launch &launch : launches)
     runner.run(launch);
   return 0;
