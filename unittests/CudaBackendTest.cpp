@@ -58,78 +58,7 @@ TEST(CudaBackendTest, WithoutADriverCreationIsAClearError) {
 
 TEST(CudaBackendTest, CorpusKernelsMatchTheInterpreter) {
   REQUIRE_GPU();
-  CorpusStats stats;
-  int chunkIndex = 0;
-  for (const auto &path : corpusFiles()) {
-    std::ifstream in(path);
-    std::stringstream text;
-    text << in.rdbuf();
-    std::string rel = std::filesystem::relative(path, QD_SOURCE_DIR).string();
-    for (const SourceChunk &chunk : splitSourceChunks(text.str())) {
-      ++chunkIndex;
-      auto parsed = parseModule(chunk.text, {rel, chunk.firstLine});
-      if (!parsed.ok() || !verify(**parsed).ok())
-        continue;
-      std::unique_ptr<Module> module = *std::move(parsed);
-      std::vector<Kernel *> all;
-      for (auto &k : module->kernels())
-        all.push_back(k.get());
-      for (Kernel *k : std::vector<Kernel *>(all)) {
-        if (module->findKernel(k->name() + "_grad") || module->findKernel(k->name() + "_dual"))
-          continue;
-        if (auto g = buildGradientKernel(*module, *k); g.ok())
-          all.push_back(*g), ++stats.derived;
-        if (auto d = buildDualKernel(*module, *k); d.ok())
-          all.push_back(*d), ++stats.derived;
-      }
-      if (!verify(*module).ok())
-        continue;
-      for (Kernel *k : all) {
-        if (hasEndlessWhile(*k) || hasHugeLoop(*k)) {
-          ++stats.skippedEndless;
-          continue;
-        }
-        ++stats.kernels;
-        uint64_t seed = uint64_t(chunkIndex) * 7919 + std::hash<std::string>()(k->name());
-        auto ref = makeInstance(*module, *k, seed, 0);
-        auto dev = makeInstance(*module, *k, seed, 0);
-        if (!ref || !dev)
-          continue;
-        LaunchOptions opts;
-        opts.boundsChecked = true;
-        bool timedOut = false;
-        absl::Status si =
-            interpretWithTimeout(*ref->program, k->name(), ref->args, opts, 2, timedOut);
-        if (timedOut) {
-          ++stats.timedOut;
-          break;
-        }
-        ++stats.launches;
-        std::string tag = fmt::format("{}:{} kernel @{}", rel, chunk.firstLine, k->name());
-        absl::Status sg = dev->program->launch(k->name(), dev->args, *gpu(), opts);
-        if (!si.ok()) {
-          if (sg.ok())
-            stats.failures.push_back(tag + ": the interpreter failed (" + message(si) +
-                                     ") but the GPU succeeded");
-          else
-            ++stats.bothErrored;
-          continue;
-        }
-        if (!sg.ok()) {
-          stats.failures.push_back(tag + ": the GPU failed: " + message(sg));
-          continue;
-        }
-        // Parallel tasks run in any order on the GPU: float sums round
-        // differently, and order-dependent kernels are not compared.
-        if (hasParallelTask(*k) && mayRace(*k)) {
-          ++stats.racy;
-          continue;
-        }
-        if (std::string d = compareInstances(*module, *ref, *dev, /*exact=*/false); !d.empty())
-          stats.failures.push_back(tag + ": " + d);
-      }
-    }
-  }
+  CorpusStats stats = runCorpus(*gpu(), "the GPU");
   std::cout << fmt::format("[cuda corpus] {} kernels ({} gradient/dual), {} launches, {} where "
                            "both failed, {} skipped (endless/huge), {} order-dependent (not "
                            "compared), {} failures\n",
@@ -139,57 +68,6 @@ TEST(CudaBackendTest, CorpusKernelsMatchTheInterpreter) {
   for (const auto &f : stats.failures)
     ADD_FAILURE() << f;
 }
-
-/// The gradient of v = sin(v) + 0.1 repeated %n times, per element.
-constexpr const char *kSinLoop = R"(kernel @g(%n: i32, %x: ndarray<f32, 1>, %out: ndarray<f32, 1>) {
-  %len = shape %x, 0 : i32
-  parallel for %i = 0 to %len {
-    %s = adstack.alloca f32, capacity 0
-    %xi = load %x[%i] : f32
-    %v = alloca f32
-    store %v, %xi
-    for %j = 0 to %n {
-      %a = load %v : f32
-      adstack.push %s, %a
-      %sn = sin %a : f32
-      %c = const 0.1 : f32
-      %b = add %sn, %c : f32
-      store %v, %b
-    }
-    %g = alloca f32
-    %one = const 1.0 : f32
-    store %g, %one
-    for %j2 = 0 to %n {
-      %t = adstack.load_top %s : f32
-      %cs = cos %t : f32
-      %g0 = load %g : f32
-      %g1 = mul %g0, %cs : f32
-      store %g, %g1
-      adstack.pop %s
-    }
-    %gf = load %g : f32
-    store %out[%i], %gf
-  }
-}
-)";
-
-struct SinLoop {
-  std::unique_ptr<Module> module;
-  std::unique_ptr<Program> program;
-  SinLoop() {
-    module = *parseModule(kSinLoop, {"sin.qd", 1});
-    program = *Program::create(*module);
-  }
-  absl::Status run(Backend &b, int n, std::vector<float> &x, std::vector<float> &out,
-                   const LaunchOptions &options = {}) {
-    auto bx = Buffer::borrow(ScalarType::F32, {int64_t(x.size())}, x.data());
-    auto bo = Buffer::borrow(ScalarType::F32, {int64_t(out.size())}, out.data());
-    NdarrayArg ax{&*bx}, ao{&*bo};
-    std::vector<LaunchArg> args{LaunchArg::i32(n), LaunchArg::ndarray(&ax),
-                                LaunchArg::ndarray(&ao)};
-    return program->launch("g", args, b, options);
-  }
-};
 
 TEST(CudaBackendTest, BoundsThatGrowBetweenLaunchesResizeTheHeap) {
   REQUIRE_GPU();

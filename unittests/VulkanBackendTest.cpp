@@ -75,152 +75,25 @@ TEST(VulkanBackendTest, AnUnknownDeviceIsAClearError) {
 
 TEST(VulkanBackendTest, CorpusKernelsMatchTheInterpreter) {
   REQUIRE_DEVICE();
-  CorpusStats stats;
-  int chunkIndex = 0, unsupported = 0;
-  for (const auto &path : corpusFiles()) {
-    std::ifstream in(path);
-    std::stringstream text;
-    text << in.rdbuf();
-    std::string rel = std::filesystem::relative(path, QD_SOURCE_DIR).string();
-    for (const SourceChunk &chunk : splitSourceChunks(text.str())) {
-      ++chunkIndex;
-      auto parsed = parseModule(chunk.text, {rel, chunk.firstLine});
-      if (!parsed.ok() || !verify(**parsed).ok())
-        continue;
-      std::unique_ptr<Module> module = *std::move(parsed);
-      std::vector<Kernel *> all;
-      for (auto &k : module->kernels())
-        all.push_back(k.get());
-      for (Kernel *k : std::vector<Kernel *>(all)) {
-        if (module->findKernel(k->name() + "_grad") || module->findKernel(k->name() + "_dual"))
-          continue;
-        if (auto g = buildGradientKernel(*module, *k); g.ok())
-          all.push_back(*g), ++stats.derived;
-        if (auto d = buildDualKernel(*module, *k); d.ok())
-          all.push_back(*d), ++stats.derived;
-      }
-      if (!verify(*module).ok())
-        continue;
-      for (Kernel *k : all) {
-        if (hasEndlessWhile(*k) || hasHugeLoop(*k)) {
-          ++stats.skippedEndless;
-          continue;
-        }
-        ++stats.kernels;
-        uint64_t seed = uint64_t(chunkIndex) * 7919 + std::hash<std::string>()(k->name());
-        auto ref = makeInstance(*module, *k, seed, 0);
-        auto dev = makeInstance(*module, *k, seed, 0);
-        if (!ref || !dev)
-          continue;
-        LaunchOptions opts;
-        opts.boundsChecked = true;
-        bool timedOut = false;
-        absl::Status si =
-            interpretWithTimeout(*ref->program, k->name(), ref->args, opts, 2, timedOut);
-        if (timedOut) {
-          ++stats.timedOut;
-          break;
-        }
-        ++stats.launches;
-        std::string tag = fmt::format("{}:{} kernel @{}", rel, chunk.firstLine, k->name());
-        absl::Status sg = dev->program->launch(k->name(), dev->args, *gpu(), opts);
-        if (!sg.ok() && sg.code() == absl::StatusCode::kFailedPrecondition &&
-            message(sg).find("does not support them (feature") != std::string::npos) {
-          ++unsupported; // a feature this device lacks, named
-          continue;
-        }
-        if (!si.ok()) {
-          if (sg.ok())
-            stats.failures.push_back(tag + ": the interpreter failed (" + message(si) +
-                                     ") but Vulkan succeeded");
-          else if (locationPrefix(si) == locationPrefix(sg))
-            ++stats.bothErrored, ++stats.sameLocation;
-          else if (hasParallelTask(*k)) // another iteration may fail first
-            ++stats.bothErrored;
-          else
-            stats.failures.push_back(tag + ": the interpreter failed with " + message(si) +
-                                     ", Vulkan with " + message(sg));
-          continue;
-        }
-        if (!sg.ok()) {
-          stats.failures.push_back(tag + ": Vulkan failed: " + message(sg));
-          continue;
-        }
-        if (hasParallelTask(*k) && mayRace(*k)) {
-          ++stats.racy;
-          continue;
-        }
-        if (std::string d = compareInstances(*module, *ref, *dev, /*exact=*/false); !d.empty())
-          stats.failures.push_back(tag + ": " + d);
-      }
-    }
-  }
+  CorpusRun run;
+  run.refused = [](const absl::Status &s) { // a feature this device lacks, named
+    return s.code() == absl::StatusCode::kFailedPrecondition &&
+           message(s).find("does not support them (feature") != std::string::npos;
+  };
+  run.sameErrorSite = true;
+  CorpusStats stats = runCorpus(*gpu(), "Vulkan", run);
   std::cout << fmt::format("[vulkan corpus] {} kernels ({} gradient/dual), {} launches, {} where "
                            "both failed ({} at the same statement), {} skipped (endless/huge), "
                            "{} order-dependent (not compared), {} needing a missing feature, {} "
                            "failures\n",
                            stats.kernels, stats.derived, stats.launches, stats.bothErrored,
-                           stats.sameLocation, stats.skippedEndless, stats.racy, unsupported,
+                           stats.sameLocation, stats.skippedEndless, stats.racy, stats.refused,
                            stats.failures.size());
   EXPECT_GT(stats.kernels, 150);
   EXPECT_GT(stats.sameLocation, 0);
   for (const auto &f : stats.failures)
     ADD_FAILURE() << f;
 }
-
-/// The gradient of v = sin(v) + 0.1 repeated %n times, per element.
-constexpr const char *kSinLoop = R"(kernel @g(%n: i32, %x: ndarray<f32, 1>, %out: ndarray<f32, 1>) {
-  %len = shape %x, 0 : i32
-  parallel for %i = 0 to %len {
-    %s = adstack.alloca f32, capacity 0
-    %xi = load %x[%i] : f32
-    %v = alloca f32
-    store %v, %xi
-    for %j = 0 to %n {
-      %a = load %v : f32
-      adstack.push %s, %a
-      %sn = sin %a : f32
-      %c = const 0.1 : f32
-      %b = add %sn, %c : f32
-      store %v, %b
-    }
-    %g = alloca f32
-    %one = const 1.0 : f32
-    store %g, %one
-    for %j2 = 0 to %n {
-      %t = adstack.load_top %s : f32
-      %cs = cos %t : f32
-      %g0 = load %g : f32
-      %g1 = mul %g0, %cs : f32
-      store %g, %g1
-      adstack.pop %s
-    }
-    %gf = load %g : f32
-    store %out[%i], %gf
-  }
-}
-)";
-
-struct SinLoop {
-  std::unique_ptr<Module> module;
-  std::unique_ptr<Program> program;
-  SinLoop() {
-    module = *parseModule(kSinLoop, {"sin.qd", 1});
-    program = *Program::create(*module);
-  }
-  absl::Status run(Backend &b, int n, std::vector<float> &x, std::vector<float> &out,
-                   const LaunchOptions &options = {}) {
-    auto bx = Buffer::borrow(ScalarType::F32, {int64_t(x.size())}, x.data());
-    auto bo = Buffer::borrow(ScalarType::F32, {int64_t(out.size())}, out.data());
-    NdarrayArg ax{&*bx}, ao{&*bo};
-    std::vector<LaunchArg> args{LaunchArg::i32(n), LaunchArg::ndarray(&ax),
-                                LaunchArg::ndarray(&ao)};
-    absl::Status s = program->launch("g", args, b, options);
-    if (absl::Status t = bo->syncToHost(); s.ok())
-      s = t;
-    return s;
-  }
-};
 
 TEST(VulkanBackendTest, BoundsThatGrowBetweenLaunchesResizeTheHeap) {
   REQUIRE_DEVICE();

@@ -417,12 +417,8 @@ absl::Status CpuBackend::launch(Program &program, const Kernel &kernel,
                                 std::span<const LaunchArg> args, const LaunchOptions &options) {
   if (absl::Status s = validateLaunchArgs(kernel, args); !s.ok())
     return s;
-  if (options.checkGlobalAccesses)
-    return absl::UnimplementedError(fmt::format(
-        "kernel @{}: the CPU backend does not check global accesses "
-        "(LaunchOptions::checkGlobalAccesses); launch on the interpreter for that check, or run "
-        "the static `check-global-accesses` pass",
-        kernel.name()));
+  if (absl::Status s = refuseGlobalAccessChecks(kernel, options, "CPU"); !s.ok())
+    return s;
   // A launch that may be stopped runs code that checks (CodegenOptions::stopChecks).
   auto compiled = impl_->compile(kernel, options.boundsChecked, options.stoppable());
   if (!compiled.ok())

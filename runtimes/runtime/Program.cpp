@@ -89,6 +89,17 @@ absl::Status checkNdarrayOverlap(const Kernel &kernel, std::span<const LaunchArg
 
 } // namespace
 
+absl::Status refuseGlobalAccessChecks(const Kernel &kernel, const LaunchOptions &options,
+                                      std::string_view backend) {
+  if (!options.checkGlobalAccesses)
+    return absl::OkStatus();
+  return absl::UnimplementedError(fmt::format(
+      "kernel @{}: the {} backend does not check global accesses "
+      "(LaunchOptions::checkGlobalAccesses); launch on the interpreter for that check, or run "
+      "the static `check-global-accesses` pass",
+      kernel.name(), backend));
+}
+
 absl::Status validateLaunchArgs(const Kernel &kernel, std::span<const LaunchArg> args) {
   if (args.size() != kernel.numArguments())
     return absl::InvalidArgumentError(fmt::format(

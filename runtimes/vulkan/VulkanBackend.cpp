@@ -296,20 +296,13 @@ absl::Status VulkanBackend::launch(Program &program, const Kernel &kernel,
                                    std::span<const LaunchArg> args, const LaunchOptions &options) {
   if (absl::Status s = validateLaunchArgs(kernel, args); !s.ok())
     return s;
-  if (options.checkGlobalAccesses)
-    return absl::UnimplementedError(fmt::format(
-        "kernel @{}: the vulkan backend does not check global accesses "
-        "(LaunchOptions::checkGlobalAccesses); launch on the interpreter for that check, or run "
-        "the static `check-global-accesses` pass",
-        kernel.name()));
+  if (absl::Status s = refuseGlobalAccessChecks(kernel, options, "vulkan"); !s.ok())
+    return s;
   if (options.stoppable())
     return absl::UnimplementedError(fmt::format(
         "kernel @{}: the vulkan backend cannot stop a running launch (LaunchOptions::timeout and "
         "::cancel); launch without them, or on the cpu or cuda backend",
         kernel.name()));
-  if (options.maxLoopIterations > 0)
-    return absl::UnimplementedError(fmt::format(
-        "kernel @{}: LaunchOptions::maxLoopIterations is for the interpreter only", kernel.name()));
   return impl_->launch(program, kernel, args, options);
 }
 

@@ -4,7 +4,10 @@
 #include "ProgramGen.h"
 
 #include "qd/interp/Interpreter.h"
+#include "qd/ir/Parser.h"
+#include "qd/ir/Verifier.h"
 #include "qd/ir/Visitor.h"
+#include "qd/transforms/AutoDiff.h"
 
 #include <fmt/format.h>
 
@@ -12,6 +15,7 @@
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
+#include <fstream>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -249,6 +253,138 @@ std::vector<std::filesystem::path> corpusFiles() {
         files.push_back(e.path());
   std::sort(files.begin(), files.end());
   return files;
+}
+
+const char *const kSinLoop = R"(kernel @g(%n: i32, %x: ndarray<f32, 1>, %out: ndarray<f32, 1>) {
+  %len = shape %x, 0 : i32
+  parallel for %i = 0 to %len {
+    %s = adstack.alloca f32, capacity 0
+    %xi = load %x[%i] : f32
+    %v = alloca f32
+    store %v, %xi
+    for %j = 0 to %n {
+      %a = load %v : f32
+      adstack.push %s, %a
+      %sn = sin %a : f32
+      %c = const 0.1 : f32
+      %b = add %sn, %c : f32
+      store %v, %b
+    }
+    %g = alloca f32
+    %one = const 1.0 : f32
+    store %g, %one
+    for %j2 = 0 to %n {
+      %t = adstack.load_top %s : f32
+      %cs = cos %t : f32
+      %g0 = load %g : f32
+      %g1 = mul %g0, %cs : f32
+      store %g, %g1
+      adstack.pop %s
+    }
+    %gf = load %g : f32
+    store %out[%i], %gf
+  }
+}
+)";
+
+SinLoop::SinLoop() {
+  module = *parseModule(kSinLoop, {"sin.qd", 1});
+  program = *Program::create(*module);
+}
+
+absl::Status SinLoop::run(Backend &b, int n, std::vector<float> &x, std::vector<float> &out,
+                          const LaunchOptions &options) {
+  auto bx = Buffer::borrow(ScalarType::F32, {int64_t(x.size())}, x.data());
+  auto bo = Buffer::borrow(ScalarType::F32, {int64_t(out.size())}, out.data());
+  NdarrayArg ax{&*bx}, ao{&*bo};
+  std::vector<LaunchArg> args{LaunchArg::i32(n), LaunchArg::ndarray(&ax), LaunchArg::ndarray(&ao)};
+  absl::Status s = program->launch("g", args, b, options);
+  if (absl::Status t = bo->syncToHost(); s.ok())
+    s = t;
+  return s;
+}
+
+CorpusStats runCorpus(Backend &backend, const std::string &name, const CorpusRun &run) {
+  CorpusStats stats;
+  int chunkIndex = 0;
+  for (const auto &path : corpusFiles()) {
+    std::ifstream in(path, std::ios::binary);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::string rel = std::filesystem::relative(path, QD_SOURCE_DIR).string();
+    for (const SourceChunk &chunk : splitSourceChunks(text)) {
+      ++chunkIndex;
+      auto parsed = parseModule(chunk.text, {rel, chunk.firstLine});
+      if (!parsed.ok() || !verify(**parsed).ok())
+        continue;
+      std::unique_ptr<Module> module = *std::move(parsed);
+      std::vector<Kernel *> all;
+      for (auto &k : module->kernels())
+        all.push_back(k.get());
+      for (Kernel *k : std::vector<Kernel *>(all)) {
+        if (module->findKernel(k->name() + "_grad") || module->findKernel(k->name() + "_dual"))
+          continue;
+        if (auto g = buildGradientKernel(*module, *k); g.ok())
+          all.push_back(*g), ++stats.derived;
+        if (auto d = buildDualKernel(*module, *k); d.ok())
+          all.push_back(*d), ++stats.derived;
+      }
+      if (!verify(*module).ok())
+        continue;
+      for (Kernel *k : all) {
+        if (hasEndlessWhile(*k) || hasHugeLoop(*k)) {
+          ++stats.skippedEndless;
+          continue;
+        }
+        ++stats.kernels;
+        uint64_t seed = uint64_t(chunkIndex) * 7919 + std::hash<std::string>()(k->name());
+        auto ref = makeInstance(*module, *k, seed, 0);
+        auto dev = makeInstance(*module, *k, seed, 0);
+        if (!ref || !dev)
+          continue;
+        LaunchOptions opts;
+        opts.boundsChecked = true;
+        bool timedOut = false;
+        absl::Status si =
+            interpretWithTimeout(*ref->program, k->name(), ref->args, opts, 2, timedOut);
+        if (timedOut) {
+          ++stats.timedOut;
+          break;
+        }
+        ++stats.launches;
+        std::string tag = fmt::format("{}:{} kernel @{}", rel, chunk.firstLine, k->name());
+        absl::Status sg = dev->program->launch(k->name(), dev->args, backend, opts);
+        if (!sg.ok() && run.refused && run.refused(sg)) {
+          ++stats.refused;
+          continue;
+        }
+        if (!si.ok()) {
+          bool same = locationPrefix(si) == locationPrefix(sg);
+          if (sg.ok())
+            stats.failures.push_back(fmt::format("{}: the interpreter failed ({}) but {} succeeded",
+                                                 tag, message(si), name));
+          else if (run.sameErrorSite && !same && !hasParallelTask(*k))
+            stats.failures.push_back(fmt::format("{}: the interpreter failed with {}, {} with {}",
+                                                 tag, message(si), name, message(sg)));
+          else
+            ++stats.bothErrored, stats.sameLocation += same;
+          continue;
+        }
+        if (!sg.ok()) {
+          stats.failures.push_back(fmt::format("{}: {} failed: {}", tag, name, message(sg)));
+          continue;
+        }
+        // Parallel tasks run in any order on a device: float sums round
+        // differently, and order-dependent kernels are not compared.
+        if (hasParallelTask(*k) && mayRace(*k)) {
+          ++stats.racy;
+          continue;
+        }
+        if (std::string d = compareInstances(*module, *ref, *dev, /*exact=*/false); !d.empty())
+          stats.failures.push_back(tag + ": " + d);
+      }
+    }
+  }
+  return stats;
 }
 
 } // namespace qd::corpus

@@ -13,6 +13,7 @@
 #include <absl/status/status.h>
 
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -108,7 +109,41 @@ struct CorpusStats {
   int timedOut = 0;
   int stopped = 0; // endless kernels the interpreter stopped at a timeout
   int racy = 0;    // parallel kernels compared with one worker only
+  int refused = 0; // launches the backend refused for a reason CorpusRun::refused accepts
   std::vector<std::string> failures;
+};
+
+/// How runCorpus treats a backend.
+struct CorpusRun {
+  /// A failed launch for which this returns true is counted in
+  /// CorpusStats::refused instead of failing (a device feature it lacks).
+  std::function<bool(const absl::Status &)> refused;
+  /// Where both fail, a kernel without parallel tasks must fail at the
+  /// interpreter's statement (iterations of a parallel task may fail in
+  /// another order).
+  bool sameErrorSite = false;
+};
+
+/// Runs every kernel of the corpus, and the gradient and dual kernels
+/// autodiff builds for it, on `backend` (called `name` in failures) and on
+/// the interpreter with the same data, bounds checked, and compares them:
+/// integers exactly, floats within tolFor. Order-dependent parallel kernels
+/// (mayRace) are run but not compared; endless and huge ones are skipped.
+CorpusStats runCorpus(Backend &backend, const std::string &name, const CorpusRun &run = {});
+
+/// The gradient of v = sin(v) + 0.1 repeated %n times, per element of %x,
+/// with the loop's values on an adstack of capacity 0 (sized at launch):
+/// `g(%n: i32, %x: ndarray<f32, 1>, %out: ndarray<f32, 1>)`, parsed from
+/// "sin.qd" (the stack at line 3).
+extern const char *const kSinLoop;
+
+struct SinLoop {
+  std::unique_ptr<Module> module;
+  std::unique_ptr<Program> program;
+  SinLoop();
+  /// Launches @g on `b` over `x` into `out` (borrowed: read when it returns).
+  absl::Status run(Backend &b, int n, std::vector<float> &x, std::vector<float> &out,
+                   const LaunchOptions &options = {});
 };
 
 /// Every .qd file under test/ and examples/, sorted.

@@ -95,6 +95,12 @@ struct LaunchOptions {
 /// of `args` against `kernel`'s parameters. Messages name the argument.
 absl::Status validateLaunchArgs(const Kernel &kernel, std::span<const LaunchArg> args);
 
+/// For a compiled backend, which does not check global accesses:
+/// Unimplemented, naming `backend` and the alternatives, when `options`
+/// asks for the check (LaunchOptions::checkGlobalAccesses).
+absl::Status refuseGlobalAccessChecks(const Kernel &kernel, const LaunchOptions &options,
+                                      std::string_view backend);
+
 class Program;
 
 /// Brings the host side of every buffer a launch of `kernel` may touch (the
