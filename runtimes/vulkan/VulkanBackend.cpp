@@ -172,6 +172,8 @@ absl::StatusOr<VulkanBackend::Impl::Compiled *> VulkanBackend::Impl::compile(con
   so.boundsChecked = boundsChecked;
   so.workgroupSize = options.workgroupSize;
   so.features = device->info().features;
+  so.features.atomicFloat32Add &= options.floatAtomics;
+  so.features.atomicFloat64Add &= options.floatAtomics;
   auto spirv = emitSpirv(kernel, so);
   if (!spirv.ok())
     return spirv.status();
@@ -263,7 +265,8 @@ VulkanBackend::create(const VulkanBackendOptions &options) {
   impl->options = options;
   impl->device = *std::move(device);
   int64_t wg = options.workgroupSize;
-  impl->threads = std::max<int64_t>(wg, options.maxThreads / wg * wg);
+  // Vulkan guarantees 65535 workgroups in a dispatch.
+  impl->threads = std::clamp<int64_t>(options.maxThreads / wg * wg, wg, 65535 * wg);
   return std::unique_ptr<VulkanBackend>(new VulkanBackend(std::move(impl)));
 }
 

@@ -46,10 +46,13 @@ struct VulkanBackendOptions {
   /// Invocations per workgroup of parallel tasks.
   unsigned workgroupSize = 64;
   /// The invocations of the grid parallel tasks run on (T, rounded down to
-  /// whole workgroups; at least one workgroup).
+  /// whole workgroups; at least one workgroup, at most 65535).
   int64_t maxThreads = 65536;
   /// Enable VK_LAYER_KHRONOS_validation when it is installed (tests).
   bool validation = false;
+  /// Use the device's float atomic adds where it has them; false: the
+  /// compare-exchange loop every device runs (tests both on one device).
+  bool floatAtomics = true;
 };
 
 struct VulkanDeviceInfo {
