@@ -13,6 +13,5 @@ export BUILD_DIR=${BUILD_DIR:-build-asan}
 ./scripts/build.sh -DQD_SANITIZE=ON -DQD_BUILD_BENCH=OFF "$@"
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1${ASAN_OPTIONS:+:$ASAN_OPTIONS}
 export UBSAN_OPTIONS=halt_on_error=1:abort_on_error=1:print_stacktrace=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}
-# Leaks of code that is not ours (Mesa's Vulkan drivers): scripts/lsan-suppressions.txt.
-export LSAN_OPTIONS=suppressions=$PWD/scripts/lsan-suppressions.txt${LSAN_OPTIONS:+:$LSAN_OPTIONS}
+export LSAN_OPTIONS=${LSAN_OPTIONS:-}
 ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$(nproc)"

@@ -44,12 +44,7 @@ for name, directory in [("qd-opt", config.qd_tools_dir),
 for var in ["QD_VULKAN_DEVICE", "VK_ICD_FILENAMES", "VK_DRIVER_FILES", "VK_LOADER_DEBUG"]:
     if var in os.environ:
         config.environment[var] = os.environ[var]
-# A sanitizer run (scripts/test-sanitizers.sh exports LSAN_OPTIONS): the
-# leak suppressions for Mesa's drivers, and the slow unwinding they need.
-if "LSAN_OPTIONS" in os.environ:
-    config.environment["LSAN_OPTIONS"] = os.environ["LSAN_OPTIONS"]
-    config.environment["ASAN_OPTIONS"] = (os.environ.get("ASAN_OPTIONS", "") +
-                                          ":fast_unwind_on_malloc=0").lstrip(":")
+
 
 
 def vulkan_device_available():
