@@ -3,6 +3,7 @@
 
 #include "CudaMemory.h"
 
+#include "qd/abi/LaunchErrors.h"
 #include "qd/analysis/AdStackSizing.h"
 #include "qd/codegen/llvm/KernelCodegen.h"
 #include "qd/codegen/llvm/Ptx.h"
@@ -31,6 +32,8 @@ struct CudaBackend::Impl {
     std::unique_ptr<cuda::Module> module;
     std::vector<cuda::CUfunction> functions; // per layout.launches entry
     int64_t blocks = 1;                      // of every parallel entry
+    /// The module's launch words (kLaunchWordsSymbol; 0 when it has none).
+    CUdeviceptr launchWords = 0;
   };
 
   CudaBackendOptions options;
@@ -82,6 +85,16 @@ struct CudaBackend::Impl {
                           fmt::format("kernel @{}: the driver rejected its PTX: {}", kernel.name(),
                                       std::string(loaded.status().message())));
     c.module = *std::move(loaded);
+    if (!c.layout.launchWords.empty()) {
+      auto words = c.module->global(kLaunchWordsSymbol);
+      if (!words.ok())
+        return words.status();
+      if (words->second != c.layout.launchWords.size() * 8)
+        return absl::InternalError(fmt::format(
+            "kernel @{}: the module's {} holds {} bytes, its layout {} words", kernel.name(),
+            kLaunchWordsSymbol, words->second, c.layout.launchWords.size()));
+      c.launchWords = words->first;
+    }
     // One grid for every parallel entry (the heap is laid out for its
     // threads): the fewest blocks any entry keeps resident on all SMs.
     int64_t blocks = -1;
@@ -110,6 +123,60 @@ struct CudaBackend::Impl {
 
   int64_t threadsOf(const Compiled &c) const { return c.blocks * int64_t(options.blockSize); }
 };
+
+namespace {
+
+/// The values of `layout.launchWords` for a launch of `plan` over `threads`
+/// threads with the heap at `heap`.
+absl::StatusOr<std::vector<int64_t>> launchWords(const LaunchPlan &plan,
+                                                 std::span<const CUdeviceptr> slots,
+                                                 int64_t threads, CUdeviceptr heap) {
+  const KernelLayout &layout = plan.layout();
+  std::vector<int64_t> words;
+  words.reserve(layout.launchWords.size());
+  const AdStackHeapLayout &h = plan.heap();
+  for (const KernelLayout::LaunchWord &w : layout.launchWords) {
+    using K = KernelLayout::LaunchWord;
+    switch (w.kind) {
+    case K::Threads:
+      words.push_back(threads);
+      break;
+    case K::Global:
+      words.push_back(int64_t(slots[w.index]));
+      break;
+    case K::Shape:
+      words.push_back(plan.shapes()[w.index]);
+      break;
+    case K::Scalar:
+      words.push_back(plan.scalars()[w.index]);
+      break;
+    case K::Capacity:
+    case K::RowBytes: {
+      // The code keeps an indexed depth (an i32 count) and the bytes
+      // between rows in 32 bits.
+      int64_t value = w.kind == K::Capacity ? h.capacities[w.index]
+                                            : threads * int64_t(layout.stacks[w.index].entryBytes);
+      if (value > INT32_MAX) {
+        const KernelLayout::Stack &st = layout.stacks[w.index];
+        return absl::ResourceExhaustedError(fmt::format(
+            "{}: error: the adstack's {} {} is more than the cuda backend's limit of 2^31 - 1 "
+            "({}); give it a smaller capacity, or the grid fewer threads "
+            "(CudaBackendOptions::maxThreads)",
+            st.stmt->loc().str(), w.kind == K::Capacity ? "capacity" : "row size in bytes", value,
+            launchWhere(plan.kernel(), st.task)));
+      }
+      words.push_back(value);
+      break;
+    }
+    case K::StackBase:
+      words.push_back(int64_t(heap) + h.offsets[w.index] * threads);
+      break;
+    }
+  }
+  return words;
+}
+
+} // namespace
 
 CudaBackend::CudaBackend(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 CudaBackend::~CudaBackend() = default;
@@ -285,6 +352,15 @@ absl::Status CudaBackend::launch(Program &program, const Kernel &kernel,
   arena.write(ctxOff, &ctx, sizeof(ctx));
   if (absl::Status s = arena.upload(device); !s.ok())
     return s;
+  if (c.launchWords) {
+    absl::StatusOr<std::vector<int64_t>> words =
+        launchWords(*plan, slots, threads, impl_->heap.get());
+    if (!words.ok())
+      return words.status();
+    if (absl::Status s = device.copyToDevice(c.launchWords, words->data(), words->size() * 8);
+        !s.ok())
+      return s;
+  }
 
   CUdeviceptr ctxArg = arena.base() + ctxOff;
   void *params[] = {&ctxArg};

@@ -81,6 +81,7 @@ const Loaded &loadDriver(const std::string &library) {
     resolve(a.cuModuleLoadDataEx, "cuModuleLoadDataEx");
     resolve(a.cuModuleUnload, "cuModuleUnload");
     resolve(a.cuModuleGetFunction, "cuModuleGetFunction");
+    resolve(a.cuModuleGetGlobal, "cuModuleGetGlobal_v2");
     resolve(a.cuLaunchKernel, "cuLaunchKernel");
     resolve(a.cuOccupancyMaxActiveBlocksPerMultiprocessor,
             "cuOccupancyMaxActiveBlocksPerMultiprocessor");
@@ -279,6 +280,17 @@ absl::StatusOr<CUfunction> Module::function(const std::string &name) const {
       !s.ok())
     return s;
   return f;
+}
+
+absl::StatusOr<std::pair<CUdeviceptr, size_t>> Module::global(const std::string &name) const {
+  CUdeviceptr p = 0;
+  size_t bytes = 0;
+  if (absl::Status s =
+          device_.check(device_.api().cuModuleGetGlobal(&p, &bytes, module_, name.c_str()),
+                        "cuModuleGetGlobal(" + name + ")");
+      !s.ok())
+    return s;
+  return std::pair(p, bytes);
 }
 
 DeviceBuffer &DeviceBuffer::operator=(DeviceBuffer &&o) noexcept {

@@ -57,6 +57,7 @@ struct DriverApi {
   CUresult (*cuModuleLoadDataEx)(CUmodule *, const void *, unsigned, int *, void **);
   CUresult (*cuModuleUnload)(CUmodule);
   CUresult (*cuModuleGetFunction)(CUfunction *, CUmodule, const char *);
+  CUresult (*cuModuleGetGlobal)(CUdeviceptr *, size_t *, CUmodule, const char *);
   CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                              unsigned, CUstream, void **, void **);
   CUresult (*cuOccupancyMaxActiveBlocksPerMultiprocessor)(int *, CUfunction, int, size_t);
@@ -143,6 +144,8 @@ public:
                                                       unsigned maxRegisters = 0);
   ~Module();
   absl::StatusOr<CUfunction> function(const std::string &name) const;
+  /// The address and size of the module's global variable `name`.
+  absl::StatusOr<std::pair<CUdeviceptr, size_t>> global(const std::string &name) const;
 
 private:
   Module(const Device &d, CUmodule m) : device_(d), module_(m) {}

@@ -51,6 +51,8 @@ public:
   void emitEntries(KernelEmitter &emitter) override;
   void emitParallelTask(KernelEmitter &emitter, ForStmt &task) override;
   LV *threadIndex(EmitContext &c) override { return c.fn->thread; }
+  std::optional<unsigned> launchWordsAddressSpace() const override { return 4; }
+  bool adStackIndexedDepth() const override { return true; }
   LV *devicePointer(llvm::IRBuilderBase &b, LV *p) override {
     // Every pointer the context holds is device (global) memory.
     auto *global = llvm::PointerType::get(b.getContext(), 1);
@@ -70,6 +72,8 @@ public:
   }
 
 private:
+  /// ctx->threads (T), from the launch words.
+  LV *threads(EmitContext &c);
   /// Splits the kernel into entries and gives a ctx->values slot to every
   /// top-level value a later entry uses.
   void planEntries(EmitContext &c);
@@ -236,28 +240,42 @@ void NvptxTarget::emitParallelTask(KernelEmitter &e, ForStmt &task) {
         }
         e.emitBlock(task.body());
       },
-      c.ctxField(CtxField::threads));
+      threads(c));
   b.CreateRetVoid();
   c.fn = nullptr;
 }
 
+LV *NvptxTarget::threads(EmitContext &c) {
+  if (LV *word = c.launchWord({KernelLayout::LaunchWord::Threads, 0}))
+    return word;
+  return c.ctxField(CtxField::threads);
+}
+
 LV *NvptxTarget::adStackBase(EmitContext &c, unsigned id) {
-  LV *offsets = c.ctxField(CtxField::offsets), *threads = c.ctxField(CtxField::threads),
-     *heap = c.ctxField(CtxField::heap);
   int64_t entryBytes = c.layout.stacks.at(id).entryBytes;
   llvm::IRBuilder<> eb = c.entryBuilder();
-  LV *offset = eb.CreateLoad(c.i64, eb.CreateGEP(c.i64, offsets, eb.getInt64(id)));
-  LV *mine = eb.CreateMul(eb.CreateZExt(threadIndex(c), c.i64), eb.getInt64(entryBytes));
   // A global-space pointer, so that every address derived from it (the
   // stack's top, end and last row) is one too, with no generic copy kept
   // alive for the overflow path's pointer difference.
-  LV *global = eb.CreateAddrSpaceCast(heap, llvm::PointerType::get(c.llvm, 1));
-  return eb.CreateGEP(eb.getInt8Ty(), global, eb.CreateAdd(eb.CreateMul(offset, threads), mine));
+  auto *global = llvm::PointerType::get(c.llvm, 1);
+  LV *region; // heap + offsets[id] * T
+  if (LV *word = c.launchWord({KernelLayout::LaunchWord::StackBase, id})) {
+    region = eb.CreateIntToPtr(word, global);
+  } else {
+    LV *offsets = c.ctxField(CtxField::offsets), *heap = c.ctxField(CtxField::heap);
+    LV *offset = eb.CreateLoad(c.i64, eb.CreateGEP(c.i64, offsets, eb.getInt64(id)));
+    region = eb.CreateGEP(eb.getInt8Ty(), eb.CreateAddrSpaceCast(heap, global),
+                          eb.CreateMul(offset, threads(c)));
+  }
+  LV *mine = eb.CreateMul(eb.CreateZExt(threadIndex(c), c.i64), eb.getInt64(entryBytes));
+  return eb.CreateGEP(eb.getInt8Ty(), region, mine);
 }
 
 LV *NvptxTarget::adStackRowBytes(EmitContext &c, const StackRef &stack, unsigned) {
-  LV *threads = c.ctxField(CtxField::threads);
-  return c.entryBuilder().CreateMul(threads, c.b.getInt64(stack.entryBytes));
+  if (LV *word = c.launchWord({KernelLayout::LaunchWord::RowBytes, stack.id}))
+    return word;
+  LV *t = threads(c);
+  return c.entryBuilder().CreateMul(t, c.b.getInt64(stack.entryBytes));
 }
 
 LV *NvptxTarget::adStackAdjoint(EmitContext &c, const StackRef &stack, LV *primal, unsigned) {

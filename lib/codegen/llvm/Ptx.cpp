@@ -1,6 +1,8 @@
 //===- Ptx.cpp - PTX for the NVPTX target ---------------------------------===//
 #include "qd/codegen/llvm/Ptx.h"
 
+#include "qd/abi/KernelLayout.h"
+
 #include "qd/codegen/llvm/Optimize.h"
 
 #include <fmt/format.h>
@@ -140,7 +142,10 @@ absl::StatusOr<std::string> emitPtx(llvm::Module &module, const PtxOptions &opti
   // CPU (NVVMReflect, run by the NVPTX pipeline, folds the answer).
   if (!module.getModuleFlag("nvvm-reflect-ftz"))
     module.addModuleFlag(llvm::Module::Override, "nvvm-reflect-ftz", uint32_t(0));
-  llvm::internalizeModule(module, [](const llvm::GlobalValue &gv) { return isEntry(gv); });
+  // The launch words keep their name: the runtime writes them.
+  llvm::internalizeModule(module, [](const llvm::GlobalValue &gv) {
+    return isEntry(gv) || gv.getName() == kLaunchWordsSymbol;
+  });
   optimizeModule(module, &tm);
   std::string text;
   llvm::raw_string_ostream verifyOut(text);
