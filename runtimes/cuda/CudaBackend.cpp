@@ -15,6 +15,7 @@
 #include <llvm/IR/Module.h>
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -41,8 +42,9 @@ struct CudaBackend::Impl {
   std::shared_ptr<cuda::Reducer> reducer;
   std::string arch;
   mutable std::mutex compileMutex, launchMutex;
-  /// Keyed by (kernel, bounds checks, stop checks).
-  std::map<std::tuple<uint64_t, bool, bool>, Compiled> cache;
+  /// Keyed by (kernel, bounds checks, stop checks, local array entries per
+  /// stack id: empty for the code that keeps every stack in the heap).
+  std::map<std::tuple<uint64_t, bool, bool, std::vector<int64_t>>, Compiled> cache;
   std::map<uint64_t, std::unique_ptr<KernelSizing>> sizings;
   DeviceBuffer heap;
   cuda::LaunchArena arena;
@@ -58,10 +60,15 @@ struct CudaBackend::Impl {
     return *slot;
   }
 
+  /// The code of `kernel`; with `local` (entries per stack id, of the
+  /// heap code's layout `heapLayout`), the variant that keeps those stacks
+  /// in local arrays.
   absl::StatusOr<Compiled *> compile(const Kernel &kernel, bool boundsChecked,
-                                     bool stopChecks = false) {
+                                     bool stopChecks = false,
+                                     const std::vector<int64_t> &local = {},
+                                     const KernelLayout *heapLayout = nullptr) {
     std::lock_guard<std::mutex> lock(compileMutex);
-    auto key = std::tuple(kernel.uniqueId(), boundsChecked, stopChecks);
+    auto key = std::tuple(kernel.uniqueId(), boundsChecked, stopChecks, local);
     if (auto it = cache.find(key); it != cache.end())
       return &it->second;
     sizingOfLocked(kernel);
@@ -70,6 +77,8 @@ struct CudaBackend::Impl {
     CodegenOptions opts;
     opts.boundsChecked = boundsChecked;
     opts.stopChecks = stopChecks;
+    for (size_t i = 0; i < local.size() && heapLayout; ++i)
+      opts.localAdStackEntries[heapLayout->stacks.at(i).stmt] = local[i];
     auto module = emitKernel(kernel, context, opts, c.layout, CodegenTarget::Nvptx);
     if (!module.ok())
       return module.status();
@@ -122,6 +131,36 @@ struct CudaBackend::Impl {
   }
 
   int64_t threadsOf(const Compiled &c) const { return c.blocks * int64_t(options.blockSize); }
+
+  /// Local array entries per stack for a launch with `capacities` (of the
+  /// heap code's `layout`): each a power of two of at least 32 that holds
+  /// its capacity, if together they fit in options.localTapeBytes per
+  /// thread and the kernel has fewer than kMaxLocalVariants such variants;
+  /// otherwise empty (the heap code).
+  std::vector<int64_t> localEntriesFor(const Kernel &kernel, const KernelLayout &layout,
+                                       std::span<const int64_t> capacities) {
+    constexpr int kMaxLocalVariants = 4;
+    if (options.localTapeBytes <= 0 || layout.stacks.empty())
+      return {};
+    std::vector<int64_t> local;
+    int64_t bytes = 0;
+    for (size_t i = 0; i < layout.stacks.size(); ++i) {
+      int64_t entries = std::max<int64_t>(32, int64_t(std::bit_ceil(uint64_t(capacities[i]))));
+      bytes += entries * layout.stacks[i].entryBytes;
+      if (bytes > options.localTapeBytes)
+        return {};
+      local.push_back(entries);
+    }
+    std::lock_guard<std::mutex> lock(compileMutex);
+    int variants = 0;
+    for (const auto &[key, compiled] : cache)
+      if (std::get<0>(key) == kernel.uniqueId() && !std::get<3>(key).empty()) {
+        if (std::get<3>(key) == local)
+          return local;
+        ++variants;
+      }
+    return variants < kMaxLocalVariants ? local : std::vector<int64_t>();
+  }
 };
 
 namespace {
@@ -255,15 +294,32 @@ absl::Status CudaBackend::launch(Program &program, const Kernel &kernel,
   auto compiled = impl_->compile(kernel, options.boundsChecked, options.stoppable());
   if (!compiled.ok())
     return compiled.status();
-  const Impl::Compiled &c = **compiled;
   std::lock_guard<std::mutex> lock(impl_->launchMutex);
   const cuda::Device &device = *impl_->device;
 
-  absl::StatusOr<LaunchPlan> plan = LaunchPlan::bind(program, kernel, c.layout, args, options);
+  absl::StatusOr<LaunchPlan> plan =
+      LaunchPlan::bind(program, kernel, (*compiled)->layout, args, options);
   if (!plan.ok())
     return plan.status();
   if (absl::Status s = plan->layoutAdStacks(); !s.ok())
     return s;
+  // Stacks this launch's capacities let fit in each thread's local memory
+  // run from there (code compiled for those array sizes), the rest of the
+  // kernel unchanged.
+  if (std::vector<int64_t> local =
+          impl_->localEntriesFor(kernel, (*compiled)->layout, plan->heap().capacities);
+      !local.empty()) {
+    compiled = impl_->compile(kernel, options.boundsChecked, options.stoppable(), local,
+                              &(*compiled)->layout);
+    if (!compiled.ok())
+      return compiled.status();
+    plan = LaunchPlan::bind(program, kernel, (*compiled)->layout, args, options);
+    if (!plan.ok())
+      return plan.status();
+    if (absl::Status s = plan->layoutAdStacks(); !s.ok())
+      return s;
+  }
+  const Impl::Compiled &c = **compiled;
   int64_t threads = impl_->threadsOf(c);
   absl::StatusOr<int64_t> heapBytes = plan->heapBytes(threads);
   if (!heapBytes.ok())

@@ -2,6 +2,7 @@
 //
 //   qd-translate [input.qd|-] [--target=cpu|nvptx] [--kernel=name]
 //                [--passes=...] [--vector-width=N] [--bounds-check] [--stop-checks]
+//                [--local-adstacks=N]
 //                [--no-vector-math] [--optimize] [--emit=llvm|ptx]
 //                [--arch=sm_80] [-o out]
 //
@@ -20,6 +21,7 @@
 #include "qd/codegen/llvm/Ptx.h"
 #include "qd/ir/Parser.h"
 #include "qd/ir/Verifier.h"
+#include "qd/ir/Visitor.h"
 #include "qd/transforms/Passes.h"
 
 #include <llvm/IR/LLVMContext.h>
@@ -48,6 +50,7 @@ struct Options {
   unsigned vectorWidth = 1;
   bool boundsCheck = false;
   bool stopChecks = false;
+  int64_t localAdStacks = 0;
   bool vectorMath = true;
   qd::VectorMathIsa vectorIsa = qd::VectorMathIsa::Avx2;
   bool optimize = false;
@@ -70,6 +73,9 @@ constexpr const char *kUsage =
     "  --vector-width=<n>     SIMD lanes of vectorised tasks, a power of two in\n"
     "                         [1, 64] (default: 1, scalar code only)\n"
     "  --bounds-check         check every global index (error sites)\n"
+    "  --local-adstacks=N     nvptx: every adstack in a local array of N entries per\n"
+    "                         thread instead of the heap (what the CUDA backend runs\n"
+    "                         when a launch's capacities fit, docs/runtime.md)\n"
     "  --stop-checks          loops check the launch's stop word (what a launch\n"
     "                         with a timeout or a cancel flag runs)\n"
     "  --no-vector-math       lanes call scalar math functions instead of glibc's\n"
@@ -124,6 +130,12 @@ std::optional<int> parseArgs(int argc, char **argv, Options &opts) {
       opts.boundsCheck = true;
     } else if (arg == "--stop-checks") {
       opts.stopChecks = true;
+    } else if (auto v = value("--local-adstacks")) {
+      char *end = nullptr;
+      long long n = std::strtoll(v->c_str(), &end, 10);
+      if (v->empty() || *end || n < 1 || n > (1 << 20))
+        return fail("--local-adstacks takes a number of entries in [1, 1048576], got '" + *v + "'");
+      opts.localAdStacks = n;
     } else if (arg == "--no-vector-math") {
       opts.vectorMath = false;
     } else if (auto v = value("--vector-isa")) {
@@ -239,6 +251,12 @@ int main(int argc, char **argv) {
   std::string out;
   llvm::raw_string_ostream os(out);
   for (const qd::Kernel *kernel : kernels) {
+    codegen.localAdStackEntries.clear();
+    if (opts.localAdStacks > 0)
+      qd::walk(const_cast<qd::Kernel &>(*kernel), [&](qd::Stmt &s) {
+        if (auto *a = qd::dyn_cast<qd::AdStackAllocaStmt>(&s))
+          codegen.localAdStackEntries[a] = opts.localAdStacks;
+      });
     llvm::LLVMContext context;
     qd::KernelLayout layout;
     auto emitted = qd::emitKernel(*kernel, context, codegen, layout, *target);

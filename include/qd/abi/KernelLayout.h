@@ -44,6 +44,10 @@ struct KernelLayout {
     const Stmt *task;    // the top-level statement (task) holding it
     unsigned entryBytes; // bytes per entry of one lane
     int parallelTask;    // index in `tasks`, or -1 outside parallel tasks
+    /// GPU code: > 0 when the stack lives in a local array of that many
+    /// entries per thread (CodegenOptions::localAdStackEntries), not in the
+    /// heap; its capacity must not exceed it.
+    int64_t localEntries = 0;
   };
   /// A task bound the runtime can read before the launch: a constant, a
   /// scalar argument, an ndarray extent, or a field element at constant

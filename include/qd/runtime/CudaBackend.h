@@ -51,6 +51,13 @@ struct CudaBackendOptions {
   /// Registers per thread the JIT may use (0: its own choice). Fewer
   /// registers, more resident threads: see docs/performance.md.
   unsigned maxRegisters = 0;
+  /// Local tapes: a launch whose adstacks all fit in this many bytes per
+  /// thread (each stack's capacity rounded up to a power of two, at least
+  /// 32 entries) keeps them in each thread's local memory, which the GPU
+  /// caches in L1, instead of the interleaved heap. The code is compiled
+  /// once per set of array sizes (at most 4 per kernel; further launches use
+  /// the heap). 0: always the heap.
+  int64_t localTapeBytes = 2048;
 };
 
 class CudaBackend : public Backend {

@@ -32,7 +32,23 @@ namespace qd::codegen {
 const AdStackFrame &AdStackLowering::frame(unsigned id) {
   AdStackFrame &frame = c_.fn->stacks[id];
   if (!frame.base) {
-    frame.base = c_.target.adStackBase(c_, id);
+    KernelLayout::Stack &layout = c_.layout.stacks.at(id);
+    auto local = c_.opts.localAdStackEntries.find(layout.stmt);
+    bool inLocal = c_.target.adStackIndexedDepth() && local != c_.opts.localAdStackEntries.end() &&
+                   local->second > 0;
+    if (inLocal) {
+      // The thread's own array: entry d at d * entryBytes (the GPU
+      // interleaves local memory across a warp's threads by itself).
+      layout.localEntries = local->second;
+      llvm::IRBuilder<> eb(c_.fn->entry, c_.fn->entry->begin());
+      llvm::AllocaInst *array = eb.CreateAlloca(
+          llvm::ArrayType::get(eb.getInt8Ty(), uint64_t(local->second) * layout.entryBytes),
+          nullptr, fmt::format("adstack{}.local", id));
+      array->setAlignment(llvm::Align(8));
+      frame.base = array;
+    } else {
+      frame.base = c_.target.adStackBase(c_, id);
+    }
     frame.capacity = c_.launchWord({KernelLayout::LaunchWord::Capacity, id});
     if (!frame.capacity) {
       LV *caps = c_.ctxField(CtxField::capacities);
@@ -40,8 +56,8 @@ const AdStackFrame &AdStackLowering::frame(unsigned id) {
       frame.capacity = eb.CreateLoad(c_.i64, eb.CreateGEP(c_.i64, caps, eb.getInt64(id)));
     }
     if (c_.target.adStackIndexedDepth()) {
-      const StackRef &st = c_.stacks.at(c_.layout.stacks.at(id).stmt);
-      LV *rowBytes = c_.target.adStackRowBytes(c_, st, 1);
+      const StackRef &st = c_.stacks.at(layout.stmt);
+      LV *rowBytes = inLocal ? c_.b.getInt64(st.entryBytes) : c_.target.adStackRowBytes(c_, st, 1);
       llvm::IRBuilder<> eb = c_.entryBuilder();
       frame.capacity32 = eb.CreateTrunc(frame.capacity, c_.i32);
       frame.rowBytes32 = eb.CreateTrunc(rowBytes, c_.i32);

@@ -53,6 +53,7 @@
 #include <absl/status/statusor.h>
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -96,6 +97,12 @@ struct CodegenOptions {
   /// timeout and ::cancel need. Off, the code has no checks (on an H100
   /// they cost up to 75% of a benchmark gradient's time, docs/performance.md).
   bool stopChecks = false;
+  /// GPU targets: stacks kept in a local array of each thread (`entries`
+  /// entries, PTX local memory, which the GPU caches in L1) instead of the
+  /// interleaved heap. A launch of such code must give each of them a
+  /// capacity of at most `entries` (LaunchPlan checks); KernelLayout::Stack::
+  /// localEntries says which stacks these are.
+  std::map<const AdStackAllocaStmt *, int64_t> localAdStackEntries;
 };
 
 /// What the generated code runs on (lib/codegen/llvm/LlvmTarget.h holds
