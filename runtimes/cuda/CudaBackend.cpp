@@ -35,7 +35,11 @@ struct CudaBackend::Impl {
     int64_t blocks = 1;                      // of every parallel entry
     /// The module's launch words (kLaunchWordsSymbol; 0 when it has none).
     CUdeviceptr launchWords = 0;
+    /// Heap code: the local array sizes its local-tape variants were
+    /// compiled for (at most kMaxLocalVariants).
+    std::vector<std::vector<int64_t>> localVariants;
   };
+  static constexpr size_t kMaxLocalVariants = 4;
 
   CudaBackendOptions options;
   std::shared_ptr<const cuda::Device> device;
@@ -132,14 +136,15 @@ struct CudaBackend::Impl {
 
   int64_t threadsOf(const Compiled &c) const { return c.blocks * int64_t(options.blockSize); }
 
-  /// Local array entries per stack for a launch with `capacities` (of the
-  /// heap code's `layout`): each a power of two of at least 32 that holds
-  /// its capacity, if together they fit in options.localTapeBytes per
-  /// thread and the kernel has fewer than kMaxLocalVariants such variants;
-  /// otherwise empty (the heap code).
-  std::vector<int64_t> localEntriesFor(const Kernel &kernel, const KernelLayout &layout,
+  /// Local array entries per stack for a launch of `heapCode` with
+  /// `capacities`: each a power of two of at least 32 that holds its
+  /// capacity, if together they fit in options.localTapeBytes per thread
+  /// and the code has such a variant already or fewer than
+  /// kMaxLocalVariants; otherwise empty (the heap code). Called under
+  /// launchMutex, which guards `localVariants`.
+  std::vector<int64_t> localEntriesFor(const Compiled &heapCode,
                                        std::span<const int64_t> capacities) {
-    constexpr int kMaxLocalVariants = 4;
+    const KernelLayout &layout = heapCode.layout;
     if (options.localTapeBytes <= 0 || layout.stacks.empty())
       return {};
     std::vector<int64_t> local;
@@ -151,15 +156,9 @@ struct CudaBackend::Impl {
         return {};
       local.push_back(entries);
     }
-    std::lock_guard<std::mutex> lock(compileMutex);
-    int variants = 0;
-    for (const auto &[key, compiled] : cache)
-      if (std::get<0>(key) == kernel.uniqueId() && !std::get<3>(key).empty()) {
-        if (std::get<3>(key) == local)
-          return local;
-        ++variants;
-      }
-    return variants < kMaxLocalVariants ? local : std::vector<int64_t>();
+    const auto &known = heapCode.localVariants;
+    bool compiled = std::find(known.begin(), known.end(), local) != known.end();
+    return compiled || known.size() < kMaxLocalVariants ? local : std::vector<int64_t>();
   }
 };
 
@@ -306,13 +305,16 @@ absl::Status CudaBackend::launch(Program &program, const Kernel &kernel,
   // Stacks this launch's capacities let fit in each thread's local memory
   // run from there (code compiled for those array sizes), the rest of the
   // kernel unchanged.
-  if (std::vector<int64_t> local =
-          impl_->localEntriesFor(kernel, (*compiled)->layout, plan->heap().capacities);
+  if (std::vector<int64_t> local = impl_->localEntriesFor(**compiled, plan->heap().capacities);
       !local.empty()) {
-    compiled = impl_->compile(kernel, options.boundsChecked, options.stoppable(), local,
-                              &(*compiled)->layout);
+    Impl::Compiled &heapCode = **compiled;
+    compiled =
+        impl_->compile(kernel, options.boundsChecked, options.stoppable(), local, &heapCode.layout);
     if (!compiled.ok())
       return compiled.status();
+    auto &known = heapCode.localVariants;
+    if (std::find(known.begin(), known.end(), local) == known.end())
+      known.push_back(local);
     plan = LaunchPlan::bind(program, kernel, (*compiled)->layout, args, options);
     if (!plan.ok())
       return plan.status();

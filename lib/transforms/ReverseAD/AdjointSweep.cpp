@@ -29,23 +29,19 @@ Value *zeroAdjoint(IRBuilder &b, ScalarType t) {
 /// The stores at the top level of parallel task `task` whose adjoint
 /// zeroing (the `store @y.grad[idx], 0` of the reverse of `store @y[idx],
 /// v`) may wait for the end of the reversed iteration: no other statement
-/// of the task accesses the field (so nothing else in the gradient task
-/// reads or writes its adjoint), and no `break` or `continue` ends the
-/// iteration early. Where the zeroing lands then changes no result; on a
-/// GPU, a store between an iteration's forward and reverse loops made the
-/// H100 up to 35% slower (docs/performance.md, "GPU benchmark").
+/// of the task accesses the field, so nothing else in the gradient task
+/// reads or writes its adjoint. The end is always reached: `break` and
+/// `continue` were lowered to flags before (JumpLowering.cpp). Where the
+/// zeroing lands then changes no result; on a GPU, a store between an
+/// iteration's forward and reverse loops made the H100 up to 35% slower
+/// (docs/performance.md, "GPU benchmark").
 std::unordered_set<const Stmt *> deferrableZeroings(ForStmt &task) {
   std::unordered_map<const Field *, int> uses;
-  bool leavesEarly = false;
   walk(task.body(), [&](Stmt &s) {
     if (auto *g = dyn_cast<GlobalAccessStmt>(&s); g && g->isField())
       ++uses[g->field()];
-    if ((s.kind() == StmtKind::Break || s.kind() == StmtKind::Continue) && jumpTarget(s) == &task)
-      leavesEarly = true;
   });
   std::unordered_set<const Stmt *> deferred;
-  if (leavesEarly)
-    return deferred;
   for (Stmt &s : task.body())
     if (auto *st = dyn_cast<GlobalStoreStmt>(&s); st && st->isField() && uses[st->field()] == 1)
       deferred.insert(st);
