@@ -133,7 +133,10 @@ public:
 std::unique_ptr<LlvmTarget> createTarget(CodegenTarget target);
 /// The host CPU's hooks.
 std::unique_ptr<LlvmTarget> createCpuTarget();
-/// NVIDIA GPUs through LLVM's NVPTX back end (NvptxTarget.cpp).
+/// NVIDIA GPUs through LLVM's NVPTX back end (NvptxTarget.cpp; what GPU
+/// targets share is GpuTarget.h's).
 std::unique_ptr<LlvmTarget> createNvptxTarget();
+/// AMD GPUs through LLVM's AMDGPU back end (AmdgpuTarget.cpp).
+std::unique_ptr<LlvmTarget> createAmdgpuTarget();
 
 } // namespace qd::codegen
