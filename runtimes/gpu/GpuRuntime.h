@@ -1,0 +1,96 @@
+//===- GpuRuntime.h - What the GPU backends do alike ------------*- C++ -*-===//
+//
+// Private to the GPU runtimes (qd::runtime_gpu). The CUDA and HIP backends
+// run a kernel the same way: compile it for their LLVM target, load the
+// code, size one grid for every parallel entry from the occupancy of its
+// entries, keep the bound buffers resident on the device (GpuMirror),
+// grow one adstack heap by amortised doubling, pack each launch's arrays
+// into one device block (LaunchArena), launch the entries in
+// KernelLayout::launches order and copy the error record and overflow
+// counters back in one copy (see qd/runtime/CudaBackend.h). GpuRuntime is
+// all of that against gpu::Device; a backend supplies the code (PTX, a code
+// object) and how its driver loads it.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "GpuMemory.h"
+
+#include "qd/abi/KernelLayout.h"
+#include "qd/analysis/AdStackSizing.h"
+#include "qd/codegen/llvm/KernelCodegen.h"
+#include "qd/runtime/Program.h"
+
+#include <map>
+#include <mutex>
+#include <tuple>
+
+namespace llvm {
+class Module;
+} // namespace llvm
+
+namespace qd::gpu {
+
+class GpuRuntime {
+public:
+  struct Compiled {
+    KernelLayout layout;
+    /// The code the driver loaded: PTX text or a code object.
+    std::string code;
+    std::unique_ptr<LoadedModule> module;
+    std::vector<Function> functions; // per layout.launches entry
+    int64_t blocks = 1;              // of every parallel entry
+  };
+
+  /// `backend` names the backend in messages ("cuda", "amdgpu").
+  GpuRuntime(const char *backend, std::shared_ptr<const Device> device,
+             std::shared_ptr<Reducer> reducer, unsigned blockSize, int64_t maxThreads)
+      : backend_(backend), device_(std::move(device)), reducer_(std::move(reducer)),
+        blockSize_(blockSize), maxThreads_(maxThreads) {}
+  virtual ~GpuRuntime() = default;
+
+  const Device &device() const { return *device_; }
+  /// Compiles `kernel` (once per options) and loads it.
+  absl::StatusOr<Compiled *> compile(const Kernel &kernel, bool boundsChecked,
+                                     bool stopChecks = false);
+  int64_t threadsOf(const Compiled &c) const { return c.blocks * int64_t(blockSize_); }
+  absl::StatusOr<const KernelSizing *> sizing(const Kernel &kernel);
+  int64_t lastHeapBytes() const;
+  /// Backend::launch.
+  absl::Status launch(Program &program, const Kernel &kernel, std::span<const LaunchArg> args,
+                      const LaunchOptions &options);
+  /// An ndarray over caller device memory (GpuBackend::borrowDeviceArray).
+  absl::StatusOr<Buffer> borrowDeviceArray(ScalarType elem, std::vector<int64_t> shape,
+                                           uint64_t devicePointer);
+
+protected:
+  /// The LLVM target kernels are emitted for.
+  virtual CodegenTarget target() const = 0;
+  /// What the driver loads for `module` (emitted for target()).
+  virtual absl::StatusOr<std::string> translate(llvm::Module &module) = 0;
+  /// Loads `code` (translate's output); the error says what the driver
+  /// rejected.
+  virtual absl::StatusOr<std::unique_ptr<LoadedModule>> load(const std::string &code) = 0;
+
+private:
+  const KernelSizing &sizingOfLocked(const Kernel &kernel);
+  absl::Status growHeap(const Kernel &kernel, int64_t bytes);
+
+  const char *backend_;
+  std::shared_ptr<const Device> device_;
+  std::shared_ptr<Reducer> reducer_;
+  unsigned blockSize_;
+  int64_t maxThreads_;
+  mutable std::mutex compileMutex_, launchMutex_;
+  /// Keyed by (kernel, bounds checks, stop checks).
+  std::map<std::tuple<uint64_t, bool, bool>, Compiled> cache_;
+  std::map<uint64_t, std::unique_ptr<KernelSizing>> sizings_;
+  DeviceBuffer heap_;
+  LaunchArena arena_;
+  /// QdLaunchContext::stop: a host word the device reads (allocated at the
+  /// first launch).
+  std::unique_ptr<MappedHostMemory> stopWord_;
+  int64_t lastHeapBytes_ = 0;
+};
+
+} // namespace qd::gpu
