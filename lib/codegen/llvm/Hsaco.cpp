@@ -182,6 +182,10 @@ absl::StatusOr<std::unique_ptr<llvm::TargetMachine>> prepare(llvm::Module &modul
         !s.ok())
       return s;
     defineControlConstants(module, *findAmdgpuArch(options.arch));
+    // ocml.bc is built as OpenCL and brings its version along, which would
+    // make the code object say its kernels are OpenCL C; they are not.
+    if (llvm::NamedMDNode *ocl = module.getNamedMetadata("opencl.ocl.version"))
+      module.eraseNamedMetadata(ocl);
   }
   if (absl::Status s = gpu::optimizeKernels(module, tm, llvm::CallingConv::AMDGPU_KERNEL, "AMDGPU");
       !s.ok())
