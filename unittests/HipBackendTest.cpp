@@ -95,8 +95,19 @@ TEST(HipBackendTest, AMissingLibraryIsAClearError) {
   EXPECT_NE(m.find("QD_LIBAMDHIP64"), std::string::npos) << m;
 }
 
+TEST(HipBackendTest, ALibraryThatIsNotHipIsAClearError) {
+  // libm loads, but has none of HIP's entry points.
+  auto d = hip::Device::open(0, "libm.so.6");
+  ASSERT_FALSE(d.ok());
+  EXPECT_EQ(d.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(
+      std::string(d.status().message()).find("hip: HIP's library 'libm.so.6' lacks 'hipInit'"),
+      std::string::npos)
+      << d.status().message();
+}
+
 TEST(HipBackendTest, BadOptionsAreRejectedBeforeHipIsOpened) {
-  for (unsigned block : {0u, 512u}) {
+  for (unsigned block : {0u, 2048u}) {
     HipBackendOptions o;
     o.blockSize = block;
     auto b = HipBackend::create(o);

@@ -23,25 +23,21 @@ constexpr int kJitErrorLogBuffer = 5;
 constexpr int kJitErrorLogBufferSize = 6;
 constexpr CUresult kErrorNoDevice = 100;
 
-struct Loaded {
-  DriverApi api{};
-  absl::Status status;
-};
+using Loaded = gpu::LoadedDriver<DriverApi>;
 
 /// Opens the driver library `library` and initialises it.
 Loaded openDriver(const std::string &library) {
   Loaded l;
-  const char *name = library.c_str();
-  std::string why;
-  void *handle = gpu::openLibrary(library, why);
-  if (!handle) {
-    l.status = absl::FailedPreconditionError(fmt::format(
-        "cuda: cannot load the NVIDIA driver library '{}' ({}): this machine has no CUDA "
-        "driver; use the cpu backend, or set QD_LIBCUDA to the driver's path",
-        name, why));
+  void *handle = gpu::openLibrary(library, l.status, [&](const std::string &why) {
+    return fmt::format("cuda: cannot load the NVIDIA driver library '{}' ({}): this machine has "
+                       "no CUDA driver; use the cpu backend, or set QD_LIBCUDA to the driver's "
+                       "path",
+                       library, why);
+  });
+  if (!handle)
     return l;
-  }
-  gpu::SymbolResolver resolve(handle, "cuda:", library, "update the NVIDIA driver");
+  gpu::SymbolResolver resolve(handle, "cuda: the driver library", library,
+                              "update the NVIDIA driver");
   DriverApi &a = l.api;
   resolve(a.cuInit, "cuInit");
   resolve(a.cuDriverGetVersion, "cuDriverGetVersion");

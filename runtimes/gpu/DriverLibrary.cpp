@@ -7,11 +7,12 @@
 
 namespace qd::gpu {
 
-void *openLibrary(const std::string &path, std::string &why) {
+void *openLibrary(const std::string &path, absl::Status &status,
+                  const std::function<std::string(const std::string &why)> &explain) {
   void *handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!handle) {
     const char *text = dlerror();
-    why = text ? text : "not found";
+    status = absl::FailedPreconditionError(explain(text ? text : "not found"));
   }
   return handle;
 }
@@ -22,7 +23,7 @@ void *SymbolResolver::find(const char *symbol) {
   void *p = dlsym(handle_, symbol);
   if (!p)
     status_ = absl::FailedPreconditionError(
-        fmt::format("{} the library '{}' lacks '{}': {}", prefix_, path_, symbol, fix_));
+        fmt::format("{} '{}' lacks '{}': {}", what_, path_, symbol, fix_));
   return p;
 }
 

@@ -9,6 +9,7 @@
 
 #include <absl/status/status.h>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -16,17 +17,25 @@
 
 namespace qd::gpu {
 
-/// dlopen(`path`, RTLD_NOW | RTLD_LOCAL): the handle, or null with dlerror's
-/// text in `why`.
-void *openLibrary(const std::string &path, std::string &why);
+/// A driver's entry points (`Api`, a struct of function pointers) and how
+/// opening it went.
+template <typename Api> struct LoadedDriver {
+  Api api{};
+  absl::Status status;
+};
+
+/// dlopen(`path`, RTLD_NOW | RTLD_LOCAL): the handle, or null with `status`
+/// set to FailedPrecondition(`explain(dlerror's text)`).
+void *openLibrary(const std::string &path, absl::Status &status,
+                  const std::function<std::string(const std::string &why)> &explain);
 
 /// Resolves a library's entry points into function pointers; after the
-/// first one it lacks, status() is FailedPrecondition("<prefix> the
-/// library '<path>' lacks '<symbol>': <fix>").
+/// first one it lacks, status() is FailedPrecondition("<what> '<path>'
+/// lacks '<symbol>': <fix>").
 class SymbolResolver {
 public:
-  SymbolResolver(void *handle, std::string prefix, std::string path, std::string fix)
-      : handle_(handle), prefix_(std::move(prefix)), path_(std::move(path)), fix_(std::move(fix)) {}
+  SymbolResolver(void *handle, std::string what, std::string path, std::string fix)
+      : handle_(handle), what_(std::move(what)), path_(std::move(path)), fix_(std::move(fix)) {}
   template <typename F> void operator()(F *&fn, const char *symbol) {
     fn = reinterpret_cast<F *>(find(symbol));
   }
@@ -35,7 +44,7 @@ public:
 private:
   void *find(const char *symbol);
   void *handle_;
-  std::string prefix_, path_, fix_;
+  std::string what_, path_, fix_;
   absl::Status status_;
 };
 

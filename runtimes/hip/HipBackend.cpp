@@ -123,11 +123,9 @@ HipBackend::Impl &HipBackend::impl() const {
 }
 
 absl::StatusOr<std::unique_ptr<HipBackend>> HipBackend::create(const HipBackendOptions &options) {
-  HsacoOptions limits;
-  if (options.blockSize == 0 || options.blockSize > limits.maxBlockSize)
+  if (options.blockSize == 0 || options.blockSize > 1024)
     return absl::InvalidArgumentError(
-        fmt::format("amdgpu backend: block size {} is outside [1, {}]", options.blockSize,
-                    limits.maxBlockSize));
+        fmt::format("amdgpu backend: block size {} is outside [1, 1024]", options.blockSize));
   if (!options.arch.empty())
     if (auto known = findAmdgpuArch(options.arch); !known.ok())
       return known.status();

@@ -25,24 +25,20 @@ void *const kLaunchParamBufferPointer = reinterpret_cast<void *>(0x1);
 void *const kLaunchParamBufferSize = reinterpret_cast<void *>(0x2);
 void *const kLaunchParamEnd = reinterpret_cast<void *>(0x3);
 
-struct Loaded {
-  HipApi api{};
-  absl::Status status;
-};
+using Loaded = gpu::LoadedDriver<HipApi>;
 
 /// Opens HIP from `library` and initialises it.
 Loaded openHip(const std::string &library) {
   Loaded l;
-  std::string why;
-  void *handle = gpu::openLibrary(library, why);
-  if (!handle) {
-    l.status = absl::FailedPreconditionError(fmt::format(
-        "hip: cannot load HIP's library '{}' ({}): this machine has no ROCm/HIP runtime; use "
-        "the cpu backend, or set QD_LIBAMDHIP64 to the path of libamdhip64.so",
-        library, why));
+  void *handle = gpu::openLibrary(library, l.status, [&](const std::string &why) {
+    return fmt::format("hip: cannot load HIP's library '{}' ({}): this machine has no ROCm/HIP "
+                       "runtime; use the cpu backend, or set QD_LIBAMDHIP64 to the path of "
+                       "libamdhip64.so",
+                       library, why);
+  });
+  if (!handle)
     return l;
-  }
-  gpu::SymbolResolver resolve(handle, "hip:", library, "install ROCm 5.0 or later");
+  gpu::SymbolResolver resolve(handle, "hip: HIP's library", library, "install ROCm 5.0 or later");
   HipApi &a = l.api;
   resolve(a.hipInit, "hipInit");
   resolve(a.hipGetDeviceCount, "hipGetDeviceCount");
@@ -261,10 +257,10 @@ absl::StatusOr<int> Device::residentBlocks(gpu::Function f, unsigned block) cons
 absl::StatusOr<std::unique_ptr<Module>> Module::load(const Device &device, std::string_view hsaco) {
   if (absl::Status s = device.makeCurrent(); !s.ok())
     return s;
-  hipModule_t m = nullptr;
-  if (hipError_t r = device.api().hipModuleLoadData(&m, hsaco.data()); r != 0)
+  std::unique_ptr<Module> m(new Module(device, std::string(hsaco)));
+  if (hipError_t r = device.api().hipModuleLoadData(&m->module_, m->image_.data()); r != 0)
     return absl::InvalidArgumentError(std::string(device.check(r, "hipModuleLoadData").message()));
-  return std::unique_ptr<Module>(new Module(device, m));
+  return m;
 }
 
 Module::~Module() {

@@ -35,8 +35,9 @@ struct HipBackendOptions {
   /// The architecture, gfx90a, gfx942 or gfx1100 (qd/codegen/llvm/Hsaco.h);
   /// empty: the device's own.
   std::string arch;
-  /// Threads per block of parallel tasks (a multiple of the wave size; at
-  /// most HsacoOptions::maxBlockSize, which code objects are built for).
+  /// Threads per block of parallel tasks, at most 1024 (code objects are
+  /// built for it: HsacoOptions::maxBlockSize; a multiple of the wave size
+  /// leaves no lane idle).
   unsigned blockSize = 256;
   /// Upper bound of the grid's threads (0: resident blocks from the
   /// kernel's occupancy times the number of compute units).

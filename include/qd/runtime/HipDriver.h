@@ -116,15 +116,17 @@ private:
 /// A loaded code object (unloaded on destruction).
 class Module final : public gpu::LoadedModule {
 public:
-  /// Loads the code object `hsaco` (an ELF image) on the device.
+  /// Loads the code object `hsaco` (an ELF image, kept by the module) on
+  /// the device.
   static absl::StatusOr<std::unique_ptr<Module>> load(const Device &device, std::string_view hsaco);
   ~Module() override;
   absl::StatusOr<gpu::Function> entry(const std::string &name) const override;
 
 private:
-  Module(const Device &d, hipModule_t m) : device_(d), module_(m) {}
+  Module(const Device &d, std::string image) : device_(d), image_(std::move(image)) {}
   const Device &device_;
-  hipModule_t module_;
+  std::string image_;
+  hipModule_t module_ = nullptr;
 };
 
 } // namespace qd::hip
