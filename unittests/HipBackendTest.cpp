@@ -19,6 +19,8 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 
@@ -104,6 +106,27 @@ TEST(HipBackendTest, ALibraryThatIsNotHipIsAClearError) {
       std::string(d.status().message()).find("hip: HIP's library 'libm.so.6' lacks 'hipInit'"),
       std::string::npos)
       << d.status().message();
+}
+
+TEST(HipBackendTest, TheArchitectureIsFoundInDeviceProperties) {
+  // A hipDeviceProp_t-like block: a marketing name, numbers, the target id.
+  std::vector<char> props(1024, 0);
+  std::string name = "AMD Instinct MI210", id = "gfx90a:sramecc+:xnack-";
+  std::copy(name.begin(), name.end(), props.begin());
+  int32_t numbers[4] = {104, 0x67, 9, 0};
+  std::memcpy(props.data() + 256, numbers, sizeof(numbers));
+  std::copy(id.begin(), id.end(), props.begin() + 400);
+  EXPECT_EQ(hip::findProcessorName(props.data(), props.size()), "gfx90a");
+  std::string rdna = "gfx1100";
+  std::copy(rdna.begin(), rdna.end(), props.begin() + 400);
+  props[400 + rdna.size()] = 0;
+  EXPECT_EQ(hip::findProcessorName(props.data(), props.size()), "gfx1100");
+  // "gfx" inside another string, or alone, is not a target id.
+  std::vector<char> none(64, 0);
+  std::string inside = "xgfx90a", bare = "gfx";
+  std::copy(inside.begin(), inside.end(), none.begin());
+  std::copy(bare.begin(), bare.end(), none.begin() + 20);
+  EXPECT_EQ(hip::findProcessorName(none.data(), none.size()), "");
 }
 
 TEST(HipBackendTest, BadOptionsAreRejectedBeforeHipIsOpened) {

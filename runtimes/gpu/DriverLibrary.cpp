@@ -17,10 +17,14 @@ void *openLibrary(const std::string &path, absl::Status &status,
   return handle;
 }
 
+void *SymbolResolver::lookup(const char *symbol) {
+  return dlsym(handle_, symbol);
+}
+
 void *SymbolResolver::find(const char *symbol) {
   if (!status_.ok())
     return nullptr;
-  void *p = dlsym(handle_, symbol);
+  void *p = lookup(symbol);
   if (!p)
     status_ = absl::FailedPreconditionError(
         fmt::format("{} '{}' lacks '{}': {}", what_, path_, symbol, fix_));

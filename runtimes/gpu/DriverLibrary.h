@@ -39,10 +39,17 @@ public:
   template <typename F> void operator()(F *&fn, const char *symbol) {
     fn = reinterpret_cast<F *>(find(symbol));
   }
+  /// An entry point the library may lack: whether it has it (`fn` null if
+  /// not; status() is unchanged).
+  template <typename F> bool optional(F *&fn, const char *symbol) {
+    fn = reinterpret_cast<F *>(lookup(symbol));
+    return fn != nullptr;
+  }
   const absl::Status &status() const { return status_; }
 
 private:
   void *find(const char *symbol);
+  void *lookup(const char *symbol);
   void *handle_;
   std::string what_, path_, fix_;
   absl::Status status_;

@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
@@ -16,7 +18,7 @@ namespace {
 constexpr int kAttrMaxThreadsPerMultiprocessor = 57;
 constexpr int kAttrMultiprocessors = 63;
 constexpr int kAttrWarpSize = 87;
-constexpr int kAttrGcnArchName = 10004; // 256 bytes: "gfx90a:sramecc+:xnack-"
+constexpr int kAttrGcnArchName = 10004; // ROCm 5 only; "Unused5" since ROCm 6
 constexpr hipError_t kErrorNoDevice = 100, kErrorInvalidDevice = 101;
 // hipHostMalloc flags.
 constexpr unsigned kHostMallocPortable = 0x1, kHostMallocMapped = 0x2;
@@ -62,6 +64,9 @@ Loaded openHip(const std::string &library) {
           "hipModuleOccupancyMaxActiveBlocksPerMultiprocessor");
   resolve(a.hipGetErrorName, "hipGetErrorName");
   resolve(a.hipGetErrorString, "hipGetErrorString");
+  // Where the architecture is found on ROCm 6 (archOf); optional.
+  if (!resolve.optional(a.hipGetDeviceProperties, "hipGetDevicePropertiesR0600"))
+    resolve.optional(a.hipGetDeviceProperties, "hipGetDeviceProperties");
   l.status = resolve.status();
   if (!l.status.ok())
     return l;
@@ -80,6 +85,49 @@ Loaded openHip(const std::string &library) {
 std::string errorText(const HipApi &api, hipError_t r) {
   const char *name = api.hipGetErrorName(r), *text = api.hipGetErrorString(r);
   return fmt::format("{} ({})", name ? name : std::to_string(r), text ? text : "unknown error");
+}
+
+/// The processor name ("gfx90a") at the start of a target id
+/// ("gfx90a:sramecc+:xnack-"), or "" when `id` is not one.
+std::string processorOf(const char *id, size_t size) {
+  std::string text(id, strnlen(id, size));
+  if (text.rfind("gfx", 0) != 0)
+    return "";
+  text = text.substr(0, text.find(':'));
+  bool name = text.size() > 3 && std::all_of(text.begin(), text.end(),
+                                             [](char c) { return std::isalnum((unsigned char)c); });
+  return name ? text : "";
+}
+
+} // namespace
+
+std::string findProcessorName(const char *bytes, size_t size) {
+  for (size_t i = 0; i + 3 < size; ++i)
+    if ((i == 0 || bytes[i - 1] == 0) && bytes[i] == 'g')
+      if (std::string arch = processorOf(bytes + i, size - i); !arch.empty())
+        return arch;
+  return "";
+}
+
+namespace {
+
+/// Device `ordinal`'s architecture: ROCm 5 gives the target id as an
+/// attribute (256 bytes written through the int pointer); ROCm 6 only in
+/// hipDeviceProp_t::gcnArchName, whose offset differs between releases, so
+/// the first NUL-terminated target id in the properties is taken (the
+/// fields before it are numbers and the marketing name).
+std::string archOf(const HipApi &api, int ordinal) {
+  int attribute[64] = {};
+  if (api.hipDeviceGetAttribute(attribute, kAttrGcnArchName, ordinal) == 0)
+    if (std::string arch = findProcessorName(reinterpret_cast<const char *>(attribute), 256);
+        !arch.empty())
+      return arch;
+  if (!api.hipGetDeviceProperties)
+    return "";
+  std::vector<char> props(64 * 1024, 0); // far larger than any hipDeviceProp_t
+  if (api.hipGetDeviceProperties(props.data(), ordinal) != 0)
+    return "";
+  return findProcessorName(props.data(), props.size());
 }
 
 hipDeviceptr_t ptr(gpu::DevicePtr p) {
@@ -130,14 +178,7 @@ absl::StatusOr<std::unique_ptr<Device>> Device::open(int ordinal, std::string li
   a.hipDeviceGetAttribute(&info.maxThreadsPerMultiprocessor, kAttrMaxThreadsPerMultiprocessor,
                           ordinal);
   a.hipDeviceGetAttribute(&info.waveSize, kAttrWarpSize, ordinal);
-  // The attribute writes the 256-byte name through the int pointer.
-  int archName[64] = {};
-  if (a.hipDeviceGetAttribute(archName, kAttrGcnArchName, ordinal) == 0) {
-    std::string full(reinterpret_cast<const char *>(archName),
-                     strnlen(reinterpret_cast<const char *>(archName), sizeof(archName)));
-    if (full.rfind("gfx", 0) == 0)
-      info.arch = full.substr(0, full.find(':'));
-  }
+  info.arch = archOf(a, ordinal);
   return d;
 }
 

@@ -54,6 +54,9 @@ struct HipApi {
                                                                    size_t);
   const char *(*hipGetErrorName)(hipError_t);
   const char *(*hipGetErrorString)(hipError_t);
+  /// hipGetDevicePropertiesR0600 (ROCm 6) or hipGetDeviceProperties (5);
+  /// may be null. Its hipDeviceProp_t is read as bytes (HipDriver.cpp).
+  hipError_t (*hipGetDeviceProperties)(void *, int);
 };
 
 /// What a device is.
@@ -61,7 +64,7 @@ struct DeviceInfo {
   int ordinal = 0;
   std::string name;
   /// The architecture's processor name, "gfx90a" (from the device's
-  /// "gfx90a:sramecc+:xnack-"); empty when HIP does not say.
+  /// target id "gfx90a:sramecc+:xnack-"); empty when HIP does not say.
   std::string arch;
   /// Compute units.
   int multiprocessors = 0;
@@ -69,6 +72,12 @@ struct DeviceInfo {
   /// Threads of a wavefront (64 or 32).
   int waveSize = 0;
 };
+
+/// The processor name ("gfx90a") of the first NUL-terminated target id
+/// ("gfx90a:sramecc+:xnack-") that starts a string in `bytes` (a
+/// hipDeviceProp_t read as bytes, whose layout differs between ROCm
+/// releases), or "" when there is none.
+std::string findProcessorName(const char *bytes, size_t size);
 
 /// HIP, opened once per process, and one device.
 class Device final : public gpu::Device {
