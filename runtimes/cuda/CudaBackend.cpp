@@ -19,7 +19,8 @@ namespace qd {
 struct CudaBackend::Impl final : gpu::GpuRuntime {
   Impl(const CudaBackendOptions &options, std::shared_ptr<const cuda::Device> device,
        std::shared_ptr<gpu::Reducer> reducer)
-      : GpuRuntime("cuda", device, std::move(reducer), options.blockSize, options.maxThreads),
+      : GpuRuntime("cuda", "CudaBackendOptions", device, std::move(reducer), options.blockSize,
+                   options.maxThreads),
         options(options), cudaDevice(std::move(device)),
         arch(options.arch.empty() ? cudaDevice->smArch() : options.arch) {}
 

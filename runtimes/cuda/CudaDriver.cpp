@@ -60,6 +60,7 @@ Loaded openDriver(const std::string &library) {
   resolve(a.cuModuleLoadDataEx, "cuModuleLoadDataEx");
   resolve(a.cuModuleUnload, "cuModuleUnload");
   resolve(a.cuModuleGetFunction, "cuModuleGetFunction");
+  resolve(a.cuModuleGetGlobal, "cuModuleGetGlobal_v2");
   resolve(a.cuLaunchKernel, "cuLaunchKernel");
   resolve(a.cuOccupancyMaxActiveBlocksPerMultiprocessor,
           "cuOccupancyMaxActiveBlocksPerMultiprocessor");
@@ -270,6 +271,17 @@ absl::StatusOr<std::unique_ptr<Module>> Module::load(const Device &device, std::
 Module::~Module() {
   if (module_ && device_.makeCurrent().ok())
     device_.api().cuModuleUnload(module_);
+}
+
+absl::StatusOr<std::pair<CUdeviceptr, size_t>> Module::global(const std::string &name) const {
+  CUdeviceptr p = 0;
+  size_t bytes = 0;
+  if (absl::Status s =
+          device_.check(device_.api().cuModuleGetGlobal(&p, &bytes, module_, name.c_str()),
+                        "cuModuleGetGlobal(" + name + ")");
+      !s.ok())
+    return s;
+  return std::pair(p, bytes);
 }
 
 absl::StatusOr<gpu::Function> Module::entry(const std::string &name) const {

@@ -1,6 +1,7 @@
 //===- GpuRuntime.cpp - What the GPU backends do alike --------------------===//
 #include "GpuRuntime.h"
 
+#include "qd/abi/LaunchErrors.h"
 #include "qd/runtime/LaunchPlan.h"
 #include "qd/runtime/LaunchWatchdog.h"
 
@@ -10,6 +11,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <climits>
 #include <cstring>
 
 namespace qd::gpu {
@@ -56,6 +58,16 @@ absl::StatusOr<GpuRuntime::Compiled *> GpuRuntime::compile(const Kernel &kernel,
         loaded.status().code(),
         fmt::format("kernel @{}: {}", kernel.name(), std::string(loaded.status().message())));
   c.module = *std::move(loaded);
+  if (!c.layout.launchWords.empty()) {
+    auto words = c.module->global(kLaunchWordsSymbol);
+    if (!words.ok())
+      return words.status();
+    if (words->second != c.layout.launchWords.size() * 8)
+      return absl::InternalError(fmt::format(
+          "kernel @{}: the module's {} holds {} bytes, its layout {} words", kernel.name(),
+          kLaunchWordsSymbol, words->second, c.layout.launchWords.size()));
+    c.launchWords = words->first;
+  }
   // One grid for every parallel entry (the heap is laid out for its
   // threads): the fewest blocks any entry keeps resident on all SMs.
   int64_t blocks = -1;
@@ -76,6 +88,54 @@ absl::StatusOr<GpuRuntime::Compiled *> GpuRuntime::compile(const Kernel &kernel,
   if (maxThreads_ > 0)
     c.blocks = std::max<int64_t>(1, std::min<int64_t>(c.blocks, maxThreads_ / int64_t(blockSize_)));
   return &cache_.emplace(key, std::move(c)).first->second;
+}
+
+absl::StatusOr<std::vector<int64_t>> GpuRuntime::launchWords(const Compiled &c,
+                                                             const LaunchPlan &plan,
+                                                             std::span<const DevicePtr> slots,
+                                                             int64_t threads) const {
+  const KernelLayout &layout = c.layout;
+  std::vector<int64_t> words;
+  words.reserve(layout.launchWords.size());
+  const AdStackHeapLayout &h = plan.heap();
+  for (const KernelLayout::LaunchWord &w : layout.launchWords) {
+    using K = KernelLayout::LaunchWord;
+    switch (w.kind) {
+    case K::Threads:
+      words.push_back(threads);
+      break;
+    case K::Global:
+      words.push_back(int64_t(slots[w.index]));
+      break;
+    case K::Shape:
+      words.push_back(plan.shapes()[w.index]);
+      break;
+    case K::Scalar:
+      words.push_back(plan.scalars()[w.index]);
+      break;
+    case K::Capacity:
+    case K::RowBytes: {
+      // The code keeps an indexed depth (an i32 count) and the bytes
+      // between rows in 32 bits.
+      int64_t value = w.kind == K::Capacity ? h.capacities[w.index]
+                                            : threads * int64_t(layout.stacks[w.index].entryBytes);
+      if (value > INT32_MAX) {
+        const KernelLayout::Stack &st = layout.stacks[w.index];
+        return absl::ResourceExhaustedError(fmt::format(
+            "{}: error: the adstack's {} {} is more than the {} backend's limit of 2^31 - 1 "
+            "({}); give it a smaller capacity, or the grid fewer threads ({}::maxThreads)",
+            st.stmt->loc().str(), w.kind == K::Capacity ? "capacity" : "row size in bytes", value,
+            backend_, launchWhere(plan.kernel(), st.task), options_));
+      }
+      words.push_back(value);
+      break;
+    }
+    case K::StackBase:
+      words.push_back(int64_t(heap_.get()) + h.offsets[w.index] * threads);
+      break;
+    }
+  }
+  return words;
 }
 
 absl::StatusOr<Buffer> GpuRuntime::borrowDeviceArray(ScalarType elem, std::vector<int64_t> shape,
@@ -207,6 +267,14 @@ absl::Status GpuRuntime::launch(Program &program, const Kernel &kernel,
   arena_.write(ctxOff, &ctx, sizeof(ctx));
   if (absl::Status s = arena_.upload(device); !s.ok())
     return s;
+  if (c.launchWords) {
+    absl::StatusOr<std::vector<int64_t>> words = launchWords(c, *plan, slots, threads);
+    if (!words.ok())
+      return words.status();
+    if (absl::Status s = device.copyToDevice(c.launchWords, words->data(), words->size() * 8);
+        !s.ok())
+      return s;
+  }
 
   uint64_t ctxArg[] = {arena_.base() + ctxOff};
   // Watches the launches and the copy back, which waits for them.

@@ -29,6 +29,10 @@ namespace llvm {
 class Module;
 } // namespace llvm
 
+namespace qd {
+class LaunchPlan;
+} // namespace qd
+
 namespace qd::gpu {
 
 class GpuRuntime {
@@ -40,13 +44,16 @@ public:
     std::unique_ptr<LoadedModule> module;
     std::vector<Function> functions; // per layout.launches entry
     int64_t blocks = 1;              // of every parallel entry
+    /// The module's launch words (kLaunchWordsSymbol; 0 when it has none).
+    DevicePtr launchWords = 0;
   };
 
-  /// `backend` names the backend in messages ("cuda", "amdgpu").
-  GpuRuntime(const char *backend, std::shared_ptr<const Device> device,
+  /// `backend` names the backend in messages ("cuda", "amdgpu"),
+  /// `options` its options struct ("CudaBackendOptions").
+  GpuRuntime(const char *backend, const char *options, std::shared_ptr<const Device> device,
              std::shared_ptr<Reducer> reducer, unsigned blockSize, int64_t maxThreads)
-      : backend_(backend), device_(std::move(device)), reducer_(std::move(reducer)),
-        blockSize_(blockSize), maxThreads_(maxThreads) {}
+      : backend_(backend), options_(options), device_(std::move(device)),
+        reducer_(std::move(reducer)), blockSize_(blockSize), maxThreads_(maxThreads) {}
   virtual ~GpuRuntime() = default;
 
   const Device &device() const { return *device_; }
@@ -76,7 +83,13 @@ private:
   const KernelSizing &sizingOfLocked(const Kernel &kernel);
   absl::Status growHeap(const Kernel &kernel, int64_t bytes);
 
-  const char *backend_;
+  /// The values of `c`'s launch words for a launch of `plan` over
+  /// `threads` threads whose bound buffers are at `slots`.
+  absl::StatusOr<std::vector<int64_t>> launchWords(const Compiled &c, const LaunchPlan &plan,
+                                                   std::span<const DevicePtr> slots,
+                                                   int64_t threads) const;
+
+  const char *backend_, *options_;
   std::shared_ptr<const Device> device_;
   std::shared_ptr<Reducer> reducer_;
   unsigned blockSize_;

@@ -92,7 +92,8 @@ absl::StatusOr<std::string> HipBackend::reductionCodeObject(const std::string &a
 struct HipBackend::Impl final : gpu::GpuRuntime {
   Impl(const HipBackendOptions &options, std::shared_ptr<const hip::Device> device,
        std::shared_ptr<gpu::Reducer> reducer, std::string arch)
-      : GpuRuntime("amdgpu", device, std::move(reducer), options.blockSize, options.maxThreads),
+      : GpuRuntime("amdgpu", "HipBackendOptions", device, std::move(reducer), options.blockSize,
+                   options.maxThreads),
         options(options), hipDevice(std::move(device)), arch(std::move(arch)) {}
 
   CodegenTarget target() const override { return CodegenTarget::Amdgpu; }

@@ -59,6 +59,7 @@ Loaded openHip(const std::string &library) {
   resolve(a.hipModuleLoadData, "hipModuleLoadData");
   resolve(a.hipModuleUnload, "hipModuleUnload");
   resolve(a.hipModuleGetFunction, "hipModuleGetFunction");
+  resolve(a.hipModuleGetGlobal, "hipModuleGetGlobal");
   resolve(a.hipModuleLaunchKernel, "hipModuleLaunchKernel");
   resolve(a.hipModuleOccupancyMaxActiveBlocksPerMultiprocessor,
           "hipModuleOccupancyMaxActiveBlocksPerMultiprocessor");
@@ -316,6 +317,17 @@ absl::StatusOr<gpu::Function> Module::entry(const std::string &name) const {
       !s.ok())
     return s;
   return static_cast<gpu::Function>(f);
+}
+
+absl::StatusOr<std::pair<gpu::DevicePtr, size_t>> Module::global(const std::string &name) const {
+  hipDeviceptr_t p = nullptr;
+  size_t bytes = 0;
+  if (absl::Status s =
+          device_.check(device_.api().hipModuleGetGlobal(&p, &bytes, module_, name.c_str()),
+                        "hipModuleGetGlobal(" + name + ")");
+      !s.ok())
+    return s;
+  return std::pair(gpu::DevicePtr(uintptr_t(p)), bytes);
 }
 
 } // namespace qd::hip

@@ -59,6 +59,7 @@ struct DriverApi {
   CUresult (*cuModuleLoadDataEx)(CUmodule *, const void *, unsigned, int *, void **);
   CUresult (*cuModuleUnload)(CUmodule);
   CUresult (*cuModuleGetFunction)(CUfunction *, CUmodule, const char *);
+  CUresult (*cuModuleGetGlobal)(CUdeviceptr *, size_t *, CUmodule, const char *);
   CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                              unsigned, CUstream, void **, void **);
   CUresult (*cuOccupancyMaxActiveBlocksPerMultiprocessor)(int *, CUfunction, int, size_t);
@@ -142,6 +143,7 @@ public:
   ~Module() override;
   absl::StatusOr<CUfunction> function(const std::string &name) const;
   absl::StatusOr<gpu::Function> entry(const std::string &name) const override;
+  absl::StatusOr<std::pair<CUdeviceptr, size_t>> global(const std::string &name) const override;
 
 private:
   Module(const Device &d, CUmodule m) : device_(d), module_(m) {}

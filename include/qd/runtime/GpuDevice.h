@@ -75,6 +75,8 @@ public:
   virtual ~LoadedModule() = default;
   /// The kernel named `name`.
   virtual absl::StatusOr<Function> entry(const std::string &name) const = 0;
+  /// The device address and size of the module's global variable `name`.
+  virtual absl::StatusOr<std::pair<DevicePtr, size_t>> global(const std::string &name) const = 0;
 };
 
 /// Pinned host memory mapped into the device's address space: the host

@@ -48,6 +48,7 @@ struct HipApi {
   hipError_t (*hipModuleLoadData)(hipModule_t *, const void *);
   hipError_t (*hipModuleUnload)(hipModule_t);
   hipError_t (*hipModuleGetFunction)(hipFunction_t *, hipModule_t, const char *);
+  hipError_t (*hipModuleGetGlobal)(hipDeviceptr_t *, size_t *, hipModule_t, const char *);
   hipError_t (*hipModuleLaunchKernel)(hipFunction_t, unsigned, unsigned, unsigned, unsigned,
                                       unsigned, unsigned, unsigned, hipStream_t, void **, void **);
   hipError_t (*hipModuleOccupancyMaxActiveBlocksPerMultiprocessor)(int *, hipFunction_t, int,
@@ -130,6 +131,7 @@ public:
   static absl::StatusOr<std::unique_ptr<Module>> load(const Device &device, std::string_view hsaco);
   ~Module() override;
   absl::StatusOr<gpu::Function> entry(const std::string &name) const override;
+  absl::StatusOr<std::pair<gpu::DevicePtr, size_t>> global(const std::string &name) const override;
 
 private:
   Module(const Device &d, std::string image) : device_(d), image_(std::move(image)) {}

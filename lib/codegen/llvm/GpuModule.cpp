@@ -1,6 +1,7 @@
 //===- GpuModule.cpp - Steps every GPU module goes through ----------------===//
 #include "GpuModule.h"
 
+#include "qd/abi/KernelLayout.h"
 #include "qd/codegen/llvm/Optimize.h"
 
 #include <fmt/format.h>
@@ -77,9 +78,10 @@ absl::StatusOr<const llvm::Target *> lookupTarget(const std::string &triple, con
 
 absl::Status optimizeKernels(llvm::Module &module, llvm::TargetMachine &tm,
                              llvm::CallingConv::ID kernels, const char *what) {
+  // The launch words keep their name: the runtime writes them.
   llvm::internalizeModule(module, [&](const llvm::GlobalValue &gv) {
     auto *f = llvm::dyn_cast<llvm::Function>(&gv);
-    return f && f->getCallingConv() == kernels;
+    return (f && f->getCallingConv() == kernels) || gv.getName() == kLaunchWordsSymbol;
   });
   optimizeModule(module, &tm);
   std::string text;

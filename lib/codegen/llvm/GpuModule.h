@@ -38,7 +38,8 @@ absl::Status linkBitcodeLibrary(llvm::Module &module, const std::string &path,
 absl::StatusOr<const llvm::Target *> lookupTarget(const std::string &triple, const char *what);
 
 /// Internalizes everything but the functions of calling convention
-/// `kernels`, runs the O3 pipeline of `tm` and verifies the result.
+/// `kernels` and the launch words (kLaunchWordsSymbol), runs the O3
+/// pipeline of `tm` and verifies the result.
 absl::Status optimizeKernels(llvm::Module &module, llvm::TargetMachine &tm,
                              llvm::CallingConv::ID kernels, const char *what);
 

@@ -152,7 +152,7 @@ void GpuTarget::emitParallelTask(KernelEmitter &e, ForStmt &task) {
         }
         e.emitBlock(task.body());
       },
-      c.ctxField(CtxField::threads));
+      threads(c));
   b.CreateRetVoid();
   c.fn = nullptr;
 }
@@ -164,23 +164,37 @@ LV *GpuTarget::devicePointer(llvm::IRBuilderBase &b, LV *p) {
   return b.CreateAddrSpaceCast(b.CreateAddrSpaceCast(p, global), p->getType());
 }
 
+LV *GpuTarget::threads(EmitContext &c) {
+  if (LV *word = c.launchWord({KernelLayout::LaunchWord::Threads, 0}))
+    return word;
+  return c.ctxField(CtxField::threads);
+}
+
 LV *GpuTarget::adStackBase(EmitContext &c, unsigned id) {
-  LV *offsets = c.ctxField(CtxField::offsets), *threads = c.ctxField(CtxField::threads),
-     *heap = c.ctxField(CtxField::heap);
   int64_t entryBytes = c.layout.stacks.at(id).entryBytes;
   llvm::IRBuilder<> eb = c.entryBuilder();
-  LV *offset = eb.CreateLoad(c.i64, eb.CreateGEP(c.i64, offsets, eb.getInt64(id)));
-  LV *mine = eb.CreateMul(eb.CreateZExt(threadIndex(c), c.i64), eb.getInt64(entryBytes));
   // A global-space pointer, so that every address derived from it (the
   // stack's top, end and last row) is one too, with no generic copy kept
   // alive for the overflow path's pointer difference.
-  LV *global = eb.CreateAddrSpaceCast(heap, llvm::PointerType::get(c.llvm, 1));
-  return eb.CreateGEP(eb.getInt8Ty(), global, eb.CreateAdd(eb.CreateMul(offset, threads), mine));
+  auto *global = llvm::PointerType::get(c.llvm, 1);
+  LV *region; // heap + offsets[id] * T
+  if (LV *word = c.launchWord({KernelLayout::LaunchWord::StackBase, id})) {
+    region = eb.CreateIntToPtr(word, global);
+  } else {
+    LV *offsets = c.ctxField(CtxField::offsets), *heap = c.ctxField(CtxField::heap);
+    LV *offset = eb.CreateLoad(c.i64, eb.CreateGEP(c.i64, offsets, eb.getInt64(id)));
+    region = eb.CreateGEP(eb.getInt8Ty(), eb.CreateAddrSpaceCast(heap, global),
+                          eb.CreateMul(offset, threads(c)));
+  }
+  LV *mine = eb.CreateMul(eb.CreateZExt(threadIndex(c), c.i64), eb.getInt64(entryBytes));
+  return eb.CreateGEP(eb.getInt8Ty(), region, mine);
 }
 
 LV *GpuTarget::adStackRowBytes(EmitContext &c, const StackRef &stack, unsigned) {
-  LV *threads = c.ctxField(CtxField::threads);
-  return c.entryBuilder().CreateMul(threads, c.b.getInt64(stack.entryBytes));
+  if (LV *word = c.launchWord({KernelLayout::LaunchWord::RowBytes, stack.id}))
+    return word;
+  LV *t = threads(c);
+  return c.entryBuilder().CreateMul(t, c.b.getInt64(stack.entryBytes));
 }
 
 LV *GpuTarget::adStackAdjoint(EmitContext &c, const StackRef &stack, LV *primal, unsigned) {

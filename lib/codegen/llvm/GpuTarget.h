@@ -43,6 +43,10 @@ public:
   void emitParallelTask(KernelEmitter &emitter, ForStmt &task) final;
   LV *threadIndex(EmitContext &c) final { return c.fn->thread; }
   LV *devicePointer(llvm::IRBuilderBase &b, LV *p) final;
+  /// Launch words live in the target's constant address space (NVPTX
+  /// `.const`, AMDGPU constant memory read with scalar loads): 4 on both.
+  std::optional<unsigned> launchWordsAddressSpace() const final { return 4; }
+  bool adStackIndexedDepth() const final { return true; }
   unsigned stopCheckInterval() const final { return abi::kDeviceStopCheckInterval; }
   LV *adStackBase(EmitContext &c, unsigned id) final;
   LV *adStackRowBytes(EmitContext &c, const StackRef &stack, unsigned width) final;
@@ -75,6 +79,8 @@ protected:
   virtual llvm::SyncScope::ID atomicScope(EmitContext &c) const = 0;
 
 private:
+  /// ctx->threads (T), from the launch words.
+  LV *threads(EmitContext &c);
   /// One device entry: a parallel task, or a run of other top-level
   /// statements.
   struct Entry {
