@@ -7,8 +7,8 @@
 //   qd_serial_<k>  a maximal run of top-level statements and serial tasks,
 //                  run by one thread;
 //   qd_task_<n>    parallel task n, a grid-stride loop
-//                    for (i = begin + global id; i < end; i += ctx->threads)
-//                  over a grid of ctx->threads threads.
+//                    for (i = begin + global id; i < end; i += T)
+//                  over a grid of T threads.
 //
 // A top-level value a later entry uses is stored by its entry into
 // ctx->values[slot] (8 bytes, as toSlot encodes it) and loaded by every
@@ -16,10 +16,14 @@
 // nothing, so the launches after an error are skipped as the CPU's entry
 // function stops at it.
 //
-// Adstacks are interleaved across the T = ctx->threads threads: entry d of
-// stack s of thread t is at heap + offsets[s] * T + (d * T + t) * entry
-// bytes, its adjoint slot after its primal. Every pointer the context holds
-// is device (global, address space 1 on both targets) memory.
+// Adstacks are interleaved across the T threads: entry d of stack s of
+// thread t is at heap + offsets[s] * T + (d * T + t) * entry bytes, its
+// adjoint slot after its primal, the depth an i32 count. What every thread
+// reads again and again (T, stack regions, capacities, row sizes, field
+// bases) comes from the launch words, a constant array (address space 4 on
+// both targets) the runtime fills before each launch; the rest through ctx.
+// Every pointer the context holds is device (global, address space 1 on
+// both targets) memory.
 //
 // GpuTarget implements all of that; a subclass says what its target names
 // differently: the triple and data layout, how an entry function is

@@ -81,7 +81,8 @@ public:
   /// Launch words (KernelLayout::launchWords): the address space of the
   /// module's constant array the runtime fills before each launch, or none
   /// when the target reads every launch value through ctx (CPU).
-  /// NVPTX: 4 (`.const`), which ptxas reads as constant-bank operands.
+  /// NVPTX: 4 (`.const`), which ptxas reads as constant-bank operands;
+  /// AMDGPU: 4 (constant memory), read with scalar loads into SGPRs.
   virtual std::optional<unsigned> launchWordsAddressSpace() const { return std::nullopt; }
   /// Back edges between two reads of the stop word (a power of two; see
   /// CodegenOptions::stopChecks).
