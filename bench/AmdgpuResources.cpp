@@ -86,8 +86,8 @@ int main(int argc, char **argv) {
     if (!grad.ok())
       die(std::string(grad.status().message()));
     for (const qd::AmdgpuArch &arch : qd::amdgpuArchs())
-      for (const qd::Kernel *k : {static_cast<const qd::Kernel *>(fwd),
-                                  static_cast<const qd::Kernel *>(*grad)})
+      for (const qd::Kernel *k :
+           {static_cast<const qd::Kernel *>(fwd), static_cast<const qd::Kernel *>(*grad)})
         report(*k, "(" + spec.key + ")", std::string(arch.name), maxBlockSize);
   }
   return 0;
