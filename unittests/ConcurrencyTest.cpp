@@ -6,6 +6,8 @@
 // launches. Every result is compared with a single-threaded interpreter run.
 //
 //===----------------------------------------------------------------------===//
+#include "GpuBackendChecks.h"
+
 #include "qd/interp/Interpreter.h"
 #include "qd/ir/Parser.h"
 #include "qd/ir/Verifier.h"
@@ -19,6 +21,8 @@
 #include <thread>
 #include <vector>
 
+#include "GpuBackendChecks.h"
+
 namespace qd {
 namespace {
 
@@ -27,41 +31,8 @@ constexpr int kThreads = 4;
 constexpr int kRounds = 6;
 constexpr int64_t kLen = 300;
 
-/// d/dx of x -> sin(x) + 0.1 applied n times, with the loop's values on an
-/// adstack (sized at launch from %n).
 std::string gradKernel(int k) {
-  return "kernel @g" + std::to_string(k) +
-         R"((%n: i32, %x: ndarray<f32, 1>, %out: ndarray<f32, 1>) {
-  %len = shape %x, 0 : i32
-  parallel for %i = 0 to %len {
-    %s = adstack.alloca f32, capacity 0
-    %xi = load %x[%i] : f32
-    %v = alloca f32
-    store %v, %xi
-    for %j = 0 to %n {
-      %a = load %v : f32
-      adstack.push %s, %a
-      %sn = sin %a : f32
-      %c = const 0.1 : f32
-      %b = add %sn, %c : f32
-      store %v, %b
-    }
-    %g = alloca f32
-    %one = const 1.0 : f32
-    store %g, %one
-    for %j2 = 0 to %n {
-      %t = adstack.load_top %s : f32
-      %cs = cos %t : f32
-      %g0 = load %g : f32
-      %g1 = mul %g0, %cs : f32
-      store %g, %g1
-      adstack.pop %s
-    }
-    %gf = load %g : f32
-    store %out[%i], %gf
-  }
-}
-)";
+  return corpus::sinLoopKernel("g" + std::to_string(k));
 }
 
 struct Case {
@@ -96,12 +67,7 @@ protected:
 
   static absl::Status launch(Program &p, Backend &b, int kernel, int n, std::vector<float> &x,
                              std::vector<float> &out, const LaunchOptions &options = {}) {
-    auto bx = Buffer::borrow(ScalarType::F32, {int64_t(x.size())}, x.data());
-    auto bo = Buffer::borrow(ScalarType::F32, {int64_t(out.size())}, out.data());
-    NdarrayArg ax{&*bx}, ao{&*bo};
-    std::vector<LaunchArg> args{LaunchArg::i32(n), LaunchArg::ndarray(&ax),
-                                LaunchArg::ndarray(&ao)};
-    return p.launch("g" + std::to_string(kernel), args, b, options);
+    return corpus::launchSinLoop(p, b, "g" + std::to_string(kernel), n, x, out, options);
   }
 
   /// Elements of `out` that differ from the case's reference (libmvec may

@@ -1,6 +1,7 @@
 //===- qd-run.cpp - Run kernels from a .qd file ---------------------------===//
 //
-//   qd-run kernel.qd [--kernel=NAME]... [--script=FILE] [--backend=cpu|cuda|interp]
+//   qd-run kernel.qd [--kernel=NAME]... [--script=FILE]
+//          [--backend=cpu|cuda|amdgpu|interp] [--amdgpu-arch=gfx90a|gfx942|gfx1100]
 //          [--inputs=in.json] [--set FIELD=JSON]... [--arg [KERNEL:]NAME=JSON]...
 //          [--print=a,b.grad,...] [--no-bounds-check] [--adstack-capacity=N]
 //          [--report-adstacks] [--no-adstack-sizing] [--vector-width=N]
@@ -27,6 +28,7 @@
 #include "qd/ir/Visitor.h"
 #include "qd/runtime/CpuBackend.h"
 #include "qd/runtime/CudaBackend.h"
+#include "qd/runtime/HipBackend.h"
 
 #include <fmt/format.h>
 
@@ -59,9 +61,12 @@ constexpr const char *kUsage =
     "                         expected, and stops at the first unexpected error\n"
     "                         or expected error that did not happen\n"
     "  --backend=NAME         execution backend: cpu (LLVM JIT, the default), cuda (an\n"
-    "                         NVIDIA GPU through the CUDA driver) or interp\n"
-    "                         (the reference interpreter; the default with\n"
+    "                         NVIDIA GPU through the CUDA driver), amdgpu (an AMD\n"
+    "                         GPU through HIP; untested on hardware so far) or\n"
+    "                         interp (the reference interpreter; the default with\n"
     "                         --check-global-accesses)\n"
+    "  --amdgpu-arch=NAME     architecture the amdgpu backend compiles for: gfx90a,\n"
+    "                         gfx942 or gfx1100 (default: the GPU's own)\n"
     "  --inputs=FILE          JSON file {\"fields\": {...}, \"args\": {...}}\n"
     "  --set NAME=JSON        initial value of a field (or NAME.grad / NAME.dual)\n"
     "  --arg NAME=JSON        kernel argument of every launched kernel that has it:\n"
@@ -135,7 +140,7 @@ public:
   struct Backends {
     qd::Interpreter *interp = nullptr;
     qd::CpuBackend *cpu = nullptr;
-    qd::CudaBackend *cuda = nullptr;
+    qd::GpuBackend *gpu = nullptr; // cuda or amdgpu
   };
   Runner(qd::Program &program, Backends backends, const qd::LaunchOptions &options, bool script,
          bool reportAdStacks)
@@ -146,9 +151,9 @@ public:
 
 private:
   qd::Backend &backend() {
-    return backends_.cpu    ? static_cast<qd::Backend &>(*backends_.cpu)
-           : backends_.cuda ? static_cast<qd::Backend &>(*backends_.cuda)
-                            : *backends_.interp;
+    return backends_.cpu   ? static_cast<qd::Backend &>(*backends_.cpu)
+           : backends_.gpu ? static_cast<qd::Backend &>(*backends_.gpu)
+                           : *backends_.interp;
   }
   qd::Buffer &buffer(const Slot &slot) {
     return slot.ndarray ? *ndarrays_.at(slot.base)->arg.component(slot.component)
@@ -247,9 +252,9 @@ std::optional<std::string> Runner::outcome(const Launch &launch, const absl::Sta
 void Runner::reportAdStacks(const Launch &launch) {
   // One line per stack, in source order, named as qd-opt names it: the
   // capacity it got, and the depth it reached (interpreter) or the heap
-  // the launch used (cpu, cuda).
+  // the launch used (cpu, cuda, amdgpu).
   const qd::Kernel &k = *launch.kernel;
-  auto [interp, cpu, cuda] = backends_;
+  auto [interp, cpu, gpu] = backends_;
   qd::ValueNamer names(k);
   std::vector<std::pair<std::string, std::string>> rows;
   auto row = [&](const qd::AdStackAllocaStmt *stack, int64_t cap, const std::string &more) {
@@ -258,13 +263,13 @@ void Runner::reportAdStacks(const Launch &launch) {
                                   names[stack], qd::toString(stack->elementType()),
                                   stack->loc().str(), cap, more));
   };
-  if ((cpu || cuda) && !options_.sizeAdStacks) {
+  if ((cpu || gpu) && !options_.sizeAdStacks) {
     // Unsized: what the launch was given (declared, or the default).
     qd::walk(const_cast<qd::Kernel &>(k), [&](qd::Stmt &s) {
       if (auto *a = qd::dyn_cast<qd::AdStackAllocaStmt>(&s))
         row(a, a->capacity() ? a->capacity() : options_.defaultAdStackCapacity, "");
     });
-  } else if (cpu || cuda) {
+  } else if (cpu || gpu) {
     for (auto &[stack, cap] : program_.lastAdStackCapacities())
       row(stack, cap, "");
   } else {
@@ -278,10 +283,10 @@ void Runner::reportAdStacks(const Launch &launch) {
     report_.push_back("kernel @" + k.name() + ": adstack heap " +
                       std::to_string(cpu->lastAdStackHeapBytes()) + " bytes (" +
                       std::to_string(cpu->numThreads()) + " workers)");
-  if (cuda && !rows.empty()) {
-    absl::StatusOr<int64_t> threads = cuda->gridThreads(k, options_.boundsChecked);
+  if (gpu && !rows.empty()) {
+    absl::StatusOr<int64_t> threads = gpu->gridThreads(k, options_.boundsChecked);
     report_.push_back("kernel @" + k.name() + ": adstack heap " +
-                      std::to_string(cuda->lastAdStackHeapBytes()) + " bytes (" +
+                      std::to_string(gpu->lastAdStackHeapBytes()) + " bytes (" +
                       (threads.ok() ? std::to_string(*threads) : std::string("?")) +
                       " GPU threads)");
   }
@@ -308,7 +313,7 @@ void Runner::print(const Launch &launch, const std::optional<std::string> &error
 }
 
 int run(int argc, char **argv) {
-  std::string file, backendName, inputsFile, scriptFile;
+  std::string file, backendName, amdgpuArch, inputsFile, scriptFile;
   std::vector<std::string> kernels, printList;
   std::vector<std::pair<std::string, std::string>> sets, argValues;
   bool printGiven = false, reportAdStacks = false;
@@ -343,6 +348,8 @@ int run(int argc, char **argv) {
       scriptFile = *v;
     else if (auto v = value("--backend"))
       backendName = *v;
+    else if (auto v = value("--amdgpu-arch"))
+      amdgpuArch = *v;
     else if (auto v = value("--inputs"))
       inputsFile = *v;
     else if (auto v = value("--set"))
@@ -395,8 +402,15 @@ int run(int argc, char **argv) {
     die("--print does not go with --script: list what to print in a launch's \"print\"");
   if (backendName.empty()) // the exact access check is the interpreter's
     backendName = options.checkGlobalAccesses ? "interp" : "cpu";
-  if (backendName != "interp" && backendName != "cpu" && backendName != "cuda")
-    die("unknown backend '" + backendName + "'; available backends: interp, cpu, cuda");
+  if (backendName != "interp" && backendName != "cpu" && backendName != "cuda" &&
+      backendName != "amdgpu")
+    die("unknown backend '" + backendName + "'; available backends: interp, cpu, cuda, amdgpu");
+  if (!amdgpuArch.empty()) {
+    if (backendName != "amdgpu")
+      die("--amdgpu-arch goes with --backend=amdgpu");
+    if (auto known = qd::findAmdgpuArch(amdgpuArch); !known.ok())
+      die(std::string(known.status().message()));
+  }
 
   auto parsed = qd::parseModule(readFile(file), {file, 1});
   if (!parsed.ok())
@@ -460,14 +474,22 @@ int run(int argc, char **argv) {
       die(std::string(created.status().message()));
     cpu = *std::move(created);
   }
-  std::unique_ptr<qd::CudaBackend> cuda;
+  std::unique_ptr<qd::GpuBackend> gpu;
   if (backendName == "cuda") {
     auto created = qd::CudaBackend::create();
     if (!created.ok())
       die(std::string(created.status().message()));
-    cuda = *std::move(created);
+    gpu = *std::move(created);
   }
-  Runner runner(**program, {&interp, cpu.get(), cuda.get()}, options, script, reportAdStacks);
+  if (backendName == "amdgpu") {
+    qd::HipBackendOptions hip;
+    hip.arch = amdgpuArch;
+    auto created = qd::HipBackend::create(hip);
+    if (!created.ok())
+      die(std::string(created.status().message()));
+    gpu = *std::move(created);
+  }
+  Runner runner(**program, {&interp, cpu.get(), gpu.get()}, options, script, reportAdStacks);
   for (Launch &launch : launches)
     runner.run(launch);
   return 0;

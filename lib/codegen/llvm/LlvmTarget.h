@@ -81,7 +81,8 @@ public:
   /// Launch words (KernelLayout::launchWords): the address space of the
   /// module's constant array the runtime fills before each launch, or none
   /// when the target reads every launch value through ctx (CPU).
-  /// NVPTX: 4 (`.const`), which ptxas reads as constant-bank operands.
+  /// NVPTX: 4 (`.const`), which ptxas reads as constant-bank operands;
+  /// AMDGPU: 4 (constant memory), read with scalar loads into SGPRs.
   virtual std::optional<unsigned> launchWordsAddressSpace() const { return std::nullopt; }
   /// Back edges between two reads of the stop word (a power of two; see
   /// CodegenOptions::stopChecks).
@@ -146,7 +147,10 @@ public:
 std::unique_ptr<LlvmTarget> createTarget(CodegenTarget target);
 /// The host CPU's hooks.
 std::unique_ptr<LlvmTarget> createCpuTarget();
-/// NVIDIA GPUs through LLVM's NVPTX back end (NvptxTarget.cpp).
+/// NVIDIA GPUs through LLVM's NVPTX back end (NvptxTarget.cpp; what GPU
+/// targets share is GpuTarget.h's).
 std::unique_ptr<LlvmTarget> createNvptxTarget();
+/// AMD GPUs through LLVM's AMDGPU back end (AmdgpuTarget.cpp).
+std::unique_ptr<LlvmTarget> createAmdgpuTarget();
 
 } // namespace qd::codegen
