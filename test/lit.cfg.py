@@ -35,7 +35,9 @@ for name, directory in [("qd-opt", config.qd_tools_dir),
                         ("FileCheck", config.llvm_tools_dir),
                         ("not", config.llvm_tools_dir),
                         ("split-file", config.llvm_tools_dir),
-                        ("count", config.llvm_tools_dir)]:
+                        ("count", config.llvm_tools_dir),
+                        ("llvm-readobj", config.llvm_tools_dir),
+                        ("llvm-objdump", config.llvm_tools_dir)]:
     config.substitutions.append(
         (r"(?<![\w/.-])" + name.replace("-", r"\-") + r"(?![\w/.-])", tool(name, directory)))
 

@@ -6,7 +6,7 @@
 // launches. Every result is compared with a single-threaded interpreter run.
 //
 //===----------------------------------------------------------------------===//
-#include "Corpus.h"
+#include "GpuBackendChecks.h"
 
 #include "qd/interp/Interpreter.h"
 #include "qd/ir/Parser.h"
@@ -21,6 +21,8 @@
 #include <thread>
 #include <vector>
 
+#include "GpuBackendChecks.h"
+
 namespace qd {
 namespace {
 
@@ -29,11 +31,8 @@ constexpr int kThreads = 4;
 constexpr int kRounds = 6;
 constexpr int64_t kLen = 300;
 
-/// d/dx of x -> sin(x) + 0.1 applied n times, with the loop's values on an
-/// adstack (sized at launch from %n).
 std::string gradKernel(int k) {
-  std::string text = corpus::kSinLoop; // kernel @g(...)
-  return text.replace(text.find("@g("), 3, "@g" + std::to_string(k) + "(");
+  return corpus::sinLoopKernel("g" + std::to_string(k));
 }
 
 struct Case {
@@ -68,12 +67,7 @@ protected:
 
   static absl::Status launch(Program &p, Backend &b, int kernel, int n, std::vector<float> &x,
                              std::vector<float> &out, const LaunchOptions &options = {}) {
-    auto bx = Buffer::borrow(ScalarType::F32, {int64_t(x.size())}, x.data());
-    auto bo = Buffer::borrow(ScalarType::F32, {int64_t(out.size())}, out.data());
-    NdarrayArg ax{&*bx}, ao{&*bo};
-    std::vector<LaunchArg> args{LaunchArg::i32(n), LaunchArg::ndarray(&ax),
-                                LaunchArg::ndarray(&ao)};
-    return p.launch("g" + std::to_string(kernel), args, b, options);
+    return corpus::launchSinLoop(p, b, "g" + std::to_string(kernel), n, x, out, options);
   }
 
   /// Elements of `out` that differ from the case's reference (libmvec may

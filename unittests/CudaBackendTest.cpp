@@ -8,6 +8,7 @@
 #include "qd/runtime/CudaBackend.h"
 
 #include "Corpus.h"
+#include "GpuBackendChecks.h"
 #include "ProgramGen.h"
 
 #include "qd/interp/Interpreter.h"
@@ -58,57 +59,77 @@ TEST(CudaBackendTest, WithoutADriverCreationIsAClearError) {
 
 TEST(CudaBackendTest, CorpusKernelsMatchTheInterpreter) {
   REQUIRE_GPU();
-  CorpusStats stats = runCorpus(*gpu(), "the GPU");
-  std::cout << fmt::format("[cuda corpus] {} kernels ({} gradient/dual), {} launches, {} where "
-                           "both failed, {} skipped (endless/huge), {} order-dependent (not "
-                           "compared), {} failures\n",
-                           stats.kernels, stats.derived, stats.launches, stats.bothErrored,
-                           stats.skippedEndless, stats.racy, stats.failures.size());
-  EXPECT_GT(stats.kernels, 150);
-  for (const auto &f : stats.failures)
-    ADD_FAILURE() << f;
+  expectCorpusMatchesTheInterpreter(*gpu(), "cuda");
+}
+
+/// A backend with the default options changed by `change` (null without a
+/// GPU).
+template <typename Change> std::unique_ptr<CudaBackend> backendWith(Change change) {
+  CudaBackendOptions options;
+  change(options);
+  auto b = CudaBackend::create(options);
+  return b.ok() ? *std::move(b) : nullptr;
+}
+
+/// A backend that keeps every adstack in the heap (no local tapes).
+CudaBackend *heapOnly() {
+  static std::unique_ptr<CudaBackend> backend =
+      backendWith([](CudaBackendOptions &o) { o.localTapeBytes = 0; });
+  return backend.get();
+}
+
+/// 5000 elements of x = 0.001 i, the sin loop run with bound `n` on `gpu`
+/// and on the interpreter: the results agree.
+void expectSinLoopMatches(SinLoop &k, CudaBackend &gpu, int n) {
+  std::vector<float> x(5000);
+  for (size_t i = 0; i < x.size(); ++i)
+    x[i] = 0.001f * float(i);
+  std::vector<float> ref(x.size()), out(x.size(), -1.f);
+  Interpreter interp;
+  ASSERT_TRUE(k.run(interp, n, x, ref).ok());
+  absl::Status s = k.run(gpu, n, x, out);
+  ASSERT_TRUE(s.ok()) << s.message();
+  for (size_t i = 0; i < x.size(); ++i)
+    ASSERT_NEAR(out[i], ref[i], 1e-4 * std::max(1.f, std::fabs(ref[i]))) << "n=" << n << " i=" << i;
 }
 
 TEST(CudaBackendTest, BoundsThatGrowBetweenLaunchesResizeTheHeap) {
   REQUIRE_GPU();
+  expectTheHeapFollowsTheBounds(
+      *heapOnly(), [](const Kernel &k) { return *heapOnly()->gridThreads(k); },
+      [] { return heapOnly()->lastAdStackHeapBytes(); });
+}
+
+TEST(CudaBackendTest, StacksThatFitRunFromLocalTapesAndTheRestFromTheHeap) {
+  REQUIRE_GPU();
   SinLoop k;
-  Interpreter interp;
-  std::vector<float> x(5000);
-  for (size_t i = 0; i < x.size(); ++i)
-    x[i] = 0.001f * float(i);
-  int64_t threads = *gpu()->gridThreads(*k.module->findKernel("g"));
-  for (int n : {1, 20, 50, 512}) {
-    std::vector<float> ref(x.size()), out(x.size(), -1.f);
-    ASSERT_TRUE(k.run(interp, n, x, ref).ok());
-    absl::Status s = k.run(*gpu(), n, x, out);
-    ASSERT_TRUE(s.ok()) << s.message();
-    for (size_t i = 0; i < x.size(); ++i)
-      ASSERT_NEAR(out[i], ref[i], 1e-4 * std::max(1.f, std::fabs(ref[i])))
-          << "n=" << n << " i=" << i;
-    // The heap holds the grid's threads, not the elements: n entries of 4
-    // bytes (rounded up to 8) per thread.
-    EXPECT_EQ(gpu()->lastAdStackHeapBytes(), threads * ((4 * n + 7) / 8 * 8)) << n;
+  // 4-byte entries, 2048 bytes per thread by default: up to 512 entries
+  // run from local arrays (no heap); 513 and more from the heap. A bound
+  // that comes back reuses its code.
+  for (int n : {1, 20, 50, 512, 513, 3000, 20, 512}) {
+    expectSinLoopMatches(k, *gpu(), n);
+    if (n <= 512)
+      EXPECT_EQ(gpu()->lastAdStackHeapBytes(), 0) << n;
+    else
+      EXPECT_GT(gpu()->lastAdStackHeapBytes(), 0) << n;
   }
+  // An explicit capacity below the need overflows from a local tape as from
+  // the heap, with the real need, and the next launch works.
+  std::vector<float> x(100, 0.5f), out(x.size(), -1.f);
+  LaunchOptions small;
+  small.sizeAdStacks = false;
+  small.defaultAdStackCapacity = 3;
+  absl::Status s = k.run(*gpu(), 40, x, out, small);
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s.message();
+  EXPECT_NE(std::string(s.message()).find("has capacity 3 and this launch needed 40"),
+            std::string::npos)
+      << s.message();
+  expectSinLoopMatches(k, *gpu(), 40);
 }
 
 TEST(CudaBackendTest, OverflowIsAnErrorAndTheNextLaunchWorks) {
   REQUIRE_GPU();
-  SinLoop k;
-  std::vector<float> x(1000, 0.5f), out(1000, -1.f), ref(1000);
-  LaunchOptions small;
-  small.sizeAdStacks = false;
-  small.defaultAdStackCapacity = 2;
-  absl::Status s = k.run(*gpu(), 9, x, out, small);
-  ASSERT_FALSE(s.ok());
-  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_NE(std::string(s.message()).find("has capacity 2 and this launch needed 9"),
-            std::string::npos)
-      << s.message();
-  Interpreter interp;
-  ASSERT_TRUE(k.run(interp, 9, x, ref).ok());
-  ASSERT_TRUE(k.run(*gpu(), 9, x, out).ok());
-  for (size_t i = 0; i < x.size(); ++i)
-    ASSERT_NEAR(out[i], ref[i], 1e-5) << i;
+  expectOverflowIsAnErrorAndTheNextLaunchWorks(*gpu());
 }
 
 TEST(CudaBackendTest, MoreThan256KiBOfAdstackPerThread) {
@@ -148,12 +169,8 @@ TEST(CudaBackendTest, ARegisterCapGivesTheSameResultsOnAtLeastAsManyThreads) {
 /// A backend with a small grid, so the property's large tier-3 default
 /// capacity fits in GPU memory.
 CudaBackend *smallGrid() {
-  static std::unique_ptr<CudaBackend> backend = [] {
-    CudaBackendOptions o;
-    o.maxThreads = 256;
-    auto b = CudaBackend::create(o);
-    return b.ok() ? *std::move(b) : nullptr;
-  }();
+  static std::unique_ptr<CudaBackend> backend =
+      backendWith([](CudaBackendOptions &o) { o.maxThreads = 256; });
   return backend.get();
 }
 

@@ -1,15 +1,14 @@
 //===- CudaDriver.cpp - The CUDA driver API, loaded at run time -----------===//
 #include "qd/runtime/CudaDriver.h"
 
-#include <fmt/format.h>
+#include "../gpu/DriverLibrary.h"
 
-#include <dlfcn.h>
+#include <fmt/format.h>
 
 #include <cstdlib>
 #include <cstring>
-#include <map>
-#include <mutex>
 #include <type_traits>
+#include <vector>
 
 namespace qd::cuda {
 namespace {
@@ -24,83 +23,63 @@ constexpr int kJitErrorLogBuffer = 5;
 constexpr int kJitErrorLogBufferSize = 6;
 constexpr CUresult kErrorNoDevice = 100;
 
-struct Loaded {
-  DriverApi api{};
-  absl::Status status;
-};
+using Loaded = gpu::LoadedDriver<DriverApi>;
 
-/// Opens a driver library once per process and path; later calls see the
-/// same result.
-const Loaded &loadDriver(const std::string &library) {
-  static std::mutex mutex;
-  static std::map<std::string, std::unique_ptr<Loaded>> cache;
-  std::lock_guard<std::mutex> lock(mutex);
-  std::unique_ptr<Loaded> &slot = cache[library];
-  if (slot)
-    return *slot;
-  slot = std::make_unique<Loaded>([&] {
-    Loaded l;
-    const char *name = library.c_str();
-    void *handle = dlopen(name, RTLD_NOW | RTLD_LOCAL);
-    if (!handle) {
-      const char *why = dlerror();
-      l.status = absl::FailedPreconditionError(fmt::format(
-          "cuda: cannot load the NVIDIA driver library '{}' ({}): this machine has no CUDA "
-          "driver; use the cpu backend, or set QD_LIBCUDA to the driver's path",
-          name, why ? why : "not found"));
-      return l;
-    }
-    auto resolve = [&](auto &fn, const char *symbol) {
-      if (!l.status.ok())
-        return;
-      void *p = dlsym(handle, symbol);
-      if (!p)
-        l.status = absl::FailedPreconditionError(fmt::format(
-            "cuda: the driver library '{}' lacks '{}': update the NVIDIA driver", name, symbol));
-      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(p);
-    };
-    DriverApi &a = l.api;
-    resolve(a.cuInit, "cuInit");
-    resolve(a.cuDriverGetVersion, "cuDriverGetVersion");
-    resolve(a.cuDeviceGetCount, "cuDeviceGetCount");
-    resolve(a.cuDeviceGet, "cuDeviceGet");
-    resolve(a.cuDeviceGetName, "cuDeviceGetName");
-    resolve(a.cuDeviceGetAttribute, "cuDeviceGetAttribute");
-    resolve(a.cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain");
-    resolve(a.cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2");
-    resolve(a.cuCtxSetCurrent, "cuCtxSetCurrent");
-    resolve(a.cuMemAlloc, "cuMemAlloc_v2");
-    resolve(a.cuMemFree, "cuMemFree_v2");
-    resolve(a.cuMemcpyHtoD, "cuMemcpyHtoD_v2");
-    resolve(a.cuMemcpyDtoH, "cuMemcpyDtoH_v2");
-    resolve(a.cuMemsetD8, "cuMemsetD8_v2");
-    resolve(a.cuMemGetAddressRange, "cuMemGetAddressRange_v2");
-    resolve(a.cuMemHostAlloc, "cuMemHostAlloc");
-    resolve(a.cuMemFreeHost, "cuMemFreeHost");
-    resolve(a.cuMemHostGetDevicePointer, "cuMemHostGetDevicePointer_v2");
-    resolve(a.cuModuleLoadDataEx, "cuModuleLoadDataEx");
-    resolve(a.cuModuleUnload, "cuModuleUnload");
-    resolve(a.cuModuleGetFunction, "cuModuleGetFunction");
-    resolve(a.cuLaunchKernel, "cuLaunchKernel");
-    resolve(a.cuOccupancyMaxActiveBlocksPerMultiprocessor,
-            "cuOccupancyMaxActiveBlocksPerMultiprocessor");
-    resolve(a.cuStreamCreate, "cuStreamCreate");
-    resolve(a.cuStreamDestroy, "cuStreamDestroy_v2");
-    resolve(a.cuStreamSynchronize, "cuStreamSynchronize");
-    resolve(a.cuGetErrorName, "cuGetErrorName");
-    resolve(a.cuGetErrorString, "cuGetErrorString");
-    if (!l.status.ok())
-      return l;
-    if (CUresult r = a.cuInit(0); r != 0) {
-      const char *n = nullptr;
-      a.cuGetErrorName(r, &n);
-      l.status = absl::FailedPreconditionError(fmt::format(
-          "cuda: cuInit failed with {}: the NVIDIA driver is installed but unusable here{}",
-          n ? n : std::to_string(r), r == kErrorNoDevice ? " (no CUDA device)" : ""));
-    }
+/// Opens the driver library `library` and initialises it.
+Loaded openDriver(const std::string &library) {
+  Loaded l;
+  void *handle = gpu::openLibrary(library, l.status, [&](const std::string &why) {
+    return fmt::format("cuda: cannot load the NVIDIA driver library '{}' ({}): this machine has "
+                       "no CUDA driver; use the cpu backend, or set QD_LIBCUDA to the driver's "
+                       "path",
+                       library, why);
+  });
+  if (!handle)
     return l;
-  }());
-  return *slot;
+  gpu::SymbolResolver resolve(handle, "cuda: the driver library", library,
+                              "update the NVIDIA driver");
+  DriverApi &a = l.api;
+  resolve(a.cuInit, "cuInit");
+  resolve(a.cuDriverGetVersion, "cuDriverGetVersion");
+  resolve(a.cuDeviceGetCount, "cuDeviceGetCount");
+  resolve(a.cuDeviceGet, "cuDeviceGet");
+  resolve(a.cuDeviceGetName, "cuDeviceGetName");
+  resolve(a.cuDeviceGetAttribute, "cuDeviceGetAttribute");
+  resolve(a.cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain");
+  resolve(a.cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2");
+  resolve(a.cuCtxSetCurrent, "cuCtxSetCurrent");
+  resolve(a.cuMemAlloc, "cuMemAlloc_v2");
+  resolve(a.cuMemFree, "cuMemFree_v2");
+  resolve(a.cuMemcpyHtoD, "cuMemcpyHtoD_v2");
+  resolve(a.cuMemcpyDtoH, "cuMemcpyDtoH_v2");
+  resolve(a.cuMemsetD8, "cuMemsetD8_v2");
+  resolve(a.cuMemGetAddressRange, "cuMemGetAddressRange_v2");
+  resolve(a.cuMemHostAlloc, "cuMemHostAlloc");
+  resolve(a.cuMemFreeHost, "cuMemFreeHost");
+  resolve(a.cuMemHostGetDevicePointer, "cuMemHostGetDevicePointer_v2");
+  resolve(a.cuModuleLoadDataEx, "cuModuleLoadDataEx");
+  resolve(a.cuModuleUnload, "cuModuleUnload");
+  resolve(a.cuModuleGetFunction, "cuModuleGetFunction");
+  resolve(a.cuModuleGetGlobal, "cuModuleGetGlobal_v2");
+  resolve(a.cuLaunchKernel, "cuLaunchKernel");
+  resolve(a.cuOccupancyMaxActiveBlocksPerMultiprocessor,
+          "cuOccupancyMaxActiveBlocksPerMultiprocessor");
+  resolve(a.cuStreamCreate, "cuStreamCreate");
+  resolve(a.cuStreamDestroy, "cuStreamDestroy_v2");
+  resolve(a.cuStreamSynchronize, "cuStreamSynchronize");
+  resolve(a.cuGetErrorName, "cuGetErrorName");
+  resolve(a.cuGetErrorString, "cuGetErrorString");
+  l.status = resolve.status();
+  if (!l.status.ok())
+    return l;
+  if (CUresult r = a.cuInit(0); r != 0) {
+    const char *n = nullptr;
+    a.cuGetErrorName(r, &n);
+    l.status = absl::FailedPreconditionError(fmt::format(
+        "cuda: cuInit failed with {}: the NVIDIA driver is installed but unusable here{}",
+        n ? n : std::to_string(r), r == kErrorNoDevice ? " (no CUDA device)" : ""));
+  }
+  return l;
 }
 
 std::string errorText(const DriverApi &api, CUresult r) {
@@ -117,7 +96,7 @@ absl::StatusOr<std::unique_ptr<Device>> Device::open(int ordinal, std::string li
     const char *env = std::getenv("QD_LIBCUDA");
     library = env && *env ? env : "libcuda.so.1";
   }
-  const Loaded &l = loadDriver(library);
+  const Loaded &l = gpu::loadOnce(library, openDriver);
   if (!l.status.ok())
     return l.status;
   std::unique_ptr<Device> d(new Device());
@@ -192,31 +171,53 @@ absl::Status Device::copyToDevice(CUdeviceptr dst, const void *src, size_t bytes
   return check(api_->cuMemcpyHtoD(dst, src, bytes), "cuMemcpyHtoD");
 }
 
-absl::StatusOr<std::unique_ptr<MappedHostMemory>> MappedHostMemory::allocate(const Device &device,
-                                                                             size_t bytes) {
+absl::StatusOr<std::pair<void *, CUdeviceptr>> Device::allocMapped(size_t bytes) const {
   constexpr unsigned kPortable = 0x1, kDeviceMap = 0x2; // CU_MEMHOSTALLOC_*
-  if (absl::Status s = device.makeCurrent(); !s.ok())
+  if (absl::Status s = makeCurrent(); !s.ok())
     return s;
   void *host = nullptr;
-  if (absl::Status s = device.check(
-          device.api().cuMemHostAlloc(&host, bytes ? bytes : 1, kPortable | kDeviceMap),
-          "cuMemHostAlloc");
+  if (absl::Status s = check(api_->cuMemHostAlloc(&host, bytes ? bytes : 1, kPortable | kDeviceMap),
+                             "cuMemHostAlloc");
       !s.ok())
     return s;
   CUdeviceptr mapped = 0;
-  if (absl::Status s = device.check(device.api().cuMemHostGetDevicePointer(&mapped, host, 0),
-                                    "cuMemHostGetDevicePointer");
+  if (absl::Status s =
+          check(api_->cuMemHostGetDevicePointer(&mapped, host, 0), "cuMemHostGetDevicePointer");
       !s.ok()) {
-    device.api().cuMemFreeHost(host);
+    api_->cuMemFreeHost(host);
     return s;
   }
   std::memset(host, 0, bytes);
-  return std::unique_ptr<MappedHostMemory>(new MappedHostMemory(device, host, mapped));
+  return std::pair(host, mapped);
 }
 
-MappedHostMemory::~MappedHostMemory() {
-  if (owner_.makeCurrent().ok())
-    owner_.api().cuMemFreeHost(host_);
+void Device::freeMapped(void *host) const {
+  if (makeCurrent().ok())
+    api_->cuMemFreeHost(host);
+}
+
+absl::Status Device::launch(gpu::Function f, unsigned grid, unsigned block,
+                            std::span<const uint64_t> args, std::string_view what) const {
+  if (absl::Status s = makeCurrent(); !s.ok())
+    return s;
+  std::vector<void *> params;
+  for (const uint64_t &a : args)
+    params.push_back(const_cast<uint64_t *>(&a));
+  return check(api_->cuLaunchKernel(static_cast<CUfunction>(f), grid, 1, 1, block, 1, 1, 0, nullptr,
+                                    params.data(), nullptr),
+               fmt::format("cuLaunchKernel({})", what));
+}
+
+absl::StatusOr<int> Device::residentBlocks(gpu::Function f, unsigned block) const {
+  if (absl::Status s = makeCurrent(); !s.ok())
+    return s;
+  int perSm = 0;
+  if (absl::Status s = check(api_->cuOccupancyMaxActiveBlocksPerMultiprocessor(
+                                 &perSm, static_cast<CUfunction>(f), int(block), 0),
+                             "cuOccupancyMaxActiveBlocksPerMultiprocessor");
+      !s.ok())
+    return s;
+  return perSm;
 }
 
 absl::StatusOr<std::pair<CUdeviceptr, size_t>> Device::addressRange(CUdeviceptr p) const {
@@ -272,6 +273,24 @@ Module::~Module() {
     device_.api().cuModuleUnload(module_);
 }
 
+absl::StatusOr<std::pair<CUdeviceptr, size_t>> Module::global(const std::string &name) const {
+  CUdeviceptr p = 0;
+  size_t bytes = 0;
+  if (absl::Status s =
+          device_.check(device_.api().cuModuleGetGlobal(&p, &bytes, module_, name.c_str()),
+                        "cuModuleGetGlobal(" + name + ")");
+      !s.ok())
+    return s;
+  return std::pair(p, bytes);
+}
+
+absl::StatusOr<gpu::Function> Module::entry(const std::string &name) const {
+  absl::StatusOr<CUfunction> f = function(name);
+  if (!f.ok())
+    return f.status();
+  return static_cast<gpu::Function>(*f);
+}
+
 absl::StatusOr<CUfunction> Module::function(const std::string &name) const {
   CUfunction f = nullptr;
   if (absl::Status s = device_.check(device_.api().cuModuleGetFunction(&f, module_, name.c_str()),
@@ -279,34 +298,6 @@ absl::StatusOr<CUfunction> Module::function(const std::string &name) const {
       !s.ok())
     return s;
   return f;
-}
-
-DeviceBuffer &DeviceBuffer::operator=(DeviceBuffer &&o) noexcept {
-  if (this != &o) {
-    reset();
-    device_ = o.device_;
-    ptr_ = o.ptr_;
-    bytes_ = o.bytes_;
-    o.device_ = nullptr;
-    o.ptr_ = 0;
-    o.bytes_ = 0;
-  }
-  return *this;
-}
-
-void DeviceBuffer::reset() {
-  if (device_ && ptr_)
-    device_->free(ptr_);
-  device_ = nullptr;
-  ptr_ = 0;
-  bytes_ = 0;
-}
-
-absl::StatusOr<DeviceBuffer> DeviceBuffer::allocate(const Device &d, size_t bytes) {
-  absl::StatusOr<CUdeviceptr> p = d.alloc(bytes);
-  if (!p.ok())
-    return p.status();
-  return DeviceBuffer(d, *p, bytes);
 }
 
 } // namespace qd::cuda

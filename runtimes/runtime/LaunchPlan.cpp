@@ -114,6 +114,15 @@ absl::Status LaunchPlan::layoutAdStacks(std::span<const int32_t> lanes) {
     if (cap > kMaxAdStackCapacity)
       return adStackTooLargeError(*kernel_, *st.stmt, st.task, cap);
     heap_.capacities[i] = cap;
+    if (st.localEntries > 0) {
+      // Kept in each thread's local array: no heap. The runtime chose code
+      // whose arrays hold this launch's capacities.
+      if (cap > st.localEntries)
+        return absl::InternalError(fmt::format(
+            "{}: the adstack's capacity {} exceeds the {} entries of its local array ({})",
+            st.stmt->loc().str(), cap, st.localEntries, launchWhere(*kernel_, st.task)));
+      continue;
+    }
     int64_t &at = used[st.task];
     heap_.offsets[i] = at;
     int64_t n =

@@ -1,7 +1,7 @@
 //===- qd-check-grad.cpp - Check a kernel's derivatives -------------------===//
 //
 //   qd-check-grad kernel.qd [--kernel=NAME] [--inputs=in.json] [--set FIELD=JSON]...
-//                 [--arg NAME=JSON]... [--backend=interp|cpu|cuda] [--rtol=X] [--atol=X]
+//                 [--arg NAME=JSON]... [--backend=interp|cpu|cuda|amdgpu] [--rtol=X] [--atol=X]
 //                 [--wrt=a,b] [--outputs=y,z] [--max-elements=N] [--seed=N]
 //                 [--fd-step=X] [--mode=both|reverse|forward]
 //                 [--grad-kernel=NAME] [--dual-kernel=NAME] [--verbose]
@@ -18,6 +18,7 @@
 #include "qd/ir/Verifier.h"
 #include "qd/runtime/CpuBackend.h"
 #include "qd/runtime/CudaBackend.h"
+#include "qd/runtime/HipBackend.h"
 
 #include "ToolSupport.h"
 
@@ -49,8 +50,8 @@ constexpr const char *kUsage =
     "  --set NAME=JSON      initial value of a field (fields not set start at 0)\n"
     "  --arg NAME=JSON      kernel argument: number or nested array (every argument\n"
     "                       needs one; an ndarray's value gives its shape)\n"
-    "  --backend=NAME       interp (the reference interpreter, the default), cpu or\n"
-    "                       cuda\n"
+    "  --backend=NAME       interp (the reference interpreter, the default), cpu,\n"
+    "                       cuda or amdgpu\n"
     "  --wrt=A,B            inputs to differentiate with respect to (default: every\n"
     "                       float field and ndarray the kernel reads and every float\n"
     "                       scalar argument it uses); @x or %x when a field and an\n"
@@ -234,8 +235,10 @@ int run(int argc, char **argv) {
     backend = orDie(qd::CpuBackend::create());
   else if (backendName == "cuda")
     backend = orDie(qd::CudaBackend::create());
+  else if (backendName == "amdgpu")
+    backend = orDie(qd::HipBackend::create());
   else if (backendName != "interp")
-    die("unknown backend '" + backendName + "'; available backends: interp, cpu, cuda");
+    die("unknown backend '" + backendName + "'; available backends: interp, cpu, cuda, amdgpu");
   options.backend = backend.get(); // null: the checker's interpreter
 
   qd::GradCheckReport report = orDie(qd::checkGradient(module, kernel, inputs, options));

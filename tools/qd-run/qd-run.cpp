@@ -1,6 +1,7 @@
 //===- qd-run.cpp - Run kernels from a .qd file ---------------------------===//
 //
-//   qd-run kernel.qd [--kernel=NAME]... [--script=FILE] [--backend=cpu|cuda|vulkan|interp]
+//   qd-run kernel.qd [--kernel=NAME]... [--script=FILE]
+//          [--backend=cpu|cuda|amdgpu|vulkan|interp] [--amdgpu-arch=gfx90a|gfx942|gfx1100]
 //          [--inputs=in.json] [--set FIELD=JSON]... [--arg [KERNEL:]NAME=JSON]...
 //          [--print=a,b.grad,...] [--no-bounds-check] [--adstack-capacity=N]
 //          [--report-adstacks] [--no-adstack-sizing] [--vector-width=N]
@@ -27,6 +28,7 @@
 #include "qd/ir/Visitor.h"
 #include "qd/runtime/CpuBackend.h"
 #include "qd/runtime/CudaBackend.h"
+#include "qd/runtime/HipBackend.h"
 #include "qd/runtime/VulkanBackend.h"
 
 #include <fmt/format.h>
@@ -60,11 +62,14 @@ constexpr const char *kUsage =
     "                         expected, and stops at the first unexpected error\n"
     "                         or expected error that did not happen\n"
     "  --backend=NAME         execution backend: cpu (LLVM JIT, the default), cuda (an\n"
-    "                         NVIDIA GPU through the CUDA driver), vulkan (SPIR-V\n"
-    "                         on a Vulkan device; QD_VULKAN_DEVICE picks one by index\n"
-    "                         or name) or interp\n"
-    "                         (the reference interpreter; the default with\n"
+    "                         NVIDIA GPU through the CUDA driver), amdgpu (an AMD\n"
+    "                         GPU through HIP; untested on hardware so far), vulkan\n"
+    "                         (SPIR-V on a Vulkan device; QD_VULKAN_DEVICE picks one\n"
+    "                         by index or name) or interp (the reference\n"
+    "                         interpreter; the default with\n"
     "                         --check-global-accesses)\n"
+    "  --amdgpu-arch=NAME     architecture the amdgpu backend compiles for: gfx90a,\n"
+    "                         gfx942 or gfx1100 (default: the GPU's own)\n"
     "  --inputs=FILE          JSON file {\"fields\": {...}, \"args\": {...}}\n"
     "  --set NAME=JSON        initial value of a field (or NAME.grad / NAME.dual)\n"
     "  --arg NAME=JSON        kernel argument of every launched kernel that has it:\n"
@@ -138,7 +143,7 @@ public:
   struct Backends {
     qd::Interpreter *interp = nullptr;
     qd::CpuBackend *cpu = nullptr;
-    qd::CudaBackend *cuda = nullptr;
+    qd::GpuBackend *gpu = nullptr; // cuda or amdgpu
     qd::VulkanBackend *vulkan = nullptr;
   };
   Runner(qd::Program &program, Backends backends, const qd::LaunchOptions &options, bool script,
@@ -151,7 +156,7 @@ public:
 private:
   qd::Backend &backend() {
     return backends_.cpu      ? static_cast<qd::Backend &>(*backends_.cpu)
-           : backends_.cuda   ? static_cast<qd::Backend &>(*backends_.cuda)
+           : backends_.gpu    ? static_cast<qd::Backend &>(*backends_.gpu)
            : backends_.vulkan ? static_cast<qd::Backend &>(*backends_.vulkan)
                               : *backends_.interp;
   }
@@ -252,10 +257,10 @@ std::optional<std::string> Runner::outcome(const Launch &launch, const absl::Sta
 void Runner::reportAdStacks(const Launch &launch) {
   // One line per stack, in source order, named as qd-opt names it: the
   // capacity it got, and the depth it reached (interpreter) or the heap
-  // the launch used (cpu, cuda, vulkan).
+  // the launch used (cpu, cuda, amdgpu, vulkan).
   const qd::Kernel &k = *launch.kernel;
-  auto [interp, cpu, cuda, vulkan] = backends_;
-  bool compiled = cpu || cuda || vulkan;
+  auto [interp, cpu, gpu, vulkan] = backends_;
+  bool compiled = cpu || gpu || vulkan;
   qd::ValueNamer names(k);
   std::vector<std::pair<std::string, std::string>> rows;
   auto row = [&](const qd::AdStackAllocaStmt *stack, int64_t cap, const std::string &more) {
@@ -284,10 +289,10 @@ void Runner::reportAdStacks(const Launch &launch) {
     report_.push_back("kernel @" + k.name() + ": adstack heap " +
                       std::to_string(cpu->lastAdStackHeapBytes()) + " bytes (" +
                       std::to_string(cpu->numThreads()) + " workers)");
-  if (cuda && !rows.empty()) {
-    absl::StatusOr<int64_t> threads = cuda->gridThreads(k, options_.boundsChecked);
+  if (gpu && !rows.empty()) {
+    absl::StatusOr<int64_t> threads = gpu->gridThreads(k, options_.boundsChecked);
     report_.push_back("kernel @" + k.name() + ": adstack heap " +
-                      std::to_string(cuda->lastAdStackHeapBytes()) + " bytes (" +
+                      std::to_string(gpu->lastAdStackHeapBytes()) + " bytes (" +
                       (threads.ok() ? std::to_string(*threads) : std::string("?")) +
                       " GPU threads)");
   }
@@ -318,7 +323,7 @@ void Runner::print(const Launch &launch, const std::optional<std::string> &error
 }
 
 int run(int argc, char **argv) {
-  std::string file, backendName, inputsFile, scriptFile;
+  std::string file, backendName, amdgpuArch, inputsFile, scriptFile;
   std::vector<std::string> kernels, printList;
   std::vector<std::pair<std::string, std::string>> sets, argValues;
   bool printGiven = false, reportAdStacks = false;
@@ -353,6 +358,8 @@ int run(int argc, char **argv) {
       scriptFile = *v;
     else if (auto v = value("--backend"))
       backendName = *v;
+    else if (auto v = value("--amdgpu-arch"))
+      amdgpuArch = *v;
     else if (auto v = value("--inputs"))
       inputsFile = *v;
     else if (auto v = value("--set"))
@@ -406,8 +413,15 @@ int run(int argc, char **argv) {
   if (backendName.empty()) // the exact access check is the interpreter's
     backendName = options.checkGlobalAccesses ? "interp" : "cpu";
   if (backendName != "interp" && backendName != "cpu" && backendName != "cuda" &&
-      backendName != "vulkan")
-    die("unknown backend '" + backendName + "'; available backends: interp, cpu, cuda, vulkan");
+      backendName != "amdgpu" && backendName != "vulkan")
+    die("unknown backend '" + backendName +
+        "'; available backends: interp, cpu, cuda, amdgpu, vulkan");
+  if (!amdgpuArch.empty()) {
+    if (backendName != "amdgpu")
+      die("--amdgpu-arch goes with --backend=amdgpu");
+    if (auto known = qd::findAmdgpuArch(amdgpuArch); !known.ok())
+      die(std::string(known.status().message()));
+  }
 
   auto parsed = qd::parseModule(readFile(file), {file, 1});
   if (!parsed.ok())
@@ -471,12 +485,20 @@ int run(int argc, char **argv) {
       die(std::string(created.status().message()));
     cpu = *std::move(created);
   }
-  std::unique_ptr<qd::CudaBackend> cuda;
+  std::unique_ptr<qd::GpuBackend> gpu;
   if (backendName == "cuda") {
     auto created = qd::CudaBackend::create();
     if (!created.ok())
       die(std::string(created.status().message()));
-    cuda = *std::move(created);
+    gpu = *std::move(created);
+  }
+  if (backendName == "amdgpu") {
+    qd::HipBackendOptions hip;
+    hip.arch = amdgpuArch;
+    auto created = qd::HipBackend::create(hip);
+    if (!created.ok())
+      die(std::string(created.status().message()));
+    gpu = *std::move(created);
   }
   std::unique_ptr<qd::VulkanBackend> vulkan;
   if (backendName == "vulkan") {
@@ -485,7 +507,7 @@ int run(int argc, char **argv) {
       die(std::string(created.status().message()));
     vulkan = *std::move(created);
   }
-  Runner runner(**program, {&interp, cpu.get(), cuda.get(), vulkan.get()}, options, script,
+  Runner runner(**program, {&interp, cpu.get(), gpu.get(), vulkan.get()}, options, script,
                 reportAdStacks);
   for (Launch &launch : launches)
     runner.run(launch);

@@ -1,29 +1,36 @@
 //===- qd-translate.cpp - Print the code generated for qd kernels ---------===//
 //
-//   qd-translate [input.qd|-] [--target=cpu|nvptx|spirv] [--kernel=name]
+//   qd-translate [input.qd|-] [--target=cpu|nvptx|amdgpu|spirv] [--kernel=name]
 //                [--passes=...] [--vector-width=N] [--bounds-check] [--stop-checks]
-//                [--no-vector-math] [--optimize] [--emit=llvm|ptx]
-//                [--arch=sm_80] [-o out]
+//                [--local-adstacks=N]
+//                [--no-vector-math] [--optimize] [--emit=llvm|ptx|amdgcn|hsaco]
+//                [--arch=sm_80|gfx90a|gfx942|gfx1100] [-o out]
 //
 // Reads a module (stdin by default), verifies it, optionally runs a pass
 // pipeline, and prints the LLVM IR the code generator emits for one kernel
 // or for every kernel (one LLVM module each, in module order). Without
 // --optimize the IR is exactly what the code generator produced; with it,
 // the IR after the O3 pipeline the CPU backend runs before JIT compilation
-// (for nvptx: the pipeline of the NVPTX target machine). --emit=ptx prints
-// the PTX of each kernel (nvptx only: libdevice linked, optimised).
-// --target=spirv prints the disassembly of each kernel's SPIR-V module
-// (validated; with --optimize after SPIRV-Tools' performance passes;
-// --atomic-float-add: for a device with SPV_EXT_shader_atomic_float_add).
+// (for nvptx: the pipeline of the NVPTX target machine; for amdgpu: ocml
+// linked and the pipeline of the AMDGPU target machine, the IR the code
+// object is made of). --emit=ptx prints the PTX of each kernel (nvptx only:
+// libdevice linked, optimised); --emit=amdgcn the AMDGPU ISA assembly and
+// --emit=hsaco the code object (an ELF file, linked with ld.lld; one
+// kernel only) of the amdgpu target. --target=spirv prints the disassembly
+// of each kernel's SPIR-V module (validated; with --optimize after
+// SPIRV-Tools' performance passes; --atomic-float-add: for a device with
+// SPV_EXT_shader_atomic_float_add).
 // Any diagnostic goes to stderr and the exit code is 1.
 //
 //===----------------------------------------------------------------------===//
+#include "qd/codegen/llvm/Hsaco.h"
 #include "qd/codegen/llvm/KernelCodegen.h"
 #include "qd/codegen/llvm/Optimize.h"
 #include "qd/codegen/llvm/Ptx.h"
 #include "qd/codegen/spirv/SpirvCodegen.h"
 #include "qd/ir/Parser.h"
 #include "qd/ir/Verifier.h"
+#include "qd/ir/Visitor.h"
 #include "qd/transforms/Passes.h"
 
 #include <llvm/IR/LLVMContext.h>
@@ -47,11 +54,12 @@ struct Options {
   std::string target = "cpu";
   bool targetGiven = false;
   std::string emit = "llvm";
-  std::string arch = "sm_80";
+  std::string arch; // the target's default when empty
   std::optional<std::string> kernel;
   unsigned vectorWidth = 1;
   bool boundsCheck = false;
   bool stopChecks = false;
+  int64_t localAdStacks = 0;
   bool vectorMath = true;
   qd::VectorMathIsa vectorIsa = qd::VectorMathIsa::Avx2;
   bool optimize = false;
@@ -65,19 +73,26 @@ constexpr const char *kUsage =
     "pipeline, and prints the LLVM IR of its kernels for a target.\n"
     "\n"
     "options:\n"
-    "  --target=<name>        code generation target: cpu, nvptx or spirv (default: cpu;\n"
-    "                         spirv prints the disassembled SPIR-V module)\n"
+    "  --target=<name>        code generation target: cpu, nvptx, amdgpu or spirv\n"
+    "                         (default: cpu; spirv prints the disassembled SPIR-V\n"
+    "                         module)\n"
     "  --atomic-float-add     spirv: the device has float atomic adds\n"
     "                         (SPV_EXT_shader_atomic_float_add)\n"
-    "  --emit=<what>          llvm (LLVM IR, the default) or ptx (PTX text of the\n"
-    "                         nvptx target; implies --target=nvptx)\n"
-    "  --arch=<sm_N>          GPU architecture of --emit=ptx and nvptx --optimize\n"
-    "                         (default: sm_80)\n"
+    "  --emit=<what>          llvm (LLVM IR, the default), ptx (PTX text of the\n"
+    "                         nvptx target; implies --target=nvptx), amdgcn (AMDGPU\n"
+    "                         ISA assembly) or hsaco (an AMDGPU code object, for one\n"
+    "                         kernel; both imply --target=amdgpu)\n"
+    "  --arch=<name>          GPU architecture of the GPU outputs and --optimize:\n"
+    "                         sm_<N> for nvptx (default: sm_80); gfx90a (the\n"
+    "                         default), gfx942 or gfx1100 for amdgpu\n"
     "  --kernel=<name>        print only this kernel (default: every kernel)\n"
     "  --passes=<p1,p2,...>   qd pass pipeline to run first (see qd-opt --list-passes)\n"
     "  --vector-width=<n>     SIMD lanes of vectorised tasks, a power of two in\n"
     "                         [1, 64] (default: 1, scalar code only)\n"
     "  --bounds-check         check every global index (error sites)\n"
+    "  --local-adstacks=N     nvptx: every adstack in a local array of N entries per\n"
+    "                         thread instead of the heap (what the CUDA backend runs\n"
+    "                         when a launch's capacities fit, docs/runtime.md)\n"
     "  --stop-checks          loops check the launch's stop word (what a launch\n"
     "                         with a timeout or a cancel flag runs)\n"
     "  --no-vector-math       lanes call scalar math functions instead of glibc's\n"
@@ -85,7 +100,8 @@ constexpr const char *kUsage =
     "  --vector-isa=<name>    libmvec variants to call: sse4, avx2 (the default,\n"
     "                         whatever the host) or avx512\n"
     "  --optimize             print the IR after the O3 pipeline of the CPU backend,\n"
-    "                         tuned for the host (nvptx: of the NVPTX target)\n"
+    "                         tuned for the host (nvptx: of the NVPTX target;\n"
+    "                         amdgpu: ocml linked, of the AMDGPU target)\n"
     "  -o <file>              write the output to <file> (default: stdout)\n"
     "  -h, --help             show this help\n";
 
@@ -117,8 +133,8 @@ std::optional<int> parseArgs(int argc, char **argv, Options &opts) {
       opts.target = *v;
       opts.targetGiven = true;
     } else if (auto v = value("--emit")) {
-      if (*v != "llvm" && *v != "ptx")
-        return fail("--emit takes 'llvm' or 'ptx', got '" + *v + "'");
+      if (*v != "llvm" && *v != "ptx" && *v != "amdgcn" && *v != "hsaco")
+        return fail("--emit takes 'llvm', 'ptx', 'amdgcn' or 'hsaco', got '" + *v + "'");
       opts.emit = *v;
     } else if (auto v = value("--arch")) {
       opts.arch = *v;
@@ -134,6 +150,12 @@ std::optional<int> parseArgs(int argc, char **argv, Options &opts) {
       opts.boundsCheck = true;
     } else if (arg == "--stop-checks") {
       opts.stopChecks = true;
+    } else if (auto v = value("--local-adstacks")) {
+      char *end = nullptr;
+      long long n = std::strtoll(v->c_str(), &end, 10);
+      if (v->empty() || *end || n < 1 || n > (1 << 20))
+        return fail("--local-adstacks takes a number of entries in [1, 1048576], got '" + *v + "'");
+      opts.localAdStacks = n;
     } else if (arg == "--no-vector-math") {
       opts.vectorMath = false;
     } else if (auto v = value("--vector-isa")) {
@@ -172,25 +194,45 @@ int main(int argc, char **argv) {
   Options opts;
   if (std::optional<int> code = parseArgs(argc, argv, opts))
     return *code;
-  if (opts.emit == "ptx" && !opts.targetGiven)
-    opts.target = "nvptx";
+  bool amdgpuOutput = opts.emit == "amdgcn" || opts.emit == "hsaco";
+  if (!opts.targetGiven && (opts.emit == "ptx" || amdgpuOutput))
+    opts.target = opts.emit == "ptx" ? "nvptx" : "amdgpu";
   bool spirv = opts.target == "spirv";
   if (spirv && opts.emit != "llvm")
-    return fail("--emit=" + opts.emit + " needs --target=nvptx (spirv prints SPIR-V)");
+    return fail("--emit=" + opts.emit + " does not go with --target=spirv (spirv prints SPIR-V)");
+  if (spirv && opts.localAdStacks > 0)
+    return fail("--local-adstacks needs --target=nvptx (only the CUDA backend runs local "
+                "tapes; the spirv target keeps adstacks in the heap)");
   absl::StatusOr<qd::CodegenTarget> target =
       spirv ? qd::CodegenTarget::Cpu : qd::parseCodegenTarget(opts.target);
-  if (!target.ok() && opts.target != "spirv")
+  if (!target.ok())
     return fail(std::string(target.status().message()) + " (or spirv)");
   if (!target.ok())
     return fail(std::string(target.status().message()));
   bool nvptx = *target == qd::CodegenTarget::Nvptx;
+  bool amdgpu = *target == qd::CodegenTarget::Amdgpu;
   if (opts.emit == "ptx" && !nvptx)
     return fail("--emit=ptx needs --target=nvptx (the " + opts.target +
-                " target prints LLVM IR only)");
+                " target does not print PTX)");
+  if (amdgpuOutput && !amdgpu)
+    return fail("--emit=" + opts.emit + " needs --target=amdgpu (the " + opts.target +
+                " target does not make AMDGPU code)");
+  if (opts.localAdStacks > 0 && !nvptx)
+    return fail("--local-adstacks needs --target=nvptx (only the CUDA backend runs local "
+                "tapes; the " +
+                opts.target + " target keeps adstacks in the heap)");
+  if (opts.arch.empty())
+    opts.arch = amdgpu ? "gfx90a" : "sm_80";
   qd::PtxOptions ptx;
   ptx.arch = opts.arch;
-  if (nvptx) // a bad --arch is reported before any input is read
+  qd::HsacoOptions hsaco;
+  hsaco.arch = opts.arch;
+  // A bad --arch is reported before any input is read.
+  if (nvptx)
     if (auto tm = qd::nvptxTargetMachine(opts.arch); !tm.ok())
+      return fail(std::string(tm.status().message()));
+  if (amdgpu)
+    if (auto tm = qd::amdgpuTargetMachine(opts.arch); !tm.ok())
       return fail(std::string(tm.status().message()));
   // A bad pipeline is reported before any input is read.
   if (absl::Status s = qd::PassManager().addPipeline(opts.passes); !s.ok())
@@ -229,6 +271,9 @@ int main(int argc, char **argv) {
     if (!k)
       return fail("no kernel named '@" + *opts.kernel + "' in '" + filename + "'");
     kernels.push_back(k);
+  } else if (opts.emit == "hsaco" && (*module)->kernels().size() != 1) {
+    return fail("--emit=hsaco writes one code object: pick a kernel of '" + filename +
+                "' with --kernel");
   } else {
     for (const auto &k : (*module)->kernels())
       kernels.push_back(k.get());
@@ -257,7 +302,9 @@ int main(int argc, char **argv) {
   }
 
   std::unique_ptr<llvm::TargetMachine> machine;
-  if (opts.optimize && nvptx) {
+  if (amdgpu) {
+    // prepareAmdgpuModule runs the AMDGPU pipeline.
+  } else if (opts.optimize && nvptx) {
     auto gpu = qd::nvptxTargetMachine(opts.arch);
     if (!gpu.ok())
       return fail(std::string(gpu.status().message()));
@@ -279,6 +326,12 @@ int main(int argc, char **argv) {
   std::string out;
   llvm::raw_string_ostream os(out);
   for (const qd::Kernel *kernel : kernels) {
+    codegen.localAdStackEntries.clear();
+    if (opts.localAdStacks > 0)
+      qd::walk(const_cast<qd::Kernel &>(*kernel), [&](qd::Stmt &s) {
+        if (auto *a = qd::dyn_cast<qd::AdStackAllocaStmt>(&s))
+          codegen.localAdStackEntries[a] = opts.localAdStacks;
+      });
     llvm::LLVMContext context;
     qd::KernelLayout layout;
     auto emitted = qd::emitKernel(*kernel, context, codegen, layout, *target);
@@ -292,7 +345,17 @@ int main(int argc, char **argv) {
       os << *text;
       continue;
     }
-    if (machine) {
+    if (amdgpuOutput) {
+      auto code = opts.emit == "hsaco" ? qd::emitHsaco(m, hsaco) : qd::emitAmdgpuAssembly(m, hsaco);
+      if (!code.ok())
+        return fail("kernel @" + kernel->name() + ": " + std::string(code.status().message()));
+      os << *code;
+      continue;
+    }
+    if (amdgpu && opts.optimize) {
+      if (absl::Status s = qd::prepareAmdgpuModule(m, hsaco); !s.ok())
+        return fail("kernel @" + kernel->name() + ": " + std::string(s.message()));
+    } else if (machine) {
       m.setDataLayout(machine->createDataLayout());
       m.setTargetTriple(machine->getTargetTriple().str());
       qd::optimizeModule(m, machine.get());

@@ -255,7 +255,8 @@ std::vector<std::filesystem::path> corpusFiles() {
   return files;
 }
 
-const char *const kSinLoop = R"(kernel @g(%n: i32, %x: ndarray<f32, 1>, %out: ndarray<f32, 1>) {
+std::string sinLoopKernel(const std::string &name) {
+  return "kernel @" + name + R"((%n: i32, %x: ndarray<f32, 1>, %out: ndarray<f32, 1>) {
   %len = shape %x, 0 : i32
   parallel for %i = 0 to %len {
     %s = adstack.alloca f32, capacity 0
@@ -286,22 +287,29 @@ const char *const kSinLoop = R"(kernel @g(%n: i32, %x: ndarray<f32, 1>, %out: nd
   }
 }
 )";
+}
 
 SinLoop::SinLoop() {
-  module = *parseModule(kSinLoop, {"sin.qd", 1});
+  module = *parseModule(sinLoopKernel("g"), {"sin.qd", 1});
   program = *Program::create(*module);
 }
 
-absl::Status SinLoop::run(Backend &b, int n, std::vector<float> &x, std::vector<float> &out,
-                          const LaunchOptions &options) {
+absl::Status launchSinLoop(Program &program, Backend &b, const std::string &kernel, int n,
+                           std::vector<float> &x, std::vector<float> &out,
+                           const LaunchOptions &options) {
   auto bx = Buffer::borrow(ScalarType::F32, {int64_t(x.size())}, x.data());
   auto bo = Buffer::borrow(ScalarType::F32, {int64_t(out.size())}, out.data());
   NdarrayArg ax{&*bx}, ao{&*bo};
   std::vector<LaunchArg> args{LaunchArg::i32(n), LaunchArg::ndarray(&ax), LaunchArg::ndarray(&ao)};
-  absl::Status s = program->launch("g", args, b, options);
+  absl::Status s = program.launch(kernel, args, b, options);
   if (absl::Status t = bo->syncToHost(); s.ok())
     s = t;
   return s;
+}
+
+absl::Status SinLoop::run(Backend &b, int n, std::vector<float> &x, std::vector<float> &out,
+                          const LaunchOptions &options) {
+  return launchSinLoop(*program, b, "g", n, x, out, options);
 }
 
 CorpusStats runCorpus(Backend &backend, const std::string &name, const CorpusRun &run) {

@@ -131,17 +131,22 @@ struct CorpusRun {
 /// (mayRace) are run but not compared; endless and huge ones are skipped.
 CorpusStats runCorpus(Backend &backend, const std::string &name, const CorpusRun &run = {});
 
-/// The gradient of v = sin(v) + 0.1 repeated %n times, per element of %x,
-/// with the loop's values on an adstack of capacity 0 (sized at launch):
-/// `g(%n: i32, %x: ndarray<f32, 1>, %out: ndarray<f32, 1>)`, parsed from
-/// "sin.qd" (the stack at line 3).
-extern const char *const kSinLoop;
+/// The text of kernel @`name`(%n: i32, %x: ndarray<f32, 1>, %out:
+/// ndarray<f32, 1>): per element, the derivative of x -> sin(x) + 0.1
+/// applied %n times, with the loop's values on an adstack of capacity 0
+/// (sized at launch from %n; the stack at line 4).
+std::string sinLoopKernel(const std::string &name);
+/// Launches a sinLoopKernel named `kernel` of `program` on `b` over `x`
+/// into `out` (borrowed: read when it returns).
+absl::Status launchSinLoop(Program &program, Backend &b, const std::string &kernel, int n,
+                           std::vector<float> &x, std::vector<float> &out,
+                           const LaunchOptions &options = {});
 
+/// A module holding sinLoopKernel("g"), parsed from "sin.qd".
 struct SinLoop {
   std::unique_ptr<Module> module;
   std::unique_ptr<Program> program;
   SinLoop();
-  /// Launches @g on `b` over `x` into `out` (borrowed: read when it returns).
   absl::Status run(Backend &b, int n, std::vector<float> &x, std::vector<float> &out,
                    const LaunchOptions &options = {});
 };

@@ -44,6 +44,10 @@ struct KernelLayout {
     const Stmt *task;    // the top-level statement (task) holding it
     unsigned entryBytes; // bytes per entry of one lane
     int parallelTask;    // index in `tasks`, or -1 outside parallel tasks
+    /// GPU code: > 0 when the stack lives in a local array of that many
+    /// entries per thread (CodegenOptions::localAdStackEntries), not in the
+    /// heap; its capacity must not exceed it.
+    int64_t localEntries = 0;
   };
   /// A task bound the runtime can read before the launch: a constant, a
   /// scalar argument, an ndarray extent, or a field element at constant
@@ -81,6 +85,27 @@ struct KernelLayout {
   std::vector<Launch> launches;
   /// GPU targets: slots of ctx->values.
   unsigned numValues = 0;
+  /// A per-launch value a GPU target reads from the module's constant
+  /// array kLaunchWordsSymbol (8 bytes each) instead of through ctx: what
+  /// every thread reads again and again (field bases, capacities, the
+  /// grid's size) then lives in the GPU's constant bank, where instructions
+  /// take it as an operand, instead of in registers for the whole task.
+  struct LaunchWord {
+    enum Kind : uint8_t {
+      Threads,   // ctx->threads
+      Global,    // ctx->globals[index]
+      Shape,     // ctx->ndShapes[index]
+      Scalar,    // ctx->scalars[index]
+      Capacity,  // ctx->capacities[index]
+      StackBase, // ctx->heap + ctx->offsets[index] * ctx->threads
+      RowBytes,  // ctx->threads * stacks[index].entryBytes
+    } kind = Threads;
+    unsigned index = 0;
+    bool operator==(const LaunchWord &) const = default;
+  };
+  /// The words of kLaunchWordsSymbol, in order (empty: the module has none,
+  /// and reads everything through ctx).
+  std::vector<LaunchWord> launchWords;
   std::vector<GlobalSlot> slots;
   std::vector<ErrorSite> sites;
   std::vector<Stack> stacks;
@@ -89,6 +114,13 @@ struct KernelLayout {
   std::vector<unsigned> shapeOffset;
   unsigned numShapes = 0;
 };
+
+/// The constant array of a GPU module that holds KernelLayout::launchWords
+/// (NVPTX: `.const`), and the most words it may have (the constant bank of
+/// a module holds 64 KiB; a kernel that would need more reads the rest
+/// through ctx).
+inline constexpr const char *kLaunchWordsSymbol = "qd_launch";
+inline constexpr unsigned kMaxLaunchWords = 4096;
 
 /// Bytes of one entry of `stack`: the primal, plus an adjoint slot for a
 /// float stack whose adjoint is used (`load_top_adj` / `acc_adjoint`).

@@ -29,7 +29,7 @@
 
 #include "qd/abi/KernelLayout.h"
 #include "qd/runtime/CudaDriver.h"
-#include "qd/runtime/Program.h"
+#include "qd/runtime/GpuBackend.h"
 
 #include <absl/status/statusor.h>
 
@@ -51,38 +51,31 @@ struct CudaBackendOptions {
   /// Registers per thread the JIT may use (0: its own choice). Fewer
   /// registers, more resident threads: see docs/performance.md.
   unsigned maxRegisters = 0;
+  /// Local tapes: a launch whose adstacks all fit in this many bytes per
+  /// thread (each stack's capacity rounded up to a power of two, at least
+  /// 32 entries) keeps them in each thread's local memory, which the GPU
+  /// caches in L1, instead of the interleaved heap. The code is compiled
+  /// once per set of array sizes (at most 4 per kernel; further launches use
+  /// the heap). 0: always the heap.
+  int64_t localTapeBytes = 2048;
 };
 
-class CudaBackend : public Backend {
+class CudaBackend : public GpuBackend {
 public:
   /// Opens the driver and the device. Fails with FailedPrecondition, saying
   /// why, where there is no driver or no such GPU.
   static absl::StatusOr<std::unique_ptr<CudaBackend>>
   create(const CudaBackendOptions &options = {});
-  ~CudaBackend() override;
 
   std::string_view name() const override { return "cuda"; }
-  absl::Status launch(Program &program, const Kernel &kernel, std::span<const LaunchArg> args,
-                      const LaunchOptions &options) override;
-  absl::StatusOr<const KernelSizing *> adStackSizing(const Kernel &kernel) override;
 
   const cuda::DeviceInfo &deviceInfo() const;
   /// The PTX architecture kernels are compiled for.
   const std::string &arch() const;
   /// The PTX of a kernel (compiles it if needed).
-  absl::StatusOr<std::string> ptx(const Kernel &kernel, bool boundsChecked = false);
-  /// The threads of the grid parallel tasks of `kernel` run on.
-  absl::StatusOr<int64_t> gridThreads(const Kernel &kernel, bool boundsChecked = false);
-  /// Adstack heap bytes the last launch used.
-  int64_t lastAdStackHeapBytes() const;
-
-  /// An ndarray over device memory the caller owns (a CUdeviceptr of this
-  /// backend's GPU, e.g. a framework's tensor): launches on this backend
-  /// use it in place, without copies; host reads copy it back. The pointer
-  /// must lie in one allocation of the device's primary context with room
-  /// for the whole array, and the memory must outlive the buffer.
-  absl::StatusOr<Buffer> borrowDeviceArray(ScalarType elem, std::vector<int64_t> shape,
-                                           uint64_t devicePointer);
+  absl::StatusOr<std::string> ptx(const Kernel &kernel, bool boundsChecked = false) {
+    return loadedCode(kernel, boundsChecked);
+  }
   /// The PTX of the reduction kernels launch-time sizing runs (for tests).
   static std::string reductionPtx();
 
@@ -90,7 +83,7 @@ public:
 
 private:
   explicit CudaBackend(std::unique_ptr<Impl> impl);
-  std::unique_ptr<Impl> impl_;
+  Impl &impl() const;
 };
 
 } // namespace qd

@@ -14,6 +14,8 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include "qd/runtime/GpuDevice.h"
+
 #include <absl/status/statusor.h>
 
 #include <cstddef>
@@ -57,6 +59,7 @@ struct DriverApi {
   CUresult (*cuModuleLoadDataEx)(CUmodule *, const void *, unsigned, int *, void **);
   CUresult (*cuModuleUnload)(CUmodule);
   CUresult (*cuModuleGetFunction)(CUfunction *, CUmodule, const char *);
+  CUresult (*cuModuleGetGlobal)(CUdeviceptr *, size_t *, CUmodule, const char *);
   CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                              unsigned, CUstream, void **, void **);
   CUresult (*cuOccupancyMaxActiveBlocksPerMultiprocessor)(int *, CUfunction, int, size_t);
@@ -77,14 +80,20 @@ struct DeviceInfo {
 };
 
 /// The driver, opened once per process, and one device's primary context.
-class Device {
+class Device final : public gpu::Device {
 public:
   /// Opens the driver library (`library`; when empty, `QD_LIBCUDA` if set,
   /// else libcuda.so.1), initialises the driver and retains device
   /// `ordinal`'s primary context. Fails with FailedPrecondition when there
   /// is no driver or no such device, saying which.
   static absl::StatusOr<std::unique_ptr<Device>> open(int ordinal = 0, std::string library = {});
-  ~Device();
+  ~Device() override;
+
+  const char *apiName() const override { return "cuda"; }
+  const char *allocCall() const override { return "cuMemAlloc"; }
+  int ordinal() const override { return info_.ordinal; }
+  const std::string &name() const override { return info_.name; }
+  int multiprocessors() const override { return info_.multiprocessors; }
 
   const DriverApi &api() const { return *api_; }
   const DeviceInfo &info() const { return info_; }
@@ -97,14 +106,19 @@ public:
   /// `what: CUDA_ERROR_X (text)` as an error status, or OK for success.
   absl::Status check(CUresult r, std::string_view what) const;
 
-  absl::StatusOr<CUdeviceptr> alloc(size_t bytes) const;
-  void free(CUdeviceptr p) const;
-  absl::Status copyToDevice(CUdeviceptr dst, const void *src, size_t bytes) const;
-  absl::Status copyToHost(void *dst, CUdeviceptr src, size_t bytes) const;
-  absl::Status zero(CUdeviceptr dst, size_t bytes) const;
+  absl::StatusOr<CUdeviceptr> alloc(size_t bytes) const override;
+  void free(CUdeviceptr p) const override;
+  absl::Status copyToDevice(CUdeviceptr dst, const void *src, size_t bytes) const override;
+  absl::Status copyToHost(void *dst, CUdeviceptr src, size_t bytes) const override;
+  absl::Status zero(CUdeviceptr dst, size_t bytes) const override;
   /// The base and size of the allocation of this device's context that
   /// holds `p` (an error when `p` is not device memory of the context).
-  absl::StatusOr<std::pair<CUdeviceptr, size_t>> addressRange(CUdeviceptr p) const;
+  absl::StatusOr<std::pair<CUdeviceptr, size_t>> addressRange(CUdeviceptr p) const override;
+  absl::StatusOr<std::pair<void *, CUdeviceptr>> allocMapped(size_t bytes) const override;
+  void freeMapped(void *host) const override;
+  absl::Status launch(gpu::Function f, unsigned grid, unsigned block,
+                      std::span<const uint64_t> args, std::string_view what) const override;
+  absl::StatusOr<int> residentBlocks(gpu::Function f, unsigned block) const override;
 
 private:
   Device() = default;
@@ -114,26 +128,11 @@ private:
   DeviceInfo info_;
 };
 
-/// Pinned host memory mapped into the device's address space: the host
-/// writes it with plain stores while a kernel runs, and the kernel reads
-/// them (volatile loads) through `device()`. Freed on destruction.
-class MappedHostMemory {
-public:
-  static absl::StatusOr<std::unique_ptr<MappedHostMemory>> allocate(const Device &device,
-                                                                    size_t bytes);
-  ~MappedHostMemory();
-  void *host() const { return host_; }
-  CUdeviceptr device() const { return device_; }
-
-private:
-  MappedHostMemory(const Device &d, void *h, CUdeviceptr p) : owner_(d), host_(h), device_(p) {}
-  const Device &owner_;
-  void *host_;
-  CUdeviceptr device_;
-};
+using gpu::DeviceBuffer;
+using gpu::MappedHostMemory;
 
 /// A loaded PTX module (unloaded on destruction).
-class Module {
+class Module final : public gpu::LoadedModule {
 public:
   /// JIT-compiles `ptx` with the driver. The driver's error log is part of
   /// the error.
@@ -141,34 +140,15 @@ public:
   /// (the JIT's CU_JIT_MAX_REGISTERS; more may spill to local memory).
   static absl::StatusOr<std::unique_ptr<Module>> load(const Device &device, std::string_view ptx,
                                                       unsigned maxRegisters = 0);
-  ~Module();
+  ~Module() override;
   absl::StatusOr<CUfunction> function(const std::string &name) const;
+  absl::StatusOr<gpu::Function> entry(const std::string &name) const override;
+  absl::StatusOr<std::pair<CUdeviceptr, size_t>> global(const std::string &name) const override;
 
 private:
   Module(const Device &d, CUmodule m) : device_(d), module_(m) {}
   const Device &device_;
   CUmodule module_;
-};
-
-/// Device memory that frees itself.
-class DeviceBuffer {
-public:
-  DeviceBuffer() = default;
-  DeviceBuffer(const Device &d, CUdeviceptr p, size_t bytes)
-      : device_(&d), ptr_(p), bytes_(bytes) {}
-  DeviceBuffer(DeviceBuffer &&o) noexcept { *this = std::move(o); }
-  DeviceBuffer &operator=(DeviceBuffer &&o) noexcept;
-  ~DeviceBuffer() { reset(); }
-  static absl::StatusOr<DeviceBuffer> allocate(const Device &d, size_t bytes);
-
-  CUdeviceptr get() const { return ptr_; }
-  size_t size() const { return bytes_; }
-  void reset();
-
-private:
-  const Device *device_ = nullptr;
-  CUdeviceptr ptr_ = 0;
-  size_t bytes_ = 0;
 };
 
 } // namespace qd::cuda

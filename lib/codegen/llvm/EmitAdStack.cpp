@@ -32,10 +32,38 @@ namespace qd::codegen {
 const AdStackFrame &AdStackLowering::frame(unsigned id) {
   AdStackFrame &frame = c_.fn->stacks[id];
   if (!frame.base) {
-    frame.base = c_.target.adStackBase(c_, id);
-    LV *caps = c_.ctxField(CtxField::capacities);
-    llvm::IRBuilder<> eb = c_.entryBuilder();
-    frame.capacity = eb.CreateLoad(c_.i64, eb.CreateGEP(c_.i64, caps, eb.getInt64(id)));
+    KernelLayout::Stack &layout = c_.layout.stacks.at(id);
+    auto local = c_.opts.localAdStackEntries.find(layout.stmt);
+    bool inLocal = c_.target.adStackIndexedDepth() && local != c_.opts.localAdStackEntries.end() &&
+                   local->second > 0;
+    if (inLocal) {
+      // The thread's own array: entry d at d * entryBytes (the GPU
+      // interleaves local memory across a warp's threads by itself).
+      layout.localEntries = local->second;
+      llvm::IRBuilder<> eb(c_.fn->entry, c_.fn->entry->begin());
+      llvm::AllocaInst *array = eb.CreateAlloca(
+          llvm::ArrayType::get(eb.getInt8Ty(), uint64_t(local->second) * layout.entryBytes),
+          nullptr, fmt::format("adstack{}.local", id));
+      array->setAlignment(llvm::Align(8));
+      frame.base = array;
+    } else {
+      frame.base = c_.target.adStackBase(c_, id);
+    }
+    frame.capacity = c_.launchWord({KernelLayout::LaunchWord::Capacity, id});
+    if (!frame.capacity) {
+      LV *caps = c_.ctxField(CtxField::capacities);
+      llvm::IRBuilder<> eb = c_.entryBuilder();
+      frame.capacity = eb.CreateLoad(c_.i64, eb.CreateGEP(c_.i64, caps, eb.getInt64(id)));
+    }
+    if (c_.target.adStackIndexedDepth()) {
+      const StackRef &st = c_.stacks.at(layout.stmt);
+      LV *rowBytes = inLocal ? c_.b.getInt64(st.entryBytes) : c_.target.adStackRowBytes(c_, st, 1);
+      llvm::IRBuilder<> eb = c_.entryBuilder();
+      frame.capacity32 = eb.CreateTrunc(frame.capacity, c_.i32);
+      frame.rowBytes32 = eb.CreateTrunc(rowBytes, c_.i32);
+      frame.depth = eb.CreateAlloca(c_.i32, nullptr, fmt::format("adstack{}.depth", id));
+      eb.CreateStore(eb.getInt32(0), frame.depth);
+    }
   }
   return frame;
 }
@@ -107,7 +135,10 @@ void AdStackLowering::alloca(AdStackAllocaStmt &a) {
     known = c_.stacks.emplace(&a, StackRef{id, a.elementType(), entryBytes}).first;
   }
   const StackRef &st = known->second;
-  if (lanes_.vectorMode() && lanes_.plan().isLaneStack(&a))
+  if (c_.target.adStackIndexedDepth()) {
+    frame(st.id);
+    c_.b.CreateStore(c_.b.getInt32(0), c_.fn->stacks[st.id].depth);
+  } else if (lanes_.vectorMode() && lanes_.plan().isLaneStack(&a))
     lanes_.storeLocal(laneCount(st.id), c_.b.getInt64(0));
   else {
     const AdStackRows &r = rows(st, lanes_.width());
@@ -136,6 +167,8 @@ void AdStackLowering::overflow(BasicBlock *over, BasicBlock *done, const StackRe
 
 void AdStackLowering::op(AdStackOpStmt &op) {
   const StackRef &st = c_.stacks.at(op.stack());
+  if (c_.target.adStackIndexedDepth())
+    return indexedOp(op, st);
   if (lanes_.vectorMode() && lanes_.plan().isLaneStack(op.stack()))
     return perLaneOp(op, st);
   uniformOp(op, st, lanes_.width());
@@ -212,6 +245,60 @@ void AdStackLowering::uniformOp(AdStackOpStmt &op, const StackRef &st, unsigned 
   } else {
     LV *cur = load(adjoint);
     store(b.CreateFAdd(cur, value(cast<AdStackAccAdjointStmt>(op).value())), adjoint);
+  }
+}
+
+void AdStackLowering::indexedOp(AdStackOpStmt &op, const StackRef &st) {
+  llvm::IRBuilder<> &b = c_.b;
+  const AdStackFrame &f = frame(st.id);
+  LV *depth = b.CreateLoad(c_.i32, f.depth);
+  llvm::Type *mem = c_.memTypeOf(st.elem);
+  // Both factors below 2^31: one wide multiply.
+  auto entryAt = [&](LV *index) {
+    LV *offset = b.CreateMul(b.CreateZExt(index, c_.i64), b.CreateZExt(f.rowBytes32, c_.i64), "",
+                             /*HasNUW=*/true, /*HasNSW=*/true);
+    return b.CreateGEP(b.getInt8Ty(), f.base, offset);
+  };
+  if (auto *push = dyn_cast<AdStackPushStmt>(&op)) {
+    BasicBlock *write = c_.newBlock("push.write");
+    BasicBlock *over = c_.newBlock("push.overflow");
+    BasicBlock *done = c_.newBlock("push.done");
+    b.CreateCondBr(b.CreateICmpULT(depth, f.capacity32), write, over, c_.unlikelySecond());
+    b.SetInsertPoint(write);
+    LV *entry = entryAt(depth);
+    b.CreateStore(c_.toMem(c_.get(push->value()), st.elem), entry);
+    if (st.entryBytes > storageBytes(st.elem)) // the adjoint slot starts at 0
+      b.CreateStore(llvm::Constant::getNullValue(mem), c_.target.adStackAdjoint(c_, st, entry, 1));
+    // Below the capacity, so below 2^31: no wrap.
+    b.CreateStore(b.CreateAdd(depth, b.getInt32(1), "", /*HasNUW=*/true), f.depth);
+    b.CreateBr(done);
+    // Nothing is written. The count goes on (it stops at 2^32 - 1 rather
+    // than wrap), so pops and reads still find the last stored entry.
+    overflow(over, done, st, [&] {
+      LV *more = b.CreateAdd(depth, b.CreateZExt(b.CreateICmpNE(depth, b.getInt32(-1)), c_.i32));
+      b.CreateStore(more, f.depth);
+      return b.CreateZExt(b.CreateSub(more, f.capacity32), c_.i64);
+    });
+    return;
+  }
+  c_.raiseIf(b.CreateICmpEQ(depth, b.getInt32(0)), underflowSite(op));
+  if (op.kind() == StmtKind::AdStackPop) {
+    b.CreateStore(b.CreateSub(depth, b.getInt32(1)), f.depth);
+    return;
+  }
+  // After an overflow (reported at the end of the launch) the last stored
+  // entry stands for the top; the runtime refuses capacity 0.
+  LV *top = b.CreateSub(b.CreateBinaryIntrinsic(llvm::Intrinsic::umin, depth, f.capacity32),
+                        b.getInt32(1));
+  LV *entry = entryAt(top);
+  LV *adjoint = c_.target.adStackAdjoint(c_, st, entry, 1);
+  if (op.kind() == StmtKind::AdStackLoadTop) {
+    c_.set(&op, c_.fromMem(b.CreateLoad(mem, entry), st.elem));
+  } else if (op.kind() == StmtKind::AdStackLoadTopAdj) {
+    c_.set(&op, b.CreateLoad(mem, adjoint));
+  } else {
+    LV *cur = b.CreateLoad(mem, adjoint);
+    b.CreateStore(b.CreateFAdd(cur, c_.get(cast<AdStackAccAdjointStmt>(op).value())), adjoint);
   }
 }
 

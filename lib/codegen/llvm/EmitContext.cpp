@@ -83,13 +83,69 @@ LV *EmitContext::ctxField(CtxField f) {
   return cached;
 }
 
+LV *EmitContext::launchWord(KernelLayout::LaunchWord w) {
+  std::optional<unsigned> space = target.launchWordsAddressSpace();
+  if (!space)
+    return nullptr;
+  auto [it, fresh] =
+      launchWordIndex.try_emplace({int(w.kind), w.index}, unsigned(layout.launchWords.size()));
+  if (fresh) {
+    if (layout.launchWords.size() >= kMaxLaunchWords) {
+      launchWordIndex.erase(it);
+      return nullptr;
+    }
+    layout.launchWords.push_back(w);
+  }
+  LV *&cached = fn->words[it->second];
+  if (!cached) {
+    if (!launchWords)
+      // Its type becomes [n x i64] in finishLaunchWords; every access is an
+      // i64 GEP, which does not depend on it.
+      launchWords = new llvm::GlobalVariable(
+          *module, i64, /*isConstant=*/false, llvm::GlobalValue::ExternalLinkage,
+          llvm::ConstantInt::get(i64, 0), "qd.launch.words", nullptr,
+          llvm::GlobalValue::NotThreadLocal, *space, /*isExternallyInitialized=*/true);
+    llvm::IRBuilder<> eb = entryBuilder();
+    cached = eb.CreateLoad(i64, eb.CreateConstGEP1_64(i64, launchWords, it->second));
+  }
+  return cached;
+}
+
+LV *EmitContext::launchPointer(KernelLayout::LaunchWord w) {
+  LV *word = launchWord(w);
+  if (!word)
+    return nullptr;
+  llvm::IRBuilder<> eb = entryBuilder();
+  return target.devicePointer(eb, eb.CreateIntToPtr(word, ptrTy));
+}
+
+void EmitContext::finishLaunchWords() {
+  if (!launchWords)
+    return;
+  // The runtime writes the array before each launch: external (so it is
+  // kept under its name and never folded to its zero initialiser) and
+  // externally initialised.
+  auto *type = llvm::ArrayType::get(i64, layout.launchWords.size());
+  auto *words = new llvm::GlobalVariable(
+      *module, type, /*isConstant=*/false, llvm::GlobalValue::ExternalLinkage,
+      llvm::ConstantAggregateZero::get(type), kLaunchWordsSymbol, nullptr,
+      llvm::GlobalValue::NotThreadLocal, launchWords->getAddressSpace(),
+      /*isExternallyInitialized=*/true);
+  words->setAlignment(llvm::Align(8));
+  launchWords->replaceAllUsesWith(words);
+  launchWords->eraseFromParent();
+  launchWords = words;
+}
+
 LV *EmitContext::get(const Value *v) {
   auto it = fn->values.find(v);
   if (it != fn->values.end())
     return it->second;
   if (auto *a = dyn_cast<Argument>(v)) {
-    LV *slot = b.CreateGEP(i64, ctxField(CtxField::scalars), b.getInt64(a->index()));
-    LV *raw = b.CreateLoad(i64, slot);
+    LV *raw = launchWord({KernelLayout::LaunchWord::Scalar, a->index()});
+    if (!raw)
+      raw =
+          b.CreateLoad(i64, b.CreateGEP(i64, ctxField(CtxField::scalars), b.getInt64(a->index())));
     ScalarType t = a->type().element();
     if (isFloat(t)) {
       if (t == ScalarType::F32)

@@ -65,6 +65,11 @@ struct AdStackRows {
 /// clamps reads to `lastIndex` (max(capacity - 1, 0)) after an overflow.
 struct AdStackFrame {
   LV *base = nullptr, *capacity = nullptr, *lastIndex = nullptr;
+  /// A stack of a target with indexed depths (LlvmTarget::
+  /// adStackIndexedDepth): its depth, the capacity and the bytes between
+  /// rows, all i32.
+  llvm::AllocaInst *depth = nullptr;
+  LV *capacity32 = nullptr, *rowBytes32 = nullptr;
   std::map<unsigned, AdStackRows> rows;  // by width, made on demand
   llvm::AllocaInst *laneCount = nullptr; // per lane (a lane stack), made on demand
 };
@@ -114,6 +119,8 @@ struct FunctionState {
   std::unordered_map<CtxField, LV *> ctxFields;
   std::unordered_map<unsigned, AdStackFrame> stacks;
   std::unordered_map<unsigned, LV *> shapes, slots;
+  /// Launch words loaded in the entry block, by word index.
+  std::unordered_map<unsigned, LV *> words;
   std::vector<LoopFrame> loops;
   /// In a parallel task's function: its index in KernelLayout::tasks and its
   /// plan (which also serves the scalar code: its private atomics).
@@ -150,6 +157,10 @@ public:
   /// The top-level statement (task) being emitted.
   const Stmt *currentTask = nullptr;
   std::unordered_map<const Value *, StackRef> stacks;
+  /// The module's launch-word array while it is being emitted (its type is
+  /// a placeholder until finishLaunchWords), and each word's index.
+  llvm::GlobalVariable *launchWords = nullptr;
+  std::map<std::pair<int, unsigned>, unsigned> launchWordIndex;
   /// Set on an internal inconsistency; run() reports it.
   std::string error;
 
@@ -174,6 +185,14 @@ public:
   llvm::AllocaInst *entryAlloca(llvm::Type *t, const char *name = "");
   /// A field of the launch context, loaded once in the entry block.
   LV *ctxField(CtxField f);
+  /// Launch word `w` (KernelLayout::LaunchWord) as an i64, loaded once in
+  /// the entry block from the module's constant array; null when the
+  /// target has none or the array is full (read the value through ctx).
+  LV *launchWord(KernelLayout::LaunchWord w);
+  /// A pointer launch word as a pointer (LlvmTarget::devicePointer), or null.
+  LV *launchPointer(KernelLayout::LaunchWord w);
+  /// Gives the constant array its final size once every word is known.
+  void finishLaunchWords();
   /// The LLVM value of `v` (scalar arguments are read from ctx->scalars).
   LV *get(const Value *v);
   void set(const Value *v, LV *value) { fn->values[v] = value; }

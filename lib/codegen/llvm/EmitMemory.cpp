@@ -61,6 +61,8 @@ unsigned MemoryLowering::slotOf(const GlobalAccessStmt &g) {
 LV *MemoryLowering::ndShape(const Argument *a, unsigned axis) {
   unsigned off = c_.layout.shapeOffset[a->index()] + axis;
   LV *&cached = c_.fn->shapes[off];
+  if (!cached)
+    cached = c_.launchWord({KernelLayout::LaunchWord::Shape, off});
   if (!cached) {
     LV *shapes = c_.ctxField(CtxField::ndShapes);
     llvm::IRBuilder<> eb = c_.entryBuilder();
@@ -71,6 +73,8 @@ LV *MemoryLowering::ndShape(const Argument *a, unsigned axis) {
 
 LV *MemoryLowering::slotBase(unsigned slot) {
   LV *&cached = c_.fn->slots[slot];
+  if (!cached)
+    cached = c_.launchPointer({KernelLayout::LaunchWord::Global, slot});
   if (!cached) {
     LV *globals = c_.ctxField(CtxField::globals);
     llvm::IRBuilder<> eb = c_.entryBuilder();

@@ -19,8 +19,10 @@ absl::StatusOr<CodegenTarget> parseCodegenTarget(std::string_view name) {
     return CodegenTarget::Cpu;
   if (name == "nvptx")
     return CodegenTarget::Nvptx;
+  if (name == "amdgpu")
+    return CodegenTarget::Amdgpu;
   return absl::InvalidArgumentError(
-      fmt::format("unknown code generation target '{}' (known targets: cpu, nvptx)", name));
+      fmt::format("unknown code generation target '{}' (known targets: cpu, nvptx, amdgpu)", name));
 }
 
 std::string_view toString(VectorMathIsa isa) {
@@ -43,6 +45,8 @@ const char *codegenTargetName(CodegenTarget target) {
     return "cpu";
   case CodegenTarget::Nvptx:
     return "nvptx";
+  case CodegenTarget::Amdgpu:
+    return "amdgpu";
   }
   return "?";
 }
@@ -55,6 +59,8 @@ std::unique_ptr<LlvmTarget> createTarget(CodegenTarget target) {
     return createCpuTarget();
   case CodegenTarget::Nvptx:
     return createNvptxTarget();
+  case CodegenTarget::Amdgpu:
+    return createAmdgpuTarget();
   }
   return nullptr;
 }

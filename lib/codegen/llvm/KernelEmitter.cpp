@@ -29,6 +29,7 @@ absl::StatusOr<std::unique_ptr<llvm::Module>> KernelEmitter::run() {
     }
   c_.target.emitEntries(*this);
   c_.fn = nullptr;
+  c_.finishLaunchWords();
   if (!c_.error.empty())
     return absl::InternalError(c_.error);
   std::string text;

@@ -133,6 +133,8 @@ private:
   LV *baseOf(const AdStackFrame &f, const AdStackRows &r);
   /// The stack's depth is one value (scalar code, or all lanes together).
   void uniformOp(AdStackOpStmt &op, const StackRef &st, unsigned width);
+  /// The depth is an i32 count (LlvmTarget::adStackIndexedDepth).
+  void indexedOp(AdStackOpStmt &op, const StackRef &st);
   /// Each lane keeps its own depth (operations under a partial mask).
   void perLaneOp(AdStackOpStmt &op, const StackRef &st);
   /// The overflow block `over` of a push: needed[id] = max(needed[id],

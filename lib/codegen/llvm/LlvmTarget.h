@@ -20,6 +20,7 @@
 #include <llvm/IR/Instructions.h>
 
 #include <memory>
+#include <optional>
 
 namespace qd::codegen {
 
@@ -77,6 +78,12 @@ public:
   /// cast to the global address space and back, so that address-space
   /// inference turns generic loads and stores through it into global ones.
   virtual llvm::Value *devicePointer(llvm::IRBuilderBase &b, llvm::Value *p) { return p; }
+  /// Launch words (KernelLayout::launchWords): the address space of the
+  /// module's constant array the runtime fills before each launch, or none
+  /// when the target reads every launch value through ctx (CPU).
+  /// NVPTX: 4 (`.const`), which ptxas reads as constant-bank operands;
+  /// AMDGPU: 4 (constant memory), read with scalar loads into SGPRs.
+  virtual std::optional<unsigned> launchWordsAddressSpace() const { return std::nullopt; }
   /// Back edges between two reads of the stop word (a power of two; see
   /// CodegenOptions::stopChecks).
   virtual unsigned stopCheckInterval() const { return abi::kStopCheckInterval; }
@@ -85,6 +92,13 @@ public:
   /// (see AdStackLowering::rows).
   virtual unsigned registerStackStates() const { return ~0u; }
 
+  /// Adstack depth: false (CPU), the address of the next free row, which a
+  /// push or pop moves by one row (AdStackRows); true (GPU), an i32 count
+  /// of the pushes not yet popped, those past the capacity included, with
+  /// entry d at base + d * rowBytes (one 32x32->64-bit multiply-add). An
+  /// indexed stack's whole state is one 32-bit register; the runtime keeps
+  /// capacities and row sizes below 2^31.
+  virtual bool adStackIndexedDepth() const { return false; }
   /// Adstack entry address, part 1: the per-function base of stack `id`,
   /// emitted in the entry block (EmitContext::entryBuilder).
   /// CPU: heap + thread * ctx->stride + ctx->offsets[id] (thread-major).
@@ -133,7 +147,10 @@ public:
 std::unique_ptr<LlvmTarget> createTarget(CodegenTarget target);
 /// The host CPU's hooks.
 std::unique_ptr<LlvmTarget> createCpuTarget();
-/// NVIDIA GPUs through LLVM's NVPTX back end (NvptxTarget.cpp).
+/// NVIDIA GPUs through LLVM's NVPTX back end (NvptxTarget.cpp; what GPU
+/// targets share is GpuTarget.h's).
 std::unique_ptr<LlvmTarget> createNvptxTarget();
+/// AMD GPUs through LLVM's AMDGPU back end (AmdgpuTarget.cpp).
+std::unique_ptr<LlvmTarget> createAmdgpuTarget();
 
 } // namespace qd::codegen

@@ -1,30 +1,13 @@
 //===- NvptxTarget.cpp - The NVPTX hooks of the LLVM emitter --------------===//
 //
-// A kernel becomes device entries `void <name>(QdLaunchContext *ctx)` (PTX
-// kernels; `ctx` in device memory), launched in KernelLayout::launches
-// order:
-//
-//   qd_serial_<k>  a maximal run of top-level statements and serial tasks,
-//                  run by one thread;
-//   qd_task_<n>    parallel task n, a grid-stride loop
-//                    for (i = begin + global id; i < end; i += ctx->threads)
-//                  over a grid of ctx->threads threads.
-//
-// A top-level value a later entry uses is stored by its entry into
-// ctx->values[slot] (8 bytes, as toSlot encodes it) and loaded by every
-// later entry that uses it. An entry that finds an error recorded does
-// nothing, so the launches after an error are skipped as the CPU's entry
-// function stops at it.
-//
-// Adstacks are interleaved across the T = ctx->threads threads: entry d of
-// stack s of thread t is at heap + offsets[s] * T + (d * T + t) * entry
-// bytes, its adjoint slot after its primal. Math calls libdevice (linked by
-// emitPtx, qd/codegen/llvm/Ptx.h).
+// NVIDIA's names for what GpuTarget.h describes: entries are PTX kernels
+// (the PTX_Kernel calling convention and an nvvm.annotations "kernel"
+// entry), the global thread id comes from %ctaid, %ntid and %tid, and math
+// calls libdevice (`__nv_sinf`; linked by emitPtx, qd/codegen/llvm/Ptx.h).
 //
 //===----------------------------------------------------------------------===//
-#include "KernelEmitter.h"
+#include "GpuTarget.h"
 
-#include "qd/abi/DeviceEntries.h"
 #include "qd/codegen/llvm/Ptx.h"
 
 #include <fmt/format.h>
@@ -32,215 +15,50 @@
 #include <llvm/IR/Module.h>
 #include <llvm/Target/TargetMachine.h>
 
-#include <algorithm>
-#include <map>
-#include <optional>
-#include <set>
-
 namespace qd::codegen {
 namespace {
 
-/// One device entry: a parallel task, or a run of other top-level
-/// statements.
-struct Entry {
-  ForStmt *task = nullptr;
-  std::vector<Stmt *> stmts;
-};
+class NvptxTarget final : public GpuTarget {
+protected:
+  const char *targetName() const override { return "nvptx"; }
 
-class NvptxTarget final : public LlvmTarget {
-public:
-  void emitEntries(KernelEmitter &emitter) override;
-  void emitParallelTask(KernelEmitter &emitter, ForStmt &task) override;
-  LV *threadIndex(EmitContext &c) override { return c.fn->thread; }
-  LV *devicePointer(llvm::IRBuilderBase &b, LV *p) override {
-    // Every pointer the context holds is device (global) memory.
-    auto *global = llvm::PointerType::get(b.getContext(), 1);
-    return b.CreateAddrSpaceCast(b.CreateAddrSpaceCast(p, global), p->getType());
-  }
-  unsigned stopCheckInterval() const override { return abi::kDeviceStopCheckInterval; }
-  LV *adStackBase(EmitContext &c, unsigned id) override;
-  LV *adStackRowBytes(EmitContext &c, const StackRef &stack, unsigned width) override;
-  LV *adStackAdjoint(EmitContext &c, const StackRef &stack, LV *primal, unsigned width) override;
-  LV *mathCall(EmitContext &c, MathFn fn, ScalarType type, llvm::ArrayRef<LV *> args) override;
-  void atomicUpdate(EmitContext &c, llvm::AtomicRMWInst::BinOp op, LV *ptr, LV *value,
-                    llvm::Align align) override {
-    c.b.CreateAtomicRMW(op, ptr, value, align, llvm::AtomicOrdering::Monotonic);
-  }
-  void raiseError(EmitContext &c, unsigned site, llvm::ArrayRef<LV *> data) override {
-    c.recordError(site, data);
+  std::string prepareModule(EmitContext &c) override {
+    auto machine = nvptxTargetMachine("sm_80"); // the data layout does not depend on it
+    if (!machine.ok())
+      return std::string(machine.status().message());
+    c.module->setTargetTriple(kNvptxTriple);
+    c.module->setDataLayout((*machine)->createDataLayout());
+    return "";
   }
 
-private:
-  /// Splits the kernel into entries and gives a ctx->values slot to every
-  /// top-level value a later entry uses.
-  void planEntries(EmitContext &c);
-  /// Starts entry function `name` (the current entry's): the error check,
-  /// then the values it loads from ctx->values. `thread`: its thread index
-  /// (null: the global thread id).
-  void beginEntry(EmitContext &c, FunctionState &state, const std::string &name, LV *thread);
-
-  std::vector<Entry> entries_;
-  std::map<const Value *, unsigned> slotOf_;
-  /// Per entry: the values it loads, in slot order.
-  std::vector<std::vector<const Stmt *>> imports_;
-  unsigned current_ = 0;
-};
-
-void NvptxTarget::planEntries(EmitContext &c) {
-  DeviceEntryPlan plan = planDeviceEntries(const_cast<Kernel &>(c.kernel));
-  for (DeviceEntryPlan::Entry &e : plan.entries)
-    entries_.push_back({e.task, std::move(e.stmts)});
-  slotOf_ = std::move(plan.slotOf);
-  c.layout.numValues = plan.numValues;
-  imports_ = std::move(plan.imports);
-}
-
-void NvptxTarget::emitEntries(KernelEmitter &e) {
-  EmitContext &c = e.context();
-  auto machine = nvptxTargetMachine("sm_80"); // the data layout does not depend on it
-  if (!machine.ok()) {
-    c.error = std::string(machine.status().message());
-    return;
+  llvm::Function *declareEntry(EmitContext &c, const std::string &name) override {
+    auto *type = llvm::FunctionType::get(c.b.getVoidTy(), {c.ptrTy}, false);
+    llvm::Function *fn =
+        llvm::Function::Create(type, llvm::Function::ExternalLinkage, name, c.module.get());
+    fn->setCallingConv(llvm::CallingConv::PTX_Kernel);
+    fn->addParamAttr(0, llvm::Attribute::NoAlias);
+    llvm::Metadata *kernelMd[] = {llvm::ValueAsMetadata::get(fn),
+                                  llvm::MDString::get(c.llvm, "kernel"),
+                                  llvm::ValueAsMetadata::get(c.b.getInt32(1))};
+    c.module->getOrInsertNamedMetadata("nvvm.annotations")
+        ->addOperand(llvm::MDNode::get(c.llvm, kernelMd));
+    return fn;
   }
-  c.module->setTargetTriple(kNvptxTriple);
-  c.module->setDataLayout((*machine)->createDataLayout());
-  planEntries(c);
-  unsigned serials = 0;
-  for (current_ = 0; current_ < entries_.size(); ++current_) {
-    const Entry &entry = entries_[current_];
-    if (entry.task) {
-      e.emitTopLevel(*entry.task);
-      continue;
-    }
-    std::string name = fmt::format("qd_serial_{}", serials++);
-    c.layout.launches.push_back({KernelLayout::Launch::Serial, name, -1});
-    FunctionState state;
-    beginEntry(c, state, name, c.b.getInt32(0));
-    for (Stmt *s : entry.stmts) {
-      e.emitTopLevel(*s);
-      if (auto slot = slotOf_.find(s); slot != slotOf_.end())
-        c.b.CreateStore(c.toSlot(c.get(s)), c.b.CreateGEP(c.i64, c.ctxField(CtxField::values),
-                                                          c.b.getInt64(slot->second)));
-    }
-    c.b.CreateRetVoid();
-    c.fn = nullptr;
-  }
-}
 
-void NvptxTarget::beginEntry(EmitContext &c, FunctionState &state, const std::string &name,
-                             LV *thread) {
-  llvm::IRBuilder<> &b = c.b;
-  auto *type = llvm::FunctionType::get(b.getVoidTy(), {c.ptrTy}, false);
-  llvm::Function *fn =
-      llvm::Function::Create(type, llvm::Function::ExternalLinkage, name, c.module.get());
-  fn->setCallingConv(llvm::CallingConv::PTX_Kernel);
-  fn->addParamAttr(0, llvm::Attribute::NoAlias);
-  llvm::Metadata *kernelMd[] = {llvm::ValueAsMetadata::get(fn),
-                                llvm::MDString::get(c.llvm, "kernel"),
-                                llvm::ValueAsMetadata::get(b.getInt32(1))};
-  c.module->getOrInsertNamedMetadata("nvvm.annotations")
-      ->addOperand(llvm::MDNode::get(c.llvm, kernelMd));
-  c.beginFunction(state, fn, fn->getArg(0), thread);
-  if (!thread) {
-    llvm::IRBuilder<> eb = c.entryBuilder();
+  LV *globalThreadId(EmitContext &c, llvm::IRBuilderBase &eb) override {
     auto sreg = [&](llvm::Intrinsic::ID id) { return eb.CreateCall(c.intrinsic(id, {}), {}); };
     LV *block = sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_x);
     LV *size = sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_ntid_x);
     LV *lane = sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x);
-    state.thread = eb.CreateAdd(eb.CreateMul(block, size), lane, "thread");
+    return eb.CreateAdd(eb.CreateMul(block, size), lane, "thread");
   }
-  // A launch after an error does nothing.
-  LV *record = c.ctxField(CtxField::error);
-  LV *site = b.CreateLoad(
-      c.i32, b.CreateStructGEP(c.errorTy, record, unsigned(abi::ErrorRecordField::site)));
-  BasicBlock *skip = c.newBlock("after.error");
-  BasicBlock *run = c.newBlock("run");
-  b.CreateCondBr(b.CreateICmpNE(site, b.getInt32(0)), skip, run, c.unlikelyFirst());
-  b.SetInsertPoint(skip);
-  b.CreateRetVoid();
-  b.SetInsertPoint(run);
-  for (const Stmt *v : imports_[current_]) {
-    LV *raw = b.CreateLoad(
-        c.i64, b.CreateGEP(c.i64, c.ctxField(CtxField::values), b.getInt64(slotOf_.at(v))));
-    c.set(v, c.fromSlot(raw, v->type().element()));
+
+  std::string mathSymbol(MathFn fn, ScalarType type) const override {
+    return fmt::format("__nv_{}{}", mathFnName(fn), type == ScalarType::F32 ? "f" : "");
   }
-}
 
-void NvptxTarget::emitParallelTask(KernelEmitter &e, ForStmt &task) {
-  EmitContext &c = e.context();
-  llvm::IRBuilder<> &b = c.b;
-  int index = static_cast<int>(c.layout.tasks.size());
-  std::string name = fmt::format("qd_task_{}", index);
-  c.layout.launches.push_back({KernelLayout::Launch::Parallel, name, index});
-  FunctionState state;
-  beginEntry(c, state, name, nullptr);
-  TaskVectorPlan plan = planTaskVectorization(task);
-  state.taskPlan = &plan; // its private atomics
-  state.parallelTask = index;
-  bool band = task.numDims() > 1;
-  c.layout.tasks.push_back(
-      {&task, 1, c.opts.vectorWidth > 1 ? "the nvptx target runs one iteration per thread" : "",
-       band ? KernelLayout::TaskBound() : KernelEmitter::taskBound(task.begin()),
-       band ? KernelLayout::TaskBound() : KernelEmitter::taskBound(task.end())});
-  // A band's iterations are numbered row-major: consecutive threads take
-  // consecutive innermost indices.
-  std::optional<KernelEmitter::BandShape> shape;
-  LV *inner = nullptr; // a band's row length (at least 1: a divisor)
-  if (band) {
-    shape = e.bandShape(task);
-    inner = b.CreateBinaryIntrinsic(llvm::Intrinsic::smax, shape->extent.back(), b.getInt64(1));
-  }
-  LV *begin = band ? b.getInt64(0) : b.CreateSExt(c.boundValue(task.begin()), c.i64);
-  LV *end = band ? shape->count : b.CreateSExt(c.boundValue(task.end()), c.i64);
-  LV *first = b.CreateAdd(begin, b.CreateZExt(state.thread, c.i64));
-  e.control().countedLoop(
-      first, end, c.i64, &task,
-      [&](LV *i) {
-        if (band) {
-          e.setBandRow(task, *shape, b.CreateUDiv(i, inner));
-          e.setBandInner(task, *shape, b.CreateURem(i, inner));
-        } else {
-          c.set(&task, b.CreateTrunc(i, c.i32));
-        }
-        e.emitBlock(task.body());
-      },
-      c.ctxField(CtxField::threads));
-  b.CreateRetVoid();
-  c.fn = nullptr;
-}
-
-LV *NvptxTarget::adStackBase(EmitContext &c, unsigned id) {
-  LV *offsets = c.ctxField(CtxField::offsets), *threads = c.ctxField(CtxField::threads),
-     *heap = c.ctxField(CtxField::heap);
-  int64_t entryBytes = c.layout.stacks.at(id).entryBytes;
-  llvm::IRBuilder<> eb = c.entryBuilder();
-  LV *offset = eb.CreateLoad(c.i64, eb.CreateGEP(c.i64, offsets, eb.getInt64(id)));
-  LV *mine = eb.CreateMul(eb.CreateZExt(threadIndex(c), c.i64), eb.getInt64(entryBytes));
-  // A global-space pointer, so that every address derived from it (the
-  // stack's top, end and last row) is one too, with no generic copy kept
-  // alive for the overflow path's pointer difference.
-  LV *global = eb.CreateAddrSpaceCast(heap, llvm::PointerType::get(c.llvm, 1));
-  return eb.CreateGEP(eb.getInt8Ty(), global, eb.CreateAdd(eb.CreateMul(offset, threads), mine));
-}
-
-LV *NvptxTarget::adStackRowBytes(EmitContext &c, const StackRef &stack, unsigned) {
-  LV *threads = c.ctxField(CtxField::threads);
-  return c.entryBuilder().CreateMul(threads, c.b.getInt64(stack.entryBytes));
-}
-
-LV *NvptxTarget::adStackAdjoint(EmitContext &c, const StackRef &stack, LV *primal, unsigned) {
-  return c.b.CreateGEP(c.b.getInt8Ty(), primal, c.b.getInt64(storageBytes(stack.elem)));
-}
-
-LV *NvptxTarget::mathCall(EmitContext &c, MathFn fn, ScalarType type, llvm::ArrayRef<LV *> args) {
-  const char *base = mathFnName(fn);
-  std::string symbol = fmt::format("__nv_{}{}", base, type == ScalarType::F32 ? "f" : "");
-  llvm::Type *t = c.typeOf(type);
-  std::vector<llvm::Type *> params(args.size(), t);
-  llvm::FunctionCallee f =
-      c.module->getOrInsertFunction(symbol, llvm::FunctionType::get(t, params, false));
-  return c.b.CreateCall(f, args);
-}
+  llvm::SyncScope::ID atomicScope(EmitContext &) const override { return llvm::SyncScope::System; }
+};
 
 } // namespace
 

@@ -193,6 +193,17 @@ private:
   void adjoint(Stmt &s, IRBuilder &b, Frame &f);
 
   const Activity &activity_;
+  /// Stores of the task being reversed whose adjoint zeroing waits for the
+  /// end of the reversed iteration (deferredZeroings), and the zeroing
+  /// stores waiting.
+  std::unordered_set<const Stmt *> deferZeroing_;
+  struct PendingZero {
+    GlobalRef ref;
+    std::vector<Value *> indices;
+    ScalarType type;
+    Location loc;
+  };
+  std::vector<PendingZero> pendingZeroes_;
 };
 
 } // namespace qd::reverse

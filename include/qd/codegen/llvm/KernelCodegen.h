@@ -35,9 +35,10 @@
 // the runtime per launch) is at least the task's KernelLayout::Task::lanes;
 // the runtime then lays out the task's stack entries with one slot per lane.
 //
-// CodegenTarget::Nvptx emits device entries instead (KernelLayout::launches,
-// lib/codegen/llvm/NvptxTarget.cpp and docs/runtime.md, "NVPTX target");
-// qd/codegen/llvm/Ptx.h turns its module into PTX.
+// CodegenTarget::Nvptx and ::Amdgpu emit device entries instead
+// (KernelLayout::launches, lib/codegen/llvm/GpuTarget.h and docs/runtime.md,
+// "NVPTX target"); qd/codegen/llvm/Ptx.h turns an NVPTX module into PTX,
+// qd/codegen/llvm/Hsaco.h an AMDGPU module into a code object.
 //
 // The emitter is target-neutral; the CPU specifics above (chunked tasks,
 // lanes, libmvec, the thread-major heap) are CodegenTarget::Cpu's hooks
@@ -53,6 +54,7 @@
 #include <absl/status/statusor.h>
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -96,6 +98,12 @@ struct CodegenOptions {
   /// timeout and ::cancel need. Off, the code has no checks (on an H100
   /// they cost up to 75% of a benchmark gradient's time, docs/performance.md).
   bool stopChecks = false;
+  /// GPU targets: stacks kept in a local array of each thread (`entries`
+  /// entries, PTX local memory, which the GPU caches in L1) instead of the
+  /// interleaved heap. A launch of such code must give each of them a
+  /// capacity of at most `entries` (LaunchPlan checks); KernelLayout::Stack::
+  /// localEntries says which stacks these are.
+  std::map<const AdStackAllocaStmt *, int64_t> localAdStackEntries;
 };
 
 /// What the generated code runs on (lib/codegen/llvm/LlvmTarget.h holds
@@ -110,9 +118,14 @@ enum class CodegenTarget {
   /// (vectorWidth is ignored). qd/codegen/llvm/Ptx.h turns the module into
   /// PTX.
   Nvptx,
+  /// AMD GPUs: the device entries, heap layout and launches of Nvptx
+  /// (lib/codegen/llvm/GpuTarget.h), AMDGPU kernels, ocml math.
+  /// qd/codegen/llvm/Hsaco.h turns the module into a code object for
+  /// gfx90a, gfx942 or gfx1100.
+  Amdgpu,
 };
 
-/// The target named `name` ("cpu", "nvptx"), or InvalidArgument listing the known ones.
+/// The target named `name` ("cpu", "nvptx", "amdgpu"), or InvalidArgument listing the known ones.
 absl::StatusOr<CodegenTarget> parseCodegenTarget(std::string_view name);
 /// The name parseCodegenTarget accepts for `target`.
 const char *codegenTargetName(CodegenTarget target);

@@ -1,13 +1,16 @@
-//===- CudaMemory.h - Device copies of buffers, reductions, launch arenas -*- C++ -*-===//
+//===- GpuMemory.h - Device copies of buffers, reductions, launch arenas -*- C++ -*-===//
 //
-// Private to qd::runtime_cuda.
+// Private to the GPU runtimes (qd::runtime_gpu, shared by qd::runtime_cuda
+// and qd::runtime_hip), written against gpu::Device.
 //
-//  - CudaMirror: the device copy of a Buffer (qd/runtime/Buffer.h), owned
+//  - GpuMirror: the device copy of a Buffer (qd/runtime/Buffer.h), owned
 //    (allocated by the backend, freed with the buffer) or borrowed (caller
 //    memory). It keeps the device alive through a shared pointer, so a
 //    program may outlive the backend that mirrored its buffers.
 //  - Reducer: the max of an integer range, computed on the device, for
-//    launch-time sizing (a hand-written PTX module, loaded on first use).
+//    launch-time sizing (kernels `qd_max_u8`, `qd_max_i32`, `qd_max_i64`
+//    taking (data, begin, end, out), in a module the backend supplies: PTX
+//    on CUDA, a code object on AMD; loaded on first use).
 //  - LaunchArena: the per-launch arrays (context, slot pointers, shapes,
 //    scalars, heap layout, error record, overflow counters) packed into one
 //    device block, so a launch costs one copy there and one copy back.
@@ -16,45 +19,54 @@
 #pragma once
 
 #include "qd/runtime/Buffer.h"
-#include "qd/runtime/CudaDriver.h"
+#include "qd/runtime/GpuDevice.h"
 
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <span>
 #include <vector>
 
-namespace qd::cuda {
+namespace qd::gpu {
 
 /// Max of integer ranges on the device.
 class Reducer {
 public:
-  explicit Reducer(std::shared_ptr<const Device> device) : device_(std::move(device)) {}
+  /// Loads the module of the reduction kernels (the backend's code for
+  /// them; see the file comment).
+  using Loader = std::function<absl::StatusOr<std::unique_ptr<LoadedModule>>()>;
+  /// The kernels' names, for u8 (i1), i32 and i64 elements.
+  static constexpr const char *kNames[3] = {"qd_max_u8", "qd_max_i32", "qd_max_i64"};
+  /// Threads per block of their launches (whole warps and wavefronts).
+  static constexpr unsigned kBlock = 256;
+
+  Reducer(std::shared_ptr<const Device> device, Loader loader)
+      : device_(std::move(device)), loader_(std::move(loader)) {}
   /// max of elements [begin, end) of `elem` integers at `data` (i1: 0 or 1).
-  absl::StatusOr<int64_t> max(CUdeviceptr data, ScalarType elem, int64_t begin, int64_t end);
-  /// The PTX of the reduction kernels (for tests that assemble it).
-  static std::string ptx();
+  absl::StatusOr<int64_t> max(DevicePtr data, ScalarType elem, int64_t begin, int64_t end);
 
 private:
   std::shared_ptr<const Device> device_;
+  Loader loader_;
   std::mutex mutex_;
-  std::unique_ptr<Module> module_;
-  CUfunction fns_[3] = {}; // u8, i32, i64
+  std::unique_ptr<LoadedModule> module_;
+  Function fns_[3] = {}; // u8, i32, i64
   DeviceBuffer result_;
 };
 
-class CudaMirror : public DeviceMirror {
+class GpuMirror : public DeviceMirror {
 public:
   /// Device memory of `bytes` bytes owned by the mirror.
-  static absl::StatusOr<std::unique_ptr<CudaMirror>> allocate(const void *owner,
-                                                              std::shared_ptr<const Device> device,
-                                                              std::shared_ptr<Reducer> reducer,
-                                                              size_t bytes);
+  static absl::StatusOr<std::unique_ptr<GpuMirror>> allocate(const void *owner,
+                                                             std::shared_ptr<const Device> device,
+                                                             std::shared_ptr<Reducer> reducer,
+                                                             size_t bytes);
   /// Caller memory at `ptr` (checked to be an allocation of the device's
   /// context holding `bytes` bytes from `ptr`).
-  static absl::StatusOr<std::unique_ptr<CudaMirror>> borrow(const void *owner,
-                                                            std::shared_ptr<const Device> device,
-                                                            std::shared_ptr<Reducer> reducer,
-                                                            CUdeviceptr ptr, size_t bytes);
+  static absl::StatusOr<std::unique_ptr<GpuMirror>> borrow(const void *owner,
+                                                           std::shared_ptr<const Device> device,
+                                                           std::shared_ptr<Reducer> reducer,
+                                                           DevicePtr ptr, size_t bytes);
 
   const void *owner() const override { return owner_; }
   uint64_t address() const override { return ptr_; }
@@ -65,14 +77,14 @@ public:
   absl::StatusOr<int64_t> maxInteger(ScalarType elem, int64_t begin, int64_t end) override;
 
 private:
-  CudaMirror(const void *owner, std::shared_ptr<const Device> device,
-             std::shared_ptr<Reducer> reducer)
+  GpuMirror(const void *owner, std::shared_ptr<const Device> device,
+            std::shared_ptr<Reducer> reducer)
       : owner_(owner), device_(std::move(device)), reducer_(std::move(reducer)) {}
   const void *owner_;
   std::shared_ptr<const Device> device_; // declared first: outlives owned_
   std::shared_ptr<Reducer> reducer_;
   DeviceBuffer owned_;
-  CUdeviceptr ptr_ = 0;
+  DevicePtr ptr_ = 0;
 };
 
 /// One launch's arrays in one device block, reused across launches.
@@ -92,7 +104,7 @@ public:
   /// Makes the device block at least as large as the layout (it may move,
   /// so call before computing device addresses).
   absl::Status reserve(const Device &device);
-  CUdeviceptr base() const { return block_.get(); }
+  DevicePtr base() const { return block_.get(); }
   /// Uploads the whole layout.
   absl::Status upload(const Device &device) const;
   /// Copies [offset, offset + bytes) of the device block back to `dst`.
@@ -103,4 +115,4 @@ private:
   DeviceBuffer block_;
 };
 
-} // namespace qd::cuda
+} // namespace qd::gpu

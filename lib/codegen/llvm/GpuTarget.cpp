@@ -1,0 +1,186 @@
+//===- GpuTarget.cpp - What GPU targets share in the LLVM emitter ---------===//
+//
+// Entries, grid-stride tasks, ctx->values slots and the interleaved adstack
+// heap of the GPU targets (GpuTarget.h).
+//
+//===----------------------------------------------------------------------===//
+#include "GpuTarget.h"
+
+#include "qd/abi/DeviceEntries.h"
+
+#include <fmt/format.h>
+#include <llvm/IR/Module.h>
+
+#include <algorithm>
+#include <optional>
+
+namespace qd::codegen {
+
+void GpuTarget::planEntries(EmitContext &c) {
+  DeviceEntryPlan plan = planDeviceEntries(const_cast<Kernel &>(c.kernel));
+  for (DeviceEntryPlan::Entry &e : plan.entries)
+    entries_.push_back({e.task, std::move(e.stmts)});
+  slotOf_ = std::move(plan.slotOf);
+  c.layout.numValues = plan.numValues;
+  imports_ = std::move(plan.imports);
+}
+
+void GpuTarget::emitEntries(KernelEmitter &e) {
+  EmitContext &c = e.context();
+  if (std::string bad = prepareModule(c); !bad.empty()) {
+    c.error = bad;
+    return;
+  }
+  planEntries(c);
+  unsigned serials = 0;
+  for (current_ = 0; current_ < entries_.size(); ++current_) {
+    const Entry &entry = entries_[current_];
+    if (entry.task) {
+      e.emitTopLevel(*entry.task);
+      continue;
+    }
+    std::string name = fmt::format("qd_serial_{}", serials++);
+    c.layout.launches.push_back({KernelLayout::Launch::Serial, name, -1});
+    FunctionState state;
+    beginEntry(c, state, name, c.b.getInt32(0));
+    for (Stmt *s : entry.stmts) {
+      e.emitTopLevel(*s);
+      if (auto slot = slotOf_.find(s); slot != slotOf_.end())
+        c.b.CreateStore(c.toSlot(c.get(s)), c.b.CreateGEP(c.i64, c.ctxField(CtxField::values),
+                                                          c.b.getInt64(slot->second)));
+    }
+    c.b.CreateRetVoid();
+    c.fn = nullptr;
+  }
+}
+
+void GpuTarget::beginEntry(EmitContext &c, FunctionState &state, const std::string &name,
+                           LV *thread) {
+  llvm::IRBuilder<> &b = c.b;
+  llvm::Function *fn = declareEntry(c, name);
+  c.beginFunction(state, fn, nullptr, thread);
+  llvm::IRBuilder<> eb = c.entryBuilder();
+  state.ctxArg = contextArgument(eb, fn);
+  if (!thread)
+    state.thread = globalThreadId(c, eb);
+  // A launch after an error does nothing.
+  LV *record = c.ctxField(CtxField::error);
+  LV *site = b.CreateLoad(
+      c.i32, b.CreateStructGEP(c.errorTy, record, unsigned(abi::ErrorRecordField::site)));
+  BasicBlock *skip = c.newBlock("after.error");
+  BasicBlock *run = c.newBlock("run");
+  b.CreateCondBr(b.CreateICmpNE(site, b.getInt32(0)), skip, run, c.unlikelyFirst());
+  b.SetInsertPoint(skip);
+  b.CreateRetVoid();
+  b.SetInsertPoint(run);
+  for (const Stmt *v : imports_[current_]) {
+    LV *raw = b.CreateLoad(
+        c.i64, b.CreateGEP(c.i64, c.ctxField(CtxField::values), b.getInt64(slotOf_.at(v))));
+    c.set(v, c.fromSlot(raw, v->type().element()));
+  }
+}
+
+void GpuTarget::emitParallelTask(KernelEmitter &e, ForStmt &task) {
+  EmitContext &c = e.context();
+  llvm::IRBuilder<> &b = c.b;
+  int index = static_cast<int>(c.layout.tasks.size());
+  std::string name = fmt::format("qd_task_{}", index);
+  c.layout.launches.push_back({KernelLayout::Launch::Parallel, name, index});
+  FunctionState state;
+  beginEntry(c, state, name, nullptr);
+  TaskVectorPlan plan = planTaskVectorization(task);
+  state.taskPlan = &plan; // its private atomics
+  state.parallelTask = index;
+  bool band = task.numDims() > 1;
+  c.layout.tasks.push_back(
+      {&task, 1,
+       c.opts.vectorWidth > 1
+           ? fmt::format("the {} target runs one iteration per thread", targetName())
+           : "",
+       band ? KernelLayout::TaskBound() : KernelEmitter::taskBound(task.begin()),
+       band ? KernelLayout::TaskBound() : KernelEmitter::taskBound(task.end())});
+  // A band's iterations are numbered row-major: consecutive threads take
+  // consecutive innermost indices.
+  std::optional<KernelEmitter::BandShape> shape;
+  LV *inner = nullptr; // a band's row length (at least 1: a divisor)
+  if (band) {
+    shape = e.bandShape(task);
+    inner = b.CreateBinaryIntrinsic(llvm::Intrinsic::smax, shape->extent.back(), b.getInt64(1));
+  }
+  LV *begin = band ? b.getInt64(0) : b.CreateSExt(c.boundValue(task.begin()), c.i64);
+  LV *end = band ? shape->count : b.CreateSExt(c.boundValue(task.end()), c.i64);
+  LV *first = b.CreateAdd(begin, b.CreateZExt(state.thread, c.i64));
+  e.control().countedLoop(
+      first, end, c.i64, &task,
+      [&](LV *i) {
+        if (band) {
+          e.setBandRow(task, *shape, b.CreateUDiv(i, inner));
+          e.setBandInner(task, *shape, b.CreateURem(i, inner));
+        } else {
+          c.set(&task, b.CreateTrunc(i, c.i32));
+        }
+        e.emitBlock(task.body());
+      },
+      threads(c));
+  b.CreateRetVoid();
+  c.fn = nullptr;
+}
+
+LV *GpuTarget::devicePointer(llvm::IRBuilderBase &b, LV *p) {
+  // Cast to the global address space and back, so that address-space
+  // inference turns generic loads and stores through `p` into global ones.
+  auto *global = llvm::PointerType::get(b.getContext(), 1);
+  return b.CreateAddrSpaceCast(b.CreateAddrSpaceCast(p, global), p->getType());
+}
+
+LV *GpuTarget::threads(EmitContext &c) {
+  if (LV *word = c.launchWord({KernelLayout::LaunchWord::Threads, 0}))
+    return word;
+  return c.ctxField(CtxField::threads);
+}
+
+LV *GpuTarget::adStackBase(EmitContext &c, unsigned id) {
+  int64_t entryBytes = c.layout.stacks.at(id).entryBytes;
+  llvm::IRBuilder<> eb = c.entryBuilder();
+  // A global-space pointer, so that every address derived from it (the
+  // stack's top, end and last row) is one too, with no generic copy kept
+  // alive for the overflow path's pointer difference.
+  auto *global = llvm::PointerType::get(c.llvm, 1);
+  LV *region; // heap + offsets[id] * T
+  if (LV *word = c.launchWord({KernelLayout::LaunchWord::StackBase, id})) {
+    region = eb.CreateIntToPtr(word, global);
+  } else {
+    LV *offsets = c.ctxField(CtxField::offsets), *heap = c.ctxField(CtxField::heap);
+    LV *offset = eb.CreateLoad(c.i64, eb.CreateGEP(c.i64, offsets, eb.getInt64(id)));
+    region = eb.CreateGEP(eb.getInt8Ty(), eb.CreateAddrSpaceCast(heap, global),
+                          eb.CreateMul(offset, threads(c)));
+  }
+  LV *mine = eb.CreateMul(eb.CreateZExt(threadIndex(c), c.i64), eb.getInt64(entryBytes));
+  return eb.CreateGEP(eb.getInt8Ty(), region, mine);
+}
+
+LV *GpuTarget::adStackRowBytes(EmitContext &c, const StackRef &stack, unsigned) {
+  if (LV *word = c.launchWord({KernelLayout::LaunchWord::RowBytes, stack.id}))
+    return word;
+  LV *t = threads(c);
+  return c.entryBuilder().CreateMul(t, c.b.getInt64(stack.entryBytes));
+}
+
+LV *GpuTarget::adStackAdjoint(EmitContext &c, const StackRef &stack, LV *primal, unsigned) {
+  return c.b.CreateGEP(c.b.getInt8Ty(), primal, c.b.getInt64(storageBytes(stack.elem)));
+}
+
+LV *GpuTarget::mathCall(EmitContext &c, MathFn fn, ScalarType type, llvm::ArrayRef<LV *> args) {
+  llvm::Type *t = c.typeOf(type);
+  std::vector<llvm::Type *> params(args.size(), t);
+  llvm::FunctionCallee f = c.module->getOrInsertFunction(mathSymbol(fn, type),
+                                                         llvm::FunctionType::get(t, params, false));
+  return c.b.CreateCall(f, args);
+}
+
+void GpuTarget::atomicUpdate(EmitContext &c, llvm::AtomicRMWInst::BinOp op, LV *ptr, LV *value,
+                             llvm::Align align) {
+  c.b.CreateAtomicRMW(op, ptr, value, align, llvm::AtomicOrdering::Monotonic, atomicScope(c));
+}
+
+} // namespace qd::codegen

@@ -1,0 +1,110 @@
+//===- GpuTarget.h - What GPU targets share in the LLVM emitter -*- C++ -*-===//
+//
+// NVPTX and AMDGPU run a kernel the same way: device entries
+// `void <name>(QdLaunchContext *ctx)` launched in KernelLayout::launches
+// order,
+//
+//   qd_serial_<k>  a maximal run of top-level statements and serial tasks,
+//                  run by one thread;
+//   qd_task_<n>    parallel task n, a grid-stride loop
+//                    for (i = begin + global id; i < end; i += T)
+//                  over a grid of T threads.
+//
+// A top-level value a later entry uses is stored by its entry into
+// ctx->values[slot] (8 bytes, as toSlot encodes it) and loaded by every
+// later entry that uses it. An entry that finds an error recorded does
+// nothing, so the launches after an error are skipped as the CPU's entry
+// function stops at it.
+//
+// Adstacks are interleaved across the T threads: entry d of stack s of
+// thread t is at heap + offsets[s] * T + (d * T + t) * entry bytes, its
+// adjoint slot after its primal, the depth an i32 count. What every thread
+// reads again and again (T, stack regions, capacities, row sizes, field
+// bases) comes from the launch words, a constant array (address space 4 on
+// both targets) the runtime fills before each launch; the rest through ctx.
+// Every pointer the context holds is device (global, address space 1 on
+// both targets) memory.
+//
+// GpuTarget implements all of that; a subclass says what its target names
+// differently: the triple and data layout, how an entry function is
+// declared (calling convention, annotations), the special registers of the
+// global thread id, the math library's symbols and the atomics' scope.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "KernelEmitter.h"
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace qd::codegen {
+
+class GpuTarget : public LlvmTarget {
+public:
+  void emitEntries(KernelEmitter &emitter) final;
+  void emitParallelTask(KernelEmitter &emitter, ForStmt &task) final;
+  LV *threadIndex(EmitContext &c) final { return c.fn->thread; }
+  LV *devicePointer(llvm::IRBuilderBase &b, LV *p) final;
+  /// Launch words live in the target's constant address space (NVPTX
+  /// `.const`, AMDGPU constant memory read with scalar loads): 4 on both.
+  std::optional<unsigned> launchWordsAddressSpace() const final { return 4; }
+  bool adStackIndexedDepth() const final { return true; }
+  unsigned stopCheckInterval() const final { return abi::kDeviceStopCheckInterval; }
+  LV *adStackBase(EmitContext &c, unsigned id) final;
+  LV *adStackRowBytes(EmitContext &c, const StackRef &stack, unsigned width) final;
+  LV *adStackAdjoint(EmitContext &c, const StackRef &stack, LV *primal, unsigned width) final;
+  LV *mathCall(EmitContext &c, MathFn fn, ScalarType type, llvm::ArrayRef<LV *> args) final;
+  void atomicUpdate(EmitContext &c, llvm::AtomicRMWInst::BinOp op, LV *ptr, LV *value,
+                    llvm::Align align) final;
+  void raiseError(EmitContext &c, unsigned site, llvm::ArrayRef<LV *> data) final {
+    c.recordError(site, data);
+  }
+
+protected:
+  /// The target's name in messages ("nvptx", "amdgpu").
+  virtual const char *targetName() const = 0;
+  /// Sets the module's triple and data layout; an error message, or "".
+  virtual std::string prepareModule(EmitContext &c) = 0;
+  /// Declares the device entry `name`, taking the launch context, as the
+  /// target wants a kernel declared.
+  virtual llvm::Function *declareEntry(EmitContext &c, const std::string &name) = 0;
+  /// The launch context argument of entry `fn` as a generic pointer,
+  /// emitted into its entry block with `eb`.
+  virtual LV *contextArgument(llvm::IRBuilderBase &eb, llvm::Function *fn) { return fn->getArg(0); }
+  /// The global thread id (block id * block size + thread id), read from
+  /// the target's special registers with `eb`.
+  virtual LV *globalThreadId(EmitContext &c, llvm::IRBuilderBase &eb) = 0;
+  /// The math library's symbol for `fn` on `type` (`__nv_sinf`,
+  /// `__ocml_sin_f32`).
+  virtual std::string mathSymbol(MathFn fn, ScalarType type) const = 0;
+  /// The synchronisation scope of atomic updates to global memory.
+  virtual llvm::SyncScope::ID atomicScope(EmitContext &c) const = 0;
+
+private:
+  /// ctx->threads (T), from the launch words.
+  LV *threads(EmitContext &c);
+  /// One device entry: a parallel task, or a run of other top-level
+  /// statements.
+  struct Entry {
+    ForStmt *task = nullptr;
+    std::vector<Stmt *> stmts;
+  };
+
+  /// Splits the kernel into entries and gives a ctx->values slot to every
+  /// top-level value a later entry uses.
+  void planEntries(EmitContext &c);
+  /// Starts entry function `name` (the current entry's): the error check,
+  /// then the values it loads from ctx->values. `thread`: its thread index
+  /// (null: the global thread id).
+  void beginEntry(EmitContext &c, FunctionState &state, const std::string &name, LV *thread);
+
+  std::vector<Entry> entries_;
+  std::map<const Value *, unsigned> slotOf_;
+  /// Per entry: the values it loads, in slot order.
+  std::vector<std::vector<const Stmt *>> imports_;
+  unsigned current_ = 0;
+};
+
+} // namespace qd::codegen

@@ -1,0 +1,47 @@
+//===- GpuDevice.cpp - What every GPU driver API offers -------------------===//
+#include "qd/runtime/GpuDevice.h"
+
+namespace qd::gpu {
+
+absl::StatusOr<std::unique_ptr<MappedHostMemory>> MappedHostMemory::allocate(const Device &device,
+                                                                             size_t bytes) {
+  auto mapped = device.allocMapped(bytes);
+  if (!mapped.ok())
+    return mapped.status();
+  return std::unique_ptr<MappedHostMemory>(
+      new MappedHostMemory(device, mapped->first, mapped->second));
+}
+
+MappedHostMemory::~MappedHostMemory() {
+  owner_.freeMapped(host_);
+}
+
+DeviceBuffer &DeviceBuffer::operator=(DeviceBuffer &&o) noexcept {
+  if (this != &o) {
+    reset();
+    device_ = o.device_;
+    ptr_ = o.ptr_;
+    bytes_ = o.bytes_;
+    o.device_ = nullptr;
+    o.ptr_ = 0;
+    o.bytes_ = 0;
+  }
+  return *this;
+}
+
+void DeviceBuffer::reset() {
+  if (device_ && ptr_)
+    device_->free(ptr_);
+  device_ = nullptr;
+  ptr_ = 0;
+  bytes_ = 0;
+}
+
+absl::StatusOr<DeviceBuffer> DeviceBuffer::allocate(const Device &d, size_t bytes) {
+  absl::StatusOr<DevicePtr> p = d.alloc(bytes);
+  if (!p.ok())
+    return p.status();
+  return DeviceBuffer(d, *p, bytes);
+}
+
+} // namespace qd::gpu

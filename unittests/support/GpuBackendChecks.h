@@ -1,0 +1,39 @@
+//===- GpuBackendChecks.h - What every GPU backend must do ------*- C++ -*-===//
+//
+// The checks the CUDA and AMDGPU backend tests run on their device (the
+// same runtime, runtimes/gpu/GpuRuntime.h, behind two driver APIs): the
+// corpus against the interpreter, the adstack heap following launch-time
+// bounds, overflow reported and recovered from.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "Corpus.h"
+
+#include "qd/ir/Module.h"
+#include "qd/runtime/Program.h"
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace qd::corpus {
+
+/// Every corpus kernel, with its gradient and dual kernels, on `backend`
+/// and on the interpreter with the same data: the same results or both an
+/// error. `tag` prefixes the summary line ("cuda").
+void expectCorpusMatchesTheInterpreter(Backend &backend, const std::string &tag);
+
+/// SinLoop at growing %n matches the interpreter, and the heap holds the
+/// grid's `gridThreads(kernel)` threads (not the elements) of n entries.
+void expectTheHeapFollowsTheBounds(Backend &backend,
+                                   const std::function<int64_t(const Kernel &)> &gridThreads,
+                                   const std::function<int64_t()> &lastHeapBytes);
+
+/// A launch whose adstack is too small fails, naming the capacity needed,
+/// and the next launch (sized) succeeds.
+void expectOverflowIsAnErrorAndTheNextLaunchWorks(Backend &backend);
+
+} // namespace qd::corpus
