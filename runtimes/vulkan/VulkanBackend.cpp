@@ -147,7 +147,7 @@ struct VulkanBackend::Impl {
   std::map<std::pair<uint64_t, bool>, std::unique_ptr<Compiled>> cache;
   std::map<uint64_t, std::unique_ptr<KernelSizing>> sizings;
   DeviceBuffer heap, launchData, launchStaging;
-  int64_t lastHeapBytes = 0;
+  int64_t lastHeapBytes = 0, lastThreads = 0;
 
   const KernelSizing &sizingOfLocked(const Kernel &kernel) {
     std::unique_ptr<KernelSizing> &slot = sizings[kernel.uniqueId()];
@@ -278,6 +278,11 @@ int64_t VulkanBackend::gridThreads() const {
   return impl_->threads;
 }
 
+int64_t VulkanBackend::lastLaunchThreads() const {
+  std::lock_guard<std::mutex> lock(impl_->launchMutex);
+  return impl_->lastThreads;
+}
+
 int64_t VulkanBackend::lastAdStackHeapBytes() const {
   std::lock_guard<std::mutex> lock(impl_->launchMutex);
   return impl_->lastHeapBytes;
@@ -329,15 +334,31 @@ absl::Status VulkanBackend::Impl::launch(Program &program, const Kernel &kernel,
     return absl::OkStatus();
   if (absl::Status s = plan->layoutAdStacks(); !s.ok())
     return s;
-  absl::StatusOr<int64_t> heapBytes = plan->heapBytes(threads);
+  // The heap is one storage buffer: where the adstacks of every invocation
+  // of the grid do not fit in one, fewer invocations run the launch (each
+  // parallel task is a grid-stride loop over the T of the launch data, so
+  // any T gives the same result).
+  int64_t grid = threads;
+  absl::StatusOr<int64_t> heapBytes = plan->heapBytes(grid);
   if (!heapBytes.ok())
     return heapBytes.status();
-  if (uint64_t(*heapBytes) > info.maxStorageBufferRange)
+  const uint64_t range = this->options.maxHeapBytes
+                             ? std::min(this->options.maxHeapBytes, info.maxStorageBufferRange)
+                             : info.maxStorageBufferRange;
+  while (uint64_t(*heapBytes) > range && grid > 1) {
+    int64_t fit = int64_t(double(range) / double(*heapBytes) * double(grid));
+    grid = std::clamp<int64_t>(fit, 1, grid - 1);
+    heapBytes = plan->heapBytes(grid);
+    if (!heapBytes.ok())
+      return heapBytes.status();
+  }
+  if (uint64_t(*heapBytes) > range)
     return absl::ResourceExhaustedError(fmt::format(
-        "kernel @{}: its adstacks need {} bytes of heap for {} invocations, more than one storage "
-        "buffer of '{}' may hold (maxStorageBufferRange = {}); lower the capacities or "
-        "VulkanBackendOptions::maxThreads",
-        kernel.name(), *heapBytes, threads, info.name, info.maxStorageBufferRange));
+        "kernel @{}: the adstacks of one invocation need {} bytes of heap, more than the {} "
+        "bytes one heap may hold on '{}' (maxStorageBufferRange {}, "
+        "VulkanBackendOptions::maxHeapBytes {}); lower the capacities",
+        kernel.name(), *heapBytes, range, info.name, info.maxStorageBufferRange,
+        this->options.maxHeapBytes));
   for (size_t s = 0; s < layout.stacks.size(); ++s)
     if (plan->heap().capacities[s] > int64_t(std::numeric_limits<uint32_t>::max()))
       return absl::ResourceExhaustedError(fmt::format(
@@ -356,6 +377,7 @@ absl::Status VulkanBackend::Impl::launch(Program &program, const Kernel &kernel,
     heap = *std::move(h);
   }
   lastHeapBytes = *heapBytes;
+  lastThreads = grid;
 
   // The bound buffers on the device: resident copies, uploaded only when
   // the host side changed since the last launch.
@@ -393,7 +415,7 @@ absl::Status VulkanBackend::Impl::launch(Program &program, const Kernel &kernel,
 
   // The launch data (qd/codegen/spirv/SpirvCodegen.h).
   std::vector<uint32_t> words(data.words, 0);
-  words[SpirvLaunchData::kThreads] = uint32_t(threads);
+  words[SpirvLaunchData::kThreads] = uint32_t(grid);
   for (size_t s = 0; s < layout.stacks.size(); ++s) {
     words[data.capacities + s] = uint32_t(plan->heap().capacities[s]);
     words[data.offsets + s] = uint32_t(plan->heap().offsets[s] / 4);
@@ -436,7 +458,7 @@ absl::Status VulkanBackend::Impl::launch(Program &program, const Kernel &kernel,
   // A parallel task whose extent is known now and fits the grid needs only
   // the workgroups that have an iteration.
   std::vector<uint32_t> groups;
-  int64_t fullGroups = threads / int64_t(c.spirv.workgroupSize);
+  int64_t fullGroups = (grid + c.spirv.workgroupSize - 1) / int64_t(c.spirv.workgroupSize);
   for (const KernelLayout::Launch &l : layout.launches) {
     if (l.kind != KernelLayout::Launch::Parallel) {
       groups.push_back(1);

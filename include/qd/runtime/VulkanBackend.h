@@ -48,6 +48,11 @@ struct VulkanBackendOptions {
   /// The invocations of the grid parallel tasks run on (T, rounded down to
   /// whole workgroups; at least one workgroup, at most 65535).
   int64_t maxThreads = 65536;
+  /// Largest adstack heap in bytes (0: the device's maxStorageBufferRange,
+  /// the most one storage buffer may hold). A launch whose stacks need more
+  /// for the whole grid runs on fewer invocations (lastLaunchThreads());
+  /// only a launch where one invocation needs more fails.
+  uint64_t maxHeapBytes = 0;
   /// Enable VK_LAYER_KHRONOS_validation when it is installed (tests).
   bool validation = false;
   /// Use the device's float atomic adds where it has them; false: the
@@ -83,6 +88,10 @@ public:
   int64_t gridThreads() const;
   /// Adstack heap bytes the last launch used.
   int64_t lastAdStackHeapBytes() const;
+  /// The T the last launch ran its parallel tasks on: gridThreads(), or
+  /// fewer where the heap of the whole grid would not fit
+  /// (VulkanBackendOptions::maxHeapBytes).
+  int64_t lastLaunchThreads() const;
 
   struct Impl;
 

@@ -330,9 +330,12 @@ void SpirvEmitter::emitParallelTask(ForStmt &task) {
     Id hi = b_.op(spv::Op::OpCompositeExtract, u32, {wide, 1});
     count = b_.select(u32, b_.cmp(spv::Op::OpINotEqual, hi, b_.u32(0)), b_.u32(0xFFFFFFFFu), lo);
   }
+  // The runtime may dispatch more invocations than the T of the launch
+  // data (a grid cut to fit the heap in one storage buffer): those past T
+  // have no iterations.
   Id threads = controlWord(SpirvLaunchData::kThreads);
   Id k = localVariable(u32);
-  b_.store(k, fn.thread);
+  b_.store(k, b_.select(u32, b_.cmp(spv::Op::OpULessThan, fn.thread, threads), fn.thread, count));
   Id current = 0;
   loop(
       &task,
