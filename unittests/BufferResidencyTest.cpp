@@ -59,6 +59,10 @@ public:
     }
     return best;
   }
+  bool reducesOnDevice() const override { return reduces; }
+  /// Whether maxInteger stands for a reduction kernel (a GPU) rather than
+  /// a copy back (Vulkan's mirror).
+  bool reduces = true;
   /// What a kernel does: writes the device copy.
   void deviceWrite(int64_t flat, int32_t v) { std::memcpy(bytes_.data() + flat * 4, &v, 4); }
 
@@ -104,6 +108,34 @@ TEST(BufferResidency, DataMovesOnlyWhenTheOtherSideNeedsIt) {
   prepare(b, &ownerA, t);
   EXPECT_EQ(t.uploads, 2); // so the next launch copies it over
   EXPECT_EQ(t.downloads, 1);
+}
+
+TEST(BufferResidency, LargeRangesAreReducedOnTheGpuEvenWhenTheHostIsCurrent) {
+  // A launch-time max over 2^22 elements takes milliseconds on one host
+  // core and microseconds on a GPU: where both copies are current, a large
+  // range goes to a mirror that reduces on the device; a small one, or a
+  // mirror that would copy the range back, stays on the host.
+  Traffic t;
+  const int64_t n = Buffer::kDeviceMaxElements;
+  Buffer b = *Buffer::create(ScalarType::I32, {n});
+  b.set(n - 1, Scalar::ofInt(ScalarType::I32, 9));
+  MemoryMirror *m = prepare(b, &ownerA, t);
+  ASSERT_TRUE(b.finishOnDevice(false).ok());
+  ASSERT_TRUE(b.hostIsCurrent());
+  EXPECT_TRUE(b.prefersDeviceMax(n));
+  EXPECT_FALSE(b.prefersDeviceMax(n - 1));
+  EXPECT_EQ(*b.maxInteger(0, n), 9);
+  EXPECT_EQ(t.maxes, 1);
+  EXPECT_EQ(*b.maxInteger(1, n), 9); // n - 1 elements: the host
+  EXPECT_EQ(t.maxes, 1);
+  m->reduces = false;
+  EXPECT_FALSE(b.prefersDeviceMax(n));
+  EXPECT_EQ(*b.maxInteger(0, n), 9);
+  EXPECT_EQ(t.maxes, 1);
+  EXPECT_EQ(t.downloads, 0);
+  // A host-only buffer never asks.
+  Buffer h = *Buffer::create(ScalarType::I32, {n});
+  EXPECT_FALSE(h.prefersDeviceMax(n));
 }
 
 TEST(BufferResidency, SizingReadsOnTheDeviceWithoutCopyingBack) {

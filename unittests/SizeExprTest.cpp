@@ -53,6 +53,10 @@ public:
   mutable std::vector<std::pair<std::string, std::vector<int64_t>>> fieldRequests;
   /// Offer direct views (the fast path) besides the element accessors.
   bool views = false;
+  /// Views ask ndarrayRangeMax for range maxima (SizeExprBufferView::
+  /// rangeMaxElsewhere), which answers from `ndarrays` and counts its calls.
+  bool maxElsewhere = false;
+  mutable int rangeMaxCalls = 0;
 
   std::optional<int64_t> scalarArg(unsigned argIndex) const override {
     auto it = args.find(argIndex);
@@ -91,10 +95,19 @@ public:
       return std::nullopt;
     return view(it->second);
   }
+  std::optional<int64_t> ndarrayRangeMax(unsigned argIndex, int64_t begin,
+                                         int64_t end) const override {
+    auto it = ndarrays.find(argIndex);
+    if (!maxElsewhere || it == ndarrays.end())
+      return std::nullopt;
+    ++rangeMaxCalls;
+    return *std::max_element(it->second.data.begin() + begin, it->second.data.begin() + end);
+  }
 
 private:
-  static SizeExprBufferView view(const Array &a) {
-    return {reinterpret_cast<const std::byte *>(a.data.data()), ScalarType::I64, a.shape};
+  SizeExprBufferView view(const Array &a) const {
+    return {reinterpret_cast<const std::byte *>(a.data.data()), ScalarType::I64, a.shape,
+            maxElsewhere};
   }
   static std::optional<int64_t> element(const Array &a, std::span<const int64_t> indices) {
     if (indices.size() != a.shape.size())
@@ -552,6 +565,12 @@ TEST(SizeExprTest, TriangularSumOverAFieldIsOneScan) {
       0, c(0), SizeExpr::ndarrayShape(1, 0),
       SizeExpr::sumOverRange(1, c(0), read(1, var(0)), SizeExpr::max(var(1), c(0))));
   EXPECT_EQ(valueOf(e, in, 1000), 16 * 15 / 2);
+  // Where the data also lives on a GPU, the scan is its reduction instead:
+  // one call, the same value.
+  in.maxElsewhere = true;
+  EXPECT_EQ(valueOf(e, in, 1000), 16 * 15 / 2);
+  EXPECT_EQ(in.rangeMaxCalls, 1);
+  EXPECT_TRUE(in.ndarrayRequests.empty());
 }
 
 TEST(SizeExprTest, IndependentBodyIsEvaluatedOnce) {

@@ -469,7 +469,7 @@ private:
   /// max over i in [begin, end) of `read`'s buffer at [i], elements
   /// outside the buffer counting as 0 (see evalLeaf).
   std::optional<int64_t> rangeMax(const SizeExpr &read, int64_t begin, int64_t end) {
-    if (const auto &v = viewOf(read); v && v->shape.size() == 1) {
+    if (const auto &v = viewOf(read); v && v->shape.size() == 1 && !v->rangeMaxElsewhere) {
       int64_t lo = std::max<int64_t>(begin, 0), hi = std::min(end, v->shape[0]);
       std::optional<int64_t> best;
       if (lo < hi) {

@@ -75,6 +75,7 @@ public:
   absl::Status upload(const std::byte *host, size_t bytes) override;
   absl::StatusOr<int64_t> readInteger(ScalarType elem, int64_t flat) override;
   absl::StatusOr<int64_t> maxInteger(ScalarType elem, int64_t begin, int64_t end) override;
+  bool reducesOnDevice() const override { return true; }
 
 private:
   GpuMirror(const void *owner, std::shared_ptr<const Device> device,

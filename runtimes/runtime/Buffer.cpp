@@ -212,6 +212,19 @@ template <typename T> int64_t hostMax(const std::byte *data, int64_t begin, int6
 }
 } // namespace
 
+bool Buffer::deviceMaxLocked(int64_t count) const {
+  const Residency &r = *residency_;
+  return r.side != Side::Host && r.mirror && r.mirror->reducesOnDevice() &&
+         count >= kDeviceMaxElements;
+}
+
+bool Buffer::prefersDeviceMax(int64_t count) const {
+  if (!residency_)
+    return false;
+  std::lock_guard<std::mutex> lock(residency_->mutex);
+  return deviceMaxLocked(count);
+}
+
 absl::StatusOr<int64_t> Buffer::maxInteger(int64_t begin, int64_t end) const {
   if (begin < 0 || begin >= end || end > numElements_ || isFloat(elem_))
     return absl::InvalidArgumentError(
@@ -219,7 +232,7 @@ absl::StatusOr<int64_t> Buffer::maxInteger(int64_t begin, int64_t end) const {
                     begin, end, numElements_));
   if (residency_) {
     std::lock_guard<std::mutex> lock(residency_->mutex);
-    if (residency_->side == Side::Device)
+    if (residency_->side == Side::Device || deviceMaxLocked(end - begin))
       return residency_->mirror->maxInteger(elem_, begin, end);
   }
   ensureHostStorage();

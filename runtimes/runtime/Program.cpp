@@ -351,7 +351,10 @@ private:
   static std::optional<SizeExprBufferView> view(const Buffer *b) {
     if (!b || isFloat(b->elementType()) || !b->hostIsCurrent())
       return std::nullopt;
-    return SizeExprBufferView{b->data(), b->elementType(), b->shape()};
+    // A large buffer a GPU holds too is reduced there (rangeMax below),
+    // not scanned here.
+    return SizeExprBufferView{b->data(), b->elementType(), b->shape(),
+                              b->ndim() == 1 && b->prefersDeviceMax(b->numElements())};
   }
   std::optional<int64_t> element(const Buffer *b, std::span<const int64_t> idx) const {
     if (!b || isFloat(b->elementType()))

@@ -158,6 +158,10 @@ struct SizeExprBufferView {
   const std::byte *data = nullptr;
   ScalarType type = ScalarType::I32;
   std::span<const int64_t> shape;
+  /// The maximum of a range of a 1-D view is asked of fieldRangeMax /
+  /// ndarrayRangeMax instead of scanning `data` (the elements also live on
+  /// a device that reduces them faster than one host core scans them).
+  bool rangeMaxElsewhere = false;
 };
 
 /// The data an evaluation reads. Each accessor returns nullopt when the

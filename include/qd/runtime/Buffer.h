@@ -60,6 +60,10 @@ public:
   /// The maximum of integer elements [begin, end) (0 <= begin < end <=
   /// elements), computed on the device.
   virtual absl::StatusOr<int64_t> maxInteger(ScalarType elem, int64_t begin, int64_t end) = 0;
+  /// Whether maxInteger runs on the device (a reduction kernel) rather than
+  /// copying the range back: then a large range is reduced there even when
+  /// the host side is current too (Buffer::prefersDeviceMax).
+  virtual bool reducesOnDevice() const { return false; }
 };
 
 /// A dense row-major array of one scalar type: the storage of a field
@@ -130,8 +134,18 @@ public:
   /// the device when only the device side is current.
   absl::StatusOr<int64_t> readInteger(int64_t flat) const;
   /// The maximum of integer elements [begin, end) (0 <= begin < end <=
-  /// numElements()), on the device when only the device side is current.
+  /// numElements()), on the device when only the device side is current,
+  /// or when prefersDeviceMax(end - begin).
   absl::StatusOr<int64_t> maxInteger(int64_t begin, int64_t end) const;
+  /// Ranges of at least this many elements are reduced on a device that
+  /// reduces on the device, when its copy is current, rather than scanned
+  /// on the host (on a GPU, 2^22 elements take microseconds there and
+  /// milliseconds on one host core).
+  static constexpr int64_t kDeviceMaxElements = int64_t(1) << 16;
+  /// Whether the maximum of `count` elements is taken on the device although
+  /// the host side may be current too: a mirror that reduces on the device
+  /// is current and `count` >= kDeviceMaxElements.
+  bool prefersDeviceMax(int64_t count) const;
 
   /// Makes the device side of `owner` current and returns its mirror: keeps
   /// the mirror `owner` made, or syncs the host from another backend's and
@@ -151,6 +165,7 @@ private:
   struct Residency;
   enum class Side : uint8_t { Host, Both, Device };
   void syncLocked() const;
+  bool deviceMaxLocked(int64_t count) const;
   void ensureHostStorage() const;
   void hostAccess(bool write) const;
   void setRaw(int64_t flat, const Scalar &value);
