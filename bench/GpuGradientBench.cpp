@@ -1,25 +1,28 @@
-//===- GpuGradientBench.cpp - Gradients on the CUDA backend vs peers ------===//
+//===- GpuGradientBench.cpp - Gradients on the GPU backends vs peers ------===//
 //
 // qd-bench-gpu: the reverse-mode gradients of the workloads of
 // GradientWorkloads.h (the qd kernels of GradientKernels.h, the gradient
 // kernel from buildGradientKernel, as qd-bench-gradients builds them) on
-// qd::CudaBackend, at GPU sizes:
+// qd's GPU backends, qd::CudaBackend and qd::VulkanBackend, at GPU sizes:
 //
 //  (a) sin        v = sin(v) + 0.1, K = 64 times; N = 2^20 and 2^24
 //  (b) triangular for j < m[i] { for k < j { v = sin(v + 0.01k) + 0.1 } },
 //                 m[i] = 4..16; N = 2^22
 //  (c) spring     8-mass chain, 16 loop-carried f32, T = 64; N = 2^20 chains
 //
-// Per workload and size: the module is parsed, the gradient kernel built,
-// a Program created and filled; input adjoints are zeroed and the output
-// adjoint seeded with 1, and the first gradient launch (which compiles: PTX
-// and the driver's JIT) is checked against a CPU reference; then --warmup
-// launches, then --reps timed launches of the gradient kernel (and of the
-// forward kernel), each Program::launch timed on the wall clock (a launch
-// returns after its error record is copied back). The timed launches write
-// no host data in between: the gradient kernel clears the output adjoint it
-// consumed, so they run with a zero seed (the same work on a GPU), and a
-// backend that keeps data on the device is timed without host copies.
+// Per workload, size and backend: the module is parsed, the gradient kernel
+// built, a Program created and filled; input adjoints are zeroed and the
+// output adjoint seeded with 1, and the first gradient launch (which
+// compiles: PTX and the driver's JIT, or SPIR-V and the Vulkan pipelines)
+// is checked against a CPU reference; then --warmup launches, then --reps
+// timed launches of the gradient kernel (and of the forward kernel), each
+// Program::launch timed on the wall clock (a launch returns after its error
+// record is copied back), the same way on every backend. The timed launches
+// write no host data in between: the gradient kernel clears the output
+// adjoint it consumed, so they run with a zero seed (the same work on a
+// GPU), and the check reads the host side without marking it newer, so a
+// backend that keeps data on the device (CUDA and Vulkan do) is timed
+// without host copies.
 //
 // The reference: the hand-written scalar reverse loops of
 // GradientHandwritten.cpp on one period of the inputs. The inputs of
@@ -42,11 +45,25 @@
 // 1e-3 is marked with '!'.
 //
 // Usage: qd-bench-gpu [--reps 20] [--warmup 3] [--only a,b,c] [--peers FILE]...
-//                     [--device 0] [--max-n N] [--backend cuda|cpu]
-//                     [--block-size 128] [--max-registers 0] [--timeout-ms 0]
-// Without a GPU (no driver, no device) it says why and exits 0. --max-n caps
-// every size (a quick run); --backend cpu runs the same steps on the CPU
-// backend, to check this program where there is no GPU (no GPU figures).
+//                     [--max-n N] [--backends cuda,vulkan,cpu]
+//                     [--device 0] [--block-size 128] [--max-registers 0]
+//                     [--vulkan-device NAME] [--vulkan-threads N[,N...]]
+//                     [--vulkan-workgroup 64] [--timeout-ms 0]
+// --backends (or --backend): the qd backends, one table row each per
+// workload, in this order; the ratio column compares each with the first
+// that runs. Default cuda,vulkan: every GPU backend that can be created; one
+// that cannot (no driver, no device, a Vulkan device that is the CPU) reads
+// n/a with the reason, and without any it says why and exits 0. cpu runs the
+// CPU backend: a check of this program where there is no GPU, and with
+// --backends cpu,vulkan the baseline of Vulkan on a CPU device (lavapipe;
+// named in --backends, a CPU device runs). --device, --block-size and
+// --max-registers are CUDA's; --vulkan-device picks the Vulkan device (an
+// index or part of its name; default QD_VULKAN_DEVICE, else the first
+// discrete GPU), --vulkan-threads its grid (VulkanBackendOptions::maxThreads;
+// default 2^18 on a GPU, 65536 on a CPU device; several values give one
+// Vulkan row each, labelled vulkan:64K ...), --vulkan-workgroup its
+// workgroup size. --timeout-ms launches with stop checks (CUDA; Vulkan then
+// reads n/a). --max-n caps every size (a quick run).
 // Exit status 1 when a qd gradient FAILs its check.
 //
 //===----------------------------------------------------------------------===//
@@ -58,6 +75,7 @@
 #include "qd/ir/Parser.h"
 #include "qd/runtime/CpuBackend.h"
 #include "qd/runtime/CudaBackend.h"
+#include "qd/runtime/VulkanBackend.h"
 #include "qd/transforms/AutoDiff.h"
 
 #include <fmt/format.h>
@@ -200,17 +218,175 @@ void loadPeers(Peers &peers, const std::string &file) {
     addPeerObject(peers, j, file);
 }
 
-//===--- qd runs ----------------------------------------------------------===//
+//===--- qd backends --------------------------------------------------------===//
 
-/// The backend the gradients run on: the GPU, or (--backend cpu, to check
-/// this program's plumbing on a machine without one) the CPU backend.
+struct Options {
+  int reps = 20, warmup = 3, device = 0;
+  int64_t maxN = 0, timeoutMs = 0;
+  std::string only = "a,b,c";
+  /// In table order; the first that runs is the one the others are compared with.
+  std::vector<std::string> backends = {"cuda", "vulkan"};
+  bool backendsGiven = false; // --backends: a Vulkan CPU device runs too
+  unsigned blockSize = qd::CudaBackendOptions().blockSize, maxRegisters = 0;
+  std::string vulkanDevice;           // empty: QD_VULKAN_DEVICE, else the backend's choice
+  std::vector<int64_t> vulkanThreads; // one Vulkan row each; empty: by the device
+  unsigned vulkanWorkgroup = qd::VulkanBackendOptions().workgroupSize;
+  std::vector<std::string> peerFiles;
+};
+
+/// The Vulkan grid on a GPU: about one full wave of an H100 (132 SMs x 2048
+/// resident invocations = 270336), where the backend's default (65536)
+/// would fill a quarter of it. A CPU device (lavapipe) keeps the default.
+constexpr int64_t kVulkanGpuThreads = int64_t(1) << 18;
+
+/// A backend the gradients run on: a GPU (cuda, vulkan), or the CPU backend
+/// (a check of this program where there is no GPU, and the baseline of
+/// Vulkan on a CPU device).
 struct Target {
+  std::string kind;        // cuda, vulkan, cpu
+  std::string label;       // in the table: the kind, or vulkan:64K with several grids
+  std::string machine;     // what it runs on
+  std::string unavailable; // why it did not run (n/a), else empty
+  std::unique_ptr<qd::Backend> owned;
   qd::Backend *backend = nullptr;
   /// Of every timed launch (--timeout-ms: the code with stop checks).
   qd::LaunchOptions launchOptions;
   std::function<int64_t()> heapBytes;
-  std::function<int64_t(const qd::Kernel &)> gridThreads; // the CPU: its worker threads
+  /// The invocations of the last launch's grid (the CPU: its worker threads).
+  std::function<int64_t(const qd::Kernel &)> gridThreads;
+  Timing overhead; // launchOverhead()
 };
+
+/// Why a backend could not be created (its row reads n/a); a bad option
+/// stops the benchmark.
+std::string creationFailure(const absl::Status &s, const std::string &what) {
+  if (s.code() == absl::StatusCode::kInvalidArgument)
+    die(fmt::format("{}: {}", what, s.ToString()));
+  return std::string(s.message());
+}
+
+Target cudaTarget(const Options &o) {
+  Target t;
+  t.kind = t.label = "cuda";
+  qd::CudaBackendOptions options;
+  options.device = o.device;
+  options.blockSize = o.blockSize;
+  options.maxRegisters = o.maxRegisters;
+  auto created = qd::CudaBackend::create(options);
+  if (!created.ok()) {
+    t.unavailable = creationFailure(created.status(), "CudaBackend::create");
+    return t;
+  }
+  qd::CudaBackend *cuda = created->get();
+  t.owned = *std::move(created);
+  const qd::cuda::DeviceInfo &info = cuda->deviceInfo();
+  t.machine = fmt::format(
+      "{} (device {}, compute {}.{}, {} SMs), PTX for {}, {} threads per block, {}", info.name,
+      info.ordinal, info.computeMajor, info.computeMinor, info.multiprocessors, cuda->arch(),
+      options.blockSize,
+      options.maxRegisters ? fmt::format("at most {} registers per thread", options.maxRegisters)
+                           : std::string("registers: the JIT's choice"));
+  if (o.timeoutMs > 0)
+    t.machine += fmt::format(", launches with a {} ms timeout (stop checks)", o.timeoutMs);
+  t.heapBytes = [cuda] { return cuda->lastAdStackHeapBytes(); };
+  t.gridThreads = [cuda](const qd::Kernel &k) {
+    return check(cuda->gridThreads(k), "gridThreads");
+  };
+  return t;
+}
+
+std::string countName(int64_t n) {
+  return n % 1024 == 0 ? fmt::format("{}K", n / 1024) : std::to_string(n);
+}
+
+/// `threads`: the grid (VulkanBackendOptions::maxThreads); 0: by the device.
+Target vulkanTarget(const Options &o, int64_t threads, bool labelGrid) {
+  Target t;
+  t.kind = "vulkan";
+  t.label = labelGrid ? "vulkan:" + countName(threads) : t.kind;
+  if (o.timeoutMs > 0) {
+    t.unavailable = "the vulkan backend cannot stop a running launch (--timeout-ms)";
+    return t;
+  }
+  qd::VulkanBackendOptions options;
+  options.device = o.vulkanDevice;
+  options.workgroupSize = o.vulkanWorkgroup;
+  options.maxThreads = threads ? threads : kVulkanGpuThreads;
+  auto created = qd::VulkanBackend::create(options);
+  if (created.ok() && (*created)->deviceInfo().cpu) {
+    if (!o.backendsGiven) {
+      t.unavailable = fmt::format("the Vulkan device is '{}', which runs on the CPU, not a GPU "
+                                  "(--backends ...,vulkan runs it anyway)",
+                                  (*created)->deviceInfo().name);
+      return t;
+    }
+    if (!threads) {
+      options.maxThreads = qd::VulkanBackendOptions().maxThreads;
+      created = qd::VulkanBackend::create(options);
+    }
+  }
+  if (!created.ok()) {
+    t.unavailable = creationFailure(created.status(), "VulkanBackend::create");
+    return t;
+  }
+  qd::VulkanBackend *vulkan = created->get();
+  t.owned = *std::move(created);
+  const qd::VulkanDeviceInfo &info = vulkan->deviceInfo();
+  uint32_t v = info.apiVersion;
+  t.machine = fmt::format(
+      "{} (device {}, {}, Vulkan {}.{}.{}), SPIR-V, workgroups of {}, a grid of {} invocations "
+      "(--vulkan-threads; fewer where the adstack heap would not fit one storage buffer of {} "
+      "MiB)",
+      info.name, info.index,
+      info.discrete ? "discrete GPU"
+      : info.cpu    ? "CPU device"
+                    : "GPU",
+      (v >> 22) & 0x7f, (v >> 12) & 0x3ff, v & 0xfff, options.workgroupSize, vulkan->gridThreads(),
+      info.maxStorageBufferRange >> 20);
+  t.heapBytes = [vulkan] { return vulkan->lastAdStackHeapBytes(); };
+  t.gridThreads = [vulkan](const qd::Kernel &) { return vulkan->lastLaunchThreads(); };
+  return t;
+}
+
+Target cpuTarget() {
+  Target t;
+  t.kind = t.label = "cpu";
+  std::unique_ptr<qd::CpuBackend> created = check(qd::CpuBackend::create({}), "CpuBackend::create");
+  qd::CpuBackend *cpu = created.get();
+  t.owned = std::move(created);
+  t.machine = fmt::format("the CPU backend, {} threads (a check of this program and a baseline, "
+                          "not a GPU measurement; 'grid thr' are its worker threads)",
+                          cpu->numThreads());
+  t.heapBytes = [cpu] { return cpu->lastAdStackHeapBytes(); };
+  t.gridThreads = [cpu](const qd::Kernel &) { return int64_t(cpu->numThreads()); };
+  return t;
+}
+
+/// The backends of --backends, in their order (one Vulkan target per
+/// --vulkan-threads value).
+std::vector<Target> makeTargets(const Options &o) {
+  std::vector<Target> targets;
+  for (const std::string &b : o.backends) {
+    if (b == "cuda") {
+      targets.push_back(cudaTarget(o));
+    } else if (b == "vulkan") {
+      if (o.vulkanThreads.empty())
+        targets.push_back(vulkanTarget(o, 0, false));
+      for (int64_t threads : o.vulkanThreads)
+        targets.push_back(vulkanTarget(o, threads, o.vulkanThreads.size() > 1));
+    } else {
+      targets.push_back(cpuTarget());
+    }
+  }
+  for (Target &t : targets)
+    if (t.unavailable.empty()) {
+      t.backend = t.owned.get();
+      t.launchOptions.timeout = std::chrono::milliseconds(o.timeoutMs);
+    }
+  return targets;
+}
+
+//===--- qd runs ----------------------------------------------------------===//
 
 struct Case {
   std::string key;
@@ -219,6 +395,7 @@ struct Case {
 
 struct QdRow {
   Case c;
+  size_t target = 0; // index into the targets
   bool pass = false;
   double sumErr = 0, maxElemErr = 0, qdSum = 0, refSum = 0;
   bool stable = false; // the gradient unchanged by the timed (zero-seed) launches
@@ -242,10 +419,26 @@ std::string title(const std::string &key) {
   return "(c) spring";
 }
 
-QdRow runCase(const Case &c, const Target &gpu, const Reference &ref, int warmup, int reps) {
+/// The sum of the gradient fields' host contents. Read through the const
+/// accessor: the host side is not marked newer, so the next launch copies
+/// nothing to the device.
+double gradSum(qd::Program &p, const KernelSpec &spec) {
+  double sum = 0;
+  for (const auto &f : spec.gradFields) {
+    const qd::Buffer &b = *p.field(f, qd::Component::Grad);
+    const float *g = reinterpret_cast<const float *>(b.data());
+    for (int64_t j = 0; j < b.numElements(); ++j)
+      sum += g[j];
+  }
+  return sum;
+}
+
+QdRow runCase(const Case &c, size_t targetIndex, const Target &gpu, const Reference &ref,
+              int warmup, int reps) {
   const KernelSpec &spec = kernelSpec(c.key);
   QdRow row;
   row.c = c;
+  row.target = targetIndex;
   std::unique_ptr<qd::Module> module =
       check(qd::parseModule(spec.ir(c.n), {.filename = spec.key + ".qd"}), "parse");
   const qd::Kernel *fwd = module->findKernel(spec.kernel);
@@ -273,10 +466,10 @@ QdRow runCase(const Case &c, const Target &gpu, const Reference &ref, int warmup
   }
   std::string gradName(grad->name()), fwdName(fwd->name());
   auto launchGrad = [&] {
-    check(p.launch(gradName, {}, *gpu.backend, gpu.launchOptions), "gradient launch");
+    check(p.launch(gradName, {}, *gpu.backend, gpu.launchOptions), gpu.label + " gradient launch");
   };
   auto launchFwd = [&] {
-    check(p.launch(fwdName, {}, *gpu.backend, gpu.launchOptions), "forward launch");
+    check(p.launch(fwdName, {}, *gpu.backend, gpu.launchOptions), gpu.label + " forward launch");
   };
 
   double t0 = nowMs();
@@ -286,19 +479,17 @@ QdRow runCase(const Case &c, const Target &gpu, const Reference &ref, int warmup
   // The check, against the periodic reference.
   const double floor = kTolerance * double(ref.scale);
   for (size_t f = 0; f < spec.gradFields.size(); ++f) {
-    qd::Buffer *b = p.field(spec.gradFields[f], qd::Component::Grad);
-    const float *g = reinterpret_cast<const float *>(b->data());
-    int64_t count = b->numElements();
-    for (int64_t j = 0; j < count; ++j) {
-      float r = ref.at(f, j);
-      row.qdSum += g[j];
-      row.maxElemErr = std::max(row.maxElemErr, relErr(g[j], r, floor));
-    }
+    const qd::Buffer &b = *p.field(spec.gradFields[f], qd::Component::Grad);
+    const float *g = reinterpret_cast<const float *>(b.data());
+    int64_t count = b.numElements();
+    for (int64_t j = 0; j < count; ++j)
+      row.maxElemErr = std::max(row.maxElemErr, relErr(g[j], ref.at(f, j), floor));
     for (int64_t j : {int64_t(0), count / 2 + 1, count - 1})
       row.samples +=
           fmt::format("{}{}.grad[{}] = {:.7g} (ref {:.7g})", row.samples.empty() ? "" : ", ",
                       spec.gradFields[f], j, g[j], ref.at(f, j));
   }
+  row.qdSum = gradSum(p, spec);
   row.refSum = ref.sum(c.n);
   row.sumErr = relErr(row.qdSum, row.refSum, 0);
   row.pass = row.sumErr <= kTolerance && row.maxElemErr <= kTolerance;
@@ -308,14 +499,7 @@ QdRow runCase(const Case &c, const Target &gpu, const Reference &ref, int warmup
   row.grad = timeRuns(reps, launchGrad);
   // The later launches ran with a zero seed: the gradient must not have
   // moved (it would, were the seed not consumed, or a launch wrong).
-  double after = 0;
-  for (const auto &f : spec.gradFields) {
-    qd::Buffer *b = p.field(f, qd::Component::Grad);
-    const float *g = reinterpret_cast<const float *>(b->data());
-    for (int64_t j = 0; j < b->numElements(); ++j)
-      after += g[j];
-  }
-  row.stable = after == row.qdSum;
+  row.stable = gradSum(p, spec) == row.qdSum;
   row.pass = row.pass && row.stable;
   row.heapBytes = gpu.heapBytes();
   row.gridThreads = gpu.gridThreads(*grad);
@@ -327,7 +511,7 @@ QdRow runCase(const Case &c, const Target &gpu, const Reference &ref, int warmup
 }
 
 /// Median and min per Program::launch of a kernel storing one element.
-Timing launchOverhead(qd::Backend &backend, int launches) {
+Timing launchOverhead(const Target &t, int launches) {
   const char *text = R"(field @z : f32[1]
 
 kernel @tiny() {
@@ -340,7 +524,7 @@ kernel @tiny() {
   std::unique_ptr<qd::Module> module =
       check(qd::parseModule(text, {.filename = "tiny.qd"}), "parse");
   std::unique_ptr<qd::Program> p = check(qd::Program::create(*module), "Program::create");
-  auto launch = [&] { check(p->launch("tiny", {}, backend), "trivial launch"); };
+  auto launch = [&] { check(p->launch("tiny", {}, *t.backend), t.label + " trivial launch"); };
   for (int w = 0; w < 5; ++w)
     launch();
   return timeRuns(launches, launch);
@@ -354,15 +538,25 @@ std::string fmtMs(double v) {
   return fmt::format("{:.1f}", v);
 }
 
-} // namespace
+std::vector<std::string> splitList(const std::string &s) {
+  std::vector<std::string> out;
+  size_t at = 0;
+  while (at <= s.size()) {
+    size_t comma = std::min(s.find(',', at), s.size());
+    if (comma > at)
+      out.push_back(s.substr(at, comma - at));
+    at = comma + 1;
+  }
+  return out;
+}
 
-static int runBench(int argc, char **argv) {
-  int reps = 20, warmup = 3, device = 0;
-  int64_t maxN = 0;
-  std::string only = "a,b,c", backendName = "cuda";
-  unsigned blockSize = qd::CudaBackendOptions().blockSize, maxRegisters = 0;
-  std::vector<std::string> peerFiles;
-  int64_t timeoutMs = 0;
+const char *kUsage =
+    "usage: qd-bench-gpu [--reps N] [--warmup N] [--only a,b,c] [--peers FILE]... [--max-n N] "
+    "[--backends cuda,vulkan,cpu] [--device N] [--block-size N] [--max-registers N] "
+    "[--vulkan-device NAME] [--vulkan-threads N[,N...]] [--vulkan-workgroup N] [--timeout-ms N]";
+
+Options parseOptions(int argc, char **argv) {
+  Options o;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -370,109 +564,111 @@ static int runBench(int argc, char **argv) {
         die("missing value after " + a);
       return argv[++i];
     };
-    if (a == "--reps")
-      reps = std::max(1, std::stoi(next()));
-    else if (a == "--warmup")
-      warmup = std::max(0, std::stoi(next()));
-    else if (a == "--only")
-      only = next();
-    else if (a == "--peers")
-      peerFiles.push_back(next());
-    else if (a == "--device")
-      device = std::stoi(next());
-    else if (a == "--max-n")
-      maxN = std::stoll(next());
-    else if (a == "--backend")
-      backendName = next();
-    else if (a == "--block-size")
-      blockSize = unsigned(std::stoul(next()));
-    else if (a == "--max-registers")
-      maxRegisters = unsigned(std::stoul(next()));
-    else if (a == "--timeout-ms")
-      timeoutMs = std::stoll(next());
-    else
-      die("usage: qd-bench-gpu [--reps N] [--warmup N] [--only a,b,c] [--peers FILE]... "
-          "[--device N] [--max-n N] [--backend cuda|cpu] [--block-size N] "
-          "[--max-registers N] [--timeout-ms N]");
-  }
-  if (backendName != "cuda" && backendName != "cpu")
-    die("--backend: cuda or cpu");
-
-  // The backend: the GPU; the CPU only to check this program without one.
-  std::unique_ptr<qd::CudaBackend> cuda;
-  std::unique_ptr<qd::CpuBackend> cpu;
-  Target target;
-  target.launchOptions.timeout = std::chrono::milliseconds(timeoutMs);
-  std::string machine;
-  if (backendName == "cuda") {
-    qd::CudaBackendOptions options;
-    options.device = device;
-    options.blockSize = blockSize;
-    options.maxRegisters = maxRegisters;
-    auto created = qd::CudaBackend::create(options);
-    if (!created.ok()) {
-      if (created.status().code() != absl::StatusCode::kFailedPrecondition)
-        die("CudaBackend::create: " + created.status().ToString());
-      fmt::print("qd-bench-gpu: no GPU to run on: {}\n"
-                 "qd-bench-gpu: nothing measured (run it on a machine with an NVIDIA GPU and its "
-                 "driver; see bench/run-gpu.sh)\n",
-                 std::string(created.status().message()));
-      return 0;
+    if (a == "--reps") {
+      o.reps = std::max(1, std::stoi(next()));
+    } else if (a == "--warmup") {
+      o.warmup = std::max(0, std::stoi(next()));
+    } else if (a == "--only") {
+      o.only = next();
+    } else if (a == "--peers") {
+      o.peerFiles.push_back(next());
+    } else if (a == "--device") {
+      o.device = std::stoi(next());
+    } else if (a == "--max-n") {
+      o.maxN = std::stoll(next());
+    } else if (a == "--backends" || a == "--backend") {
+      o.backends = splitList(next());
+      o.backendsGiven = true;
+    } else if (a == "--block-size") {
+      o.blockSize = unsigned(std::stoul(next()));
+    } else if (a == "--max-registers") {
+      o.maxRegisters = unsigned(std::stoul(next()));
+    } else if (a == "--vulkan-device") {
+      o.vulkanDevice = next();
+    } else if (a == "--vulkan-threads") {
+      o.vulkanThreads.clear();
+      for (const std::string &t : splitList(next()))
+        o.vulkanThreads.push_back(std::max<int64_t>(1, std::stoll(t)));
+    } else if (a == "--vulkan-workgroup") {
+      o.vulkanWorkgroup = unsigned(std::stoul(next()));
+    } else if (a == "--timeout-ms") {
+      o.timeoutMs = std::stoll(next());
+    } else {
+      die(kUsage);
     }
-    cuda = *std::move(created);
-    const qd::cuda::DeviceInfo &info = cuda->deviceInfo();
-    machine = fmt::format(
-        "{} (device {}, compute {}.{}, {} SMs), PTX for {}, {} threads per block, {}", info.name,
-        info.ordinal, info.computeMajor, info.computeMinor, info.multiprocessors, cuda->arch(),
-        options.blockSize,
-        options.maxRegisters ? fmt::format("at most {} registers per thread", options.maxRegisters)
-                             : std::string("registers: the JIT's choice"));
-    if (timeoutMs > 0)
-      machine += fmt::format(", launches with a {} ms timeout (stop checks)", timeoutMs);
-    target.backend = cuda.get();
-    target.heapBytes = [&] { return cuda->lastAdStackHeapBytes(); };
-    target.gridThreads = [&](const qd::Kernel &k) {
-      return check(cuda->gridThreads(k), "gridThreads");
-    };
-  } else {
-    cpu = check(qd::CpuBackend::create({}), "CpuBackend::create");
-    machine = fmt::format("the CPU backend, {} threads (--backend cpu: a check of this program, "
-                          "not a GPU measurement; 'grid thr' are its worker threads)",
-                          cpu->numThreads());
-    target.backend = cpu.get();
-    target.heapBytes = [&] { return cpu->lastAdStackHeapBytes(); };
-    target.gridThreads = [&](const qd::Kernel &) { return int64_t(cpu->numThreads()); };
   }
+  std::set<std::string> seen;
+  for (const std::string &b : o.backends)
+    if ((b != "cuda" && b != "vulkan" && b != "cpu") || !seen.insert(b).second)
+      die("--backends: a list of cuda, vulkan and cpu, each at most once");
+  if (o.backends.empty())
+    die("--backends: a list of cuda, vulkan and cpu, each at most once");
+  return o;
+}
+
+} // namespace
+
+static int runBench(int argc, char **argv) {
+  const Options o = parseOptions(argc, argv);
+  std::vector<Target> targets = makeTargets(o);
+  std::vector<size_t> running; // indices of the targets that run
+  for (size_t t = 0; t < targets.size(); ++t)
+    if (targets[t].backend)
+      running.push_back(t);
+  if (running.empty()) {
+    std::string why;
+    for (const Target &t : targets) // the backends' messages begin with their names
+      why +=
+          fmt::format("{}{}{}", why.empty() ? "" : "; ",
+                      t.unavailable.starts_with(t.kind + ":") ? "" : t.label + ": ", t.unavailable);
+    fmt::print("qd-bench-gpu: no GPU to run on: {}\n"
+               "qd-bench-gpu: nothing measured (run it on a machine with an NVIDIA GPU and its "
+               "driver; see bench/run-gpu.sh)\n",
+               why);
+    return 0;
+  }
+  const Target &base = targets[running.front()]; // the others' qd/<base> ratio
 
   Peers peers;
-  for (const auto &f : peerFiles)
+  for (const auto &f : o.peerFiles)
     loadPeers(peers, f);
 
   std::vector<Case> cases;
   for (Case c : {Case{"a", int64_t(1) << 20}, Case{"a", int64_t(1) << 24},
                  Case{"b", int64_t(1) << 22}, Case{"c", int64_t(1) << 20}}) {
-    if (only.find(c.key) == std::string::npos)
+    if (o.only.find(c.key) == std::string::npos)
       continue;
-    if (maxN > 0)
-      c.n = std::min(c.n, maxN);
+    if (o.maxN > 0)
+      c.n = std::min(c.n, o.maxN);
     if (cases.empty() || cases.back().key != c.key || cases.back().n != c.n)
       cases.push_back(c);
   }
 
   double start = nowMs();
-  fmt::print("qd-bench-gpu: {}\n", machine);
+  for (const Target &t : targets)
+    if (t.backend)
+      fmt::print("qd-bench-gpu: {}: {}\n", t.label, t.machine);
+    else
+      fmt::print("qd-bench-gpu: {}: n/a ({})\n", t.label, t.unavailable);
   fmt::print("  gradient of y (out) with adjoint 1 into zeroed input adjoints; median (min) of "
              "{} Program::launch calls after {} warm-up, wall-clock ms\n",
-             reps, warmup);
+             o.reps, o.warmup);
   std::string sizes;
   for (const Case &c : cases)
     sizes += fmt::format("{}{} N = {} ({}{})", sizes.empty() ? "" : ", ", title(c.key),
                          sizeName(c.n), c.n, c.key == "c" ? " chains" : "");
   fmt::print("  sizes: {}\n", sizes);
-  Timing overhead = launchOverhead(*target.backend, 200);
-  fmt::print("  launch overhead: trivial kernel on 1 element, median {:.1f} us (min {:.1f} us) "
-             "per Program::launch over 200 launches\n",
-             1e3 * overhead.medianMs, 1e3 * overhead.minMs);
+  std::string overheads, overheadMedians;
+  for (size_t t : running) {
+    const Timing &ot = targets[t].overhead = launchOverhead(targets[t], 200);
+    const char *sep = overheads.empty() ? "" : ", ";
+    overheads += fmt::format("{}{} {:.1f} us (min {:.1f} us)", sep, targets[t].label,
+                             1e3 * ot.medianMs, 1e3 * ot.minMs);
+    overheadMedians += fmt::format("{}{} {:.1f} us", sep, targets[t].label, 1e3 * ot.medianMs);
+  }
+  fmt::print("  launch overhead: trivial kernel on 1 element, median per Program::launch over 200 "
+             "launches: {}\n",
+             overheads);
   for (const auto &l : peers.info)
     fmt::print("  peers: {}\n", l);
 
@@ -481,20 +677,31 @@ static int runBench(int argc, char **argv) {
   for (const Case &c : cases) {
     if (!refs.count(c.key))
       refs.emplace(c.key, reference(c.key));
-    fmt::print(stderr, "qd-bench-gpu: {} N = {} ...\n", title(c.key), sizeName(c.n));
-    rows.push_back(runCase(c, target, refs.at(c.key), warmup, reps));
+    for (size_t t : running) {
+      fmt::print(stderr, "qd-bench-gpu: {} N = {} on {} ...\n", title(c.key), sizeName(c.n),
+                 targets[t].label);
+      rows.push_back(runCase(c, t, targets[t], refs.at(c.key), o.warmup, o.reps));
+    }
   }
 
-  // The table.
+  // The table: one row per case and backend, the peers' cells on each.
   const std::vector<std::string> heads = {"local", "global", "JAX", "torch", "t.compile"};
-  fmt::print("\n{:<15} {:>5} {:>5} {:>8} {:>17} {:>8} {:>8} {:>8} {:>8} {:>9} {:>9} {:>7} "
-             "{:>8} {:>9}\n",
-             "workload", "N", "check", "qd fwd", "qd grad (min)", heads[0], heads[1], heads[2],
-             heads[3], heads[4], "qd/local", "JAX/qd", "heap MiB", "grid thr");
-  std::vector<std::string> notes, targets;
+  const std::string baseHead = "qd/" + base.label;
+  size_t labelWidth = 7, baseWidth = std::max<size_t>(8, baseHead.size());
+  for (size_t t : running)
+    labelWidth = std::max(labelWidth, targets[t].label.size());
+  fmt::print("\n{:<15} {:>5} {:<{}} {:>5} {:>8} {:>17} {:>8} {:>8} {:>8} {:>8} {:>9} {:>9} "
+             "{:>{}} {:>7} {:>8} {:>9}\n",
+             "workload", "N", "backend", labelWidth, "check", "qd fwd", "qd grad (min)", heads[0],
+             heads[1], heads[2], heads[3], heads[4], "qd/local", baseHead, baseWidth, "JAX/qd",
+             "heap MiB", "grid thr");
+  std::vector<std::string> notes, goals;
   std::set<std::string> peerNotes;
   bool allPass = true;
-  for (const QdRow &r : rows) {
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const QdRow &r = rows[i];
+    const Target &t = targets[r.target];
+    const bool firstOfCase = i == 0 || rows[i - 1].c.key != r.c.key || rows[i - 1].c.n != r.c.n;
     allPass = allPass && r.pass;
     std::vector<std::string> cells;
     for (const auto &impl : kPeerImpls) {
@@ -506,12 +713,13 @@ static int runBench(int argc, char **argv) {
       std::string cell = fmtMs(pr->medianMs);
       if (pr->gradSum && relErr(*pr->gradSum, r.refSum, 0) > kTolerance) {
         cell += "!";
-        notes.push_back(fmt::format("{} N = {}: {} grad sum {:.9g} is off the reference {:.9g} "
-                                    "(rel err {:.1e})",
-                                    title(r.c.key), sizeName(r.c.n), impl, *pr->gradSum, r.refSum,
-                                    relErr(*pr->gradSum, r.refSum, 0)));
+        if (firstOfCase)
+          notes.push_back(fmt::format("{} N = {}: {} grad sum {:.9g} is off the reference {:.9g} "
+                                      "(rel err {:.1e})",
+                                      title(r.c.key), sizeName(r.c.n), impl, *pr->gradSum, r.refSum,
+                                      relErr(*pr->gradSum, r.refSum, 0)));
       }
-      if (pr->compileS)
+      if (pr->compileS && firstOfCase)
         notes.push_back(fmt::format("{} N = {}: {} compile (first call) {:.1f} s", title(r.c.key),
                                     sizeName(r.c.n), impl, *pr->compileS));
       if (!pr->note.empty())
@@ -520,37 +728,53 @@ static int runBench(int argc, char **argv) {
     }
     const PeerRow *local = peers.find(r.c.key, r.c.n, "local_tape");
     const PeerRow *jax = peers.find(r.c.key, r.c.n, "jax");
+    const QdRow *baseRow = nullptr;
+    for (const QdRow &b : rows)
+      if (b.target == running.front() && b.c.key == r.c.key && b.c.n == r.c.n)
+        baseRow = &b;
     std::string qdLocal = local ? fmt::format("{:.2f}x", r.grad.medianMs / local->medianMs) : "-";
+    std::string qdBase = baseRow && baseRow != &r
+                             ? fmt::format("{:.2f}x", r.grad.medianMs / baseRow->grad.medianMs)
+                             : "-";
     std::string jaxQd = jax ? fmt::format("{:.1f}x", jax->medianMs / r.grad.medianMs) : "-";
-    fmt::print("{:<15} {:>5} {:>5} {:>8} {:>17} {:>8} {:>8} {:>8} {:>8} {:>9} {:>9} {:>7} "
-               "{:>8.1f} {:>9}\n",
-               title(r.c.key), sizeName(r.c.n), r.pass ? "PASS" : "FAIL", fmtMs(r.fwd.medianMs),
+    fmt::print("{:<15} {:>5} {:<{}} {:>5} {:>8} {:>17} {:>8} {:>8} {:>8} {:>8} {:>9} {:>9} "
+               "{:>{}} {:>7} {:>8.1f} {:>9}\n",
+               title(r.c.key), sizeName(r.c.n), t.label, labelWidth, r.pass ? "PASS" : "FAIL",
+               fmtMs(r.fwd.medianMs),
                fmt::format("{} ({})", fmtMs(r.grad.medianMs), fmtMs(r.grad.minMs)), cells[0],
-               cells[1], cells[2], cells[3], cells[4], qdLocal, jaxQd,
+               cells[1], cells[2], cells[3], cells[4], qdLocal, qdBase, baseWidth, jaxQd,
                double(r.heapBytes) / 1048576.0, r.gridThreads);
-    if (r.c.key == "a") {
-      std::string t = fmt::format("(a) N = {}:", sizeName(r.c.n));
+    // The targets: CUDA (a) within 1.3x of the local tape, 5x faster than
+    // JAX, its heap at 2^24 under 128 MiB; Vulkan within 1.5x of the local
+    // tape on every workload.
+    std::string g = fmt::format("{} N = {}, {}:", title(r.c.key), sizeName(r.c.n), t.label);
+    double vsLocal = local ? r.grad.medianMs / local->medianMs : 0;
+    if (t.kind == "cuda" && r.c.key == "a") {
       if (local)
-        t += fmt::format(" qd/local tape {:.2f}x (target <= 1.3x{});",
-                         r.grad.medianMs / local->medianMs,
-                         r.grad.medianMs / local->medianMs <= 1.3 ? "" : ", MISSED");
+        g += fmt::format(" qd/local tape {:.2f}x (target <= 1.3x{});", vsLocal,
+                         vsLocal <= 1.3 ? "" : ", MISSED");
       if (jax)
-        t += fmt::format(" JAX/qd {:.1f}x (target >= 5x{});", jax->medianMs / r.grad.medianMs,
+        g += fmt::format(" JAX/qd {:.1f}x (target >= 5x{});", jax->medianMs / r.grad.medianMs,
                          jax->medianMs / r.grad.medianMs >= 5 ? "" : ", MISSED");
       if (r.c.n == int64_t(1) << 24)
-        t += fmt::format(" heap {:.1f} MiB (target < 128 MiB{});", double(r.heapBytes) / 1048576.0,
+        g += fmt::format(" heap {:.1f} MiB (target < 128 MiB{});", double(r.heapBytes) / 1048576.0,
                          r.heapBytes < (int64_t(128) << 20) ? "" : ", MISSED");
-      if (t.back() == ';')
-        targets.push_back(t);
+    } else if (t.kind == "vulkan" && local) {
+      g += fmt::format(" qd/local tape {:.2f}x (target <= 1.5x{});", vsLocal,
+                       vsLocal <= 1.5 ? "" : ", MISSED");
     }
+    if (g.back() == ';')
+      goals.push_back(g);
   }
-  fmt::print("\n  (ms: median over the reps; qd: per Program::launch, peers: their own "
-             "timing, see bench/run-gpu.sh; '-': not run, '!': gradient sum off the reference)\n");
+  fmt::print("\n  (ms: median over the reps; qd: per Program::launch on the backend of the row, "
+             "peers: their own timing, see bench/run-gpu.sh; '-': not run, '!': gradient sum off "
+             "the reference; {}: the row's gradient time over the {} row's)\n",
+             baseHead, base.label);
   for (const QdRow &r : rows) {
-    fmt::print("  {} N = {}: {}; grad sum {:.9g} (ref {:.9g}, rel err {:.1e}), max element rel "
-               "err {:.1e}; {}\n",
-               title(r.c.key), sizeName(r.c.n), r.pass ? "PASS" : "FAIL", r.qdSum, r.refSum,
-               r.sumErr, r.maxElemErr, r.samples);
+    fmt::print("  {} N = {}, {}: {}; grad sum {:.9g} (ref {:.9g}, rel err {:.1e}), max element "
+               "rel err {:.1e}; {}\n",
+               title(r.c.key), sizeName(r.c.n), targets[r.target].label, r.pass ? "PASS" : "FAIL",
+               r.qdSum, r.refSum, r.sumErr, r.maxElemErr, r.samples);
     if (!r.stable)
       fmt::print("      FAIL: the gradient changed over the timed launches (which ran with the "
                  "output adjoint the first launch cleared)\n");
@@ -566,14 +790,16 @@ static int runBench(int argc, char **argv) {
   for (const auto &impl : kPeerImpls)
     if (auto it = peers.unavailable.find(impl); it != peers.unavailable.end())
       fmt::print("  {}: n/a ({})\n", impl, it->second);
-  if (!targets.empty()) {
+  for (const Target &t : targets)
+    if (!t.backend)
+      fmt::print("  qd {}: n/a ({})\n", t.label, t.unavailable);
+  if (!goals.empty()) {
     fmt::print("\ntargets:\n");
-    for (const auto &t : targets)
-      fmt::print("  {}\n", t);
+    for (const auto &g : goals)
+      fmt::print("  {}\n", g);
   }
-  fmt::print("launch overhead {:.1f} us (median); total benchmark time {:.1f} s; {}\n",
-             1e3 * overhead.medianMs, (nowMs() - start) / 1e3,
-             allPass ? "all gradients PASS" : "SOME GRADIENTS FAIL");
+  fmt::print("launch overhead {} (median); total benchmark time {:.1f} s; {}\n", overheadMedians,
+             (nowMs() - start) / 1e3, allPass ? "all gradients PASS" : "SOME GRADIENTS FAIL");
   return allPass ? 0 : 1;
 }
 

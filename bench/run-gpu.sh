@@ -9,11 +9,12 @@
 #   2. runs bench/gpu/framework_peers.py for JAX and for PyTorch (eager and
 #      torch.compile), each in its own python3 process,
 #   3. merges their JSON and runs `qd-bench-gpu --peers merged.json`, which
-#      prints one table: qd against the local tape, the global tape, JAX,
-#      PyTorch eager and torch.compile, with the ratios, the adstack heap and
-#      the launch overhead.
-# A peer that cannot run (no nvcc, no JAX, ...) shows as n/a with the reason.
-# Extra arguments go to qd-bench-gpu (e.g. --only a). Environment:
+#      prints one table: qd's CUDA and Vulkan backends (a row each) against
+#      the local tape, the global tape, JAX, PyTorch eager and torch.compile,
+#      with the ratios, the adstack heap and the launch overhead.
+# A peer or a qd backend that cannot run (no nvcc, no JAX, no Vulkan driver,
+# ...) shows as n/a with the reason. Extra arguments go to qd-bench-gpu
+# (e.g. --only a, --backends cuda, --vulkan-threads 65536,262144). Environment:
 #   REPS=20          timed runs of every implementation
 #   WARMUP=3         warm-up runs (qd-bench-gpu, framework_peers.py)
 #   TORCH_COMPILE=0  skip torch.compile (it compiles for ~90 s)
@@ -24,7 +25,16 @@
 #                    new /tmp/qd-gpu-bench-XXXXXX)
 #   QD_BENCH_GPU=... the qd-bench-gpu executable (default: on PATH, else
 #                    build-rel/bench/qd-bench-gpu); NVCC, PYTHON likewise.
-# Takes about 3 to 5 minutes on an H100 (torch.compile most of it).
+#   QD_VULKAN_DEVICE=NAME  the Vulkan device (index or part of its name;
+#                    default: the first discrete GPU), as --vulkan-device
+#   VK_DRIVER_FILES=FILE   the Vulkan loader's driver manifest, read by the
+#                    loader itself (older loaders read VK_ICD_FILENAMES):
+#                    where the loader finds no driver on the GPU machine,
+#                    /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json.
+#                    Unset, the loader searches its usual places; without a
+#                    loader (libvulkan.so.1) or a driver the Vulkan rows read
+#                    n/a and the rest runs.
+# Takes about 3 to 6 minutes on an H100 (torch.compile most of it).
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root" || exit 1
@@ -74,6 +84,7 @@ check_json() { # FILE SOURCE REASON IMPLS
 
 nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv,noheader \
   -i "$device" 2>/dev/null | sed 's/^/run-gpu: GPU: /' >&2 || true
+note "Vulkan driver manifest: ${VK_DRIVER_FILES:-${VK_ICD_FILENAMES:-unset: the loader searches its usual places}}"
 
 # 1. Hand-written CUDA.
 peers_json="$out/peers.json"

@@ -74,6 +74,15 @@ TEST(VulkanBackendTest, AnUnknownDeviceIsAClearError) {
   EXPECT_EQ(VulkanBackend::create(o).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+TEST(VulkanBackendTest, TheDeviceTypeIsReported) {
+  REQUIRE_DEVICE();
+  const VulkanDeviceInfo &i = gpu()->deviceInfo();
+  EXPECT_FALSE(i.cpu && i.discrete) << i.name;
+  if (i.name.find("llvmpipe") != std::string::npos) { // lavapipe
+    EXPECT_TRUE(i.cpu) << i.name;
+  }
+}
+
 TEST(VulkanBackendTest, CorpusKernelsMatchTheInterpreter) {
   REQUIRE_DEVICE();
   CorpusRun run;

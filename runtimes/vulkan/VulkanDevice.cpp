@@ -203,6 +203,7 @@ absl::StatusOr<std::shared_ptr<Device>> Device::open(const VulkanBackendOptions 
   info.deviceId = p.deviceID;
   info.index = uint32_t(chosen);
   info.discrete = p.deviceType == VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU;
+  info.cpu = p.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
   info.maxStorageBufferRange = p.limits.maxStorageBufferRange;
   if (p.apiVersion < VK_API_VERSION_1_1)
     return unavailable(fmt::format("device '{}' supports Vulkan {}.{}; qd needs 1.1", info.name,

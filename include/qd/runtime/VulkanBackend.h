@@ -64,6 +64,9 @@ struct VulkanDeviceInfo {
   std::string name;
   uint32_t apiVersion = 0, vendorId = 0, deviceId = 0, index = 0;
   bool discrete = false;
+  /// A software device on the host's processor (VK_PHYSICAL_DEVICE_TYPE_CPU:
+  /// lavapipe, SwiftShader).
+  bool cpu = false;
   SpirvFeatures features;
   uint64_t maxStorageBufferRange = 0;
 };
