@@ -12,7 +12,9 @@
 //   log    x = m 2^e with m in [sqrt(1/2), sqrt(2)), log m = 2 atanh(s),
 //          s = (m - 1) / (m + 1), odd series in s;
 //   sin, cos, tan  x = q pi/2 + r (three-part Cody-Waite split of pi/2),
-//          Taylor series on |r| <= pi/4, the quadrant from q mod 4;
+//          Taylor series on |r| <= pi/4, the quadrant from q mod 4 (sin
+//          and cos evaluate one polynomial: the quadrant selects the sine
+//          or the cosine series' coefficients);
 //   tanh   expm1(2x) / (expm1(2x) + 2) for |x| < 0.35 (series), else
 //          1 - 2 / (exp(2|x|) + 1);
 //   atan2  atan of y/x with the reduction to |z| <= tan(pi/8), quadrants,
@@ -21,8 +23,10 @@
 //          integer exponents, zeros, infinities, NaN, pow(x, 0) = 1).
 //
 // The series are truncated where the next term is below the type's
-// precision. The ranges where the reductions stay accurate are in
-// docs/runtime.md ("Vulkan").
+// precision and evaluated by Horner's rule with GLSL.std.450 Fma (fused
+// where the device fuses it; Vulkan allows a multiply and an add, which is
+// as accurate as the code was before it used Fma). The ranges where the reductions stay accurate
+// are in docs/runtime.md ("Vulkan").
 //
 //===----------------------------------------------------------------------===//
 #include "SpirvBuilder.h"
@@ -55,11 +59,22 @@ struct F {
   Id abs(Id x) { return b.ext(GLSLstd450FAbs, t, {x}); }
   Id floor(Id x) { return b.ext(GLSLstd450Floor, t, {x}); }
   Id roundEven(Id x) { return b.ext(GLSLstd450RoundEven, t, {x}); }
+  /// x y + z through GLSL.std.450 Fma: one instruction where the device
+  /// fuses it, a multiply and an add (today's accuracy) where it does not.
+  Id fma(Id x, Id y, Id z) { return b.ext(GLSLstd450Fma, t, {x, y, z}); }
   /// c[0] + x (c[1] + x (c[2] + ...)).
   Id horner(Id x, const std::vector<double> &coeffs) {
     Id acc = c(coeffs.back());
     for (size_t i = coeffs.size() - 1; i-- > 0;)
-      acc = add(c(coeffs[i]), mul(x, acc));
+      acc = fma(x, acc, c(coeffs[i]));
+    return acc;
+  }
+  /// horner(x, when ? a : b) for coefficient lists of one length: one
+  /// polynomial evaluated, its coefficients selected.
+  Id hornerEither(Id when, Id x, const std::vector<double> &a, const std::vector<double> &b) {
+    Id acc = sel(when, c(a.back()), c(b.back()));
+    for (size_t i = a.size() - 1; i-- > 0;)
+      acc = fma(x, acc, sel(when, c(a[i]), c(b[i])));
     return acc;
   }
   /// The sign bit of `x` (true for -0 and negative NaNs).
@@ -145,12 +160,13 @@ Id logOf(F &f, Id x) {
   return f.sel(b.isNan(x), x, v);
 }
 
-/// sin and cos of the reduced argument, and the quadrant (a float in 0..3).
-struct Reduced {
-  Id sin, cos, quadrant;
+/// The argument reduced by pi/2: x = q pi/2 + r, |r| <= pi/4, and the
+/// quadrant q mod 4 (a float in 0..3).
+struct Reduction {
+  Id r, quadrant;
 };
 
-Reduced reduce(F &f, Id x) {
+Reduction reduceByHalfPi(F &f, Id x) {
   bool single = f.w == 32;
   // pi/2 = p1 + p2 + p3, p1 and p2 with trailing zeros: q * p1, q * p2 exact.
   double p1 = single ? 1.5703125 : 1.57079632673412561417e+00;
@@ -158,11 +174,47 @@ Reduced reduce(F &f, Id x) {
   double p3 = single ? 7.54978995489188216e-8 : 2.02226624879595063154e-21;
   Id q = f.roundEven(f.mul(x, f.c(2 / std::numbers::pi)));
   Id r = f.sub(f.sub(f.sub(x, f.mul(q, f.c(p1))), f.mul(q, f.c(p2))), f.mul(q, f.c(p3)));
-  Id z = f.mul(r, r);
+  return {r, f.sub(q, f.mul(f.c(4), f.floor(f.mul(q, f.c(0.25)))))};
+}
+
+/// The series of sin(r) / r and cos(r) in z = r^2, of one length.
+std::vector<double> sinSeries(bool single) {
+  std::vector<double> s = factorialSeries(1, single ? 13 : 23, 2, true);
+  s.push_back(0); // cos has one more term
+  return s;
+}
+std::vector<double> cosSeries(bool single) {
+  return factorialSeries(0, single ? 14 : 24, 2, true);
+}
+
+/// sin(x) (`cosine`: cos(x)) from one polynomial: the quadrant picks the
+/// sine or the cosine series of the reduced argument and the sign.
+Id sinOrCos(F &f, Id x, bool cosine) {
+  bool single = f.w == 32;
+  Reduction red = reduceByHalfPi(f, x);
+  Id n = red.quadrant;
+  if (cosine) // cos(x) = sin(x + pi/2): one quadrant on
+    n = f.sel(f.eq(n, f.c(3)), f.c(0), f.add(n, f.c(1)));
+  Id odd = f.b.lor(f.eq(n, f.c(1)), f.eq(n, f.c(3)));
+  Id z = f.mul(red.r, red.r);
+  Id p = f.hornerEither(odd, z, cosSeries(single), sinSeries(single));
+  Id v = f.mul(p, f.sel(odd, f.c(1), red.r));
+  return f.sel(f.gt(n, f.c(1.5)), f.neg(v), v);
+}
+
+/// sin and cos of the reduced argument, and the quadrant (for tan).
+struct Reduced {
+  Id sin, cos, quadrant;
+};
+
+Reduced reduce(F &f, Id x) {
+  bool single = f.w == 32;
+  Reduction red = reduceByHalfPi(f, x);
+  Id z = f.mul(red.r, red.r);
   Reduced out;
-  out.sin = f.mul(r, f.horner(z, factorialSeries(1, single ? 13 : 23, 2, true)));
-  out.cos = f.horner(z, factorialSeries(0, single ? 14 : 24, 2, true));
-  out.quadrant = f.sub(q, f.mul(f.c(4), f.floor(f.mul(q, f.c(0.25)))));
+  out.sin = f.mul(red.r, f.horner(z, sinSeries(single)));
+  out.cos = f.horner(z, cosSeries(single));
+  out.quadrant = red.quadrant;
   return out;
 }
 
@@ -228,14 +280,10 @@ Id emitMath(SpirvBuilder &b, SpirvMathFn fn, unsigned width, std::initializer_li
     return expOf(f, x);
   case SpirvMathFn::Log:
     return logOf(f, x);
-  case SpirvMathFn::Sin: {
-    Reduced r = reduce(f, x);
-    return byQuadrant(f, r.quadrant, r.sin, r.cos, f.neg(r.sin), f.neg(r.cos));
-  }
-  case SpirvMathFn::Cos: {
-    Reduced r = reduce(f, x);
-    return byQuadrant(f, r.quadrant, r.cos, f.neg(r.sin), f.neg(r.cos), r.sin);
-  }
+  case SpirvMathFn::Sin:
+    return sinOrCos(f, x, false);
+  case SpirvMathFn::Cos:
+    return sinOrCos(f, x, true);
   case SpirvMathFn::Tan: {
     Reduced r = reduce(f, x);
     Id even = f.div(r.sin, r.cos), odd = f.neg(f.div(r.cos, r.sin));
