@@ -4,9 +4,12 @@
 // driver) in CI, a GPU's driver elsewhere (QD_VULKAN_DEVICE picks one by
 // index or name; by default the first discrete GPU, else device 0).
 // Without a loader or a device every test that needs one skips, saying
-// why. Floats are compared with the corpus tolerances (1e-5 relative for
-// f32, 1e-12 for f64) and the random programs with 1e-4 (as on CUDA):
-// docs/runtime.md ("Vulkan") gives the accuracy of the math functions.
+// why. Every backend runs with the Khronos validation layer required, and
+// every test asserts that it reported nothing (a device without the layer
+// fails, naming the package). Floats are compared with the corpus
+// tolerances (1e-5 relative for f32, 1e-12 for f64) and the random
+// programs with 1e-4 (as on CUDA): docs/runtime.md ("Vulkan") gives the
+// accuracy of the math functions.
 //
 //===----------------------------------------------------------------------===//
 #include "qd/runtime/VulkanBackend.h"
@@ -23,10 +26,19 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#define VK_NO_PROTOTYPES
+#include <vulkan/vulkan.h>
+
+#include <unistd.h>
+
 #include <cmath>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <limits>
+#include <mutex>
+#include <optional>
 #include <sstream>
 
 namespace qd {
@@ -34,29 +46,140 @@ namespace {
 
 using namespace corpus;
 
-VulkanBackend *gpu() {
-  static std::unique_ptr<VulkanBackend> backend = [] {
-    auto b = VulkanBackend::create();
+using Validation = VulkanBackendOptions::Validation;
+
+/// Whether the validation layer may be missing: QD_VULKAN_TEST_VALIDATION=
+/// if-installed, for a GPU machine without Debian's vulkan-validationlayers
+/// (docs/testing.md). CI never sets it.
+bool validationOptional() {
+  const char *v = std::getenv("QD_VULKAN_TEST_VALIDATION");
+  return v && std::string_view(v) == "if-installed";
+}
+
+/// `o` with the validation layer required: every backend of these tests
+/// runs under it, and a test fails on any warning or error it reports.
+VulkanBackendOptions validated(VulkanBackendOptions o = {}) {
+  o.validation = validationOptional() ? Validation::IfInstalled : Validation::Required;
+  return o;
+}
+
+/// What the validation layer reported on `b` since the last call, as one
+/// text ("" if nothing), and clears it.
+std::string takeValidationMessages(VulkanBackend &b) {
+  size_t n = b.validationMessageCount();
+  if (n == 0)
+    return "";
+  std::vector<std::string> kept = b.validationMessages();
+  b.clearValidationMessages();
+  std::string text = fmt::format("the validation layer reported {} message(s):", n);
+  for (const std::string &m : kept)
+    text += "\n  " + m;
+  if (kept.size() < n)
+    text += fmt::format("\n  ... and {} more", n - kept.size());
+  return text;
+}
+
+/// `b` runs under the validation layer, which reported nothing.
+void expectValidatedAndClean(VulkanBackend &b, const std::string &which) {
+  EXPECT_TRUE(b.validationActive() || validationOptional()) << which;
+  EXPECT_EQ(takeValidationMessages(b), "") << which;
+}
+
+/// The backend most tests share, created with validation required.
+struct Shared {
+  std::unique_ptr<VulkanBackend> backend;
+  std::string why;    // without a backend: why not
+  bool fails = false; // a device without the validation layer: a failure, not a skip
+};
+
+const Shared &shared() {
+  static Shared s = [] {
+    Shared s;
+    auto b = VulkanBackend::create(validated());
     if (!b.ok()) {
-      std::cout << "[vulkan] " << b.status().message() << "\n";
-      return std::unique_ptr<VulkanBackend>();
+      s.why = message(b.status());
+      // The device works without the layer: this suite's claim (no
+      // validation messages) cannot be checked, which must not pass.
+      s.fails = VulkanBackend::create().ok();
+      std::cout << "[vulkan] " << s.why << "\n";
+      return s;
     }
     const VulkanDeviceInfo &i = (*b)->deviceInfo();
     std::cout << fmt::format("[vulkan] device {}: {} (Vulkan {}.{}; int64 {}, float64 {}, int64 "
-                             "atomics {}, float32 atomic add {})\n",
+                             "atomics {}, float32 atomic add {}; validation layer on)\n",
                              i.index, i.name, i.apiVersion >> 22, (i.apiVersion >> 12) & 0x3ff,
                              i.features.int64, i.features.float64, i.features.int64Atomics,
                              i.features.atomicFloat32Add);
-    return *std::move(b);
+    s.backend = *std::move(b);
+    return s;
   }();
-  return backend.get();
+  return s;
+}
+
+VulkanBackend *gpu() {
+  return shared().backend.get();
 }
 
 #define REQUIRE_DEVICE()                                                                           \
-  if (!gpu())                                                                                      \
-  GTEST_SKIP() << "no Vulkan loader or device on this machine"
+  do {                                                                                             \
+    if (shared().fails)                                                                            \
+      FAIL() << shared().why;                                                                      \
+    if (!gpu())                                                                                    \
+      GTEST_SKIP() << "no Vulkan loader or device on this machine: " << shared().why;              \
+  } while (0)
 
-TEST(VulkanBackendTest, AnUnknownDeviceIsAClearError) {
+/// A backend with a small grid (one workgroup), so the property's large
+/// tier-3 default capacity fits one storage buffer (lavapipe's
+/// maxStorageBufferRange is 128 MiB). Null until the first smallGrid().
+VulkanBackend *smallGridMade = nullptr;
+
+VulkanBackend *smallGrid() {
+  // A function's static, destroyed at exit before what was constructed
+  // before it: the validation layer's own statics, which a backend's
+  // destruction still calls into.
+  static std::unique_ptr<VulkanBackend> backend = [] {
+    VulkanBackendOptions o;
+    o.maxThreads = 64;
+    auto b = VulkanBackend::create(validated(o));
+    return b.ok() ? *std::move(b) : nullptr;
+  }();
+  smallGridMade = backend.get();
+  return backend.get();
+}
+
+/// After every test, nothing it did on the shared backends drew a warning
+/// or an error from the validation layer (tests check the backends they
+/// create themselves).
+class VulkanBackendTest : public ::testing::Test {
+protected:
+  void TearDown() override {
+    if (gpu())
+      expectValidatedAndClean(*gpu(), "the shared backend");
+    if (smallGridMade)
+      expectValidatedAndClean(*smallGridMade, "the small-grid backend");
+  }
+};
+
+/// The messages a VulkanBackendOptions::onValidationMessage received.
+struct Received {
+  std::mutex mutex;
+  std::vector<std::string> messages;
+  std::vector<std::string> get() {
+    std::lock_guard<std::mutex> lock(mutex);
+    return messages;
+  }
+};
+
+VulkanBackendOptions receivingInto(std::shared_ptr<Received> into) {
+  VulkanBackendOptions o = validated();
+  o.onValidationMessage = [into](const std::string &m) {
+    std::lock_guard<std::mutex> lock(into->mutex);
+    into->messages.push_back(m);
+  };
+  return o;
+}
+
+TEST_F(VulkanBackendTest, AnUnknownDeviceIsAClearError) {
   VulkanBackendOptions o;
   o.device = "no-such-device-qd";
   auto b = VulkanBackend::create(o);
@@ -74,7 +197,7 @@ TEST(VulkanBackendTest, AnUnknownDeviceIsAClearError) {
   EXPECT_EQ(VulkanBackend::create(o).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
-TEST(VulkanBackendTest, TheDeviceTypeIsReported) {
+TEST_F(VulkanBackendTest, TheDeviceTypeIsReported) {
   REQUIRE_DEVICE();
   const VulkanDeviceInfo &i = gpu()->deviceInfo();
   EXPECT_FALSE(i.cpu && i.discrete) << i.name;
@@ -83,7 +206,7 @@ TEST(VulkanBackendTest, TheDeviceTypeIsReported) {
   }
 }
 
-TEST(VulkanBackendTest, CorpusKernelsMatchTheInterpreter) {
+TEST_F(VulkanBackendTest, CorpusKernelsMatchTheInterpreter) {
   REQUIRE_DEVICE();
   CorpusRun run;
   run.refused = [](const absl::Status &s) { // a feature this device lacks, named
@@ -91,6 +214,7 @@ TEST(VulkanBackendTest, CorpusKernelsMatchTheInterpreter) {
            message(s).find("does not support them (feature") != std::string::npos;
   };
   run.sameErrorSite = true;
+  run.afterLaunch = [] { return takeValidationMessages(*gpu()); };
   CorpusStats stats = runCorpus(*gpu(), "Vulkan", run);
   std::cout << fmt::format("[vulkan corpus] {} kernels ({} gradient/dual), {} launches, {} where "
                            "both failed ({} at the same statement), {} skipped (endless/huge), "
@@ -105,14 +229,14 @@ TEST(VulkanBackendTest, CorpusKernelsMatchTheInterpreter) {
     ADD_FAILURE() << f;
 }
 
-TEST(VulkanBackendTest, BoundsThatGrowBetweenLaunchesResizeTheHeap) {
+TEST_F(VulkanBackendTest, BoundsThatGrowBetweenLaunchesResizeTheHeap) {
   REQUIRE_DEVICE();
   expectTheHeapFollowsTheBounds(
       *gpu(), [](const Kernel &) { return gpu()->gridThreads(); },
       [] { return gpu()->lastAdStackHeapBytes(); });
 }
 
-TEST(VulkanBackendTest, OverflowIsAnErrorAndTheNextLaunchWorks) {
+TEST_F(VulkanBackendTest, OverflowIsAnErrorAndTheNextLaunchWorks) {
   REQUIRE_DEVICE();
   expectOverflowIsAnErrorAndTheNextLaunchWorks(*gpu());
 }
@@ -121,11 +245,11 @@ TEST(VulkanBackendTest, OverflowIsAnErrorAndTheNextLaunchWorks) {
 // at most maxStorageBufferRange bytes, 128 MiB on lavapipe; here a 64 KiB
 // cap) runs the launch on fewer invocations, with the same results; only
 // an invocation whose own stacks do not fit is an error.
-TEST(VulkanBackendTest, AHeapTooLargeForOneBufferRunsOnFewerInvocations) {
+TEST_F(VulkanBackendTest, AHeapTooLargeForOneBufferRunsOnFewerInvocations) {
   REQUIRE_DEVICE();
   VulkanBackendOptions o;
   o.maxHeapBytes = 64 * 1024;
-  auto capped = VulkanBackend::create(o);
+  auto capped = VulkanBackend::create(validated(o));
   ASSERT_TRUE(capped.ok()) << capped.status().message();
   SinLoop k;
   Interpreter interp;
@@ -149,7 +273,7 @@ TEST(VulkanBackendTest, AHeapTooLargeForOneBufferRunsOnFewerInvocations) {
           << "n=" << n << " i=" << i;
   }
   o.maxHeapBytes = 1000;
-  auto tiny = VulkanBackend::create(o);
+  auto tiny = VulkanBackend::create(validated(o));
   ASSERT_TRUE(tiny.ok());
   std::vector<float> out(x.size());
   absl::Status s = k.run(**tiny, 512, x, out);
@@ -162,10 +286,12 @@ TEST(VulkanBackendTest, AHeapTooLargeForOneBufferRunsOnFewerInvocations) {
   ASSERT_TRUE(k.run(interp, 20, x, ref).ok());
   ASSERT_TRUE(k.run(**tiny, 20, x, out).ok());
   EXPECT_NEAR(out[100], ref[100], 1e-5);
+  expectValidatedAndClean(**capped, "the 64 KiB heap");
+  expectValidatedAndClean(**tiny, "the 1000-byte heap");
 }
 
 /// Error sites decode to the interpreter's message.
-TEST(VulkanBackendTest, ErrorSitesReadAsTheInterpretersErrors) {
+TEST_F(VulkanBackendTest, ErrorSitesReadAsTheInterpretersErrors) {
   REQUIRE_DEVICE();
   auto module = *parseModule(R"(field @x : i32[8]
 field @y : f32[4]
@@ -231,7 +357,7 @@ kernel @inc() {
 }
 )";
 
-TEST(VulkanBackendTest, FieldsStayOnTheDeviceUntilTheHostReadsThem) {
+TEST_F(VulkanBackendTest, FieldsStayOnTheDeviceUntilTheHostReadsThem) {
   REQUIRE_DEVICE();
   auto module = *parseModule(kResident, {"resident.qd", 1});
   auto program = *Program::create(*module);
@@ -263,24 +389,147 @@ TEST(VulkanBackendTest, FieldsStayOnTheDeviceUntilTheHostReadsThem) {
   EXPECT_EQ(f.get(5).f, 33.0);
 }
 
-TEST(VulkanBackendTest, AProgramOutlivesItsBackend) {
+TEST_F(VulkanBackendTest, AProgramOutlivesItsBackend) {
   REQUIRE_DEVICE();
-  auto module = *parseModule(kResident, {"resident.qd", 1});
-  auto program = *Program::create(*module);
-  program->field("w")->fill(Scalar::ofFloat(ScalarType::F32, 2.0));
+  auto received = std::make_shared<Received>();
   {
-    auto local = VulkanBackend::create();
-    ASSERT_TRUE(local.ok());
-    ASSERT_TRUE(program->launch("inc", {}, **local).ok());
-  } // the backend is gone; @f's device copy is not
-  EXPECT_EQ(program->field("f")->get(9).f, 2.0);
-  ASSERT_TRUE(program->launch("inc", {}, *gpu()).ok());
-  EXPECT_EQ(program->field("f")->get(9).f, 4.0);
+    auto module = *parseModule(kResident, {"resident.qd", 1});
+    auto program = *Program::create(*module);
+    program->field("w")->fill(Scalar::ofFloat(ScalarType::F32, 2.0));
+    {
+      auto local = VulkanBackend::create(receivingInto(received));
+      ASSERT_TRUE(local.ok()) << local.status().message();
+      ASSERT_TRUE((*local)->validationActive() || validationOptional());
+      ASSERT_TRUE(program->launch("inc", {}, **local).ok());
+    } // the backend is gone; @f's device copy is not
+    EXPECT_EQ(program->field("f")->get(9).f, 2.0);
+    ASSERT_TRUE(program->launch("inc", {}, *gpu()).ok());
+    EXPECT_EQ(program->field("f")->get(9).f, 4.0);
+  } // the program is gone, and with it the first backend's device and instance
+  // Nothing, the destruction of the device and the instance included (where
+  // the layer reports objects not destroyed), drew a message.
+  EXPECT_EQ(received->get(), std::vector<std::string>{});
+}
+
+/// A raw misuse of the backend's device (a buffer without usage flags)
+/// reaches validationMessages() and onValidationMessage; the suite's zero
+/// counts mean something.
+TEST_F(VulkanBackendTest, TheValidationLayersMessagesAreCollected) {
+  REQUIRE_DEVICE();
+  auto received = std::make_shared<Received>();
+  auto backend = VulkanBackend::create(receivingInto(received));
+  ASSERT_TRUE(backend.ok()) << backend.status().message();
+  VulkanBackend &b = **backend;
+  if (!b.validationActive() && validationOptional())
+    GTEST_SKIP() << "no validation layer here (QD_VULKAN_TEST_VALIDATION=if-installed)";
+  ASSERT_TRUE(b.validationActive());
+  EXPECT_EQ(b.validationMessageCount(), 0u);
+  VulkanBackend::NativeHandles h = b.nativeHandles();
+  auto getInstanceProcAddr = reinterpret_cast<PFN_vkGetInstanceProcAddr>(h.getInstanceProcAddr);
+  auto instance = static_cast<VkInstance>(h.instance);
+  auto device = static_cast<VkDevice>(h.device);
+  auto getDeviceProcAddr = reinterpret_cast<PFN_vkGetDeviceProcAddr>(
+      getInstanceProcAddr(instance, "vkGetDeviceProcAddr"));
+  ASSERT_NE(getDeviceProcAddr, nullptr);
+  auto createBuffer =
+      reinterpret_cast<PFN_vkCreateBuffer>(getDeviceProcAddr(device, "vkCreateBuffer"));
+  auto destroyBuffer =
+      reinterpret_cast<PFN_vkDestroyBuffer>(getDeviceProcAddr(device, "vkDestroyBuffer"));
+  ASSERT_NE(createBuffer, nullptr);
+  ASSERT_NE(destroyBuffer, nullptr);
+  VkBufferCreateInfo info{};
+  info.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO;
+  info.size = 64;
+  info.usage = 0; // must not be 0
+  info.sharingMode = VK_SHARING_MODE_EXCLUSIVE;
+  VkBuffer buffer = VK_NULL_HANDLE;
+  if (createBuffer(device, &info, nullptr, &buffer) == VK_SUCCESS)
+    destroyBuffer(device, buffer, nullptr);
+  std::vector<std::string> messages = b.validationMessages();
+  ASSERT_EQ(b.validationMessageCount(), messages.size());
+  ASSERT_GE(messages.size(), 1u);
+  EXPECT_EQ(messages[0].rfind("error [validation] ", 0), 0u) << messages[0];
+  EXPECT_NE(messages[0].find("VUID-VkBufferCreateInfo-usage-requiredbitmask"), std::string::npos)
+      << messages[0];
+  EXPECT_EQ(received->get(), messages);
+  // The shared backend, another instance, heard nothing.
+  EXPECT_EQ(gpu()->validationMessageCount(), 0u);
+  b.clearValidationMessages();
+  EXPECT_EQ(b.validationMessageCount(), 0u);
+  EXPECT_EQ(b.validationMessages(), std::vector<std::string>{});
+  // The backend's own work draws none.
+  SinLoop k;
+  std::vector<float> x(256, 0.5f), out(256);
+  ASSERT_TRUE(k.run(b, 10, x, out).ok());
+  expectValidatedAndClean(b, "after the misuse");
+}
+
+/// Sets an environment variable for the scope.
+class ScopedEnv {
+public:
+  ScopedEnv(const char *name, const std::string &value) : name_(name) {
+    if (const char *old = std::getenv(name))
+      old_ = old;
+    setenv(name, value.c_str(), 1);
+  }
+  ~ScopedEnv() {
+    if (old_)
+      setenv(name_, old_->c_str(), 1);
+    else
+      unsetenv(name_);
+  }
+
+private:
+  const char *name_;
+  std::optional<std::string> old_;
+};
+
+/// Without the layer (the loader told to look for explicit layers in an
+/// empty folder), Required is an error naming the package, and IfInstalled
+/// runs without it and says so.
+TEST_F(VulkanBackendTest, AMissingValidationLayerIsAClearError) {
+  REQUIRE_DEVICE();
+  std::filesystem::path empty =
+      std::filesystem::temp_directory_path() / fmt::format("qd-no-layers-{}", getpid());
+  std::filesystem::create_directories(empty);
+  {
+    ScopedEnv layers("VK_LAYER_PATH", empty.string());
+    ScopedEnv added("VK_ADD_LAYER_PATH", "");
+    VulkanBackendOptions req;
+    req.validation = Validation::Required;
+    auto required = VulkanBackend::create(req);
+    ASSERT_FALSE(required.ok());
+    EXPECT_EQ(required.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_EQ(message(required.status()),
+              "vulkan: the Vulkan validation layer (VK_LAYER_KHRONOS_validation) is not "
+              "installed; install it (Debian: vulkan-validationlayers, which "
+              "scripts/install-deps.sh installs), or set VulkanBackendOptions::validation to "
+              "IfInstalled or Off");
+    VulkanBackendOptions o;
+    o.validation = Validation::IfInstalled;
+    auto optional = VulkanBackend::create(o);
+    ASSERT_TRUE(optional.ok()) << optional.status().message();
+    EXPECT_FALSE((*optional)->validationActive());
+    EXPECT_EQ((*optional)->validationMessageCount(), 0u);
+    SinLoop k;
+    std::vector<float> x(64, 0.25f), out(64);
+    ASSERT_TRUE(k.run(**optional, 3, x, out).ok());
+  }
+  std::filesystem::remove_all(empty);
+  // With the layer where it is, IfInstalled turns it on.
+  VulkanBackendOptions o;
+  o.validation = Validation::IfInstalled;
+  auto on = VulkanBackend::create(o);
+  ASSERT_TRUE(on.ok()) << on.status().message();
+  EXPECT_TRUE((*on)->validationActive() || validationOptional());
+  auto off = VulkanBackend::create();
+  ASSERT_TRUE(off.ok());
+  EXPECT_FALSE((*off)->validationActive());
 }
 
 /// Float atomic adds, with the device's atomics and with the
 /// compare-exchange loop: sums of halves, exact in any order.
-TEST(VulkanBackendTest, FloatAtomicAddsWithAndWithoutDeviceAtomics) {
+TEST_F(VulkanBackendTest, FloatAtomicAddsWithAndWithoutDeviceAtomics) {
   REQUIRE_DEVICE();
   auto module = *parseModule(R"(field @y : f32[4]
 field @z : f64[4]
@@ -308,7 +557,7 @@ kernel @k() {
     VulkanBackendOptions o;
     o.floatAtomics = deviceAtomics;
     o.maxThreads = 1024; // many iterations per invocation, many invocations per element
-    auto backend = VulkanBackend::create(o);
+    auto backend = VulkanBackend::create(validated(o));
     ASSERT_TRUE(backend.ok()) << backend.status().message();
     if (!(*backend)->deviceInfo().features.float64 ||
         !(*backend)->deviceInfo().features.int64Atomics)
@@ -322,12 +571,13 @@ kernel @k() {
     ASSERT_TRUE(s.ok()) << s.message();
     EXPECT_EQ(compareFields(*module, *ref, *program, /*exact=*/true), "") << deviceAtomics;
     EXPECT_EQ(program->field("y")->get(1).f, 0.5 * (1000.0 * 1 + 4.0 * 999 * 1000 / 2));
+    expectValidatedAndClean(**backend, fmt::format("float atomics {}", deviceAtomics));
   }
 }
 
 /// The math functions against libm, in ulp of the result, over arguments
 /// where the reductions are accurate (docs/runtime.md, "Vulkan").
-TEST(VulkanBackendTest, MathFunctionsAreAccurate) {
+TEST_F(VulkanBackendTest, MathFunctionsAreAccurate) {
   REQUIRE_DEVICE();
   const char *fns[] = {"sin", "cos", "tan", "exp", "log", "tanh", "sqrt"};
   for (ScalarType t : {ScalarType::F32, ScalarType::F64}) {
@@ -408,19 +658,6 @@ TEST(VulkanBackendTest, MathFunctionsAreAccurate) {
   }
 }
 
-/// A backend with a small grid (one workgroup), so the property's large
-/// tier-3 default capacity fits one storage buffer (lavapipe's
-/// maxStorageBufferRange is 128 MiB).
-VulkanBackend *smallGrid() {
-  static std::unique_ptr<VulkanBackend> backend = [] {
-    VulkanBackendOptions o;
-    o.maxThreads = 64;
-    auto b = VulkanBackend::create(o);
-    return b.ok() ? *std::move(b) : nullptr;
-  }();
-  return backend.get();
-}
-
 // Random kernels and their gradients (GenConfig::cpu; see CpuBackendTest)
 // on the device against the interpreter: integers exactly, floats within
 // 1e-4 relative (parallel float atomics sum in another order).
@@ -443,9 +680,11 @@ void randomKernelsOnVulkan() {
   std::string d = testgen::runAgainstInterpreter(p, *m, withGrad, *smallGrid(), 1e-4);
   if (!d.empty())
     testgen::fail(p, "vulkan: " + d);
+  if (std::string v = takeValidationMessages(*smallGrid()); !v.empty())
+    testgen::fail(p, "vulkan: " + v);
 }
 
-TEST(VulkanBackendTest, RandomKernelsAndGradientsMatchTheInterpreter) {
+TEST_F(VulkanBackendTest, RandomKernelsAndGradientsMatchTheInterpreter) {
   REQUIRE_DEVICE();
   testgen::checkProperty(&randomKernelsOnVulkan, 25);
 }

@@ -288,6 +288,35 @@ int64_t VulkanBackend::lastAdStackHeapBytes() const {
   return impl_->lastHeapBytes;
 }
 
+bool VulkanBackend::validationActive() const {
+  return impl_->device->validation() != nullptr;
+}
+
+std::vector<std::string> VulkanBackend::validationMessages() const {
+  const vk::ValidationLog *log = impl_->device->validation();
+  return log ? log->messages() : std::vector<std::string>{};
+}
+
+size_t VulkanBackend::validationMessageCount() const {
+  const vk::ValidationLog *log = impl_->device->validation();
+  return log ? log->count() : 0;
+}
+
+void VulkanBackend::clearValidationMessages() {
+  if (vk::ValidationLog *log = impl_->device->validation())
+    log->clear();
+}
+
+VulkanBackend::NativeHandles VulkanBackend::nativeHandles() const {
+  const vk::Device &d = *impl_->device;
+  NativeHandles h;
+  h.instance = d.instance();
+  h.physicalDevice = d.physical();
+  h.device = d.handle();
+  h.getInstanceProcAddr = reinterpret_cast<void (*)()>(d.api().GetInstanceProcAddr);
+  return h;
+}
+
 absl::StatusOr<const KernelSizing *> VulkanBackend::adStackSizing(const Kernel &kernel) {
   std::lock_guard<std::mutex> lock(impl_->compileMutex);
   return &impl_->sizingOfLocked(kernel);
@@ -364,7 +393,9 @@ absl::Status VulkanBackend::Impl::launch(Program &program, const Kernel &kernel,
       return absl::ResourceExhaustedError(fmt::format(
           "kernel @{}: adstack capacity {} is above the 2^32 - 1 entries SPIR-V code indexes",
           kernel.name(), plan->heap().capacities[s]));
-  if (size_t(*heapBytes) > heap.size()) {
+  // (A kernel without adstacks binds a 4-byte heap: a descriptor never
+  // names VK_NULL_HANDLE.)
+  if (!heap.get() || size_t(*heapBytes) > heap.size()) {
     size_t grown = std::max<size_t>(size_t(*heapBytes), 2 * heap.size());
     grown =
         std::min<size_t>(grown, std::max<size_t>(size_t(*heapBytes), info.maxStorageBufferRange));

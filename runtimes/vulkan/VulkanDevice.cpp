@@ -91,7 +91,96 @@ bool hasExtension(const std::vector<VkExtensionProperties> &exts, const char *na
   return false;
 }
 
+constexpr const char *kValidationLayer = "VK_LAYER_KHRONOS_validation";
+
+/// The instance extensions the loader, its implicit layers and `layer`
+/// (when not null) offer.
+std::vector<VkExtensionProperties> instanceExtensions(const Api &api, const char *layer) {
+  uint32_t n = 0;
+  if (api.EnumerateInstanceExtensionProperties(layer, &n, nullptr) != VK_SUCCESS)
+    return {};
+  std::vector<VkExtensionProperties> exts(n);
+  if (api.EnumerateInstanceExtensionProperties(layer, &n, exts.data()) < 0)
+    return {};
+  exts.resize(n);
+  return exts;
+}
+
+/// Why the validation layer cannot run with its messages collected, or ""
+/// (then `*features`: whether VK_EXT_validation_features is offered).
+std::string validationMissing(const Api &api, bool *features) {
+  uint32_t n = 0;
+  std::vector<VkLayerProperties> props;
+  if (api.EnumerateInstanceLayerProperties &&
+      api.EnumerateInstanceLayerProperties(&n, nullptr) == VK_SUCCESS) {
+    props.resize(n);
+    if (api.EnumerateInstanceLayerProperties(&n, props.data()) >= 0)
+      props.resize(n);
+  }
+  if (std::none_of(props.begin(), props.end(), [](const VkLayerProperties &p) {
+        return std::strcmp(p.layerName, kValidationLayer) == 0;
+      }))
+    return fmt::format("the Vulkan validation layer ({}) is not installed", kValidationLayer);
+  if (!api.EnumerateInstanceExtensionProperties)
+    return "the Vulkan loader has no vkEnumerateInstanceExtensionProperties";
+  std::vector<VkExtensionProperties> exts = instanceExtensions(api, nullptr);
+  std::vector<VkExtensionProperties> own = instanceExtensions(api, kValidationLayer);
+  exts.insert(exts.end(), own.begin(), own.end());
+  if (!hasExtension(exts, VK_EXT_DEBUG_UTILS_EXTENSION_NAME))
+    return fmt::format("the Vulkan validation layer is installed but {}, which collects its "
+                       "messages, is not available",
+                       VK_EXT_DEBUG_UTILS_EXTENSION_NAME);
+  *features = hasExtension(exts, VK_EXT_VALIDATION_FEATURES_EXTENSION_NAME);
+  return "";
+}
+
+VKAPI_ATTR VkBool32 VKAPI_CALL onValidationMessage(VkDebugUtilsMessageSeverityFlagBitsEXT severity,
+                                                   VkDebugUtilsMessageTypeFlagsEXT types,
+                                                   const VkDebugUtilsMessengerCallbackDataEXT *data,
+                                                   void *log) {
+  if (severity < VK_DEBUG_UTILS_MESSAGE_SEVERITY_WARNING_BIT_EXT) // the bits grow with severity
+    return VK_FALSE;
+  const char *type = types & VK_DEBUG_UTILS_MESSAGE_TYPE_VALIDATION_BIT_EXT    ? "validation"
+                     : types & VK_DEBUG_UTILS_MESSAGE_TYPE_PERFORMANCE_BIT_EXT ? "performance"
+                                                                               : "general";
+  try { // nothing may unwind through the layer's frames
+    static_cast<ValidationLog *>(log)->record(
+        fmt::format("{} [{}] {}",
+                    severity >= VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT ? "error" : "warning",
+                    type, data && data->pMessage ? data->pMessage : "(no text)"));
+  } catch (...) {
+  }
+  return VK_FALSE; // the call goes on to the driver
+}
+
 } // namespace
+
+void ValidationLog::record(std::string message) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++count_;
+    if (messages_.size() < kKept)
+      messages_.push_back(message);
+  }
+  if (sink_)
+    sink_(message);
+}
+
+std::vector<std::string> ValidationLog::messages() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return messages_;
+}
+
+size_t ValidationLog::count() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return count_;
+}
+
+void ValidationLog::clear() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  messages_.clear();
+  count_ = 0;
+}
 
 absl::Status Device::check(VkResult r, const std::string &what) const {
   if (r == VK_SUCCESS)
@@ -101,6 +190,82 @@ absl::Status Device::check(VkResult r, const std::string &what) const {
   if (r == VK_ERROR_OUT_OF_DEVICE_MEMORY || r == VK_ERROR_OUT_OF_HOST_MEMORY)
     return absl::ResourceExhaustedError(msg);
   return absl::InternalError(msg);
+}
+
+absl::Status Device::createInstance(const VulkanBackendOptions &options, uint32_t version) {
+  using Validation = VulkanBackendOptions::Validation;
+  std::vector<const char *> layers, extensions;
+  bool features = false;
+  if (options.validation != Validation::Off) {
+    std::string missing = validationMissing(api_, &features);
+    if (missing.empty()) {
+      layers.push_back(kValidationLayer);
+      extensions.push_back(VK_EXT_DEBUG_UTILS_EXTENSION_NAME);
+      if (features)
+        extensions.push_back(VK_EXT_VALIDATION_FEATURES_EXTENSION_NAME);
+      validation_ = std::make_unique<ValidationLog>(options.onValidationMessage);
+    } else if (options.validation == Validation::Required) {
+      return unavailable(
+          missing + "; install it (Debian: vulkan-validationlayers, which scripts/install-deps.sh "
+                    "installs), or set VulkanBackendOptions::validation to IfInstalled or Off");
+    }
+  }
+  auto app = vk::make<VkApplicationInfo>(VK_STRUCTURE_TYPE_APPLICATION_INFO);
+  app.pApplicationName = "qd";
+  app.pEngineName = "qd";
+  app.apiVersion = std::min<uint32_t>(version, VK_API_VERSION_1_3);
+  auto ici = vk::make<VkInstanceCreateInfo>(VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO);
+  ici.pApplicationInfo = &app;
+  ici.enabledLayerCount = uint32_t(layers.size());
+  ici.ppEnabledLayerNames = layers.data();
+  ici.enabledExtensionCount = uint32_t(extensions.size());
+  ici.ppEnabledExtensionNames = extensions.data();
+  // Every warning and error, of every type; chained into the instance's
+  // creation too, which reports what vkCreateInstance and
+  // vkDestroyInstance find.
+  auto messenger = vk::make<VkDebugUtilsMessengerCreateInfoEXT>(
+      VK_STRUCTURE_TYPE_DEBUG_UTILS_MESSENGER_CREATE_INFO_EXT);
+  messenger.messageSeverity = VK_DEBUG_UTILS_MESSAGE_SEVERITY_WARNING_BIT_EXT |
+                              VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT;
+  messenger.messageType = VK_DEBUG_UTILS_MESSAGE_TYPE_GENERAL_BIT_EXT |
+                          VK_DEBUG_UTILS_MESSAGE_TYPE_VALIDATION_BIT_EXT |
+                          VK_DEBUG_UTILS_MESSAGE_TYPE_PERFORMANCE_BIT_EXT;
+  messenger.pfnUserCallback = onValidationMessage;
+  messenger.pUserData = validation_.get();
+  // Synchronisation validation (missing barriers) on top of the default
+  // checks.
+  VkValidationFeatureEnableEXT enables[] = {
+      VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT};
+  auto enabled = vk::make<VkValidationFeaturesEXT>(VK_STRUCTURE_TYPE_VALIDATION_FEATURES_EXT);
+  enabled.enabledValidationFeatureCount = 1;
+  enabled.pEnabledValidationFeatures = enables;
+  if (validation_) {
+    ici.pNext = &messenger;
+    if (features) {
+      enabled.pNext = &messenger;
+      ici.pNext = &enabled;
+    }
+  }
+  if (VkResult r = api_.CreateInstance(&ici, nullptr, &instance_); r != VK_SUCCESS)
+    return unavailable(fmt::format("vkCreateInstance failed: {}; is a Vulkan driver installed?{}",
+                                   resultName(r),
+                                   validation_ ? " (with the validation layer)" : ""));
+#define QD_VK_LOAD(name)                                                                           \
+  api_.name = reinterpret_cast<PFN_vk##name>(api_.GetInstanceProcAddr(instance_, "vk" #name));     \
+  if (!api_.name)                                                                                  \
+    return unavailable("the Vulkan loader has no vk" #name);
+  QD_VK_INSTANCE_FUNCTIONS(QD_VK_LOAD)
+  if (!validation_)
+    return absl::OkStatus();
+  QD_VK_DEBUG_FUNCTIONS(QD_VK_LOAD)
+#undef QD_VK_LOAD
+  if (VkResult r = api_.CreateDebugUtilsMessengerEXT(instance_, &messenger, nullptr, &messenger_);
+      r != VK_SUCCESS)
+    return unavailable(
+        fmt::format("vkCreateDebugUtilsMessengerEXT failed: {}; the validation layer's messages "
+                    "cannot be collected",
+                    resultName(r)));
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::shared_ptr<Device>> Device::open(const VulkanBackendOptions &options) {
@@ -116,6 +281,9 @@ absl::StatusOr<std::shared_ptr<Device>> Device::open(const VulkanBackendOptions 
       reinterpret_cast<PFN_vkEnumerateInstanceVersion>(global("vkEnumerateInstanceVersion"));
   api.EnumerateInstanceLayerProperties = reinterpret_cast<PFN_vkEnumerateInstanceLayerProperties>(
       global("vkEnumerateInstanceLayerProperties"));
+  api.EnumerateInstanceExtensionProperties =
+      reinterpret_cast<PFN_vkEnumerateInstanceExtensionProperties>(
+          global("vkEnumerateInstanceExtensionProperties"));
   if (!api.CreateInstance)
     return unavailable("the Vulkan loader has no vkCreateInstance");
   uint32_t version = VK_API_VERSION_1_0;
@@ -124,33 +292,8 @@ absl::StatusOr<std::shared_ptr<Device>> Device::open(const VulkanBackendOptions 
   if (version < VK_API_VERSION_1_1)
     return unavailable(fmt::format("the Vulkan loader supports Vulkan {}.{}; qd needs 1.1",
                                    VK_API_VERSION_MAJOR(version), VK_API_VERSION_MINOR(version)));
-  std::vector<const char *> layers;
-  if (options.validation && api.EnumerateInstanceLayerProperties) {
-    uint32_t n = 0;
-    api.EnumerateInstanceLayerProperties(&n, nullptr);
-    std::vector<VkLayerProperties> props(n);
-    api.EnumerateInstanceLayerProperties(&n, props.data());
-    for (const VkLayerProperties &p : props)
-      if (std::strcmp(p.layerName, "VK_LAYER_KHRONOS_validation") == 0)
-        layers.push_back("VK_LAYER_KHRONOS_validation");
-  }
-  auto app = vk::make<VkApplicationInfo>(VK_STRUCTURE_TYPE_APPLICATION_INFO);
-  app.pApplicationName = "qd";
-  app.pEngineName = "qd";
-  app.apiVersion = std::min<uint32_t>(version, VK_API_VERSION_1_3);
-  auto ici = vk::make<VkInstanceCreateInfo>(VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO);
-  ici.pApplicationInfo = &app;
-  ici.enabledLayerCount = uint32_t(layers.size());
-  ici.ppEnabledLayerNames = layers.data();
-  if (VkResult r = api.CreateInstance(&ici, nullptr, &d->instance_); r != VK_SUCCESS)
-    return unavailable(
-        fmt::format("vkCreateInstance failed: {}; is a Vulkan driver installed?", resultName(r)));
-#define QD_VK_LOAD(name)                                                                           \
-  api.name = reinterpret_cast<PFN_vk##name>(api.GetInstanceProcAddr(d->instance_, "vk" #name));    \
-  if (!api.name)                                                                                   \
-    return unavailable("the Vulkan loader has no vk" #name);
-  QD_VK_INSTANCE_FUNCTIONS(QD_VK_LOAD)
-#undef QD_VK_LOAD
+  if (absl::Status s = d->createInstance(options, version); !s.ok())
+    return s;
 
   uint32_t count = 0;
   api.EnumeratePhysicalDevices(d->instance_, &count, nullptr);
@@ -326,6 +469,8 @@ Device::~Device() {
       api_.DestroyCommandPool(device_, pool_, nullptr);
     api_.DestroyDevice(device_, nullptr);
   }
+  if (messenger_)
+    api_.DestroyDebugUtilsMessengerEXT(instance_, messenger_, nullptr);
   if (instance_ && api_.DestroyInstance)
     api_.DestroyInstance(instance_, nullptr);
 }
@@ -358,6 +503,10 @@ absl::Status Device::run(const std::function<void(VkCommandBuffer)> &record) con
   if (absl::Status s = check(api_.BeginCommandBuffer(cb, &begin), "vkBeginCommandBuffer"); !s.ok())
     return s;
   record(cb);
+  // What the commands wrote made visible to the host, which reads mapped
+  // staging memory after the fence (the fence alone makes no device write
+  // visible to the host).
+  barrierAfterWrites(api_, cb, VK_ACCESS_HOST_READ_BIT, VK_PIPELINE_STAGE_HOST_BIT);
   if (absl::Status s = check(api_.EndCommandBuffer(cb), "vkEndCommandBuffer"); !s.ok())
     return s;
   auto submit = vk::make<VkSubmitInfo>(VK_STRUCTURE_TYPE_SUBMIT_INFO);
@@ -372,14 +521,20 @@ absl::Status Device::run(const std::function<void(VkCommandBuffer)> &record) con
   return waited;
 }
 
-void fullBarrier(const Api &api, VkCommandBuffer cb) {
+void barrierAfterWrites(const Api &api, VkCommandBuffer cb, VkAccessFlags dstAccess,
+                        VkPipelineStageFlags dstStages) {
   auto barrier = vk::make<VkMemoryBarrier>(VK_STRUCTURE_TYPE_MEMORY_BARRIER);
   barrier.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
-  barrier.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT |
-                          VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
-  VkPipelineStageFlags stages =
-      VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT;
-  api.CmdPipelineBarrier(cb, stages, stages, 0, 1, &barrier, 0, nullptr, 0, nullptr);
+  barrier.dstAccessMask = dstAccess;
+  api.CmdPipelineBarrier(cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
+                         dstStages, 0, 1, &barrier, 0, nullptr, 0, nullptr);
+}
+
+void fullBarrier(const Api &api, VkCommandBuffer cb) {
+  barrierAfterWrites(api, cb,
+                     VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT |
+                         VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT,
+                     VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT);
 }
 
 absl::Status Device::upload(const DeviceBuffer &dst, size_t offset, const void *src,

@@ -21,6 +21,8 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <string>
+#include <vector>
 
 namespace qd::vk {
 
@@ -35,6 +37,10 @@ namespace qd::vk {
   X(EnumerateDeviceExtensionProperties)                                                            \
   X(CreateDevice)                                                                                  \
   X(GetDeviceProcAddr)
+// VK_EXT_debug_utils's, resolved like those when validation is on.
+#define QD_VK_DEBUG_FUNCTIONS(X)                                                                   \
+  X(CreateDebugUtilsMessengerEXT)                                                                  \
+  X(DestroyDebugUtilsMessengerEXT)
 // Entry points resolved with vkGetDeviceProcAddr(device, ...).
 #define QD_VK_DEVICE_FUNCTIONS(X)                                                                  \
   X(DestroyDevice)                                                                                 \
@@ -83,8 +89,10 @@ struct Api {
   PFN_vkCreateInstance CreateInstance = nullptr;
   PFN_vkEnumerateInstanceVersion EnumerateInstanceVersion = nullptr;
   PFN_vkEnumerateInstanceLayerProperties EnumerateInstanceLayerProperties = nullptr;
+  PFN_vkEnumerateInstanceExtensionProperties EnumerateInstanceExtensionProperties = nullptr;
 #define QD_VK_DECLARE(name) PFN_vk##name name = nullptr;
   QD_VK_INSTANCE_FUNCTIONS(QD_VK_DECLARE)
+  QD_VK_DEBUG_FUNCTIONS(QD_VK_DECLARE)
   QD_VK_DEVICE_FUNCTIONS(QD_VK_DECLARE)
 #undef QD_VK_DECLARE
 };
@@ -100,6 +108,25 @@ template <typename T> T make(VkStructureType type) {
 const char *resultName(VkResult r);
 
 class Device;
+
+/// The warnings and errors of the validation layer (thread-safe: the layer
+/// reports on whichever thread made the call).
+class ValidationLog {
+public:
+  explicit ValidationLog(std::function<void(const std::string &)> sink) : sink_(std::move(sink)) {}
+  void record(std::string message);
+  std::vector<std::string> messages() const;
+  size_t count() const;
+  void clear();
+  /// Messages kept (count() goes on counting past them).
+  static constexpr size_t kKept = 1000;
+
+private:
+  const std::function<void(const std::string &)> sink_;
+  mutable std::mutex mutex_;
+  std::vector<std::string> messages_;
+  size_t count_ = 0;
+};
 
 /// A VkBuffer with its own memory: device-local, or host-visible and
 /// coherent (then mapped for its lifetime).
@@ -136,6 +163,10 @@ public:
   const Api &api() const { return api_; }
   VkDevice handle() const { return device_; }
   const VulkanDeviceInfo &info() const { return info_; }
+  VkInstance instance() const { return instance_; }
+  VkPhysicalDevice physical() const { return physical_; }
+  /// The validation layer's messages; null when the layer is off.
+  ValidationLog *validation() const { return validation_.get(); }
   /// OK, or an Internal error "vulkan: <what> failed: VK_ERROR_...".
   absl::Status check(VkResult r, const std::string &what) const;
   /// A memory type for `bits` with `flags` (and `preferred` if possible).
@@ -152,8 +183,13 @@ public:
 
 private:
   Device() = default;
+  /// The instance, with the validation layer and a messenger when asked.
+  absl::Status createInstance(const VulkanBackendOptions &options, uint32_t version);
   Api api_;
+  // Declared before the handles: outlives the messenger and the instance.
+  std::unique_ptr<ValidationLog> validation_;
   VkInstance instance_ = VK_NULL_HANDLE;
+  VkDebugUtilsMessengerEXT messenger_ = VK_NULL_HANDLE;
   VkPhysicalDevice physical_ = VK_NULL_HANDLE;
   VkDevice device_ = VK_NULL_HANDLE;
   VkQueue queue_ = VK_NULL_HANDLE;
@@ -166,7 +202,10 @@ private:
 };
 
 /// A barrier making every earlier shader and transfer write visible to
-/// every later shader and transfer access.
+/// the later `dstAccess` accesses of `dstStages`.
+void barrierAfterWrites(const Api &api, VkCommandBuffer cb, VkAccessFlags dstAccess,
+                        VkPipelineStageFlags dstStages);
+/// ... to every later shader and transfer access.
 void fullBarrier(const Api &api, VkCommandBuffer cb);
 
 } // namespace qd::vk

@@ -361,6 +361,9 @@ CorpusStats runCorpus(Backend &backend, const std::string &name, const CorpusRun
         ++stats.launches;
         std::string tag = fmt::format("{}:{} kernel @{}", rel, chunk.firstLine, k->name());
         absl::Status sg = dev->program->launch(k->name(), dev->args, backend, opts);
+        if (run.afterLaunch)
+          if (std::string after = run.afterLaunch(); !after.empty())
+            stats.failures.push_back(tag + ": " + after);
         if (!sg.ok() && run.refused && run.refused(sg)) {
           ++stats.refused;
           continue;

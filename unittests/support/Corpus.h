@@ -122,6 +122,10 @@ struct CorpusRun {
   /// interpreter's statement (iterations of a parallel task may fail in
   /// another order).
   bool sameErrorSite = false;
+  /// Called after each launch on the backend, whatever its result: a
+  /// non-empty result is a failure of that kernel (the Vulkan test returns
+  /// what the validation layer reported).
+  std::function<std::string()> afterLaunch;
 };
 
 /// Runs every kernel of the corpus, and the gradient and dual kernels

@@ -25,6 +25,10 @@
 // are 32-bit on the device. Launches are serialised per backend; a launch
 // with a timeout or a cancel flag is refused (no stop checks yet).
 //
+// With VulkanBackendOptions::validation, the Khronos validation layer checks
+// every call, and its warnings and errors are collected
+// (validationMessages()); the tests run with it and expect none.
+//
 //===----------------------------------------------------------------------===//
 #pragma once
 
@@ -33,8 +37,10 @@
 
 #include <absl/status/statusor.h>
 
+#include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace qd {
 
@@ -53,8 +59,24 @@ struct VulkanBackendOptions {
   /// for the whole grid runs on fewer invocations (lastLaunchThreads());
   /// only a launch where one invocation needs more fails.
   uint64_t maxHeapBytes = 0;
-  /// Enable VK_LAYER_KHRONOS_validation when it is installed (tests).
-  bool validation = false;
+  /// The Khronos validation layer (VK_LAYER_KHRONOS_validation, Debian's
+  /// vulkan-validationlayers), with synchronisation validation where the
+  /// layer offers it. Its warnings and errors are recorded
+  /// (VulkanBackend::validationMessages) and passed to
+  /// onValidationMessage.
+  ///  - Off: no layer.
+  ///  - IfInstalled: the layer where it and VK_EXT_debug_utils are
+  ///    available, else none (VulkanBackend::validationActive() says which).
+  ///  - Required: the layer, else create() fails with FailedPrecondition
+  ///    naming the package (what the tests ask for).
+  enum class Validation { Off, IfInstalled, Required };
+  Validation validation = Validation::Off;
+  /// With validation on: called with each warning and error the layer
+  /// reports, on the thread that caused it (so it must be thread-safe), as
+  /// long as the device lives: also after the backend is gone while a
+  /// program's buffers still hold the device, and while the device and the
+  /// instance are destroyed (where leaked objects are reported).
+  std::function<void(const std::string &message)> onValidationMessage;
   /// Use the device's float atomic adds where it has them; false: the
   /// compare-exchange loop every device runs (tests both on one device).
   bool floatAtomics = true;
@@ -74,7 +96,8 @@ struct VulkanDeviceInfo {
 class VulkanBackend : public Backend {
 public:
   /// Opens the loader, an instance and the device. FailedPrecondition,
-  /// saying why, where there is no loader, no device or none matching.
+  /// saying why, where there is no loader, no device or none matching, or
+  /// validation is Required and the layer is missing.
   static absl::StatusOr<std::unique_ptr<VulkanBackend>>
   create(const VulkanBackendOptions &options = {});
   ~VulkanBackend() override;
@@ -95,6 +118,26 @@ public:
   /// fewer where the heap of the whole grid would not fit
   /// (VulkanBackendOptions::maxHeapBytes).
   int64_t lastLaunchThreads() const;
+
+  /// Whether the validation layer is on (VulkanBackendOptions::validation).
+  bool validationActive() const;
+  /// The warnings and errors the validation layer reported since the
+  /// backend was created or the messages were last cleared, in order, one
+  /// string each ("error [validation] Validation Error: [ VUID-... ] ...");
+  /// the first 1000 are kept, validationMessageCount() counts all.
+  std::vector<std::string> validationMessages() const;
+  size_t validationMessageCount() const;
+  void clearValidationMessages();
+
+  /// The Vulkan objects the backend runs on, for interop and tests
+  /// (VkInstance, VkPhysicalDevice, VkDevice and the loader's
+  /// PFN_vkGetInstanceProcAddr, untyped so that this header needs no
+  /// Vulkan headers). They live as long as the backend.
+  struct NativeHandles {
+    void *instance = nullptr, *physicalDevice = nullptr, *device = nullptr;
+    void (*getInstanceProcAddr)() = nullptr;
+  };
+  NativeHandles nativeHandles() const;
 
   struct Impl;
 
