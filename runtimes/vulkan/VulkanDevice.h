@@ -29,6 +29,7 @@ namespace qd::vk {
   X(DestroyInstance)                                                                               \
   X(EnumeratePhysicalDevices)                                                                      \
   X(GetPhysicalDeviceProperties)                                                                   \
+  X(GetPhysicalDeviceProperties2)                                                                  \
   X(GetPhysicalDeviceFeatures2)                                                                    \
   X(GetPhysicalDeviceQueueFamilyProperties)                                                        \
   X(GetPhysicalDeviceMemoryProperties)                                                             \
@@ -152,6 +153,10 @@ public:
 
 private:
   Device() = default;
+  /// Fills the driver fields of info_ (driverId, driverName, endsLongLoops,
+  /// checkLoopExits); `hasDriverProperties`: the device reports
+  /// VkPhysicalDeviceDriverProperties (Vulkan 1.2 or VK_KHR_driver_properties).
+  void identifyDriver(const VulkanBackendOptions &options, bool hasDriverProperties);
   Api api_;
   VkInstance instance_ = VK_NULL_HANDLE;
   VkPhysicalDevice physical_ = VK_NULL_HANDLE;
