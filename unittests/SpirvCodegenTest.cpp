@@ -4,14 +4,15 @@
 // parses and verifies), with its gradient and dual kernels where autodiff
 // builds them, becomes a SPIR-V module that SPIRV-Tools validates for
 // Vulkan 1.1, before and after its performance passes, with and without
-// bounds checks and float atomics; its launches are the NVPTX target's
-// (same entries, same shared values). Also: the features a kernel needs
+// bounds checks, float atomics and loop exit checks; its launches are the
+// NVPTX target's (same entries, same shared values). Also: the features a kernel needs
 // are named when the device lacks them, and the launch data layout.
 //
 //===----------------------------------------------------------------------===//
 #include "qd/codegen/spirv/SpirvCodegen.h"
 #include "Corpus.h"
 
+#include "qd/abi/LaunchErrors.h"
 #include "qd/codegen/llvm/KernelCodegen.h"
 #include "qd/ir/Parser.h"
 #include "qd/ir/Verifier.h"
@@ -88,12 +89,15 @@ struct Results {
   }
 };
 
+constexpr int kVariants = 4;
+
 void compileKernel(const Kernel &k, const std::string &tag, Results &r) {
-  for (int variant = 0; variant < 3; ++variant) {
+  for (int variant = 0; variant < kVariants; ++variant) {
     SpirvOptions options;
     options.boundsChecked = variant != 0; // the error sites of index checks too
     options.optimize = variant != 2;      // the emitter's own output is valid too
     options.features.atomicFloat32Add = options.features.atomicFloat64Add = variant == 1;
+    options.checkLoopExits = variant >= 2; // lavapipe's code, before and after the passes
     auto emitted = emitSpirv(k, options);
     if (!emitted.ok() &&
         emitted.status().message().find("does not fit the 32-bit indices") != std::string::npos) {
@@ -171,9 +175,10 @@ TEST(SpirvCodegenTest, CorpusKernelsAndTheirDerivativesAreValidSpirv) {
   for (const std::string &f : r.failures)
     ADD_FAILURE() << f;
   EXPECT_GT(r.kernels, 150);
-  EXPECT_EQ(r.modules + r.empty + r.tooLarge, 3 * r.kernels);
-  EXPECT_LE(r.tooLarge, 6); // the two kernels of test/qd-run/field-too-large.qd, 3 variants
-  EXPECT_GT(r.modules, 3 * 450);
+  EXPECT_EQ(r.modules + r.empty + r.tooLarge, kVariants * r.kernels);
+  // The two kernels of test/qd-run/field-too-large.qd, in every variant.
+  EXPECT_LE(r.tooLarge, 2 * kVariants);
+  EXPECT_GT(r.modules, kVariants * 450);
 }
 
 std::unique_ptr<Module> parse(const char *text) {
@@ -263,6 +268,86 @@ kernel @k(%n: i32, %a: ndarray<f32, 2>) {
   EXPECT_NE(text->find("OpEntryPoint GLCompute"), std::string::npos);
   EXPECT_NE(text->find("LocalSize 64 1 1"), std::string::npos);
   EXPECT_NE(text->find("LocalSize 1 1 1"), std::string::npos);
+}
+
+// SpirvOptions::checkLoopExits gives every loop an error site after it (the
+// compare-exchange loop of a float atomic add included), whose message
+// names the loop: what a launch on lavapipe reports when the driver ended
+// one (docs/runtime.md, "Vulkan backend").
+TEST(SpirvCodegenTest, LoopExitChecksGiveEveryLoopASite) {
+  auto m = parse(R"(field @x : f32[8]
+field @n : i32
+kernel @k(%m: i32) {
+  serial {
+    %z = const 0 : i32
+    while {
+      %v = load @n[] : i32
+      %o = const 1 : i32
+      %w = add %v, %o : i32
+      store @n[], %w
+      %done = cmp ge %w, %m : i32
+      if %done {
+        break
+      }
+    }
+  }
+  parallel for %i = 0 to 8 {
+    for %j = 0 to %m {
+      %f = cast %j : i32 to f32
+      atomic_add @x[%i], %f : f32
+    }
+  }
+})");
+  ASSERT_TRUE(m);
+  const Kernel &k = *m->findKernel("k");
+  auto plain = emitSpirv(k);
+  ASSERT_TRUE(plain.ok()) << plain.status().message();
+  for (const KernelLayout::ErrorSite &site : plain->layout.sites)
+    EXPECT_FALSE(site.loopExitCheck);
+  EXPECT_EQ(disassembleSpirv(plain->words)->find("Workgroup"), std::string::npos);
+  for (bool optimize : {false, true}) {
+    SpirvOptions o;
+    o.checkLoopExits = true;
+    o.optimize = optimize;
+    auto checked = emitSpirv(k, o); // validated
+    ASSERT_TRUE(checked.ok()) << checked.status().message();
+    EXPECT_NE(disassembleSpirv(checked->words)->find("%loop_exit_flags = OpVariable"),
+              std::string::npos);
+    std::vector<std::string> messages;
+    for (const KernelLayout::ErrorSite &site : checked->layout.sites)
+      if (site.loopExitCheck) {
+        absl::Status s = loopEndedEarlyError(k, *site.stmt, taskOf(site.stmt));
+        EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+        messages.push_back(std::string(s.message()));
+      }
+    ASSERT_EQ(messages.size(), 4u);
+    auto says = [](const std::string &m, const std::string &text) {
+      EXPECT_NE(m.find(text), std::string::npos) << m;
+    };
+    std::string lavapipe = "before the program did (Mesa's lavapipe ends the loops of an "
+                           "invocation after 65535 iterations in all, and the result would have "
+                           "been wrong); ";
+    // In the order the code checks them: the innermost first.
+    EXPECT_EQ(messages[0], "t.qd:6:5: error: the Vulkan driver ended this `while` loop " +
+                               lavapipe +
+                               "run the kernel on another Vulkan device or backend, or spread "
+                               "the work over the iterations of a parallel task (in kernel @k, "
+                               "task at t.qd:4:3: `while` loop)");
+    says(messages[1], "t.qd:20:7: error: the Vulkan driver ended the compare-exchange loop of "
+                      "this `atomic_add` " +
+                          lavapipe);
+    says(messages[1], "or give each invocation fewer loop iterations to run");
+    says(messages[1], "(in kernel @k, task at t.qd:17:3: atomic_add @x[%i], %f : f32)");
+    says(messages[2], "t.qd:18:5: error: the Vulkan driver ended this `for` loop " + lavapipe);
+    says(messages[2], "(in kernel @k, task at t.qd:17:3: `for` loop)");
+    EXPECT_EQ(messages[3], "t.qd:17:3: error: the Vulkan driver ended this parallel task's "
+                           "grid-stride loop " +
+                               lavapipe +
+                               "give the task more invocations (VulkanBackendOptions::maxThreads) "
+                               "so that each runs fewer of its iterations, or run the kernel on "
+                               "another Vulkan device or backend (in kernel @k, task at "
+                               "t.qd:17:3: `parallel for` loop)");
+  }
 }
 
 TEST(SpirvCodegenTest, ValidationRejectsBrokenModules) {

@@ -206,12 +206,25 @@ TEST_F(VulkanBackendTest, TheDeviceTypeIsReported) {
   }
 }
 
+/// The error of a loop the driver ended (SpirvOptions::checkLoopExits).
+bool endedByTheDriver(const absl::Status &s) {
+  return s.code() == absl::StatusCode::kResourceExhausted &&
+         message(s).find("error: the Vulkan driver ended") != std::string::npos;
+}
+
 TEST_F(VulkanBackendTest, CorpusKernelsMatchTheInterpreter) {
   REQUIRE_DEVICE();
   CorpusRun run;
-  run.refused = [](const absl::Status &s) { // a feature this device lacks, named
-    return s.code() == absl::StatusCode::kFailedPrecondition &&
-           message(s).find("does not support them (feature") != std::string::npos;
+  int missingFeature = 0, loopLimit = 0;
+  run.refused = [&](const absl::Status &s) {
+    // A feature this device lacks, named; or a loop lavapipe ended (its
+    // 65535 iterations per invocation), reported as such.
+    if (s.code() == absl::StatusCode::kFailedPrecondition &&
+        message(s).find("does not support them (feature") != std::string::npos)
+      return ++missingFeature, true;
+    if (endedByTheDriver(s) && gpu()->deviceInfo().endsLongLoops)
+      return ++loopLimit, true;
+    return false;
   };
   run.sameErrorSite = true;
   run.afterLaunch = [] { return takeValidationMessages(*gpu()); };
@@ -219,10 +232,11 @@ TEST_F(VulkanBackendTest, CorpusKernelsMatchTheInterpreter) {
   std::cout << fmt::format("[vulkan corpus] {} kernels ({} gradient/dual), {} launches, {} where "
                            "both failed ({} at the same statement), {} skipped (endless/huge), "
                            "{} order-dependent (not compared), {} needing a missing feature, {} "
-                           "failures\n",
+                           "ended by the driver's loop limit, {} failures\n",
                            stats.kernels, stats.derived, stats.launches, stats.bothErrored,
-                           stats.sameLocation, stats.skippedEndless, stats.racy, stats.refused,
-                           stats.failures.size());
+                           stats.sameLocation, stats.skippedEndless, stats.racy, missingFeature,
+                           loopLimit, stats.failures.size());
+  EXPECT_EQ(stats.refused, missingFeature + loopLimit);
   EXPECT_GT(stats.kernels, 150);
   EXPECT_GT(stats.sameLocation, 0);
   for (const auto &f : stats.failures)
@@ -338,6 +352,226 @@ kernel @under() {
   // The backend stays usable.
   std::vector<LaunchArg> two{LaunchArg::i32(2)};
   EXPECT_TRUE(program->launch("div", two, *gpu(), checked).ok());
+}
+
+/// The repro of lavapipe's loop limit: one invocation incrementing @s[0]
+/// `n` times (the loop at loop.qd:5:5, in the task at loop.qd:3:3).
+std::string serialLoop(int n) {
+  return fmt::format(R"(field @s : i32[1]
+kernel @main() {{
+  serial {{
+    %z = const 0 : i32
+    for %i = 0 to {} {{
+      %v = load @s[%z] : i32
+      %one = const 1 : i32
+      %w = add %v, %one : i32
+      store @s[%z], %w
+    }}
+  }}
+}}
+)",
+                     n);
+}
+
+/// Launches serialLoop(n) on `b` from @s = 0: the status and @s[0].
+std::pair<absl::Status, int64_t> runSerialLoop(Backend &b, int n) {
+  auto module = parseModule(serialLoop(n), {"loop.qd", 1});
+  EXPECT_TRUE(module.ok()) << module.status().message();
+  auto program = *Program::create(**module);
+  absl::Status s = program->launch("main", {}, b);
+  return {s, program->field("s")->get(0).i};
+}
+
+/// A VulkanBackend with `checks` (nullptr, having failed the test, if
+/// none could be made).
+std::unique_ptr<VulkanBackend> withLoopChecks(VulkanLoopExitChecks checks, int64_t maxThreads = 0) {
+  VulkanBackendOptions o;
+  o.loopExitChecks = checks;
+  if (maxThreads)
+    o.maxThreads = maxThreads;
+  auto b = VulkanBackend::create(o);
+  EXPECT_TRUE(b.ok()) << b.status().message();
+  return b.ok() ? *std::move(b) : nullptr;
+}
+
+#define REQUIRE_LAVAPIPE()                                                                         \
+  REQUIRE_DEVICE();                                                                                \
+  if (!gpu()->deviceInfo().endsLongLoops)                                                          \
+  GTEST_SKIP() << "the device (" << gpu()->deviceInfo().name << ") does not end long loops"
+
+// Mesa's lavapipe ends the loops of an invocation after 65535 iterations
+// in all and carries on after the loop: without the checks the repro's
+// 100000 increments leave 65535, with them (lavapipe's default) the launch
+// fails naming the loop, and the next launch works.
+TEST_F(VulkanBackendTest, LoopsLavapipeEndsEarlyAreErrorsNamingTheLoop) {
+  REQUIRE_LAVAPIPE();
+  const VulkanDeviceInfo &info = gpu()->deviceInfo();
+  EXPECT_TRUE(info.checkLoopExits); // VulkanLoopExitChecks::Auto
+  EXPECT_EQ(info.driverId, 13u);    // VK_DRIVER_ID_MESA_LLVMPIPE
+  EXPECT_NE(info.name.find("llvmpipe"), std::string::npos) << info.name;
+
+  auto [s, value] = runSerialLoop(*gpu(), 100000);
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s.message();
+  EXPECT_EQ(message(s),
+            "loop.qd:5:5: error: the Vulkan driver ended this `for` loop before the program did "
+            "(Mesa's lavapipe ends the loops of an invocation after 65535 iterations in all, and "
+            "the result would have been wrong); run the kernel on another Vulkan device or "
+            "backend, or spread the work over the iterations of a parallel task (in kernel "
+            "@main, task at loop.qd:3:3: `for` loop)");
+  // A loop that fits runs to its end, on the same backend.
+  auto [ok, sixty] = runSerialLoop(*gpu(), 60000);
+  EXPECT_TRUE(ok.ok()) << ok.message();
+  EXPECT_EQ(sixty, 60000);
+  // 65534 iterations and the pass that finds the end: the most one loop
+  // may run.
+  auto [edge, most] = runSerialLoop(*gpu(), 65534);
+  EXPECT_TRUE(edge.ok()) << edge.message();
+  EXPECT_EQ(most, 65534);
+
+  // Without the checks the driver's answer is wrong, silently: what the
+  // checks catch.
+  auto off = withLoopChecks(VulkanLoopExitChecks::Off);
+  ASSERT_TRUE(off);
+  EXPECT_FALSE(off->deviceInfo().checkLoopExits);
+  auto [unchecked, wrong] = runSerialLoop(*off, 100000);
+  EXPECT_TRUE(unchecked.ok()) << unchecked.message();
+  EXPECT_EQ(wrong, 65535);
+  auto on = withLoopChecks(VulkanLoopExitChecks::On);
+  ASSERT_TRUE(on);
+  EXPECT_TRUE(on->deviceInfo().checkLoopExits);
+  EXPECT_TRUE(endedByTheDriver(runSerialLoop(*on, 100000).first));
+}
+
+// lavapipe's count is cumulative: every loop an invocation runs (each
+// iteration, plus the pass that finds a `for`'s end) draws on the same
+// 65535, and the invocations of one SIMD vector (8 on AVX2) share it. The
+// error names the loop that was ended.
+TEST_F(VulkanBackendTest, LavapipeCountsTheIterationsOfEveryLoopOfAnInvocation) {
+  REQUIRE_LAVAPIPE();
+  // `for %<i> = 0 to %<n>`, adding one to @s[%<at>] (five lines, column 5).
+  auto loop = [](const std::string &i, const std::string &n, const std::string &at) {
+    return fmt::format(R"(    for %{0} = 0 to %{1} {{
+      %v{0} = load @s[%{2}] : i32
+      %w{0} = add %v{0}, %o : i32
+      store @s[%{2}], %w{0}
+    }}
+)",
+                       i, n, at);
+  };
+  auto module = *parseModule(fmt::format(R"(field @s : i32[16]
+kernel @seq(%n: i32) {{
+  serial {{
+    %z = const 0 : i32
+    %o = const 1 : i32
+{}{}  }}
+}}
+kernel @lanes(%n: i32) {{
+  parallel for %t = 0 to 16 {{
+    %z = const 0 : i32
+    %o = const 1 : i32
+    %two = const 2 : i32
+    %r = rem %t, %two : i32
+    %even = cmp eq %r, %z : i32
+    %na = select %even, %n, %z : i32
+    %nb = select %even, %z, %n : i32
+{}{}  }}
+}}
+)",
+                                         loop("i", "n", "z"), loop("j", "n", "o"),
+                                         loop("a", "na", "t"), loop("b", "nb", "t")),
+                             {"count.qd", 1});
+  auto off = withLoopChecks(VulkanLoopExitChecks::Off);
+  ASSERT_TRUE(off);
+  std::vector<LaunchArg> forty{LaunchArg::i32(40000)};
+  // Two loops of 40000: the second gets 65535 - 40001.
+  auto program = *Program::create(*module);
+  ASSERT_TRUE(program->launch("seq", forty, *off).ok());
+  EXPECT_EQ(program->field("s")->get(0).i, 40000);
+  EXPECT_EQ(program->field("s")->get(1).i, 25534);
+  // Even invocations run the first loop, odd ones the second: each runs
+  // 40000 iterations, but its vector's count is spent by its neighbours'.
+  program = *Program::create(*module);
+  ASSERT_TRUE(program->launch("lanes", forty, *off).ok());
+  EXPECT_EQ(program->field("s")->get(0).i, 40000);
+  EXPECT_EQ(program->field("s")->get(1).i, 25534);
+  // With the checks: the second loop, in both.
+  for (const char *kernel : {"seq", "lanes"}) {
+    program = *Program::create(*module);
+    absl::Status s = program->launch(kernel, forty, *gpu());
+    EXPECT_TRUE(endedByTheDriver(s)) << kernel << ": " << s.message();
+    std::string at = kernel == std::string("seq") ? "count.qd:11:5:" : "count.qd:32:5:";
+    EXPECT_EQ(message(s).rfind(at, 0), 0u) << message(s);
+    std::vector<LaunchArg> fits{LaunchArg::i32(30000)};
+    ASSERT_TRUE(program->launch(kernel, fits, *gpu()).ok()) << kernel;
+  }
+}
+
+// A parallel task on a grid of 64 invocations: 64 x 70000 iterations are
+// 70000 passes of each invocation's grid-stride loop, which lavapipe ends;
+// the error names the task and says to give it more invocations, which
+// (the default grid of 65536: 69 passes each) runs it to its end.
+TEST_F(VulkanBackendTest, AParallelTaskWithTooManyIterationsPerInvocationIsAnError) {
+  REQUIRE_LAVAPIPE();
+  auto module = *parseModule(R"(field @c : i32[64]
+kernel @k(%n: i32) {
+  parallel for %i = 0 to %n {
+    %sixty4 = const 64 : i32
+    %b = rem %i, %sixty4 : i32
+    %one = const 1 : i32
+    atomic_add @c[%b], %one : i32
+  }
+}
+)",
+                             {"grid.qd", 1});
+  std::vector<LaunchArg> args{LaunchArg::i32(64 * 70000)};
+  auto small = withLoopChecks(VulkanLoopExitChecks::Auto, 64);
+  ASSERT_TRUE(small);
+  auto program = *Program::create(*module);
+  absl::Status s = program->launch("k", args, *small);
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s.message();
+  EXPECT_EQ(message(s).rfind("grid.qd:3:3: error: the Vulkan driver ended this parallel task's "
+                             "grid-stride loop before the program did",
+                             0),
+            0u)
+      << message(s);
+  EXPECT_NE(message(s).find("give the task more invocations (VulkanBackendOptions::maxThreads)"),
+            std::string::npos);
+  EXPECT_NE(message(s).find("(in kernel @k, task at grid.qd:3:3: `parallel for` loop)"),
+            std::string::npos)
+      << message(s);
+  // Without the checks iterations are lost, silently: invocation t, which
+  // runs the iterations i = t mod 64, stops after 65535.
+  auto off = withLoopChecks(VulkanLoopExitChecks::Off, 64);
+  ASSERT_TRUE(off);
+  program = *Program::create(*module);
+  ASSERT_TRUE(program->launch("k", args, *off).ok());
+  EXPECT_EQ(program->field("c")->get(5).i, 65535);
+  // More invocations: the task runs to its end.
+  program = *Program::create(*module);
+  s = program->launch("k", args, *gpu());
+  ASSERT_TRUE(s.ok()) << s.message();
+  for (int64_t i = 0; i < 64; ++i)
+    ASSERT_EQ(program->field("c")->get(i).i, 70000) << i;
+  // An inner loop that the task's invocations each run 70000 times.
+  auto inner = *parseModule(R"(field @c : i32[64]
+kernel @k(%n: i32) {
+  parallel for %i = 0 to 64 {
+    %one = const 1 : i32
+    for %j = 0 to %n {
+      atomic_add @c[%i], %one : i32
+    }
+  }
+}
+)",
+                            {"inner.qd", 1});
+  program = *Program::create(*inner);
+  std::vector<LaunchArg> many{LaunchArg::i32(70000)};
+  s = program->launch("k", many, *gpu());
+  EXPECT_TRUE(endedByTheDriver(s)) << s.message();
+  EXPECT_EQ(message(s).rfind("inner.qd:5:5: error: the Vulkan driver ended this `for` loop", 0), 0u)
+      << message(s);
+  EXPECT_NE(message(s).find("or give each invocation fewer loop iterations to run"),
+            std::string::npos);
 }
 
 /// A field incremented per element on the device, and a read-only field.

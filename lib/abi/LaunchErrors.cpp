@@ -75,11 +75,21 @@ absl::Status adStackOverflowError(const Kernel &kernel, const AdStackAllocaStmt 
       stack.loc().str(), stack.loc().str(), launchWhere(kernel, task), capacity, needed));
 }
 
+namespace {
+
+/// "in kernel @k, task at f.qd:3:3: `for` loop": the loop by its keyword
+/// (printing it would print its whole body).
+std::string loopWhere(const Kernel &kernel, const Stmt &loop, const Stmt *task) {
+  auto *f = dyn_cast<ForStmt>(&loop);
+  return fmt::format("in {}: `{}{}` loop", launchWhere(kernel, task),
+                     f && f->isParallel() ? "parallel " : "", mnemonic(loop.kind()));
+}
+
+} // namespace
+
 absl::Status launchStoppedError(const Kernel &kernel, const Stmt &loop, const Stmt *task,
                                 StopReason reason, int64_t limit) {
-  // The loop by its keyword: printing it would print its whole body.
-  std::string where =
-      fmt::format("in {}: `{}` loop", launchWhere(kernel, task), mnemonic(loop.kind()));
+  std::string where = loopWhere(kernel, loop, task);
   switch (reason) {
   case StopReason::Timeout:
     return absl::DeadlineExceededError(fmt::format(
@@ -103,6 +113,35 @@ absl::Status launchStoppedError(const Kernel &kernel, const Stmt &loop, const St
   }
   return absl::InternalError(fmt::format("{}: the launch reported stop reason {} ({})",
                                          loop.loc().str(), int(reason), where));
+}
+
+absl::Status loopEndedEarlyError(const Kernel &kernel, const Stmt &loop, const Stmt *task) {
+  auto *f = dyn_cast<ForStmt>(&loop);
+  bool isLoop = f || isa<WhileStmt>(loop);
+  std::string what, fix, where;
+  if (f && f->isParallel()) {
+    what = "this parallel task's grid-stride loop";
+    fix = "give the task more invocations (VulkanBackendOptions::maxThreads) so that each runs "
+          "fewer of its iterations, or run the kernel on another Vulkan device or backend";
+  } else {
+    what = isLoop ? fmt::format("this `{}` loop", mnemonic(loop.kind()))
+                  : fmt::format("the compare-exchange loop of this `{}`", mnemonic(loop.kind()));
+    const auto *t = dyn_cast<ForStmt>(task);
+    fix = t && t->isParallel()
+              ? "run the kernel on another Vulkan device or backend, or give each invocation "
+                "fewer loop iterations to run (fewer in the task's loops, or more invocations, "
+                "VulkanBackendOptions::maxThreads, so that each runs fewer of the task's "
+                "iterations)"
+              : "run the kernel on another Vulkan device or backend, or spread the work over "
+                "the iterations of a parallel task";
+  }
+  where = isLoop ? loopWhere(kernel, loop, task)
+                 : fmt::format("in {}: {}", launchWhere(kernel, task), printStmt(loop));
+  return absl::ResourceExhaustedError(fmt::format(
+      "{}: error: the Vulkan driver ended {} before the program did (Mesa's lavapipe ends the "
+      "loops of an invocation after {} iterations in all, and the result would have been "
+      "wrong); {} ({})",
+      loop.loc().str(), what, kLavapipeLoopIterations, fix, where));
 }
 
 } // namespace qd

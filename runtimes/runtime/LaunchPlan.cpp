@@ -207,6 +207,8 @@ absl::Status LaunchPlan::finish(const QdErrorRecord &record,
     return launchStoppedError(*kernel_, *site.stmt, taskOf(site.stmt), reason,
                               stopLimit(*options_, reason));
   }
+  if (site.loopExitCheck)
+    return loopEndedEarlyError(*kernel_, *site.stmt, taskOf(site.stmt));
   std::string what =
       site.indexCheck ? indexErrorText(cast<GlobalAccessStmt>(*site.stmt), record.data) : site.what;
   return statementError(*kernel_, *site.stmt, taskOf(site.stmt), what);

@@ -174,6 +174,7 @@ absl::StatusOr<VulkanBackend::Impl::Compiled *> VulkanBackend::Impl::compile(con
   so.features = device->info().features;
   so.features.atomicFloat32Add &= options.floatAtomics;
   so.features.atomicFloat64Add &= options.floatAtomics;
+  so.checkLoopExits = device->info().checkLoopExits;
   auto spirv = emitSpirv(kernel, so);
   if (!spirv.ok())
     return spirv.status();

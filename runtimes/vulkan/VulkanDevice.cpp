@@ -352,6 +352,12 @@ absl::StatusOr<std::shared_ptr<Device>> Device::open(const VulkanBackendOptions 
     return unavailable(fmt::format("device '{}' supports Vulkan {}.{}; qd needs 1.1", info.name,
                                    VK_API_VERSION_MAJOR(p.apiVersion),
                                    VK_API_VERSION_MINOR(p.apiVersion)));
+  uint32_t extCount = 0;
+  api.EnumerateDeviceExtensionProperties(d->physical_, nullptr, &extCount, nullptr);
+  std::vector<VkExtensionProperties> exts(extCount);
+  api.EnumerateDeviceExtensionProperties(d->physical_, nullptr, &extCount, exts.data());
+  d->identifyDriver(options, p.apiVersion >= VK_API_VERSION_1_2 ||
+                                 hasExtension(exts, VK_KHR_DRIVER_PROPERTIES_EXTENSION_NAME));
 
   // A queue family with compute.
   uint32_t families = 0;
@@ -366,10 +372,6 @@ absl::StatusOr<std::shared_ptr<Device>> Device::open(const VulkanBackendOptions 
     return unavailable(fmt::format("device '{}' has no compute queue", info.name));
 
   // The features qd's SPIR-V may use, where the device has them.
-  uint32_t extCount = 0;
-  api.EnumerateDeviceExtensionProperties(d->physical_, nullptr, &extCount, nullptr);
-  std::vector<VkExtensionProperties> exts(extCount);
-  api.EnumerateDeviceExtensionProperties(d->physical_, nullptr, &extCount, exts.data());
   bool hasAtomic64 = hasExtension(exts, VK_KHR_SHADER_ATOMIC_INT64_EXTENSION_NAME);
   bool hasAtomicFloat = hasExtension(exts, VK_EXT_SHADER_ATOMIC_FLOAT_EXTENSION_NAME);
   auto atomic64 = vk::make<VkPhysicalDeviceShaderAtomicInt64Features>(
@@ -459,6 +461,35 @@ absl::StatusOr<std::shared_ptr<Device>> Device::open(const VulkanBackendOptions 
       !s.ok())
     return s;
   return d;
+}
+
+void Device::identifyDriver(const VulkanBackendOptions &options, bool hasDriverProperties) {
+  VulkanDeviceInfo &info = info_;
+  if (hasDriverProperties) {
+    auto driver = vk::make<VkPhysicalDeviceDriverProperties>(
+        VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES);
+    auto props =
+        vk::make<VkPhysicalDeviceProperties2>(VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2);
+    props.pNext = &driver;
+    api_.GetPhysicalDeviceProperties2(physical_, &props);
+    info.driverId = uint32_t(driver.driverID);
+    info.driverName = driver.driverName;
+  }
+  // gallivm's loop limiter (LP_MAX_TGSI_LOOP_ITERATIONS) ends the loops of
+  // llvmpipe's shaders: docs/runtime.md, "Vulkan backend".
+  info.endsLongLoops = info.driverId ? info.driverId == VK_DRIVER_ID_MESA_LLVMPIPE
+                                     : lower(info.name).find("llvmpipe") != std::string::npos;
+  switch (options.loopExitChecks) {
+  case VulkanLoopExitChecks::Auto:
+    info.checkLoopExits = info.endsLongLoops;
+    break;
+  case VulkanLoopExitChecks::On:
+    info.checkLoopExits = true;
+    break;
+  case VulkanLoopExitChecks::Off:
+    info.checkLoopExits = false;
+    break;
+  }
 }
 
 Device::~Device() {

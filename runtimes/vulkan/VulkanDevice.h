@@ -31,6 +31,7 @@ namespace qd::vk {
   X(DestroyInstance)                                                                               \
   X(EnumeratePhysicalDevices)                                                                      \
   X(GetPhysicalDeviceProperties)                                                                   \
+  X(GetPhysicalDeviceProperties2)                                                                  \
   X(GetPhysicalDeviceFeatures2)                                                                    \
   X(GetPhysicalDeviceQueueFamilyProperties)                                                        \
   X(GetPhysicalDeviceMemoryProperties)                                                             \
@@ -185,6 +186,10 @@ private:
   Device() = default;
   /// The instance, with the validation layer and a messenger when asked.
   absl::Status createInstance(const VulkanBackendOptions &options, uint32_t version);
+  /// Fills the driver fields of info_ (driverId, driverName, endsLongLoops,
+  /// checkLoopExits); `hasDriverProperties`: the device reports
+  /// VkPhysicalDeviceDriverProperties (Vulkan 1.2 or VK_KHR_driver_properties).
+  void identifyDriver(const VulkanBackendOptions &options, bool hasDriverProperties);
   Api api_;
   // Declared before the handles: outlives the messenger and the instance.
   std::unique_ptr<ValidationLog> validation_;

@@ -19,7 +19,8 @@
 // kernel only) of the amdgpu target. --target=spirv prints the disassembly
 // of each kernel's SPIR-V module (validated; with --optimize after
 // SPIRV-Tools' performance passes; --atomic-float-add: for a device with
-// SPV_EXT_shader_atomic_float_add).
+// SPV_EXT_shader_atomic_float_add; --check-loop-exits: with the checks
+// after every loop that the Vulkan backend compiles for lavapipe).
 // Any diagnostic goes to stderr and the exit code is 1.
 //
 //===----------------------------------------------------------------------===//
@@ -64,6 +65,7 @@ struct Options {
   qd::VectorMathIsa vectorIsa = qd::VectorMathIsa::Avx2;
   bool optimize = false;
   bool atomicFloatAdd = false;
+  bool checkLoopExits = false;
 };
 
 constexpr const char *kUsage =
@@ -78,6 +80,9 @@ constexpr const char *kUsage =
     "                         module)\n"
     "  --atomic-float-add     spirv: the device has float atomic adds\n"
     "                         (SPV_EXT_shader_atomic_float_add)\n"
+    "  --check-loop-exits     spirv: an error site after every loop that the driver\n"
+    "                         ended before the program did (what the vulkan\n"
+    "                         backend compiles for lavapipe, docs/runtime.md)\n"
     "  --emit=<what>          llvm (LLVM IR, the default), ptx (PTX text of the\n"
     "                         nvptx target; implies --target=nvptx), amdgcn (AMDGPU\n"
     "                         ISA assembly) or hsaco (an AMDGPU code object, for one\n"
@@ -170,6 +175,8 @@ std::optional<int> parseArgs(int argc, char **argv, Options &opts) {
         return fail("--vector-isa takes sse4, avx2 or avx512, got '" + *v + "'");
     } else if (arg == "--atomic-float-add") {
       opts.atomicFloatAdd = true;
+    } else if (arg == "--check-loop-exits") {
+      opts.checkLoopExits = true;
     } else if (arg == "--optimize") {
       opts.optimize = true;
     } else if (arg == "-o") {
@@ -200,6 +207,9 @@ int main(int argc, char **argv) {
   bool spirv = opts.target == "spirv";
   if (spirv && opts.emit != "llvm")
     return fail("--emit=" + opts.emit + " does not go with --target=spirv (spirv prints SPIR-V)");
+  if (!spirv && (opts.atomicFloatAdd || opts.checkLoopExits))
+    return fail(std::string(opts.atomicFloatAdd ? "--atomic-float-add" : "--check-loop-exits") +
+                " needs --target=spirv (options of the SPIR-V code)");
   if (spirv && opts.localAdStacks > 0)
     return fail("--local-adstacks needs --target=nvptx (only the CUDA backend runs local "
                 "tapes; the spirv target keeps adstacks in the heap)");
@@ -285,6 +295,7 @@ int main(int argc, char **argv) {
     options.boundsChecked = opts.boundsCheck;
     options.optimize = opts.optimize;
     options.features.atomicFloat32Add = options.features.atomicFloat64Add = opts.atomicFloatAdd;
+    options.checkLoopExits = opts.checkLoopExits;
     for (const qd::Kernel *kernel : kernels) {
       auto emitted = qd::emitSpirv(*kernel, options);
       if (!emitted.ok())

@@ -38,6 +38,10 @@ struct KernelLayout {
     /// The stop check at a loop's back edge: the error data holds the
     /// StopReason the host gave (QdLaunchContext::stop).
     bool stopCheck = false;
+    /// The check after a loop that a driver may end before the program
+    /// does (SpirvOptions::checkLoopExits): `stmt` is the loop, or the
+    /// float atomic add whose compare-exchange loop it is.
+    bool loopExitCheck = false;
   };
   struct Stack {
     const AdStackAllocaStmt *stmt;

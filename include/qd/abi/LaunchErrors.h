@@ -68,5 +68,15 @@ absl::Status adStackOverflowError(const Kernel &kernel, const AdStackAllocaStmt 
 /// (LoopLimit).
 absl::Status launchStoppedError(const Kernel &kernel, const Stmt &loop, const Stmt *task,
                                 StopReason reason, int64_t limit);
+/// The Vulkan driver ended `loop` (a `for`, a `while`, a parallel task's
+/// grid-stride loop, or the compare-exchange loop of a float atomic add)
+/// before the program did: Mesa's lavapipe leaves an invocation's loops
+/// after 65535 iterations in all (SpirvOptions::checkLoopExits). A
+/// ResourceExhausted status: the launch ran out of the driver's iteration
+/// budget, and runs elsewhere.
+absl::Status loopEndedEarlyError(const Kernel &kernel, const Stmt &loop, const Stmt *task);
+/// The iterations lavapipe (Mesa's llvmpipe, gallivm's loop limiter) lets
+/// the loops of one invocation run in all.
+inline constexpr int64_t kLavapipeLoopIterations = 65535;
 
 } // namespace qd

@@ -28,6 +28,11 @@
 // With VulkanBackendOptions::validation, the Khronos validation layer checks
 // every call, and its warnings and errors are collected
 // (validationMessages()); the tests run with it and expect none.
+// Mesa's lavapipe silently ends the loops of an invocation after 65535
+// iterations in all; on it (VulkanDeviceInfo::endsLongLoops) the code
+// checks every loop's exit, and a loop the driver ended is a
+// ResourceExhausted error naming it (VulkanBackendOptions::loopExitChecks;
+// docs/runtime.md, "Vulkan backend").
 //
 //===----------------------------------------------------------------------===//
 #pragma once
@@ -43,6 +48,14 @@
 #include <vector>
 
 namespace qd {
+
+/// Whether the code checks that loops end where the program says
+/// (SpirvOptions::checkLoopExits).
+enum class VulkanLoopExitChecks {
+  Auto, // on where the driver ends long loops (lavapipe), off elsewhere
+  On,
+  Off,
+};
 
 struct VulkanBackendOptions {
   /// Which device: a physical-device index ("0", "1"), or a substring of
@@ -80,6 +93,11 @@ struct VulkanBackendOptions {
   /// Use the device's float atomic adds where it has them; false: the
   /// compare-exchange loop every device runs (tests both on one device).
   bool floatAtomics = true;
+  /// Loop exit checks: Mesa's lavapipe ends the loops of an invocation
+  /// after 65535 iterations in all, silently; with the checks such a loop
+  /// is a ResourceExhausted error naming it (VulkanDeviceInfo::
+  /// checkLoopExits says what was decided).
+  VulkanLoopExitChecks loopExitChecks = VulkanLoopExitChecks::Auto;
 };
 
 struct VulkanDeviceInfo {
@@ -91,6 +109,17 @@ struct VulkanDeviceInfo {
   bool cpu = false;
   SpirvFeatures features;
   uint64_t maxStorageBufferRange = 0;
+  /// VkPhysicalDeviceDriverProperties::driverID (a VkDriverId; 0 where the
+  /// device does not report it) and driverName.
+  uint32_t driverId = 0;
+  std::string driverName;
+  /// The driver ends an invocation's loops after a number of iterations
+  /// (lavapipe: VK_DRIVER_ID_MESA_LLVMPIPE, or "llvmpipe" in the name of
+  /// a device that reports no driver ID).
+  bool endsLongLoops = false;
+  /// The code checks loop exits: VulkanBackendOptions::loopExitChecks, Auto
+  /// deciding by endsLongLoops.
+  bool checkLoopExits = false;
 };
 
 class VulkanBackend : public Backend {

@@ -21,6 +21,7 @@ namespace qd::spirv {
 namespace {
 
 constexpr uint32_t kScopeDevice = uint32_t(spv::Scope::Device);
+constexpr uint32_t kVolatile = uint32_t(spv::MemoryAccessMask::Volatile);
 /// Bindings of set 0.
 constexpr uint32_t kControlBinding = 0, kHeapBinding = 1, kFirstSlotBinding = 2;
 
@@ -233,6 +234,13 @@ absl::Status SpirvEmitter::run() {
       }
     }
     endFunction(fn, name, false);
+  }
+  if (loopFlagsVar_) {
+    Id u32 = b_.tU32();
+    Id array = m_.typeArray(u32, b_.u32(loopFlagWords_ * opts_.workgroupSize));
+    m_.globalVariable(m_.typePointer(spv::StorageClass::Workgroup, array),
+                      spv::StorageClass::Workgroup, loopFlagsVar_);
+    m_.name(loopFlagsVar_, "loop_exit_flags");
   }
   if (!error_.empty())
     return absl::InternalError(error_);
@@ -495,6 +503,62 @@ void SpirvEmitter::raiseIf(Id cond, unsigned id, const std::vector<std::pair<Id,
       });
     b_.ret();
   });
+}
+
+ExitFlag SpirvEmitter::beginExitCheck() {
+  if (!opts_.checkLoopExits)
+    return {};
+  if (!loopFlagsVar_)
+    loopFlagsVar_ = m_.newId();
+  unsigned level = fn_->exitDepth++;
+  loopFlagWords_ = std::max(loopFlagWords_, level / 32 + 1);
+  Id u32 = b_.tU32();
+  if (!fn_->localIndex)
+    fn_->localIndex = fn_->parallelTask < 0 ? b_.u32(0) : inPrologue([&] {
+      return b_.op(spv::Op::OpUMod, u32, {fn_->thread, b_.u32(opts_.workgroupSize)});
+    });
+  Id index = b_.iadd(u32, fn_->localIndex, b_.u32(level / 32 * opts_.workgroupSize));
+  ExitFlag flag{b_.op(spv::Op::OpAccessChain, m_.typePointer(spv::StorageClass::Workgroup, u32),
+                      {loopFlagsVar_, index}),
+                b_.u32(1u << (level % 32))};
+  // Volatile: the bit is read after a path the program's semantics do not
+  // have (the driver's exit), so no compiler may forward what it knows.
+  Id word = b_.op(spv::Op::OpLoad, u32, {flag.ptr, kVolatile});
+  b_.inst(spv::Op::OpStore,
+          {flag.ptr,
+           b_.op(spv::Op::OpBitwiseAnd, u32, {word, b_.op(spv::Op::OpNot, u32, {flag.bit})}),
+           kVolatile});
+  return flag;
+}
+
+Id SpirvEmitter::exitFlagNever() {
+  if (!fn_->never)
+    fn_->never = inPrologue([&] {
+      return b_.cmp(spv::Op::OpUGreaterThanEqual, controlWord(SpirvLaunchData::kThreads),
+                    b_.u32(0x80000000u));
+    });
+  return fn_->never;
+}
+
+void SpirvEmitter::setExit(const ExitFlag &flag, Id cond) {
+  if (!flag)
+    return;
+  Id u32 = b_.tU32();
+  Id bit = cond ? b_.select(u32, cond, flag.bit, b_.u32(0)) : flag.bit;
+  Id word = b_.op(spv::Op::OpLoad, u32, {flag.ptr, kVolatile});
+  b_.inst(spv::Op::OpStore, {flag.ptr, b_.op(spv::Op::OpBitwiseOr, u32, {word, bit}), kVolatile});
+}
+
+void SpirvEmitter::checkExit(const ExitFlag &flag, const Stmt &stmt) {
+  if (!flag)
+    return;
+  --fn_->exitDepth;
+  unsigned id = site(stmt, "");
+  layout_.sites.back().loopExitCheck = true;
+  Id u32 = b_.tU32();
+  Id word = b_.op(spv::Op::OpLoad, u32, {flag.ptr, kVolatile});
+  Id bit = b_.op(spv::Op::OpBitwiseAnd, u32, {word, flag.bit});
+  raiseIf(b_.cmp(spv::Op::OpIEqual, bit, b_.u32(0)), id);
 }
 
 //===--- Arithmetic -------------------------------------------------------===//
@@ -888,11 +952,11 @@ void SpirvEmitter::globalAccess(GlobalAccessStmt &g) {
     b_.op(Op::OpAtomicSMax, slot.storage,
           {ptr, b_.u32(kScopeDevice), b_.u32(0), get(cast<AtomicMaxStmt>(g).value())});
   } else {
-    atomicAdd(slot, ptr, get(cast<AtomicAddStmt>(g).value()));
+    atomicAdd(cast<AtomicAddStmt>(g), slot, ptr, get(cast<AtomicAddStmt>(g).value()));
   }
 }
 
-void SpirvEmitter::atomicAdd(const SlotInfo &slot, Id ptr, Id value) {
+void SpirvEmitter::atomicAdd(const AtomicAddStmt &add, const SlotInfo &slot, Id ptr, Id value) {
   using spv::Op;
   Id scope = b_.u32(kScopeDevice), none = b_.u32(0);
   switch (slot.elem) {
@@ -918,6 +982,7 @@ void SpirvEmitter::atomicAdd(const SlotInfo &slot, Id ptr, Id value) {
   // A compare-exchange loop on the bits.
   Id ft = b_.typeOf(slot.elem);
   Id header = m_.newId(), body = m_.newId(), cont = m_.newId(), merge = m_.newId();
+  ExitFlag exited = beginExitCheck();
   b_.branch(header);
   b_.label(header);
   b_.loopMerge(merge, cont);
@@ -927,10 +992,12 @@ void SpirvEmitter::atomicAdd(const SlotInfo &slot, Id ptr, Id value) {
   Id sum = b_.bitcast(slot.storage, b_.fadd(ft, b_.bitcast(ft, old), value));
   Id got = b_.op(Op::OpAtomicCompareExchange, slot.storage, {ptr, scope, none, none, sum, old});
   Id done = b_.cmp(Op::OpIEqual, got, old);
+  setExit(exited, done);
   b_.branch(cont);
   b_.label(cont);
   b_.condBranch(done, merge, header);
   b_.label(merge);
+  checkExit(exited, add);
 }
 
 //===--- Control flow -----------------------------------------------------===//
@@ -938,16 +1005,24 @@ void SpirvEmitter::atomicAdd(const SlotInfo &slot, Id ptr, Id value) {
 void SpirvEmitter::loop(const Stmt *stmt, const std::function<Id()> &cond,
                         const std::function<void()> &body, const std::function<void()> &step) {
   Id header = m_.newId(), bodyBB = m_.newId(), cont = m_.newId(), merge = m_.newId();
+  ExitFlag exited = beginExitCheck();
   b_.branch(header);
   b_.label(header);
   Id c = cond ? cond() : 0;
   b_.loopMerge(merge, cont);
-  if (c)
+  if (c && exited) { // the condition fails: a block in the loop marks the exit
+    Id done = m_.newId();
+    b_.condBranch(c, bodyBB, done);
+    b_.label(done);
+    setExit(exited);
+    b_.branch(merge);
+  } else if (c) {
     b_.condBranch(c, bodyBB, merge);
-  else
+  } else {
     b_.branch(bodyBB);
+  }
   b_.label(bodyBB);
-  fn_->loops.push_back({cont, merge, stmt});
+  fn_->loops.push_back({cont, merge, stmt, exited});
   body();
   fn_->loops.pop_back();
   if (b_.open)
@@ -955,8 +1030,12 @@ void SpirvEmitter::loop(const Stmt *stmt, const std::function<Id()> &cond,
   b_.label(cont);
   if (step)
     step();
-  b_.branch(header);
+  if (exited) // a second way out, never taken (exitFlagNever)
+    b_.condBranch(exitFlagNever(), merge, header);
+  else
+    b_.branch(header);
   b_.label(merge);
+  checkExit(exited, *stmt);
 }
 
 void SpirvEmitter::visitForStmt(ForStmt &s) {
@@ -984,6 +1063,7 @@ void SpirvEmitter::visitWhileStmt(WhileStmt &s) {
 }
 
 void SpirvEmitter::visitBreakStmt(BreakStmt &) {
+  setExit(fn_->loops.back().exited);
   b_.branch(fn_->loops.back().breakTo);
 }
 

@@ -42,9 +42,20 @@ struct StackState {
   Id base = 0, row = 0, capacity = 0, depth = 0, excess = 0;
 };
 
+/// With SpirvOptions::checkLoopExits, a loop's exit flag: bit `bit` of the
+/// invocation's word at `ptr` of the loop flags (Workgroup memory, which
+/// neither SPIRV-Tools nor a driver turns into SSA values: a flag in a
+/// register would fold to "set", as the program's semantics say every path
+/// out of a loop sets it). Null without checks.
+struct ExitFlag {
+  Id ptr = 0, bit = 0;
+  explicit operator bool() const { return ptr != 0; }
+};
+
 struct LoopFrame {
   Id continueTo, breakTo;
   const Stmt *stmt;
+  ExitFlag exited;
 };
 
 class SpirvEmitter : public ExhaustiveStmtVisitor<SpirvEmitter> {
@@ -90,6 +101,11 @@ private:
     std::map<unsigned, StackState> stacks;
     std::vector<LoopFrame> loops;
     Id thread = 0; // u32
+    /// Checked loops open around the code being emitted (their exit flags'
+    /// nesting level).
+    unsigned exitDepth = 0;
+    Id localIndex = 0; // u32: the invocation in its workgroup
+    Id never = 0;      // bool: exitFlagNever()
     std::array<Id, ForStmt::kMaxDims> bandIndex{};
     int parallelTask = -1;
   };
@@ -135,13 +151,28 @@ private:
   unsigned site(const Stmt &s, std::string what);
   /// if (cond) { record site `id` with `data`; return; }
   void raiseIf(Id cond, unsigned id, const std::vector<std::pair<Id, Id>> &data = {});
+  /// With SpirvOptions::checkLoopExits, before a loop: its exit flag,
+  /// cleared (null without checks; one bit per nesting level). setExit sets
+  /// it where the loop ends as the program says (where `cond` holds, if
+  /// given); checkExit, after the loop's merge block, raises `stmt`'s error
+  /// site where it is not set (the driver left the loop) and frees the
+  /// level.
+  ExitFlag beginExitCheck();
+  void setExit(const ExitFlag &flag, Id cond = 0);
+  /// False, in a way no compiler can know (T >= 2^31; T is below 2^26): a
+  /// checked loop's back edge leaves on it, so that every checked loop has
+  /// two exits. On lavapipe the check of a loop with one exit never fired,
+  /// as if the flag's store on that exit had been moved after the loop.
+  Id exitFlagNever();
+  void checkExit(const ExitFlag &flag, const Stmt &stmt);
 
   // Parts.
   Id integerBinary(BinaryStmt &s, Id x, Id y);
   Id floatMinMax(Id x, Id y, ScalarType t, bool isMin);
   void globalAccess(GlobalAccessStmt &g);
   unsigned slotOf(const GlobalAccessStmt &g);
-  void atomicAdd(const SlotInfo &slot, Id ptr, Id value);
+  /// `add`'s add of `value` to *ptr (its loop's error site names `add`).
+  void atomicAdd(const AtomicAddStmt &add, const SlotInfo &slot, Id ptr, Id value);
   const StackState &stack(unsigned id);
   void adStackOp(AdStackOpStmt &op);
   /// A loop: header (OpLoopMerge), `cond()` deciding whether to run the
@@ -163,6 +194,12 @@ private:
   std::map<const Stmt *, unsigned> slotOfStmt_;
   std::unordered_map<const Value *, unsigned> stackIds_;
   Id controlVar_ = 0, heapVar_ = 0, uintPtr_ = 0, gidVar_ = 0;
+  /// The loop exit flags: `uint[loopFlagWords_ * workgroupSize]` in
+  /// Workgroup memory, declared at the end (when the deepest nesting is
+  /// known); word `level / 32 * workgroupSize + local invocation` holds
+  /// bit `level % 32` of an invocation's loops.
+  Id loopFlagsVar_ = 0;
+  unsigned loopFlagWords_ = 0;
   bool needsInt64_ = false, needsFloat64_ = false;
 
   DeviceEntryPlan plan_;

@@ -80,6 +80,9 @@ Id SpirvModule::typeFloat(unsigned width) {
 Id SpirvModule::typeVector(Id elem, unsigned n) {
   QD_SPIRV_TYPE(OpTypeVector, elem, n);
 }
+Id SpirvModule::typeArray(Id elem, Id length) {
+  QD_SPIRV_TYPE(OpTypeArray, elem, length);
+}
 Id SpirvModule::typePointer(spv::StorageClass sc, Id pointee) {
   QD_SPIRV_TYPE(OpTypePointer, uint32_t(sc), pointee);
 }
@@ -166,8 +169,9 @@ Id SpirvModule::constNull(Id type) {
   return id;
 }
 
-Id SpirvModule::globalVariable(Id pointerType, spv::StorageClass sc) {
-  Id id = newId();
+Id SpirvModule::globalVariable(Id pointerType, spv::StorageClass sc, Id id) {
+  if (!id)
+    id = newId();
   emitInst(globals_, spv::Op::OpVariable, {pointerType, id, uint32_t(sc)});
   return id;
 }

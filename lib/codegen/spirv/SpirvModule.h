@@ -42,6 +42,8 @@ public:
   Id typeInt(unsigned width, bool isSigned);
   Id typeFloat(unsigned width);
   Id typeVector(Id elem, unsigned n);
+  /// An array of `length` (the id of a constant) `elem`s.
+  Id typeArray(Id elem, Id length);
   Id typePointer(spv::StorageClass sc, Id pointee);
   /// A runtime array of `elem` with `stride` and a Block struct holding it.
   Id typeBufferBlock(Id elem, unsigned stride);
@@ -60,8 +62,9 @@ public:
   Id constFloat(unsigned width, double v) { return width == 32 ? constF32(float(v)) : constF64(v); }
   Id constNull(Id type);
 
-  /// A module-scope variable of `pointerType`.
-  Id globalVariable(Id pointerType, spv::StorageClass sc);
+  /// A module-scope variable of `pointerType` (with the id `id` reserved
+  /// earlier with newId(), when the code using it came first).
+  Id globalVariable(Id pointerType, spv::StorageClass sc, Id id = 0);
   void decorate(Id target, spv::Decoration d, std::initializer_list<uint32_t> extra = {});
   void memberDecorate(Id type, uint32_t member, spv::Decoration d,
                       std::initializer_list<uint32_t> extra = {});

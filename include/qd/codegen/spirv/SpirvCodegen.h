@@ -29,7 +29,10 @@
 // adstack underflow records the first site (a compare-exchange on word 0
 // of the launch data) and returns; every entry returns at once when a site
 // is recorded. A push past an adstack's capacity writes nothing and raises
-// the stack's `needed` counter with an atomic max. Math functions whose
+// the stack's `needed` counter with an atomic max. With
+// SpirvOptions::checkLoopExits every loop has an error site after it that
+// fires where the driver, not the program, ended the loop (exit flags in a
+// Workgroup array, `loop_exit_flags`). Math functions whose
 // Vulkan precision is too loose (sin, cos, tan, exp, log, tanh, pow, atan2)
 // are accurate implementations of our own (docs/runtime.md, "Vulkan").
 //
@@ -71,6 +74,13 @@ struct SpirvOptions {
   /// Run SPIRV-Tools' performance passes over the module (and validate it
   /// again afterwards).
   bool optimize = true;
+  /// Detect loops the driver ends before the program does: every loop
+  /// (for, while, a parallel task's grid-stride loop, the compare-exchange
+  /// loop of a float atomic add) sets a flag where it ends as the program
+  /// says, and after its merge block an error site fires where the flag is
+  /// not set (Mesa's lavapipe ends an invocation's loops after 65535
+  /// iterations in all; docs/runtime.md, "Vulkan backend").
+  bool checkLoopExits = false;
 };
 
 /// Word offsets of the launch data buffer (binding 0) of a kernel, from its
