@@ -343,8 +343,13 @@ AdStackCounting buildAdStackCounting(const Kernel &kernel,
   // Spreading the maximum over `spread` elements keeps a GPU's threads off
   // one address; the runtime takes the maximum of the range.
   for (auto &[task, peaks] : peaksOfTask) {
-    std::vector<std::pair<Block *, Block::iterator>> exits{{&task->block(0), task->block(0).end()}};
-    walk(task->block(0), [&](Stmt &s) {
+    // (A body that ends in its own `continue` has no other end: the
+    // `continue` is its exit.)
+    Block &body = task->block(0);
+    std::vector<std::pair<Block *, Block::iterator>> exits;
+    if (body.empty() || !isa<ContinueStmt>(body.back()))
+      exits.push_back({&body, body.end()});
+    walk(body, [&](Stmt &s) {
       if (isa<ContinueStmt>(s) && jumpTarget(s) == task)
         exits.push_back({s.parent(), Block::iteratorTo(&s)});
     });
