@@ -78,21 +78,6 @@ CudaBackend *heapOnly() {
   return backend.get();
 }
 
-/// 5000 elements of x = 0.001 i, the sin loop run with bound `n` on `gpu`
-/// and on the interpreter: the results agree.
-void expectSinLoopMatches(SinLoop &k, CudaBackend &gpu, int n) {
-  std::vector<float> x(5000);
-  for (size_t i = 0; i < x.size(); ++i)
-    x[i] = 0.001f * float(i);
-  std::vector<float> ref(x.size()), out(x.size(), -1.f);
-  Interpreter interp;
-  ASSERT_TRUE(k.run(interp, n, x, ref).ok());
-  absl::Status s = k.run(gpu, n, x, out);
-  ASSERT_TRUE(s.ok()) << s.message();
-  for (size_t i = 0; i < x.size(); ++i)
-    ASSERT_NEAR(out[i], ref[i], 1e-4 * std::max(1.f, std::fabs(ref[i]))) << "n=" << n << " i=" << i;
-}
-
 TEST(CudaBackendTest, BoundsThatGrowBetweenLaunchesResizeTheHeap) {
   REQUIRE_GPU();
   expectTheHeapFollowsTheBounds(
@@ -102,29 +87,7 @@ TEST(CudaBackendTest, BoundsThatGrowBetweenLaunchesResizeTheHeap) {
 
 TEST(CudaBackendTest, StacksThatFitRunFromLocalTapesAndTheRestFromTheHeap) {
   REQUIRE_GPU();
-  SinLoop k;
-  // 4-byte entries, 2048 bytes per thread by default: up to 512 entries
-  // run from local arrays (no heap); 513 and more from the heap. A bound
-  // that comes back reuses its code.
-  for (int n : {1, 20, 50, 512, 513, 3000, 20, 512}) {
-    expectSinLoopMatches(k, *gpu(), n);
-    if (n <= 512)
-      EXPECT_EQ(gpu()->lastAdStackHeapBytes(), 0) << n;
-    else
-      EXPECT_GT(gpu()->lastAdStackHeapBytes(), 0) << n;
-  }
-  // An explicit capacity below the need overflows from a local tape as from
-  // the heap, with the real need, and the next launch works.
-  std::vector<float> x(100, 0.5f), out(x.size(), -1.f);
-  LaunchOptions small;
-  small.sizeAdStacks = false;
-  small.defaultAdStackCapacity = 3;
-  absl::Status s = k.run(*gpu(), 40, x, out, small);
-  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s.message();
-  EXPECT_NE(std::string(s.message()).find("has capacity 3 and this launch needed 40"),
-            std::string::npos)
-      << s.message();
-  expectSinLoopMatches(k, *gpu(), 40);
+  expectLocalTapesWhereStacksFit(*gpu(), [] { return gpu()->lastAdStackHeapBytes(); });
 }
 
 TEST(CudaBackendTest, OverflowIsAnErrorAndTheNextLaunchWorks) {

@@ -16,6 +16,7 @@
 #include "qd/codegen/llvm/KernelCodegen.h"
 #include "qd/ir/Parser.h"
 #include "qd/ir/Verifier.h"
+#include "qd/ir/Visitor.h"
 #include "qd/transforms/AutoDiff.h"
 
 #include <fmt/format.h>
@@ -98,6 +99,11 @@ void compileKernel(const Kernel &k, const std::string &tag, Results &r) {
     options.optimize = variant != 2;      // the emitter's own output is valid too
     options.features.atomicFloat32Add = options.features.atomicFloat64Add = variant == 1;
     options.checkLoopExits = variant >= 2; // lavapipe's code, before and after the passes
+    if (variant == 1 || variant == 2)      // local tapes, before and after the passes
+      walk(const_cast<Kernel &>(k), [&](Stmt &s) {
+        if (auto *a = dyn_cast<AdStackAllocaStmt>(&s))
+          options.localAdStackEntries[a] = 32;
+      });
     auto emitted = emitSpirv(k, options);
     if (!emitted.ok() &&
         emitted.status().message().find("does not fit the 32-bit indices") != std::string::npos) {

@@ -245,9 +245,19 @@ TEST_F(VulkanBackendTest, CorpusKernelsMatchTheInterpreter) {
 
 TEST_F(VulkanBackendTest, BoundsThatGrowBetweenLaunchesResizeTheHeap) {
   REQUIRE_DEVICE();
+  VulkanBackendOptions o;
+  o.localTapeBytes = 0; // every stack in the heap
+  auto heapOnly = VulkanBackend::create(validated(o));
+  ASSERT_TRUE(heapOnly.ok()) << heapOnly.status().message();
+  VulkanBackend &b = **heapOnly;
   expectTheHeapFollowsTheBounds(
-      *gpu(), [](const Kernel &) { return gpu()->gridThreads(); },
-      [] { return gpu()->lastAdStackHeapBytes(); });
+      b, [&](const Kernel &) { return b.gridThreads(); }, [&] { return b.lastAdStackHeapBytes(); });
+  expectValidatedAndClean(b, "the heap-only backend");
+}
+
+TEST_F(VulkanBackendTest, StacksThatFitRunFromLocalTapesAndTheRestFromTheHeap) {
+  REQUIRE_DEVICE();
+  expectLocalTapesWhereStacksFit(*gpu(), [] { return gpu()->lastAdStackHeapBytes(); });
 }
 
 TEST_F(VulkanBackendTest, OverflowIsAnErrorAndTheNextLaunchWorks) {
@@ -263,6 +273,7 @@ TEST_F(VulkanBackendTest, AHeapTooLargeForOneBufferRunsOnFewerInvocations) {
   REQUIRE_DEVICE();
   VulkanBackendOptions o;
   o.maxHeapBytes = 64 * 1024;
+  o.localTapeBytes = 0; // the heap, which is what is cut
   auto capped = VulkanBackend::create(validated(o));
   ASSERT_TRUE(capped.ok()) << capped.status().message();
   SinLoop k;

@@ -11,7 +11,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <bit>
 #include <climits>
 #include <cstring>
 
@@ -31,21 +30,8 @@ absl::StatusOr<const KernelSizing *> GpuRuntime::sizing(const Kernel &kernel) {
 
 std::vector<int64_t> GpuRuntime::localEntriesFor(const Compiled &heapCode,
                                                  std::span<const int64_t> capacities) const {
-  const KernelLayout &layout = heapCode.layout;
-  if (localTapeBytes_ <= 0 || layout.stacks.empty())
-    return {};
-  std::vector<int64_t> local;
-  int64_t bytes = 0;
-  for (size_t i = 0; i < layout.stacks.size(); ++i) {
-    int64_t entries = std::max<int64_t>(32, int64_t(std::bit_ceil(uint64_t(capacities[i]))));
-    bytes += entries * layout.stacks[i].entryBytes;
-    if (bytes > localTapeBytes_)
-      return {};
-    local.push_back(entries);
-  }
-  const auto &known = heapCode.localVariants;
-  bool compiled = std::find(known.begin(), known.end(), local) != known.end();
-  return compiled || known.size() < kMaxLocalVariants ? local : std::vector<int64_t>();
+  return localTapeEntries(heapCode.layout, capacities, localTapeBytes_, heapCode.localVariants,
+                          kMaxLocalVariants);
 }
 
 int64_t GpuRuntime::lastHeapBytes() const {

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 #include <map>
 
@@ -212,6 +213,25 @@ absl::Status LaunchPlan::finish(const QdErrorRecord &record,
   std::string what =
       site.indexCheck ? indexErrorText(cast<GlobalAccessStmt>(*site.stmt), record.data) : site.what;
   return statementError(*kernel_, *site.stmt, taskOf(site.stmt), what);
+}
+
+std::vector<int64_t> localTapeEntries(const KernelLayout &layout,
+                                      std::span<const int64_t> capacities, int64_t limitBytes,
+                                      const std::vector<std::vector<int64_t>> &known,
+                                      size_t maxVariants) {
+  if (limitBytes <= 0 || layout.stacks.empty())
+    return {};
+  std::vector<int64_t> local;
+  int64_t bytes = 0;
+  for (size_t i = 0; i < layout.stacks.size(); ++i) {
+    int64_t entries = std::max<int64_t>(32, int64_t(std::bit_ceil(uint64_t(capacities[i]))));
+    bytes += entries * layout.stacks[i].entryBytes;
+    if (bytes > limitBytes)
+      return {};
+    local.push_back(entries);
+  }
+  bool compiled = std::find(known.begin(), known.end(), local) != known.end();
+  return compiled || known.size() < maxVariants ? local : std::vector<int64_t>();
 }
 
 } // namespace qd

@@ -121,6 +121,9 @@ struct VulkanBackend::Impl {
     VkDescriptorPool pool = VK_NULL_HANDLE;
     VkDescriptorSet set = VK_NULL_HANDLE;
     std::vector<VkPipeline> pipelines; // per layout.launches entry
+    /// Heap code: the local array sizes its local-tape variants were
+    /// compiled for (at most kMaxLocalVariants; guarded by launchMutex).
+    std::vector<std::vector<int64_t>> localVariants;
 
     ~Compiled() {
       if (!device)
@@ -144,7 +147,10 @@ struct VulkanBackend::Impl {
   std::shared_ptr<vk::Device> device;
   int64_t threads = 0;
   mutable std::mutex compileMutex, launchMutex;
-  std::map<std::pair<uint64_t, bool>, std::unique_ptr<Compiled>> cache;
+  /// Keyed by (kernel, bounds checks, local array entries per stack id:
+  /// empty for the code that keeps every stack in the heap).
+  std::map<std::tuple<uint64_t, bool, std::vector<int64_t>>, std::unique_ptr<Compiled>> cache;
+  static constexpr size_t kMaxLocalVariants = 4;
   std::map<uint64_t, std::unique_ptr<KernelSizing>> sizings;
   DeviceBuffer heap, launchData, launchStaging;
   int64_t lastHeapBytes = 0, lastThreads = 0;
@@ -156,15 +162,20 @@ struct VulkanBackend::Impl {
     return *slot;
   }
 
-  absl::StatusOr<Compiled *> compile(const Kernel &kernel, bool boundsChecked);
+  /// The code of `kernel`; with `local` (entries per stack id, of the heap
+  /// code's layout `heapLayout`), the variant with those local tapes.
+  absl::StatusOr<Compiled *> compile(const Kernel &kernel, bool boundsChecked,
+                                     const std::vector<int64_t> &local = {},
+                                     const KernelLayout *heapLayout = nullptr);
   absl::Status launch(Program &program, const Kernel &kernel, std::span<const LaunchArg> args,
                       const LaunchOptions &options);
 };
 
-absl::StatusOr<VulkanBackend::Impl::Compiled *> VulkanBackend::Impl::compile(const Kernel &kernel,
-                                                                             bool boundsChecked) {
+absl::StatusOr<VulkanBackend::Impl::Compiled *>
+VulkanBackend::Impl::compile(const Kernel &kernel, bool boundsChecked,
+                             const std::vector<int64_t> &local, const KernelLayout *heapLayout) {
   std::lock_guard<std::mutex> lock(compileMutex);
-  auto key = std::pair(kernel.uniqueId(), boundsChecked);
+  auto key = std::tuple(kernel.uniqueId(), boundsChecked, local);
   if (auto it = cache.find(key); it != cache.end())
     return it->second.get();
   sizingOfLocked(kernel);
@@ -175,6 +186,8 @@ absl::StatusOr<VulkanBackend::Impl::Compiled *> VulkanBackend::Impl::compile(con
   so.features.atomicFloat32Add &= options.floatAtomics;
   so.features.atomicFloat64Add &= options.floatAtomics;
   so.checkLoopExits = device->info().checkLoopExits;
+  for (size_t i = 0; i < local.size() && heapLayout; ++i)
+    so.localAdStackEntries[heapLayout->stacks.at(i).stmt] = local[i];
   auto spirv = emitSpirv(kernel, so);
   if (!spirv.ok())
     return spirv.status();
@@ -350,20 +363,41 @@ absl::Status VulkanBackend::Impl::launch(Program &program, const Kernel &kernel,
   auto compiled = compile(kernel, options.boundsChecked);
   if (!compiled.ok())
     return compiled.status();
-  const Compiled &c = **compiled;
-  const KernelLayout &layout = c.spirv.layout;
-  const SpirvLaunchData &data = c.spirv.data;
   std::lock_guard<std::mutex> lock(launchMutex);
   const vk::Api &api = device->api();
   const VulkanDeviceInfo &info = device->info();
 
-  absl::StatusOr<LaunchPlan> plan = LaunchPlan::bind(program, kernel, layout, args, options);
+  absl::StatusOr<LaunchPlan> plan =
+      LaunchPlan::bind(program, kernel, (*compiled)->spirv.layout, args, options);
   if (!plan.ok())
     return plan.status();
-  if (layout.launches.empty())
+  if ((*compiled)->spirv.layout.launches.empty())
     return absl::OkStatus();
   if (absl::Status s = plan->layoutAdStacks(); !s.ok())
     return s;
+  // Stacks whose capacities fit this->options.localTapeBytes run from
+  // local arrays (code compiled for those sizes), the rest of the kernel
+  // unchanged.
+  if (std::vector<int64_t> local = localTapeEntries(
+          (*compiled)->spirv.layout, plan->heap().capacities, this->options.localTapeBytes,
+          (*compiled)->localVariants, kMaxLocalVariants);
+      !local.empty()) {
+    Compiled &heapCode = **compiled;
+    compiled = compile(kernel, options.boundsChecked, local, &heapCode.spirv.layout);
+    if (!compiled.ok())
+      return compiled.status();
+    auto &known = heapCode.localVariants;
+    if (std::find(known.begin(), known.end(), local) == known.end())
+      known.push_back(local);
+    plan = LaunchPlan::bind(program, kernel, (*compiled)->spirv.layout, args, options);
+    if (!plan.ok())
+      return plan.status();
+    if (absl::Status s = plan->layoutAdStacks(); !s.ok())
+      return s;
+  }
+  const Compiled &c = **compiled;
+  const KernelLayout &layout = c.spirv.layout;
+  const SpirvLaunchData &data = c.spirv.data;
   // The heap is one storage buffer: where the adstacks of every invocation
   // of the grid do not fit in one, fewer invocations run the launch (each
   // parallel task is a grid-stride loop over the T of the launch data, so

@@ -95,9 +95,10 @@ constexpr const char *kUsage =
     "  --vector-width=<n>     SIMD lanes of vectorised tasks, a power of two in\n"
     "                         [1, 64] (default: 1, scalar code only)\n"
     "  --bounds-check         check every global index (error sites)\n"
-    "  --local-adstacks=N     nvptx: every adstack in a local array of N entries per\n"
-    "                         thread instead of the heap (what the CUDA backend runs\n"
-    "                         when a launch's capacities fit, docs/runtime.md)\n"
+    "  --local-adstacks=N     nvptx, spirv: every adstack in a local array of N entries\n"
+    "                         per thread instead of the heap (what the CUDA and Vulkan\n"
+    "                         backends run when a launch's capacities fit,\n"
+    "                         docs/runtime.md)\n"
     "  --stop-checks          loops check the launch's stop word (what a launch\n"
     "                         with a timeout or a cancel flag runs)\n"
     "  --no-vector-math       lanes call scalar math functions instead of glibc's\n"
@@ -195,6 +196,19 @@ std::optional<int> parseArgs(int argc, char **argv, Options &opts) {
   return std::nullopt;
 }
 
+/// --local-adstacks: every adstack of `kernel` in a local array of
+/// `entries` entries (none for 0).
+std::map<const qd::AdStackAllocaStmt *, int64_t> localTapes(const qd::Kernel &kernel,
+                                                            int64_t entries) {
+  std::map<const qd::AdStackAllocaStmt *, int64_t> out;
+  if (entries > 0)
+    qd::walk(const_cast<qd::Kernel &>(kernel), [&](qd::Stmt &s) {
+      if (auto *a = qd::dyn_cast<qd::AdStackAllocaStmt>(&s))
+        out[a] = entries;
+    });
+  return out;
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -210,15 +224,10 @@ int main(int argc, char **argv) {
   if (!spirv && (opts.atomicFloatAdd || opts.checkLoopExits))
     return fail(std::string(opts.atomicFloatAdd ? "--atomic-float-add" : "--check-loop-exits") +
                 " needs --target=spirv (options of the SPIR-V code)");
-  if (spirv && opts.localAdStacks > 0)
-    return fail("--local-adstacks needs --target=nvptx (only the CUDA backend runs local "
-                "tapes; the spirv target keeps adstacks in the heap)");
   absl::StatusOr<qd::CodegenTarget> target =
       spirv ? qd::CodegenTarget::Cpu : qd::parseCodegenTarget(opts.target);
   if (!target.ok())
     return fail(std::string(target.status().message()) + " (or spirv)");
-  if (!target.ok())
-    return fail(std::string(target.status().message()));
   bool nvptx = *target == qd::CodegenTarget::Nvptx;
   bool amdgpu = *target == qd::CodegenTarget::Amdgpu;
   if (opts.emit == "ptx" && !nvptx)
@@ -227,9 +236,9 @@ int main(int argc, char **argv) {
   if (amdgpuOutput && !amdgpu)
     return fail("--emit=" + opts.emit + " needs --target=amdgpu (the " + opts.target +
                 " target does not make AMDGPU code)");
-  if (opts.localAdStacks > 0 && !nvptx)
-    return fail("--local-adstacks needs --target=nvptx (only the CUDA backend runs local "
-                "tapes; the " +
+  if (opts.localAdStacks > 0 && !nvptx && !spirv)
+    return fail("--local-adstacks needs --target=nvptx or spirv (the CUDA and Vulkan backends "
+                "run local tapes; the " +
                 opts.target + " target keeps adstacks in the heap)");
   if (opts.arch.empty())
     opts.arch = amdgpu ? "gfx90a" : "sm_80";
@@ -297,6 +306,7 @@ int main(int argc, char **argv) {
     options.features.atomicFloat32Add = options.features.atomicFloat64Add = opts.atomicFloatAdd;
     options.checkLoopExits = opts.checkLoopExits;
     for (const qd::Kernel *kernel : kernels) {
+      options.localAdStackEntries = localTapes(*kernel, opts.localAdStacks);
       auto emitted = qd::emitSpirv(*kernel, options);
       if (!emitted.ok())
         return fail("kernel @" + kernel->name() + ": " + std::string(emitted.status().message()));
@@ -337,12 +347,7 @@ int main(int argc, char **argv) {
   std::string out;
   llvm::raw_string_ostream os(out);
   for (const qd::Kernel *kernel : kernels) {
-    codegen.localAdStackEntries.clear();
-    if (opts.localAdStacks > 0)
-      qd::walk(const_cast<qd::Kernel &>(*kernel), [&](qd::Stmt &s) {
-        if (auto *a = qd::dyn_cast<qd::AdStackAllocaStmt>(&s))
-          codegen.localAdStackEntries[a] = opts.localAdStacks;
-      });
+    codegen.localAdStackEntries = localTapes(*kernel, opts.localAdStacks);
     llvm::LLVMContext context;
     qd::KernelLayout layout;
     auto emitted = qd::emitKernel(*kernel, context, codegen, layout, *target);

@@ -31,27 +31,58 @@ void expectCorpusMatchesTheInterpreter(Backend &backend, const std::string &tag)
     ADD_FAILURE() << f;
 }
 
+namespace {
+/// 5000 elements of x = 0.001 i, the sin loop run with bound `n` on
+/// `backend` and on the interpreter: the results agree.
+void expectSinLoopMatches(SinLoop &k, Backend &backend, int n) {
+  std::vector<float> x(5000);
+  for (size_t i = 0; i < x.size(); ++i)
+    x[i] = 0.001f * float(i);
+  std::vector<float> ref(x.size()), out(x.size(), -1.f);
+  Interpreter interp;
+  ASSERT_TRUE(k.run(interp, n, x, ref).ok());
+  absl::Status s = k.run(backend, n, x, out);
+  ASSERT_TRUE(s.ok()) << s.message();
+  for (size_t i = 0; i < x.size(); ++i)
+    ASSERT_NEAR(out[i], ref[i], 1e-4 * std::max(1.f, std::fabs(ref[i]))) << "n=" << n << " i=" << i;
+}
+} // namespace
+
 void expectTheHeapFollowsTheBounds(Backend &backend,
                                    const std::function<int64_t(const Kernel &)> &gridThreads,
                                    const std::function<int64_t()> &lastHeapBytes) {
   SinLoop k;
-  Interpreter interp;
-  std::vector<float> x(5000);
-  for (size_t i = 0; i < x.size(); ++i)
-    x[i] = 0.001f * float(i);
   int64_t threads = gridThreads(*k.module->findKernel("g"));
   for (int n : {1, 20, 50, 512}) {
-    std::vector<float> ref(x.size()), out(x.size(), -1.f);
-    ASSERT_TRUE(k.run(interp, n, x, ref).ok());
-    absl::Status s = k.run(backend, n, x, out);
-    ASSERT_TRUE(s.ok()) << s.message();
-    for (size_t i = 0; i < x.size(); ++i)
-      ASSERT_NEAR(out[i], ref[i], 1e-4 * std::max(1.f, std::fabs(ref[i])))
-          << "n=" << n << " i=" << i;
+    expectSinLoopMatches(k, backend, n);
     // The heap holds the grid's threads, not the elements: n entries of 4
     // bytes (rounded up to 8) per thread.
     EXPECT_EQ(lastHeapBytes(), threads * ((4 * n + 7) / 8 * 8)) << n;
   }
+}
+
+void expectLocalTapesWhereStacksFit(Backend &backend,
+                                    const std::function<int64_t()> &lastHeapBytes) {
+  SinLoop k;
+  // 4-byte entries: up to 512 run from local arrays, 513 and more from the
+  // heap.
+  for (int n : {1, 20, 50, 512, 513, 3000, 20, 512}) {
+    expectSinLoopMatches(k, backend, n);
+    if (n <= 512)
+      EXPECT_EQ(lastHeapBytes(), 0) << n;
+    else
+      EXPECT_GT(lastHeapBytes(), 0) << n;
+  }
+  std::vector<float> x(100, 0.5f), out(x.size(), -1.f);
+  LaunchOptions small;
+  small.sizeAdStacks = false;
+  small.defaultAdStackCapacity = 3;
+  absl::Status s = k.run(backend, 40, x, out, small);
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s.message();
+  EXPECT_NE(std::string(s.message()).find("has capacity 3 and this launch needed 40"),
+            std::string::npos)
+      << s.message();
+  expectSinLoopMatches(k, backend, 40);
 }
 
 void expectOverflowIsAnErrorAndTheNextLaunchWorks(Backend &backend) {

@@ -32,6 +32,14 @@ void expectTheHeapFollowsTheBounds(Backend &backend,
                                    const std::function<int64_t(const Kernel &)> &gridThreads,
                                    const std::function<int64_t()> &lastHeapBytes);
 
+/// With local tapes of 2048 bytes per thread (the default of the CUDA and
+/// Vulkan backends): SinLoop with up to 512 entries runs from local arrays
+/// (no heap), with more from the heap, a bound that comes back reuses its
+/// code, and an explicit capacity below the need overflows from a local
+/// tape as from the heap, with the real need.
+void expectLocalTapesWhereStacksFit(Backend &backend,
+                                    const std::function<int64_t()> &lastHeapBytes);
+
 /// A launch whose adstack is too small fails, naming the capacity needed,
 /// and the next launch (sized) succeeds.
 void expectOverflowIsAnErrorAndTheNextLaunchWorks(Backend &backend);

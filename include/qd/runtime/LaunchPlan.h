@@ -112,4 +112,16 @@ private:
   AdStackHeapLayout heap_;
 };
 
+/// Local tapes (CudaBackendOptions::localTapeBytes,
+/// VulkanBackendOptions::localTapeBytes): the local array entries per stack
+/// of `layout` (the heap code's) for a launch with `capacities`, each a
+/// power of two of at least 32 that holds its capacity, if together they
+/// fit in `limitBytes` per thread and `known` (the variants compiled so
+/// far) has them or fewer than `maxVariants` entries; otherwise empty (run
+/// the heap code).
+std::vector<int64_t> localTapeEntries(const KernelLayout &layout,
+                                      std::span<const int64_t> capacities, int64_t limitBytes,
+                                      const std::vector<std::vector<int64_t>> &known,
+                                      size_t maxVariants);
+
 } // namespace qd

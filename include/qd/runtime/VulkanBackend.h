@@ -72,6 +72,13 @@ struct VulkanBackendOptions {
   /// for the whole grid runs on fewer invocations (lastLaunchThreads());
   /// only a launch where one invocation needs more fails.
   uint64_t maxHeapBytes = 0;
+  /// Local tapes: a launch whose adstacks all fit in this many bytes per
+  /// invocation (each stack's capacity rounded up to a power of two, at
+  /// least 32 entries) keeps them in per-invocation arrays (Function
+  /// storage: a GPU's cached local memory) instead of the heap, with code
+  /// compiled per set of array sizes (at most 4 per kernel; further
+  /// launches use the heap). 0: always the heap.
+  int64_t localTapeBytes = 2048;
   /// The Khronos validation layer (VK_LAYER_KHRONOS_validation, Debian's
   /// vulkan-validationlayers), with synchronisation validation where the
   /// layer offers it. Its warnings and errors are recorded

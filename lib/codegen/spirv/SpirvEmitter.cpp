@@ -1100,11 +1100,21 @@ const StackState &SpirvEmitter::stack(unsigned id) {
     Id offset = controlWord(out_.data.offsets + id);
     st.capacity = controlWord(out_.data.capacities + id);
     Id words = b_.u32(out_.entryWords[id]);
-    inPrologue([&] {
-      st.base = b_.iadd(u32, b_.imul(u32, offset, threads), b_.imul(u32, fn_->thread, words));
-      st.row = b_.imul(u32, threads, words);
-      return 0;
-    });
+    KernelLayout::Stack &layout = layout_.stacks[id];
+    auto local = opts_.localAdStackEntries.find(layout.stmt);
+    if (local != opts_.localAdStackEntries.end() && local->second > 0) {
+      layout.localEntries = local->second;
+      st.local =
+          localVariable(m_.typeArray(u32, b_.u32(uint32_t(local->second) * out_.entryWords[id])));
+      st.base = b_.u32(0);
+      st.row = words;
+    } else {
+      inPrologue([&] {
+        st.base = b_.iadd(u32, b_.imul(u32, offset, threads), b_.imul(u32, fn_->thread, words));
+        st.row = b_.imul(u32, threads, words);
+        return 0;
+      });
+    }
     st.depth = localVariable(u32);
     st.excess = localVariable(u32);
   }
@@ -1125,16 +1135,23 @@ void SpirvEmitter::adStackOp(AdStackOpStmt &op) {
   ScalarType elem = alloca->elementType();
   Id u32 = b_.tU32();
   uint32_t pw = wordsOf(elem);
+  // Word `index` of the stack's storage: the heap, or its local array.
+  auto wordPtr = [&](Id index) {
+    if (!st.local)
+      return heapPtr(index);
+    return b_.op(spv::Op::OpAccessChain, m_.typePointer(spv::StorageClass::Function, u32),
+                 {st.local, index});
+  };
   auto readAt = [&](Id at) {
     std::vector<Id> w;
     for (uint32_t i = 0; i < pw; ++i)
-      w.push_back(b_.load(u32, heapPtr(b_.iadd(u32, at, b_.u32(i)))));
+      w.push_back(b_.load(u32, wordPtr(b_.iadd(u32, at, b_.u32(i)))));
     return wordsValue(w, elem);
   };
   auto writeAt = [&](Id at, Id v) {
     std::vector<Id> w = valueWords(v, elem);
     for (uint32_t i = 0; i < pw; ++i)
-      b_.store(heapPtr(b_.iadd(u32, at, b_.u32(i))), w[i]);
+      b_.store(wordPtr(b_.iadd(u32, at, b_.u32(i))), w[i]);
   };
   if (auto *push = dyn_cast<AdStackPushStmt>(&op)) {
     Id write = m_.newId(), over = m_.newId(), done = m_.newId();

@@ -40,6 +40,9 @@ struct SlotInfo {
 /// its excess pushes (past the capacity, not popped yet).
 struct StackState {
   Id base = 0, row = 0, capacity = 0, depth = 0, excess = 0;
+  /// A local tape: the invocation's own array of u32 words (Function
+  /// storage), entry d at d * row words; 0 for a stack in the heap.
+  Id local = 0;
 };
 
 /// With SpirvOptions::checkLoopExits, a loop's exit flag: bit `bit` of the

@@ -45,6 +45,7 @@
 #include <absl/status/statusor.h>
 
 #include <cstdint>
+#include <map>
 #include <span>
 #include <string>
 #include <vector>
@@ -81,6 +82,11 @@ struct SpirvOptions {
   /// not set (Mesa's lavapipe ends an invocation's loops after 65535
   /// iterations in all; docs/runtime.md, "Vulkan backend").
   bool checkLoopExits = false;
+  /// Local tapes: the stacks named here (by their alloca) live in an array
+  /// of that many entries per invocation (Function storage, which a GPU
+  /// keeps in its cached local memory) instead of the heap; their
+  /// KernelLayout::Stack::localEntries says so to the runtime.
+  std::map<const AdStackAllocaStmt *, int64_t> localAdStackEntries;
 };
 
 /// Word offsets of the launch data buffer (binding 0) of a kernel, from its
