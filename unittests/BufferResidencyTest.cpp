@@ -138,6 +138,44 @@ TEST(BufferResidency, LargeRangesAreReducedOnTheGpuEvenWhenTheHostIsCurrent) {
   EXPECT_FALSE(h.prefersDeviceMax(n));
 }
 
+TEST(BufferResidency, TheLastMaximumIsRememberedUntilTheBufferIsWritten) {
+  // Launch-time sizing asks for the same range before every launch: a
+  // buffer a device mirrors answers from memory until something writes it.
+  Traffic t;
+  const int64_t n = Buffer::kDeviceMaxElements;
+  Buffer b = *Buffer::create(ScalarType::I32, {n});
+  b.set(5, Scalar::ofInt(ScalarType::I32, 4));
+  EXPECT_FALSE(b.remembersMax()); // host only: written behind its back
+  MemoryMirror *m = prepare(b, &ownerA, t);
+  ASSERT_TRUE(b.finishOnDevice(false).ok());
+  EXPECT_TRUE(b.remembersMax());
+  EXPECT_EQ(*b.maxInteger(0, n), 4);
+  EXPECT_EQ(*b.maxInteger(0, n), 4);
+  EXPECT_EQ(t.maxes, 1);             // the second answer came from memory
+  EXPECT_EQ(*b.maxInteger(0, 6), 4); // another range: asked again (the host)
+  // A host write forgets it.
+  b.set(7, Scalar::ofInt(ScalarType::I32, 11));
+  EXPECT_EQ(*b.maxInteger(0, n), 11);
+  // So does a launch that writes the device copy.
+  prepare(b, &ownerA, t);
+  m->deviceWrite(9, 30);
+  ASSERT_TRUE(b.finishOnDevice(true).ok());
+  int before = t.maxes;
+  EXPECT_EQ(*b.maxInteger(0, n), 30);
+  EXPECT_EQ(*b.maxInteger(0, n), 30);
+  EXPECT_EQ(t.maxes, before + 1);
+  // A launch that only read it keeps it.
+  prepare(b, &ownerA, t);
+  ASSERT_TRUE(b.finishOnDevice(false).ok());
+  EXPECT_EQ(*b.maxInteger(0, n), 30);
+  EXPECT_EQ(t.maxes, before + 1);
+  // Borrowed host memory is never remembered.
+  std::vector<int32_t> mine(n, 1);
+  Buffer borrowed = *Buffer::borrow(ScalarType::I32, {n}, mine.data());
+  prepare(borrowed, &ownerA, t);
+  EXPECT_FALSE(borrowed.remembersMax());
+}
+
 TEST(BufferResidency, SizingReadsOnTheDeviceWithoutCopyingBack) {
   Traffic t;
   Buffer b = *Buffer::create(ScalarType::I32, {1000});

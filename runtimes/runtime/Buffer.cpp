@@ -47,6 +47,12 @@ struct Buffer::Residency {
   Side side = Side::Host;
   /// A copy back that failed, until reported.
   absl::Status lost;
+  /// The last maxInteger range and its value, while nothing wrote the
+  /// buffer since (begin -1: none). Launch-time sizing asks for the same
+  /// range before every launch.
+  struct {
+    int64_t begin = -1, end = -1, value = 0;
+  } max;
 };
 
 DeviceMirror::~DeviceMirror() = default;
@@ -152,8 +158,11 @@ void Buffer::hostAccess(bool write) const {
   std::lock_guard<std::mutex> lock(residency_->mutex);
   syncLocked();
   ensureHostStorage();
-  if (write && residency_->mirror)
-    residency_->side = Side::Host;
+  if (write) {
+    residency_->max.begin = -1;
+    if (residency_->mirror)
+      residency_->side = Side::Host;
+  }
 }
 
 std::byte *Buffer::data() {
@@ -230,12 +239,28 @@ absl::StatusOr<int64_t> Buffer::maxInteger(int64_t begin, int64_t end) const {
     return absl::InvalidArgumentError(
         fmt::format("maxInteger: [{}, {}) is not a non-empty range of the {} integer elements",
                     begin, end, numElements_));
-  if (residency_) {
-    std::lock_guard<std::mutex> lock(residency_->mutex);
-    if (residency_->side == Side::Device || deviceMaxLocked(end - begin))
-      return residency_->mirror->maxInteger(elem_, begin, end);
+  if (!residency_) {
+    ensureHostStorage();
+    return hostMaxLocked(begin, end);
   }
-  ensureHostStorage();
+  std::lock_guard<std::mutex> lock(residency_->mutex);
+  Residency &r = *residency_;
+  if (r.max.begin == begin && r.max.end == end)
+    return r.max.value;
+  absl::StatusOr<int64_t> v;
+  if (r.side == Side::Device || deviceMaxLocked(end - begin)) {
+    v = r.mirror->maxInteger(elem_, begin, end);
+  } else {
+    ensureHostStorage();
+    v = hostMaxLocked(begin, end);
+  }
+  // Memory the caller may write behind qd's back is never remembered.
+  if (v.ok() && !isBorrowed() && r.mirror && !r.mirror->borrowed())
+    r.max = {begin, end, *v};
+  return v;
+}
+
+int64_t Buffer::hostMaxLocked(int64_t begin, int64_t end) const {
   switch (elem_) {
   case ScalarType::I1:
     return hostMax<uint8_t>(data_, begin, end) ? 1 : 0;
@@ -244,6 +269,13 @@ absl::StatusOr<int64_t> Buffer::maxInteger(int64_t begin, int64_t end) const {
   default:
     return hostMax<int64_t>(data_, begin, end);
   }
+}
+
+bool Buffer::remembersMax() const {
+  if (!residency_ || isBorrowed())
+    return false;
+  std::lock_guard<std::mutex> lock(residency_->mutex);
+  return residency_->mirror && !residency_->mirror->borrowed();
 }
 
 absl::StatusOr<DeviceMirror *> Buffer::prepareOnDevice(
@@ -288,6 +320,7 @@ absl::Status Buffer::finishOnDevice(bool written) {
   if (!residency_ || !written)
     return absl::OkStatus();
   std::lock_guard<std::mutex> lock(residency_->mutex);
+  residency_->max.begin = -1;
   if (!residency_->mirror)
     return absl::OkStatus();
   residency_->side = Side::Device;

@@ -351,10 +351,13 @@ private:
   static std::optional<SizeExprBufferView> view(const Buffer *b) {
     if (!b || isFloat(b->elementType()) || !b->hostIsCurrent())
       return std::nullopt;
-    // A large buffer a GPU holds too is reduced there (rangeMax below),
-    // not scanned here.
-    return SizeExprBufferView{b->data(), b->elementType(), b->shape(),
-                              b->ndim() == 1 && b->prefersDeviceMax(b->numElements())};
+    // The maximum of a large range of a buffer a device holds too comes
+    // from Buffer::maxInteger (rangeMax below): reduced on a GPU, and
+    // remembered until the buffer is written, instead of a scan here before
+    // every launch.
+    bool elsewhere = b->ndim() == 1 && b->numElements() >= Buffer::kDeviceMaxElements &&
+                     (b->prefersDeviceMax(b->numElements()) || b->remembersMax());
+    return SizeExprBufferView{b->data(), b->elementType(), b->shape(), elsewhere};
   }
   std::optional<int64_t> element(const Buffer *b, std::span<const int64_t> idx) const {
     if (!b || isFloat(b->elementType()))

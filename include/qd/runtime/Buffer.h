@@ -146,6 +146,11 @@ public:
   /// the host side may be current too: a mirror that reduces on the device
   /// is current and `count` >= kDeviceMaxElements.
   bool prefersDeviceMax(int64_t count) const;
+  /// Whether maxInteger remembers its last range until the buffer is
+  /// written (host accessors, a launch that writes it): a buffer a device
+  /// backend mirrors, unless the caller owns the memory (borrowed host or
+  /// device memory, which it may write directly).
+  bool remembersMax() const;
 
   /// Makes the device side of `owner` current and returns its mirror: keeps
   /// the mirror `owner` made, or syncs the host from another backend's and
@@ -166,6 +171,7 @@ private:
   enum class Side : uint8_t { Host, Both, Device };
   void syncLocked() const;
   bool deviceMaxLocked(int64_t count) const;
+  int64_t hostMaxLocked(int64_t begin, int64_t end) const;
   void ensureHostStorage() const;
   void hostAccess(bool write) const;
   void setRaw(int64_t flat, const Scalar &value);
