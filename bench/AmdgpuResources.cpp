@@ -12,6 +12,7 @@
 // its table.
 //
 //===----------------------------------------------------------------------===//
+#include "BenchMain.h"
 #include "GradientKernels.h"
 
 #include "qd/codegen/llvm/Hsaco.h"
@@ -29,10 +30,7 @@
 
 namespace {
 
-[[noreturn]] void die(const std::string &message) {
-  std::cerr << "qd-bench-amdgpu-resources: " << message << '\n';
-  std::exit(1);
-}
+using qdbench::die;
 
 /// One table row per entry of `kernel`'s code object for `arch`.
 void report(const qd::Kernel &kernel, const std::string &workload, const std::string &arch,
@@ -58,9 +56,7 @@ void report(const qd::Kernel &kernel, const std::string &workload, const std::st
                              k.vgprSpills + k.sgprSpills, k.privateSegmentBytes);
 }
 
-} // namespace
-
-int main(int argc, char **argv) {
+int run(int argc, char **argv) {
   unsigned maxBlockSize = qd::HsacoOptions().maxBlockSize;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -91,4 +87,10 @@ int main(int argc, char **argv) {
         report(*k, "(" + spec.key + ")", std::string(arch.name), maxBlockSize);
   }
   return 0;
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  return qdbench::benchMain("qd-bench-amdgpu-resources", argc, argv, run);
 }
