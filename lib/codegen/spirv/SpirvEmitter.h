@@ -25,6 +25,23 @@
 
 namespace qd::spirv {
 
+// Shared by the emitter's files (SpirvEmitter.cpp: kernel structure,
+// values, error sites, control flow; SpirvEmitArith.cpp; SpirvEmitMemory.cpp:
+// memory and adstacks).
+inline constexpr uint32_t kScopeDevice = uint32_t(spv::Scope::Device);
+inline constexpr uint32_t kVolatile = uint32_t(spv::MemoryAccessMask::Volatile);
+/// Bindings of set 0.
+inline constexpr uint32_t kControlBinding = 0, kHeapBinding = 1, kFirstSlotBinding = 2;
+
+/// 32-bit words of a value of type `t` in memory.
+inline unsigned wordsOf(ScalarType t) {
+  return t == ScalarType::I64 || t == ScalarType::F64 ? 2 : 1;
+}
+
+inline std::string whereOf(const Stmt &s) {
+  return s.loc().str();
+}
+
 /// How a global slot's elements are stored.
 struct SlotInfo {
   ScalarType elem;
