@@ -10,7 +10,8 @@
 //
 //===----------------------------------------------------------------------===//
 #include "qd/codegen/spirv/SpirvCodegen.h"
-#include "Corpus.h"
+
+#include "CodegenCorpus.h"
 
 #include "qd/abi/LaunchErrors.h"
 #include "qd/codegen/llvm/KernelCodegen.h"
@@ -25,39 +26,10 @@
 #include <llvm/IR/Module.h>
 
 #include <algorithm>
-#include <atomic>
-#include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <mutex>
-#include <thread>
 
 namespace qd {
 namespace {
-
-std::string readFile(const std::filesystem::path &path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
-struct CorpusKernel {
-  std::string tag, source, name;
-};
-
-std::vector<CorpusKernel> corpusKernels() {
-  std::vector<CorpusKernel> kernels;
-  for (const auto &path : corpus::corpusFiles()) {
-    std::string rel = std::filesystem::relative(path, QD_SOURCE_DIR).string();
-    for (const SourceChunk &chunk : splitSourceChunks(readFile(path))) {
-      auto parsed = parseModule(chunk.text, {rel, chunk.firstLine});
-      if (!parsed.ok() || !verify(**parsed).ok())
-        continue;
-      for (auto &k : (*parsed)->kernels())
-        kernels.push_back({fmt::format("{}:{}", rel, chunk.firstLine), chunk.text, k->name()});
-    }
-  }
-  return kernels;
-}
 
 /// "" when the SPIR-V layout's launches are the NVPTX target's.
 std::string sameLaunchesAsNvptx(const Kernel &k, const KernelLayout &spirv) {
@@ -80,14 +52,8 @@ std::string sameLaunchesAsNvptx(const Kernel &k, const KernelLayout &spirv) {
   return "";
 }
 
-struct Results {
-  std::mutex mutex;
-  std::vector<std::string> failures;
-  int kernels = 0, derived = 0, modules = 0, empty = 0, tooLarge = 0;
-  void fail(std::string what) {
-    std::lock_guard<std::mutex> lock(mutex);
-    failures.push_back(std::move(what));
-  }
+struct Results : corpus::CompileResults {
+  int modules = 0, empty = 0, tooLarge = 0;
 };
 
 constexpr int kVariants = 4;
@@ -137,44 +103,11 @@ void compileKernel(const Kernel &k, const std::string &tag, Results &r) {
 }
 
 TEST(SpirvCodegenTest, CorpusKernelsAndTheirDerivativesAreValidSpirv) {
-  std::vector<CorpusKernel> kernels = corpusKernels();
+  std::vector<corpus::CorpusKernel> kernels = corpus::corpusKernels();
   ASSERT_GT(kernels.size(), 100u);
   Results r;
-  std::atomic<size_t> next{0};
-  auto worker = [&] {
-    for (size_t i; (i = next++) < kernels.size();) {
-      const CorpusKernel &ck = kernels[i];
-      auto module = parseModule(ck.source, {ck.tag, 1});
-      if (!module.ok())
-        continue;
-      Kernel *k = (*module)->findKernel(ck.name);
-      std::vector<Kernel *> all = {k};
-      if (!(*module)->findKernel(ck.name + "_grad") && !(*module)->findKernel(ck.name + "_dual")) {
-        if (auto g = buildGradientKernel(**module, *k); g.ok())
-          all.push_back(*g);
-        if (auto d = buildDualKernel(**module, *k); d.ok())
-          all.push_back(*d);
-      }
-      if (absl::Status v = verify(**module); !v.ok()) {
-        r.fail(fmt::format("{} @{}: derived kernels do not verify: {}", ck.tag, ck.name,
-                           std::string(v.message())));
-        continue;
-      }
-      {
-        std::lock_guard<std::mutex> lock(r.mutex);
-        r.kernels += int(all.size());
-        r.derived += int(all.size()) - 1;
-      }
-      for (Kernel *kernel : all)
-        compileKernel(*kernel, ck.tag, r);
-    }
-  };
-  unsigned n = std::clamp(std::thread::hardware_concurrency(), 1u, 8u);
-  std::vector<std::thread> threads;
-  for (unsigned t = 0; t < n; ++t)
-    threads.emplace_back(worker);
-  for (std::thread &t : threads)
-    t.join();
+  corpus::compileCorpus(
+      kernels, r, [&](const Kernel &k, const std::string &tag, int) { compileKernel(k, tag, r); });
   std::cout << fmt::format("[spirv] {} kernels ({} gradient/dual): {} valid modules, {} kernels "
                            "without launches, {} with fields too large for 32-bit indices\n",
                            r.kernels, r.derived, r.modules, r.empty, r.tooLarge);
