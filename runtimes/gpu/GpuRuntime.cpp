@@ -28,12 +28,6 @@ absl::StatusOr<const KernelSizing *> GpuRuntime::sizing(const Kernel &kernel) {
   return &sizingOfLocked(kernel);
 }
 
-std::vector<int64_t> GpuRuntime::localEntriesFor(const Compiled &heapCode,
-                                                 std::span<const int64_t> capacities) const {
-  return localTapeEntries(heapCode.layout, capacities, localTapeBytes_, heapCode.localVariants,
-                          kMaxLocalVariants);
-}
-
 int64_t GpuRuntime::lastHeapBytes() const {
   std::lock_guard<std::mutex> lock(launchMutex_);
   return lastHeapBytes_;
@@ -198,7 +192,9 @@ absl::Status GpuRuntime::launch(Program &program, const Kernel &kernel,
   // Stacks this launch's capacities let fit in each thread's local memory
   // run from there (code compiled for those array sizes), the rest of the
   // kernel unchanged.
-  if (std::vector<int64_t> local = localEntriesFor(**compiled, plan->heap().capacities);
+  if (std::vector<int64_t> local =
+          localTapeEntries((*compiled)->layout, plan->heap().capacities, localTapeBytes_,
+                           (*compiled)->localVariants, kMaxLocalVariants);
       !local.empty()) {
     Compiled &heapCode = **compiled;
     compiled = compile(kernel, options.boundsChecked, options.stoppable(), local, &heapCode.layout);

@@ -94,14 +94,6 @@ protected:
 private:
   const KernelSizing &sizingOfLocked(const Kernel &kernel);
   absl::Status growHeap(const Kernel &kernel, int64_t bytes);
-  /// Local array entries per stack for a launch of `heapCode` with
-  /// `capacities`: each a power of two of at least 32 that holds its
-  /// capacity, if together they fit in localTapeBytes_ per thread and the
-  /// code has such a variant already or fewer than kMaxLocalVariants;
-  /// otherwise empty (the heap code). Called under launchMutex_, which
-  /// guards Compiled::localVariants.
-  std::vector<int64_t> localEntriesFor(const Compiled &heapCode,
-                                       std::span<const int64_t> capacities) const;
 
   /// The values of `c`'s launch words for a launch of `plan` over
   /// `threads` threads whose bound buffers are at `slots`.

@@ -31,6 +31,7 @@
 //===----------------------------------------------------------------------===//
 #include "SpirvBuilder.h"
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 #include <vector>
@@ -69,12 +70,14 @@ struct F {
       acc = fma(x, acc, c(coeffs[i]));
     return acc;
   }
-  /// horner(x, when ? a : b) for coefficient lists of one length: one
-  /// polynomial evaluated, its coefficients selected.
+  /// horner(x, when ? a : b): one polynomial evaluated, its coefficients
+  /// selected (a shorter list's missing high coefficients are 0).
   Id hornerEither(Id when, Id x, const std::vector<double> &a, const std::vector<double> &b) {
-    Id acc = sel(when, c(a.back()), c(b.back()));
-    for (size_t i = a.size() - 1; i-- > 0;)
-      acc = fma(x, acc, sel(when, c(a[i]), c(b[i])));
+    auto at = [](const std::vector<double> &v, size_t i) { return i < v.size() ? v[i] : 0.0; };
+    size_t n = std::max(a.size(), b.size());
+    Id acc = sel(when, c(at(a, n - 1)), c(at(b, n - 1)));
+    for (size_t i = n - 1; i-- > 0;)
+      acc = fma(x, acc, sel(when, c(at(a, i)), c(at(b, i))));
     return acc;
   }
   /// The sign bit of `x` (true for -0 and negative NaNs).
@@ -177,14 +180,11 @@ Reduction reduceByHalfPi(F &f, Id x) {
   return {r, f.sub(q, f.mul(f.c(4), f.floor(f.mul(q, f.c(0.25)))))};
 }
 
-/// The series of sin(r) / r and cos(r) in z = r^2, of one length. For
-/// |r| <= pi/4 the first omitted f32 terms are r^13/13! (1e-11 relative to
-/// sin r) and r^12/12! (1.1e-10 relative to cos r), far below 2^-24.
+/// The series of sin(r) / r and cos(r) in z = r^2. For |r| <= pi/4 the
+/// first omitted f32 terms are r^13/13! (1e-11 relative to sin r) and
+/// r^12/12! (1.1e-10 relative to cos r), far below 2^-24.
 std::vector<double> sinSeries(bool single) {
-  std::vector<double> s = factorialSeries(1, single ? 11 : 23, 2, true);
-  if (!single)
-    s.push_back(0); // f64's cos has one more term
-  return s;
+  return factorialSeries(1, single ? 11 : 23, 2, true);
 }
 std::vector<double> cosSeries(bool single) {
   return factorialSeries(0, single ? 10 : 24, 2, true);
