@@ -19,10 +19,14 @@
 //
 // Usage: qd-bench-compile [--max-statements 100000] [--max-compile 4000]
 //                         [--max-carried 1000] [--max-compile-carried 400]
-//                         [--max-compile-depth 32]
+//                         [--max-compile-depth 32] [--full-limit N]
+//                         [--only statements,nesting,carried]
 //   --max-compile*: the largest kernels whose gradient is also compiled on
 //   the CPU backend (LLVM's time dominates above them: see
 //   docs/performance.md, "Compile time").
+//   --full-limit: CpuBackendOptions::fullOptimizationLimit (the largest
+//   function, in LLVM instructions, that gets the full tier; the column
+//   `tier` says which one each gradient got).
 //
 //===----------------------------------------------------------------------===//
 #include "BenchMain.h"
@@ -95,7 +99,10 @@ struct Row {
   int size = 0;
   double parse = 0, reverse = 0;
   std::optional<double> compile;
+  std::string tier = "-";
 };
+
+std::optional<size_t> fullLimit; // --full-limit
 
 Row measure(const std::string &text, int size, bool compile) {
   Row r;
@@ -116,12 +123,16 @@ Row measure(const std::string &text, int size, bool compile) {
   if (compile) {
     qd::CpuBackendOptions o;
     o.threads = 1;
+    if (fullLimit)
+      o.fullOptimizationLimit = *fullLimit;
     auto cpu = qd::CpuBackend::create(o);
     if (!cpu.ok())
       die(std::string(cpu.status().message()));
     if (auto layout = (*cpu)->layout(**grad); !layout.ok())
       die(std::string(layout.status().message()));
     r.compile = (*cpu)->compileSeconds(**grad);
+    std::optional<qd::OptimizationTier> tier = (*cpu)->compileTier(**grad);
+    r.tier = !tier ? "?" : *tier == qd::OptimizationTier::Full ? "full" : "light";
   }
   return r;
 }
@@ -134,8 +145,8 @@ std::string growth(double now, double before, int size, int beforeSize) {
 
 void series(const char *name, const char *unit, const std::vector<int> &sizes, int maxCompile,
             std::string (*make)(int)) {
-  fmt::print("\n{} series\n{:>10} {:>9} {:>11} {:>11} {:>8} {:>8} {:>8}\n", name, unit, "parse ms",
-             "reverse ms", "compile ms", "g.parse", "g.rev", "g.comp");
+  fmt::print("\n{} series\n{:>10} {:>9} {:>11} {:>11} {:>6} {:>8} {:>8} {:>8}\n", name, unit,
+             "parse ms", "reverse ms", "compile ms", "tier", "g.parse", "g.rev", "g.comp");
   std::optional<Row> prev;
   for (int size : sizes) {
     Row r = measure(make(size), size, size <= maxCompile);
@@ -145,8 +156,8 @@ void series(const char *name, const char *unit, const std::vector<int> &sizes, i
     std::string gc = prev && r.compile && prev->compile
                          ? growth(*r.compile, *prev->compile, r.size, prev->size)
                          : "-";
-    fmt::print("{:>10} {:>9.1f} {:>11.1f} {:>11} {:>8} {:>8} {:>8}\n", size, r.parse * 1e3,
-               r.reverse * 1e3, comp, gp, gr, gc);
+    fmt::print("{:>10} {:>9.1f} {:>11.1f} {:>11} {:>6} {:>8} {:>8} {:>8}\n", size, r.parse * 1e3,
+               r.reverse * 1e3, comp, r.tier, gp, gr, gc);
     std::fflush(stdout);
     prev = r;
   }
@@ -155,6 +166,7 @@ void series(const char *name, const char *unit, const std::vector<int> &sizes, i
 int run(int argc, char **argv) {
   int maxStatements = 100000, maxCompile = 4000, maxCarried = 1000, maxCompileCarried = 400;
   int maxCompileDepth = 32;
+  std::string only = "statements,nesting,carried";
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&] {
@@ -172,9 +184,14 @@ int run(int argc, char **argv) {
       maxCompileCarried = next();
     else if (a == "--max-compile-depth")
       maxCompileDepth = next();
+    else if (a == "--full-limit")
+      fullLimit = static_cast<size_t>(next());
+    else if (a == "--only" && i + 1 < argc)
+      only = argv[++i];
     else
       die("usage: qd-bench-compile [--max-statements N] [--max-compile N] [--max-carried N] "
-          "[--max-compile-carried N] [--max-compile-depth N]");
+          "[--max-compile-carried N] [--max-compile-depth N] [--full-limit N] "
+          "[--only statements,nesting,carried]");
   }
   fmt::print("qd-bench-compile: wall seconds of one run per row; growth g = (time ratio) / "
              "(size ratio) against the row above (1.00: linear)\n");
@@ -186,9 +203,13 @@ int run(int argc, char **argv) {
     statements.push_back(maxStatements);
   for (int n = 50; n <= maxCarried; n *= 2)
     carried.push_back(n);
-  series("statements", "stmts", statements, maxCompile, statementsKernel);
-  series("nesting", "depth", nesting, maxCompileDepth, nestingKernel);
-  series("carried", "N", carried, maxCompileCarried, carriedKernel);
+  auto wanted = [&](const char *name) { return only.find(name) != std::string::npos; };
+  if (wanted("statements"))
+    series("statements", "stmts", statements, maxCompile, statementsKernel);
+  if (wanted("nesting"))
+    series("nesting", "depth", nesting, maxCompileDepth, nestingKernel);
+  if (wanted("carried"))
+    series("carried", "N", carried, maxCompileCarried, carriedKernel);
   return 0;
 }
 

@@ -29,7 +29,9 @@
 // overhead of Program::launch and of CpuBackend::launch alone).
 //
 // Usage: qd-bench-gradients [--threads 2] [--vector-width 8] [--reps 3] [--torch FILE.json]
-//                           [--only a,b,c] [--dump-ir a|b|c [--dump-n N]]
+//                           [--only a,b,c] [--dump-ir a|b|c [--dump-n N]] [--full-limit N]
+// (--full-limit: CpuBackendOptions::fullOptimizationLimit; 0 compiles every
+// kernel with the light tier.)
 // (--dump-ir prints the module at N elements, its gradient kernel and the
 // gradient's optimised LLVM IR.)
 //
@@ -308,6 +310,7 @@ static int runBench(int argc, char **argv) {
   int reps = 3;
   std::string torchFile, only = "a,b,c", dump;
   int64_t dumpN = 1024;
+  size_t fullLimit = qd::CpuBackendOptions().fullOptimizationLimit;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -329,9 +332,11 @@ static int runBench(int argc, char **argv) {
       dump = next();
     else if (a == "--dump-n")
       dumpN = std::stoll(next());
+    else if (a == "--full-limit") // CpuBackendOptions::fullOptimizationLimit
+      fullLimit = std::stoull(next());
     else
       die("usage: qd-bench-gradients [--threads N] [--reps N] [--torch FILE] [--only a,b,c] "
-          "[--dump-ir a|b|c [--dump-n N]]");
+          "[--dump-ir a|b|c [--dump-n N]] [--full-limit N]");
   }
 
   json torch;
@@ -394,10 +399,13 @@ static int runBench(int argc, char **argv) {
     die("--dump-ir: unknown workload " + dump);
   }
 
-  auto cpu = check(qd::CpuBackend::create({.threads = threads, .vectorWidth = width}),
-                   "CpuBackend::create");
-  auto cpu1 =
-      check(qd::CpuBackend::create({.threads = 1, .vectorWidth = width}), "CpuBackend::create");
+  auto cpu =
+      check(qd::CpuBackend::create(
+                {.threads = threads, .vectorWidth = width, .fullOptimizationLimit = fullLimit}),
+            "CpuBackend::create");
+  auto cpu1 = check(qd::CpuBackend::create(
+                        {.threads = 1, .vectorWidth = width, .fullOptimizationLimit = fullLimit}),
+                    "CpuBackend::create");
   auto cpuScalar =
       check(qd::CpuBackend::create({.threads = threads, .vectorWidth = 1}), "CpuBackend::create");
   double start = nowMs();

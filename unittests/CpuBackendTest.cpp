@@ -1171,6 +1171,84 @@ TEST(CpuBackendTest, GrowingBoundStaysExactAndReusesTheHeap) {
   EXPECT_GE(lastCapacity, most * 3);
 }
 
+TEST(CpuBackendTest, TheLightTierAgreesWithTheFullOne) {
+  // fullOptimizationLimit 0 compiles every kernel with the light tier
+  // (less work in code generation); results are the same bits.
+  CpuBackendOptions lightOptions;
+  lightOptions.fullOptimizationLimit = 0;
+  auto light = CpuBackend::create(lightOptions);
+  auto full = CpuBackend::create();
+  ASSERT_TRUE(light.ok() && full.ok());
+  SinLoop k;
+  const Kernel &g = *k.module->findKernel("g");
+  EXPECT_FALSE((*light)->compileTier(g).has_value()) << "not compiled yet";
+  std::vector<float> x(1000), a(x.size(), -1.f), b(x.size(), -2.f), ref(x.size());
+  for (size_t i = 0; i < x.size(); ++i)
+    x[i] = 0.003f * float(i) - 1.f;
+  ASSERT_TRUE(k.run(**light, 30, x, a).ok());
+  ASSERT_TRUE(k.run(**full, 30, x, b).ok());
+  Interpreter interp;
+  ASSERT_TRUE(k.run(interp, 30, x, ref).ok());
+  EXPECT_EQ((*light)->compileTier(g), OptimizationTier::Light);
+  EXPECT_EQ((*full)->compileTier(g), OptimizationTier::Full) << "a small kernel";
+  for (size_t i = 0; i < x.size(); ++i) {
+    ASSERT_EQ(a[i], b[i]) << i;
+    ASSERT_NEAR(a[i], ref[i], 1e-5) << i;
+  }
+}
+
+TEST(CpuBackendTest, AnOverflowIsReportedWhenTheThreadThenFailsElsewhere) {
+  // Every thread pushes past the capacity, then reads out of bounds. The
+  // pushes went past the end without a branch; the error site returns
+  // through the function's exit, which still reports the need, and the
+  // overflow is the launch's error (as on every backend).
+  for (unsigned width : {1u, 8u}) {
+    CpuBackendOptions o;
+    o.vectorWidth = width;
+    auto cpu = CpuBackend::create(o);
+    ASSERT_TRUE(cpu.ok());
+    auto m = parseModule(R"(
+field @x : f32[16]
+field @at : i32
+kernel @k() {
+  parallel for %t = 0 to 16 {
+    %s = adstack.alloca f32, capacity 0
+    %v = load @x[%t] : f32
+    for %j = 0 to 5 {
+      adstack.push %s, %v
+    }
+    %at = load @at[] : i32
+    %w = load @x[%at] : f32
+    %top = adstack.load_top %s : f32
+    %sum = add %w, %top : f32
+    store @x[%t], %sum
+  }
+}
+)",
+                         {"over.qd", 1});
+    ASSERT_TRUE(m.ok()) << m.status().message();
+    auto p = Program::create(**m);
+    ASSERT_TRUE(p.ok());
+    Buffer *at = (*p)->field("at");
+    at->set(0, Scalar::ofInt(ScalarType::I32, 100));
+    LaunchOptions small;
+    small.sizeAdStacks = false;
+    small.defaultAdStackCapacity = 2;
+    small.boundsChecked = true;
+    absl::Status s = (*p)->launch("k", {}, **cpu, small);
+    ASSERT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << width << ": " << s.message();
+    EXPECT_NE(message(s).find("has capacity 2 and this launch needed 5"), std::string::npos)
+        << message(s);
+    // With room for the pushes, the bounds error is the launch's error.
+    small.defaultAdStackCapacity = 5;
+    s = (*p)->launch("k", {}, **cpu, small);
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << width << ": " << s.message();
+    EXPECT_NE(message(s).find("is out of range"), std::string::npos) << message(s);
+    at->set(0, Scalar::ofInt(ScalarType::I32, 3));
+    EXPECT_TRUE((*p)->launch("k", {}, **cpu, small).ok());
+  }
+}
+
 TEST(CpuBackendTest, OverflowOfManyThreadsIsOneErrorAndTheNextLaunchIsClean) {
   std::unique_ptr<CpuBackend> cpu = *CpuBackend::create({/*threads=*/4, /*chunk=*/1});
   Pair p(R"(

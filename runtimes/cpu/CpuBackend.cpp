@@ -12,6 +12,7 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <llvm/ExecutionEngine/Orc/CompileUtils.h>
 #include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
 #include <llvm/ExecutionEngine/Orc/LLJIT.h>
 #include <llvm/ExecutionEngine/Orc/ThreadSafeModule.h>
@@ -42,6 +43,9 @@ using TaskFn = void (*)(QdLaunchContext *, const int64_t *, int64_t, int64_t, in
 using KernelFn = void (*)(QdLaunchContext *);
 
 namespace {
+
+/// Marks a module for the light tier's code generation (TieredCompiler).
+constexpr const char *kLightTierFlag = "qd.light-tier";
 
 /// Persistent workers that run the chunks of one parallel task at a time.
 class ThreadPool {
@@ -171,13 +175,14 @@ struct CpuBackend::Impl {
     KernelFn fn = nullptr;
     KernelLayout layout;
     double seconds = 0;
-    std::string ir;
+    OptimizationTier tier = OptimizationTier::Full;
   };
 
   std::unique_ptr<llvm::orc::LLJIT> jit;
   std::unique_ptr<ThreadPool> pool;
   unsigned vectorWidth = 1;
   VectorMathIsa vectorMath = VectorMathIsa::None;
+  size_t fullOptimizationLimit = 0;
   /// Keyed by Kernel::uniqueId(), never by address: a destroyed kernel's
   /// address may be reused by a new one.
   /// Guards `cache`, `sizings`, `counter` and the JIT: a kernel compiles
@@ -219,12 +224,7 @@ struct CpuBackend::Impl {
     sizingOfLocked(kernel);
     Compiled c;
     auto context = std::make_unique<llvm::LLVMContext>();
-    CodegenOptions opts;
-    opts.boundsChecked = boundsChecked;
-    opts.vectorWidth = vectorWidth;
-    opts.vectorMath = vectorMath;
-    opts.stopChecks = stopChecks;
-    auto module = emitKernel(kernel, *context, opts, c.layout);
+    auto module = emitOptimized(kernel, boundsChecked, stopChecks, *context, c.layout, c.tier);
     if (!module.ok())
       return module.status();
     llvm::Module &m = **module;
@@ -233,11 +233,8 @@ struct CpuBackend::Impl {
     for (llvm::Function &f : m)
       if (!f.isDeclaration())
         f.setName(prefix + f.getName().str());
-    m.setDataLayout(jit->getDataLayout());
-    m.setTargetTriple(jit->getTargetTriple().str());
-    optimize(m);
-    llvm::raw_string_ostream os(c.ir);
-    m.print(os, nullptr);
+    if (c.tier == OptimizationTier::Light)
+      m.addModuleFlag(llvm::Module::Warning, kLightTierFlag, 1);
     llvm::orc::ThreadSafeModule tsm(std::move(*module), std::move(context));
     if (llvm::Error e = jit->addIRModule(std::move(tsm)))
       return absl::InternalError("cpu backend: cannot add the module to the JIT: " +
@@ -250,10 +247,44 @@ struct CpuBackend::Impl {
     return &cache.emplace(key, std::move(c)).first->second;
   }
 
-  void optimize(llvm::Module &m) {
+  /// The kernel's module, optimised for the host, and its tier.
+  absl::StatusOr<std::unique_ptr<llvm::Module>>
+  emitOptimized(const Kernel &kernel, bool boundsChecked, bool stopChecks,
+                llvm::LLVMContext &context, KernelLayout &layout, OptimizationTier &tier) {
+    CodegenOptions opts;
+    opts.boundsChecked = boundsChecked;
+    opts.vectorWidth = vectorWidth;
+    opts.vectorMath = vectorMath;
+    opts.stopChecks = stopChecks;
+    auto module = emitKernel(kernel, context, opts, layout);
+    if (!module.ok())
+      return module.status();
+    llvm::Module &m = **module;
+    m.setDataLayout(jit->getDataLayout());
+    m.setTargetTriple(jit->getTargetTriple().str());
+    tier = chooseTier(m, fullOptimizationLimit);
     auto tm = hostTargetMachine(); // without one, target-independent cost models
     optimizeModule(m, tm.ok() ? tm->get() : nullptr);
+    return module;
   }
+};
+
+/// The JIT's compiler: machine code of the tier a module was marked with
+/// (Impl::compile). Called with the compile mutex held.
+class TieredCompiler final : public llvm::orc::IRCompileLayer::IRCompiler {
+public:
+  TieredCompiler(std::unique_ptr<llvm::TargetMachine> full,
+                 std::unique_ptr<llvm::TargetMachine> light)
+      : IRCompiler(llvm::orc::irManglingOptionsFromTargetOptions(full->Options)),
+        full_(std::move(full)), light_(std::move(light)) {}
+
+  llvm::Expected<std::unique_ptr<llvm::MemoryBuffer>> operator()(llvm::Module &m) override {
+    bool light = m.getModuleFlag(kLightTierFlag) != nullptr;
+    return llvm::orc::SimpleCompiler(light ? *light_ : *full_)(m);
+  }
+
+private:
+  std::unique_ptr<llvm::TargetMachine> full_, light_;
 };
 
 namespace {
@@ -318,7 +349,23 @@ absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::create(const CpuBackendO
     return absl::InternalError("cpu backend: cannot detect the host: " +
                                llvm::toString(jtmb.takeError()));
   jtmb->setCodeGenOptLevel(llvm::CodeGenOptLevel::Aggressive);
-  auto jit = llvm::orc::LLJITBuilder().setJITTargetMachineBuilder(std::move(*jtmb)).create();
+  auto jit =
+      llvm::orc::LLJITBuilder()
+          .setJITTargetMachineBuilder(*jtmb)
+          .setCompileFunctionCreator(
+              [](llvm::orc::JITTargetMachineBuilder full)
+                  -> llvm::Expected<std::unique_ptr<llvm::orc::IRCompileLayer::IRCompiler>> {
+                llvm::orc::JITTargetMachineBuilder light = full;
+                light.setCodeGenOptLevel(llvm::CodeGenOptLevel::Less);
+                auto fullTm = full.createTargetMachine();
+                if (!fullTm)
+                  return fullTm.takeError();
+                auto lightTm = light.createTargetMachine();
+                if (!lightTm)
+                  return lightTm.takeError();
+                return std::make_unique<TieredCompiler>(std::move(*fullTm), std::move(*lightTm));
+              })
+          .create();
   if (!jit)
     return absl::InternalError("cpu backend: cannot create the JIT: " +
                                llvm::toString(jit.takeError()));
@@ -355,6 +402,7 @@ absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::create(const CpuBackendO
   // scalar code, whose stacks need no room for lanes.
   impl->vectorWidth = options.chunk > 0 && options.chunk < width ? 1 : width;
   impl->vectorMath = impl->vectorWidth > 1 ? *isa : VectorMathIsa::None;
+  impl->fullOptimizationLimit = options.fullOptimizationLimit;
   unsigned threads = options.threads ? options.threads : std::thread::hardware_concurrency();
   impl->pool = std::make_unique<ThreadPool>(std::max(1u, threads), options.chunk);
   return std::unique_ptr<CpuBackend>(new CpuBackend(std::move(impl)));
@@ -379,6 +427,14 @@ int64_t CpuBackend::lastAdStackHeapBytes() const {
 int64_t CpuBackend::adStackHeapCapacityBytes() const {
   std::lock_guard<std::mutex> lock(impl_->launchMutex);
   return impl_->heapBytes;
+}
+
+std::optional<OptimizationTier> CpuBackend::compileTier(const Kernel &kernel) const {
+  std::lock_guard<std::mutex> lock(impl_->compileMutex);
+  for (auto &[key, c] : impl_->cache)
+    if (std::get<0>(key) == kernel.uniqueId())
+      return c.tier;
+  return std::nullopt;
 }
 
 double CpuBackend::compileSeconds(const Kernel &kernel) const {
@@ -407,10 +463,19 @@ std::vector<int32_t> CpuBackend::lastTaskLanes() const {
 }
 
 absl::StatusOr<std::string> CpuBackend::llvmIR(const Kernel &kernel, bool boundsChecked) {
-  auto c = impl_->compile(kernel, boundsChecked);
-  if (!c.ok())
-    return c.status();
-  return (*c)->ir;
+  // Emitted again: compiled kernels keep no IR (printing megabytes of it
+  // for every large kernel cost more than its O3 pipeline).
+  std::lock_guard<std::mutex> lock(impl_->compileMutex);
+  llvm::LLVMContext context;
+  KernelLayout layout;
+  OptimizationTier tier;
+  auto m = impl_->emitOptimized(kernel, boundsChecked, false, context, layout, tier);
+  if (!m.ok())
+    return m.status();
+  std::string ir;
+  llvm::raw_string_ostream os(ir);
+  (*m)->print(os, nullptr);
+  return ir;
 }
 
 absl::Status CpuBackend::launch(Program &program, const Kernel &kernel,

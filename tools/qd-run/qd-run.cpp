@@ -6,6 +6,8 @@
 //          [--print=a,b.grad,...] [--no-bounds-check] [--adstack-capacity=N]
 //          [--report-adstacks] [--no-adstack-sizing] [--vector-width=N]
 //          [--no-vector-math] [--timeout-ms=N] [--max-loop-iterations=N]
+//          [--vulkan-device=NAME] [--vulkan-validation=off|if-installed|required]
+//          [--vulkan-loop-checks=auto|on|off]
 //
 // Fields and ndarray arguments are given as (nested) JSON arrays, scalars as
 // JSON numbers or booleans; `NAME.grad` / `NAME.dual` address companions.
@@ -70,6 +72,16 @@ constexpr const char *kUsage =
     "                         --check-global-accesses)\n"
     "  --amdgpu-arch=NAME     architecture the amdgpu backend compiles for: gfx90a,\n"
     "                         gfx942 or gfx1100 (default: the GPU's own)\n"
+    "  --vulkan-device=NAME   vulkan: the device, by index or a substring of its name\n"
+    "                         (default: QD_VULKAN_DEVICE, else the first discrete GPU)\n"
+    "  --vulkan-validation=off|if-installed|required\n"
+    "                         vulkan: run under the Khronos validation layer and\n"
+    "                         print its warnings and errors on stderr; with any,\n"
+    "                         qd-run exits with status 1 (default: off)\n"
+    "  --vulkan-loop-checks=auto|on|off\n"
+    "                         vulkan: check that every loop ended where the program\n"
+    "                         says, and fail naming the loop where the driver ended\n"
+    "                         it early (auto, the default: on llvmpipe only)\n"
     "  --inputs=FILE          JSON file {\"fields\": {...}, \"args\": {...}}\n"
     "  --set NAME=JSON        initial value of a field (or NAME.grad / NAME.dual)\n"
     "  --arg NAME=JSON        kernel argument of every launched kernel that has it:\n"
@@ -101,6 +113,20 @@ constexpr const char *kUsage =
     "                         per lane instead of glibc's libmvec\n"
     "  --vector-isa=NAME      cpu: libmvec variants to call: auto (the host's widest,\n"
     "                         the default), sse4, avx2, avx512 or none\n";
+
+/// The value named `value` among `names`, or a usage error naming `flag`
+/// and the names it accepts.
+template <typename T>
+T namedOption(const std::string &flag, const std::string &value,
+              std::initializer_list<std::pair<const char *, T>> names) {
+  std::string accepted;
+  for (const auto &[name, v] : names) {
+    if (value == name)
+      return v;
+    accepted += (accepted.empty() ? "" : ", ") + std::string(name);
+  }
+  die(flag + " expects one of " + accepted + ", got '" + value + "'");
+}
 
 /// An ndarray argument's buffers, kept by name from launch to launch.
 struct Ndarray {
@@ -324,6 +350,10 @@ void Runner::print(const Launch &launch, const std::optional<std::string> &error
 
 int run(int argc, char **argv) {
   std::string file, backendName, amdgpuArch, inputsFile, scriptFile;
+  qd::VulkanBackendOptions vulkanOptions;
+  bool vulkanOptionGiven = false;
+  // The validation layer's messages, printed as they come and counted.
+  auto validationMessages = std::make_shared<std::atomic<int64_t>>(0);
   std::vector<std::string> kernels, printList;
   std::vector<std::pair<std::string, std::string>> sets, argValues;
   bool printGiven = false, reportAdStacks = false;
@@ -360,7 +390,21 @@ int run(int argc, char **argv) {
       backendName = *v;
     else if (auto v = value("--amdgpu-arch"))
       amdgpuArch = *v;
-    else if (auto v = value("--inputs"))
+    else if (auto v = value("--vulkan-device")) {
+      vulkanOptions.device = *v;
+      vulkanOptionGiven = true;
+    } else if (auto v = value("--vulkan-validation")) {
+      using V = qd::VulkanBackendOptions::Validation;
+      vulkanOptions.validation = namedOption<V>(
+          "--vulkan-validation", *v,
+          {{"off", V::Off}, {"if-installed", V::IfInstalled}, {"required", V::Required}});
+      vulkanOptionGiven = true;
+    } else if (auto v = value("--vulkan-loop-checks")) {
+      using C = qd::VulkanLoopExitChecks;
+      vulkanOptions.loopExitChecks = namedOption<C>(
+          "--vulkan-loop-checks", *v, {{"auto", C::Auto}, {"on", C::On}, {"off", C::Off}});
+      vulkanOptionGiven = true;
+    } else if (auto v = value("--inputs"))
       inputsFile = *v;
     else if (auto v = value("--set"))
       sets.push_back(keyValue(*v, "--set"));
@@ -416,6 +460,8 @@ int run(int argc, char **argv) {
       backendName != "amdgpu" && backendName != "vulkan")
     die("unknown backend '" + backendName +
         "'; available backends: interp, cpu, cuda, amdgpu, vulkan");
+  if (vulkanOptionGiven && backendName != "vulkan")
+    die("the --vulkan-* options need --backend=vulkan");
   if (!amdgpuArch.empty()) {
     if (backendName != "amdgpu")
       die("--amdgpu-arch goes with --backend=amdgpu");
@@ -502,7 +548,11 @@ int run(int argc, char **argv) {
   }
   std::unique_ptr<qd::VulkanBackend> vulkan;
   if (backendName == "vulkan") {
-    auto created = qd::VulkanBackend::create();
+    vulkanOptions.onValidationMessage = [validationMessages](const std::string &m) {
+      ++*validationMessages;
+      std::cerr << "qd-run: vulkan validation: " << m << "\n";
+    };
+    auto created = qd::VulkanBackend::create(vulkanOptions);
     if (!created.ok())
       die(std::string(created.status().message()));
     vulkan = *std::move(created);
@@ -511,6 +561,9 @@ int run(int argc, char **argv) {
                 reportAdStacks);
   for (Launch &launch : launches)
     runner.run(launch);
+  if (int64_t n = *validationMessages; n > 0)
+    die("the Vulkan validation layer reported " + std::to_string(n) +
+        " message(s) (above); the launches' results were printed");
   return 0;
 }
 

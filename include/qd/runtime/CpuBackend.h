@@ -19,12 +19,14 @@
 #pragma once
 
 #include "qd/abi/KernelLayout.h"
+#include "qd/codegen/llvm/Optimize.h"
 #include "qd/runtime/Program.h"
 
 #include <absl/status/statusor.h>
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -55,6 +57,12 @@ struct CpuBackendOptions {
   /// calls of their width, which run overlapped: with vectorWidth 16 on
   /// AVX2, two 8-lane chains are in flight.
   std::string vectorIsa = "auto";
+  /// Kernels whose largest LLVM function (as emitted, before optimisation)
+  /// has more instructions than this compile with the light tier
+  /// (OptimizationTier::Light: code generation without post-RA scheduling,
+  /// whose time grows with the square of a block); the others with the full
+  /// one. 0: always light; SIZE_MAX: always full.
+  size_t fullOptimizationLimit = 20000;
 };
 
 class CpuBackend : public Backend {
@@ -81,6 +89,9 @@ public:
   int64_t adStackHeapCapacityBytes() const;
   /// Seconds spent compiling `kernel` (0 if it was not compiled yet).
   double compileSeconds(const Kernel &kernel) const;
+  /// The tier `kernel` was compiled with (CpuBackendOptions::
+  /// fullOptimizationLimit), or nullopt if it was not compiled yet.
+  std::optional<OptimizationTier> compileTier(const Kernel &kernel) const;
   /// The launch layout of a compiled kernel (compiles it if needed): its
   /// parallel tasks with their lanes (and why a task has none), stacks,
   /// global slots and error sites.

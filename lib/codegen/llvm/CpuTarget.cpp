@@ -61,6 +61,7 @@ void CpuTarget::emitEntries(KernelEmitter &e) {
   for (Stmt &s : const_cast<Kernel &>(c.kernel).body())
     e.emitTopLevel(s);
   c.b.CreateRetVoid();
+  e.finishFunction();
   c.fn = nullptr;
 }
 
@@ -119,6 +120,7 @@ void CpuTarget::emitParallelTask(KernelEmitter &e, ForStmt &task) {
     });
   }
   b.CreateRetVoid();
+  e.finishFunction();
 
   c.fn = caller;
   b.restoreIP(callerIP);

@@ -5,12 +5,13 @@
 // function-local variables. For a stack whose lanes share one depth it is
 // the address of the next free row, so a push or pop adds or subtracts one
 // row size (no multiply of the depth per operation, which costs several
-// instructions in 64 bits on a GPU). A push past the capacity writes
-// nothing, leaves the top at the end and counts an *excess* push instead;
-// pops take back excess pushes first, so a read after an overflow finds the
-// last stored entry without a clamp. Each overflowing push raises needed[s]
-// to the excess (an atomic max), so the runtime can report the capacity the
-// launch needed; a read of an empty stack is an error site.
+// instructions in 64 bits on a GPU). A push past the capacity still counts
+// (the top moves past the end) but writes over the last row; reads clamp
+// to the last row, so they stay inside the stack. The function's exit
+// raises needed[s] to the stack's highest excess (an atomic max), so the
+// runtime reports the capacity the launch needed and fails it; a read of
+// an empty stack is an error site. On GPUs (indexed depths) an
+// overflowing push writes nothing and raises needed[s] at once.
 //
 // In vector code an entry holds one value per lane: row e holds the lanes'
 // primals, then their adjoints. A stack whose operations all run with every
@@ -68,7 +69,7 @@ const AdStackFrame &AdStackLowering::frame(unsigned id) {
   return frame;
 }
 
-const AdStackRows &AdStackLowering::rows(const StackRef &st, unsigned width) {
+AdStackRows &AdStackLowering::rows(const StackRef &st, unsigned width) {
   frame(st.id);
   AdStackFrame &f = c_.fn->stacks[st.id];
   AdStackRows &r = f.rows[width];
@@ -80,8 +81,10 @@ const AdStackRows &AdStackLowering::rows(const StackRef &st, unsigned width) {
     r.top =
         eb.CreateAlloca(f.base->getType(), nullptr, fmt::format("adstack{}.top{}", st.id, suffix));
     eb.CreateStore(f.base, r.top);
-    r.excess = eb.CreateAlloca(c_.i64, nullptr, fmt::format("adstack{}.excess{}", st.id, suffix));
-    eb.CreateStore(eb.getInt64(0), r.excess);
+    r.peak =
+        eb.CreateAlloca(f.base->getType(), nullptr, fmt::format("adstack{}.peak{}", st.id, suffix));
+    eb.CreateStore(f.base, r.peak);
+    c_.fn->uniformRows.push_back({st.id, &r});
     if (c_.fn->stackRows++ >= c_.target.registerStackStates()) {
       // Hundreds of stacks (a loop carrying hundreds of values) would keep
       // four live values each across the loop: far more than there are
@@ -97,10 +100,47 @@ const AdStackRows &AdStackLowering::rows(const StackRef &st, unsigned width) {
       auto *pin = llvm::InlineAsm::get(
           llvm::FunctionType::get(eb.getVoidTy(), {c_.ptrTy, c_.ptrTy, c_.ptrTy, c_.ptrTy}, false),
           "", "r,r,r,r", /*hasSideEffects=*/true);
-      eb.CreateCall(pin, {r.top, r.excess, r.endSlot, r.baseSlot});
+      eb.CreateCall(pin, {r.top, r.peak, r.endSlot, r.baseSlot});
     }
   }
   return r;
+}
+
+void AdStackLowering::finishFunction() {
+  FunctionState &fn = *c_.fn;
+  if (fn.uniformRows.empty())
+    return;
+  llvm::IRBuilder<> &b = c_.b;
+  // Every return (the end, and each error site's) goes through one exit
+  // that raises needed[s] for the stacks that went past their end.
+  BasicBlock *exit = c_.newBlock("exit");
+  std::vector<llvm::ReturnInst *> returns;
+  for (BasicBlock &bb : *fn.fn)
+    if (auto *ret = llvm::dyn_cast_or_null<llvm::ReturnInst>(bb.getTerminator()))
+      returns.push_back(ret);
+  for (llvm::ReturnInst *ret : returns) {
+    llvm::BranchInst::Create(exit, ret);
+    ret->eraseFromParent();
+  }
+  b.SetInsertPoint(exit);
+  std::vector<std::pair<unsigned, LV *>> excess;
+  LV *any = b.getFalse();
+  for (auto [id, r] : fn.uniformRows) {
+    LV *peak = b.CreateLoad(c_.ptrTy, r->peak), *end = endOf(*r);
+    LV *over = b.CreateICmpUGT(peak, end);
+    any = b.CreateOr(any, over);
+    LV *rows = b.CreateUDiv(b.CreatePtrDiff(b.getInt8Ty(), peak, end), r->rowBytes);
+    excess.push_back({id, b.CreateSelect(over, rows, b.getInt64(0))});
+  }
+  BasicBlock *raise = c_.newBlock("adstack.overflowed");
+  BasicBlock *done = c_.newBlock("return");
+  b.CreateCondBr(any, raise, done, c_.unlikelyFirst());
+  b.SetInsertPoint(raise);
+  for (auto [id, rows] : excess)
+    raiseNeeded(id, rows);
+  b.CreateBr(done);
+  b.SetInsertPoint(done);
+  b.CreateRetVoid();
 }
 
 LV *AdStackLowering::endOf(const AdStackRows &r) {
@@ -141,9 +181,9 @@ void AdStackLowering::alloca(AdStackAllocaStmt &a) {
   } else if (lanes_.vectorMode() && lanes_.plan().isLaneStack(&a))
     lanes_.storeLocal(laneCount(st.id), c_.b.getInt64(0));
   else {
-    const AdStackRows &r = rows(st, lanes_.width());
+    AdStackRows &r = rows(st, lanes_.width());
     c_.b.CreateStore(baseOf(frame(st.id), r), r.top);
-    c_.b.CreateStore(c_.b.getInt64(0), r.excess);
+    r.checkedIn = nullptr;
   }
 }
 
@@ -177,7 +217,7 @@ void AdStackLowering::op(AdStackOpStmt &op) {
 void AdStackLowering::uniformOp(AdStackOpStmt &op, const StackRef &st, unsigned width) {
   llvm::IRBuilder<> &b = c_.b;
   const AdStackFrame &f = frame(st.id);
-  const AdStackRows &r = rows(st, width);
+  AdStackRows &r = rows(st, width);
   LV *top = b.CreateLoad(f.base->getType(), r.top);
   llvm::Type *mem = c_.memTypeOf(st.elem);
   if (width > 1)
@@ -196,47 +236,39 @@ void AdStackLowering::uniformOp(AdStackOpStmt &op, const StackRef &st, unsigned 
     else
       b.CreateStore(v, ptr);
   };
+  LV *minusRow = b.CreateNeg(r.rowBytes);
+  // The last row, where a push past the end writes and reads clamp to (the
+  // runtime refuses capacity 0, so it exists).
+  auto lastRow = [&] { return b.CreateGEP(b.getInt8Ty(), endOf(r), minusRow); };
+  auto moveTop = [&](LV *to) {
+    b.CreateStore(to, r.top);
+    r.checkedIn = nullptr;
+  };
   if (auto *push = dyn_cast<AdStackPushStmt>(&op)) {
-    BasicBlock *write = c_.newBlock("push.write");
-    BasicBlock *over = c_.newBlock("push.overflow");
-    BasicBlock *done = c_.newBlock("push.done");
-    b.CreateCondBr(b.CreateICmpULT(top, endOf(r)), write, over, c_.unlikelySecond());
-    b.SetInsertPoint(write);
-    store(c_.toMem(value(push->value()), st.elem), top);
+    LV *row = b.CreateSelect(b.CreateICmpULT(top, endOf(r)), top, lastRow());
+    store(c_.toMem(value(push->value()), st.elem), row);
     if (st.entryBytes > storageBytes(st.elem)) // the adjoint slot starts at 0
-      store(llvm::Constant::getNullValue(mem), c_.target.adStackAdjoint(c_, st, top, width));
-    b.CreateStore(b.CreateGEP(b.getInt8Ty(), top, r.rowBytes), r.top);
-    b.CreateBr(done);
-    overflow(over, done, st, [&] {
-      LV *excess = b.CreateAdd(b.CreateLoad(c_.i64, r.excess), b.getInt64(1));
-      b.CreateStore(excess, r.excess);
-      return excess;
-    });
+      store(llvm::Constant::getNullValue(mem), c_.target.adStackAdjoint(c_, st, row, width));
+    LV *next = b.CreateGEP(b.getInt8Ty(), top, r.rowBytes);
+    moveTop(next);
+    LV *peak = b.CreateLoad(c_.ptrTy, r.peak);
+    b.CreateStore(b.CreateSelect(b.CreateICmpUGT(next, peak), next, peak), r.peak);
     return;
+  }
+  // pop, load_top, load_top_adj and acc_adjoint need a non-empty stack;
+  // a read right after a read of the same entry was checked already.
+  if (!r.checkedIn || !c_.continuesFrom(r.checkedIn)) {
+    c_.raiseIf(b.CreateICmpULE(top, baseOf(f, r)), underflowSite(op));
+    r.checkedIn = b.GetInsertBlock();
   }
   if (op.kind() == StmtKind::AdStackPop) {
-    // An excess push goes first (nothing was stored for it).
-    BasicBlock *dropExcess = c_.newBlock("pop.excess");
-    BasicBlock *dropRow = c_.newBlock("pop.row");
-    BasicBlock *done = c_.newBlock("pop.done");
-    LV *excess = b.CreateLoad(c_.i64, r.excess);
-    b.CreateCondBr(b.CreateICmpNE(excess, b.getInt64(0)), dropExcess, dropRow, c_.unlikelyFirst());
-    b.SetInsertPoint(dropExcess);
-    b.CreateStore(b.CreateSub(excess, b.getInt64(1)), r.excess);
-    b.CreateBr(done);
-    b.SetInsertPoint(dropRow);
-    c_.raiseIf(b.CreateICmpULE(top, baseOf(f, r)), underflowSite(op));
-    b.CreateStore(b.CreateGEP(b.getInt8Ty(), top, b.CreateNeg(r.rowBytes)), r.top);
-    b.CreateBr(done);
-    b.SetInsertPoint(done);
+    moveTop(b.CreateGEP(b.getInt8Ty(), top, minusRow));
     return;
   }
-  // load_top / load_top_adj / acc_adjoint need a non-empty stack. After an
-  // overflow (reported at the end of the launch) the top stays at the end,
-  // so they use the last stored entry; the runtime refuses capacity 0, so
-  // that entry exists.
-  c_.raiseIf(b.CreateICmpULE(top, baseOf(f, r)), underflowSite(op));
-  LV *entry = b.CreateGEP(b.getInt8Ty(), top, b.CreateNeg(r.rowBytes));
+  // After an overflow (reported at the end of the launch) the top is past
+  // the end: reads use the last row.
+  LV *entry = b.CreateSelect(b.CreateICmpULE(top, endOf(r)),
+                             b.CreateGEP(b.getInt8Ty(), top, minusRow), lastRow());
   LV *adjoint = c_.target.adStackAdjoint(c_, st, entry, width);
   if (op.kind() == StmtKind::AdStackLoadTop) {
     c_.set(&op, c_.fromMem(load(entry), st.elem));

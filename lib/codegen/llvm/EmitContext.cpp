@@ -170,11 +170,26 @@ unsigned EmitContext::site(const Stmt &s, std::string what) {
 void EmitContext::raiseIf(LV *cond, unsigned id, llvm::ArrayRef<LV *> data) {
   BasicBlock *bad = newBlock("error");
   BasicBlock *ok = newBlock("ok");
+  // `ok` is entered only from here (`bad` returns): it continues the chain
+  // of checks of the current block, or starts one.
+  auto from = fn->checkChains.find(b.GetInsertBlock());
+  fn->checkChains[ok] = from != fn->checkChains.end()
+                            ? std::make_pair(from->second.first, from->second.second + 1)
+                            : std::make_pair(fn->checkChainCount++, 0u);
   b.CreateCondBr(cond, bad, ok, unlikelyFirst());
   b.SetInsertPoint(bad);
   target.raiseError(*this, id, data);
   b.CreateRetVoid();
   b.SetInsertPoint(ok);
+}
+
+bool EmitContext::continuesFrom(const BasicBlock *after) const {
+  const BasicBlock *here = b.GetInsertBlock();
+  if (here == after)
+    return true;
+  auto h = fn->checkChains.find(here), a = fn->checkChains.find(after);
+  return h != fn->checkChains.end() && a != fn->checkChains.end() &&
+         h->second.first == a->second.first && h->second.second > a->second.second;
 }
 
 void EmitContext::recordError(unsigned siteId, llvm::ArrayRef<LV *> data) {

@@ -43,15 +43,25 @@ struct StackRef {
 /// between consecutive entries (LlvmTarget::adStackRowBytes), the end of
 /// the stack (base + capacity rows), and two locals: `top`, the address of
 /// the next free row (the depth as a pointer, so a push or pop moves it by
-/// one row instead of multiplying the depth by the row size; it never
-/// passes `end`), and `excess`, the pushes that found no room and were not
-/// popped yet (0 unless the stack overflowed).
+/// one row instead of multiplying the depth by the row size), and `peak`,
+/// the highest `top` this call of the function reached. A push past the
+/// capacity still moves `top` (past `end`: the depth stays exact), but it
+/// writes over the last row instead of past the end; the launch fails with
+/// an overflow error anyway, and the function's exit raises needed[s] from
+/// `peak` (AdStackLowering::finishFunction). So a push or pop is straight-
+/// line code: no branch, no new basic block. LLVM's SSA construction and
+/// register allocation grow faster than linearly with the blocks of a
+/// function, and a loop carrying hundreds of values has hundreds of stacks.
 struct AdStackRows {
   LV *rowBytes = nullptr, *end = nullptr;
-  llvm::AllocaInst *top = nullptr, *excess = nullptr;
+  llvm::AllocaInst *top = nullptr, *peak = nullptr;
   /// Set when the stack's state stays in memory (see AdStackLowering::
   /// rows): `end` and the base are read from these slots at each use.
   llvm::AllocaInst *endSlot = nullptr, *baseSlot = nullptr;
+  /// The block after the last check that the stack is not empty, while
+  /// `top` has not moved since (a read then a pop of the same entry check
+  /// once; EmitContext::continuesFrom).
+  BasicBlock *checkedIn = nullptr;
 };
 
 /// Per-function facts of a stack, computed once in the entry block: its
@@ -132,8 +142,14 @@ struct FunctionState {
   std::array<LV *, ForStmt::kMaxDims> bandIndex{};
   /// Back edges this thread has run (stop checks); created at the first.
   llvm::AllocaInst *backEdges = nullptr;
-  /// Adstack rows (AdStackRows) made in this function so far.
+  /// Adstack rows (AdStackRows) made in this function so far, by stack id.
   unsigned stackRows = 0;
+  std::vector<std::pair<unsigned, AdStackRows *>> uniformRows;
+  /// The blocks that continue after an error check (EmitContext::raiseIf),
+  /// each with its chain (consecutive checks of straight-line code) and its
+  /// place in the chain.
+  std::unordered_map<const BasicBlock *, std::pair<unsigned, unsigned>> checkChains;
+  unsigned checkChainCount = 0;
 };
 
 class EmitContext {
@@ -169,6 +185,10 @@ public:
   /// the builder is left.
   void beginFunction(FunctionState &state, llvm::Function *f, LV *ctxArg, LV *thread);
   BasicBlock *newBlock(const llvm::Twine &name) { return BasicBlock::Create(llvm, name, fn->fn); }
+  /// Whether the builder's block is `after` or comes after it through
+  /// error checks only (raiseIf), so that whatever held in `after` holds
+  /// here too: `after` dominates it and nothing but checks lies between.
+  bool continuesFrom(const BasicBlock *after) const;
   /// A builder before the entry block's terminator.
   llvm::IRBuilder<> entryBuilder() { return llvm::IRBuilder<>(fn->entry->getTerminator()); }
 

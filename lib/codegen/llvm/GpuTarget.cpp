@@ -50,6 +50,7 @@ void GpuTarget::emitEntries(KernelEmitter &e) {
                                                           c.b.getInt64(slot->second)));
     }
     c.b.CreateRetVoid();
+    e.finishFunction();
     c.fn = nullptr;
   }
 }
@@ -123,6 +124,7 @@ void GpuTarget::emitParallelTask(KernelEmitter &e, ForStmt &task) {
       },
       threads(c));
   b.CreateRetVoid();
+  e.finishFunction();
   c.fn = nullptr;
 }
 

@@ -120,12 +120,15 @@ public:
   void alloca(AdStackAllocaStmt &a);
   /// push, pop, load_top, load_top_adj, acc_adjoint.
   void op(AdStackOpStmt &op);
+  /// At the end of a function: its returns go through one exit that raises
+  /// needed[s] for each uniform stack that went past its end (AdStackRows).
+  void finishFunction();
 
 private:
   const AdStackFrame &frame(unsigned id);
   /// The rows of `st` at `width` lanes (AdStackRows), made in the entry
   /// block on first use.
-  const AdStackRows &rows(const StackRef &st, unsigned width);
+  AdStackRows &rows(const StackRef &st, unsigned width);
   llvm::AllocaInst *laneCount(unsigned id);
   /// The end (one past the last row) and the base of `r`'s stack: SSA
   /// values, or loads of the slots of a stack whose state is in memory.
@@ -166,6 +169,10 @@ public:
   /// through LlvmTarget::emitParallelTask, a serial task's block, or a
   /// top-level scalar statement.
   void emitTopLevel(Stmt &s);
+  /// Completes the current function after its last return (the adstacks'
+  /// overflow report, AdStackLowering::finishFunction); every target calls
+  /// it for each function it emits.
+  void finishFunction() { adstacks_.finishFunction(); }
   /// The top-level values task `task` uses, in order of first use.
   std::vector<const Value *> capturesOf(ForStmt &task);
   /// What the runtime can read of a task bound before the launch.

@@ -87,8 +87,8 @@ public:
   /// Back edges between two reads of the stop word (a power of two; see
   /// CodegenOptions::stopChecks).
   virtual unsigned stopCheckInterval() const { return abi::kStopCheckInterval; }
-  /// How many adstacks of a function keep their state (top, excess count,
-  /// end, base) in SSA values; the state of the others stays in memory
+  /// How many adstacks of a function keep their state (top, peak, end,
+  /// base) in SSA values; the state of the others stays in memory
   /// (see AdStackLowering::rows).
   virtual unsigned registerStackStates() const { return ~0u; }
 

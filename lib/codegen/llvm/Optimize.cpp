@@ -8,6 +8,7 @@
 #include <llvm/Target/TargetMachine.h>
 #include <llvm/Transforms/Scalar/InferAddressSpaces.h>
 
+#include <algorithm>
 #include <mutex>
 
 namespace qd {
@@ -28,6 +29,17 @@ absl::StatusOr<std::unique_ptr<llvm::TargetMachine>> hostTargetMachine() {
     return absl::InternalError("cannot create a target machine for the host: " +
                                llvm::toString(machine.takeError()));
   return std::move(*machine);
+}
+
+size_t largestFunctionSize(const llvm::Module &module) {
+  size_t largest = 0;
+  for (const llvm::Function &f : module)
+    largest = std::max<size_t>(largest, f.getInstructionCount());
+  return largest;
+}
+
+OptimizationTier chooseTier(const llvm::Module &module, size_t fullLimit) {
+  return largestFunctionSize(module) > fullLimit ? OptimizationTier::Light : OptimizationTier::Full;
 }
 
 void optimizeModule(llvm::Module &module, llvm::TargetMachine *machine) {

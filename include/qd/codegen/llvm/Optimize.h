@@ -22,6 +22,21 @@ namespace qd {
 /// CPU backend's JIT compiles for. Initialises LLVM's native target.
 absl::StatusOr<std::unique_ptr<llvm::TargetMachine>> hostTargetMachine();
 
+/// How hard LLVM works on a module. Full: the O3 pipeline and aggressive
+/// code generation. Light, for kernels so large that parts of those grow
+/// faster than linearly with the size of a function (docs/performance.md,
+/// "Compile time"): the same O3 pipeline, and code generation at
+/// CodeGenOptLevel::Less (no post-RA scheduling, whose time grows with the
+/// square of a block).
+enum class OptimizationTier { Full, Light };
+
+/// Instructions in the largest function of `module`.
+size_t largestFunctionSize(const llvm::Module &module);
+
+/// Light when `module`'s largest function has more than `fullLimit`
+/// instructions, else Full.
+OptimizationTier chooseTier(const llvm::Module &module, size_t fullLimit);
+
 /// Runs LLVM's O3 pipeline over `module`, with the cost models of `machine`
 /// (null: target-independent defaults).
 void optimizeModule(llvm::Module &module, llvm::TargetMachine *machine);
