@@ -90,6 +90,35 @@ TEST(CudaBackendTest, StacksThatFitRunFromLocalTapesAndTheRestFromTheHeap) {
   expectLocalTapesWhereStacksFit(*gpu(), [] { return gpu()->lastAdStackHeapBytes(); });
 }
 
+TEST(CudaBackendTest, ABudgetOfLocalTapeBytesPerSmShrinksTheGrid) {
+  REQUIRE_GPU();
+  // n = 400: one stack of 512 f32 entries (2 KiB) per thread, a local tape.
+  // 512 KiB per SM allows 2 blocks of 128 per SM; without a budget (the
+  // default) the grid is the occupancy's.
+  CudaBackendOptions budget;
+  budget.localTapeBytesPerSm = 512 * 1024;
+  auto narrow = CudaBackend::create(budget);
+  ASSERT_TRUE(narrow.ok()) << narrow.status().message();
+  SinLoop k;
+  const Kernel &g = *k.module->findKernel("g");
+  std::vector<float> x(5000), ref(x.size()), a(x.size(), -1.f), b(x.size(), -2.f);
+  for (size_t i = 0; i < x.size(); ++i)
+    x[i] = 0.001f * float(i);
+  Interpreter interp;
+  ASSERT_TRUE(k.run(interp, 400, x, ref).ok());
+  ASSERT_TRUE(k.run(**narrow, 400, x, a).ok());
+  EXPECT_EQ((*narrow)->lastAdStackHeapBytes(), 0) << "a local tape";
+  int64_t sms = (*narrow)->deviceInfo().multiprocessors;
+  EXPECT_EQ((*narrow)->lastLaunchThreads(), 2 * 128 * sms);
+  ASSERT_TRUE(k.run(*gpu(), 400, x, b).ok());
+  EXPECT_EQ(gpu()->lastLaunchThreads(), *gpu()->gridThreads(g));
+  EXPECT_GT(gpu()->lastLaunchThreads(), (*narrow)->lastLaunchThreads());
+  for (size_t i = 0; i < x.size(); ++i) {
+    ASSERT_NEAR(a[i], ref[i], 1e-4) << i;
+    ASSERT_EQ(a[i], b[i]) << i;
+  }
+}
+
 TEST(CudaBackendTest, OverflowIsAnErrorAndTheNextLaunchWorks) {
   REQUIRE_GPU();
   expectOverflowIsAnErrorAndTheNextLaunchWorks(*gpu());

@@ -20,7 +20,7 @@ struct CudaBackend::Impl final : gpu::GpuRuntime {
   Impl(const CudaBackendOptions &options, std::shared_ptr<const cuda::Device> device,
        std::shared_ptr<gpu::Reducer> reducer)
       : GpuRuntime("cuda", "CudaBackendOptions", device, std::move(reducer), options.blockSize,
-                   options.maxThreads, options.localTapeBytes),
+                   options.maxThreads, options.localTapeBytes, options.localTapeBytesPerSm),
         options(options), cudaDevice(std::move(device)),
         arch(options.arch.empty() ? cudaDevice->smArch() : options.arch) {}
 

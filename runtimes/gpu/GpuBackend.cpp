@@ -24,6 +24,10 @@ absl::StatusOr<int64_t> GpuBackend::gridThreads(const Kernel &kernel, bool bound
   return runtime_->threadsOf(**c);
 }
 
+int64_t GpuBackend::lastLaunchThreads() const {
+  return runtime_->lastLaunchThreads();
+}
+
 int64_t GpuBackend::lastAdStackHeapBytes() const {
   return runtime_->lastHeapBytes();
 }

@@ -33,6 +33,11 @@ int64_t GpuRuntime::lastHeapBytes() const {
   return lastHeapBytes_;
 }
 
+int64_t GpuRuntime::lastLaunchThreads() const {
+  std::lock_guard<std::mutex> lock(launchMutex_);
+  return lastLaunchThreads_;
+}
+
 absl::StatusOr<GpuRuntime::Compiled *> GpuRuntime::compile(const Kernel &kernel, bool boundsChecked,
                                                            bool stopChecks,
                                                            const std::vector<int64_t> &local,
@@ -89,6 +94,18 @@ absl::StatusOr<GpuRuntime::Compiled *> GpuRuntime::compile(const Kernel &kernel,
     blocks = blocks < 0 ? b : std::min(blocks, b);
   }
   c.blocks = std::max<int64_t>(blocks, 1);
+  // Local tapes live in memory the GPU caches per multiprocessor: beyond a
+  // budget per SM, fewer resident threads run faster (docs/performance.md,
+  // "Local tapes and occupancy").
+  if (!local.empty() && localTapeBytesPerSm_ > 0 && heapLayout) {
+    int64_t perThread = 0;
+    for (size_t i = 0; i < local.size(); ++i)
+      perThread += local[i] * heapLayout->stacks.at(i).entryBytes;
+    if (perThread > 0) {
+      int64_t perSm = std::max<int64_t>(1, localTapeBytesPerSm_ / (perThread * blockSize_));
+      c.blocks = std::min<int64_t>(c.blocks, perSm * std::max(device_->multiprocessors(), 1));
+    }
+  }
   if (maxThreads_ > 0)
     c.blocks = std::max<int64_t>(1, std::min<int64_t>(c.blocks, maxThreads_ / int64_t(blockSize_)));
   return &cache_.emplace(key, std::move(c)).first->second;
@@ -217,6 +234,7 @@ absl::Status GpuRuntime::launch(Program &program, const Kernel &kernel,
   if (absl::Status s = growHeap(kernel, *heapBytes); !s.ok())
     return s;
   lastHeapBytes_ = *heapBytes;
+  lastLaunchThreads_ = threads;
 
   // The bound buffers on the device: resident copies, uploaded only when
   // the host side changed since the last launch.

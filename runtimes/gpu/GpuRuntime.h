@@ -55,13 +55,15 @@ public:
   /// `backend` names the backend in messages ("cuda", "amdgpu"),
   /// `options` its options struct ("CudaBackendOptions").
   /// `localTapeBytes`: local tapes (CudaBackendOptions::localTapeBytes; 0
-  /// keeps every adstack in the heap).
+  /// keeps every adstack in the heap); `localTapeBytesPerSm`: at most this
+  /// many bytes of local tapes resident on one multiprocessor
+  /// (CudaBackendOptions::localTapeBytesPerSm; 0: no limit).
   GpuRuntime(const char *backend, const char *options, std::shared_ptr<const Device> device,
              std::shared_ptr<Reducer> reducer, unsigned blockSize, int64_t maxThreads,
-             int64_t localTapeBytes = 0)
+             int64_t localTapeBytes = 0, int64_t localTapeBytesPerSm = 0)
       : backend_(backend), options_(options), device_(std::move(device)),
         reducer_(std::move(reducer)), blockSize_(blockSize), maxThreads_(maxThreads),
-        localTapeBytes_(localTapeBytes) {}
+        localTapeBytes_(localTapeBytes), localTapeBytesPerSm_(localTapeBytesPerSm) {}
   virtual ~GpuRuntime() = default;
 
   const Device &device() const { return *device_; }
@@ -75,6 +77,8 @@ public:
   int64_t threadsOf(const Compiled &c) const { return c.blocks * int64_t(blockSize_); }
   absl::StatusOr<const KernelSizing *> sizing(const Kernel &kernel);
   int64_t lastHeapBytes() const;
+  /// The grid threads of the last launch (0 before the first).
+  int64_t lastLaunchThreads() const;
   /// Backend::launch.
   absl::Status launch(Program &program, const Kernel &kernel, std::span<const LaunchArg> args,
                       const LaunchOptions &options);
@@ -106,7 +110,7 @@ private:
   std::shared_ptr<Reducer> reducer_;
   unsigned blockSize_;
   int64_t maxThreads_;
-  int64_t localTapeBytes_;
+  int64_t localTapeBytes_, localTapeBytesPerSm_;
   mutable std::mutex compileMutex_, launchMutex_;
   /// Keyed by (kernel, bounds checks, stop checks, local array entries per
   /// stack id: empty for the code that keeps every stack in the heap).
@@ -117,7 +121,7 @@ private:
   /// QdLaunchContext::stop: a host word the device reads (allocated at the
   /// first launch).
   std::unique_ptr<MappedHostMemory> stopWord_;
-  int64_t lastHeapBytes_ = 0;
+  int64_t lastHeapBytes_ = 0, lastLaunchThreads_ = 0;
 };
 
 } // namespace qd::gpu

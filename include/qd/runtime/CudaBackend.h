@@ -58,6 +58,14 @@ struct CudaBackendOptions {
   /// once per set of array sizes (at most 4 per kernel; further launches use
   /// the heap). 0: always the heap.
   int64_t localTapeBytes = 2048;
+  /// A local-tape launch keeps at most this many bytes of local tapes
+  /// resident per multiprocessor, capping its grid below the occupancy
+  /// (0, the default: the occupancy alone). Which grid is fastest depends
+  /// on the kernel, not on the bytes alone (docs/performance.md, "Local
+  /// tapes and occupancy"): on an H200 512 KiB took the triangular
+  /// gradient (512-byte tapes) from 3.37 to 2.73 ms but the spring chain
+  /// (2 KiB) from 1.29 to 2.02.
+  int64_t localTapeBytesPerSm = 0;
 };
 
 class CudaBackend : public GpuBackend {

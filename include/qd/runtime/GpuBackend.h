@@ -32,6 +32,9 @@ public:
 
   /// The threads of the grid parallel tasks of `kernel` run on.
   absl::StatusOr<int64_t> gridThreads(const Kernel &kernel, bool boundsChecked = false);
+  /// The grid threads of the last launch: gridThreads, or fewer for a
+  /// local-tape launch (CudaBackendOptions::localTapeBytesPerSm).
+  int64_t lastLaunchThreads() const;
   /// Adstack heap bytes the last launch used.
   int64_t lastAdStackHeapBytes() const;
   /// An ndarray over device memory the caller owns (a device address of
