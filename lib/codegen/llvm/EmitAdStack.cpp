@@ -121,6 +121,14 @@ llvm::AllocaInst *AdStackLowering::laneCount(unsigned id) {
     f.sharedDepth = c_.entryAlloca(c_.i64, "adstack.shareddepth");
     llvm::IRBuilder<> eb = c_.entryBuilder();
     eb.CreateStore(eb.getInt64(0), f.sharedDepth);
+    // The per-lane depths stay in memory (their slot escapes into an empty
+    // asm, so SROA leaves it alone): the rows version of a loop body does
+    // not touch them, and as SSA values (a vector of i64 per lane) they
+    // would hold registers across its libmvec calls, which clobber every
+    // vector register: spilled and reloaded in every inner iteration.
+    eb.CreateCall(llvm::InlineAsm::get(llvm::FunctionType::get(eb.getVoidTy(), {c_.ptrTy}, false),
+                                       "", "r", /*hasSideEffects=*/true),
+                  {f.laneCount});
     LV *last = eb.CreateSub(f.capacity, eb.getInt64(1));
     f.lastIndex = eb.CreateSelect(eb.CreateICmpSLT(last, eb.getInt64(0)), eb.getInt64(0), last);
   }
