@@ -29,9 +29,10 @@
 //    lane keeps its own depth (otherwise one depth serves all lanes);
 //  - an *all-lanes store*: a store to a local (or its zeroing alloca) at the
 //    top level of the body of a masked loop, or of a loop under a partial
-//    mask, that may write every lane, inactive ones too. Under a mask a store keeps the inactive
-//    lanes' old values, which keeps everything that computed them alive. It may write them when the
-//    local is overwritten at the start of every iteration before it is read, and nothing reads it
+//    mask, that may write every lane, inactive ones too. Under a mask a
+//    store keeps the inactive lanes' old values, which keeps everything that
+//    computed them alive. It may write them when the local is overwritten
+//    at the start of every iteration before it is read, and nothing reads it
 //    after the loop.
 //
 // Varying values make statements divergent and divergent stores make locals

@@ -319,8 +319,12 @@ void AdStackLowering::indexedOp(AdStackOpStmt &op, const StackRef &st) {
 // entryBytes bytes: the lanes' primals, then their adjoints), and each lane
 // keeps its own depth. Lanes in lockstep (a masked loop counting up pushes,
 // the descending loop that reverses it pops, TaskVectorPlan) reach every
-// operation at one depth: then their entries are one row, a contiguous
-// masked load or store instead of a gather or scatter, with scalar checks.
+// operation at one depth: then their entries are one row (a masked load,
+// or a load, blend and store) instead of a gather or scatter, with scalar
+// checks. A masked loop whose body has no divergence of its own checks that
+// once per iteration (ControlFlowLowering::maskedLoop) and emits its stack
+// operations as rows only (LaneState::rowStacks); elsewhere each operation
+// checks it.
 // `sharedDepth` holds the depth the last operation left the lanes at; when
 // some active lane is elsewhere, the operation gathers and scatters, so the
 // guess changes the speed only, never the result.
