@@ -5,7 +5,8 @@
 // kBlock elements at a time, so sinf/cosf become the host's widest libmvec
 // variants (_ZGVdN8v_sinf on AVX2, _ZGVeN16v_sinf on AVX-512), kBlock / 8
 // (or / 16) independent calls per step in flight. Same algorithm as GradientHandwritten.cpp
-// (forward replay into a per-thread buffer, reverse loop), lanes = elements. Nothing here is
+// (forward replay into a per-thread buffer, reverse loop), lanes = elements;
+// (b)'s per-element trip counts run in lockstep under a mask (triGradientVec). Nothing here is
 // `inline` in a header shared with the other files (fast-math copies of
 // shared inline functions could replace the strict ones at link time).
 //
@@ -87,6 +88,96 @@ void sinGradientVec(const float *x, const float *yGrad, float *xGrad, int64_t n,
           a[l] = a[l] * cosf(row[l]);
       }
 #pragma omp simd
+      for (int l = 0; l < len; ++l)
+        xGrad[i0 + l] += a[l];
+    }
+  });
+}
+
+namespace {
+
+// (b) keeps the lanes of a block in lockstep: every lane runs the nest of the
+// block's largest bound M, and lane l takes the steps of (j, k) only while
+// j < m[l] (a blend, so inactive lanes keep their value). The tape holds one
+// row of kBlock arguments per (j, k) step, M(M-1)/2 rows, at one depth for
+// all lanes: the reverse sweep walks the same rows backwards with a common
+// descending counter (j from M-1 down, k from j-1 down) and the same mask.
+
+/// The bounds of a block (0 past the end of the range: those lanes never
+/// run) and their largest value.
+int loadBounds(const int32_t *m, int64_t i0, int len, int32_t *mb) {
+  int top = 0;
+  for (int l = 0; l < kBlock; ++l) {
+    mb[l] = l < len ? m[i0 + l] : 0;
+    top = std::max(top, static_cast<int>(mb[l]));
+  }
+  return top;
+}
+
+/// One forward step (j, k) of a block, storing the sin arguments in `row`
+/// (nullptr: no tape).
+void triStep(float *v, const int32_t *mb, int j, int k, float *row) {
+  float kd = static_cast<float>(k) * 0.01f;
+#pragma omp simd
+  for (int l = 0; l < kBlock; ++l) {
+    float arg = v[l] + kd;
+    if (row)
+      row[l] = arg;
+    float next = sinf(arg) + 0.1f;
+    v[l] = j < mb[l] ? next : v[l];
+  }
+}
+
+} // namespace
+
+void triForwardVec(const float *x, const int32_t *m, float *y, int64_t n, unsigned threads) {
+  parallelRangesVec(n, threads, [&](int64_t b, int64_t e) {
+    for (int64_t i0 = b; i0 < e; i0 += kBlock) {
+      int len = static_cast<int>(e - i0 < kBlock ? e - i0 : kBlock);
+      int32_t mb[kBlock];
+      float v[kBlock];
+      int top = loadBounds(m, i0, len, mb);
+      for (int l = 0; l < kBlock; ++l)
+        v[l] = l < len ? x[i0 + l] : 0.0f;
+      for (int j = 0; j < top; ++j)
+        for (int k = 0; k < j; ++k)
+          triStep(v, mb, j, k, nullptr);
+      for (int l = 0; l < len; ++l)
+        y[i0 + l] = v[l];
+    }
+  });
+}
+
+void triGradientVec(const float *x, const int32_t *m, const float *yGrad, float *xGrad, int64_t n,
+                    unsigned threads) {
+  parallelRangesVec(n, threads, [&](int64_t b, int64_t e) {
+    std::vector<float> tapeStorage;
+    for (int64_t i0 = b; i0 < e; i0 += kBlock) {
+      int len = static_cast<int>(e - i0 < kBlock ? e - i0 : kBlock);
+      int32_t mb[kBlock];
+      float v[kBlock], a[kBlock];
+      int top = loadBounds(m, i0, len, mb);
+      size_t rows = size_t(top) * size_t(top > 0 ? top - 1 : 0) / 2;
+      if (tapeStorage.size() < rows * kBlock)
+        tapeStorage.resize(rows * kBlock);
+      float *tape = tapeStorage.data();
+      for (int l = 0; l < kBlock; ++l) {
+        v[l] = l < len ? x[i0 + l] : 0.0f;
+        a[l] = l < len ? yGrad[i0 + l] : 0.0f;
+      }
+      size_t row = 0;
+      for (int j = 0; j < top; ++j)
+        for (int k = 0; k < j; ++k, ++row)
+          triStep(v, mb, j, k, tape + row * kBlock);
+      for (int j = top - 1; j >= 0; --j)
+        for (int k = j - 1; k >= 0; --k) {
+          const float *r = tape + --row * kBlock;
+#pragma omp simd
+          for (int l = 0; l < kBlock; ++l) {
+            float next = a[l] * cosf(r[l]);
+            a[l] = j < mb[l] ? next : a[l];
+          }
+        }
       for (int l = 0; l < len; ++l)
         xGrad[i0 + l] += a[l];
     }

@@ -86,6 +86,9 @@ void springGradient(const float *p, const float *q, const float *outGrad, float 
 void sinGradientVec(const float *x, const float *yGrad, float *xGrad, int64_t n, int steps,
                     unsigned threads);
 void sinForwardVec(const float *x, float *y, int64_t n, int steps, unsigned threads);
+void triForwardVec(const float *x, const int32_t *m, float *y, int64_t n, unsigned threads);
+void triGradientVec(const float *x, const int32_t *m, const float *yGrad, float *xGrad, int64_t n,
+                    unsigned threads);
 void springGradientVec(const float *p, const float *q, const float *outGrad, float *pGrad,
                        float *qGrad, int64_t n, int steps, unsigned threads);
 void springForwardVec(const float *p, const float *q, float *out, int64_t n, int steps,

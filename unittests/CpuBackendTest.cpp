@@ -7,6 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "qd/runtime/CpuBackend.h"
+#include "qd/analysis/Uniformity.h"
 #include "qd/codegen/llvm/KernelCodegen.h"
 #include "qd/interp/Interpreter.h"
 #include "qd/ir/Parser.h"
@@ -1632,37 +1633,43 @@ TEST(CpuVectorTest, GradientsWithPerLaneStacksMatchTheScalarCode) {
 // Benchmark (b)'s shape: triangular nested loops with per-element bounds.
 // Lanes leave both loops at different times, in the recording and in the
 // reversed loops, so every stack operation is under a partial mask.
-TEST(CpuVectorTest, TriangularGradientsMatchTheInterpreterExactly) {
-  for (bool tape : {true, false}) {
-    Pair p(R"(
-field @m : i32[29]
-field @x : f64[29] grad
-field @y : f64[29] grad
-kernel @k() {
-  parallel for %i = 0 to 29 {
-    %v = alloca f64
-    %xi = load @x[%i] : f64
+/// The triangular nest of benchmark (b) over `n` elements of type `t`:
+/// `for j < m[i] { for k < j { v = sin(v + 0.01 k) + 0.1 } }`.
+std::string triangularModule(const char *t, int n) {
+  return fmt::format(R"(
+field @m : i32[{1}]
+field @x : {0}[{1}] grad
+field @y : {0}[{1}] grad
+kernel @k() {{
+  parallel for %i = 0 to {1} {{
+    %v = alloca {0}
+    %xi = load @x[%i] : {0}
     store %v, %xi
     %mi = load @m[%i] : i32
-    for %j = 0 to %mi {
-      for %k = 0 to %j {
-        %kf = cast %k : i32 to f64
-        %c = const 0.01 : f64
-        %o = mul %kf, %c : f64
-        %a = load %v : f64
-        %b = add %a, %o : f64
-        %s = sin %b : f64
-        %d = const 0.1 : f64
-        %e = add %s, %d : f64
+    for %j = 0 to %mi {{
+      for %k = 0 to %j {{
+        %kf = cast %k : i32 to {0}
+        %c = const 0.01 : {0}
+        %o = mul %kf, %c : {0}
+        %a = load %v : {0}
+        %b = add %a, %o : {0}
+        %s = sin %b : {0}
+        %d = const 0.1 : {0}
+        %e = add %s, %d : {0}
         store %v, %e
-      }
-    }
-    %r = load %v : f64
+      }}
+    }}
+    %r = load %v : {0}
     store @y[%i], %r
-  }
-}
+  }}
+}}
 )",
-           &cpuEightLanes());
+                     t, n);
+}
+
+TEST(CpuVectorTest, TriangularGradientsMatchTheInterpreterExactly) {
+  for (bool tape : {true, false}) {
+    Pair p(triangularModule("f64", 29), &cpuEightLanes());
     ReverseADOptions options;
     options.tapeNestedLoops = tape;
     auto g = buildGradientKernel(*p.module, *p.module->findKernel("k"), options, "k_grad");
@@ -1682,13 +1689,118 @@ kernel @k() {
     if (tape) {
       // The reversed loops replay `sin` only to restore `v`, which the next
       // reversed iteration overwrites: with stores that may write inactive
-      // lanes, LLVM deletes it, and the vector code calls sin once (the
-      // recording loop; the remainder loop calls the scalar sin).
+      // lanes, LLVM deletes it, and the vector code calls sin only in the
+      // recording loop (once in each version of its body: rows and per
+      // lane; the remainder loop calls the scalar sin).
       auto ir = cpuEightLanes().llvmIR(**g);
       ASSERT_TRUE(ir.ok());
-      EXPECT_EQ(countOf(*ir, "@llvm.sin.v8f64("), 2u) << "a declaration and one call";
+      EXPECT_EQ(countOf(*ir, "@llvm.sin.v8f64("), 3u) << "a declaration and two calls";
     }
   }
+}
+
+/// 8 lanes, and 32 lanes wider than the registers, both with the scalar math
+/// functions: bit for bit the interpreter.
+CpuBackend &cpuLanesOf(unsigned width) {
+  static std::map<unsigned, std::unique_ptr<CpuBackend>> backends;
+  auto &b = backends[width];
+  if (!b) {
+    CpuBackendOptions o;
+    o.threads = 1;
+    o.vectorWidth = width;
+    o.vectorMath = false;
+    b = *CpuBackend::create(o);
+  }
+  return *b;
+}
+
+// The reversed loops of a taped nest with per-lane trip counts run their
+// lanes in lockstep with the recording loops: a common counter counting
+// down (descending loop), and the tape's rows read at one depth for all
+// lanes. Bounds from 0 to 40 in one group (zero-trip lanes, one lane far
+// longer than the others) give every lane its own depth; results must be
+// the interpreter's, bit for bit.
+TEST(CpuVectorTest, ReversedMaskedLoopsKeepTheLanesInLockstep) {
+  for (unsigned width : {8u, 32u}) {
+    Pair p(triangularModule("f32", 70), &cpuLanesOf(width));
+    auto g = buildGradientKernel(*p.module, *p.module->findKernel("k"), {}, "k_grad");
+    ASSERT_TRUE(g.ok()) << g.status().message();
+    ASSERT_EQ(onlyTask(cpuLanesOf(width), **g).lanes, width);
+    // The reversed outer loop counts down; its `last - index` is uniform.
+    std::ostringstream uniformity;
+    printUniformity(**g, uniformity);
+    EXPECT_EQ(countOf(uniformity.str(), "descending loop"), 1u) << uniformity.str();
+    EXPECT_EQ(countOf(uniformity.str(), "descending counter"), 1u) << uniformity.str();
+    auto ir = cpuLanesOf(width).llvmIR(**g);
+    ASSERT_TRUE(ir.ok());
+    // Its first counter value is the largest bound of the group.
+    EXPECT_NE(ir->find(fmt::format("@llvm.vector.reduce.smax.v{}i32(", width)), std::string::npos);
+    // Rows of the tape: contiguous loads, no gathers in the rows version.
+    EXPECT_NE(ir->find(fmt::format("@llvm.masked.load.v{}f32", width)), std::string::npos);
+    p.instantiate();
+    std::vector<double> m;
+    for (int i = 0; i < 70; ++i)
+      m.push_back(i % 5 == 1 ? 0 : i % 11 == 4 ? 40 : (i * 7) % 13);
+    p.set("m", m);
+    p.set("x", ramp(70, 0.02, -0.6));
+    p.runOk("k");
+    p.set("y", std::vector<double>(70, 1.0), Component::Grad);
+    p.runOk("k_grad");
+    p.expectSame(/*exact=*/true);
+    EXPECT_EQ(p.cpuValue("x", 1, Component::Grad).f, 1.0) << "a zero-trip lane";
+    EXPECT_NE(p.cpuValue("x", 4, Component::Grad).f, 1.0) << "the 40-trip lane";
+    EXPECT_NE(p.cpuValue("x", 7, Component::Grad).f, p.cpuValue("x", 8, Component::Grad).f);
+  }
+}
+
+// Lanes whose stack depths differ where an operation runs (pops in a loop
+// counting up after pushes in another, more pushes after) take the per-lane
+// version of the loop body: gathers and scatters at each lane's own depth.
+TEST(CpuVectorTest, LaneStacksOutOfLockstepMatchTheInterpreter) {
+  Pair p(R"(
+field @m : i32[40]
+field @n : i32[40]
+field @y : i32[40]
+field @z : i32[40]
+kernel @k() {
+  parallel for %i = 0 to 40 {
+    %s = adstack.alloca i32, capacity 64
+    %mi = load @m[%i] : i32
+    for %j = 0 to %mi {
+      %v = mul %j, %i : i32
+      adstack.push %s, %v
+    }
+    %acc = alloca i32
+    %ni = load @n[%i] : i32
+    for %q = 0 to %ni {
+      %t = adstack.load_top %s : i32
+      %a = load %acc : i32
+      %b = add %a, %t : i32
+      store %acc, %b
+      adstack.pop %s
+    }
+    for %r = 0 to %ni {
+      adstack.push %s, %r
+    }
+    %top = adstack.load_top %s : i32
+    store @z[%i], %top
+    %sum = load %acc : i32
+    store @y[%i], %sum
+  }
+}
+)",
+         &cpuLanesOf(8));
+  p.instantiate();
+  std::vector<double> m, n;
+  for (int i = 0; i < 40; ++i) {
+    m.push_back(1 + (i * 5) % 17);
+    n.push_back((i * 3) % (1 + (i * 5) % 17)); // below m: no underflow
+  }
+  p.set("m", m);
+  p.set("n", n);
+  p.runOk("k");
+  p.expectSame(/*exact=*/true);
+  EXPECT_NE(p.cpuValue("y", 9).i, 0);
 }
 
 // A local that a masked loop overwrites before reading it in every

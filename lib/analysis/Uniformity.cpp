@@ -2,15 +2,60 @@
 #include "qd/analysis/Uniformity.h"
 
 #include "TaskPrinting.h"
+#include "qd/analysis/ConstantFolding.h"
 #include "qd/ir/Module.h"
 #include "qd/ir/Printer.h"
 #include "qd/ir/Visitor.h"
 
 #include <fmt/format.h>
 
+#include <map>
 #include <unordered_map>
 
 namespace qd {
+namespace {
+
+/// An i32 value as a sum of values with integer coefficients plus a
+/// constant, modulo 2^32 (i32 arithmetic wraps): enough to see that
+/// `sub (add %lo, %hi), 1` and `add %hi, -1` with a literal begin 0 are both
+/// begin + end - 1.
+struct LinearSum {
+  std::map<const Value *, uint32_t> terms;
+  uint32_t constant = 0;
+
+  void add(const Value *v, uint32_t coef, unsigned depth = 0) {
+    if (auto c = evaluateConstantInt(v)) {
+      constant += coef * static_cast<uint32_t>(*c);
+      return;
+    }
+    auto *bin = dyn_cast<BinaryStmt>(v);
+    if (bin && depth < 8 && bin->type() == Type::i32() &&
+        (bin->op() == BinaryOp::Add || bin->op() == BinaryOp::Sub)) {
+      add(bin->lhs(), coef, depth + 1);
+      add(bin->rhs(), bin->op() == BinaryOp::Add ? coef : 0u - coef, depth + 1);
+      return;
+    }
+    terms[v] += coef;
+  }
+  void add(Bound b, uint32_t coef) {
+    if (b.isConstant())
+      constant += coef * static_cast<uint32_t>(b.constant);
+    else
+      add(b.value, coef);
+  }
+  bool operator==(const LinearSum &o) const {
+    auto nonZero = [](const LinearSum &s) {
+      std::map<const Value *, uint32_t> t;
+      for (auto [v, c] : s.terms)
+        if (c != 0)
+          t.emplace(v, c);
+      return t;
+    };
+    return constant == o.constant && nonZero(*this) == nonZero(o);
+  }
+};
+
+} // namespace
 
 class UniformityBuilder {
 public:
@@ -24,6 +69,9 @@ public:
       out_.varying_.insert(&task_);
     do {
       changed_ = false;
+      // Recomputed on every pass: a begin found varying later undoes them.
+      out_.descendingLoops_.clear();
+      out_.descendingCounters_.clear();
       // A continue only some lanes take masks the rest of the body.
       bool masked = hasDivergentJump(task_);
       if (masked)
@@ -86,6 +134,12 @@ private:
       bool masked = varying(f.beginValue()) || varying(f.endValue()) || hasDivergentJump(s);
       if (masked)
         mark<const Stmt *>(out_.maskedLoops_, &s);
+      if (masked && descends(f)) {
+        out_.descendingLoops_.insert(&s);
+        mark<const Value *>(out_.varying_, &s); // lane l's index is last_l - J
+        for (const Use &u : f.uses())
+          out_.descendingCounters_.emplace(u.user(), &f);
+      }
       visitBlock(f.body(), div || masked);
       return;
     }
@@ -142,10 +196,32 @@ private:
       return;
     }
     default:
-      if (anyOperandVarying(s))
+      if (anyOperandVarying(s) && !out_.descendingCounterOf(&s))
         mark<const Value *>(out_.varying_, &s);
       return;
     }
+  }
+
+  /// A loop from a uniform begin to a varying end, left by no lane alone,
+  /// whose index is used only as `last - index` with last = begin + end - 1
+  /// (see Uniformity.h, descending loop).
+  bool descends(const ForStmt &f) const {
+    if (varying(f.beginValue()) || !varying(f.endValue()) || hasDivergentJump(f) || !f.hasUses())
+      return false;
+    LinearSum last;
+    last.add(f.begin(), 1);
+    last.add(f.end(), 1);
+    last.constant -= 1;
+    for (const Use &u : f.uses()) {
+      auto *sub = dyn_cast<BinaryStmt>(u.user());
+      if (!sub || sub->op() != BinaryOp::Sub || u.index() != 1 || sub->lhs() == &f)
+        return false;
+      LinearSum lhs;
+      lhs.add(sub->lhs(), 1);
+      if (!(lhs == last))
+        return false;
+    }
+    return true;
   }
 
   /// The local a statement writes (a store, or an alloca zeroing itself),
@@ -162,10 +238,14 @@ private:
 
   void findAllLanesStores() {
     std::unordered_map<const Stmt *, size_t> order; // pre-order position in the task
-    walk(task_.body(), [&](Stmt &s) { order.emplace(&s, order.size()); });
-    for (const Stmt *loop : out_.maskedLoops_) {
-      if (loop == &task_)
-        continue;
+    std::vector<const Stmt *> loops;                // masked, or under a partial mask
+    walk(task_.body(), [&](Stmt &s) {
+      order.emplace(&s, order.size());
+      if ((s.kind() == StmtKind::For || s.kind() == StmtKind::While) &&
+          (out_.isMaskedLoop(&s) || out_.isDivergent(&s)))
+        loops.push_back(&s);
+    });
+    for (const Stmt *loop : loops) {
       Block &body = loop->block(0);
       for (Stmt &s : body) {
         const Value *local = written(s);
@@ -245,6 +325,8 @@ void printUniformity(const Kernel &kernel, std::ostream &os) {
         tag(true, u.isVarying(&s) ? "varying" : "uniform");
       tag(u.isDivergent(&s), "divergent");
       tag(u.isMaskedLoop(&s), "masked loop");
+      tag(u.isDescendingLoop(&s), "descending loop");
+      tag(u.descendingCounterOf(&s) != nullptr, "descending counter");
       tag(u.isLaneStack(&s), "lane stack");
       tag(u.storesAllLanes(&s), "all-lanes store");
       os << fmt::format("  {} {}  [{}]\n", lineCol(s), headline(s, names),

@@ -5,7 +5,7 @@
 //          [--inputs=in.json] [--set FIELD=JSON]... [--arg [KERNEL:]NAME=JSON]...
 //          [--print=a,b.grad,...] [--no-bounds-check] [--adstack-capacity=N]
 //          [--report-adstacks] [--no-adstack-sizing] [--vector-width=N]
-//          [--no-vector-math] [--timeout-ms=N] [--max-loop-iterations=N]
+//          [--no-vector-math] [--threads=N] [--timeout-ms=N] [--max-loop-iterations=N]
 //          [--vulkan-device=NAME] [--vulkan-validation=off|if-installed|required]
 //          [--vulkan-loop-checks=auto|on|off]
 //
@@ -112,7 +112,9 @@ constexpr const char *kUsage =
     "  --no-vector-math       cpu: vectorised math calls the scalar libm functions\n"
     "                         per lane instead of glibc's libmvec\n"
     "  --vector-isa=NAME      cpu: libmvec variants to call: auto (the host's widest,\n"
-    "                         the default), sse4, avx2, avx512 or none\n";
+    "                         the default), sse4, avx2, avx512 or none\n"
+    "  --threads=N            cpu: worker threads of parallel tasks, 1 to 1024 (0, the\n"
+    "                         default: one per hardware thread)\n";
 
 /// The value named `value` among `names`, or a usage error naming `flag`
 /// and the names it accepts.
@@ -426,6 +428,8 @@ int run(int argc, char **argv) {
       options.maxLoopIterations = integerOption("--max-loop-iterations", *v, 1, INT64_MAX);
     } else if (auto v = value("--vector-width")) {
       cpuOptions.vectorWidth = static_cast<unsigned>(integerOption("--vector-width", *v, 1, 64));
+    } else if (auto v = value("--threads")) {
+      cpuOptions.threads = static_cast<unsigned>(integerOption("--threads", *v, 0, 1024));
     } else if (auto v = value("--vector-isa")) {
       cpuOptions.vectorIsa = *v;
     } else if (a == "--no-vector-math")

@@ -29,6 +29,10 @@ struct TaskVectorPlan {
   bool isMaskedLoop(const Stmt *s) const { return uniformity.isMaskedLoop(s); }
   bool isLaneStack(const Value *s) const { return uniformity.isLaneStack(s); }
   bool storesAllLanes(const Stmt *s) const { return uniformity.storesAllLanes(s); }
+  bool isDescendingLoop(const Stmt *s) const { return uniformity.isDescendingLoop(s); }
+  const ForStmt *descendingCounterOf(const Value *v) const {
+    return uniformity.descendingCounterOf(v);
+  }
   /// Valid whether or not the task is vectorised (the scalar code uses it).
   bool isPrivateAtomic(const Stmt *s) const { return ownership.isPrivateAtomic(s); }
 };

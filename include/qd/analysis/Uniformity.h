@@ -16,14 +16,24 @@
 //  - a *masked loop*: lanes may leave it at different times (a varying bound,
 //    or a break/continue inside a varying if), so its control is a lane mask
 //    instead of a branch; the task itself is one when some lanes continue;
+//  - a *descending loop*: a masked for loop from a uniform begin to a varying
+//    end whose index is used only as `last - index`, `last` being begin +
+//    end - 1: the loop reverse-ad emits to run a loop backwards. Its lanes
+//    share one counter J that runs down from the largest end - 1 to begin,
+//    lane l taking part while J < end_l, so lane l still sees its indices
+//    in ascending order, and each `last - index` is J itself: uniform (a
+//    *descending counter*). The reversed loop then visits the lanes in the
+//    lockstep in which the forward loop (one counter counting up) ran them,
+//    and loops bounded by J run unmasked;
 //  - a *lane stack*: an adstack some operation of which is divergent, so each
 //    lane keeps its own depth (otherwise one depth serves all lanes);
 //  - an *all-lanes store*: a store to a local (or its zeroing alloca) at the
-//    top level of a masked loop's body that may write every lane, inactive
-//    ones too. Under a mask a store keeps the inactive lanes' old values,
-//    which keeps everything that computed them alive. It may write them when
-//    the local is overwritten at the start of every iteration before it is
-//    read, and nothing reads it after the loop.
+//    top level of the body of a masked loop, or of a loop under a partial
+//    mask, that may write every lane, inactive ones too. Under a mask a
+//    store keeps the inactive lanes' old values, which keeps everything that
+//    computed them alive. It may write them when the local is overwritten
+//    at the start of every iteration before it is read, and nothing reads it
+//    after the loop.
 //
 // Varying values make statements divergent and divergent stores make locals
 // varying: the analysis iterates to the (monotone) fixpoint.
@@ -35,6 +45,7 @@
 #include "qd/ir/Stmt.h"
 
 #include <ostream>
+#include <unordered_map>
 #include <unordered_set>
 
 namespace qd {
@@ -54,6 +65,13 @@ public:
   bool isMaskedLoop(const Stmt *s) const { return maskedLoops_.count(s) != 0; }
   bool isLaneStack(const Value *stack) const { return laneStacks_.count(stack) != 0; }
   bool storesAllLanes(const Stmt *s) const { return allLanesStores_.count(s) != 0; }
+  bool isDescendingLoop(const Stmt *s) const { return descendingLoops_.count(s) != 0; }
+  /// The descending loop whose common counter `v` is (`v` is a
+  /// `sub %last, %index` of its index), or null.
+  const ForStmt *descendingCounterOf(const Value *v) const {
+    auto it = descendingCounters_.find(v);
+    return it == descendingCounters_.end() ? nullptr : it->second;
+  }
 
   const std::unordered_set<const Value *> &varying() const { return varying_; }
   const std::unordered_set<const Stmt *> &divergent() const { return divergent_; }
@@ -68,12 +86,15 @@ private:
   std::unordered_set<const Stmt *> maskedLoops_;
   std::unordered_set<const Value *> laneStacks_;
   std::unordered_set<const Stmt *> allLanesStores_;
+  std::unordered_set<const Stmt *> descendingLoops_;
+  std::unordered_map<const Value *, const ForStmt *> descendingCounters_;
 };
 
 /// Prints, for every parallel task of `kernel`, each statement of the task
 /// with what the analysis says about it: `varying` or `uniform` (statements
-/// that define a value), `divergent`, `masked loop`, `lane stack`,
-/// `all-lanes store`, or `-` for none of these. The `print-uniformity` pass.
+/// that define a value), `divergent`, `masked loop`, `descending loop`,
+/// `descending counter`, `lane stack`, `all-lanes store`, or `-` for none of
+/// these. The `print-uniformity` pass.
 void printUniformity(const Kernel &kernel, std::ostream &os);
 
 } // namespace qd

@@ -17,7 +17,9 @@
 // primals, then their adjoints. A stack whose operations all run with every
 // lane active keeps one depth for all lanes, and an entry is one vector (the
 // scalar code is the case of one lane); a *lane stack* (operations under a
-// partial mask) keeps a depth per lane and gathers and scatters.
+// partial mask) keeps a depth per lane, and reads and writes one row when
+// the active lanes stand at one depth (see perLaneOp), else gathers and
+// scatters.
 //
 //===----------------------------------------------------------------------===//
 #include "KernelEmitter.h"
@@ -156,7 +158,17 @@ llvm::AllocaInst *AdStackLowering::laneCount(unsigned id) {
   AdStackFrame &f = c_.fn->stacks[id];
   if (!f.laneCount) {
     f.laneCount = c_.entryAlloca(lanes_.vecOf(c_.i64), "adstack.lanecount");
+    f.sharedDepth = c_.entryAlloca(c_.i64, "adstack.shareddepth");
     llvm::IRBuilder<> eb = c_.entryBuilder();
+    eb.CreateStore(eb.getInt64(0), f.sharedDepth);
+    // The per-lane depths stay in memory (their slot escapes into an empty
+    // asm, so SROA leaves it alone): the rows version of a loop body does
+    // not touch them, and as SSA values (a vector of i64 per lane) they
+    // would hold registers across its libmvec calls, which clobber every
+    // vector register: spilled and reloaded in every inner iteration.
+    eb.CreateCall(llvm::InlineAsm::get(llvm::FunctionType::get(eb.getVoidTy(), {c_.ptrTy}, false),
+                                       "", "r", /*hasSideEffects=*/true),
+                  {f.laneCount});
     LV *last = eb.CreateSub(f.capacity, eb.getInt64(1));
     f.lastIndex = eb.CreateSelect(eb.CreateICmpSLT(last, eb.getInt64(0)), eb.getInt64(0), last);
   }
@@ -178,9 +190,10 @@ void AdStackLowering::alloca(AdStackAllocaStmt &a) {
   if (c_.target.adStackIndexedDepth()) {
     frame(st.id);
     c_.b.CreateStore(c_.b.getInt32(0), c_.fn->stacks[st.id].depth);
-  } else if (lanes_.vectorMode() && lanes_.plan().isLaneStack(&a))
+  } else if (lanes_.vectorMode() && lanes_.plan().isLaneStack(&a)) {
     lanes_.storeLocal(laneCount(st.id), c_.b.getInt64(0));
-  else {
+    c_.b.CreateStore(c_.b.getInt64(0), c_.fn->stacks[st.id].sharedDepth);
+  } else {
     AdStackRows &r = rows(st, lanes_.width());
     c_.b.CreateStore(baseOf(frame(st.id), r), r.top);
     r.checkedIn = nullptr;
@@ -335,38 +348,192 @@ void AdStackLowering::indexedOp(AdStackOpStmt &op, const StackRef &st) {
 }
 
 // Entry e of lane l holds its primal at row e, slot l (row e is lanes x
-// entryBytes bytes: the lanes' primals, then their adjoints).
+// entryBytes bytes: the lanes' primals, then their adjoints), and each lane
+// keeps its own depth. Lanes in lockstep (a masked loop counting up pushes,
+// the descending loop that reverses it pops, TaskVectorPlan) reach every
+// operation at one depth: then their entries are one row (a masked load,
+// or a load, blend and store) instead of a gather or scatter, with scalar
+// checks. A masked loop whose body has no divergence of its own checks that
+// once per iteration (ControlFlowLowering::maskedLoop) and emits its stack
+// operations as rows only (LaneState::rowStacks); elsewhere each operation
+// checks it.
+// `sharedDepth` holds the depth the last operation left the lanes at; when
+// some active lane is elsewhere, the operation gathers and scatters, so the
+// guess changes the speed only, never the result.
 void AdStackLowering::perLaneOp(AdStackOpStmt &op, const StackRef &st) {
   llvm::IRBuilder<> &b = c_.b;
   const AdStackFrame &f = frame(st.id);
-  unsigned pb = storageBytes(st.elem), width = lanes_.width();
-  llvm::Type *memVec = lanes_.vecOf(c_.memTypeOf(st.elem));
-  llvm::Align align(pb);
-  LV *rowBytes = b.getInt64(int64_t(st.entryBytes) * width);
-  LV *adjOffset = b.getInt64(int64_t(pb) * width);
-  StmtKind kind = op.kind();
-  unsigned underflow = kind == StmtKind::AdStackPush ? 0 : underflowSite(op);
-  LV *value = nullptr;
+  LaneStackOp lop;
+  lop.st = &st;
+  lop.kind = op.kind();
+  lop.underflow = lop.kind == StmtKind::AdStackPush ? 0 : underflowSite(op);
   if (auto *push = dyn_cast<AdStackPushStmt>(&op))
-    value = c_.toMem(lanes_.splat(c_.get(push->value())), st.elem);
+    lop.value = c_.toMem(lanes_.splat(c_.get(push->value())), st.elem);
   if (auto *acc = dyn_cast<AdStackAccAdjointStmt>(&op))
-    value = lanes_.splat(c_.get(acc->value()));
+    lop.value = lanes_.splat(c_.get(acc->value()));
+  lop.mask = lanes_.activeMask();
 
   llvm::AllocaInst *countSlot = laneCount(st.id);
-  LV *count = b.CreateLoad(countSlot->getAllocatedType(), countSlot);
-  LV *m = lanes_.activeMask();
-  LV *activeOnes = b.CreateZExt(m, count->getType());
+  LV *depth = b.CreateLoad(c_.i64, f.sharedDepth);
+  // The rows at the shared depth, and that depth moved by a push or pop.
+  auto rowOp = [&] {
+    LV *v = sharedRowOp(lop, depth);
+    LV *next = lop.kind == StmtKind::AdStackPush  ? b.CreateAdd(depth, b.getInt64(1))
+               : lop.kind == StmtKind::AdStackPop ? b.CreateSub(depth, b.getInt64(1))
+                                                  : depth;
+    b.CreateStore(next, f.sharedDepth);
+    return v;
+  };
+  auto result = [&](LV *v) {
+    if (v)
+      c_.set(&op, lop.kind == StmtKind::AdStackLoadTop ? c_.fromMem(v, st.elem) : v);
+  };
+  if (lanes_.state().rowStacks.count(st.id)) {
+    result(rowOp()); // the loop's header checked the lanes' depths
+    return;
+  }
+
+  lop.count = b.CreateLoad(countSlot->getAllocatedType(), countSlot);
+  lop.activeOnes = b.CreateZExt(lop.mask, lop.count->getType());
+  LV *newCount = lop.kind == StmtKind::AdStackPush  ? b.CreateAdd(lop.count, lop.activeOnes)
+                 : lop.kind == StmtKind::AdStackPop ? b.CreateSub(lop.count, lop.activeOnes)
+                                                    : lop.count;
+  LV *apart =
+      b.CreateOrReduce(b.CreateAnd(lop.mask, b.CreateICmpNE(lop.count, lanes_.splat(depth))));
+  BasicBlock *rowBB = c_.newBlock("lanes.row");
+  BasicBlock *apartBB = c_.newBlock("lanes.apart");
+  BasicBlock *join = c_.newBlock("lanes.joined");
+  b.CreateCondBr(apart, apartBB, rowBB);
+
+  b.SetInsertPoint(rowBB);
+  LV *rowValue = rowOp();
+  BasicBlock *rowEnd = b.GetInsertBlock();
+  b.CreateBr(join);
+
+  b.SetInsertPoint(apartBB);
+  LV *apartValue = gatherOp(lop);
+  // The next operation most likely finds the deepest active lanes.
+  LV *deepest = b.CreateIntMaxReduce(
+      b.CreateSelect(lop.mask, newCount, llvm::Constant::getNullValue(newCount->getType())),
+      /*IsSigned=*/true);
+  b.CreateStore(deepest, f.sharedDepth);
+  BasicBlock *apartEnd = b.GetInsertBlock();
+  b.CreateBr(join);
+
+  b.SetInsertPoint(join);
+  if (rowValue) {
+    llvm::PHINode *phi = b.CreatePHI(rowValue->getType(), 2);
+    phi->addIncoming(rowValue, rowEnd);
+    phi->addIncoming(apartValue, apartEnd);
+    result(phi);
+  }
+  b.CreateStore(newCount, countSlot);
+}
+
+std::pair<LV *, LV *> AdStackLowering::depthsOf(unsigned id) {
+  llvm::IRBuilder<> &b = c_.b;
+  llvm::AllocaInst *countSlot = laneCount(id);
+  return {b.CreateLoad(countSlot->getAllocatedType(), countSlot),
+          lanes_.splat(b.CreateLoad(c_.i64, c_.fn->stacks[id].sharedDepth))};
+}
+
+LV *AdStackLowering::atSharedDepth(const std::vector<unsigned> &ids, LV *mask) {
+  llvm::IRBuilder<> &b = c_.b;
+  LV *apart = b.getFalse();
+  for (unsigned id : ids) {
+    auto [count, shared] = depthsOf(id);
+    apart = b.CreateOr(apart, b.CreateOrReduce(b.CreateAnd(mask, b.CreateICmpNE(count, shared))));
+  }
+  return b.CreateNot(apart);
+}
+
+void AdStackLowering::syncLaneCounts(const std::vector<unsigned> &ids, LV *mask) {
+  for (unsigned id : ids) {
+    auto [count, shared] = depthsOf(id);
+    c_.b.CreateStore(c_.b.CreateSelect(mask, shared, count), laneCount(id));
+  }
+}
+
+AdStackLowering::LaneRows AdStackLowering::laneRows(const StackRef &st) {
+  LaneRows r;
+  r.base = frame(st.id).base;
+  r.primalBytes = storageBytes(st.elem);
+  r.memVec = lanes_.vecOf(c_.memTypeOf(st.elem));
+  r.align = llvm::Align(r.primalBytes);
+  r.rowBytes = c_.b.getInt64(int64_t(st.entryBytes) * lanes_.width());
+  r.adjointOffset = c_.b.getInt64(int64_t(r.primalBytes) * lanes_.width());
+  return r;
+}
+
+LV *AdStackLowering::sharedRowOp(const LaneStackOp &lop, LV *depth) {
+  llvm::IRBuilder<> &b = c_.b;
+  const StackRef &st = *lop.st;
+  const AdStackFrame &f = frame(st.id);
+  const LaneRows r = laneRows(st);
+  llvm::Type *memVec = r.memVec;
+  llvm::Align align = r.align;
+  auto row = [&](LV *index) {
+    return b.CreateGEP(b.getInt8Ty(), r.base, b.CreateMul(index, r.rowBytes));
+  };
+  auto adjointOf = [&](LV *ptr) { return b.CreateGEP(b.getInt8Ty(), ptr, r.adjointOffset); };
+  // The inactive lanes' slots keep their values: a load, a blend and a plain
+  // store (a masked store is microcoded on AMD's Zen: several times slower).
+  auto blendStore = [&](LV *v, LV *ptr) {
+    LV *old = b.CreateAlignedLoad(memVec, ptr, align);
+    b.CreateAlignedStore(b.CreateSelect(lop.mask, v, old), ptr, align);
+  };
+  if (lop.kind == StmtKind::AdStackPush) {
+    BasicBlock *write = c_.newBlock("push.write");
+    BasicBlock *over = c_.newBlock("push.overflow");
+    BasicBlock *done = c_.newBlock("push.done");
+    b.CreateCondBr(b.CreateICmpSLT(depth, f.capacity), write, over, c_.unlikelySecond());
+    b.SetInsertPoint(write);
+    LV *ptr = row(depth);
+    blendStore(lop.value, ptr);
+    if (st.entryBytes > r.primalBytes)
+      blendStore(llvm::Constant::getNullValue(memVec), adjointOf(ptr));
+    b.CreateBr(done);
+    overflow(over, done, st,
+             [&] { return b.CreateSub(b.CreateAdd(depth, b.getInt64(1)), f.capacity); });
+    return nullptr;
+  }
+  c_.raiseIf(b.CreateICmpSLE(depth, b.getInt64(0)), lop.underflow);
+  if (lop.kind == StmtKind::AdStackPop)
+    return nullptr;
+  // After an overflow the top stays at the last stored entry.
+  LV *ptr = row(b.CreateBinaryIntrinsic(llvm::Intrinsic::umin, b.CreateSub(depth, b.getInt64(1)),
+                                        f.lastIndex));
+  LV *zero = llvm::Constant::getNullValue(memVec);
+  if (lop.kind == StmtKind::AdStackLoadTop)
+    return b.CreateMaskedLoad(memVec, ptr, align, lop.mask, zero);
+  LV *cur = b.CreateMaskedLoad(memVec, adjointOf(ptr), align, lop.mask, zero);
+  if (lop.kind == StmtKind::AdStackLoadTopAdj)
+    return cur;
+  blendStore(b.CreateFAdd(cur, lop.value), adjointOf(ptr));
+  return nullptr;
+}
+
+LV *AdStackLowering::gatherOp(const LaneStackOp &lop) {
+  llvm::IRBuilder<> &b = c_.b;
+  const StackRef &st = *lop.st;
+  const AdStackFrame &f = frame(st.id);
+  const LaneRows r = laneRows(st);
+  unsigned pb = r.primalBytes;
+  llvm::Type *memVec = r.memVec;
+  llvm::Align align = r.align;
+  LV *rowBytes = r.rowBytes, *adjOffset = r.adjointOffset;
+  LV *count = lop.count, *m = lop.mask;
   LV *slotOffsets = b.CreateMul(lanes_.laneIds(c_.i64), lanes_.splat(b.getInt64(pb)));
   auto primals = [&](LV *index) {
     return b.CreateGEP(b.getInt8Ty(), f.base,
                        b.CreateAdd(b.CreateMul(index, lanes_.splat(rowBytes)), slotOffsets));
   };
   auto adjoints = [&](LV *ptrs) { return b.CreateGEP(b.getInt8Ty(), ptrs, adjOffset); };
-  if (kind == StmtKind::AdStackPush) {
+  if (lop.kind == StmtKind::AdStackPush) {
     LV *fits = b.CreateICmpSLT(count, lanes_.splat(f.capacity));
     LV *writes = b.CreateAnd(m, fits);
     LV *ptrs = primals(count);
-    b.CreateMaskedScatter(value, ptrs, align, writes);
+    b.CreateMaskedScatter(lop.value, ptrs, align, writes);
     if (st.entryBytes > pb)
       b.CreateMaskedScatter(llvm::Constant::getNullValue(memVec), adjoints(ptrs), align, writes);
     LV *over = b.CreateAnd(m, b.CreateNot(fits));
@@ -375,33 +542,29 @@ void AdStackLowering::perLaneOp(AdStackOpStmt &op, const StackRef &st) {
     b.CreateCondBr(b.CreateOrReduce(over), overBB, done, c_.unlikelyFirst());
     overflow(overBB, done, st, [&] {
       // Each overflowing lane's pushes beyond the capacity, this one included.
-      LV *excess = b.CreateSub(b.CreateAdd(count, activeOnes), lanes_.splat(f.capacity));
+      LV *excess = b.CreateSub(b.CreateAdd(count, lop.activeOnes), lanes_.splat(f.capacity));
       LV *asked = b.CreateSelect(over, excess, llvm::Constant::getNullValue(count->getType()));
       return b.CreateIntMaxReduce(asked, /*IsSigned=*/true);
     });
-    b.CreateStore(b.CreateAdd(count, activeOnes), countSlot);
-    return;
+    return nullptr;
   }
   LV *empty = b.CreateAnd(m, b.CreateICmpSLE(count, lanes_.splat(b.getInt64(0))));
-  c_.raiseIf(b.CreateOrReduce(empty), underflow);
-  if (kind == StmtKind::AdStackPop) {
-    b.CreateStore(b.CreateSub(count, activeOnes), countSlot);
-    return;
-  }
+  c_.raiseIf(b.CreateOrReduce(empty), lop.underflow);
+  if (lop.kind == StmtKind::AdStackPop)
+    return nullptr;
   // Inactive lanes may be empty: their top (-1, huge unsigned) clamps too.
   LV *top = b.CreateBinaryIntrinsic(llvm::Intrinsic::umin,
                                     b.CreateSub(count, lanes_.splat(b.getInt64(1))),
                                     lanes_.splat(f.lastIndex));
   LV *ptrs = primals(top);
   LV *zero = llvm::Constant::getNullValue(memVec);
-  if (kind == StmtKind::AdStackLoadTop) {
-    c_.set(&op, c_.fromMem(b.CreateMaskedGather(memVec, ptrs, align, m, zero), st.elem));
-  } else if (kind == StmtKind::AdStackLoadTopAdj) {
-    c_.set(&op, b.CreateMaskedGather(memVec, adjoints(ptrs), align, m, zero));
-  } else {
-    LV *cur = b.CreateMaskedGather(memVec, adjoints(ptrs), align, m, zero);
-    b.CreateMaskedScatter(b.CreateFAdd(cur, value), adjoints(ptrs), align, m);
-  }
+  if (lop.kind == StmtKind::AdStackLoadTop)
+    return b.CreateMaskedGather(memVec, ptrs, align, m, zero);
+  LV *cur = b.CreateMaskedGather(memVec, adjoints(ptrs), align, m, zero);
+  if (lop.kind == StmtKind::AdStackLoadTopAdj)
+    return cur;
+  b.CreateMaskedScatter(b.CreateFAdd(cur, lop.value), adjoints(ptrs), align, m);
+  return nullptr;
 }
 
 } // namespace qd::codegen

@@ -25,6 +25,10 @@ LV *ArithLowering::select(SelectStmt &s) {
 }
 
 LV *ArithLowering::binary(BinaryStmt &s) {
+  // `last - index` of a descending loop is its common counter.
+  if (lanes_.vectorMode())
+    if (const ForStmt *loop = lanes_.plan().descendingCounterOf(&s))
+      return lanes_.state().descendingCounters.at(loop);
   ScalarType t = s.type().element();
   bool vec = lanes_.varying(&s);
   LV *x = lanes_.operand(s.lhs(), vec), *y = lanes_.operand(s.rhs(), vec);

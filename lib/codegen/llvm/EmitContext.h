@@ -22,6 +22,7 @@
 #include <map>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -82,6 +83,10 @@ struct AdStackFrame {
   LV *capacity32 = nullptr, *rowBytes32 = nullptr;
   std::map<unsigned, AdStackRows> rows;  // by width, made on demand
   llvm::AllocaInst *laneCount = nullptr; // per lane (a lane stack), made on demand
+  /// A lane stack's guess of the depth its active lanes share (i64): the
+  /// rows are one contiguous vector when they do (see AdStackLowering::
+  /// perLaneOp).
+  llvm::AllocaInst *sharedDepth = nullptr;
 };
 
 /// Lane state of a loop that lanes leave at different times: the lanes that
@@ -105,6 +110,13 @@ struct LaneState {
   LV *bandInnerBase = nullptr;
   /// The masked loops being emitted.
   std::unordered_map<const Stmt *, LaneLoop> loops;
+  /// The common counter (i32) of each descending loop being emitted.
+  std::unordered_map<const Stmt *, LV *> descendingCounters;
+  /// Lane stacks (ids) whose active lanes all stand at the stack's shared
+  /// depth in the code being emitted (a masked loop's body checked at its
+  /// header, ControlFlowLowering::maskedLoop): their operations read and
+  /// write rows at that depth and leave the per-lane depths alone.
+  std::unordered_set<unsigned> rowStacks;
   /// Per-lane if arms being emitted: the block after the arm, and the depth
   /// of FunctionState::loops there.
   std::vector<std::pair<BasicBlock *, size_t>> ifExits;

@@ -8,6 +8,8 @@
 //===----------------------------------------------------------------------===//
 #include "KernelEmitter.h"
 
+#include <algorithm>
+
 namespace qd::codegen {
 namespace {
 
@@ -100,21 +102,34 @@ void ControlFlowLowering::whileLoop(WhileStmt &w) {
 }
 
 // Per-lane bounds, or a break/continue only some lanes take: the loop runs
-// while some lane is active, under the mask of the active lanes.
+// while some lane is active, under the mask of the active lanes. A for loop
+// whose lanes start together counts with one scalar counter (lane l takes
+// part while it is below end_l); a descending loop (TaskVectorPlan) counts
+// that counter down from the largest end, and lane l's index is
+// begin + end_l - 1 - J, so each lane still runs its indices in order.
 void ControlFlowLowering::maskedLoop(Stmt &loop) {
   llvm::IRBuilder<> &b = c_.b;
   LaneState &state = lanes_.state();
   LV *entryMask = state.mask;
   auto *forLoop = dyn_cast<ForStmt>(&loop);
+  bool descending = forLoop && lanes_.plan().isDescendingLoop(forLoop);
   LaneLoop laneLoop{lanes_.maskAlloca("exited"), lanes_.maskAlloca("skipped")};
   lanes_.clearMask(laneLoop.exited);
   llvm::AllocaInst *counter = nullptr;
-  LV *end = nullptr;
+  LV *begin = nullptr, *end = nullptr;
   if (forLoop) {
-    LV *begin = c_.boundValue(forLoop->begin());
+    begin = c_.boundValue(forLoop->begin());
     end = c_.boundValue(forLoop->end());
-    counter = c_.entryAlloca(begin->getType(), "i"); // a vector when lanes start apart
-    b.CreateStore(begin, counter);
+    LV *start = begin;
+    if (descending) {
+      // The largest end of the entering lanes (begin when none is above it).
+      end = b.CreateFreeze(end);
+      LV *ends =
+          b.CreateSelect(entryMask ? entryMask : lanes_.allLanes(), end, lanes_.splat(begin));
+      start = b.CreateIntMaxReduce(ends, /*IsSigned=*/true);
+    }
+    counter = c_.entryAlloca(start->getType(), "i"); // a vector when lanes start apart
+    b.CreateStore(start, counter);
   }
   LoopBlocks blocks = loopBlocks("lanes");
   b.CreateBr(blocks.header);
@@ -122,12 +137,23 @@ void ControlFlowLowering::maskedLoop(Stmt &loop) {
   LV *active = b.CreateAnd(entryMask ? entryMask : lanes_.allLanes(),
                            b.CreateNot(lanes_.loadMask(laneLoop.exited)));
   LV *i = nullptr;
-  if (forLoop) {
+  if (descending) {
+    // The counter holds J + 1: J = begin is the last iteration.
+    LV *above = b.CreateLoad(counter->getAllocatedType(), counter);
+    LV *j = b.CreateSub(above, b.getInt32(1));
+    LV *inRange = b.CreateICmpSLT(lanes_.splat(j), end);
+    active = b.CreateAnd(active, b.CreateAnd(inRange, lanes_.splat(b.CreateICmpSGT(above, begin))));
+    state.descendingCounters[&loop] = j;
+    i = b.CreateSub(b.CreateAdd(lanes_.splat(begin), b.CreateSub(end, lanes_.splat(b.getInt32(1)))),
+                    lanes_.splat(j));
+  } else if (forLoop) {
     i = b.CreateLoad(counter->getAllocatedType(), counter);
     LV *inRange = i->getType()->isVectorTy() || end->getType()->isVectorTy()
                       ? b.CreateICmpSLT(lanes_.splat(i), lanes_.splat(end))
                       : b.CreateICmpSLT(i, end);
     active = b.CreateAnd(active, lanes_.splat(b.CreateFreeze(inRange)));
+    if (lanes_.varying(forLoop))
+      i = lanes_.splat(i);
   }
   b.CreateCondBr(b.CreateOrReduce(active), blocks.body, blocks.exit);
   b.SetInsertPoint(blocks.body);
@@ -136,15 +162,66 @@ void ControlFlowLowering::maskedLoop(Stmt &loop) {
   if (forLoop)
     c_.set(&loop, i);
   state.loops[&loop] = laneLoop;
-  inLoop({blocks.latch, blocks.exit, &loop}, [&] { e_.emitBlock(loop.block(0)); });
+  // When the active lanes stand at the shared depth of the lane stacks the
+  // body uses, one version of the body runs their operations as rows (no
+  // per-lane depths to update or compare per operation); the lanes' depths
+  // catch up in the latch. Otherwise the other version runs.
+  std::vector<unsigned> rows = rowStacksOf(loop);
+  llvm::AllocaInst *rowsRan = nullptr;
+  inLoop({blocks.latch, blocks.exit, &loop}, [&] {
+    if (rows.empty())
+      return e_.emitBlock(loop.block(0));
+    rowsRan = c_.entryAlloca(b.getInt1Ty(), "rows");
+    LV *together = e_.adstacks().atSharedDepth(rows, active);
+    b.CreateStore(together, rowsRan);
+    BasicBlock *asRows = c_.newBlock("lanes.rows");
+    BasicBlock *perLane = c_.newBlock("lanes.perlane");
+    b.CreateCondBr(together, asRows, perLane);
+    b.SetInsertPoint(asRows);
+    state.rowStacks.insert(rows.begin(), rows.end());
+    e_.emitBlock(loop.block(0));
+    for (unsigned id : rows)
+      state.rowStacks.erase(id);
+    if (!b.GetInsertBlock()->getTerminator())
+      b.CreateBr(blocks.latch);
+    b.SetInsertPoint(perLane);
+    e_.emitBlock(loop.block(0));
+  });
   state.loops.erase(&loop);
+  state.descendingCounters.erase(&loop);
   finishLoop(blocks, &loop, [&] {
+    if (rowsRan) {
+      LV *ran = b.CreateLoad(b.getInt1Ty(), rowsRan);
+      e_.adstacks().syncLaneCounts(rows, b.CreateAnd(active, lanes_.splat(ran)));
+    }
     if (!forLoop)
       return;
     LV *cur = b.CreateLoad(counter->getAllocatedType(), counter);
-    b.CreateStore(b.CreateAdd(cur, llvm::ConstantInt::get(cur->getType(), 1)), counter);
+    LV *one = llvm::ConstantInt::get(cur->getType(), 1);
+    b.CreateStore(descending ? b.CreateSub(cur, one) : b.CreateAdd(cur, one), counter);
   });
   state.mask = entryMask;
+}
+
+std::vector<unsigned> ControlFlowLowering::rowStacksOf(Stmt &loop) {
+  const TaskVectorPlan &plan = lanes_.plan();
+  bool own = loop.kind() == StmtKind::For;
+  std::vector<unsigned> ids;
+  walk(loop.block(0), [&](Stmt &s) {
+    bool jumpsOut = (s.kind() == StmtKind::Break || s.kind() == StmtKind::Continue) &&
+                    !jumpTarget(s)->parent()->isNestedIn(&loop.block(0));
+    auto *i = dyn_cast<IfStmt>(&s);
+    if (jumpsOut || plan.isMaskedLoop(&s) || (i && plan.isVarying(i->cond())))
+      own = false;
+    auto *op = dyn_cast<AdStackOpStmt>(&s);
+    if (!op || !plan.isLaneStack(op->stack()))
+      return;
+    auto known = c_.stacks.find(op->stack());
+    if (known != c_.stacks.end() &&
+        std::find(ids.begin(), ids.end(), known->second.id) == ids.end())
+      ids.push_back(known->second.id);
+  });
+  return own ? ids : std::vector<unsigned>{};
 }
 
 // A branch, or in a masked loop, the active lanes leave (break) or skip the

@@ -25,7 +25,13 @@ llvm::AtomicRMWInst::BinOp atomicOp(const AtomicRmwStmt &s, ScalarType elem) {
 
 void MemoryLowering::alloca(AllocaStmt &a) {
   llvm::Type *t = c_.typeOf(a.elementType());
-  llvm::AllocaInst *slot = c_.entryAlloca(lanes_.varying(&a) ? lanes_.vecOf(t) : t);
+  llvm::Type *slotType = lanes_.varying(&a) ? lanes_.vecOf(t) : t;
+  // A body emitted twice (a masked loop's two versions) shares its locals.
+  auto known = c_.fn->values.find(&a);
+  auto *slot =
+      known == c_.fn->values.end() ? nullptr : llvm::dyn_cast<llvm::AllocaInst>(known->second);
+  if (!slot || slot->getAllocatedType() != slotType)
+    slot = c_.entryAlloca(slotType);
   lanes_.storeLocal(slot, llvm::Constant::getNullValue(t), &a);
   c_.set(&a, slot);
 }

@@ -107,6 +107,11 @@ private:
   void finishLoop(const LoopBlocks &blocks, const Stmt *loop, const std::function<void()> &step);
   /// A for or while loop whose lanes leave at different times.
   void maskedLoop(Stmt &loop);
+  /// The lane stacks (ids) whose operations in `loop`'s body all run under
+  /// the loop's own mask, when the body has no divergence of its own (no
+  /// per-lane if, masked loop or jump out): its iterations may run them as
+  /// rows at the shared depth. Empty otherwise.
+  std::vector<unsigned> rowStacksOf(Stmt &loop);
   void vectorIf(IfStmt &i, LV *cond, LV *entryMask);
 
   EmitContext &c_;
@@ -123,6 +128,12 @@ public:
   /// At the end of a function: its returns go through one exit that raises
   /// needed[s] for each uniform stack that went past its end (AdStackRows).
   void finishFunction();
+  /// Whether the lanes of `mask` stand at the shared depth of every lane
+  /// stack of `ids` (an i1).
+  LV *atSharedDepth(const std::vector<unsigned> &ids, LV *mask);
+  /// After row operations (EmitContext.h, LaneState::rowStacks) under
+  /// `mask`: those lanes' depths are the shared depth again.
+  void syncLaneCounts(const std::vector<unsigned> &ids, LV *mask);
 
 private:
   const AdStackFrame &frame(unsigned id);
@@ -140,6 +151,33 @@ private:
   void indexedOp(AdStackOpStmt &op, const StackRef &st);
   /// Each lane keeps its own depth (operations under a partial mask).
   void perLaneOp(AdStackOpStmt &op, const StackRef &st);
+  /// What perLaneOp's two paths need: the operation, the lanes' depths
+  /// before it, the active lanes (and as 0/1 counts), the value pushed or
+  /// added (in memory form), the underflow site (0 for a push).
+  struct LaneStackOp {
+    const StackRef *st = nullptr;
+    StmtKind kind{};
+    unsigned underflow = 0;
+    LV *value = nullptr, *count = nullptr, *mask = nullptr, *activeOnes = nullptr;
+  };
+  /// Where a lane stack's rows are: its base, the bytes of one lane's
+  /// primal, the row type and alignment, the bytes of a row and the offset
+  /// of the adjoints in a row.
+  struct LaneRows {
+    LV *base = nullptr;
+    unsigned primalBytes = 0;
+    llvm::Type *memVec = nullptr;
+    llvm::Align align;
+    LV *rowBytes = nullptr, *adjointOffset = nullptr;
+  };
+  LaneRows laneRows(const StackRef &st);
+  /// A lane stack's per-lane depths and its shared depth (splat).
+  std::pair<LV *, LV *> depthsOf(unsigned id);
+  /// The active lanes all stand at `depth`: their entries are one row.
+  /// Returns what a read loaded (memory form), else null.
+  LV *sharedRowOp(const LaneStackOp &op, LV *depth);
+  /// The lanes stand at different depths: gathers and scatters.
+  LV *gatherOp(const LaneStackOp &op);
   /// The overflow block `over` of a push: needed[id] = max(needed[id],
   /// asked()), asked() being the pushes past the capacity, then on to
   /// `done`.
@@ -163,6 +201,7 @@ public:
 
   EmitContext &context() { return c_; }
   ControlFlowLowering &control() { return control_; }
+  AdStackLowering &adstacks() { return adstacks_; }
   /// Emits the statements of `block` (up to a break or continue).
   void emitBlock(Block &block);
   /// Emits top-level statement `s` in the current function: a parallel task
