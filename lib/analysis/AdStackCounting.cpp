@@ -18,6 +18,7 @@
 //===----------------------------------------------------------------------===//
 #include "qd/analysis/AdStackCounting.h"
 
+#include "KernelVariants.h"
 #include "qd/analysis/KernelSizing.h"
 #include "qd/ir/Clone.h"
 #include "qd/ir/IRBuilder.h"
@@ -171,19 +172,8 @@ private:
   const ValueNamer &names_;
 };
 
-/// The task (top-level `parallel for` or `serial`) containing `s`.
-Stmt *taskOf(Stmt *s) {
-  while (s->parentStmt())
-    s = s->parentStmt();
-  return s;
-}
-
-std::string freshArgumentName(const Kernel &k, std::string base) {
-  std::string name = base;
-  for (int i = 1; k.findArgument(name); ++i)
-    name = fmt::format("{}{}", base, i);
-  return name;
-}
+using variants::freshArgumentName;
+using variants::taskOf;
 
 /// The memory the slice writes goes to copies: each written field component
 /// becomes a new ndarray argument (appended after `need`; a 0-d field a
@@ -280,11 +270,8 @@ AdStackCounting buildAdStackCounting(const Kernel &kernel,
 
   // Clone, and map the source statements onto the clone's (same preorder).
   std::shared_ptr<Kernel> k = cloneKernel(kernel, kernel.name() + "__adstack_count");
-  std::vector<Stmt *> clonePre;
-  walk(k->body(), [&](Stmt &s) { clonePre.push_back(&s); });
-  std::unordered_map<const Stmt *, Stmt *> toClone;
-  for (size_t i = 0; i < index.preorder.size(); ++i)
-    toClone[index.preorder[i]] = clonePre[i];
+  std::vector<Stmt *> clonePre = variants::preorder(*k);
+  std::unordered_map<const Stmt *, Stmt *> toClone = variants::cloneMap(kernel, *k);
   std::unordered_set<const Stmt *> keptClone;
   for (const Stmt *s : kept)
     keptClone.insert(toClone.at(s));
