@@ -14,6 +14,7 @@
 #include "qd/ir/Printer.h"
 #include "qd/ir/Verifier.h"
 #include "qd/ir/Visitor.h"
+#include "qd/transforms/AutoDiff.h"
 
 #include "ProgramGen.h"
 
@@ -1424,6 +1425,64 @@ kernel @push(%k: i32) {
 // Random kernels (unittests/support/ProgramGen.h)
 //===----------------------------------------------------------------------===//
 
+/// Launches `kernel` (after @k, with the output adjoints seeded, when it is
+/// not @k) twice in two fresh instances of `p`: counting, and with the
+/// optimistic launch (the first with capacity 1, so that every iteration
+/// that pushes more runs twice). Both give the same results and the same,
+/// exact, capacities; a kernel outside the optimistic launch's static
+/// condition counts. Returns how many iterations ran twice.
+int64_t checkOptimisticAgainstCounting(const testgen::GenProgram &p, const Module &module,
+                                       const std::string &kernel) {
+  Interpreter interp;
+  const KernelSizing &ks = **interp.adStackSizing(*module.findKernel(kernel));
+  if (const OptimisticLaunch *o = ks.optimistic())
+    for (const Kernel *v : {o->tryKernel.get(), o->rerunKernel.get()})
+      if (absl::Status st = verify(*v); !st.ok())
+        testgen::fail(p, "@" + v->name() + " does not verify: " + message(st) + "\n" +
+                             printKernel(*v));
+  auto counted = testgen::instantiate(p, module), tried = testgen::instantiate(p, module);
+  if (!counted.ok() || !tried.ok())
+    testgen::fail(p, "instantiate: " + message(counted.ok() ? tried.status() : counted.status()));
+  LaunchOptions count = testgen::defaultLaunchOptions(), optimistic = count;
+  optimistic.optimisticAdStacks = true;
+  optimistic.optimisticInitialCapacity = 1;
+  if (kernel != "k")
+    for (testgen::Instance *in : {counted->get(), tried->get()}) {
+      absl::Status st = in->program->launch("k", in->args, interp, count);
+      if (!st.ok())
+        testgen::fail(p, "@k failed: " + message(st));
+      testgen::seedOutputAdjoints(module, *in);
+    }
+  int64_t reruns = 0;
+  for (int launch = 0; launch < 2; ++launch) {
+    Program &a = *(*counted)->program, &b = *(*tried)->program;
+    absl::Status sa = a.launch(kernel, (*counted)->args, interp, count);
+    absl::Status sb = b.launch(kernel, (*tried)->args, interp, optimistic);
+    if (sa.ok() != sb.ok() || (!sa.ok() && sa.code() != sb.code()))
+      testgen::fail(p, fmt::format("@{} launch {}: counted: {}; optimistic: {}", kernel, launch,
+                                   sa.ToString(), sb.ToString()));
+    if (!sa.ok())
+      return reruns;
+    using Path = Program::MeasuredLaunch::Path;
+    if (ks.numCounted() > 0 &&
+        b.lastMeasuredLaunch().path != (ks.optimistic() ? Path::Optimistic : Path::Counted))
+      testgen::fail(p, fmt::format("@{} launch {} took the wrong path", kernel, launch));
+    reruns += b.lastMeasuredLaunch().rerunIterations;
+    for (const AdStackSize &s : ks.stacks())
+      if (s.tier == SizingTier::Measured &&
+          a.lastAdStackCapacities().at(s.stack) != b.lastAdStackCapacities().at(s.stack))
+        testgen::fail(p, fmt::format("@{} launch {}: the optimistic launch measured {}, the "
+                                     "counting kernel {}: {}",
+                                     kernel, launch, b.lastAdStackCapacities().at(s.stack),
+                                     a.lastAdStackCapacities().at(s.stack), ks.describe(s)));
+    // Iterations run in another order: float atomic sums may round apart.
+    if (std::string d = testgen::compareInstances(module, **counted, module, **tried, 1e-9);
+        !d.empty())
+      testgen::fail(p, fmt::format("@{} launch {}: {}", kernel, launch, d));
+  }
+  return reruns;
+}
+
 // Random kernels with adstacks (pushes and pops in loops and arms, stacks
 // allocated inside loops, balanced while bodies) under loops of every bound
 // kind: constants, %n, @cnt reads in the task and at launch, ndarray shapes,
@@ -1431,7 +1490,9 @@ kernel @push(%k: i32) {
 // the loop-carried integer local, a bound the kernel itself writes (tier 3).
 // Every stack's capacity is at least the depth the interpreter observed,
 // and equals max(depth, 1) when the sizing claims to be exact; the two
-// tier-1 analyses agree where both resolve a stack.
+// tier-1 analyses agree where both resolve a stack; a kernel with an
+// optimistic launch gives the counting kernel's results and capacities
+// with it (checkOptimisticAgainstCounting).
 QD_PROPERTY(AdStackSizingTest, RandomKernelsAreSoundAndTight, 300) {
   testgen::GenProgram p = *testgen::genProgram(testgen::GenConfig::sizing());
   testgen::Printed printed = testgen::print(p);
@@ -1486,10 +1547,34 @@ QD_PROPERTY(AdStackSizingTest, RandomKernelsAreSoundAndTight, 300) {
   }
   RC_CLASSIFY(exact, "an exact stack");
   RC_CLASSIFY(measured, "a stack measured by the counting kernel (exact)");
+  if (ks.optimistic())
+    RC_CLASSIFY(checkOptimisticAgainstCounting(p, *module, "k") > 0,
+                "an optimistic launch, iterations rerun");
+  RC_CLASSIFY(ks.optimistic(), "an optimistic launch");
   RC_CLASSIFY(tier3, "a tier-3 stack");
   RC_CLASSIFY(printed.hasNdarrayBound, "ndarray-read bound");
   RC_CLASSIFY(printed.writesBoundData, "writes a bound");
   RC_CLASSIFY(printed.hasWhile, "while");
+}
+
+// Random gradients (GenConfig::autodiff: while loops, nested loops,
+// several tasks) whose tapes are measured at launch, counted and launched
+// optimistically (checkOptimisticAgainstCounting).
+QD_PROPERTY(AdStackSizingTest, RandomGradientsLaunchOptimistically, 150) {
+  testgen::GenProgram p = *testgen::genProgram(testgen::GenConfig::autodiff());
+  testgen::Printed printed = testgen::print(p);
+  auto m = parseModule(printed.text, {"random.qd", 1});
+  if (!m.ok())
+    testgen::fail(p, "does not parse: " + message(m.status()));
+  std::unique_ptr<Module> module = *std::move(m);
+  auto g = buildGradientKernel(*module, *module->findKernel("k"));
+  if (!g.ok())
+    testgen::fail(p, "no gradient: " + message(g.status()));
+  KernelSizing ks = sizeAdStacks(**g);
+  RC_CLASSIFY(ks.numCounted() > 0, "a measured stack");
+  RC_CLASSIFY(ks.optimistic(), "an optimistic launch");
+  int64_t reruns = checkOptimisticAgainstCounting(p, *module, "k_grad");
+  RC_CLASSIFY(reruns > 0, "iterations rerun");
 }
 
 } // namespace
