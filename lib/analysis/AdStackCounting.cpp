@@ -299,11 +299,11 @@ AdStackCounting buildAdStackCounting(const Kernel &kernel,
     IRBuilder top(task->block(0));
     top.setInsertionPoint(task->block(0), task->block(0).begin());
     top.setLocation(stack->loc());
-    AllocaStmt *peak = top.alloca(ScalarType::I64);
+    AllocaStmt *peak = top.alloca(ScalarType::I32);
     peaksOfTask[task].push_back({peak, static_cast<int>(slot)});
     IRBuilder at = IRBuilder::before(*stack);
     at.setLocation(stack->loc());
-    AllocaStmt *count = at.alloca(ScalarType::I64);
+    AllocaStmt *count = at.alloca(ScalarType::I32);
     std::vector<Stmt *> ops;
     for (const Use &u : stack->uses())
       ops.push_back(u.user());
@@ -311,11 +311,14 @@ AdStackCounting buildAdStackCounting(const Kernel &kernel,
       IRBuilder b = IRBuilder::before(*op);
       b.setLocation(op->loc());
       if (op->kind() == StmtKind::AdStackPush) {
-        Value *c = b.add(b.load(count), b.i64(1));
+        Value *old = b.load(count);
+        Value *low = b.min(old, b.i32(kAdStackCountSaturated - 1));
+        Value *c = b.add(low, b.i32(1));
         b.store(count, c);
         b.store(peak, b.max(b.load(peak), c));
       } else if (op->kind() == StmtKind::AdStackPop) {
-        b.store(count, b.sub(b.load(count), b.i64(1)));
+        Value *old = b.load(count);
+        b.store(count, b.sub(old, b.i32(1)));
       }
       op->dropAllReferences();
       op->erase();
@@ -355,7 +358,7 @@ AdStackCounting buildAdStackCounting(const Kernel &kernel,
                                        : static_cast<Value *>(b.i32(0));
       for (auto &[peak, slot] : peaks) {
         Value *idx[] = {b.add(b.i32(static_cast<int32_t>(slot * spread)), lane)};
-        b.atomicMax(GlobalRef::ofNdarray(need), idx, b.load(peak));
+        b.atomicMax(GlobalRef::ofNdarray(need), idx, b.cast(b.load(peak), ScalarType::I64));
       }
     }
   }

@@ -39,8 +39,6 @@ namespace qd {
 namespace {
 
 using variants::freshArgumentName;
-
-constexpr int32_t kSaturated = OptimisticLaunch::kSaturatedNeed;
 using variants::taskOf;
 
 /// Where the measured task of a kernel splits into the part that only
@@ -210,7 +208,7 @@ void makeTryKernel(Kernel &k, ForStmt &task, size_t splitPosition,
       b.setLocation(push->loc());
       // (One statement at a time: the order of function arguments is not.)
       Value *old = b.load(count.back());
-      Value *low = b.min(old, b.i32(kSaturated - 1));
+      Value *low = b.min(old, b.i32(kAdStackCountSaturated - 1));
       Value *c = b.add(low, b.i32(1));
       b.store(count.back(), c);
       IRBuilder::IfScope fits = b.ifThen(b.cmp(CmpPredicate::Le, c, capacity.back()));

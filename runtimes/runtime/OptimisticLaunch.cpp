@@ -84,7 +84,7 @@ absl::Status Program::launchOptimistic(const Kernel &k, const KernelSizing &sizi
   // pushes past it flag the iteration, which reruns with its need.)
   std::vector<int64_t> tryCapacity = state.capacity;
   for (int64_t &cap : tryCapacity) {
-    cap = std::min<int64_t>(cap, OptimisticLaunch::kSaturatedNeed - 1);
+    cap = std::min<int64_t>(cap, kAdStackCountSaturated - 1);
     tryArgs.push_back(LaunchArg::i32(static_cast<int32_t>(cap)));
   }
   if (absl::Status s = backend.launch(*this, *o.tryKernel, tryArgs,
@@ -101,14 +101,14 @@ absl::Status Program::launchOptimistic(const Kernel &k, const KernelSizing &sizi
     if (!v.ok())
       return v.status();
     measured[i] = std::max<int64_t>(*v, 1);
-    if (measured[i] >= OptimisticLaunch::kSaturatedNeed) {
+    if (measured[i] >= kAdStackCountSaturated) {
       state.capacity.clear(); // the next launch counts
       state.dirty = true;
       return absl::ResourceExhaustedError(fmt::format(
           "kernel @{}: an iteration pushes one of its adstacks measured at launch {} times or "
           "more, more than its optimistic launch counts; the iterations that fit ran, the others "
           "did not. Launch it without LaunchOptions::optimisticAdStacks",
-          k.name(), OptimisticLaunch::kSaturatedNeed));
+          k.name(), kAdStackCountSaturated));
     }
   }
   if (*overflowed > 0) {

@@ -327,6 +327,12 @@ absl::StatusOr<std::vector<int64_t>> Program::countAdStacks(const Kernel &kernel
     absl::StatusOr<int64_t> v = need->maxInteger(i * spread, (i + 1) * spread);
     if (!v.ok())
       return v.status();
+    if (*v >= kAdStackCountSaturated)
+      return absl::ResourceExhaustedError(fmt::format(
+          "kernel @{}: a thread pushes one of its adstacks measured at launch {} times or more, "
+          "more than the counting kernel @{} counts (and more than a heap holds); give the "
+          "stack an explicit capacity (LaunchOptions::adStackCapacities) to run it anyway",
+          kernel.name(), kAdStackCountSaturated, sizing.countKernel()->name()));
     out[i] = *v;
   }
   return out;

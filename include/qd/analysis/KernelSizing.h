@@ -62,6 +62,12 @@ struct AdStackSize {
   std::string reason;
 };
 
+/// The counting kernel and the optimistic launch's try kernel count pushes
+/// in i32 (i64 counters made each a fifth slower on the CPU's 32 lanes),
+/// saturating at this value: a count this large only says that the need is
+/// at least this, and the launch fails instead (no heap that large fits).
+inline constexpr int32_t kAdStackCountSaturated = 0x7fffffff;
+
 /// The optimistic launch of a kernel's measured stacks
 /// (AdStackOptimistic.h builds it; docs/sizing.md, "Measured at launch").
 struct OptimisticLaunch {
@@ -71,7 +77,7 @@ struct OptimisticLaunch {
   /// `failed` (`ndarray<i32, 1>`, at least `iterations` elements, zero
   /// before the launch; an iteration that overflowed sets its element,
   /// `i - begin`, to 1), then one i32 capacity per measured stack (in
-  /// `need` order, below kSaturatedNeed). Run with those capacities, it
+  /// `need` order, below kAdStackCountSaturated). Run with those capacities, it
   /// cannot overflow them.
   std::shared_ptr<Kernel> tryKernel;
   /// The rerun kernel: the measured task alone, for the iterations whose
@@ -88,10 +94,6 @@ struct OptimisticLaunch {
   std::vector<Copies> stacks;
   /// The number of iterations of the measured task, for this launch.
   SizeExprRef iterations;
-  /// The try kernel counts pushes in i32 (i64 counters made it 20% slower
-  /// on the CPU's 32 lanes), saturating here: a need this large is only
-  /// known to be at least this.
-  static constexpr int32_t kSaturatedNeed = 0x7fffffff;
 };
 
 class KernelSizing {
