@@ -232,8 +232,8 @@ int run(int argc, char **argv) {
   check(program->launch("k_grad", {}, *backend, optimistic));
   int64_t steadyHeap = heapBytes();
   // Needs that shrank: the launch after one with the real targets, with
-  // targets stopping at 0.3, runs with the larger capacity.
-  setTargets(0.3f);
+  // targets stopping at 0.01, runs with the larger capacity.
+  setTargets(0.01f);
   seed();
   check(program->launch("k_grad", {}, *backend, optimistic));
   int64_t shrunkHeap = heapBytes();
