@@ -148,6 +148,18 @@ absl::StatusOr<Split> findSplit(const Kernel &kernel,
     if (isa<GlobalStoreStmt>(s) || isa<AtomicRmwStmt>(s))
       written.insert(memoryClass(cast<GlobalAccessStmt>(s)));
   });
+  // Statements outside the tasks run again in the rerun kernel, after the
+  // tasks of the try kernel wrote: they must not read what a task writes.
+  std::set<std::pair<const void *, int>> writtenByTasks;
+  walk(const_cast<Kernel &>(kernel).body(), [&](Stmt &s) {
+    if (isa<GlobalStoreStmt>(s) || isa<AtomicRmwStmt>(s))
+      writtenByTasks.insert(memoryClass(cast<GlobalAccessStmt>(s)));
+  });
+  for (Stmt &top : const_cast<Kernel &>(kernel).body())
+    if (auto *g = dyn_cast<GlobalLoadStmt>(&top); g && writtenByTasks.count(memoryClass(*g)))
+      return refuse(kernel, fmt::format("the load '{}' at {}, outside the tasks, reads memory "
+                                        "the kernel writes; the rerun kernel would read it again",
+                                        printStmt(top), top.loc().str()));
   std::string why;
   walk(task->body(), [&](Stmt &s) {
     if (!why.empty() || position.at(bodyStmtOf(&s, task)) >= split.position)
@@ -195,26 +207,12 @@ void makeTryKernel(Kernel &k, ForStmt &task, size_t splitPosition,
   for (size_t slot = 0; slot < stacks.size(); ++slot) {
     capacity.push_back(k.addArgument(std::make_unique<Argument>(
         freshArgumentName(k, fmt::format("adstack_capacity{}", slot)), Type::i32())));
-    AdStackAllocaStmt *stack = stacks[slot];
-    IRBuilder at = IRBuilder::before(*stack);
-    at.setLocation(stack->loc());
+    IRBuilder at = IRBuilder::before(*stacks[slot]);
+    at.setLocation(stacks[slot]->loc());
     count.push_back(at.alloca(ScalarType::I32));
-    std::vector<Stmt *> pushes;
-    for (const Use &u : stack->uses())
-      if (u.user()->kind() == StmtKind::AdStackPush)
-        pushes.push_back(u.user());
-    for (Stmt *push : pushes) {
-      IRBuilder b = IRBuilder::before(*push);
-      b.setLocation(push->loc());
-      // (One statement at a time: the order of function arguments is not.)
-      Value *old = b.load(count.back());
-      Value *low = b.min(old, b.i32(kAdStackCountSaturated - 1));
-      Value *c = b.add(low, b.i32(1));
-      b.store(count.back(), c);
-      IRBuilder::IfScope fits = b.ifThen(b.cmp(CmpPredicate::Le, c, capacity.back()));
-      fits.stmt()->thenBlock().push_back(push->remove());
-    }
   }
+  // The split first, while `lastPushing` is still where it was (it may be
+  // a push, which moves into an `if` below).
   IRBuilder b = IRBuilder::after(lastPushing);
   b.setLocation(task.loc());
   constexpr int64_t spread = KernelSizing::kCountSpread;
@@ -228,12 +226,31 @@ void makeTryKernel(Kernel &k, ForStmt &task, size_t splitPosition,
     Value *over = b.cmp(CmpPredicate::Gt, c, capacity[slot]);
     overflowed = overflowed ? b.binary(BinaryOp::Or, overflowed, over) : over;
   }
-  IRBuilder::IfScope stop = b.ifThen(overflowed);
-  Value *idx[] = {failedIndex(b, task)};
-  b.store(GlobalRef::ofNdarray(failed), idx, b.i32(1));
-  Value *countIdx[] = {b.i32(static_cast<int32_t>(stacks.size() * spread))};
-  b.atomicAdd(GlobalRef::ofNdarray(need), countIdx, b.i64(1));
-  b.cont();
+  {
+    IRBuilder::IfScope stop = b.ifThen(overflowed);
+    Value *idx[] = {failedIndex(b, task)};
+    b.store(GlobalRef::ofNdarray(failed), idx, b.i32(1));
+    Value *countIdx[] = {b.i32(static_cast<int32_t>(stacks.size() * spread))};
+    b.atomicAdd(GlobalRef::ofNdarray(need), countIdx, b.i64(1));
+    b.cont();
+  }
+  for (size_t slot = 0; slot < stacks.size(); ++slot) {
+    std::vector<Stmt *> pushes;
+    for (const Use &u : stacks[slot]->uses())
+      if (u.user()->kind() == StmtKind::AdStackPush)
+        pushes.push_back(u.user());
+    for (Stmt *push : pushes) {
+      IRBuilder at = IRBuilder::before(*push);
+      at.setLocation(push->loc());
+      // (One statement at a time: the order of function arguments is not.)
+      Value *old = at.load(count[slot]);
+      Value *low = at.min(old, at.i32(kAdStackCountSaturated - 1));
+      Value *c = at.add(low, at.i32(1));
+      at.store(count[slot], c);
+      IRBuilder::IfScope fits = at.ifThen(at.cmp(CmpPredicate::Le, c, capacity[slot]));
+      fits.stmt()->thenBlock().push_back(push->remove());
+    }
+  }
 }
 
 void makeRerunKernel(Kernel &k, ForStmt &task) {

@@ -37,7 +37,9 @@ class Kernel;
 ///   - no other operation on a measured stack (so no decision reads one),
 ///   - no `break`/`continue` of the task,
 ///   - no load of memory the task writes (a rerun reads what the first run
-///     read).
+///     read);
+/// and no statement outside the tasks loads memory the kernel writes (the
+/// rerun kernel evaluates them again).
 /// An iteration that stops at the split has then changed nothing but its
 /// own stacks, and its rerun does what its first run would have done.
 absl::StatusOr<OptimisticLaunch>
