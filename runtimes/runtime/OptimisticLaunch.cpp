@@ -107,7 +107,7 @@ absl::Status Program::launchOptimistic(const Kernel &k, const KernelSizing &sizi
       return absl::ResourceExhaustedError(fmt::format(
           "kernel @{}: an iteration pushes one of its adstacks measured at launch {} times or "
           "more, more than its optimistic launch counts; the iterations that fit ran, the others "
-          "did not. Launch it without LaunchOptions::optimisticAdStacks",
+          "did not. Launch it with LaunchOptions::optimisticAdStacks = false",
           k.name(), kAdStackCountSaturated));
     }
   }

@@ -206,7 +206,8 @@ absl::Status Program::launchSized(const Kernel &k, std::span<const LaunchArg> ar
       }
   OptimisticState *optimistic = nullptr;
   std::unique_lock<std::mutex> optimisticLock;
-  if (measure && !explicitMeasured && options.optimisticAdStacks && sz.optimistic()) {
+  bool optimisticWanted = options.optimisticAdStacks.value_or(backend.optimisticAdStacks());
+  if (measure && !explicitMeasured && optimisticWanted && sz.optimistic()) {
     // A launch of the same kernel from another thread holds the state: this
     // one counts instead.
     OptimisticState &state = optimisticState(k);

@@ -4,7 +4,7 @@
 //          [--backend=cpu|cuda|amdgpu|vulkan|interp] [--amdgpu-arch=gfx90a|gfx942|gfx1100]
 //          [--inputs=in.json] [--set FIELD=JSON]... [--arg [KERNEL:]NAME=JSON]...
 //          [--print=a,b.grad,...] [--no-bounds-check] [--adstack-capacity=N]
-//          [--report-adstacks] [--no-adstack-sizing] [--optimistic-adstacks]
+//          [--report-adstacks] [--no-adstack-sizing] [--[no-]optimistic-adstacks]
 //          [--vector-width=N]
 //          [--no-vector-math] [--timeout-ms=N] [--max-loop-iterations=N]
 //
@@ -91,7 +91,9 @@ constexpr const char *kUsage =
     "                         launch, run it with the capacities its last launch\n"
     "                         measured and rerun the iterations that overflow,\n"
     "                         where it can (docs/sizing.md), instead of counting\n"
-    "                         before every launch\n"
+    "                         before every launch (the cpu backend's default)\n"
+    "  --no-optimistic-adstacks\n"
+    "                         count before every launch (the default elsewhere)\n"
     "  --check-global-accesses\n"
     "                         fail when a launch writes a field or ndarray element\n"
     "                         it read earlier in the same launch\n"
@@ -405,6 +407,8 @@ int run(int argc, char **argv) {
       options.sizeAdStacks = false;
     else if (a == "--optimistic-adstacks")
       options.optimisticAdStacks = true;
+    else if (a == "--no-optimistic-adstacks")
+      options.optimisticAdStacks = false;
     else if (a == "--check-global-accesses")
       options.checkGlobalAccesses = true;
     else if (a.size() > 1 && a[0] == '-')

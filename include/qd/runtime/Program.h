@@ -70,13 +70,15 @@ struct LaunchOptions {
   /// `Program::launch` does this; `Backend::launch` takes the options as
   /// given.
   bool sizeAdStacks = true;
-  /// Stacks measured at launch (docs/sizing.md), in a kernel that has an
-  /// optimistic launch: run it with the capacities the kernel's previous
-  /// launch measured and rerun only the iterations that did not fit,
-  /// instead of running the counting kernel before every launch (the first
-  /// launch of a kernel still counts). Not for a measured stack given an
-  /// explicit capacity.
-  bool optimisticAdStacks = false;
+  /// Stacks measured at launch (docs/sizing.md, "Measured at launch"), in a
+  /// kernel that has an optimistic launch: run it with the capacities the
+  /// kernel's previous launch measured and rerun only the iterations that
+  /// did not fit (true), or run the counting kernel before every launch
+  /// (false). Unset: the backend's choice (Backend::optimisticAdStacks: the
+  /// CPU backend's is true, the others' false). The first launch of a
+  /// kernel counts either way (see optimisticInitialCapacity), and so does
+  /// a launch that gives a measured stack an explicit capacity.
+  std::optional<bool> optimisticAdStacks;
   /// With `optimisticAdStacks`: the capacity of the measured stacks at a
   /// kernel's first optimistic launch (0: the first launch counts instead).
   /// Iterations that need more run twice.
@@ -130,6 +132,10 @@ public:
   /// Runs `kernel` (which belongs to `program.module()`) with validated args.
   virtual absl::Status launch(Program &program, const Kernel &kernel,
                               std::span<const LaunchArg> args, const LaunchOptions &options) = 0;
+  /// Whether stacks measured at launch take the optimistic launch when
+  /// LaunchOptions::optimisticAdStacks does not say (docs/sizing.md: where
+  /// it was measured to be faster than counting).
+  virtual bool optimisticAdStacks() const { return false; }
   /// The sizing of `kernel`'s adstacks (docs/sizing.md), computed when the
   /// backend prepares the kernel (a compiled backend: with its code) and
   /// kept with it; a kernel must not change after that. Program::launch
