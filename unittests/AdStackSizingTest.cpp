@@ -1425,61 +1425,16 @@ kernel @push(%k: i32) {
 // Random kernels (unittests/support/ProgramGen.h)
 //===----------------------------------------------------------------------===//
 
-/// Launches `kernel` (after @k, with the output adjoints seeded, when it is
-/// not @k) twice in two fresh instances of `p`: counting, and with the
-/// optimistic launch (the first with capacity 1, so that every iteration
-/// that pushes more runs twice). Both give the same results and the same,
-/// exact, capacities; a kernel outside the optimistic launch's static
-/// condition counts. Returns how many iterations ran twice.
+/// testgen::checkOptimisticLaunch on the interpreter (RapidCheck fails the
+/// case on a difference); returns how many iterations ran twice.
 int64_t checkOptimisticAgainstCounting(const testgen::GenProgram &p, const Module &module,
                                        const std::string &kernel) {
-  Interpreter interp;
-  const KernelSizing &ks = **interp.adStackSizing(*module.findKernel(kernel));
-  if (const OptimisticLaunch *o = ks.optimistic())
-    for (const Kernel *v : {o->tryKernel.get(), o->rerunKernel.get()})
-      if (absl::Status st = verify(*v); !st.ok())
-        testgen::fail(p, "@" + v->name() + " does not verify: " + message(st) + "\n" +
-                             printKernel(*v));
-  auto counted = testgen::instantiate(p, module), tried = testgen::instantiate(p, module);
-  if (!counted.ok() || !tried.ok())
-    testgen::fail(p, "instantiate: " + message(counted.ok() ? tried.status() : counted.status()));
-  LaunchOptions count = testgen::defaultLaunchOptions(), optimistic = count;
-  optimistic.optimisticAdStacks = true;
-  optimistic.optimisticInitialCapacity = 1;
-  if (kernel != "k")
-    for (testgen::Instance *in : {counted->get(), tried->get()}) {
-      absl::Status st = in->program->launch("k", in->args, interp, count);
-      if (!st.ok())
-        testgen::fail(p, "@k failed: " + message(st));
-      testgen::seedOutputAdjoints(module, *in);
-    }
+  Interpreter counting, optimistic;
   int64_t reruns = 0;
-  for (int launch = 0; launch < 2; ++launch) {
-    Program &a = *(*counted)->program, &b = *(*tried)->program;
-    absl::Status sa = a.launch(kernel, (*counted)->args, interp, count);
-    absl::Status sb = b.launch(kernel, (*tried)->args, interp, optimistic);
-    if (sa.ok() != sb.ok() || (!sa.ok() && sa.code() != sb.code()))
-      testgen::fail(p, fmt::format("@{} launch {}: counted: {}; optimistic: {}", kernel, launch,
-                                   sa.ToString(), sb.ToString()));
-    if (!sa.ok())
-      return reruns;
-    using Path = Program::MeasuredLaunch::Path;
-    if (ks.numCounted() > 0 &&
-        b.lastMeasuredLaunch().path != (ks.optimistic() ? Path::Optimistic : Path::Counted))
-      testgen::fail(p, fmt::format("@{} launch {} took the wrong path", kernel, launch));
-    reruns += b.lastMeasuredLaunch().rerunIterations;
-    for (const AdStackSize &s : ks.stacks())
-      if (s.tier == SizingTier::Measured &&
-          a.lastAdStackCapacities().at(s.stack) != b.lastAdStackCapacities().at(s.stack))
-        testgen::fail(p, fmt::format("@{} launch {}: the optimistic launch measured {}, the "
-                                     "counting kernel {}: {}",
-                                     kernel, launch, b.lastAdStackCapacities().at(s.stack),
-                                     a.lastAdStackCapacities().at(s.stack), ks.describe(s)));
-    // Iterations run in another order: float atomic sums may round apart.
-    if (std::string d = testgen::compareInstances(module, **counted, module, **tried, 1e-9);
-        !d.empty())
-      testgen::fail(p, fmt::format("@{} launch {}: {}", kernel, launch, d));
-  }
+  if (std::string d =
+          testgen::checkOptimisticLaunch(p, module, kernel, counting, optimistic, 1e-9, &reruns);
+      !d.empty())
+    testgen::fail(p, d);
   return reruns;
 }
 

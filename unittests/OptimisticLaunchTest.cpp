@@ -503,5 +503,36 @@ TEST(OptimisticLaunchTest, KernelsOutsideTheConditionCount) {
             4);
 }
 
+// Random gradients (GenConfig::autodiff, tasks of up to 21 iterations)
+// launched optimistically on the CPU's 8 lanes, the first launch at
+// capacity 1, against the interpreter counting: the same gradients and
+// capacities (testgen::checkOptimisticLaunch). Lanes of a group overflow
+// and others do not.
+QD_PROPERTY(OptimisticLaunchTest, RandomGradientsOnEightLanesMatchTheInterpreter, 40) {
+  testgen::GenConfig config = testgen::GenConfig::autodiff();
+  config.threads = 20;
+  // About a quarter of the gradients have an optimistic launch (the
+  // interpreter's property covers the counting fallback): draw until one.
+  for (int tries = 0; tries < 40; ++tries) {
+    testgen::GenProgram p = *testgen::genProgram(config);
+    auto m = parseModule(testgen::print(p).text, {"random.qd", 1});
+    if (!m.ok())
+      testgen::fail(p, "does not parse: " + message(m.status()));
+    std::unique_ptr<Module> module = *std::move(m);
+    if (auto g = buildGradientKernel(*module, *module->findKernel("k")); !g.ok())
+      testgen::fail(p, "no gradient: " + message(g.status()));
+    if (!sizeAdStacks(*module->findKernel("k_grad")).optimistic())
+      continue;
+    Interpreter interp;
+    int64_t reruns = 0;
+    if (std::string d =
+            testgen::checkOptimisticLaunch(p, *module, "k_grad", interp, cpu(8), 1e-9, &reruns);
+        !d.empty())
+      testgen::fail(p, d);
+    RC_CLASSIFY(reruns > 0, "iterations rerun");
+    return;
+  }
+}
+
 } // namespace
 } // namespace qd
