@@ -9,7 +9,12 @@
 //     the capacity given by hand (the exact need, known in advance), and
 //     the ratio;
 //   - the counting kernel's share;
-//   - heap bytes against the exact need (threads x need x entry bytes).
+//   - the optimistic launch (LaunchOptions::optimisticAdStacks): with the
+//     capacities already right (the previous launch measured the same
+//     needs), and after needs grew for about 1% and for all of the
+//     iterations (they overflow and are rerun);
+//   - heap bytes against the exact need (threads x need x entry bytes),
+//     also for the launch after the needs shrank.
 //
 //   qd-bench-measured [--backend=cpu|cuda] [--n=N] [--reps=R]
 //
@@ -28,6 +33,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -129,11 +135,15 @@ int run(int argc, char **argv) {
 
   auto program = check(qd::Program::create(*module));
   // Targets spread so that the trip counts run from 1 to about 105.
-  {
-    float *t = reinterpret_cast<float *>(program->field("t")->data());
+  std::vector<float> targets(n);
+  for (int64_t i = 0; i < n; ++i)
+    targets[i] = 0.0011f + 0.9f * static_cast<float>((i * 7919) % 1000) / 1000.0f;
+  float *t = reinterpret_cast<float *>(program->field("t")->data());
+  auto setTargets = [&](float cap) {
     for (int64_t i = 0; i < n; ++i)
-      t[i] = 0.0011f + 0.9f * static_cast<float>((i * 7919) % 1000) / 1000.0f;
-  }
+      t[i] = std::min(targets[i], cap);
+  };
+  setTargets(1.0f);
   float *yg = reinterpret_cast<float *>(program->field("y", qd::Component::Grad)->data());
   auto seed = [&] {
     for (int64_t i = 0; i < n; ++i)
@@ -147,25 +157,28 @@ int run(int argc, char **argv) {
       tape = &s;
   if (!tape)
     die("the gradient's tape is not measured at launch");
+  if (!sizing.optimistic())
+    die("the gradient has no optimistic launch: " + sizing.optimisticRefusal());
 
   // One measured launch gives the exact need, used as the hand-given one.
   seed();
   check(program->launch("k_grad", {}, *backend));
   int64_t need = program->lastAdStackCapacities().at(tape->stack);
-  int64_t measuredHeap = heapBytes();
+  int64_t exactHeap = heapBytes();
 
-  qd::LaunchOptions byHand;
+  qd::LaunchOptions byHand, counted, optimistic;
   byHand.adStackCapacities[tape->stack] = need;
+  counted.optimisticAdStacks = false;
+  optimistic.optimisticAdStacks = true;
   using Clock = std::chrono::steady_clock;
-  auto time = [&](const qd::LaunchOptions &o) {
-    std::vector<double> ms;
-    for (int r = 0; r < reps; ++r) {
+  // A launch whose targets stop at `cap` (smaller needs), then the real ones.
+  auto shrinkTo = [&](float cap) {
+    return [&, cap] {
+      setTargets(cap);
       seed();
-      auto t0 = Clock::now();
-      check(program->launch("k_grad", {}, *backend, o));
-      ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
-    }
-    return median(ms);
+      check(program->launch("k_grad", {}, *backend, optimistic));
+      setTargets(1.0f);
+    };
   };
   // The counting kernel alone, as Program::launch runs it.
   const qd::Kernel &counter = *sizing.countKernel();
@@ -174,27 +187,85 @@ int run(int argc, char **argv) {
   qd::NdarrayArg needArg;
   needArg.primal = &needBuf;
   std::vector<qd::LaunchArg> countArgs{qd::LaunchArg::ndarray(&needArg)};
-  std::vector<double> countMs;
-  for (int r = 0; r < reps; ++r) {
-    auto t0 = Clock::now();
+  auto countOnly = [&] {
     check(backend->launch(*program, counter, countArgs, {}));
     check(needBuf.maxInteger(0, qd::KernelSizing::kCountSpread).status());
-    countMs.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
-  }
-  double hand = time(byHand), measured = time({}), count = median(countMs);
-  int64_t handHeap = heapBytes();
+  };
+  auto gradient = [&](const qd::LaunchOptions &o) {
+    return [&] { check(program->launch("k_grad", {}, *backend, o)); };
+  };
+  // Each case: `before` runs untimed, then `run` is timed. The cases take
+  // turns within each round, so that a machine busy with other work slows
+  // them alike; ratios are taken per round.
+  struct Case {
+    Case(std::string w, std::function<void()> b, std::function<void()> r)
+        : what(std::move(w)), before(std::move(b)), run(std::move(r)) {}
+    std::string what;
+    std::function<void()> before, run;
+    std::vector<double> ms;
+    int64_t reruns = 0;
+  };
+  auto nothing = [] {};
+  std::vector<Case> cases = {
+      {"capacity given by hand", nothing, gradient(byHand)},
+      {"counting kernel first (today's default)", nothing, gradient(counted)},
+      {"  of which the counting kernel", nothing, countOnly},
+      // Steady state: the previous launch (of the case before) measured the
+      // same needs.
+      {"optimistic, capacities already right", nothing, gradient(optimistic)},
+      // Needs that grew since the previous launch: the targets above 0.8
+      // (about 11% of the iterations overflow and rerun), and all of them
+      // (the previous launch needed 1 entry: every iteration reruns).
+      {"optimistic, needs grew for ~11% (rerun)", shrinkTo(0.8f), gradient(optimistic)},
+      {"optimistic, needs grew for all (rerun)", shrinkTo(0.0f), gradient(optimistic)},
+  };
+  check(program->launch("k_grad", {}, *backend, optimistic)); // counts: the first launch
+  for (int r = 0; r < reps; ++r)
+    for (Case &c : cases) {
+      c.before();
+      seed();
+      auto t0 = Clock::now();
+      c.run();
+      c.ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+      c.reruns = program->lastMeasuredLaunch().rerunIterations;
+    }
+  check(program->launch("k_grad", {}, *backend, optimistic));
+  int64_t steadyHeap = heapBytes();
+  // Needs that shrank: the launch after one with the real targets, with
+  // targets stopping at 0.01, runs with the larger capacity.
+  setTargets(0.01f);
+  seed();
+  check(program->launch("k_grad", {}, *backend, optimistic));
+  int64_t shrunkHeap = heapBytes();
+  check(program->launch("k_grad", {}, *backend, counted));
+  int64_t shrunkExact = heapBytes();
+  setTargets(1.0f);
 
+  if (auto *cpu = dynamic_cast<qd::CpuBackend *>(backend.get()))
+    for (const qd::Kernel *kk : std::vector<const qd::Kernel *>{
+             &grad, sizing.optimistic()->tryKernel.get(), sizing.optimistic()->rerunKernel.get(),
+             sizing.countKernel()}) {
+      const qd::KernelLayout &l = *check(cpu->layout(*kk));
+      fmt::print("  @{}: {} lanes{}\n", kk->name(), l.tasks.at(0).lanes, l.tasks.at(0).whyScalar);
+    }
   fmt::print("qd-bench-measured: gradient of a relaxation loop until convergence, {} elements, "
-             "{} ({} reps, median)\n",
+             "{} ({} rounds, median)\n",
              n, where, reps);
-  fmt::print("  tape need (largest trip count + 1): {} entries\n", need);
-  fmt::print("  {:<40} {:>10.3f} ms\n", "capacity given by hand", hand);
-  fmt::print("  {:<40} {:>10.3f} ms   ({:.2f}x of by hand)\n", "measured at launch", measured,
-             measured / hand);
-  fmt::print("  {:<40} {:>10.3f} ms   ({:.0f}% of the gradient by hand)\n",
-             "  of which the counting kernel", count, 100.0 * count / hand);
-  fmt::print("  heap: measured {} bytes, by hand {} bytes ({:.3f}x)\n", measuredHeap, handHeap,
-             static_cast<double>(measuredHeap) / static_cast<double>(handHeap));
+  fmt::print("  tape need (largest trip count): {} entries\n", need);
+  for (const Case &c : cases) {
+    std::vector<double> ratio;
+    for (int r = 0; r < reps; ++r)
+      ratio.push_back(c.ms[r] / cases[0].ms[r]);
+    fmt::print("  {:<44} {:>10.3f} ms   {:.2f}x of by hand", c.what, median(c.ms), median(ratio));
+    if (c.what.rfind("optimistic", 0) == 0)
+      fmt::print(", {} iterations rerun", c.reruns);
+    fmt::print("\n");
+  }
+  fmt::print("  heap: exact {} bytes; optimistic steady state {} bytes ({:.3f}x); the launch "
+             "after needs shrank {} bytes against {} exact ({:.2f}x, once)\n",
+             exactHeap, steadyHeap,
+             static_cast<double>(steadyHeap) / static_cast<double>(exactHeap), shrunkHeap,
+             shrunkExact, static_cast<double>(shrunkHeap) / static_cast<double>(shrunkExact));
   return 0;
 }
 

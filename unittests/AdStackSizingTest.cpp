@@ -14,6 +14,7 @@
 #include "qd/ir/Printer.h"
 #include "qd/ir/Verifier.h"
 #include "qd/ir/Visitor.h"
+#include "qd/transforms/AutoDiff.h"
 
 #include "ProgramGen.h"
 
@@ -1424,6 +1425,19 @@ kernel @push(%k: i32) {
 // Random kernels (unittests/support/ProgramGen.h)
 //===----------------------------------------------------------------------===//
 
+/// testgen::checkOptimisticLaunch on the interpreter (RapidCheck fails the
+/// case on a difference); returns how many iterations ran twice.
+int64_t checkOptimisticAgainstCounting(const testgen::GenProgram &p, const Module &module,
+                                       const std::string &kernel) {
+  Interpreter counting, optimistic;
+  int64_t reruns = 0;
+  if (std::string d =
+          testgen::checkOptimisticLaunch(p, module, kernel, counting, optimistic, 1e-9, &reruns);
+      !d.empty())
+    testgen::fail(p, d);
+  return reruns;
+}
+
 // Random kernels with adstacks (pushes and pops in loops and arms, stacks
 // allocated inside loops, balanced while bodies) under loops of every bound
 // kind: constants, %n, @cnt reads in the task and at launch, ndarray shapes,
@@ -1431,7 +1445,9 @@ kernel @push(%k: i32) {
 // the loop-carried integer local, a bound the kernel itself writes (tier 3).
 // Every stack's capacity is at least the depth the interpreter observed,
 // and equals max(depth, 1) when the sizing claims to be exact; the two
-// tier-1 analyses agree where both resolve a stack.
+// tier-1 analyses agree where both resolve a stack; a kernel with an
+// optimistic launch gives the counting kernel's results and capacities
+// with it (checkOptimisticAgainstCounting).
 QD_PROPERTY(AdStackSizingTest, RandomKernelsAreSoundAndTight, 300) {
   testgen::GenProgram p = *testgen::genProgram(testgen::GenConfig::sizing());
   testgen::Printed printed = testgen::print(p);
@@ -1486,10 +1502,34 @@ QD_PROPERTY(AdStackSizingTest, RandomKernelsAreSoundAndTight, 300) {
   }
   RC_CLASSIFY(exact, "an exact stack");
   RC_CLASSIFY(measured, "a stack measured by the counting kernel (exact)");
+  if (ks.optimistic())
+    RC_CLASSIFY(checkOptimisticAgainstCounting(p, *module, "k") > 0,
+                "an optimistic launch, iterations rerun");
+  RC_CLASSIFY(ks.optimistic(), "an optimistic launch");
   RC_CLASSIFY(tier3, "a tier-3 stack");
   RC_CLASSIFY(printed.hasNdarrayBound, "ndarray-read bound");
   RC_CLASSIFY(printed.writesBoundData, "writes a bound");
   RC_CLASSIFY(printed.hasWhile, "while");
+}
+
+// Random gradients (GenConfig::autodiff: while loops, nested loops,
+// several tasks) whose tapes are measured at launch, counted and launched
+// optimistically (checkOptimisticAgainstCounting).
+QD_PROPERTY(AdStackSizingTest, RandomGradientsLaunchOptimistically, 150) {
+  testgen::GenProgram p = *testgen::genProgram(testgen::GenConfig::autodiff());
+  testgen::Printed printed = testgen::print(p);
+  auto m = parseModule(printed.text, {"random.qd", 1});
+  if (!m.ok())
+    testgen::fail(p, "does not parse: " + message(m.status()));
+  std::unique_ptr<Module> module = *std::move(m);
+  auto g = buildGradientKernel(*module, *module->findKernel("k"));
+  if (!g.ok())
+    testgen::fail(p, "no gradient: " + message(g.status()));
+  KernelSizing ks = sizeAdStacks(**g);
+  RC_CLASSIFY(ks.numCounted() > 0, "a measured stack");
+  RC_CLASSIFY(ks.optimistic(), "an optimistic launch");
+  int64_t reruns = checkOptimisticAgainstCounting(p, *module, "k_grad");
+  RC_CLASSIFY(reruns > 0, "iterations rerun");
 }
 
 } // namespace

@@ -18,6 +18,7 @@
 //===----------------------------------------------------------------------===//
 #include "qd/analysis/AdStackCounting.h"
 
+#include "KernelVariants.h"
 #include "qd/analysis/KernelSizing.h"
 #include "qd/ir/Clone.h"
 #include "qd/ir/IRBuilder.h"
@@ -171,19 +172,8 @@ private:
   const ValueNamer &names_;
 };
 
-/// The task (top-level `parallel for` or `serial`) containing `s`.
-Stmt *taskOf(Stmt *s) {
-  while (s->parentStmt())
-    s = s->parentStmt();
-  return s;
-}
-
-std::string freshArgumentName(const Kernel &k, std::string base) {
-  std::string name = base;
-  for (int i = 1; k.findArgument(name); ++i)
-    name = fmt::format("{}{}", base, i);
-  return name;
-}
+using variants::freshArgumentName;
+using variants::taskOf;
 
 /// The memory the slice writes goes to copies: each written field component
 /// becomes a new ndarray argument (appended after `need`; a 0-d field a
@@ -280,11 +270,8 @@ AdStackCounting buildAdStackCounting(const Kernel &kernel,
 
   // Clone, and map the source statements onto the clone's (same preorder).
   std::shared_ptr<Kernel> k = cloneKernel(kernel, kernel.name() + "__adstack_count");
-  std::vector<Stmt *> clonePre;
-  walk(k->body(), [&](Stmt &s) { clonePre.push_back(&s); });
-  std::unordered_map<const Stmt *, Stmt *> toClone;
-  for (size_t i = 0; i < index.preorder.size(); ++i)
-    toClone[index.preorder[i]] = clonePre[i];
+  std::vector<Stmt *> clonePre = variants::preorder(*k);
+  std::unordered_map<const Stmt *, Stmt *> toClone = variants::cloneMap(kernel, *k);
   std::unordered_set<const Stmt *> keptClone;
   for (const Stmt *s : kept)
     keptClone.insert(toClone.at(s));
@@ -312,11 +299,11 @@ AdStackCounting buildAdStackCounting(const Kernel &kernel,
     IRBuilder top(task->block(0));
     top.setInsertionPoint(task->block(0), task->block(0).begin());
     top.setLocation(stack->loc());
-    AllocaStmt *peak = top.alloca(ScalarType::I64);
+    AllocaStmt *peak = top.alloca(ScalarType::I32);
     peaksOfTask[task].push_back({peak, static_cast<int>(slot)});
     IRBuilder at = IRBuilder::before(*stack);
     at.setLocation(stack->loc());
-    AllocaStmt *count = at.alloca(ScalarType::I64);
+    AllocaStmt *count = at.alloca(ScalarType::I32);
     std::vector<Stmt *> ops;
     for (const Use &u : stack->uses())
       ops.push_back(u.user());
@@ -324,11 +311,14 @@ AdStackCounting buildAdStackCounting(const Kernel &kernel,
       IRBuilder b = IRBuilder::before(*op);
       b.setLocation(op->loc());
       if (op->kind() == StmtKind::AdStackPush) {
-        Value *c = b.add(b.load(count), b.i64(1));
+        Value *old = b.load(count);
+        Value *low = b.min(old, b.i32(kAdStackCountSaturated - 1));
+        Value *c = b.add(low, b.i32(1));
         b.store(count, c);
         b.store(peak, b.max(b.load(peak), c));
       } else if (op->kind() == StmtKind::AdStackPop) {
-        b.store(count, b.sub(b.load(count), b.i64(1)));
+        Value *old = b.load(count);
+        b.store(count, b.sub(old, b.i32(1)));
       }
       op->dropAllReferences();
       op->erase();
@@ -368,7 +358,7 @@ AdStackCounting buildAdStackCounting(const Kernel &kernel,
                                        : static_cast<Value *>(b.i32(0));
       for (auto &[peak, slot] : peaks) {
         Value *idx[] = {b.add(b.i32(static_cast<int32_t>(slot * spread)), lane)};
-        b.atomicMax(GlobalRef::ofNdarray(need), idx, b.load(peak));
+        b.atomicMax(GlobalRef::ofNdarray(need), idx, b.cast(b.load(peak), ScalarType::I64));
       }
     }
   }

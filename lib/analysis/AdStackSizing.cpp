@@ -11,6 +11,7 @@
 
 #include "SizingStructural.h"
 #include "qd/analysis/AdStackCounting.h"
+#include "qd/analysis/AdStackOptimistic.h"
 #include "qd/ir/Printer.h"
 
 #include <fmt/format.h>
@@ -193,6 +194,13 @@ KernelSizing sizeAdStacks(const Kernel &kernel, const SizingOptions &options) {
   out.numCounted_ = static_cast<int>(counting.counted.size());
   out.countShadowFields_ = counting.shadowFields;
   out.countShadowArgs_ = counting.shadowArgs;
+  if (counting.kernel && options.optimisticLaunch) {
+    absl::StatusOr<OptimisticLaunch> optimistic = buildAdStackOptimistic(kernel, counting.counted);
+    if (optimistic.ok())
+      out.optimistic_ = std::make_shared<const OptimisticLaunch>(*std::move(optimistic));
+    else
+      out.optimisticRefusal_ = std::string(optimistic.status().message());
+  }
   for (size_t i : outside) {
     AdStackSize &r = out.stacks_[i];
     if (r.tier == SizingTier::Measured) {

@@ -1,6 +1,8 @@
 //===- Program.cpp - Module instances and launches ------------------------===//
 #include "qd/runtime/Program.h"
 
+#include "LaunchInputs.h"
+
 #include "qd/ir/Casting.h"
 #include "qd/ir/Visitor.h"
 
@@ -191,12 +193,36 @@ absl::Status Program::launchSized(const Kernel &k, std::span<const LaunchArg> ar
     return capacities.status();
   // Stacks measured at launch: run the counting kernel first, unless every
   // one of them has an explicit capacity. (A counting kernel's own stacks
-  // are never measured: `record` is false for it.)
+  // are never measured: `record` is false for it.) A kernel with an
+  // optimistic launch counts at its first launch only.
   const KernelSizing &sz = **sizing;
-  bool measure = false;
+  bool measure = false, explicitMeasured = false;
   if (record && sz.countKernel())
     for (const AdStackSize &s : sz.stacks())
-      measure |= s.tier == SizingTier::Measured && !options.adStackCapacities.count(s.stack);
+      if (s.tier == SizingTier::Measured) {
+        bool given = options.adStackCapacities.count(s.stack);
+        measure |= !given;
+        explicitMeasured |= given;
+      }
+  OptimisticState *optimistic = nullptr;
+  std::unique_lock<std::mutex> optimisticLock;
+  bool optimisticWanted = options.optimisticAdStacks.value_or(backend.optimisticAdStacks());
+  if (measure && !explicitMeasured && optimisticWanted && sz.optimistic()) {
+    // A launch of the same kernel from another thread holds the state: this
+    // one counts instead.
+    OptimisticState &state = optimisticState(k);
+    optimisticLock = std::unique_lock<std::mutex>(state.mutex, std::try_to_lock);
+    if (optimisticLock.owns_lock())
+      optimistic = &state;
+  }
+  LaunchOptions sized = options;
+  if (optimistic && optimistic->capacity.empty() && options.optimisticInitialCapacity > 0)
+    optimistic->capacity.assign(sz.numCounted(), options.optimisticInitialCapacity);
+  if (optimistic && !optimistic->capacity.empty()) {
+    for (auto &[stack, cap] : *capacities)
+      sized.adStackCapacities.try_emplace(stack, cap);
+    return launchOptimistic(k, sz, args, backend, sized, *optimistic);
+  }
   if (measure) {
     absl::StatusOr<std::vector<int64_t>> need = countAdStacks(k, sz, args, backend, options);
     if (!need.ok())
@@ -204,17 +230,33 @@ absl::Status Program::launchSized(const Kernel &k, std::span<const LaunchArg> ar
     for (const AdStackSize &s : sz.stacks())
       if (s.tier == SizingTier::Measured)
         (*capacities)[s.stack] = std::max<int64_t>((*need)[s.countSlot], 1);
+    if (optimistic) {
+      optimistic->capacity.assign(sz.numCounted(), 1);
+      for (int i = 0; i < sz.numCounted(); ++i)
+        optimistic->capacity[i] = std::max<int64_t>((*need)[i], 1);
+    }
   }
-  LaunchOptions sized = options;
   for (auto &[stack, cap] : *capacities)
     sized.adStackCapacities.try_emplace(stack, cap); // explicit entries win
-  if (record) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    lastCapacities_.clear();
-    for (auto &[stack, cap] : sized.adStackCapacities)
-      lastCapacities_[stack] = cap;
-  }
+  if (record)
+    recordLaunch(sized, {measure ? MeasuredLaunch::Path::Counted : MeasuredLaunch::Path::None, 0});
   return backend.launch(*this, k, args, sized);
+}
+
+void Program::recordLaunch(const LaunchOptions &sized, MeasuredLaunch measured) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  lastCapacities_.clear();
+  for (auto &[stack, cap] : sized.adStackCapacities)
+    lastCapacities_[stack] = cap;
+  lastMeasured_ = measured;
+}
+
+Program::OptimisticState &Program::optimisticState(const Kernel &k) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::unique_ptr<OptimisticState> &slot = optimistic_[&k];
+  if (!slot)
+    slot = std::make_unique<OptimisticState>();
+  return *slot;
 }
 
 absl::StatusOr<std::vector<int64_t>> Program::countAdStacks(const Kernel &kernel,
@@ -286,113 +328,22 @@ absl::StatusOr<std::vector<int64_t>> Program::countAdStacks(const Kernel &kernel
     absl::StatusOr<int64_t> v = need->maxInteger(i * spread, (i + 1) * spread);
     if (!v.ok())
       return v.status();
+    if (*v >= kAdStackCountSaturated)
+      return absl::ResourceExhaustedError(fmt::format(
+          "kernel @{}: a thread pushes one of its adstacks measured at launch {} times or more, "
+          "more than the counting kernel @{} counts (and more than a heap holds); give the "
+          "stack an explicit capacity (LaunchOptions::adStackCapacities) to run it anyway",
+          kernel.name(), kAdStackCountSaturated, sizing.countKernel()->name()));
     out[i] = *v;
   }
   return out;
 }
 
-namespace {
-
-/// What a SizeExpr reads, taken from a launch's arguments and the program's
-/// live field storage. A buffer whose current contents live on a device is
-/// read there, element by element or reduced on the device, never copied
-/// back whole; a failed device read is kept in `error()`.
-class LaunchInputs : public SizeExprInputs {
-public:
-  LaunchInputs(Program &program, std::span<const LaunchArg> args)
-      : program_(program), args_(args) {}
-
-  const absl::Status &error() const { return error_; }
-
-  std::optional<int64_t> scalarArg(unsigned i) const override {
-    if (i >= args_.size() || args_[i].isNdarray() || isFloat(args_[i].scalarValue().type))
-      return std::nullopt;
-    return args_[i].scalarValue().i;
-  }
-  std::optional<int64_t> fieldElement(const std::string &name,
-                                      std::span<const int64_t> idx) const override {
-    return element(program_.field(name), idx);
-  }
-  std::optional<int64_t> ndarrayShape(unsigned i, unsigned axis) const override {
-    const Buffer *b = ndarray(i);
-    if (!b || axis >= b->ndim())
-      return std::nullopt;
-    return b->shape()[axis];
-  }
-  std::optional<int64_t> ndarrayElement(unsigned i, std::span<const int64_t> idx) const override {
-    return element(ndarray(i), idx);
-  }
-  std::optional<SizeExprBufferView> fieldView(const std::string &name) const override {
-    return view(program_.field(name));
-  }
-  std::optional<SizeExprBufferView> ndarrayView(unsigned i) const override {
-    return view(ndarray(i));
-  }
-  std::optional<int64_t> fieldExtent(const std::string &name) const override {
-    const Buffer *b = program_.field(name);
-    if (!b || b->ndim() != 1)
-      return std::nullopt;
-    return b->shape()[0];
-  }
-  std::optional<int64_t> fieldRangeMax(const std::string &name, int64_t begin,
-                                       int64_t end) const override {
-    return rangeMax(program_.field(name), begin, end);
-  }
-  std::optional<int64_t> ndarrayRangeMax(unsigned i, int64_t begin, int64_t end) const override {
-    return rangeMax(ndarray(i), begin, end);
-  }
-
-private:
-  const Buffer *ndarray(unsigned i) const {
-    if (i >= args_.size() || !args_[i].isNdarray())
-      return nullptr;
-    return args_[i].ndarrayValue().primal;
-  }
-  static std::optional<SizeExprBufferView> view(const Buffer *b) {
-    if (!b || isFloat(b->elementType()) || !b->hostIsCurrent())
-      return std::nullopt;
-    // The maximum of a large range of a buffer a device holds too comes
-    // from Buffer::maxInteger (rangeMax below): reduced on a GPU, and
-    // remembered until the buffer is written, instead of a scan here before
-    // every launch.
-    bool elsewhere = b->ndim() == 1 && b->numElements() >= Buffer::kDeviceMaxElements &&
-                     (b->prefersDeviceMax(b->numElements()) || b->remembersMax());
-    return SizeExprBufferView{b->data(), b->elementType(), b->shape(), elsewhere};
-  }
-  std::optional<int64_t> element(const Buffer *b, std::span<const int64_t> idx) const {
-    if (!b || isFloat(b->elementType()))
-      return std::nullopt;
-    std::optional<int64_t> flat = b->flatIndex(idx);
-    if (!flat)
-      return std::nullopt;
-    return keep(b->readInteger(*flat));
-  }
-  std::optional<int64_t> rangeMax(const Buffer *b, int64_t begin, int64_t end) const {
-    if (!b || isFloat(b->elementType()) || b->ndim() != 1)
-      return std::nullopt;
-    return keep(b->maxInteger(begin, end));
-  }
-  /// A device read that failed answers 0 and is reported after the
-  /// evaluation (which then fails).
-  std::optional<int64_t> keep(absl::StatusOr<int64_t> v) const {
-    if (v.ok())
-      return *v;
-    if (error_.ok())
-      error_ = v.status();
-    return 0;
-  }
-  Program &program_;
-  std::span<const LaunchArg> args_;
-  mutable absl::Status error_;
-};
-
-} // namespace
-
 absl::StatusOr<std::unordered_map<const AdStackAllocaStmt *, int64_t>>
 Program::adStackCapacities(const Kernel &kernel, const KernelSizing &sizing,
                            std::span<const LaunchArg> args, int64_t defaultCapacity) {
   std::unordered_map<const AdStackAllocaStmt *, int64_t> out;
-  LaunchInputs inputs(*this, args);
+  runtime_detail::LaunchInputs inputs(*this, args);
   for (const AdStackSize &s : sizing.stacks()) {
     switch (s.tier) {
     case SizingTier::Declared:

@@ -61,7 +61,8 @@ constexpr const char *kUsage =
     "                         and exit\n"
     "  --report-ad-stacks     after the passes, print how every adstack is sized\n"
     "                         (tier, method, bound) instead of the module, and the\n"
-    "                         counting kernel of stacks measured at launch\n"
+    "                         counting kernel of stacks measured at launch and\n"
+    "                         their optimistic launch (or why there is none)\n"
     "  --adstack-default-capacity=<n>\n"
     "                         capacity of stacks outside the sizing grammar (256)\n"
     "  --dump-cfg             after the passes, print each kernel's control-flow\n"
@@ -230,6 +231,12 @@ bool processChunk(const qd::SourceChunk &chunk, const std::string &filename, std
       if (const qd::Kernel *counter = result.countKernel())
         out << "// the counting kernel of @" << kernel->name() << ":\n"
             << qd::printKernel(*counter) << "\n";
+      if (const qd::OptimisticLaunch *o = result.optimistic())
+        out << "// the optimistic launch of @" << kernel->name() << ", tried:\n"
+            << qd::printKernel(*o->tryKernel) << "\n// rerun for the iterations that overflowed:\n"
+            << qd::printKernel(*o->rerunKernel) << "\n";
+      else if (!result.optimisticRefusal().empty())
+        out << "// " << result.optimisticRefusal() << "\n";
     }
   }
   if (!opts.dumpCfg && !opts.reportAdStacks)

@@ -4,7 +4,8 @@
 //          [--backend=cpu|cuda|amdgpu|vulkan|interp] [--amdgpu-arch=gfx90a|gfx942|gfx1100]
 //          [--inputs=in.json] [--set FIELD=JSON]... [--arg [KERNEL:]NAME=JSON]...
 //          [--print=a,b.grad,...] [--no-bounds-check] [--adstack-capacity=N]
-//          [--report-adstacks] [--no-adstack-sizing] [--vector-width=N]
+//          [--report-adstacks] [--no-adstack-sizing] [--[no-]optimistic-adstacks]
+//          [--vector-width=N]
 //          [--no-vector-math] [--threads=N] [--timeout-ms=N] [--max-loop-iterations=N]
 //          [--vulkan-device=NAME] [--vulkan-validation=off|if-installed|required]
 //          [--vulkan-loop-checks=auto|on|off]
@@ -98,6 +99,13 @@ constexpr const char *kUsage =
     "  --adstack-capacity=N   capacity of adstacks the sizing cannot bound (tier 3);\n"
     "                         with --no-adstack-sizing, of every capacity-0 adstack\n"
     "  --no-adstack-sizing    do not size adstacks before each launch\n"
+    "  --optimistic-adstacks  adstacks measured at launch: after a kernel's first\n"
+    "                         launch, run it with the capacities its last launch\n"
+    "                         measured and rerun the iterations that overflow,\n"
+    "                         where it can (docs/sizing.md), instead of counting\n"
+    "                         before every launch (the cpu backend's default)\n"
+    "  --no-optimistic-adstacks\n"
+    "                         count before every launch (the default elsewhere)\n"
     "  --check-global-accesses\n"
     "                         fail when a launch writes a field or ndarray element\n"
     "                         it read earlier in the same launch\n"
@@ -303,7 +311,10 @@ void Runner::reportAdStacks(const Launch &launch) {
       if (auto *a = qd::dyn_cast<qd::AdStackAllocaStmt>(&s))
         row(a, a->capacity() ? a->capacity() : options_.defaultAdStackCapacity, "");
     });
-  } else if (compiled) {
+  } else if (compiled ||
+             program_.lastMeasuredLaunch().path == qd::Program::MeasuredLaunch::Path::Optimistic) {
+    // (An optimistic launch ran variants of the kernel, whose stacks the
+    // interpreter observed: the capacities are the kernel's.)
     for (auto &[stack, cap] : program_.lastAdStackCapacities())
       row(stack, cap, "");
   } else {
@@ -442,6 +453,10 @@ int run(int argc, char **argv) {
       reportAdStacks = true;
     else if (a == "--no-adstack-sizing")
       options.sizeAdStacks = false;
+    else if (a == "--optimistic-adstacks")
+      options.optimisticAdStacks = true;
+    else if (a == "--no-optimistic-adstacks")
+      options.optimisticAdStacks = false;
     else if (a == "--check-global-accesses")
       options.checkGlobalAccesses = true;
     else if (a.size() > 1 && a[0] == '-')

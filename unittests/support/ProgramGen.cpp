@@ -29,6 +29,7 @@
 
 #include "qd/ir/Printer.h"
 #include "qd/ir/Scalar.h"
+#include "qd/ir/Verifier.h"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -1789,6 +1790,57 @@ std::string runAgainstInterpreter(const GenProgram &p, Module &m, bool withGrad,
     }
     if (std::string d = compareInstances(m, **ref, m, **out, rtol); !d.empty())
       return fmt::format("after @{} (interp vs {}): {}", k, backend.name(), d);
+  }
+  return {};
+}
+
+std::string checkOptimisticLaunch(const GenProgram &p, const Module &module,
+                                  const std::string &kernel, Backend &counting, Backend &optimistic,
+                                  double rtol, int64_t *reruns) {
+  const KernelSizing &ks = **optimistic.adStackSizing(*module.findKernel(kernel));
+  if (const OptimisticLaunch *o = ks.optimistic())
+    for (const Kernel *v : {o->tryKernel.get(), o->rerunKernel.get()})
+      if (absl::Status st = verify(*v); !st.ok())
+        return fmt::format("@{} does not verify: {}\n{}", v->name(), std::string(st.message()),
+                           printKernel(*v));
+  auto counted = instantiate(p, module), tried = instantiate(p, module);
+  if (!counted.ok() || !tried.ok())
+    return "instantiate: " + std::string((counted.ok() ? tried : counted).status().message());
+  LaunchOptions count = defaultLaunchOptions(), guess = count;
+  count.optimisticAdStacks = false;
+  guess.optimisticAdStacks = true;
+  guess.optimisticInitialCapacity = 1;
+  if (kernel != "k") {
+    for (auto [in, backend] : {std::pair{counted->get(), &counting}, {tried->get(), &optimistic}}) {
+      if (absl::Status st = in->program->launch("k", in->args, *backend, count); !st.ok())
+        return "@k failed: " + st.ToString();
+      seedOutputAdjoints(module, *in);
+    }
+  }
+  for (int launch = 0; launch < 2; ++launch) {
+    Program &a = *(*counted)->program, &b = *(*tried)->program;
+    absl::Status sa = a.launch(kernel, (*counted)->args, counting, count);
+    absl::Status sb = b.launch(kernel, (*tried)->args, optimistic, guess);
+    if (sa.ok() != sb.ok() || (!sa.ok() && sa.code() != sb.code()))
+      return fmt::format("@{} launch {}: counted: {}; optimistic: {}", kernel, launch,
+                         sa.ToString(), sb.ToString());
+    if (!sa.ok())
+      return {};
+    using Path = Program::MeasuredLaunch::Path;
+    if (ks.numCounted() > 0 &&
+        b.lastMeasuredLaunch().path != (ks.optimistic() ? Path::Optimistic : Path::Counted))
+      return fmt::format("@{} launch {} took the wrong path", kernel, launch);
+    *reruns += b.lastMeasuredLaunch().rerunIterations;
+    for (const AdStackSize &s : ks.stacks())
+      if (s.tier == SizingTier::Measured &&
+          a.lastAdStackCapacities().at(s.stack) != b.lastAdStackCapacities().at(s.stack))
+        return fmt::format("@{} launch {}: the optimistic launch measured {}, the counting "
+                           "kernel {}: {}",
+                           kernel, launch, b.lastAdStackCapacities().at(s.stack),
+                           a.lastAdStackCapacities().at(s.stack), ks.describe(s));
+    if (std::string d = compareInstances(module, **counted, module, **tried, rtol); !d.empty())
+      return fmt::format("@{} launch {} (counted on {}, optimistic on {}): {}", kernel, launch,
+                         counting.name(), optimistic.name(), d);
   }
   return {};
 }

@@ -228,6 +228,18 @@ std::string runAgainstInterpreter(const GenProgram &p, Module &m, bool withGrad,
                                   double rtol,
                                   const LaunchOptions &options = defaultLaunchOptions());
 
+/// Launches `kernel` (after @k, with the output adjoints seeded, when it is
+/// not @k) twice in two fresh instances of `p`: counting its measured
+/// adstacks on `counting`, and with the optimistic launch on `optimistic`
+/// (the first at capacity 1, so that every iteration that pushes more runs
+/// twice; the iterations it reran are added to `*reruns`). Empty when both
+/// give the same results (within `rtol`: the iterations run in another
+/// order) and the same capacities, and a kernel outside the optimistic
+/// launch's static condition counted; otherwise what differs.
+std::string checkOptimisticLaunch(const GenProgram &p, const Module &module,
+                                  const std::string &kernel, Backend &counting, Backend &optimistic,
+                                  double rtol, int64_t *reruns);
+
 //===----------------------------------------------------------------------===//
 // Properties
 //===----------------------------------------------------------------------===//

@@ -48,6 +48,9 @@ struct SizingOptions {
   /// Measure the stacks tiers 1 and 2 cannot size with a counting kernel
   /// (AdStackCounting.h) instead of giving them the default capacity.
   bool countKernels = true;
+  /// Also build the optimistic launch of the measured stacks
+  /// (AdStackOptimistic.h), for kernels that meet its static condition.
+  bool optimisticLaunch = true;
   /// Step budget for evaluating a closed SizeExpr at compile time.
   int64_t compileTimeEvalSteps = int64_t(1) << 24;
 };

@@ -62,6 +62,40 @@ struct AdStackSize {
   std::string reason;
 };
 
+/// The counting kernel and the optimistic launch's try kernel count pushes
+/// in i32 (i64 counters made each a fifth slower on the CPU's 32 lanes),
+/// saturating at this value: a count this large only says that the need is
+/// at least this, and the launch fails instead (no heap that large fits).
+inline constexpr int32_t kAdStackCountSaturated = 0x7fffffff;
+
+/// The optimistic launch of a kernel's measured stacks
+/// (AdStackOptimistic.h builds it; docs/sizing.md, "Measured at launch").
+struct OptimisticLaunch {
+  /// The try kernel: the source kernel's arguments, then `need` (as the
+  /// counting kernel's, raised by every iteration of the measured task, plus
+  /// one last element that counts the iterations that overflowed),
+  /// `failed` (`ndarray<i32, 1>`, at least `iterations` elements, zero
+  /// before the launch; an iteration that overflowed sets its element,
+  /// `i - begin`, to 1), then one i32 capacity per measured stack (in
+  /// `need` order, below kAdStackCountSaturated). Run with those capacities, it
+  /// cannot overflow them.
+  std::shared_ptr<Kernel> tryKernel;
+  /// The rerun kernel: the measured task alone, for the iterations whose
+  /// `failed` element is set (it clears them); the source kernel's
+  /// arguments, then `failed`.
+  std::shared_ptr<Kernel> rerunKernel;
+  /// Every adstack of the source kernel with its copy in each variant.
+  struct Copies {
+    const AdStackAllocaStmt *source = nullptr;
+    const AdStackAllocaStmt *inTry = nullptr;
+    /// Null for a stack of a task the rerun kernel does not keep.
+    const AdStackAllocaStmt *inRerun = nullptr;
+  };
+  std::vector<Copies> stacks;
+  /// The number of iterations of the measured task, for this launch.
+  SizeExprRef iterations;
+};
+
 class KernelSizing {
 public:
   const std::vector<AdStackSize> &stacks() const { return stacks_; }
@@ -87,6 +121,11 @@ public:
     return countShadowFields_;
   }
   const std::vector<unsigned> &countShadowArgs() const { return countShadowArgs_; }
+  /// The optimistic launch of the measured stacks, or null when the kernel
+  /// has none or does not meet its static condition (then
+  /// `optimisticRefusal()` says why).
+  const OptimisticLaunch *optimistic() const { return optimistic_.get(); }
+  const std::string &optimisticRefusal() const { return optimisticRefusal_; }
   /// Names for printing the SizeExprs of this kernel (`%n`, `%i`).
   const SizeExprNames &names() const { return names_; }
   /// `= 5`, `= max(%n, 0)`, with the tier and method; one line per stack.
@@ -101,6 +140,8 @@ private:
   int numCounted_ = 0;
   std::vector<std::pair<const Field *, Component>> countShadowFields_;
   std::vector<unsigned> countShadowArgs_;
+  std::shared_ptr<const OptimisticLaunch> optimistic_;
+  std::string optimisticRefusal_;
   SizeExprNames names_;
   std::vector<std::string> varNames_;
 };

@@ -75,6 +75,10 @@ public:
                       const LaunchOptions &options) override;
   /// Computed with the kernel's first compilation and kept with it.
   absl::StatusOr<const KernelSizing *> adStackSizing(const Kernel &kernel) override;
+  /// True: on the CPU the optimistic launch of measured stacks costs 2-8% of
+  /// a gradient whose needs did not grow, the counting kernel 30%
+  /// (docs/performance.md, "Measured sizing").
+  bool optimisticAdStacks() const override { return true; }
 
   unsigned numThreads() const;
   unsigned vectorWidth() const;

@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -69,6 +70,19 @@ struct LaunchOptions {
   /// `Program::launch` does this; `Backend::launch` takes the options as
   /// given.
   bool sizeAdStacks = true;
+  /// Stacks measured at launch (docs/sizing.md, "Measured at launch"), in a
+  /// kernel that has an optimistic launch: run it with the capacities the
+  /// kernel's previous launch measured and rerun only the iterations that
+  /// did not fit (true), or run the counting kernel before every launch
+  /// (false). Unset: the backend's choice (Backend::optimisticAdStacks: the
+  /// CPU backend's is true, the others' false). The first launch of a
+  /// kernel counts either way (see optimisticInitialCapacity), and so does
+  /// a launch that gives a measured stack an explicit capacity.
+  std::optional<bool> optimisticAdStacks;
+  /// With `optimisticAdStacks`: the capacity of the measured stacks at a
+  /// kernel's first optimistic launch (0: the first launch counts instead).
+  /// Iterations that need more run twice.
+  int64_t optimisticInitialCapacity = 0;
   /// Per-launch capacities, overriding the declared and sized capacity.
   std::unordered_map<const AdStackAllocaStmt *, int64_t> adStackCapacities;
   /// Stop the launch once it has run this long (zero: no limit), with a
@@ -118,6 +132,10 @@ public:
   /// Runs `kernel` (which belongs to `program.module()`) with validated args.
   virtual absl::Status launch(Program &program, const Kernel &kernel,
                               std::span<const LaunchArg> args, const LaunchOptions &options) = 0;
+  /// Whether stacks measured at launch take the optimistic launch when
+  /// LaunchOptions::optimisticAdStacks does not say (docs/sizing.md: where
+  /// it was measured to be faster than counting).
+  virtual bool optimisticAdStacks() const { return false; }
   /// The sizing of `kernel`'s adstacks (docs/sizing.md), computed when the
   /// backend prepares the kernel (a compiled backend: with its code) and
   /// kept with it; a kernel must not change after that. Program::launch
@@ -154,7 +172,33 @@ public:
     return lastCapacities_;
   }
 
+  /// How the last sized launch measured its stacks measured at launch.
+  struct MeasuredLaunch {
+    enum class Path : uint8_t {
+      None,       // no stack measured at launch
+      Counted,    // the counting kernel ran first
+      Optimistic, // the optimistic launch (plus a rerun where some overflowed)
+    };
+    Path path = Path::None;
+    /// Optimistic: the iterations that overflowed and ran again.
+    int64_t rerunIterations = 0;
+  };
+  /// Read it while no launch runs.
+  const MeasuredLaunch &lastMeasuredLaunch() const { return lastMeasured_; }
+
 private:
+  /// What the optimistic launches of one kernel keep between launches.
+  struct OptimisticState {
+    std::mutex mutex;
+    /// The capacities of the measured stacks (in `need` order) for the next
+    /// launch: the need the last launch measured. Empty before the first.
+    std::vector<int64_t> capacity;
+    /// The try kernel's `failed` flags, all zero between launches unless
+    /// `dirty` (a launch failed before its rerun cleared them).
+    std::optional<Buffer> failed;
+    bool dirty = false;
+  };
+
   explicit Program(const Module &m) : module_(m) {}
   /// launch() after validation: sizes the stacks (running the counting
   /// kernel of measured stacks first) and runs `k`; `record` keeps the
@@ -165,11 +209,20 @@ private:
   absl::StatusOr<std::vector<int64_t>>
   countAdStacks(const Kernel &kernel, const KernelSizing &sizing, std::span<const LaunchArg> args,
                 Backend &backend, const LaunchOptions &options);
+  /// The optimistic launch of `k`'s measured stacks, with capacities in
+  /// `sized` for every other stack (OptimisticLaunch.cpp).
+  absl::Status launchOptimistic(const Kernel &k, const KernelSizing &sizing,
+                                std::span<const LaunchArg> args, Backend &backend,
+                                const LaunchOptions &sized, OptimisticState &state);
+  OptimisticState &optimisticState(const Kernel &k);
+  void recordLaunch(const LaunchOptions &sized, MeasuredLaunch measured);
   const Module &module_;
   /// Guards lastCapacities_: launches from several threads may size
   /// stacks at once (field storage is never reallocated after create()).
   mutable std::mutex mutex_;
   std::unordered_map<const AdStackAllocaStmt *, int64_t> lastCapacities_;
+  MeasuredLaunch lastMeasured_;
+  std::map<const Kernel *, std::unique_ptr<OptimisticState>> optimistic_;
   std::map<std::pair<const Field *, Component>, Buffer> fields_;
 };
 
