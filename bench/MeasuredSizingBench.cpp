@@ -261,6 +261,11 @@ int run(int argc, char **argv) {
       fmt::print(", {} iterations rerun", c.reruns);
     fmt::print("\n");
   }
+  if (exactHeap == 0 || shrunkExact == 0) {
+    // The GPU backends run stacks that fit from local tapes: no heap.
+    fmt::print("  heap: none (the stacks ran from local tapes)\n");
+    return 0;
+  }
   fmt::print("  heap: exact {} bytes; optimistic steady state {} bytes ({:.3f}x); the launch "
              "after needs shrank {} bytes against {} exact ({:.2f}x, once)\n",
              exactHeap, steadyHeap,
