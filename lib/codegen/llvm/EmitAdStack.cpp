@@ -218,6 +218,18 @@ void AdStackLowering::overflow(BasicBlock *over, BasicBlock *done, const StackRe
   c_.b.SetInsertPoint(done);
 }
 
+void AdStackLowering::checkedPush(LV *fits, const StackRef &st, const std::function<void()> &write,
+                                  const std::function<LV *()> &asked) {
+  BasicBlock *writeBB = c_.newBlock("push.write");
+  BasicBlock *over = c_.newBlock("push.overflow");
+  BasicBlock *done = c_.newBlock("push.done");
+  c_.b.CreateCondBr(fits, writeBB, over, c_.unlikelySecond());
+  c_.b.SetInsertPoint(writeBB);
+  write();
+  c_.b.CreateBr(done);
+  overflow(over, done, st, asked);
+}
+
 void AdStackLowering::op(AdStackOpStmt &op) {
   const StackRef &st = c_.stacks.at(op.stack());
   if (c_.target.adStackIndexedDepth())
@@ -252,13 +264,17 @@ void AdStackLowering::uniformOp(AdStackOpStmt &op, const StackRef &st, unsigned 
   LV *minusRow = b.CreateNeg(r.rowBytes);
   // The last row, where a push past the end writes and reads clamp to (the
   // runtime refuses capacity 0, so it exists).
-  auto lastRow = [&] { return b.CreateGEP(b.getInt8Ty(), endOf(r), minusRow); };
+  // (C++ leaves the order of arguments open: each value is made in a
+  // statement of its own, so the IR is the same with every compiler.)
+  auto lastRow = [&](LV *end) { return b.CreateGEP(b.getInt8Ty(), end, minusRow); };
   auto moveTop = [&](LV *to) {
     b.CreateStore(to, r.top);
     r.checkedIn = nullptr;
   };
   if (auto *push = dyn_cast<AdStackPushStmt>(&op)) {
-    LV *row = b.CreateSelect(b.CreateICmpULT(top, endOf(r)), top, lastRow());
+    LV *end = endOf(r);
+    LV *last = lastRow(end);
+    LV *row = b.CreateSelect(b.CreateICmpULT(top, end), top, last);
     store(c_.toMem(value(push->value()), st.elem), row);
     if (st.entryBytes > storageBytes(st.elem)) // the adjoint slot starts at 0
       store(llvm::Constant::getNullValue(mem), c_.target.adStackAdjoint(c_, st, row, width));
@@ -280,8 +296,10 @@ void AdStackLowering::uniformOp(AdStackOpStmt &op, const StackRef &st, unsigned 
   }
   // After an overflow (reported at the end of the launch) the top is past
   // the end: reads use the last row.
-  LV *entry = b.CreateSelect(b.CreateICmpULE(top, endOf(r)),
-                             b.CreateGEP(b.getInt8Ty(), top, minusRow), lastRow());
+  LV *end = endOf(r);
+  LV *last = lastRow(end);
+  LV *below = b.CreateGEP(b.getInt8Ty(), top, minusRow);
+  LV *entry = b.CreateSelect(b.CreateICmpULE(top, end), below, last);
   LV *adjoint = c_.target.adStackAdjoint(c_, st, entry, width);
   if (op.kind() == StmtKind::AdStackLoadTop) {
     c_.set(&op, c_.fromMem(load(entry), st.elem));
@@ -305,25 +323,26 @@ void AdStackLowering::indexedOp(AdStackOpStmt &op, const StackRef &st) {
     return b.CreateGEP(b.getInt8Ty(), f.base, offset);
   };
   if (auto *push = dyn_cast<AdStackPushStmt>(&op)) {
-    BasicBlock *write = c_.newBlock("push.write");
-    BasicBlock *over = c_.newBlock("push.overflow");
-    BasicBlock *done = c_.newBlock("push.done");
-    b.CreateCondBr(b.CreateICmpULT(depth, f.capacity32), write, over, c_.unlikelySecond());
-    b.SetInsertPoint(write);
-    LV *entry = entryAt(depth);
-    b.CreateStore(c_.toMem(c_.get(push->value()), st.elem), entry);
-    if (st.entryBytes > storageBytes(st.elem)) // the adjoint slot starts at 0
-      b.CreateStore(llvm::Constant::getNullValue(mem), c_.target.adStackAdjoint(c_, st, entry, 1));
-    // Below the capacity, so below 2^31: no wrap.
-    b.CreateStore(b.CreateAdd(depth, b.getInt32(1), "", /*HasNUW=*/true), f.depth);
-    b.CreateBr(done);
-    // Nothing is written. The count goes on (it stops at 2^32 - 1 rather
-    // than wrap), so pops and reads still find the last stored entry.
-    overflow(over, done, st, [&] {
-      LV *more = b.CreateAdd(depth, b.CreateZExt(b.CreateICmpNE(depth, b.getInt32(-1)), c_.i32));
-      b.CreateStore(more, f.depth);
-      return b.CreateZExt(b.CreateSub(more, f.capacity32), c_.i64);
-    });
+    checkedPush(
+        b.CreateICmpULT(depth, f.capacity32), st,
+        [&] {
+          LV *entry = entryAt(depth);
+          b.CreateStore(c_.toMem(c_.get(push->value()), st.elem), entry);
+          if (st.entryBytes > storageBytes(st.elem)) // the adjoint slot starts at 0
+            b.CreateStore(llvm::Constant::getNullValue(mem),
+                          c_.target.adStackAdjoint(c_, st, entry, 1));
+          // Below the capacity, so below 2^31: no wrap.
+          b.CreateStore(b.CreateAdd(depth, b.getInt32(1), "", /*HasNUW=*/true), f.depth);
+        },
+        // Nothing is written. The count goes on (it stops at 2^32 - 1
+        // rather than wrap), so pops and reads still find the last stored
+        // entry.
+        [&] {
+          LV *more =
+              b.CreateAdd(depth, b.CreateZExt(b.CreateICmpNE(depth, b.getInt32(-1)), c_.i32));
+          b.CreateStore(more, f.depth);
+          return b.CreateZExt(b.CreateSub(more, f.capacity32), c_.i64);
+        });
     return;
   }
   c_.raiseIf(b.CreateICmpEQ(depth, b.getInt32(0)), underflowSite(op));
@@ -483,18 +502,15 @@ LV *AdStackLowering::sharedRowOp(const LaneStackOp &lop, LV *depth) {
     b.CreateAlignedStore(b.CreateSelect(lop.mask, v, old), ptr, align);
   };
   if (lop.kind == StmtKind::AdStackPush) {
-    BasicBlock *write = c_.newBlock("push.write");
-    BasicBlock *over = c_.newBlock("push.overflow");
-    BasicBlock *done = c_.newBlock("push.done");
-    b.CreateCondBr(b.CreateICmpSLT(depth, f.capacity), write, over, c_.unlikelySecond());
-    b.SetInsertPoint(write);
-    LV *ptr = row(depth);
-    blendStore(lop.value, ptr);
-    if (st.entryBytes > r.primalBytes)
-      blendStore(llvm::Constant::getNullValue(memVec), adjointOf(ptr));
-    b.CreateBr(done);
-    overflow(over, done, st,
-             [&] { return b.CreateSub(b.CreateAdd(depth, b.getInt64(1)), f.capacity); });
+    checkedPush(
+        b.CreateICmpSLT(depth, f.capacity), st,
+        [&] {
+          LV *ptr = row(depth);
+          blendStore(lop.value, ptr);
+          if (st.entryBytes > r.primalBytes)
+            blendStore(llvm::Constant::getNullValue(memVec), adjointOf(ptr));
+        },
+        [&] { return b.CreateSub(b.CreateAdd(depth, b.getInt64(1)), f.capacity); });
     return nullptr;
   }
   c_.raiseIf(b.CreateICmpSLE(depth, b.getInt64(0)), lop.underflow);

@@ -183,6 +183,10 @@ private:
   /// `done`.
   void overflow(BasicBlock *over, BasicBlock *done, const StackRef &st,
                 const std::function<LV *()> &asked);
+  /// A push that writes only below the capacity: `write` where `fits`
+  /// holds, the overflow block (`asked`, as for overflow) where it does not.
+  void checkedPush(LV *fits, const StackRef &st, const std::function<void()> &write,
+                   const std::function<LV *()> &asked);
   unsigned underflowSite(AdStackOpStmt &op);
   /// needed[id] = max(needed[id], excess): the capacity a push asked for,
   /// less the capacity it had.
