@@ -16,7 +16,7 @@
 //   - heap bytes against the exact need (threads x need x entry bytes),
 //     also for the launch after the needs shrank.
 //
-//   qd-bench-measured [--backend=cpu|cuda] [--n=N] [--reps=R]
+//   qd-bench-measured [--backend=cpu|cuda|vulkan] [--n=N] [--reps=R]
 //
 //===----------------------------------------------------------------------===//
 #include "BenchMain.h"
@@ -25,6 +25,7 @@
 #include "qd/runtime/CpuBackend.h"
 #include "qd/runtime/CudaBackend.h"
 #include "qd/runtime/Program.h"
+#include "qd/runtime/VulkanBackend.h"
 #include "qd/transforms/AutoDiff.h"
 
 #include <fmt/format.h>
@@ -102,7 +103,7 @@ int run(int argc, char **argv) {
     else if (a.rfind("--reps=", 0) == 0)
       reps = std::atoi(a.c_str() + 7);
     else
-      die("unknown option " + a + " (--backend=cpu|cuda --n=N --reps=R)");
+      die("unknown option " + a + " (--backend=cpu|cuda|vulkan --n=N --reps=R)");
   }
   std::string text = kKernel;
   for (size_t p; (p = text.find("%N%")) != std::string::npos;)
@@ -122,14 +123,27 @@ int run(int argc, char **argv) {
     }
     where = (*cuda)->deviceInfo().name;
     backend = *std::move(cuda);
-  } else {
+  } else if (backendName == "vulkan") {
+    auto vk = qd::VulkanBackend::create();
+    if (!vk.ok()) {
+      fmt::print("qd-bench-measured: no Vulkan device ({}); nothing measured\n",
+                 std::string(vk.status().message()));
+      return 0;
+    }
+    where = (*vk)->deviceInfo().name + " (Vulkan)";
+    backend = *std::move(vk);
+  } else if (backendName == "cpu") {
     auto cpu = check(qd::CpuBackend::create());
     where = fmt::format("cpu, {} threads", cpu->numThreads());
     backend = std::move(cpu);
+  } else {
+    die("unknown backend " + backendName + " (cpu, cuda or vulkan)");
   }
   auto heapBytes = [&]() -> int64_t {
     if (auto *c = dynamic_cast<qd::CpuBackend *>(backend.get()))
       return c->lastAdStackHeapBytes();
+    if (auto *v = dynamic_cast<qd::VulkanBackend *>(backend.get()))
+      return v->lastAdStackHeapBytes();
     return static_cast<qd::CudaBackend *>(backend.get())->lastAdStackHeapBytes();
   };
 
@@ -138,14 +152,17 @@ int run(int argc, char **argv) {
   std::vector<float> targets(n);
   for (int64_t i = 0; i < n; ++i)
     targets[i] = 0.0011f + 0.9f * static_cast<float>((i * 7919) % 1000) / 1000.0f;
-  float *t = reinterpret_cast<float *>(program->field("t")->data());
+  // Host writes go through a fresh data() each time: it marks the host
+  // copy newer, so a GPU backend uploads it before the next launch (a
+  // pointer kept from an earlier call writes behind the runtime's back).
   auto setTargets = [&](float cap) {
+    float *t = reinterpret_cast<float *>(program->field("t")->data());
     for (int64_t i = 0; i < n; ++i)
       t[i] = std::min(targets[i], cap);
   };
   setTargets(1.0f);
-  float *yg = reinterpret_cast<float *>(program->field("y", qd::Component::Grad)->data());
   auto seed = [&] {
+    float *yg = reinterpret_cast<float *>(program->field("y", qd::Component::Grad)->data());
     for (int64_t i = 0; i < n; ++i)
       yg[i] = 1.0f;
   };

@@ -181,7 +181,7 @@ TEST(HipBackendTest, BoundsThatGrowBetweenLaunchesResizeTheHeap) {
   REQUIRE_AMD_GPU();
   expectTheHeapFollowsTheBounds(
       *gpu(), [](const Kernel &k) { return *gpu()->gridThreads(k); },
-      [] { return gpu()->lastAdStackHeapBytes(); });
+      [] { return gpu()->lastLaunchThreads(); }, [] { return gpu()->lastAdStackHeapBytes(); });
 }
 
 TEST(HipBackendTest, OverflowIsAnErrorAndTheNextLaunchWorks) {

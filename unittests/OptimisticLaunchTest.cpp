@@ -7,7 +7,9 @@
 // path (the interpreter's, counted) and capacities equal to the exact need,
 // when the needs stay, grow (the iterations that do not fit run again;
 // some lanes of a group and not others) and shrink; a kernel outside the
-// static condition keeps counting; errors stay errors.
+// static condition keeps counting; errors stay errors. The same on the CUDA
+// and Vulkan backends where this machine has them (lavapipe in CI; the GPU
+// tests skip, saying why, without one).
 //
 //===----------------------------------------------------------------------===//
 #include "qd/analysis/AdStackSizing.h"
@@ -16,6 +18,8 @@
 #include "qd/ir/Printer.h"
 #include "qd/ir/Verifier.h"
 #include "qd/runtime/CpuBackend.h"
+#include "qd/runtime/CudaBackend.h"
+#include "qd/runtime/VulkanBackend.h"
 #include "qd/transforms/AutoDiff.h"
 
 #include "ProgramGen.h"
@@ -25,6 +29,7 @@
 #include <rapidcheck.h>
 #include <rapidcheck/gtest.h>
 
+#include <iostream>
 #include <vector>
 
 namespace qd {
@@ -91,6 +96,45 @@ CpuBackend &cpu(unsigned lanes) {
   }
   return *b;
 }
+
+/// The CUDA backend, or null (saying why once) on a machine without one.
+Backend *cuda() {
+  static std::unique_ptr<CudaBackend> backend = [] {
+    auto b = CudaBackend::create();
+    if (!b.ok()) {
+      std::cout << "[cuda] " << b.status().message() << "\n";
+      return std::unique_ptr<CudaBackend>();
+    }
+    return *std::move(b);
+  }();
+  return backend.get();
+}
+
+/// The Vulkan backend (lavapipe where that is the only device), or null.
+Backend *vulkan() {
+  static std::unique_ptr<VulkanBackend> backend = [] {
+    auto b = VulkanBackend::create();
+    if (!b.ok()) {
+      std::cout << "[vulkan] " << b.status().message() << "\n";
+      return std::unique_ptr<VulkanBackend>();
+    }
+    return *std::move(b);
+  }();
+  return backend.get();
+}
+
+/// The CPU's 8 lanes, the interpreter and the GPU backends this machine has.
+std::vector<Backend *> compiledBackends(Interpreter &interp) {
+  std::vector<Backend *> out{&cpu(8), &interp};
+  for (Backend *gpu : {cuda(), vulkan()})
+    if (gpu)
+      out.push_back(gpu);
+  return out;
+}
+
+#define REQUIRE(backend, what)                                                                     \
+  if (!(backend))                                                                                  \
+  GTEST_SKIP() << "no " what " backend on this machine"
 
 /// One instance of kWhile's module: sets @x and @m, seeds @y's adjoint,
 /// launches @k_grad and reads @x's adjoint.
@@ -244,17 +288,32 @@ TEST(OptimisticLaunchTest, CpuEightLanesFollowTheNeeds) {
   EXPECT_EQ((*layout)->tasks.at(0).lanes, 8u) << (*layout)->tasks.at(0).whyScalar;
 }
 
+TEST(OptimisticLaunchTest, CudaFollowsTheNeeds) {
+  REQUIRE(cuda(), "CUDA");
+  runSequence(*cuda());
+}
+
+TEST(OptimisticLaunchTest, VulkanFollowsTheNeeds) {
+  REQUIRE(vulkan(), "Vulkan");
+  runSequence(*vulkan());
+}
+
 TEST(OptimisticLaunchTest, AnInitialCapacityReplacesTheFirstCount) {
-  WhileGradient g;
   std::vector<int> m(16, 4);
   m[11] = 1;
   m[12] = 0;
-  // Capacity 1 at the first launch: every iteration that needs more reruns.
-  ASSERT_TRUE(g.launch(cpu(8), m, optimistic(1)).ok());
-  EXPECT_EQ(g.program().lastMeasuredLaunch().path, Program::MeasuredLaunch::Path::Optimistic);
-  EXPECT_EQ(g.program().lastMeasuredLaunch().rerunIterations, 14);
-  EXPECT_EQ(g.measuredCapacities(cpu(8)), (std::vector<int64_t>{4, 4}));
-  expectNear(g.xGrad(), reference(m));
+  for (Backend *b : {static_cast<Backend *>(&cpu(8)), cuda(), vulkan()}) {
+    if (!b)
+      continue;
+    SCOPED_TRACE(std::string(b->name()));
+    WhileGradient g;
+    // Capacity 1 at the first launch: every iteration that needs more reruns.
+    ASSERT_TRUE(g.launch(*b, m, optimistic(1)).ok());
+    EXPECT_EQ(g.program().lastMeasuredLaunch().path, Program::MeasuredLaunch::Path::Optimistic);
+    EXPECT_EQ(g.program().lastMeasuredLaunch().rerunIterations, 14);
+    EXPECT_EQ(g.measuredCapacities(*b), (std::vector<int64_t>{4, 4}));
+    expectNear(g.xGrad(), reference(m));
+  }
 }
 
 // An overflowed iteration that would fail after its split fails in its
@@ -303,9 +362,9 @@ kernel @k() {
   auto parsed = parseModule(kDivides, {"t.qd", 1});
   ASSERT_TRUE(parsed.ok()) << parsed.status().message();
   std::unique_ptr<Module> m = *std::move(parsed);
-  for (Backend *backend : std::initializer_list<Backend *>{&cpu(8), nullptr}) {
-    Interpreter interp;
-    Backend &b = backend ? *backend : interp;
+  Interpreter interp;
+  for (Backend *backend : compiledBackends(interp)) {
+    Backend &b = *backend;
     SCOPED_TRACE(std::string(b.name()));
     std::unique_ptr<Program> p = *Program::create(*m);
     const KernelSizing &sizing = **b.adStackSizing(*m->findKernel("k"));
@@ -401,9 +460,9 @@ kernel @readsAtTheTop(%m: i32) {
                 "the load '%c = load @cnt[%z] : i32' at t.qd:38:3, outside the tasks"),
             std::string::npos)
       << refused.optimisticRefusal();
-  for (Backend *backend : std::initializer_list<Backend *>{&cpu(8), nullptr}) {
-    Interpreter interp;
-    Backend &b = backend ? *backend : interp;
+  Interpreter interp;
+  for (Backend *backend : compiledBackends(interp)) {
+    Backend &b = *backend;
     SCOPED_TRACE(std::string(b.name()));
     std::unique_ptr<Program> p = *Program::create(*m);
     for (int i = 0; i < 4; ++i) {
@@ -504,11 +563,11 @@ TEST(OptimisticLaunchTest, KernelsOutsideTheConditionCount) {
 }
 
 // Random gradients (GenConfig::autodiff, tasks of up to 21 iterations)
-// launched optimistically on the CPU's 8 lanes, the first launch at
-// capacity 1, against the interpreter counting: the same gradients and
-// capacities (testgen::checkOptimisticLaunch). Lanes of a group overflow
-// and others do not.
-QD_PROPERTY(OptimisticLaunchTest, RandomGradientsOnEightLanesMatchTheInterpreter, 40) {
+// launched optimistically on `backend`, the first launch at capacity 1,
+// against the interpreter counting: the same gradients (within `rtol`) and
+// capacities (testgen::checkOptimisticLaunch). On the CPU's 8 lanes, lanes
+// of a group overflow and others do not.
+void checkRandomGradients(Backend &backend, double rtol) {
   testgen::GenConfig config = testgen::GenConfig::autodiff();
   config.threads = 20;
   // About a quarter of the gradients have an optimistic launch (the
@@ -526,12 +585,28 @@ QD_PROPERTY(OptimisticLaunchTest, RandomGradientsOnEightLanesMatchTheInterpreter
     Interpreter interp;
     int64_t reruns = 0;
     if (std::string d =
-            testgen::checkOptimisticLaunch(p, *module, "k_grad", interp, cpu(8), 1e-9, &reruns);
+            testgen::checkOptimisticLaunch(p, *module, "k_grad", interp, backend, rtol, &reruns);
         !d.empty())
       testgen::fail(p, d);
     RC_CLASSIFY(reruns > 0, "iterations rerun");
     return;
   }
+}
+
+QD_PROPERTY(OptimisticLaunchTest, RandomGradientsOnEightLanesMatchTheInterpreter, 40) {
+  checkRandomGradients(cpu(8), 1e-9);
+}
+
+// On a GPU the math library differs from the host's (libdevice; qd's own
+// SPIR-V functions): agreement within the GPU suites' tolerance.
+TEST(OptimisticLaunchTest, RandomGradientsOnCudaMatchTheInterpreter) {
+  REQUIRE(cuda(), "CUDA");
+  testgen::checkProperty([] { checkRandomGradients(*cuda(), 1e-4); }, 30);
+}
+
+TEST(OptimisticLaunchTest, RandomGradientsOnVulkanMatchTheInterpreter) {
+  REQUIRE(vulkan(), "Vulkan");
+  testgen::checkProperty([] { checkRandomGradients(*vulkan(), 1e-4); }, 12);
 }
 
 } // namespace

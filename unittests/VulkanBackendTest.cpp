@@ -251,7 +251,8 @@ TEST_F(VulkanBackendTest, BoundsThatGrowBetweenLaunchesResizeTheHeap) {
   ASSERT_TRUE(heapOnly.ok()) << heapOnly.status().message();
   VulkanBackend &b = **heapOnly;
   expectTheHeapFollowsTheBounds(
-      b, [&](const Kernel &) { return b.gridThreads(); }, [&] { return b.lastAdStackHeapBytes(); });
+      b, [&](const Kernel &) { return b.gridThreads(); }, [&] { return b.lastLaunchThreads(); },
+      [&] { return b.lastAdStackHeapBytes(); });
   expectValidatedAndClean(b, "the heap-only backend");
 }
 
@@ -285,8 +286,9 @@ TEST_F(VulkanBackendTest, AHeapTooLargeForOneBufferRunsOnFewerInvocations) {
     x[i] = 0.002f * float(i);
   // n entries of 4 bytes (8 at least) per invocation: 50 -> 200 bytes, 327
   // invocations (not whole workgroups); 512 -> 2048 bytes, 32 (less than one
-  // workgroup); 1 -> 8 bytes, 8192.
-  for (auto [n, grid] : {std::pair{50, 327}, std::pair{512, 32}, std::pair{1, 8192}}) {
+  // workgroup); 1 -> 8 bytes: 8192 would fit, and the 1000 elements take
+  // 1024 (whole workgroups).
+  for (auto [n, grid] : {std::pair{50, 327}, std::pair{512, 32}, std::pair{1, 1024}}) {
     std::vector<float> ref(x.size()), out(x.size(), -1.f);
     ASSERT_TRUE(k.run(interp, n, x, ref).ok());
     absl::Status s = k.run(**capped, n, x, out);

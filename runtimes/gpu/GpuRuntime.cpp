@@ -227,7 +227,12 @@ absl::Status GpuRuntime::launch(Program &program, const Kernel &kernel,
       return s;
   }
   const Compiled &c = **compiled;
-  int64_t threads = threadsOf(c);
+  // Tasks with fewer iterations than the grid has threads run on whole
+  // blocks enough for them: the heap is laid out for the threads that run.
+  int64_t blocks = c.blocks;
+  if (std::optional<int64_t> most = plan->fixedParallelIterations())
+    blocks = std::clamp<int64_t>((*most + blockSize_ - 1) / blockSize_, 1, c.blocks);
+  int64_t threads = blocks * int64_t(blockSize_);
   absl::StatusOr<int64_t> heapBytes = plan->heapBytes(threads);
   if (!heapBytes.ok())
     return heapBytes.status();
@@ -323,7 +328,7 @@ absl::Status GpuRuntime::launch(Program &program, const Kernel &kernel,
   absl::Status launched;
   for (size_t i = 0; i < c.layout.launches.size() && launched.ok(); ++i) {
     bool parallel = c.layout.launches[i].kind == KernelLayout::Launch::Parallel;
-    launched = device.launch(c.functions[i], parallel ? unsigned(c.blocks) : 1,
+    launched = device.launch(c.functions[i], parallel ? unsigned(blocks) : 1,
                              parallel ? blockSize_ : 1, ctxArg, c.layout.launches[i].function);
   }
   if (!launched.ok()) {

@@ -94,6 +94,33 @@ std::optional<int64_t> LaunchPlan::taskBound(const KernelLayout::TaskBound &b) c
   return std::nullopt;
 }
 
+std::optional<int64_t> LaunchPlan::fixedIterations(const KernelLayout::Task &task) const {
+  auto fixed = [](const KernelLayout::TaskBound &b) {
+    return b.kind == KernelLayout::TaskBound::Constant ||
+           b.kind == KernelLayout::TaskBound::Argument ||
+           b.kind == KernelLayout::TaskBound::NdarrayExtent;
+  };
+  if (!fixed(task.begin) || !fixed(task.end))
+    return std::nullopt;
+  std::optional<int64_t> b = taskBound(task.begin), e = taskBound(task.end);
+  if (!b || !e)
+    return std::nullopt;
+  return std::max<int64_t>(*e - *b, 0);
+}
+
+std::optional<int64_t> LaunchPlan::fixedParallelIterations() const {
+  int64_t most = 0;
+  for (const KernelLayout::Launch &l : layout_->launches) {
+    if (l.kind != KernelLayout::Launch::Parallel)
+      continue;
+    std::optional<int64_t> n = fixedIterations(layout_->tasks.at(l.task));
+    if (!n)
+      return std::nullopt;
+    most = std::max(most, *n);
+  }
+  return most;
+}
+
 absl::Status LaunchPlan::layoutAdStacks(std::span<const int32_t> lanes) {
   // Per task, its stacks one after the other in a thread's slice; the slice
   // is as large as the largest task needs (tasks run one after another).

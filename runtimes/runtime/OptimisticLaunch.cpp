@@ -50,11 +50,19 @@ absl::Status Program::launchOptimistic(const Kernel &k, const KernelSizing &sizi
   }
   constexpr int64_t spread = KernelSizing::kCountSpread;
   const int slots = sizing.numCounted();
-  absl::StatusOr<Buffer> need = Buffer::create(ScalarType::I64, {slots * spread + 1});
-  if (!need.ok())
-    return need.status();
+  // `need` is kept between launches: on a GPU a new buffer would be a
+  // device allocation per launch; zeroing it is one small upload.
+  if (!state.need || state.need->numElements() != slots * spread + 1) {
+    absl::StatusOr<Buffer> b = Buffer::create(ScalarType::I64, {slots * spread + 1});
+    if (!b.ok())
+      return b.status();
+    state.need = *std::move(b);
+  } else {
+    state.need->fill(Scalar::ofInt(ScalarType::I64, 0));
+  }
+  Buffer *need = &*state.need;
   NdarrayArg needArg, failedArg;
-  needArg.primal = &*need;
+  needArg.primal = need;
   failedArg.primal = &*state.failed;
 
   // The variants' stacks get the capacities of the source's.
@@ -92,6 +100,9 @@ absl::Status Program::launchOptimistic(const Kernel &k, const KernelSizing &sizi
       !s.ok())
     return failedIn(*o.tryKernel, s);
 
+  // One copy back from a GPU; the reads below are the host's.
+  if (absl::Status s = need->syncToHost(); !s.ok())
+    return s;
   absl::StatusOr<int64_t> overflowed = need->readInteger(slots * spread);
   if (!overflowed.ok())
     return overflowed.status();

@@ -401,8 +401,13 @@ absl::Status VulkanBackend::Impl::launch(Program &program, const Kernel &kernel,
   // The heap is one storage buffer: where the adstacks of every invocation
   // of the grid do not fit in one, fewer invocations run the launch (each
   // parallel task is a grid-stride loop over the T of the launch data, so
-  // any T gives the same result).
+  // any T gives the same result). Tasks with fewer iterations than the
+  // grid has invocations run on as many as they have (whole workgroups).
   int64_t grid = threads;
+  if (std::optional<int64_t> most = plan->fixedParallelIterations()) {
+    int64_t wg = c.spirv.workgroupSize;
+    grid = std::clamp<int64_t>((*most + wg - 1) / wg * wg, std::min<int64_t>(wg, grid), grid);
+  }
   absl::StatusOr<int64_t> heapBytes = plan->heapBytes(grid);
   if (!heapBytes.ok())
     return heapBytes.status();
@@ -531,19 +536,8 @@ absl::Status VulkanBackend::Impl::launch(Program &program, const Kernel &kernel,
       continue;
     }
     int64_t n = fullGroups;
-    const KernelLayout::Task &t = layout.tasks[l.task];
-    auto exact = [](const KernelLayout::TaskBound &b) {
-      return b.kind == KernelLayout::TaskBound::Constant ||
-             b.kind == KernelLayout::TaskBound::Argument ||
-             b.kind == KernelLayout::TaskBound::NdarrayExtent;
-    };
-    if (exact(t.begin) && exact(t.end)) {
-      std::optional<int64_t> b = plan->taskBound(t.begin), e = plan->taskBound(t.end);
-      if (b && e) {
-        int64_t count = std::max<int64_t>(*e - *b, 0);
-        n = std::min(n, (count + c.spirv.workgroupSize - 1) / c.spirv.workgroupSize);
-      }
-    }
+    if (std::optional<int64_t> count = plan->fixedIterations(layout.tasks[l.task]))
+      n = std::min(n, (*count + c.spirv.workgroupSize - 1) / c.spirv.workgroupSize);
     groups.push_back(uint32_t(n));
   }
   absl::Status ran = device->run([&](VkCommandBuffer cb) {

@@ -50,13 +50,20 @@ void expectSinLoopMatches(SinLoop &k, Backend &backend, int n) {
 
 void expectTheHeapFollowsTheBounds(Backend &backend,
                                    const std::function<int64_t(const Kernel &)> &gridThreads,
+                                   const std::function<int64_t()> &lastThreads,
                                    const std::function<int64_t()> &lastHeapBytes) {
   SinLoop k;
-  int64_t threads = gridThreads(*k.module->findKernel("g"));
+  int64_t grid = gridThreads(*k.module->findKernel("g"));
   for (int n : {1, 20, 50, 512}) {
     expectSinLoopMatches(k, backend, n);
-    // The heap holds the grid's threads, not the elements: n entries of 4
-    // bytes (rounded up to 8) per thread.
+    // The threads that ran, at most the grid and no more blocks (1024
+    // threads at most) than the 5000 elements need.
+    int64_t threads = lastThreads();
+    EXPECT_LE(threads, grid) << n;
+    EXPECT_GE(threads, std::min<int64_t>(grid, 5000)) << n;
+    EXPECT_LT(threads, 5000 + 1024) << n;
+    // The heap holds those threads, not the elements: n entries of 4 bytes
+    // (rounded up to 8) per thread.
     EXPECT_EQ(lastHeapBytes(), threads * ((4 * n + 7) / 8 * 8)) << n;
   }
 }

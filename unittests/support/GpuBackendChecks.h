@@ -26,10 +26,13 @@ namespace qd::corpus {
 /// error. `tag` prefixes the summary line ("cuda").
 void expectCorpusMatchesTheInterpreter(Backend &backend, const std::string &tag);
 
-/// SinLoop at growing %n matches the interpreter, and the heap holds the
-/// grid's `gridThreads(kernel)` threads (not the elements) of n entries.
+/// SinLoop at growing %n matches the interpreter, and the heap holds n
+/// entries for each thread the launch ran (`lastThreads()`): no more than
+/// the grid's `gridThreads(kernel)`, and no more whole blocks than the 5000
+/// elements need.
 void expectTheHeapFollowsTheBounds(Backend &backend,
                                    const std::function<int64_t(const Kernel &)> &gridThreads,
+                                   const std::function<int64_t()> &lastThreads,
                                    const std::function<int64_t()> &lastHeapBytes);
 
 /// With local tapes of 2048 bytes per thread (the default of the CUDA and

@@ -75,7 +75,7 @@ struct LaunchOptions {
   /// kernel's previous launch measured and rerun only the iterations that
   /// did not fit (true), or run the counting kernel before every launch
   /// (false). Unset: the backend's choice (Backend::optimisticAdStacks: the
-  /// CPU backend's is true, the others' false). The first launch of a
+  /// CPU and CUDA backends' is true, the others' false). The first launch of a
   /// kernel counts either way (see optimisticInitialCapacity), and so does
   /// a launch that gives a measured stack an explicit capacity.
   std::optional<bool> optimisticAdStacks;
@@ -197,6 +197,8 @@ private:
     /// `dirty` (a launch failed before its rerun cleared them).
     std::optional<Buffer> failed;
     bool dirty = false;
+    /// The try kernel's `need`, zeroed before each launch.
+    std::optional<Buffer> need;
   };
 
   explicit Program(const Module &m) : module_(m) {}
