@@ -23,6 +23,7 @@
 
 #include "qd/analysis/AdStackSizing.h"
 #include "qd/analysis/CFG.h"
+#include "qd/analysis/NetPushPaths.h"
 #include "qd/ir/Module.h"
 #include "qd/ir/Stmt.h"
 
@@ -142,8 +143,10 @@ struct PathScratch {
 
 /// Longest path of net pushes from the alloca over its scope's CFG nodes, or
 /// nullopt when a cycle reachable from the alloca has a positive net
-/// (SizingBellmanFord.cpp).
+/// (SizingBellmanFord.cpp; `longestNetPath` on the scope's graph).
 std::optional<int64_t> longestPath(const ControlFlowGraph &cfg, const AdStackAllocaStmt &a,
-                                   const std::vector<AdStackOpStmt *> &ops, PathScratch &scratch);
+                                   const std::vector<AdStackOpStmt *> &ops, PathScratch &scratch,
+                                   NetPathAlgorithm algorithm = NetPathAlgorithm::Structured,
+                                   bool *fellBack = nullptr);
 
 } // namespace qd::sizing

@@ -29,6 +29,7 @@
 #pragma once
 
 #include "qd/analysis/KernelSizing.h"
+#include "qd/analysis/NetPushPaths.h"
 
 #include <cstdint>
 #include <string>
@@ -58,9 +59,12 @@ struct SizingOptions {
 /// Sizes every adstack of `kernel` (in program order).
 KernelSizing sizeAdStacks(const Kernel &kernel, const SizingOptions &options = {});
 
-/// Statistics of the tier-1 Bellman-Ford analysis alone, for tests: the
-/// largest net push depth from `stack` along any CFG path, or nullopt when a
-/// cycle has a positive net (loop-dependent).
-std::optional<int64_t> bellmanFordDepth(const Kernel &kernel, const AdStackAllocaStmt &stack);
+/// The tier-1 CFG analysis alone, for tests: the largest net push depth
+/// from `stack` along any CFG path, or nullopt when a cycle has a positive
+/// net (loop-dependent), computed by `algorithm` (NetPushPaths.h);
+/// `fellBack` as in `longestNetPath`.
+std::optional<int64_t> bellmanFordDepth(const Kernel &kernel, const AdStackAllocaStmt &stack,
+                                        NetPathAlgorithm algorithm = NetPathAlgorithm::Structured,
+                                        bool *fellBack = nullptr);
 
 } // namespace qd
