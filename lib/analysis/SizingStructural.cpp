@@ -209,6 +209,18 @@ Summary StructuralSizer::forLoop(ForStmt &loop) {
                      loop.loc().str()));
     return Summary::identity();
   }
+  // Constant mode fails on a loop without a constant trip count whatever
+  // its body holds (the reason is not reported), so it does before walking
+  // the body: a stack under n such loops would walk them all first.
+  std::optional<int64_t> constantTrip;
+  if (!symbolic_) {
+    constantTrip = constantTripCount(loop);
+    if (!constantTrip) {
+      fail(fmt::format("the loop at {} has bounds that are not compile-time constants",
+                       loop.loc().str()));
+      return Summary::identity();
+    }
+  }
   Summary b = block(loop.body(), 0);
   if (failed_)
     return b;
@@ -236,13 +248,7 @@ Summary StructuralSizer::forLoop(ForStmt &loop) {
       return b;
     trip = SizeExpr::tripCount(begin, end);
   } else {
-    std::optional<int64_t> t = constantTripCount(loop);
-    if (!t) {
-      fail(fmt::format("the loop at {} has bounds that are not compile-time constants",
-                       loop.loc().str()));
-      return b;
-    }
-    trip = cst(*t);
+    trip = cst(*constantTrip);
     begin = cst(0);
     end = trip;
   }
