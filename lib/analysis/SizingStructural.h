@@ -38,7 +38,10 @@ namespace qd::sizing {
 using E = SizeExprRef;
 
 inline E cst(int64_t v) {
-  return SizeExpr::constant(v);
+  // Nodes are immutable, so the small constants every summary holds (an
+  // empty one has two zeros) are shared instead of allocated each time.
+  static const E small[] = {SizeExpr::constant(-1), SizeExpr::constant(0), SizeExpr::constant(1)};
+  return v >= -1 && v <= 1 ? small[v + 1] : SizeExpr::constant(v);
 }
 inline E maxOpt(const E &a, const E &b) {
   if (!a)
