@@ -3,7 +3,8 @@
 // For every kernel of a module that parses and verifies: sizeAdStacks must
 // not crash, must size every adstack once, and every launch-time SizeExpr
 // must survive serialise -> deserialise as an equal expression (and
-// evaluate on fake launch data without crashing).
+// evaluate on fake launch data without crashing); the CFG tier's two
+// algorithms (NetPushPaths.h) must agree on every stack.
 //
 //===----------------------------------------------------------------------===//
 #include "FuzzCommon.h"
@@ -31,6 +32,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       if (!s.stack)
         qd::fuzz::fail("a sized adstack has no alloca", printKernel(*kernel));
       (void)sizing.describe(s);
+      // The CFG tier's linear algorithm against Bellman-Ford; qd's CFGs are
+      // reducible, so it never needs to fall back.
+      bool fellBack = false;
+      std::optional<int64_t> fast =
+          qd::bellmanFordDepth(*kernel, *s.stack, qd::NetPathAlgorithm::Structured, &fellBack);
+      if (fast != qd::bellmanFordDepth(*kernel, *s.stack, qd::NetPathAlgorithm::BellmanFord) ||
+          fellBack)
+        qd::fuzz::fail("adstack " + s.name +
+                           (fellBack ? ": the CFG is not reducible"
+                                     : ": the CFG tier's two algorithms disagree"),
+                       printKernel(*kernel));
       if (s.tier != qd::SizingTier::LaunchTime) {
         if (s.capacity < 1)
           qd::fuzz::fail("adstack " + s.name + " got capacity " + std::to_string(s.capacity),

@@ -9,6 +9,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "qd/analysis/AdStackSizing.h"
+#include "qd/analysis/NetPushPaths.h"
 #include "qd/interp/Interpreter.h"
 #include "qd/ir/Parser.h"
 #include "qd/ir/Printer.h"
@@ -24,6 +25,7 @@
 #include <rapidcheck/gtest.h>
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
@@ -1425,6 +1427,23 @@ kernel @push(%k: i32) {
 // Random kernels (unittests/support/ProgramGen.h)
 //===----------------------------------------------------------------------===//
 
+/// Parses a generated program (RapidCheck fails the case if it does not).
+std::unique_ptr<Module> parseGenerated(const testgen::GenProgram &p,
+                                       const testgen::Printed &printed) {
+  auto m = parseModule(printed.text, {"random.qd", 1});
+  if (!m.ok())
+    testgen::fail(p, "does not parse: " + message(m.status()));
+  return *std::move(m);
+}
+
+/// The gradient of a generated program's @k (added to `m`).
+const Kernel &generatedGradient(const testgen::GenProgram &p, Module &m) {
+  auto g = buildGradientKernel(m, *m.findKernel("k"));
+  if (!g.ok())
+    testgen::fail(p, "no gradient: " + message(g.status()));
+  return **g;
+}
+
 /// testgen::checkOptimisticLaunch on the interpreter (RapidCheck fails the
 /// case on a difference); returns how many iterations ran twice.
 int64_t checkOptimisticAgainstCounting(const testgen::GenProgram &p, const Module &module,
@@ -1451,10 +1470,7 @@ int64_t checkOptimisticAgainstCounting(const testgen::GenProgram &p, const Modul
 QD_PROPERTY(AdStackSizingTest, RandomKernelsAreSoundAndTight, 300) {
   testgen::GenProgram p = *testgen::genProgram(testgen::GenConfig::sizing());
   testgen::Printed printed = testgen::print(p);
-  auto m = parseModule(printed.text, {"random.qd", 1});
-  if (!m.ok())
-    testgen::fail(p, "does not parse: " + message(m.status()));
-  std::unique_ptr<Module> module = *std::move(m);
+  std::unique_ptr<Module> module = parseGenerated(p, printed);
   if (absl::Status v = verify(*module); !v.ok())
     testgen::fail(p, "does not verify: " + message(v));
   auto in = testgen::instantiate(p, *module);
@@ -1518,18 +1534,177 @@ QD_PROPERTY(AdStackSizingTest, RandomKernelsAreSoundAndTight, 300) {
 QD_PROPERTY(AdStackSizingTest, RandomGradientsLaunchOptimistically, 150) {
   testgen::GenProgram p = *testgen::genProgram(testgen::GenConfig::autodiff());
   testgen::Printed printed = testgen::print(p);
-  auto m = parseModule(printed.text, {"random.qd", 1});
-  if (!m.ok())
-    testgen::fail(p, "does not parse: " + message(m.status()));
-  std::unique_ptr<Module> module = *std::move(m);
-  auto g = buildGradientKernel(*module, *module->findKernel("k"));
-  if (!g.ok())
-    testgen::fail(p, "no gradient: " + message(g.status()));
-  KernelSizing ks = sizeAdStacks(**g);
+  std::unique_ptr<Module> module = parseGenerated(p, printed);
+  KernelSizing ks = sizeAdStacks(generatedGradient(p, *module));
   RC_CLASSIFY(ks.numCounted() > 0, "a measured stack");
   RC_CLASSIFY(ks.optimistic(), "an optimistic launch");
   int64_t reruns = checkOptimisticAgainstCounting(p, *module, "k_grad");
   RC_CLASSIFY(reruns > 0, "iterations rerun");
+}
+
+//===----------------------------------------------------------------------===//
+// The CFG tier's two algorithms (NetPushPaths.h)
+//===----------------------------------------------------------------------===//
+
+/// A graph from adjacency lists (every edge u -> v, v != source).
+NetPushGraph netGraph(const std::vector<std::vector<unsigned>> &succs, std::vector<int64_t> net,
+                      std::vector<int64_t> peak, unsigned source = 0) {
+  NetPushGraph g;
+  for (const auto &row : succs) {
+    g.succ.insert(g.succ.end(), row.begin(), row.end());
+    g.succBegin.push_back(static_cast<unsigned>(g.succ.size()));
+  }
+  g.net = std::move(net);
+  g.peak = std::move(peak);
+  g.source = source;
+  return g;
+}
+
+/// Textbook Bellman-Ford from the source, maximising: after n - 1 rounds
+/// of relaxing every edge, an edge that still relaxes lies on (or after) a
+/// positive cycle the source reaches.
+std::optional<int64_t> plainBellmanFord(const NetPushGraph &g) {
+  const unsigned n = g.numNodes();
+  constexpr int64_t kUnset = std::numeric_limits<int64_t>::min();
+  std::vector<int64_t> d(n, kUnset);
+  d[g.source] = 0;
+  for (unsigned round = 0; round < n; ++round) {
+    bool changed = false;
+    for (unsigned u = 0; u < n; ++u)
+      if (d[u] != kUnset)
+        for (unsigned v : g.succs(u))
+          if (d[u] + g.net[u] > d[v]) {
+            d[v] = d[u] + g.net[u];
+            changed = true;
+          }
+    if (!changed)
+      break;
+    if (round + 1 == n)
+      return std::nullopt;
+  }
+  int64_t best = 0;
+  for (unsigned u = 0; u < n; ++u)
+    if (d[u] != kUnset)
+      best = std::max(best, d[u] + g.peak[u]);
+  return best;
+}
+
+std::string showGraph(const NetPushGraph &g) {
+  std::string out = fmt::format("source {}\n", g.source);
+  for (unsigned u = 0; u < g.numNodes(); ++u) {
+    out += fmt::format("  {} (net {}, peak {}) ->", u, g.net[u], g.peak[u]);
+    for (unsigned v : g.succs(u))
+      out += fmt::format(" {}", v);
+    out += "\n";
+  }
+  return out;
+}
+
+// A loop entered at both of its nodes (not reducible): the back edge b -> a
+// relaxes although a does not dominate b, so the structured algorithm falls
+// back to Bellman-Ford. With nets (a, b) = (-1, 1) the cycle is balanced;
+// with (-1, 2) it pushes one more per round.
+TEST(AdStackSizingTest, IrreducibleLoopFallsBackToBellmanFord) {
+  const std::vector<std::vector<unsigned>> succs = {{1, 2}, {2}, {1}}; // src, a, b
+  NetPushGraph balanced = netGraph(succs, {5, -1, 1}, {5, 0, 1});
+  bool fellBack = false;
+  EXPECT_EQ(longestNetPath(balanced, NetPathAlgorithm::Structured, &fellBack), 6); // src b a: 5+1
+  EXPECT_TRUE(fellBack);
+  EXPECT_EQ(longestNetPath(balanced, NetPathAlgorithm::BellmanFord), 6);
+  EXPECT_EQ(plainBellmanFord(balanced), 6);
+  NetPushGraph growing = netGraph(succs, {5, -1, 2}, {5, 0, 2});
+  EXPECT_EQ(longestNetPath(growing, NetPathAlgorithm::Structured, &fellBack), std::nullopt);
+  EXPECT_TRUE(fellBack);
+  EXPECT_EQ(longestNetPath(growing, NetPathAlgorithm::BellmanFord), std::nullopt);
+  // The same loop entered at its header only: decided without falling back.
+  NetPushGraph reducible = netGraph({{1}, {2}, {1}}, {5, -1, 2}, {5, 0, 2});
+  EXPECT_EQ(longestNetPath(reducible, NetPathAlgorithm::Structured, &fellBack), std::nullopt);
+  EXPECT_FALSE(fellBack);
+  reducible.net[2] = reducible.peak[2] = 1;
+  EXPECT_EQ(longestNetPath(reducible, NetPathAlgorithm::Structured, &fellBack), 5);
+  EXPECT_FALSE(fellBack);
+}
+
+// Random graphs of up to 9 nodes (self loops, loops with several entries,
+// unreachable parts): both algorithms give the textbook Bellman-Ford's
+// answer.
+QD_PROPERTY(AdStackSizingTest, NetPathAlgorithmsAgreeOnRandomGraphs, 2000) {
+  const unsigned n = *rc::gen::inRange(1u, 10u);
+  const int density = *rc::gen::inRange(5, 60); // percent of the possible edges
+  std::vector<std::vector<unsigned>> succs(n);
+  std::vector<int64_t> net(n), peak(n);
+  for (unsigned u = 0; u < n; ++u) {
+    for (unsigned v = 1; v < n; ++v) // nothing enters the source (node 0)
+      if (*rc::gen::inRange(0, 100) < density)
+        succs[u].push_back(v);
+    net[u] = *rc::gen::weightedElement<int64_t>({{4, 0}, {2, 1}, {2, -1}, {1, 2}, {1, -2}});
+    peak[u] = std::max<int64_t>(net[u], 0) + *rc::gen::inRange<int64_t>(0, 2);
+  }
+  NetPushGraph g = netGraph(succs, net, peak);
+  std::optional<int64_t> reference = plainBellmanFord(g);
+  bool fellBack = false;
+  std::optional<int64_t> structured = longestNetPath(g, NetPathAlgorithm::Structured, &fellBack);
+  std::optional<int64_t> bellmanFord = longestNetPath(g, NetPathAlgorithm::BellmanFord);
+  auto show = [](std::optional<int64_t> v) { return v ? std::to_string(*v) : "unbounded"; };
+  if (structured != reference || bellmanFord != reference)
+    RC_FAIL(fmt::format("reference {}, structured {}, Boost Bellman-Ford {}\n{}", show(reference),
+                        show(structured), show(bellmanFord), showGraph(g)));
+  RC_CLASSIFY(!reference, "a positive cycle");
+  RC_CLASSIFY(fellBack, "fell back (not reducible)");
+}
+
+/// Every adstack of `k`: the CFG tier by both algorithms must agree, and
+/// the structured one must not fall back (qd's CFGs are reducible).
+/// Returns whether some stack had a positive cycle.
+bool checkCfgPaths(const testgen::GenProgram &p, const Kernel &k) {
+  bool positive = false;
+  walk(const_cast<Kernel &>(k), [&](Stmt &s) {
+    auto *a = dyn_cast<AdStackAllocaStmt>(&s);
+    if (!a)
+      return;
+    bool fellBack = false;
+    std::optional<int64_t> structured =
+        bellmanFordDepth(k, *a, NetPathAlgorithm::Structured, &fellBack);
+    std::optional<int64_t> reference = bellmanFordDepth(k, *a, NetPathAlgorithm::BellmanFord);
+    auto show = [](std::optional<int64_t> v) { return v ? std::to_string(*v) : "unbounded"; };
+    if (structured != reference)
+      testgen::fail(p, fmt::format("@{}: adstack at {}: structured {}, Bellman-Ford {}", k.name(),
+                                   a->loc().str(), show(structured), show(reference)));
+    if (fellBack)
+      testgen::fail(
+          p, fmt::format("@{}: adstack at {}: the CFG is not reducible", k.name(), a->loc().str()));
+    positive |= !reference;
+  });
+  return positive;
+}
+
+// Random kernels with adstacks (GenConfig::sizing: pushes and pops in
+// loops and arms, while loops, break and continue, up to 3 levels; and the
+// same 6 levels deep) and random gradients (their tapes): the structured
+// longest path gives Bellman-Ford's answer for every stack, without
+// falling back.
+QD_PROPERTY(AdStackSizingTest, CfgPathsMatchBellmanFordOnRandomKernels, 1000) {
+  testgen::GenConfig config = testgen::GenConfig::sizing();
+  if (*rc::gen::arbitrary<bool>())
+    config.maxDepth = 6;
+  testgen::GenProgram p = *testgen::genProgram(config);
+  testgen::Printed printed = testgen::print(p);
+  std::unique_ptr<Module> m = parseGenerated(p, printed);
+  bool positive = checkCfgPaths(p, *m->findKernel("k"));
+  RC_CLASSIFY(positive, "a positive cycle");
+  RC_CLASSIFY(printed.hasWhile, "while");
+  RC_CLASSIFY(printed.hasJump, "break/continue");
+  RC_CLASSIFY(config.maxDepth == 6, "6 levels");
+}
+
+QD_PROPERTY(AdStackSizingTest, CfgPathsMatchBellmanFordOnRandomGradients, 300) {
+  testgen::GenProgram p = *testgen::genProgram(testgen::GenConfig::autodiff());
+  testgen::Printed printed = testgen::print(p);
+  std::unique_ptr<Module> m = parseGenerated(p, printed);
+  bool positive = checkCfgPaths(p, generatedGradient(p, *m));
+  RC_CLASSIFY(positive, "a positive cycle");
+  RC_CLASSIFY(printed.hasWhile, "while");
+  RC_CLASSIFY(printed.hasJump, "break/continue");
 }
 
 } // namespace

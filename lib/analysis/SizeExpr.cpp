@@ -87,7 +87,10 @@ std::string_view toString(SizeExprKind kind) {
 
 SizeExprRef SizeExpr::make(SizeExprKind kind, std::vector<SizeExprRef> operands, int64_t value,
                            unsigned index, unsigned axis, std::string field) {
-  std::shared_ptr<SizeExpr> e(new SizeExpr());
+  // One allocation for the node and its reference count (the constructor
+  // is private; a local class has the member function's access).
+  struct Node : SizeExpr {};
+  std::shared_ptr<SizeExpr> e = std::make_shared<Node>();
   e->kind_ = kind;
   e->value_ = value;
   e->index_ = index;

@@ -131,19 +131,19 @@ E StructuralSizer::fail(std::string why) {
 }
 
 Summary StructuralSizer::block(Block &b, uint32_t from) {
-  std::vector<Stmt *> children;
-  if (auto it = relevant_.find(&b); it != relevant_.end())
-    children = it->second;
-  if (auto it = facts_.jumpChildren.find(&b); it != facts_.jumpChildren.end())
-    for (Stmt *s : it->second)
-      if (!seen_.count(s))
-        children.push_back(s);
   std::vector<std::pair<uint32_t, Stmt *>> ordered;
-  for (Stmt *s : children) {
+  auto add = [&](Stmt *s) {
     uint32_t p = facts_.preorder.at(s);
     if (p >= from)
       ordered.emplace_back(p, s);
-  }
+  };
+  if (auto it = relevant_.find(&b); it != relevant_.end())
+    for (Stmt *s : it->second)
+      add(s);
+  if (auto it = facts_.jumpChildren.find(&b); it != facts_.jumpChildren.end())
+    for (Stmt *s : it->second)
+      if (!seen_.count(s))
+        add(s);
   std::sort(ordered.begin(), ordered.end());
   Summary acc = Summary::identity();
   for (auto &[p, s] : ordered) {
@@ -209,6 +209,18 @@ Summary StructuralSizer::forLoop(ForStmt &loop) {
                      loop.loc().str()));
     return Summary::identity();
   }
+  // Constant mode fails on a loop without a constant trip count whatever
+  // its body holds (the reason is not reported), so it does before walking
+  // the body: a stack under n such loops would walk them all first.
+  std::optional<int64_t> constantTrip;
+  if (!symbolic_) {
+    constantTrip = constantTripCount(loop);
+    if (!constantTrip) {
+      fail(fmt::format("the loop at {} has bounds that are not compile-time constants",
+                       loop.loc().str()));
+      return Summary::identity();
+    }
+  }
   Summary b = block(loop.body(), 0);
   if (failed_)
     return b;
@@ -236,13 +248,7 @@ Summary StructuralSizer::forLoop(ForStmt &loop) {
       return b;
     trip = SizeExpr::tripCount(begin, end);
   } else {
-    std::optional<int64_t> t = constantTripCount(loop);
-    if (!t) {
-      fail(fmt::format("the loop at {} has bounds that are not compile-time constants",
-                       loop.loc().str()));
-      return b;
-    }
-    trip = cst(*t);
+    trip = cst(*constantTrip);
     begin = cst(0);
     end = trip;
   }
@@ -304,12 +310,14 @@ Summary StructuralSizer::forLoop(ForStmt &loop) {
     E itp = SizeExpr::max(it, cst(0));
     if (!it->isNonNegative())
       r.exact = false;
-    E tm1 = SizeExpr::sub(trip, cst(1));
-    r.peak = p->equals(*itp) ? SizeExpr::mul(trip, itp)
-                             : guard(SizeExpr::add(SizeExpr::mul(tm1, itp), p));
+    auto tm1 = [&] { return SizeExpr::sub(trip, cst(1)); };
     r.fall = SizeExpr::mul(trip, itp);
+    // One node for both when the body peaks at its end: the loop around
+    // compares its body's peak with its net again, and equal trees built
+    // apart cost a walk of the whole product (cubic in a nest of stacks).
+    r.peak = p->equals(*itp) ? r.fall : guard(SizeExpr::add(SizeExpr::mul(tm1(), itp), p));
     if (br)
-      br = SizeExpr::add(SizeExpr::mul(tm1, itp), br);
+      br = SizeExpr::add(SizeExpr::mul(tm1(), itp), br);
   }
   if (br)
     r.fall = SizeExpr::max(r.fall, guard(br));

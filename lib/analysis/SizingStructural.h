@@ -23,6 +23,7 @@
 
 #include "qd/analysis/AdStackSizing.h"
 #include "qd/analysis/CFG.h"
+#include "qd/analysis/NetPushPaths.h"
 #include "qd/ir/Module.h"
 #include "qd/ir/Stmt.h"
 
@@ -37,7 +38,10 @@ namespace qd::sizing {
 using E = SizeExprRef;
 
 inline E cst(int64_t v) {
-  return SizeExpr::constant(v);
+  // Nodes are immutable, so the small constants every summary holds (an
+  // empty one has two zeros) are shared instead of allocated each time.
+  static const E small[] = {SizeExpr::constant(-1), SizeExpr::constant(0), SizeExpr::constant(1)};
+  return v >= -1 && v <= 1 ? small[v + 1] : SizeExpr::constant(v);
 }
 inline E maxOpt(const E &a, const E &b) {
   if (!a)
@@ -142,8 +146,10 @@ struct PathScratch {
 
 /// Longest path of net pushes from the alloca over its scope's CFG nodes, or
 /// nullopt when a cycle reachable from the alloca has a positive net
-/// (SizingBellmanFord.cpp).
+/// (SizingBellmanFord.cpp; `longestNetPath` on the scope's graph).
 std::optional<int64_t> longestPath(const ControlFlowGraph &cfg, const AdStackAllocaStmt &a,
-                                   const std::vector<AdStackOpStmt *> &ops, PathScratch &scratch);
+                                   const std::vector<AdStackOpStmt *> &ops, PathScratch &scratch,
+                                   NetPathAlgorithm algorithm = NetPathAlgorithm::Structured,
+                                   bool *fellBack = nullptr);
 
 } // namespace qd::sizing

@@ -13,7 +13,9 @@
 //               over if arms, trip count times the net per iteration);
 //             - Bellman-Ford: on the control-flow graph, the longest path of
 //               net pushes from the alloca, when no cycle has a positive net
-//               (balanced loops of any trip count, while loops included).
+//               (balanced loops of any trip count, while loops included);
+//               computed in linear time on qd's reducible CFGs, with the
+//               answer Bellman-Ford gives (NetPushPaths.h).
 //  tier 2     launch-time SizeExpr: loop bounds built from scalar arguments,
 //             field and ndarray reads of globals the kernel does not write,
 //             ndarray shapes and enclosing loop indices; evaluated before
@@ -29,6 +31,7 @@
 #pragma once
 
 #include "qd/analysis/KernelSizing.h"
+#include "qd/analysis/NetPushPaths.h"
 
 #include <cstdint>
 #include <string>
@@ -58,9 +61,12 @@ struct SizingOptions {
 /// Sizes every adstack of `kernel` (in program order).
 KernelSizing sizeAdStacks(const Kernel &kernel, const SizingOptions &options = {});
 
-/// Statistics of the tier-1 Bellman-Ford analysis alone, for tests: the
-/// largest net push depth from `stack` along any CFG path, or nullopt when a
-/// cycle has a positive net (loop-dependent).
-std::optional<int64_t> bellmanFordDepth(const Kernel &kernel, const AdStackAllocaStmt &stack);
+/// The tier-1 CFG analysis alone, for tests: the largest net push depth
+/// from `stack` along any CFG path, or nullopt when a cycle has a positive
+/// net (loop-dependent), computed by `algorithm` (NetPushPaths.h);
+/// `fellBack` as in `longestNetPath`.
+std::optional<int64_t> bellmanFordDepth(const Kernel &kernel, const AdStackAllocaStmt &stack,
+                                        NetPathAlgorithm algorithm = NetPathAlgorithm::Structured,
+                                        bool *fellBack = nullptr);
 
 } // namespace qd

@@ -11,7 +11,22 @@
 
 #include "../DerivativeRules.h"
 
+#include <algorithm>
+
 namespace qd::reverse {
+namespace {
+
+/// The stores to one local in a `compute`, and which of them are needed.
+struct LocalStores {
+  std::vector<LocalStoreStmt *> inOrder; // by position
+  size_t prefix = 0;                     // inOrder[0 .. prefix) are needed
+  bool grouped = false;                  // byOuterLoop is filled
+  /// By the outermost loop of the scope around them; a group is erased
+  /// once its stores are needed.
+  std::unordered_map<const Stmt *, std::vector<LocalStoreStmt *>> byOuterLoop;
+};
+
+} // namespace
 
 void NeededValues::need(const Value *v) {
   if (!v || !isa<Stmt>(v))
@@ -37,10 +52,10 @@ void NeededValues::compute(const std::vector<Stmt *> &stmts,
   outsideSeen_.clear();
   for (const Value *r : roots)
     need(r);
-  std::unordered_map<const Value *, std::vector<LocalStoreStmt *>> storesTo;
+  std::unordered_map<const Value *, LocalStores> storesTo;
   for (Stmt *s : stmts) {
     if (auto *st = dyn_cast<LocalStoreStmt>(s))
-      storesTo[st->local()].push_back(st);
+      storesTo[st->local()].inOrder.push_back(st);
     switch (s->kind()) {
     case StmtKind::If:
       need(cast<IfStmt>(s)->cond());
@@ -100,17 +115,42 @@ void NeededValues::compute(const std::vector<Stmt *> &stmts,
     return o;
   };
   auto outermostLoop = [&](const Stmt *x) { return outermostOf(outermostOf, x); };
-  auto reaches = [&](const LocalStoreStmt *st, const LocalLoadStmt *ld) {
-    if (!scope || position.at(st) < position.at(ld))
-      return true;
-    // A loop in the scope around both. The loops in the scope around a
-    // statement are nested in each other, so some encloses both exactly
-    // when the outermost one around the load also encloses the store, that
-    // is, when both have the same outermost one (O(1) a pair, memoised;
-    // walking up from the store once per loop around the load was cubic
-    // in deep nests).
-    const Stmt *outer = outermostLoop(ld);
-    return outer && outermostLoop(st) == outer;
+  // The stores that reach a load are a prefix of the local's stores (those
+  // before it) plus, in a loop of the scope, those with the same outermost
+  // loop: the loops in the scope around a statement are nested in each
+  // other, so some encloses both exactly when the outermost one around the
+  // load also encloses the store. Each store's value is needed once, so
+  // every local keeps how much of its prefix is done and which groups are:
+  // linear in the stores (visiting every store per needed load was cubic
+  // in deep nests, where every level loads and stores the same local).
+  // `need` is called in store order, as visiting all of them did.
+  auto needStoresReaching = [&](const LocalLoadStmt *ld) {
+    LocalStores &stores = storesTo[ld->local()];
+    size_t before = stores.inOrder.size();
+    if (scope) {
+      size_t at = position.at(ld);
+      before =
+          std::partition_point(stores.inOrder.begin(), stores.inOrder.end(),
+                               [&](const LocalStoreStmt *st) { return position.at(st) < at; }) -
+          stores.inOrder.begin();
+    }
+    for (; stores.prefix < before; ++stores.prefix)
+      need(stores.inOrder[stores.prefix]->value());
+    const Stmt *outer = scope ? outermostLoop(ld) : nullptr;
+    if (!outer)
+      return;
+    if (!stores.grouped) {
+      for (LocalStoreStmt *st : stores.inOrder)
+        if (const Stmt *o = outermostLoop(st))
+          stores.byOuterLoop[o].push_back(st);
+      stores.grouped = true;
+    }
+    auto group = stores.byOuterLoop.find(outer);
+    if (group == stores.byOuterLoop.end())
+      return;
+    for (LocalStoreStmt *st : group->second)
+      need(st->value());
+    stores.byOuterLoop.erase(group);
   };
   while (!work_.empty()) {
     const Value *v = work_.back();
@@ -120,9 +160,7 @@ void NeededValues::compute(const std::vector<Stmt *> &stmts,
       need(s->operand(i));
     if (auto *ld = dyn_cast<LocalLoadStmt>(s)) {
       locals.insert(ld->local());
-      for (LocalStoreStmt *st : storesTo[ld->local()])
-        if (reaches(st, ld))
-          need(st->value());
+      needStoresReaching(ld);
     }
   }
   scope_ = nullptr;
