@@ -158,7 +158,7 @@ void MemoryLowering::globalAccessLanes(GlobalAccessStmt &g) {
   llvm::Type *mem = c_.memTypeOf(elem);
   llvm::Type *memVec = lanes_.vecOf(mem);
   llvm::Align align(storageBytes(elem));
-  LV *mask = lanes_.mask();
+  LV *mask = lanes_.partialMask();
   unsigned n = g.numIndices();
   std::vector<LV *> extents = extentsOf(g), indices;
   LV *bad = b.getFalse();
