@@ -1999,10 +1999,11 @@ TEST(CpuVectorTest, ChunksAreWholeGroupsSoMidSizeTasksVectorise) {
 
 /// Every lane past the task's end would fail if it were active: it loads
 /// past the end of %a (exactly n elements; an index error when bounds are
-/// checked), divides by zero (i = n) or shifts by a negative amount, pushes
-/// past the lane stack's capacity (@m is 100 beyond n) or reads it empty
-/// (a masked load gives 0 pushes), stores over the sentinels of @y, @q and
-/// @r, and adds to @total, @hist (also in a per-lane if) and @hi. The stack %u is pushed and popped
+/// checked; contiguous at %i, gathered at n - 1 - %i), divides by zero (i = n) or shifts by a
+/// negative amount, pushes past the lane stack's capacity (@m is 100 beyond n) or reads it empty (a
+/// masked load gives 0 pushes), stores over the sentinels of @y, @q and
+/// @r and @z (a scatter), and adds to @total, @hist (also in a per-lane if),
+/// @zh (its own element, by a gather and a scatter) and @hi. The stack %u is pushed and popped
 /// with every lane of the group (one depth), %s under per-lane trip counts
 /// (a depth per lane). @c continues per lane (the task is a masked loop) and
 /// stores and adds in a per-lane if; @band runs lanes along a row of n (a
@@ -2016,6 +2017,8 @@ field @hist : i32[200]
 field @total : f32
 field @hi : i32
 field @by : f32[3, 200]
+field @z : f32[200, 2]
+field @zh : i32[200, 2]
 kernel @k(%n: i32, %a: ndarray<f32, 1>) {
   parallel for %i = 0 to %n {
     %v = load %a[%i] : f32
@@ -2059,6 +2062,9 @@ kernel @k(%n: i32, %a: ndarray<f32, 1>) {
     atomic_add @total[], %one : f32
     atomic_add @hist[%i], %c1 : i32
     atomic_max @hi[], %i : i32
+    %back = load %a[%nm1] : f32
+    store @z[%i, %c1], %back
+    atomic_add @zh[%i, %c1], %c1 : i32
     %c2 = const 2 : i32
     %half = rem %i, %c2 : i32
     %c0 = const 0 : i32
@@ -2147,6 +2153,7 @@ void checkPartialGroupKernel(CpuBackend &cpu, int n, bool boundsChecked) {
   p.set("m", m);
   for (const char *f : {"y", "q", "r"})
     p.set(f, std::vector<double>(kFieldSize, kSentinel));
+  p.set("z", std::vector<double>(2 * kFieldSize, kSentinel));
   p.set("hi", {-5});
   Buffer a = *Buffer::create(ScalarType::F32, {n});
   for (int i = 0; i < n; ++i)
@@ -2166,12 +2173,18 @@ void checkPartialGroupKernel(CpuBackend &cpu, int n, bool boundsChecked) {
       EXPECT_BOTH(p, "q", i, I32(q));
       EXPECT_BOTH(p, "r", i, I32(mi * (mi - 1) / 2));
       EXPECT_BOTH(p, "hist", i, I32(i % 2 == 0 ? 2 : 1));
+      EXPECT_BOTH(p, "z", 2 * i + 1, F32(n - 1 - i + 0.5));
+      EXPECT_BOTH(p, "zh", 2 * i + 1, I32(1));
     } else {
       EXPECT_BOTH(p, "y", i, F32(kSentinel));
       EXPECT_BOTH(p, "q", i, I32(kSentinel));
       EXPECT_BOTH(p, "r", i, I32(kSentinel));
       EXPECT_BOTH(p, "hist", i, I32(0));
+      EXPECT_BOTH(p, "z", 2 * i + 1, F32(kSentinel));
+      EXPECT_BOTH(p, "zh", 2 * i + 1, I32(0));
     }
+    EXPECT_BOTH(p, "z", 2 * i, F32(kSentinel));
+    EXPECT_BOTH(p, "zh", 2 * i, I32(0));
   }
   EXPECT_BOTH(p, "total", 0, F32(n));
   EXPECT_BOTH(p, "hi", 0, I32(n - 1));
