@@ -203,6 +203,8 @@ int run(int argc, char **argv) {
     statements.push_back(maxStatements);
   for (int n = 50; n <= maxCarried; n *= 2)
     carried.push_back(n);
+  if (carried.empty() || carried.back() != maxCarried) // e.g. issue 20's N = 500
+    carried.push_back(maxCarried);
   auto wanted = [&](const char *name) { return only.find(name) != std::string::npos; };
   if (wanted("statements"))
     series("statements", "stmts", statements, maxCompile, statementsKernel);

@@ -26,6 +26,7 @@
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
@@ -38,6 +39,7 @@
 #include <mutex>
 #include <sstream>
 #include <thread>
+#include <tuple>
 
 namespace qd {
 namespace {
@@ -1518,7 +1520,7 @@ kernel @sum_and_read() {
 // Per-element trip counts, a break and a continue only some lanes take, a
 // while loop whose lanes leave at different times, nested per-lane ifs and a
 // division guarded by a per-lane condition (a zero divisor in an inactive
-// lane is no error). 43 elements: five groups of 8 and 3 scalar iterations.
+// lane is no error). 43 elements: five groups of 8 and a partial group of 3.
 constexpr const char *kDivergent = R"(
 field @m : i32[43]
 field @x : f32[43] grad
@@ -1699,19 +1701,26 @@ TEST(CpuVectorTest, TriangularGradientsMatchTheInterpreterExactly) {
   }
 }
 
-/// 8 lanes, and 32 lanes wider than the registers, both with the scalar math
-/// functions: bit for bit the interpreter.
-CpuBackend &cpuLanesOf(unsigned width) {
-  static std::map<unsigned, std::unique_ptr<CpuBackend>> backends;
-  auto &b = backends[width];
+/// `width` lanes on `threads` workers taking `chunk` iterations at a time
+/// (0: the default chunks, whole groups), with the scalar math functions.
+CpuBackend &cpuChunked(unsigned width, unsigned threads, int64_t chunk) {
+  static std::map<std::tuple<unsigned, unsigned, int64_t>, std::unique_ptr<CpuBackend>> backends;
+  auto &b = backends[{width, threads, chunk}];
   if (!b) {
     CpuBackendOptions o;
-    o.threads = 1;
+    o.threads = threads;
     o.vectorWidth = width;
     o.vectorMath = false;
+    o.chunk = chunk;
     b = *CpuBackend::create(o);
   }
   return *b;
+}
+
+/// 8 lanes, and 32 lanes wider than the registers, both with the scalar math
+/// functions: bit for bit the interpreter.
+CpuBackend &cpuLanesOf(unsigned width) {
+  return cpuChunked(width, 1, 0);
 }
 
 // The reversed loops of a taped nest with per-lane trip counts run their
@@ -1946,7 +1955,9 @@ void runSinLoopGradient(Pair &p, int n) {
   p.expectSameExactly("x", Component::Grad);
 }
 
-TEST(CpuVectorTest, LaneEntriesAreLaidOutOnlyWhenChunksHoldAGroup) {
+// A task shorter than a group runs one partial group (there is no scalar
+// copy of the body), so its stacks get lane entries.
+TEST(CpuVectorTest, TasksShorterThanAGroupRunOnePartialGroup) {
   for (int n : {4, 64}) {
     Pair p(sinLoopF64(n), &cpuEightLanes());
     auto g = buildGradientKernel(*p.module, *p.module->findKernel("compute"));
@@ -1956,18 +1967,17 @@ TEST(CpuVectorTest, LaneEntriesAreLaidOutOnlyWhenChunksHoldAGroup) {
     runSinLoopGradient(p, n);
     int64_t cap = p.cpu->lastAdStackCapacities().at(stacks[0]);
     EXPECT_EQ(cap, 20);
-    int32_t lanes = n >= 8 ? 8 : 1; // 4 elements never make a group
-    EXPECT_EQ(cpuEightLanes().lastTaskLanes(), std::vector<int32_t>{lanes});
+    EXPECT_EQ(cpuEightLanes().lastTaskLanes(), std::vector<int32_t>{8});
     EXPECT_EQ(cpuEightLanes().lastAdStackHeapBytes(),
-              adStackBytes(adStackEntryBytes(*stacks[0]) * lanes, cap))
+              adStackBytes(adStackEntryBytes(*stacks[0]) * 8, cap))
         << "n = " << n;
   }
 }
 
-// Chunks of a vectorised task are whole groups of lanes, so a task with
-// one group per worker runs vector code: 96 elements on 2 workers at 32
-// lanes make chunks of 32 (about 8 chunks per worker would be 6 elements,
-// too few for a group), and the gradient still equals the scalar code's.
+// Chunks of a vectorised task are whole groups of lanes, so only a task's
+// last chunk has a partial group: 96 elements on 2 workers at 32 lanes make
+// chunks of 32 (about 8 chunks per worker would be 6 elements), and the
+// gradient still equals the scalar code's.
 TEST(CpuVectorTest, ChunksAreWholeGroupsSoMidSizeTasksVectorise) {
   CpuBackendOptions o;
   o.threads = 2;
@@ -1982,37 +1992,312 @@ TEST(CpuVectorTest, ChunksAreWholeGroupsSoMidSizeTasksVectorise) {
   EXPECT_EQ((*cpu)->lastTaskLanes(), std::vector<int32_t>{32});
 }
 
-// A task bound read from a field at constant indices is read before the
-// launch too: a short task gets no lane entries.
-TEST(CpuVectorTest, TaskBoundsReadFromAFieldDecideTheLanes) {
-  Pair p(R"(
-field @len : i32
-field @x : f32[64]
-field @y : f32[64]
-kernel @k() {
-  %n = load @len[] : i32
+//===----------------------------------------------------------------------===//
+// Partial groups: a chunk's last group runs with its lanes past the end
+// inactive from the start (there is no scalar copy of the body)
+//===----------------------------------------------------------------------===//
+
+/// Every lane past the task's end would fail if it were active: it loads
+/// past the end of %a (exactly n elements; an index error when bounds are
+/// checked; contiguous at %i, gathered at n - 1 - %i), divides by zero (i = n) or shifts by a
+/// negative amount, pushes past the lane stack's capacity (@m is 100 beyond n) or reads it empty (a
+/// masked load gives 0 pushes), stores over the sentinels of @y, @q and
+/// @r and @z (a scatter), and adds to @total, @hist (also in a per-lane if),
+/// @zh (its own element, by a gather and a scatter) and @hi. The stack %u is pushed and popped
+/// with every lane of the group (one depth), %s under per-lane trip counts
+/// (a depth per lane). @c continues per lane (the task is a masked loop) and
+/// stores and adds in a per-lane if; @band runs lanes along a row of n (a
+/// partial group per row).
+constexpr const char *kPartialGroups = R"(
+field @y : f32[200]
+field @q : i32[200]
+field @r : i32[200]
+field @m : i32[200]
+field @hist : i32[200]
+field @total : f32
+field @hi : i32
+field @by : f32[3, 200]
+field @z : f32[200, 2]
+field @zh : i32[200, 2]
+kernel @k(%n: i32, %a: ndarray<f32, 1>) {
   parallel for %i = 0 to %n {
-    %s = adstack.alloca f32, capacity 16
-    %a = load @x[%i] : f32
-    adstack.push %s, %a
-    %t = adstack.load_top %s : f32
-    store @y[%i], %t
+    %v = load %a[%i] : f32
+    %u = adstack.alloca f32, capacity 2
+    adstack.push %u, %v
+    %left = sub %n, %i : i32
+    %c100 = const 100 : i32
+    %d = div %c100, %left : i32
+    %c1 = const 1 : i32
+    %nm1 = sub %left, %c1 : i32
+    %c7 = const 7 : i32
+    %sh = min %nm1, %c7 : i32
+    %p = shl %c1, %sh : i32
+    %s = adstack.alloca i32, capacity 8
+    %mi = load @m[%i] : i32
+    for %j = 0 to %mi {
+      adstack.push %s, %j
+    }
+    %top = adstack.load_top %s : i32
+    %sum = alloca i32
+    for %jj = 0 to %mi {
+      %t = adstack.load_top %s : i32
+      %old = load %sum : i32
+      %new = add %old, %t : i32
+      store %sum, %new
+      adstack.pop %s
+    }
+    %tot = load %sum : i32
+    %dp = add %d, %p : i32
+    %c1000 = const 1000 : i32
+    %top1000 = mul %top, %c1000 : i32
+    %q = add %dp, %top1000 : i32
+    store @q[%i], %q
+    store @r[%i], %tot
+    %uv = adstack.load_top %u : f32
+    adstack.pop %u
+    %two = const 2 : f32
+    %w = mul %uv, %two : f32
+    store @y[%i], %w
+    %one = const 1 : f32
+    atomic_add @total[], %one : f32
+    atomic_add @hist[%i], %c1 : i32
+    atomic_max @hi[], %i : i32
+    %back = load %a[%nm1] : f32
+    store @z[%i, %c1], %back
+    atomic_add @zh[%i, %c1], %c1 : i32
+    %c2 = const 2 : i32
+    %half = rem %i, %c2 : i32
+    %c0 = const 0 : i32
+    %even = cmp eq %half, %c0 : i32
+    if %even {
+      atomic_add @hist[%i], %c1 : i32
+    }
   }
 }
-)",
-         &cpuEightLanes());
-  const auto &task = onlyTask(cpuEightLanes(), *p.module->findKernel("k"));
-  EXPECT_EQ(task.end.kind, KernelLayout::TaskBound::FieldElement);
-  p.instantiate();
-  p.set("x", ramp(64, 0.5, 1));
-  for (int len : {4, 64}) {
-    p.set("len", {static_cast<double>(len)});
-    p.runOk("k");
-    p.expectSame(/*exact=*/true);
-    int32_t lanes = len >= 8 ? 8 : 1;
-    EXPECT_EQ(cpuEightLanes().lastTaskLanes(), std::vector<int32_t>{lanes}) << len;
-    EXPECT_EQ(cpuEightLanes().lastAdStackHeapBytes(), adStackBytes(4 * lanes, 16)) << len;
+kernel @c(%n: i32) {
+  parallel for %i = 0 to %n {
+    %c3 = const 3 : i32
+    %rem = rem %i, %c3 : i32
+    %c1 = const 1 : i32
+    %skip = cmp eq %rem, %c1 : i32
+    if %skip {
+      continue
+    }
+    %c4 = const 4 : i32
+    %quarter = rem %i, %c4 : i32
+    %f = cast %i : i32 to f32
+    store @y[%i], %f
+    %c2 = const 2 : i32
+    %low = cmp lt %quarter, %c2 : i32
+    if %low {
+      atomic_add @hist[%i], %c1 : i32
+      %c5 = const 5 : i32
+      %k5 = add %i, %c5 : i32
+      store @q[%i], %k5
+    }
+    %one = const 1 : f32
+    atomic_add @total[], %one : f32
   }
+}
+kernel @band(%n: i32, %b: ndarray<f32, 2>) {
+  parallel for (%row, %j) = (0, 0) to (3, %n) {
+    %v = load %b[%row, %j] : f32
+    %c10 = const 10 : f32
+    %w = add %v, %c10 : f32
+    store @by[%row, %j], %w
+    %one = const 1 : f32
+    atomic_add @total[], %one : f32
+  }
+}
+kernel @divLast(%n: i32) {
+  parallel for %i = 0 to %n {
+    %c1 = const 1 : i32
+    %last = sub %n, %c1 : i32
+    %left = sub %last, %i : i32
+    %c100 = const 100 : i32
+    %d = div %c100, %left : i32
+    store @q[%i], %d
+  }
+}
+kernel @indexLast(%n: i32, %a: ndarray<f32, 1>) {
+  parallel for %i = 0 to %n {
+    %c1 = const 1 : i32
+    %k = add %i, %c1 : i32
+    %v = load %a[%k] : f32
+    store @y[%i], %v
+  }
+}
+)";
+
+constexpr double kSentinel = -7;
+constexpr int kFieldSize = 200; // the fields of kPartialGroups
+
+/// Task lengths around the width: 1, W - 1, W, W + 1, 2W + 3 (no repeats).
+std::vector<int> lengthsAround(int w) {
+  std::vector<int> out;
+  for (int n : {1, w - 1, w, w + 1, 2 * w + 3})
+    if (n >= 1 && std::find(out.begin(), out.end(), n) == out.end())
+      out.push_back(n);
+  return out;
+}
+
+/// Launches @k of kPartialGroups over `n` iterations on `cpu` (and the
+/// interpreter) and checks every output element against its exact value.
+void checkPartialGroupKernel(CpuBackend &cpu, int n, bool boundsChecked) {
+  std::string where = fmt::format("n = {}, bounds checked {}", n, boundsChecked);
+  Pair p(kPartialGroups, &cpu);
+  p.instantiate();
+  std::vector<double> m(kFieldSize, 100);
+  for (int i = 0; i < n; ++i)
+    m[i] = 1 + (i * 5) % 8; // 1 to 8 pushes: the lanes at different depths
+  p.set("m", m);
+  for (const char *f : {"y", "q", "r"})
+    p.set(f, std::vector<double>(kFieldSize, kSentinel));
+  p.set("z", std::vector<double>(2 * kFieldSize, kSentinel));
+  p.set("hi", {-5});
+  Buffer a = *Buffer::create(ScalarType::F32, {n});
+  for (int i = 0; i < n; ++i)
+    a.set(i, F32(i + 0.5));
+  NdarrayArg nd{&a};
+  LaunchOptions opts;
+  opts.boundsChecked = boundsChecked;
+  auto [ia, ca] = p.run("k", {LaunchArg::i32(n), LaunchArg::ndarray(&nd)}, opts);
+  ASSERT_TRUE(ia.ok()) << where << ": " << ia.message();
+  ASSERT_TRUE(ca.ok()) << where << ": " << ca.message();
+  for (int i = 0; i < kFieldSize; ++i) {
+    SCOPED_TRACE(fmt::format("{}, i = {}", where, i));
+    if (i < n) {
+      int mi = static_cast<int>(m[i]);
+      int q = 100 / (n - i) + (1 << std::min(n - 1 - i, 7)) + 1000 * (mi - 1);
+      EXPECT_BOTH(p, "y", i, F32(2 * (i + 0.5)));
+      EXPECT_BOTH(p, "q", i, I32(q));
+      EXPECT_BOTH(p, "r", i, I32(mi * (mi - 1) / 2));
+      EXPECT_BOTH(p, "hist", i, I32(i % 2 == 0 ? 2 : 1));
+      EXPECT_BOTH(p, "z", 2 * i + 1, F32(n - 1 - i + 0.5));
+      EXPECT_BOTH(p, "zh", 2 * i + 1, I32(1));
+    } else {
+      EXPECT_BOTH(p, "y", i, F32(kSentinel));
+      EXPECT_BOTH(p, "q", i, I32(kSentinel));
+      EXPECT_BOTH(p, "r", i, I32(kSentinel));
+      EXPECT_BOTH(p, "hist", i, I32(0));
+      EXPECT_BOTH(p, "z", 2 * i + 1, F32(kSentinel));
+      EXPECT_BOTH(p, "zh", 2 * i + 1, I32(0));
+    }
+    EXPECT_BOTH(p, "z", 2 * i, F32(kSentinel));
+    EXPECT_BOTH(p, "zh", 2 * i, I32(0));
+  }
+  EXPECT_BOTH(p, "total", 0, F32(n));
+  EXPECT_BOTH(p, "hi", 0, I32(n - 1));
+  EXPECT_EQ(cpu.lastTaskLanes(), std::vector<int32_t>{static_cast<int32_t>(cpu.vectorWidth())});
+}
+
+TEST(CpuPartialGroupTest, InactiveLanesHaveNoEffectAndRaiseNothing) {
+  for (unsigned w : {4u, 8u, 32u}) {
+    CpuBackend &cpu = cpuLanesOf(w);
+    Pair layout(kPartialGroups, &cpu);
+    ASSERT_EQ(onlyTask(cpu, *layout.module->findKernel("k")).lanes, w);
+    for (int n : lengthsAround(static_cast<int>(w)))
+      for (bool checked : {true, false})
+        checkPartialGroupKernel(cpu, n, checked);
+  }
+}
+
+// Chunks that are not whole groups: every chunk ends in a partial group and
+// the groups of the next chunk start between two groups' boundaries; two
+// workers take them.
+TEST(CpuPartialGroupTest, ChunksThatSplitGroups) {
+  for (unsigned w : {4u, 8u, 32u}) {
+    CpuBackend &cpu = cpuChunked(w, 2, w + w / 2 + 1);
+    for (int n : {static_cast<int>(2 * w + 3), static_cast<int>(5 * w + 1)})
+      checkPartialGroupKernel(cpu, n, /*boundsChecked=*/true);
+  }
+}
+
+TEST(CpuPartialGroupTest, MaskedLoopTasksAndBandRows) {
+  for (unsigned w : {4u, 8u, 32u}) {
+    for (CpuBackend *cpu : {&cpuLanesOf(w), &cpuChunked(w, 2, w + 3)}) {
+      Pair p(kPartialGroups, cpu);
+      ASSERT_EQ(onlyTask(*cpu, *p.module->findKernel("c")).lanes, w);
+      ASSERT_EQ(onlyTask(*cpu, *p.module->findKernel("band")).lanes, w);
+      LaunchOptions checked;
+      checked.boundsChecked = true;
+      for (int n : lengthsAround(static_cast<int>(w))) {
+        SCOPED_TRACE(fmt::format("width {}, n = {}", w, n));
+        p.instantiate();
+        p.set("y", std::vector<double>(kFieldSize, kSentinel));
+        p.set("q", std::vector<double>(kFieldSize, kSentinel));
+        p.runOk("c", {LaunchArg::i32(n)}, checked);
+        int kept = 0;
+        for (int i = 0; i < kFieldSize; ++i) {
+          bool runs = i < n && i % 3 != 1;
+          kept += runs;
+          EXPECT_BOTH(p, "y", i, F32(runs ? i : kSentinel));
+          EXPECT_BOTH(p, "hist", i, I32(runs && i % 4 < 2));
+          EXPECT_BOTH(p, "q", i, I32(runs && i % 4 < 2 ? i + 5 : kSentinel));
+        }
+        EXPECT_BOTH(p, "total", 0, F32(kept));
+
+        p.instantiate();
+        p.set("by", std::vector<double>(3 * kFieldSize, kSentinel));
+        Buffer b = *Buffer::create(ScalarType::F32, {3, n});
+        for (int i = 0; i < 3 * n; ++i)
+          b.set(i, F32(i));
+        NdarrayArg nd{&b};
+        p.runOk("band", {LaunchArg::i32(n), LaunchArg::ndarray(&nd)}, checked);
+        for (int row = 0; row < 3; ++row)
+          for (int j = 0; j < kFieldSize; ++j)
+            EXPECT_BOTH(p, "by", row * kFieldSize + j, F32(j < n ? row * n + j + 10 : kSentinel));
+        EXPECT_BOTH(p, "total", 0, F32(3 * n));
+      }
+    }
+  }
+}
+
+// The errors of the last active lane of a partial group are raised: a
+// division by zero, an index past the end, an empty stack read and a push
+// past the capacity, each by lane n - 1 only.
+TEST(CpuPartialGroupTest, ErrorsOfActiveLanesAreRaised) {
+  for (unsigned w : {4u, 8u, 32u}) {
+    CpuBackend &cpu = cpuLanesOf(w);
+    for (int n : lengthsAround(static_cast<int>(w))) {
+      SCOPED_TRACE(fmt::format("width {}, n = {}", w, n));
+      Pair p(kPartialGroups, &cpu);
+      LaunchOptions checked;
+      checked.boundsChecked = true;
+      auto expectError = [&](std::pair<absl::Status, absl::Status> r, const std::string &what) {
+        ASSERT_FALSE(r.first.ok());
+        ASSERT_FALSE(r.second.ok());
+        EXPECT_EQ(message(r.second), message(r.first));
+        EXPECT_NE(message(r.second).find(what), std::string::npos) << message(r.second);
+      };
+      expectError(p.run("divLast", {LaunchArg::i32(n)}), "integer division by zero");
+      Buffer a = *Buffer::create(ScalarType::F32, {n});
+      NdarrayArg nd{&a};
+      expectError(p.run("indexLast", {LaunchArg::i32(n), LaunchArg::ndarray(&nd)}, checked),
+                  fmt::format("index [{}] is out of range for '%a' of shape [{}]", n, n));
+      std::vector<double> m(kFieldSize, 100);
+      for (int i = 0; i + 1 < n; ++i)
+        m[i] = 2;
+      for (int last : {0, 9}) { // empty: an underflow; 9 pushes: an overflow
+        m[n - 1] = last;
+        p.set("m", m);
+        expectError(p.run("k", {LaunchArg::i32(n), LaunchArg::ndarray(&nd)}, checked),
+                    last == 0 ? "adstack underflow" : "has capacity 8 and this launch needed 9");
+      }
+    }
+  }
+}
+
+// The gradient of sin_loop (one f64 stack of 20 entries per lane) over task
+// lengths around the width, bit for bit the interpreter's.
+TEST(CpuPartialGroupTest, GradientsOverPartialGroups) {
+  for (unsigned w : {4u, 8u, 32u})
+    for (int n : lengthsAround(static_cast<int>(w))) {
+      SCOPED_TRACE(fmt::format("width {}, n = {}", w, n));
+      Pair p(sinLoopF64(n), &cpuLanesOf(w));
+      ASSERT_TRUE(buildGradientKernel(*p.module, *p.module->findKernel("compute")).ok());
+      runSinLoopGradient(p, n);
+    }
 }
 
 TEST(CpuVectorTest, VectorMathIsWithinFourUlpsOfTheScalarFunctions) {

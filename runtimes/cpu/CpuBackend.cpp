@@ -67,20 +67,14 @@ public:
   unsigned size() const { return n_; }
 
   /// About 8 chunks per worker; for a task with vector code of `lanes`
-  /// lanes, a whole number of groups (at least one), so that a task long
-  /// enough for one group per worker runs vector code.
+  /// lanes, a whole number of groups (at least one), so that only a task's
+  /// last chunk has a partial group.
   int64_t chunkFor(int64_t total, int64_t lanes = 1) const {
     if (chunk_ > 0)
       return chunk_;
     int64_t chunk = std::max<int64_t>(1, total / (int64_t(n_) * 8));
     return lanes > 1 ? (chunk + lanes - 1) / lanes * lanes : chunk;
   }
-  /// Iterations in the largest call `run` makes for `total` iterations.
-  int64_t largestCall(int64_t total, int64_t lanes = 1) const {
-    int64_t chunk = chunkFor(total, lanes);
-    return n_ == 1 || total <= chunk ? total : chunk;
-  }
-
   void run(QdLaunchContext *ctx, TaskFn fn, const int64_t *captures, int64_t begin, int64_t end,
            int64_t lanes) {
     if (end <= begin)
@@ -398,8 +392,8 @@ absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::create(const CpuBackendO
   unsigned width = options.vectorWidth;
   if (width == 0)
     width = *isa == VectorMathIsa::Avx512 || *isa == VectorMathIsa::Avx2 ? 32 : 8;
-  // Chunks shorter than a group of lanes never run vector code: compile
-  // scalar code, whose stacks need no room for lanes.
+  // Chunks shorter than a group of lanes would run every group partial:
+  // compile scalar code, whose stacks need no room for lanes.
   impl->vectorWidth = options.chunk > 0 && options.chunk < width ? 1 : width;
   impl->vectorMath = impl->vectorWidth > 1 ? *isa : VectorMathIsa::None;
   impl->fullOptimizationLimit = options.fullOptimizationLimit;
@@ -494,17 +488,12 @@ absl::Status CpuBackend::launch(Program &program, const Kernel &kernel,
   if (!plan.ok())
     return plan.status();
 
-  // Lanes of each vectorised task: its whole groups need chunks of at least
-  // that many iterations. Bounds not known before the launch (computed)
-  // keep the lanes (the generated code only runs vector code the runtime
-  // laid out entries for).
+  // Lanes of each vectorised task: its code runs every chunk in groups of
+  // lanes (a chunk shorter than a group is one partial group), so its
+  // stacks always get lane entries.
   std::vector<int32_t> taskLanes(layout.tasks.size() + 1, 1);
-  for (size_t t = 0; t < layout.tasks.size(); ++t) {
-    const auto &task = layout.tasks[t];
-    std::optional<int64_t> b = plan->taskBound(task.begin), e = plan->taskBound(task.end);
-    bool groups = !b || !e || impl_->pool->largestCall(*e - *b, task.lanes) >= task.lanes;
-    taskLanes[t] = task.lanes > 1 && groups ? static_cast<int32_t>(task.lanes) : 1;
-  }
+  for (size_t t = 0; t < layout.tasks.size(); ++t)
+    taskLanes[t] = static_cast<int32_t>(layout.tasks[t].lanes);
   if (absl::Status s = plan->layoutAdStacks(taskLanes); !s.ok())
     return s;
 

@@ -78,7 +78,7 @@ enum class StopReason : int32_t {
   X(Ptr, QdErrorRecord *, error, 1)                                                                \
   /* opaque; passed back to the runtime's task launcher */                                         \
   X(Ptr, void *, runtime, 1)                                                                       \
-  /* per parallel task: the lanes it may use in this launch */                                     \
+  /* per parallel task: the lanes its adstack entries are laid out for (CPU) */                    \
   X(Ptr, const int32_t *, taskLanes, 1)                                                            \
   /* GPU: the threads of a parallel launch's grid (T of the interleaved heap layout) */            \
   X(I64, int64_t, threads, 1)                                                                      \

@@ -36,7 +36,10 @@ namespace qd {
 struct CpuBackendOptions {
   /// Worker threads for parallel tasks (0: one per hardware thread).
   unsigned threads = 0;
-  /// Iterations per chunk of a parallel task (0: about 8 chunks per worker).
+  /// Iterations per chunk of a parallel task (0: about 8 chunks per worker,
+  /// whole groups of lanes). Below the vector width, tasks compile to
+  /// scalar code; otherwise a chunk that is not whole groups ends in a
+  /// partial group.
   int64_t chunk = 0;
   /// SIMD lanes of vectorised parallel tasks: a power of two up to 64, 1
   /// for scalar code only, 0 to choose from the host (32 when libmvec runs
@@ -100,8 +103,8 @@ public:
   /// parallel tasks with their lanes (and why a task has none), stacks,
   /// global slots and error sites.
   absl::StatusOr<const KernelLayout *> layout(const Kernel &kernel, bool boundsChecked = false);
-  /// Per parallel task of the last launch: the lanes it could use (1 when
-  /// scalar, or when its chunks were shorter than a group of lanes).
+  /// Per parallel task of the last launch: the lanes of its code (1 when
+  /// scalar); its stacks' entries were laid out for that many lanes.
   std::vector<int32_t> lastTaskLanes() const;
   /// The optimised LLVM IR of a compiled kernel (for tests and debugging).
   absl::StatusOr<std::string> llvmIR(const Kernel &kernel, bool boundsChecked = false);

@@ -8,9 +8,10 @@
 // which the entry function hands to the runtime's thread pool through
 // `qd_rt_parallel_for`; each call runs one chunk [begin, end). With
 // CodegenOptions::vectorWidth > 1 a task TaskVectorPlan accepts runs its
-// chunk's whole groups of that many iterations as SIMD lanes first, then
-// the rest with the scalar code. Each worker owns a slice of the adstack
-// heap (thread-major). Math goes to LLVM intrinsics, libm and libmvec.
+// chunk in groups of that many iterations as SIMD lanes, the last group
+// with its lanes past the chunk's end inactive from the start (there is no
+// scalar copy of the body). Each worker owns a slice of the adstack heap
+// (thread-major). Math goes to LLVM intrinsics, libm and libmvec.
 //
 //===----------------------------------------------------------------------===//
 #include "KernelEmitter.h"
@@ -38,10 +39,10 @@ public:
   void raiseError(EmitContext &c, unsigned site, llvm::ArrayRef<LV *> data) override;
 
 private:
-  /// The task's body over whole groups of lanes in [first, last); returns
-  /// where the scalar code starts.
-  LV *emitLaneGroups(KernelEmitter &e, ForStmt &task, const TaskVectorPlan &plan, LV *first,
-                     LV *last, const std::function<void(Lanes &, LV *)> &setIndex);
+  /// The task's body over groups of lanes in [first, last): the last group
+  /// may be partial (LaneState::groupMask).
+  void emitLaneGroups(KernelEmitter &e, ForStmt &task, const TaskVectorPlan &plan, LV *first,
+                      LV *last, const std::function<void(Lanes &, LV *)> &setIndex);
   void emitBandChunk(KernelEmitter &e, ForStmt &task, const TaskVectorPlan &plan, unsigned lanes,
                      LV *first, LV *last);
   /// glibc's libmvec variants for a vector math call (CodegenOptions::
@@ -107,13 +108,13 @@ void CpuTarget::emitParallelTask(KernelEmitter &e, ForStmt &task) {
        band ? KernelLayout::TaskBound() : KernelEmitter::taskBound(task.end())});
   if (band) {
     emitBandChunk(e, task, plan, lanes, first, last);
+  } else if (lanes > 1) {
+    emitLaneGroups(e, task, plan, first, last, [&](Lanes &l, LV *group) {
+      LV *base = b.CreateTrunc(group, c.i32);
+      c.set(&task, b.CreateAdd(l.splat(base), l.laneIds(c.i32)));
+      state.lanes.affineBase[&task] = base;
+    });
   } else {
-    if (lanes > 1)
-      first = emitLaneGroups(e, task, plan, first, last, [&](Lanes &l, LV *group) {
-        LV *base = b.CreateTrunc(group, c.i32);
-        c.set(&task, b.CreateAdd(l.splat(base), l.laneIds(c.i32)));
-        state.lanes.affineBase[&task] = base;
-      });
     e.control().countedLoop(first, last, c.i64, &task, [&](LV *i) {
       c.set(&task, b.CreateTrunc(i, c.i32));
       e.emitBlock(task.body());
@@ -133,8 +134,8 @@ void CpuTarget::emitParallelTask(KernelEmitter &e, ForStmt &task) {
 }
 
 // A chunk [first, last) of a band's row-major iterations, row by row: the
-// outer indices once per row, lanes along the innermost index (whole groups
-// within the row, then the rest of the row in scalar code).
+// outer indices once per row, lanes along the innermost index (groups
+// within the row, the last one partial).
 void CpuTarget::emitBandChunk(KernelEmitter &e, ForStmt &task, const TaskVectorPlan &plan,
                               unsigned lanes, LV *first, LV *last) {
   EmitContext &c = e.context();
@@ -152,7 +153,7 @@ void CpuTarget::emitBandChunk(KernelEmitter &e, ForStmt &task, const TaskVectorP
         b.CreateBinaryIntrinsic(llvm::Intrinsic::smax, b.CreateSub(first, rowStart), b.getInt64(0));
     LV *jLast = b.CreateBinaryIntrinsic(llvm::Intrinsic::smin, b.CreateSub(last, rowStart), inner);
     if (lanes > 1)
-      jFirst = emitLaneGroups(e, task, plan, jFirst, jLast, [&](Lanes &, LV *j) {
+      return emitLaneGroups(e, task, plan, jFirst, jLast, [&](Lanes &, LV *j) {
         e.setBandInner(task, shape, j, /*vector=*/true);
       });
     e.control().countedLoop(jFirst, jLast, c.i64, &task, [&](LV *j) {
@@ -162,28 +163,29 @@ void CpuTarget::emitBandChunk(KernelEmitter &e, ForStmt &task, const TaskVectorP
   });
 }
 
-// The runtime lays out lane entries only for tasks whose chunks hold a
-// group (ctx->taskLanes); the others run the scalar code only.
-LV *CpuTarget::emitLaneGroups(KernelEmitter &e, ForStmt &task, const TaskVectorPlan &plan,
-                              LV *first, LV *last,
-                              const std::function<void(Lanes &, LV *)> &setIndex) {
+// One copy of the body for every group, partial or not: the chunk's last
+// group runs with its lanes past `last` inactive from the start (a prefix of
+// the lanes is active, LaneState::groupMask), so they load, store, add,
+// raise and move lane stacks for nothing. A second, scalar copy of the body
+// for the rest of the chunk doubled the code to optimise and compile.
+void CpuTarget::emitLaneGroups(KernelEmitter &e, ForStmt &task, const TaskVectorPlan &plan,
+                               LV *first, LV *last,
+                               const std::function<void(Lanes &, LV *)> &setIndex) {
   EmitContext &c = e.context();
   llvm::IRBuilder<> &b = c.b;
   FunctionState &state = *c.fn;
   unsigned width = c.opts.vectorWidth;
   auto captured = state.values;
-  LV *allowed = b.CreateLoad(
-      c.i32, b.CreateGEP(c.i32, c.ctxField(CtxField::taskLanes), b.getInt64(state.parallelTask)));
-  LV *n = b.CreateBinaryIntrinsic(llvm::Intrinsic::smax, b.CreateSub(last, first), b.getInt64(0));
-  n = b.CreateSelect(b.CreateICmpSGE(allowed, b.getInt32(width)), n, b.getInt64(0));
-  LV *groups = b.CreateUDiv(n, b.getInt64(width));
-  LV *vectorEnd = b.CreateAdd(first, b.CreateMul(groups, b.getInt64(width)));
   state.lanes.width = width;
   state.lanes.plan = &plan;
   Lanes lanes(c);
   e.control().countedLoop(
-      first, vectorEnd, c.i64, &task,
+      first, last, c.i64, &task,
       [&](LV *group) {
+        LV *left = b.CreateBinaryIntrinsic(llvm::Intrinsic::umin, b.CreateSub(last, group),
+                                           b.getInt64(width));
+        state.lanes.groupMask =
+            b.CreateICmpULT(lanes.laneIds(c.i32), lanes.splat(b.CreateTrunc(left, c.i32)));
         setIndex(lanes, group);
         if (plan.isMaskedLoop(&task)) { // some lanes may continue early
           LaneLoop laneLoop{lanes.maskAlloca("exited"), lanes.maskAlloca("skipped")};
@@ -196,7 +198,6 @@ LV *CpuTarget::emitLaneGroups(KernelEmitter &e, ForStmt &task, const TaskVectorP
       width);
   state.lanes = LaneState();
   state.values = std::move(captured);
-  return vectorEnd;
 }
 
 LV *CpuTarget::adStackBase(EmitContext &c, unsigned id) {

@@ -293,6 +293,8 @@ LV *Lanes::splat(LV *v) {
 }
 
 LV *Lanes::allLanes() {
+  if (LV *group = state().groupMask)
+    return group;
   return llvm::ConstantInt::getTrue(vecOf(c_.b.getInt1Ty()));
 }
 
@@ -308,8 +310,8 @@ LV *Lanes::anyLane(LV *cond) {
     return cond;
   // Inactive lanes may hold poison (a shift by too much): freeze first.
   cond = c_.b.CreateFreeze(cond);
-  if (mask())
-    cond = c_.b.CreateAnd(cond, mask());
+  if (LV *active = partialMask())
+    cond = c_.b.CreateAnd(cond, active);
   return c_.b.CreateOrReduce(cond);
 }
 

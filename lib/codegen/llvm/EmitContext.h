@@ -70,10 +70,9 @@ struct AdStackRows {
 /// lives in entry-block allocas, not in the heap: each thread owns its
 /// stacks, so the depth is private, SROA keeps it in registers, and no store
 /// through a heap pointer can clobber it. A stack whose operations all run
-/// with every lane active keeps its depth in AdStackRows (one per width: a
-/// vectorised task's body and its scalar remainder lay rows out
-/// differently); a lane stack keeps a depth per lane (`laneCount`) and
-/// clamps reads to `lastIndex` (max(capacity - 1, 0)) after an overflow.
+/// with every lane active keeps its depth in AdStackRows (one per width:
+/// vector and scalar code lay rows out differently); a lane stack keeps a depth per lane
+/// (`laneCount`) and clamps reads to `lastIndex` (max(capacity - 1, 0)) after an overflow.
 struct AdStackFrame {
   LV *base = nullptr, *capacity = nullptr, *lastIndex = nullptr;
   /// A stack of a target with indexed depths (LlvmTarget::
@@ -100,8 +99,12 @@ struct LaneLoop {
 struct LaneState {
   unsigned width = 1;
   const TaskVectorPlan *plan = nullptr;
-  /// The active lanes (null: all).
+  /// The active lanes (null: all the lanes of the group).
   LV *mask = nullptr;
+  /// The lanes of the group (i1 per lane): the chunk's last group may have
+  /// fewer iterations than lanes, and its lanes past the end stay inactive
+  /// from the start. Null where every lane runs an iteration.
+  LV *groupMask = nullptr;
   /// Lane-affine integers: lane l holds base + l.
   std::unordered_map<const Value *, LV *> affineBase;
   /// A parallel band's vector code: lane l's innermost index is
@@ -272,6 +275,13 @@ public:
   /// The value of `v`, as a vector when `asVector`.
   LV *operand(const Value *v, bool asVector) { return asVector ? splat(c_.get(v)) : c_.get(v); }
   LV *mask() const { return c_.fn->lanes.mask; }
+  /// The active lanes where some lane of the vector may be inactive (a
+  /// partial mask, or a partial group), else null. Memory accesses, atomics
+  /// and error checks use it: an inactive lane must not touch memory or
+  /// raise. (A local's inactive lanes need no mask outside `mask()`: nothing
+  /// of a lane past the group's end is ever observed.)
+  LV *partialMask() const { return mask() ? mask() : c_.fn->lanes.groupMask; }
+  /// The lanes of the group (LaneState::groupMask), as a vector.
   LV *allLanes();
   /// The active lanes, as a vector.
   LV *activeMask() { return mask() ? mask() : allLanes(); }
@@ -303,14 +313,15 @@ private:
 };
 
 template <typename Body> void Lanes::forEachActiveLane(Body &&body) {
+  LV *active = partialMask();
   for (unsigned l = 0; l < width(); ++l) {
-    if (!mask()) {
+    if (!active) {
       body(l);
       continue;
     }
     BasicBlock *on = c_.newBlock("lane.on");
     BasicBlock *next = c_.newBlock("lane.next");
-    c_.b.CreateCondBr(lane(mask(), l), on, next);
+    c_.b.CreateCondBr(lane(active, l), on, next);
     c_.b.SetInsertPoint(on);
     body(l);
     c_.b.CreateBr(next);

@@ -248,7 +248,8 @@ void ControlFlowLowering::vectorIf(IfStmt &i, LV *cond, LV *entryMask) {
   llvm::IRBuilder<> &b = c_.b;
   LaneState &state = lanes_.state();
   cond = b.CreateFreeze(cond);
-  LV *thenMask = entryMask ? b.CreateAnd(entryMask, cond) : cond;
+  LV *outer = entryMask ? entryMask : state.groupMask;
+  LV *thenMask = outer ? b.CreateAnd(outer, cond) : cond;
   LV *elseMask = b.CreateAnd(entryMask ? entryMask : lanes_.allLanes(), b.CreateNot(cond));
   for (int arm = 0; arm < 2; ++arm) {
     LV *m = arm == 0 ? thenMask : elseMask;

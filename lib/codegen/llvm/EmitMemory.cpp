@@ -158,7 +158,7 @@ void MemoryLowering::globalAccessLanes(GlobalAccessStmt &g) {
   llvm::Type *mem = c_.memTypeOf(elem);
   llvm::Type *memVec = lanes_.vecOf(mem);
   llvm::Align align(storageBytes(elem));
-  LV *mask = lanes_.mask();
+  LV *mask = lanes_.partialMask();
   unsigned n = g.numIndices();
   std::vector<LV *> extents = extentsOf(g), indices;
   LV *bad = b.getFalse();
@@ -212,18 +212,34 @@ void MemoryLowering::globalAccessLanes(GlobalAccessStmt &g) {
   else
     ptr = b.CreateGEP(mem, base, flat);
   LV *zero = llvm::Constant::getNullValue(memVec);
+  // In a partial group (no other mask), a gather or scatter has the lanes
+  // past the end repeat lane 0's access (always active: the group's lanes
+  // are a prefix) instead of a mask: the element is lane 0's own (the plan
+  // lets no other iteration touch an element a lane stores to or adds to
+  // privately) and so is the value, so nothing changes, and AVX2 code,
+  // which scalarises gathers and scatters, needs no branch per lane.
+  LV *group = lanes_.mask() ? nullptr : lanes_.state().groupMask;
+  auto asLaneZero = [&](LV *v) {
+    return b.CreateSelect(group, v, lanes_.splat(b.CreateExtractElement(v, b.getInt64(0))));
+  };
+  auto gatherMask = [&]() -> LV * {
+    if (!group)
+      return lanes_.activeMask();
+    ptrs = asLaneZero(ptrs);
+    return llvm::ConstantInt::getTrue(memVec->getWithNewType(b.getInt1Ty()));
+  };
   if (auto *st = dyn_cast<AtomicAddStmt>(&g); st && lanes_.plan().isPrivateAtomic(st)) {
     // No other iteration touches the element: read, add, write.
     if (!contiguous && !ptrs)
       ptrs = lanes_.splat(ptr);
-    LV *active = lanes_.activeMask();
+    LV *active = contiguous ? lanes_.activeMask() : gatherMask();
     LV *old = contiguous ? b.CreateMaskedLoad(memVec, ptr, align, active, zero)
                          : b.CreateMaskedGather(memVec, ptrs, align, active, zero);
     LV *sum = addOf(old, c_.toMem(lanes_.splat(c_.get(st->value())), elem), elem);
     if (contiguous)
       b.CreateMaskedStore(sum, ptr, align, active);
     else
-      b.CreateMaskedScatter(sum, ptrs, align, active);
+      b.CreateMaskedScatter(group ? asLaneZero(sum) : sum, ptrs, align, active);
     return;
   }
   if (auto *st = dyn_cast<AtomicRmwStmt>(&g)) {
@@ -239,7 +255,7 @@ void MemoryLowering::globalAccessLanes(GlobalAccessStmt &g) {
   if (g.kind() == StmtKind::GlobalLoad) {
     LV *v = nullptr;
     if (!contiguous)
-      v = b.CreateMaskedGather(memVec, ptrs, align, lanes_.activeMask(), zero);
+      v = b.CreateMaskedGather(memVec, ptrs, align, gatherMask(), zero);
     else if (mask)
       v = b.CreateMaskedLoad(memVec, ptr, align, mask, zero);
     else
@@ -252,8 +268,8 @@ void MemoryLowering::globalAccessLanes(GlobalAccessStmt &g) {
     b.CreateAlignedStore(v, ptr, align);
   else if (contiguous)
     b.CreateMaskedStore(v, ptr, align, mask);
-  else
-    b.CreateMaskedScatter(v, ptrs, align, lanes_.activeMask());
+  else if (LV *all = gatherMask())
+    b.CreateMaskedScatter(group ? asLaneZero(v) : v, ptrs, align, all);
 }
 
 } // namespace qd::codegen

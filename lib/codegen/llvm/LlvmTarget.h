@@ -59,7 +59,7 @@ public:
   /// KernelLayout::tasks. Its body is lowered by `emitter` in a function
   /// state of the target's own (EmitContext::beginFunction).
   /// CPU: outlines `qd_task_<n>(ctx, captures, begin, end, worker)` over a
-  /// chunk, runs whole groups of SIMD lanes then the scalar rest, and calls
+  /// chunk, runs groups of SIMD lanes (the last one partial), and calls
   /// `qd_rt_parallel_for`. NVPTX: the device entry `qd_task_<n>(ctx)`, whose
   /// threads run a grid-stride loop over [begin, end) in a grid of
   /// ctx->threads threads (no lanes: lanes stay 1).
