@@ -25,6 +25,7 @@
 #include <rapidcheck/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <map>
 #include <string>
@@ -1110,6 +1111,105 @@ kernel @k(%n: i32) {
   EXPECT_NE(h.sizing().warnings()[0].find("warning: adstack %s"), std::string::npos);
   ASSERT_TRUE(h.run({LaunchArg::i32(9)}, withDefault(12)).ok());
   EXPECT_EQ(h.interp.adStackMaxDepths().at(s.stack), 10);
+}
+
+// The gradient of `while` loops nested in a `while` loop: its reverse sweep
+// runs the inner loops again, with trip counts read back from the outer
+// loop's tape, so counting the inner tapes needs the outer tape's values.
+// They are counted in stages (the counting kernel keeps the outer tape as a
+// real stack, which its own counting kernel measures): every stack is
+// measured exactly, and needs beyond the tier-3 default (256) launch.
+// Before, the inner tapes got the default and these launches overflowed.
+TEST(AdStackSizingTest, NestedWhileLoopsOfAGradientAreCountedInStages) {
+  Harness h(R"(
+field @x : f32[3] grad
+field @m : i32[3]
+field @y : f32[3] grad
+
+kernel @k() {
+  parallel for %i = 0 to 3 {
+    %v = alloca f32
+    %x = load @x[%i] : f32
+    store %v, %x
+    %m = load @m[%i] : i32
+    %a = alloca i32
+    while {
+      %ka = load %a : i32
+      %done = cmp ge %ka, %m : i32
+      if %done {
+        break
+      }
+      %b = alloca i32
+      %step = const 150 : i32
+      %lim = mul %ka, %step : i32
+      while {
+        %kb = load %b : i32
+        %inner = cmp ge %kb, %lim : i32
+        if %inner {
+          break
+        }
+        %c = alloca i32
+        while {
+          %kc = load %c : i32
+          %three = const 3 : i32
+          %innermost = cmp ge %kc, %three : i32
+          if %innermost {
+            break
+          }
+          %w = load %v : f32
+          %sw = sin %w : f32
+          store %v, %sw
+          %one3 = const 1 : i32
+          %kc1 = add %kc, %one3 : i32
+          store %c, %kc1
+        }
+        %one2 = const 1 : i32
+        %kb1 = add %kb, %one2 : i32
+        store %b, %kb1
+      }
+      %one = const 1 : i32
+      %ka1 = add %ka, %one : i32
+      store %a, %ka1
+    }
+    %r = load %v : f32
+    store @y[%i], %r
+  }
+}
+)");
+  ASSERT_TRUE(h.ok());
+  ASSERT_TRUE(buildGradientKernel(*h.module, h.kernel()).ok());
+  ASSERT_TRUE(verify(*h.module).ok());
+  const KernelSizing &ks = h.sizing("k_grad");
+  int measured = 0;
+  for (const AdStackSize &s : ks.stacks()) {
+    EXPECT_NE(s.tier, SizingTier::Default) << ks.describe(s);
+    measured += s.tier == SizingTier::Measured;
+  }
+  EXPECT_GE(measured, 3);
+  ASSERT_NE(ks.countKernel(), nullptr);
+  ASSERT_TRUE(verify(*ks.countKernel()).ok()) << printKernel(*ks.countKernel());
+  // Outer trip counts 0, 2 and 4: inner loops of up to 450 iterations.
+  h.setI("m", {0, 2, 4});
+  for (int i = 0; i < 3; ++i) {
+    h.program->field("x")->set(i, Scalar::ofFloat(ScalarType::F32, 0.5 + 0.1 * i));
+    h.program->field("y", Component::Grad)->set(i, Scalar::ofFloat(ScalarType::F32, 1.0));
+  }
+  absl::Status st = h.run({}, {}, "k_grad");
+  ASSERT_TRUE(st.ok()) << message(st);
+  h.checkLaunch("k_grad");
+  int64_t deepest = 0;
+  for (const AdStackSize &s : ks.stacks())
+    deepest = std::max(deepest, h.observed(s));
+  EXPECT_GT(deepest, 256) << "the inner tapes must outgrow the tier-3 default";
+  // d/dx of sin applied 3 * 150 * (0 + 1 + 2 + 3) times to x = 0.7: the
+  // product of the cosines along the way.
+  double v = 0.7, d = 1;
+  for (int n = 0; n < 3 * 150 * 6; ++n) {
+    d *= std::cos(static_cast<float>(v));
+    v = std::sin(static_cast<float>(v));
+  }
+  EXPECT_NEAR(h.program->field("x", Component::Grad)->get(2).f, d, 2e-3 * std::abs(d) + 1e-9);
+  EXPECT_EQ(h.program->field("x", Component::Grad)->get(0).f, 1.0f);
 }
 
 TEST(AdStackSizingTest, BalancedWhileLoopIsTier1) {

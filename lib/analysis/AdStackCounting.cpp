@@ -13,7 +13,15 @@
 //     which then go to copies the caller passes (program state is never
 //     written).
 // A stack is refused when its slice reads a stack being counted (its values
-// are not kept).
+// are not kept), unless that stack's own slice reads no counted stack: then
+// the counting kernel keeps it as a real stack as well as counting it
+// (*materialised*: its pushes keep their values, its pops and reads stay).
+// Its capacity is the counting kernel's own business: launched through
+// Program::launch like any kernel, the counting kernel's sizing measures
+// it with a counting kernel of its own, whose slice of it is clean. Counting
+// thus runs in two stages where a count depends on a measured stack's
+// values (taped nested `while` loops: the reverse sweep runs inner loops
+// again with trip counts read back from the outer loop's tape).
 //
 //===----------------------------------------------------------------------===//
 #include "qd/analysis/AdStackCounting.h"
@@ -28,6 +36,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
 #include <unordered_set>
@@ -101,14 +110,19 @@ struct KernelIndex {
 /// The slice of one counted stack, or why it cannot be counted.
 class Slicer {
 public:
+  /// `materialisable`: counted stacks the slice may read by keeping them
+  /// (null: none).
   Slicer(const KernelIndex &index, const std::unordered_set<const Value *> &counted,
-         const ValueNamer &names)
-      : index_(index), counted_(counted), names_(names) {}
+         const ValueNamer &names, const std::unordered_set<const Value *> *materialisable = nullptr)
+      : index_(index), counted_(counted), names_(names), materialisable_(materialisable) {}
 
-  /// Adds the slice of `stack` to `kept`; returns a reason on failure
-  /// (`kept` is then unchanged).
-  std::string slice(const AdStackAllocaStmt &stack, std::unordered_set<const Stmt *> &kept) {
+  /// Adds the slice of `stack` to `kept` and the counted stacks it keeps to
+  /// `materialised`; returns a reason on failure (`kept` and `materialised`
+  /// are then unchanged).
+  std::string slice(const AdStackAllocaStmt &stack, std::unordered_set<const Stmt *> &kept,
+                    std::unordered_set<const Value *> &materialised) {
     std::unordered_set<const Stmt *> mine;
+    std::unordered_set<const Value *> myMaterialised;
     std::vector<const Stmt *> work;
     auto keep = [&](const Value *v) {
       auto *s = dyn_cast<Stmt>(v);
@@ -126,8 +140,10 @@ public:
       // Data.
       for (unsigned i = 0; i < s->numOperands(); ++i) {
         const Value *v = s->operand(i);
-        bool countedPush = s->kind() == StmtKind::AdStackPush && i == 1 &&
-                           counted_.count(cast<AdStackOpStmt>(s)->stack());
+        const Value *pushed =
+            s->kind() == StmtKind::AdStackPush ? cast<AdStackOpStmt>(s)->stack() : nullptr;
+        bool countedPush = pushed && i == 1 && counted_.count(pushed) &&
+                           !myMaterialised.count(pushed) && !materialised.count(pushed);
         if (v && !countedPush)
           keep(v);
       }
@@ -146,11 +162,18 @@ public:
       } else if (auto *op = dyn_cast<AdStackOpStmt>(s);
                  op && (op->kind() == StmtKind::AdStackLoadTop ||
                         op->kind() == StmtKind::AdStackLoadTopAdj)) {
-        if (counted_.count(op->stack()))
-          return fmt::format("the value '{}' at {} read from adstack {}, which is itself "
-                             "measured, decides how often it is pushed",
-                             printStmt(*op), op->loc().str(), names_[op->stack()]);
         bool adjoint = op->kind() == StmtKind::AdStackLoadTopAdj;
+        if (counted_.count(op->stack())) {
+          if (adjoint || !materialisable_ || !materialisable_->count(op->stack()))
+            return fmt::format("the value '{}' at {} read from adstack {}, which is itself "
+                               "measured, decides how often it is pushed",
+                               printStmt(*op), op->loc().str(), names_[op->stack()]);
+          // Kept as a real stack: its pushes with their values.
+          if (myMaterialised.insert(op->stack()).second)
+            for (const Stmt *other : index_.stackOps.at(op->stack()))
+              if (other->kind() == StmtKind::AdStackPush)
+                keep(other->operand(1));
+        }
         for (const Stmt *other : index_.stackOps.at(op->stack()))
           if (other->kind() != StmtKind::AdStackAccAdjoint || adjoint)
             keep(other);
@@ -163,6 +186,7 @@ public:
       }
     }
     kept.insert(mine.begin(), mine.end());
+    materialised.insert(myMaterialised.begin(), myMaterialised.end());
     return "";
   }
 
@@ -170,7 +194,51 @@ private:
   const KernelIndex &index_;
   const std::unordered_set<const Value *> &counted_;
   const ValueNamer &names_;
+  const std::unordered_set<const Value *> *materialisable_;
 };
+
+/// The counted stacks, the statements their slices keep and the counted
+/// stacks kept as real stacks, for the stacks of `stacks` that can be
+/// counted: a stack whose slice reads a counted stack that is not
+/// `materialisable` is refused (with the reason in `refused`), which may
+/// make another slice acceptable; repeated until the counted set is stable.
+struct Slices {
+  std::unordered_set<const Value *> counted, materialised;
+  std::unordered_set<const Stmt *> kept;
+  std::unordered_map<const AdStackAllocaStmt *, std::string> refused;
+};
+Slices sliceAll(const KernelIndex &index, const ValueNamer &names,
+                std::span<const AdStackAllocaStmt *const> stacks,
+                const std::unordered_set<const Value *> *materialisable) {
+  Slices out;
+  out.counted.insert(stacks.begin(), stacks.end());
+  for (bool changed = true; changed;) {
+    changed = false;
+    out.kept.clear();
+    out.materialised.clear();
+    // Only stacks still counted may be kept as real stacks.
+    std::unordered_set<const Value *> live;
+    if (materialisable)
+      for (const Value *v : *materialisable)
+        if (out.counted.count(v))
+          live.insert(v);
+    Slicer slicer(index, out.counted, names, materialisable ? &live : nullptr);
+    for (const AdStackAllocaStmt *s : stacks) {
+      if (!out.counted.count(s))
+        continue;
+      std::string why = slicer.slice(*s, out.kept, out.materialised);
+      if (!why.empty()) {
+        out.refused[s] = why;
+        out.counted.erase(s);
+        changed = true;
+      }
+    }
+  }
+  for (const AdStackAllocaStmt *s : stacks)
+    if (out.counted.count(s))
+      out.refused.erase(s);
+  return out;
+}
 
 using variants::freshArgumentName;
 using variants::taskOf;
@@ -243,25 +311,24 @@ AdStackCounting buildAdStackCounting(const Kernel &kernel,
     return out;
   KernelIndex index(kernel);
   ValueNamer names(kernel);
-  // A stack whose slice reads a counted stack is refused, which may make
-  // another slice acceptable; repeat until the counted set is stable.
-  std::unordered_set<const Value *> counted(stacks.begin(), stacks.end());
-  std::unordered_set<const Stmt *> kept;
-  for (bool changed = true; changed;) {
-    changed = false;
-    kept.clear();
-    Slicer slicer(index, counted, names);
-    for (const AdStackAllocaStmt *s : stacks) {
-      if (!counted.count(s))
-        continue;
-      std::string why = slicer.slice(*s, kept);
-      if (!why.empty()) {
-        out.refused[s] = why;
-        counted.erase(s);
-        changed = true;
-      }
-    }
+  // First the stacks whose slices read no counted stack (level 0); then
+  // again, while some are refused, with the stacks counted so far kept as
+  // real stacks where a slice reads them (a stack of level k reads stacks
+  // of lower levels only, so the counting kernel's own counting, one level
+  // less, ends). A round is taken when it counts more than the one before
+  // and all of it.
+  Slices slices = sliceAll(index, names, stacks, nullptr);
+  while (!slices.refused.empty()) {
+    Slices staged = sliceAll(index, names, stacks, &slices.counted);
+    bool superset = std::all_of(slices.counted.begin(), slices.counted.end(),
+                                [&](const Value *v) { return staged.counted.count(v) > 0; });
+    if (!superset || staged.counted.size() <= slices.counted.size())
+      break;
+    slices = std::move(staged);
   }
+  out.refused = slices.refused;
+  const std::unordered_set<const Value *> &counted = slices.counted;
+  const std::unordered_set<const Stmt *> &kept = slices.kept;
   for (const AdStackAllocaStmt *s : stacks)
     if (counted.count(s))
       out.counted.push_back(s);
@@ -304,10 +371,13 @@ AdStackCounting buildAdStackCounting(const Kernel &kernel,
     IRBuilder at = IRBuilder::before(*stack);
     at.setLocation(stack->loc());
     AllocaStmt *count = at.alloca(ScalarType::I32);
+    bool real = slices.materialised.count(out.counted[slot]) > 0;
     std::vector<Stmt *> ops;
     for (const Use &u : stack->uses())
       ops.push_back(u.user());
     for (Stmt *op : ops) {
+      if (op->kind() != StmtKind::AdStackPush && op->kind() != StmtKind::AdStackPop)
+        continue; // a read of a materialised stack
       IRBuilder b = IRBuilder::before(*op);
       b.setLocation(op->loc());
       if (op->kind() == StmtKind::AdStackPush) {
@@ -320,10 +390,13 @@ AdStackCounting buildAdStackCounting(const Kernel &kernel,
         Value *old = b.load(count);
         b.store(count, b.sub(old, b.i32(1)));
       }
-      op->dropAllReferences();
-      op->erase();
+      if (!real) {
+        op->dropAllReferences();
+        op->erase();
+      }
     }
-    stack->erase();
+    if (!real)
+      stack->erase();
   }
   for (Stmt *s : droppedRoots)
     s->erase();

@@ -192,12 +192,14 @@ absl::Status Program::launchSized(const Kernel &k, std::span<const LaunchArg> ar
   if (!capacities.ok())
     return capacities.status();
   // Stacks measured at launch: run the counting kernel first, unless every
-  // one of them has an explicit capacity. (A counting kernel's own stacks
-  // are never measured: `record` is false for it.) A kernel with an
-  // optimistic launch counts at its first launch only.
+  // one of them has an explicit capacity. A kernel with an optimistic
+  // launch counts at its first launch only. A counting kernel
+  // (`record` false) may measure stacks too: those it keeps as real stacks
+  // because other counts read their values (AdStackCounting.cpp), which its
+  // own counting kernel, one stage less, measures. It always counts.
   const KernelSizing &sz = **sizing;
   bool measure = false, explicitMeasured = false;
-  if (record && sz.countKernel())
+  if (sz.countKernel())
     for (const AdStackSize &s : sz.stacks())
       if (s.tier == SizingTier::Measured) {
         bool given = options.adStackCapacities.count(s.stack);
@@ -206,7 +208,8 @@ absl::Status Program::launchSized(const Kernel &k, std::span<const LaunchArg> ar
       }
   OptimisticState *optimistic = nullptr;
   std::unique_lock<std::mutex> optimisticLock;
-  bool optimisticWanted = options.optimisticAdStacks.value_or(backend.optimisticAdStacks());
+  bool optimisticWanted =
+      record && options.optimisticAdStacks.value_or(backend.optimisticAdStacks());
   if (measure && !explicitMeasured && optimisticWanted && sz.optimistic()) {
     // A launch of the same kernel from another thread holds the state: this
     // one counts instead.
