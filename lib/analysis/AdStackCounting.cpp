@@ -1,7 +1,9 @@
 //===- AdStackCounting.cpp - Counting kernels -----------------------------===//
 //
 // The slice is a backward closure over three kinds of dependence, starting
-// from the pushes and pops of a counted stack:
+// from the pushes and pops of a counted stack (its pushes alone where every
+// pop follows every push, as in a gradient's forward and reverse sweeps: the
+// peak is then the number of pushes):
 //   - data: a kept statement keeps the statements defining its operands (a
 //     push of a counted stack keeps its stack, not its value);
 //   - control: a kept statement keeps the statements that contain it (an
@@ -13,15 +15,17 @@
 //     which then go to copies the caller passes (program state is never
 //     written).
 // A stack is refused when its slice reads a stack being counted (its values
-// are not kept), unless that stack's own slice reads no counted stack: then
-// the counting kernel keeps it as a real stack as well as counting it
+// are not kept), unless that stack's count does not depend on its own
+// values: then the counting kernel keeps it as a real stack as well as
+// counting it
 // (*materialised*: its pushes keep their values, its pops and reads stay).
 // Its capacity is the counting kernel's own business: launched through
 // Program::launch like any kernel, the counting kernel's sizing measures
-// it with a counting kernel of its own, whose slice of it is clean. Counting
-// thus runs in two stages where a count depends on a measured stack's
-// values (taped nested `while` loops: the reverse sweep runs inner loops
-// again with trip counts read back from the outer loop's tape).
+// it with a counting kernel of its own, which reads fewer stacks. Counting
+// thus runs in stages where a count depends on a measured stack's values
+// (taped nested `while` loops: the reverse sweep runs inner loops again
+// with trip counts read back from the outer loop's tape). A stack whose
+// count depends on its own values is refused.
 //
 //===----------------------------------------------------------------------===//
 #include "qd/analysis/AdStackCounting.h"
@@ -37,6 +41,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cassert>
+#include <cstdint>
 #include <map>
 #include <set>
 #include <unordered_set>
@@ -88,6 +94,37 @@ struct KernelIndex {
     return it == ndarrayWriters.end() ? nullptr : &it->second;
   }
 
+  /// Whether every pop of `stack` comes after every push in each lifetime
+  /// of the stack: the statements of the alloca's block holding a push all
+  /// come before those holding a pop. Its peak is then the number of
+  /// pushes, and its count needs no pop (nor what decides the pops: the
+  /// reverse sweep that reads the stack back).
+  bool popsFollowPushes(const AdStackAllocaStmt &stack) const {
+    auto it = stackOps.find(&stack);
+    if (it == stackOps.end())
+      return true;
+    const Block *home = stack.parent();
+    size_t lastPush = 0, firstPop = SIZE_MAX;
+    bool pushes = false;
+    for (const Stmt *op : it->second) {
+      if (op->kind() != StmtKind::AdStackPush && op->kind() != StmtKind::AdStackPop)
+        continue;
+      const Stmt *s = op;
+      while (s && s->parent() != home)
+        s = s->parentStmt();
+      if (!s)
+        return false; // (not under the alloca's block: the verifier forbids it)
+      size_t at = position.at(s);
+      if (op->kind() == StmtKind::AdStackPush) {
+        pushes = true;
+        lastPush = std::max(lastPush, at);
+      } else {
+        firstPop = std::min(firstPop, at);
+      }
+    }
+    return !pushes || lastPush < firstPop;
+  }
+
   /// Whether the value `store` writes into its local may be what `load`
   /// reads: the store comes first in the text, or a loop inside the local's
   /// scope contains both (a later iteration reads it). A loop that contains
@@ -102,6 +139,26 @@ struct KernelIndex {
       aroundLocal.insert(p);
     for (const Stmt *p = load.parentStmt(); p && !aroundLocal.count(p); p = p->parentStmt())
       if ((isa<ForStmt>(p) || isa<WhileStmt>(p)) && aroundStore.count(p))
+        return !killedInEveryIteration(*p, load, store);
+    return false;
+  }
+
+  /// Whether `loop`'s body stores to the local `load` reads unconditionally
+  /// (a statement of the body itself, not `other`) before the statement
+  /// holding `load`: a value stored in an earlier iteration never reaches
+  /// it. (A gradient's reverse sweep restores a local from its tape at the
+  /// top of each iteration; without this, a count would seem to read the
+  /// values the sweep after it stores.)
+  bool killedInEveryIteration(const Stmt &loop, const Stmt &load, const Stmt &other) const {
+    const Block &body = loop.block(0);
+    const Stmt *holder = &load;
+    while (holder->parent() != &body)
+      holder = holder->parentStmt();
+    auto it = localStores.find(cast<LocalLoadStmt>(load).local());
+    if (it == localStores.end())
+      return false;
+    for (const Stmt *st : it->second)
+      if (st != &other && st->parent() == &body && position.at(st) < position.at(holder))
         return true;
     return false;
   }
@@ -130,9 +187,10 @@ public:
         work.push_back(s);
     };
     keep(&stack);
+    bool pops = !index_.popsFollowPushes(stack);
     if (auto it = index_.stackOps.find(&stack); it != index_.stackOps.end())
       for (const Stmt *op : it->second)
-        if (op->kind() == StmtKind::AdStackPush || op->kind() == StmtKind::AdStackPop)
+        if (op->kind() == StmtKind::AdStackPush || (pops && op->kind() == StmtKind::AdStackPop))
           keep(op);
     while (!work.empty()) {
       const Stmt *s = work.back();
@@ -196,49 +254,6 @@ private:
   const ValueNamer &names_;
   const std::unordered_set<const Value *> *materialisable_;
 };
-
-/// The counted stacks, the statements their slices keep and the counted
-/// stacks kept as real stacks, for the stacks of `stacks` that can be
-/// counted: a stack whose slice reads a counted stack that is not
-/// `materialisable` is refused (with the reason in `refused`), which may
-/// make another slice acceptable; repeated until the counted set is stable.
-struct Slices {
-  std::unordered_set<const Value *> counted, materialised;
-  std::unordered_set<const Stmt *> kept;
-  std::unordered_map<const AdStackAllocaStmt *, std::string> refused;
-};
-Slices sliceAll(const KernelIndex &index, const ValueNamer &names,
-                std::span<const AdStackAllocaStmt *const> stacks,
-                const std::unordered_set<const Value *> *materialisable) {
-  Slices out;
-  out.counted.insert(stacks.begin(), stacks.end());
-  for (bool changed = true; changed;) {
-    changed = false;
-    out.kept.clear();
-    out.materialised.clear();
-    // Only stacks still counted may be kept as real stacks.
-    std::unordered_set<const Value *> live;
-    if (materialisable)
-      for (const Value *v : *materialisable)
-        if (out.counted.count(v))
-          live.insert(v);
-    Slicer slicer(index, out.counted, names, materialisable ? &live : nullptr);
-    for (const AdStackAllocaStmt *s : stacks) {
-      if (!out.counted.count(s))
-        continue;
-      std::string why = slicer.slice(*s, out.kept, out.materialised);
-      if (!why.empty()) {
-        out.refused[s] = why;
-        out.counted.erase(s);
-        changed = true;
-      }
-    }
-  }
-  for (const AdStackAllocaStmt *s : stacks)
-    if (out.counted.count(s))
-      out.refused.erase(s);
-  return out;
-}
 
 using variants::freshArgumentName;
 using variants::taskOf;
@@ -311,24 +326,44 @@ AdStackCounting buildAdStackCounting(const Kernel &kernel,
     return out;
   KernelIndex index(kernel);
   ValueNamer names(kernel);
-  // First the stacks whose slices read no counted stack (level 0); then
-  // again, while some are refused, with the stacks counted so far kept as
-  // real stacks where a slice reads them (a stack of level k reads stacks
-  // of lower levels only, so the counting kernel's own counting, one level
-  // less, ends). A round is taken when it counts more than the one before
-  // and all of it.
-  Slices slices = sliceAll(index, names, stacks, nullptr);
-  while (!slices.refused.empty()) {
-    Slices staged = sliceAll(index, names, stacks, &slices.counted);
-    bool superset = std::all_of(slices.counted.begin(), slices.counted.end(),
-                                [&](const Value *v) { return staged.counted.count(v) > 0; });
-    if (!superset || staged.counted.size() <= slices.counted.size())
-      break;
-    slices = std::move(staged);
+  // Which measured stacks' values each count reads (its slice with every
+  // stack kept where it is read). A stack whose count reads its own values
+  // (directly or through another stack) cannot be counted; the others can,
+  // with the stacks they read kept as real stacks. Reading is acyclic among
+  // them (T read by S: S's slice holds T's, so T reads less than S), which
+  // is what ends the recursion of counting kernels.
+  std::unordered_set<const Value *> candidates(stacks.begin(), stacks.end());
+  std::unordered_set<const Value *> counted = candidates;
+  {
+    Slicer probe(index, candidates, names, &candidates);
+    Slicer plain(index, candidates, names);
+    for (const AdStackAllocaStmt *s : stacks) {
+      std::unordered_set<const Stmt *> k;
+      std::unordered_set<const Value *> reads;
+      std::string why = probe.slice(*s, k, reads);
+      if (why.empty() && reads.count(s)) {
+        // The reason names the first measured stack read on the way.
+        why = plain.slice(*s, k, reads);
+        if (why.empty())
+          why = "its count depends on its own values";
+      }
+      if (!why.empty()) {
+        out.refused[s] = why;
+        counted.erase(s);
+      }
+    }
   }
-  out.refused = slices.refused;
-  const std::unordered_set<const Value *> &counted = slices.counted;
-  const std::unordered_set<const Stmt *> &kept = slices.kept;
+  std::unordered_set<const Stmt *> kept;
+  std::unordered_set<const Value *> materialised;
+  {
+    Slicer slicer(index, counted, names, &counted);
+    for (const AdStackAllocaStmt *s : stacks)
+      if (counted.count(s)) {
+        std::string why = slicer.slice(*s, kept, materialised);
+        assert(why.empty() && "a stack the probe accepted");
+        (void)why;
+      }
+  }
   for (const AdStackAllocaStmt *s : stacks)
     if (counted.count(s))
       out.counted.push_back(s);
@@ -371,7 +406,7 @@ AdStackCounting buildAdStackCounting(const Kernel &kernel,
     IRBuilder at = IRBuilder::before(*stack);
     at.setLocation(stack->loc());
     AllocaStmt *count = at.alloca(ScalarType::I32);
-    bool real = slices.materialised.count(out.counted[slot]) > 0;
+    bool real = materialised.count(out.counted[slot]) > 0;
     std::vector<Stmt *> ops;
     for (const Use &u : stack->uses())
       ops.push_back(u.user());
