@@ -334,10 +334,21 @@ AdStackCounting buildAdStackCounting(const Kernel &kernel,
   // is what ends the recursion of counting kernels.
   std::unordered_set<const Value *> candidates(stacks.begin(), stacks.end());
   std::unordered_set<const Value *> counted = candidates;
+  std::unordered_set<const Stmt *> kept;
+  std::unordered_set<const Value *> materialised;
+  // Most counts read no measured stack: one slice each, as they are.
+  // Only the others are sliced again with the stacks they read kept.
+  std::vector<const AdStackAllocaStmt *> reading;
   {
+    Slicer plain(index, candidates, names);
+    for (const AdStackAllocaStmt *s : stacks)
+      if (!plain.slice(*s, kept, materialised).empty())
+        reading.push_back(s);
+  }
+  if (!reading.empty()) {
     Slicer probe(index, candidates, names, &candidates);
     Slicer plain(index, candidates, names);
-    for (const AdStackAllocaStmt *s : stacks) {
+    for (const AdStackAllocaStmt *s : reading) {
       std::unordered_set<const Stmt *> k;
       std::unordered_set<const Value *> reads;
       std::string why = probe.slice(*s, k, reads);
@@ -352,10 +363,11 @@ AdStackCounting buildAdStackCounting(const Kernel &kernel,
         counted.erase(s);
       }
     }
-  }
-  std::unordered_set<const Stmt *> kept;
-  std::unordered_set<const Value *> materialised;
-  {
+    // The slices again, with the stacks that can be counted kept where read
+    // (a refused stack a count reads is kept as a real stack with its
+    // default capacity, as any stack that is not counted).
+    kept.clear();
+    materialised.clear();
     Slicer slicer(index, counted, names, &counted);
     for (const AdStackAllocaStmt *s : stacks)
       if (counted.count(s)) {
