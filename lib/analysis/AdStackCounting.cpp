@@ -200,8 +200,9 @@ public:
         const Value *v = s->operand(i);
         const Value *pushed =
             s->kind() == StmtKind::AdStackPush ? cast<AdStackOpStmt>(s)->stack() : nullptr;
-        bool countedPush = pushed && i == 1 && counted_.count(pushed) &&
-                           !myMaterialised.count(pushed) && !materialised.count(pushed);
+        // (A stack another slice keeps has its values kept by that slice.)
+        bool countedPush =
+            pushed && i == 1 && counted_.count(pushed) && !myMaterialised.count(pushed);
         if (v && !countedPush)
           keep(v);
       }
@@ -338,26 +339,23 @@ AdStackCounting buildAdStackCounting(const Kernel &kernel,
   std::unordered_set<const Value *> materialised;
   // Most counts read no measured stack: one slice each, as they are.
   // Only the others are sliced again with the stacks they read kept.
-  std::vector<const AdStackAllocaStmt *> reading;
+  // (With the reason the plain slice gave, which names the first measured
+  // stack read on the way.)
+  std::vector<std::pair<const AdStackAllocaStmt *, std::string>> reading;
   {
     Slicer plain(index, candidates, names);
     for (const AdStackAllocaStmt *s : stacks)
-      if (!plain.slice(*s, kept, materialised).empty())
-        reading.push_back(s);
+      if (std::string why = plain.slice(*s, kept, materialised); !why.empty())
+        reading.emplace_back(s, std::move(why));
   }
   if (!reading.empty()) {
     Slicer probe(index, candidates, names, &candidates);
-    Slicer plain(index, candidates, names);
-    for (const AdStackAllocaStmt *s : reading) {
+    for (auto &[s, plainWhy] : reading) {
       std::unordered_set<const Stmt *> k;
       std::unordered_set<const Value *> reads;
       std::string why = probe.slice(*s, k, reads);
-      if (why.empty() && reads.count(s)) {
-        // The reason names the first measured stack read on the way.
-        why = plain.slice(*s, k, reads);
-        if (why.empty())
-          why = "its count depends on its own values";
-      }
+      if (why.empty() && reads.count(s))
+        why = plainWhy;
       if (!why.empty()) {
         out.refused[s] = why;
         counted.erase(s);
