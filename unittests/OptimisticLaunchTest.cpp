@@ -562,6 +562,67 @@ TEST(OptimisticLaunchTest, KernelsOutsideTheConditionCount) {
             4);
 }
 
+// A stack whose pushes depend on its own values, counted with a bound on
+// every backend (docs/sizing.md, "Bounded stacks"): each launch gets the
+// exact need, beyond the first bound (the default capacity 256) too, with
+// as many counting runs as the bound needs to double; threads of one
+// vector group or warp stop past the bound at different points.
+TEST(OptimisticLaunchTest, AStackBoundedByItsOwnValuesIsCountedOnEveryBackend) {
+  constexpr const char *kText = R"(
+field @len : i32[64]
+field @out : i32[64]
+
+kernel @k() {
+  parallel for %i = 0 to 64 {
+    %n = load @len[%i] : i32
+    %s = adstack.alloca i32, capacity 0
+    %zero = const 0 : i32
+    %one = const 1 : i32
+    adstack.push %s, %zero
+    while {
+      %t = adstack.load_top %s : i32
+      %done = cmp ge %t, %n : i32
+      if %done {
+        break
+      }
+      %t1 = add %t, %one : i32
+      adstack.push %s, %t1
+    }
+    %top = adstack.load_top %s : i32
+    store @out[%i], %top
+  }
+}
+)";
+  auto parsed = parseModule(kText, {"t.qd", 1});
+  ASSERT_TRUE(parsed.ok()) << parsed.status().message();
+  std::unique_ptr<Module> m = *std::move(parsed);
+  ASSERT_TRUE(verify(*m).ok());
+  Interpreter interp;
+  for (Backend *backend : compiledBackends(interp)) {
+    SCOPED_TRACE(std::string(backend->name()));
+    std::unique_ptr<Program> p = *Program::create(*m);
+    const AdStackSize &s = (*backend->adStackSizing(*m->findKernel("k")))->stacks()[0];
+    ASSERT_EQ(s.tier, SizingTier::Measured);
+    struct Step {
+      int most, runs;
+    } steps[] = {{9, 1}, {1000, 6}, {1000, 1}, {3, 1}, {40, 2}};
+    for (Step step : steps) {
+      SCOPED_TRACE(step.most);
+      for (int i = 0; i < 64; ++i)
+        p->field("len")->set(i, Scalar::ofInt(ScalarType::I32, (i * 37) % (step.most + 1)));
+      p->field("len")->set(17, Scalar::ofInt(ScalarType::I32, step.most));
+      ASSERT_TRUE(p->launch("k", {}, *backend).ok());
+      EXPECT_EQ(p->lastAdStackCapacities().at(s.stack), step.most + 1);
+      EXPECT_EQ(p->lastMeasuredLaunch().path, Program::MeasuredLaunch::Path::Counted);
+      EXPECT_EQ(p->lastMeasuredLaunch().countingRuns, step.runs);
+      Buffer &out = *p->field("out");
+      ASSERT_TRUE(out.syncToHost().ok());
+      for (int i = 0; i < 64; ++i)
+        ASSERT_EQ(out.get(i).i, i == 17 ? step.most : (i * 37) % (step.most + 1)) << i;
+    }
+  }
+}
+
 // Random gradients (GenConfig::autodiff, tasks of up to 21 iterations)
 // launched optimistically on `backend`, the first launch at capacity 1,
 // against the interpreter counting: the same gradients (within `rtol`) and

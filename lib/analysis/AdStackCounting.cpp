@@ -14,18 +14,19 @@
 //     kept read of a field or ndarray the kernel writes keeps those writes,
 //     which then go to copies the caller passes (program state is never
 //     written).
-// A stack is refused when its slice reads a stack being counted (its values
-// are not kept), unless that stack's count does not depend on its own
-// values: then the counting kernel keeps it as a real stack as well as
-// counting it
-// (*materialised*: its pushes keep their values, its pops and reads stay).
-// Its capacity is the counting kernel's own business: launched through
-// Program::launch like any kernel, the counting kernel's sizing measures
-// it with a counting kernel of its own, which reads fewer stacks. Counting
-// thus runs in stages where a count depends on a measured stack's values
-// (taped nested `while` loops: the reverse sweep runs inner loops again
-// with trip counts read back from the outer loop's tape). A stack whose
-// count depends on its own values is refused.
+// A slice that reads a stack being counted keeps that stack as a real
+// stack as well as counting it (*materialised*: its pushes keep their
+// values, its pops and reads stay). Its capacity is the counting kernel's
+// own business: launched through Program::launch like any kernel, the
+// counting kernel's sizing measures it with a counting kernel of its own,
+// which reads fewer stacks. Counting thus runs in stages where a count
+// depends on a measured stack's values (taped nested `while` loops: the
+// reverse sweep runs inner loops again with trip counts read back from the
+// outer loop's tape). A stack whose count depends on its own values is
+// *bounded*: its capacity in the counting kernel is an argument, a push
+// past it is skipped and stops the thread's loops, and the caller runs the
+// counting kernel again with a larger bound until every need fits
+// (boundStack; docs/sizing.md, "Bounded stacks").
 //
 //===----------------------------------------------------------------------===//
 #include "qd/analysis/AdStackCounting.h"
@@ -223,7 +224,7 @@ public:
                         op->kind() == StmtKind::AdStackLoadTopAdj)) {
         bool adjoint = op->kind() == StmtKind::AdStackLoadTopAdj;
         if (counted_.count(op->stack())) {
-          if (adjoint || !materialisable_ || !materialisable_->count(op->stack()))
+          if (!materialisable_ || !materialisable_->count(op->stack()))
             return fmt::format("the value '{}' at {} read from adstack {}, which is itself "
                                "measured, decides how often it is pushed",
                                printStmt(*op), op->loc().str(), names_[op->stack()]);
@@ -318,6 +319,60 @@ void shadowWrittenMemory(Kernel &k, const Argument *need, AdStackCounting &out) 
   out.shadowArgs.assign(args.begin(), args.end());
 }
 
+/// Bounds the materialised stack `stack` of counted slot `slot` in the
+/// counting kernel `k`: its capacity becomes a new argument, a push past it
+/// is skipped and sets `stopped` (and so does the pop of a skipped push),
+/// and its count goes on as before, so `need` reports more than the bound.
+void boundStack(Kernel &k, size_t slot, AdStackAllocaStmt &stack, AllocaStmt &count,
+                AllocaStmt &stopped, AdStackCounting &out) {
+  Argument *bound = k.addArgument(std::make_unique<Argument>(
+      freshArgumentName(k, fmt::format("adstack_bound{}", slot)), Type::i32()));
+  out.boundArgs[slot] = static_cast<int>(bound->index());
+  IRBuilder at = IRBuilder::before(stack);
+  at.setLocation(stack.loc());
+  auto *sized = at.insert(std::make_unique<AdStackAllocaStmt>(stack.elementType(), bound));
+  stack.replaceAndErase(sized);
+  std::vector<Stmt *> ops;
+  for (const Use &u : sized->uses())
+    if (u.user()->kind() == StmtKind::AdStackPush || u.user()->kind() == StmtKind::AdStackPop)
+      ops.push_back(u.user());
+  for (Stmt *op : ops) {
+    IRBuilder b = IRBuilder::before(*op);
+    b.setLocation(op->loc());
+    // After a push the count is the depth it would reach; after a pop, the
+    // depth it left, so its push was made when the count is below the bound.
+    Value *c = b.load(&count);
+    bool push = op->kind() == StmtKind::AdStackPush;
+    Value *fits = b.cmp(push ? CmpPredicate::Le : CmpPredicate::Lt, c, bound);
+    if (push) {
+      IRBuilder::IfScope over = b.ifThen(b.cmp(CmpPredicate::Gt, c, bound));
+      b.store(&stopped, b.i32(1));
+    }
+    IRBuilder::IfScope made = b.ifThen(fits);
+    made.stmt()->thenBlock().push_back(op->remove());
+  }
+}
+
+/// Ends every loop of `task` at the top of its next iteration once
+/// `stopped` is set: a thread that skipped a push of a bounded stack reads
+/// values that are not the kernel's, and its loops need not end otherwise.
+/// (Its `need` is past the bound already: the launch runs again.)
+void stopLoopsWhenStopped(Stmt &task, AllocaStmt &stopped) {
+  std::vector<Stmt *> loops;
+  walk(task.block(0), [&](Stmt &s) {
+    if (isa<ForStmt>(s) || isa<WhileStmt>(s))
+      loops.push_back(&s);
+  });
+  for (Stmt *loop : loops) {
+    Block &body = loop->block(0);
+    IRBuilder b(body);
+    b.setInsertionPoint(body, body.begin());
+    b.setLocation(loop->loc());
+    IRBuilder::IfScope stop = b.ifThen(b.cmp(CmpPredicate::Ne, b.load(&stopped), b.i32(0)));
+    b.brk();
+  }
+}
+
 } // namespace
 
 AdStackCounting buildAdStackCounting(const Kernel &kernel,
@@ -329,50 +384,35 @@ AdStackCounting buildAdStackCounting(const Kernel &kernel,
   ValueNamer names(kernel);
   // Which measured stacks' values each count reads (its slice with every
   // stack kept where it is read). A stack whose count reads its own values
-  // (directly or through another stack) cannot be counted; the others can,
-  // with the stacks they read kept as real stacks. Reading is acyclic among
-  // them (T read by S: S's slice holds T's, so T reads less than S), which
-  // is what ends the recursion of counting kernels.
-  std::unordered_set<const Value *> candidates(stacks.begin(), stacks.end());
-  std::unordered_set<const Value *> counted = candidates;
+  // (directly or through another stack) is bounded; among the others
+  // reading is acyclic (T read by S: S's slice holds T's, so T reads less
+  // than S), which is what ends the recursion of counting kernels (a
+  // bounded stack is sized by its bound argument there, not counted).
+  std::unordered_set<const Value *> counted(stacks.begin(), stacks.end());
   std::unordered_set<const Stmt *> kept;
-  std::unordered_set<const Value *> materialised;
-  // Most counts read no measured stack: one slice each, as they are.
-  // Only the others are sliced again with the stacks they read kept.
-  // (With the reason the plain slice gave, which names the first measured
-  // stack read on the way.)
-  std::vector<std::pair<const AdStackAllocaStmt *, std::string>> reading;
+  std::unordered_set<const Value *> materialised, bounded;
+  // Most counts read no measured stack: one slice each, as they are. Only
+  // the others are sliced again, with every stack they read kept as a real
+  // stack; a stack whose slice then reads itself is *bounded* (below).
+  bool reading = false;
   {
-    Slicer plain(index, candidates, names);
+    Slicer plain(index, counted, names);
     for (const AdStackAllocaStmt *s : stacks)
-      if (std::string why = plain.slice(*s, kept, materialised); !why.empty())
-        reading.emplace_back(s, std::move(why));
+      reading |= !plain.slice(*s, kept, materialised).empty();
   }
-  if (!reading.empty()) {
-    Slicer probe(index, candidates, names, &candidates);
-    for (auto &[s, plainWhy] : reading) {
-      std::unordered_set<const Stmt *> k;
-      std::unordered_set<const Value *> reads;
-      std::string why = probe.slice(*s, k, reads);
-      if (why.empty() && reads.count(s))
-        why = plainWhy;
-      if (!why.empty()) {
-        out.refused[s] = why;
-        counted.erase(s);
-      }
-    }
-    // The slices again, with the stacks that can be counted kept where read
-    // (a refused stack a count reads is kept as a real stack with its
-    // default capacity, as any stack that is not counted).
+  if (reading) {
     kept.clear();
     materialised.clear();
     Slicer slicer(index, counted, names, &counted);
-    for (const AdStackAllocaStmt *s : stacks)
-      if (counted.count(s)) {
-        std::string why = slicer.slice(*s, kept, materialised);
-        assert(why.empty() && "a stack the probe accepted");
-        (void)why;
-      }
+    for (const AdStackAllocaStmt *s : stacks) {
+      std::unordered_set<const Value *> reads;
+      std::string why = slicer.slice(*s, kept, reads);
+      assert(why.empty() && "every counted stack may be kept");
+      (void)why;
+      if (reads.count(s))
+        bounded.insert(s);
+      materialised.insert(reads.begin(), reads.end());
+    }
   }
   for (const AdStackAllocaStmt *s : stacks)
     if (counted.count(s))
@@ -405,6 +445,12 @@ AdStackCounting buildAdStackCounting(const Kernel &kernel,
   Argument *need = k->addArgument(std::make_unique<Argument>(freshArgumentName(*k, "adstack_need"),
                                                              Type::ndarray(ScalarType::I64, 1)));
   std::unordered_map<Stmt *, std::vector<std::pair<AllocaStmt *, int>>> peaksOfTask;
+  struct BoundedSlot {
+    size_t slot;
+    AdStackAllocaStmt *stack;
+    AllocaStmt *count;
+  };
+  std::vector<BoundedSlot> boundedSlots;
   for (size_t slot = 0; slot < out.counted.size(); ++slot) {
     auto *stack = cast<AdStackAllocaStmt>(toClone.at(out.counted[slot]));
     Stmt *task = taskOf(stack);
@@ -417,6 +463,8 @@ AdStackCounting buildAdStackCounting(const Kernel &kernel,
     at.setLocation(stack->loc());
     AllocaStmt *count = at.alloca(ScalarType::I32);
     bool real = materialised.count(out.counted[slot]) > 0;
+    if (bounded.count(out.counted[slot]))
+      boundedSlots.push_back({slot, stack, count});
     std::vector<Stmt *> ops;
     for (const Use &u : stack->uses())
       ops.push_back(u.user());
@@ -481,6 +529,22 @@ AdStackCounting buildAdStackCounting(const Kernel &kernel,
     }
   }
   shadowWrittenMemory(*k, need, out);
+  out.boundArgs.assign(out.counted.size(), -1);
+  std::unordered_set<Stmt *> stoppingTasks;
+  std::unordered_map<Stmt *, AllocaStmt *> stoppedOfTask;
+  for (const BoundedSlot &b : boundedSlots) {
+    Stmt *task = taskOf(b.stack);
+    AllocaStmt *&stopped = stoppedOfTask[task];
+    if (!stopped) {
+      IRBuilder top(task->block(0));
+      top.setInsertionPoint(task->block(0), task->block(0).begin());
+      top.setLocation(task->loc());
+      stopped = top.alloca(ScalarType::I32);
+    }
+    boundStack(*k, b.slot, *b.stack, *b.count, *stopped, out);
+  }
+  for (auto &[task, stopped] : stoppedOfTask)
+    stopLoopsWhenStopped(*task, *stopped);
   out.kernel = std::move(k);
   return out;
 }

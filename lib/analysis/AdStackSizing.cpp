@@ -89,6 +89,14 @@ KernelSizing sizeAdStacks(const Kernel &kernel, const SizingOptions &options) {
       r.capacity = std::max<int64_t>(depth, 1);
       r.exact = exact;
     };
+    if (Value *arg = a->capacityArgument()) {
+      r.tier = SizingTier::LaunchTime;
+      r.method = SizingMethod::Declared;
+      r.expr = SizeExpr::scalarArg(cast<Argument>(arg)->index());
+      r.exact = false;
+      out.stacks_.push_back(std::move(r));
+      continue;
+    }
     if (a->capacity() != 0) {
       r.tier = SizingTier::Declared;
       r.method = SizingMethod::Declared;
@@ -194,6 +202,7 @@ KernelSizing sizeAdStacks(const Kernel &kernel, const SizingOptions &options) {
   out.numCounted_ = static_cast<int>(counting.counted.size());
   out.countShadowFields_ = counting.shadowFields;
   out.countShadowArgs_ = counting.shadowArgs;
+  out.countBoundArgs_ = counting.boundArgs;
   if (counting.kernel && options.optimisticLaunch) {
     absl::StatusOr<OptimisticLaunch> optimistic = buildAdStackOptimistic(kernel, counting.counted);
     if (optimistic.ok())
@@ -204,6 +213,9 @@ KernelSizing sizeAdStacks(const Kernel &kernel, const SizingOptions &options) {
   for (size_t i : outside) {
     AdStackSize &r = out.stacks_[i];
     if (r.tier == SizingTier::Measured) {
+      if (counting.boundArgs[r.countSlot] >= 0)
+        r.reason += "; its pushes depend on its own values, so the counting kernel keeps it "
+                    "with a bound, and runs again with a larger one where the need exceeds it";
       out.warnings_.push_back(fmt::format(
           "{}: note: adstack {} in kernel @{} is outside the sizing grammar ({}); its need is "
           "measured before each launch by the counting kernel @{}, which runs the loops that "
@@ -211,8 +223,6 @@ KernelSizing sizeAdStacks(const Kernel &kernel, const SizingOptions &options) {
           r.stack->loc().str(), r.name, kernel.name(), r.reason, counting.kernel->name()));
       continue;
     }
-    if (auto it = counting.refused.find(r.stack); it != counting.refused.end())
-      r.reason += "; it cannot be counted before the launch either: " + it->second;
     out.warnings_.push_back(fmt::format(
         "{}: warning: adstack {} in kernel @{} is outside the sizing grammar ({}); it "
         "gets the default capacity {}, and a launch that pushes more fails with an "

@@ -278,6 +278,8 @@ private:
     int64_t cap = s.capacity();
     if (auto it = options_.adStackCapacities.find(&s); it != options_.adStackCapacities.end())
       cap = it->second;
+    else if (Value *arg = s.capacityArgument())
+      cap = std::max<int64_t>(reg(arg).i, 1);
     else if (cap == 0)
       cap = options_.defaultAdStackCapacity;
     if (cap <= 0)

@@ -124,6 +124,8 @@ public:
   }
   std::unique_ptr<Stmt> visitIfStmt(IfStmt &s) { return std::make_unique<IfStmt>(m(s.cond())); }
   std::unique_ptr<Stmt> visitAdStackAllocaStmt(AdStackAllocaStmt &s) {
+    if (Value *arg = s.capacityArgument())
+      return std::make_unique<AdStackAllocaStmt>(t(s.elementType()), m(arg));
     return std::make_unique<AdStackAllocaStmt>(t(s.elementType()), s.capacity());
   }
   std::unique_ptr<Stmt> visitAdStackPushStmt(AdStackPushStmt &s) {

@@ -270,6 +270,12 @@ std::unique_ptr<Stmt> Parser::parseAdStackAlloca() {
   if (!parseScalarTypeTok(t) || !expect(Tok::Comma, "',' after the element type") ||
       !expectKeyword("capacity"))
     return nullptr;
+  if (tok_.kind == Tok::Local) {
+    Value *arg;
+    if (!parseValue(arg, "a capacity argument '%name'"))
+      return nullptr;
+    return std::make_unique<AdStackAllocaStmt>(t, arg);
+  }
   Token capTok = tok_;
   if (!parseInteger(cap, "capacity"))
     return nullptr;

@@ -171,7 +171,11 @@ public:
   }
   void visitAdStackAllocaStmt(AdStackAllocaStmt &s) {
     head(s);
-    os_ << toString(s.elementType()) << ", capacity " << s.capacity();
+    os_ << toString(s.elementType()) << ", capacity ";
+    if (Value *arg = s.capacityArgument())
+      os_ << n(arg);
+    else
+      os_ << s.capacity();
   }
   void visitAdStackPushStmt(AdStackPushStmt &s) {
     head(s);

@@ -415,6 +415,11 @@ bool AdStackOpStmt::classof(const Value *v) {
   return kindDerivesFrom<AdStackOpStmt>(static_cast<const Stmt *>(v)->kind());
 }
 
+AdStackAllocaStmt::AdStackAllocaStmt(ScalarType elem, Value *capacityArgument)
+    : Stmt(StmtKind::AdStackAlloca, Type::adstack(elem), 1), capacity_(0) {
+  setOperand(0, capacityArgument);
+}
+
 AdStackOpStmt::AdStackOpStmt(StmtKind kind, Type type, Value *stack, Value *value)
     : Stmt(kind, type, value ? 2 : 1) {
   setOperand(0, stack);

@@ -318,6 +318,15 @@ public:
   void visitAdStackAllocaStmt(AdStackAllocaStmt &s) {
     if (s.capacity() < 0)
       error(fmt::format("adstack capacity must be non-negative, got {}", s.capacity()));
+    if (Value *v = s.capacityArgument()) {
+      auto *arg = dyn_cast<Argument>(v);
+      if (!arg || arg->isNdarray() || !isInteger(arg->type().element()))
+        error(fmt::format("'adstack.alloca' capacity {} must be an integer scalar argument of the "
+                          "kernel (a value known at launch), not {} of type {}",
+                          names()[v], arg ? "an argument" : "a statement", v->type().str()));
+      else if (s.capacity() != 0)
+        error("'adstack.alloca' with a capacity argument has no static capacity");
+    }
   }
 
   void visitAdStackPushStmt(AdStackPushStmt &s) { checkAdStackOp(s); }

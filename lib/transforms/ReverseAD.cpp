@@ -10,7 +10,6 @@
 #include "DerivativeRules.h"
 #include "ReverseAD/Internal.h"
 
-#include "qd/analysis/AdStackSizing.h"
 #include "qd/ir/Clone.h"
 #include "qd/ir/Printer.h"
 #include "qd/ir/Visitor.h"
@@ -75,36 +74,24 @@ absl::StatusOr<Kernel *> buildGradientKernel(Module &module, const Kernel &kerne
   if (absl::Status s = checkDifferentiable(*source, activity); !s.ok())
     return s;
   // A taped stack holds the iterations of its loop for a whole range of the
-  // enclosing loop, so it needs a launch-time size; a loop whose taped
-  // stacks would fall to the default capacity (tier 3) is recomputed
-  // instead, and the kernel is built again.
-  std::unordered_set<const Stmt *> neverTape;
-  while (true) {
-    auto grad = std::make_unique<Kernel>(gradName);
-    grad->setLoc(kernel.loc());
-    for (unsigned i = 0; i < kernel.numArguments(); ++i) {
-      const Argument *a = kernel.argument(i);
-      auto copy = std::make_unique<Argument>(a->name(), a->type(), a->hasGrad(), a->hasDual());
-      copy->setLoc(a->loc());
-      grad->addArgument(std::move(copy));
-    }
-    reverse::ReversePlan plan =
-        reverse::planReverse(*source, activity, breaking, options, neverTape);
-    reverse::GradientBuilder builder(*source, *grad, plan, activity);
-    builder.run();
-    if (!builder.internalError().empty())
-      return absl::InternalError("reverse-ad: internal error: " + builder.internalError());
-    size_t before = neverTape.size();
-    if (!builder.tapedStacks().empty()) {
-      KernelSizing sizing = sizeAdStacks(*grad);
-      for (const AdStackSize &size : sizing.stacks())
-        if (size.tier == SizingTier::Default)
-          if (auto it = builder.tapedStacks().find(size.stack); it != builder.tapedStacks().end())
-            neverTape.insert(it->second);
-    }
-    if (neverTape.size() == before)
-      return module.addKernel(std::move(grad));
+  // enclosing loop. Its size is a launch-time expression, or measured at
+  // launch by the counting kernel (with a bound where its count reads its
+  // own values): never the tier-3 default, so nothing needs recomputing
+  // instead (docs/sizing.md).
+  auto grad = std::make_unique<Kernel>(gradName);
+  grad->setLoc(kernel.loc());
+  for (unsigned i = 0; i < kernel.numArguments(); ++i) {
+    const Argument *a = kernel.argument(i);
+    auto copy = std::make_unique<Argument>(a->name(), a->type(), a->hasGrad(), a->hasDual());
+    copy->setLoc(a->loc());
+    grad->addArgument(std::move(copy));
   }
+  reverse::ReversePlan plan = reverse::planReverse(*source, activity, breaking, options);
+  reverse::GradientBuilder builder(*source, *grad, plan, activity);
+  builder.run();
+  if (!builder.internalError().empty())
+    return absl::InternalError("reverse-ad: internal error: " + builder.internalError());
+  return module.addKernel(std::move(grad));
 }
 
 } // namespace qd

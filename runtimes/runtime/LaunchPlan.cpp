@@ -135,6 +135,8 @@ absl::Status LaunchPlan::layoutAdStacks(std::span<const int32_t> lanes) {
     if (auto it = options_->adStackCapacities.find(st.stmt);
         it != options_->adStackCapacities.end())
       cap = it->second;
+    else if (Value *arg = st.stmt->capacityArgument())
+      cap = std::max<int64_t>(args_[cast<Argument>(arg)->index()].scalarValue().i, 1);
     else if (cap == 0)
       cap = options_->defaultAdStackCapacity;
     if (cap <= 0)

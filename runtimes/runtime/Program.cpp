@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -226,8 +227,10 @@ absl::Status Program::launchSized(const Kernel &k, std::span<const LaunchArg> ar
       sized.adStackCapacities.try_emplace(stack, cap);
     return launchOptimistic(k, sz, args, backend, sized, *optimistic);
   }
+  int countingRuns = 0;
   if (measure) {
-    absl::StatusOr<std::vector<int64_t>> need = countAdStacks(k, sz, args, backend, options);
+    absl::StatusOr<std::vector<int64_t>> need =
+        countAdStacks(k, sz, args, backend, options, &countingRuns);
     if (!need.ok())
       return need.status();
     for (const AdStackSize &s : sz.stacks())
@@ -242,7 +245,8 @@ absl::Status Program::launchSized(const Kernel &k, std::span<const LaunchArg> ar
   for (auto &[stack, cap] : *capacities)
     sized.adStackCapacities.try_emplace(stack, cap); // explicit entries win
   if (record)
-    recordLaunch(sized, {measure ? MeasuredLaunch::Path::Counted : MeasuredLaunch::Path::None, 0});
+    recordLaunch(sized, {measure ? MeasuredLaunch::Path::Counted : MeasuredLaunch::Path::None, 0,
+                         countingRuns});
   return backend.launch(*this, k, args, sized);
 }
 
@@ -262,11 +266,65 @@ Program::OptimisticState &Program::optimisticState(const Kernel &k) {
   return *slot;
 }
 
-absl::StatusOr<std::vector<int64_t>> Program::countAdStacks(const Kernel &kernel,
-                                                            const KernelSizing &sizing,
-                                                            std::span<const LaunchArg> args,
-                                                            Backend &backend,
-                                                            const LaunchOptions &options) {
+absl::StatusOr<std::vector<int64_t>>
+Program::countAdStacks(const Kernel &kernel, const KernelSizing &sizing,
+                       std::span<const LaunchArg> args, Backend &backend,
+                       const LaunchOptions &options, int *runs) {
+  int ran = 0;
+  if (!runs)
+    runs = &ran;
+  *runs = 1;
+  const std::vector<int> &boundArgs = sizing.countBoundArgs();
+  bool anyBound = std::any_of(boundArgs.begin(), boundArgs.end(), [](int a) { return a >= 0; });
+  if (!anyBound)
+    return countAdStacksOnce(kernel, sizing, args, backend, options, {});
+  // Bounded stacks: the bounds the last launch of `kernel` left (twice its
+  // need), or the default capacity; a count past its bound runs again with
+  // at least twice the bound.
+  std::vector<int64_t> bounds;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    bounds = countBounds_[&kernel];
+  }
+  if (bounds.empty()) {
+    bounds.assign(boundArgs.size(), 0);
+    for (const AdStackSize &s : sizing.stacks())
+      if (s.tier == SizingTier::Measured)
+        bounds[s.countSlot] = std::clamp<int64_t>(s.capacity, 1, kMaxCountBound);
+  }
+  for (*runs = 1;; ++*runs) {
+    absl::StatusOr<std::vector<int64_t>> need =
+        countAdStacksOnce(kernel, sizing, args, backend, options, bounds);
+    if (!need.ok())
+      return need.status();
+    bool again = false;
+    for (size_t i = 0; i < boundArgs.size(); ++i) {
+      if (boundArgs[i] < 0 || (*need)[i] <= bounds[i])
+        continue;
+      if (bounds[i] >= kMaxCountBound)
+        return absl::ResourceExhaustedError(fmt::format(
+            "kernel @{}: a thread pushes one of its adstacks measured at launch more than {} "
+            "times (the largest bound its counting kernel @{} takes); give the stack an explicit "
+            "capacity (LaunchOptions::adStackCapacities) to run it anyway",
+            kernel.name(), kMaxCountBound, sizing.countKernel()->name()));
+      bounds[i] = std::min<int64_t>(std::max((*need)[i], 2 * bounds[i]), kMaxCountBound);
+      again = true;
+    }
+    if (again)
+      continue;
+    for (size_t i = 0; i < boundArgs.size(); ++i)
+      if (boundArgs[i] >= 0)
+        bounds[i] = std::clamp<int64_t>(2 * (*need)[i], kMinCountBound, kMaxCountBound);
+    std::lock_guard<std::mutex> lock(mutex_);
+    countBounds_[&kernel] = bounds;
+    return need;
+  }
+}
+
+absl::StatusOr<std::vector<int64_t>>
+Program::countAdStacksOnce(const Kernel &kernel, const KernelSizing &sizing,
+                           std::span<const LaunchArg> args, Backend &backend,
+                           const LaunchOptions &options, std::span<const int64_t> bounds) {
   constexpr int64_t spread = KernelSizing::kCountSpread;
   absl::StatusOr<Buffer> need = Buffer::create(ScalarType::I64, {sizing.numCounted() * spread});
   if (!need.ok())
@@ -317,6 +375,12 @@ absl::StatusOr<std::vector<int64_t>> Program::countAdStacks(const Kernel &kernel
     a.primal = *c;
     countArgs.push_back(LaunchArg::ndarray(&shadows.emplace_back(a)));
   }
+  for (size_t i = 0; i < bounds.size(); ++i)
+    if (int arg = sizing.countBoundArgs()[i]; arg >= 0) {
+      if (countArgs.size() <= size_t(arg))
+        countArgs.resize(arg + 1, LaunchArg::i32(0));
+      countArgs[arg] = LaunchArg::i32(static_cast<int32_t>(bounds[i]));
+    }
   LaunchOptions countOptions = options;
   countOptions.adStackCapacities.clear();
   const Kernel &counter = *sizing.countKernel();

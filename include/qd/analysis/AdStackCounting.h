@@ -44,9 +44,14 @@ struct AdStackCounting {
   /// per distinct buffer, so arguments that alias still alias).
   std::vector<std::pair<const Field *, Component>> shadowFields;
   std::vector<unsigned> shadowArgs;
-  /// Stacks that cannot be counted, with the reason (the value of a stack
-  /// that is itself counted decides how often it is pushed).
-  std::unordered_map<const AdStackAllocaStmt *, std::string> refused;
+  /// Per counted stack, -1, or for a *bounded* stack (one whose count
+  /// depends on its own values, so the counting kernel keeps it as a real
+  /// stack) the index of the counting kernel's i32 argument that is its
+  /// capacity there (the last arguments, after the shadow fields). A thread
+  /// that would push a bounded stack past it skips the push, stops its loops
+  /// and reports a need above the bound: the caller runs the counting kernel
+  /// again with a larger bound until every bounded need fits its bound.
+  std::vector<int> boundArgs;
 };
 
 /// Builds the counting kernel of `kernel` for `stacks` (stacks of `kernel`).

@@ -121,6 +121,10 @@ public:
     return countShadowFields_;
   }
   const std::vector<unsigned> &countShadowArgs() const { return countShadowArgs_; }
+  /// Per measured stack (in `need` order), -1, or the counting kernel's
+  /// argument that bounds it there (AdStackCounting::boundArgs): pass a
+  /// bound, and run again with a larger one while its need exceeds it.
+  const std::vector<int> &countBoundArgs() const { return countBoundArgs_; }
   /// The optimistic launch of the measured stacks, or null when the kernel
   /// has none or does not meet its static condition (then
   /// `optimisticRefusal()` says why).
@@ -140,6 +144,7 @@ private:
   int numCounted_ = 0;
   std::vector<std::pair<const Field *, Component>> countShadowFields_;
   std::vector<unsigned> countShadowArgs_;
+  std::vector<int> countBoundArgs_;
   std::shared_ptr<const OptimisticLaunch> optimistic_;
   std::string optimisticRefusal_;
   SizeExprNames names_;

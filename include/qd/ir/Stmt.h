@@ -679,9 +679,17 @@ class AdStackAllocaStmt : public Stmt {
 public:
   AdStackAllocaStmt(ScalarType elem, int64_t capacity)
       : Stmt(StmtKind::AdStackAlloca, Type::adstack(elem), 0), capacity_(capacity) {}
+  /// `adstack.alloca f32, capacity %n`: the capacity is the value of the
+  /// integer scalar argument %n at each launch (at least 1); the static
+  /// capacity is 0.
+  AdStackAllocaStmt(ScalarType elem, Value *capacityArgument);
   ScalarType elementType() const { return type().element(); }
+  /// The capacity written in the IR; 0: sized at launch (by the capacity
+  /// argument, when there is one).
   int64_t capacity() const { return capacity_; }
   void setCapacity(int64_t c) { capacity_ = c; }
+  /// The argument whose value is the capacity, or null.
+  Value *capacityArgument() const { return numOperands() ? operand(0) : nullptr; }
   static bool classof(const Value *v) { return ConstStmt::isKindOf(v, StmtKind::AdStackAlloca); }
 
 private:

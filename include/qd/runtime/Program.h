@@ -182,6 +182,10 @@ public:
     Path path = Path::None;
     /// Optimistic: the iterations that overflowed and ran again.
     int64_t rerunIterations = 0;
+    /// Counted: how often the counting kernel ran (more than once where a
+    /// stack whose pushes depend on its own values needed a larger bound;
+    /// docs/sizing.md).
+    int countingRuns = 0;
   };
   /// Read it while no launch runs.
   const MeasuredLaunch &lastMeasuredLaunch() const { return lastMeasured_; }
@@ -210,7 +214,16 @@ private:
   /// Runs the counting kernel of `sizing` and returns its `need` values.
   absl::StatusOr<std::vector<int64_t>>
   countAdStacks(const Kernel &kernel, const KernelSizing &sizing, std::span<const LaunchArg> args,
-                Backend &backend, const LaunchOptions &options);
+                Backend &backend, const LaunchOptions &options, int *runs = nullptr);
+  /// One run of the counting kernel, with `bounds` for its bounded stacks
+  /// (KernelSizing::countBoundArgs; empty when it has none).
+  absl::StatusOr<std::vector<int64_t>>
+  countAdStacksOnce(const Kernel &kernel, const KernelSizing &sizing,
+                    std::span<const LaunchArg> args, Backend &backend, const LaunchOptions &options,
+                    std::span<const int64_t> bounds);
+  /// The bounds of a counting kernel's bounded stacks.
+  static constexpr int64_t kMinCountBound = 32;
+  static constexpr int64_t kMaxCountBound = int64_t(1) << 30;
   /// The optimistic launch of `k`'s measured stacks, with capacities in
   /// `sized` for every other stack (OptimisticLaunch.cpp).
   absl::Status launchOptimistic(const Kernel &k, const KernelSizing &sizing,
@@ -225,6 +238,9 @@ private:
   std::unordered_map<const AdStackAllocaStmt *, int64_t> lastCapacities_;
   MeasuredLaunch lastMeasured_;
   std::map<const Kernel *, std::unique_ptr<OptimisticState>> optimistic_;
+  /// Per kernel, the bounds of its counting kernel's bounded stacks for
+  /// the next launch (in `need` order; other slots unused).
+  std::map<const Kernel *, std::vector<int64_t>> countBounds_;
   std::map<std::pair<const Field *, Component>, Buffer> fields_;
 };
 

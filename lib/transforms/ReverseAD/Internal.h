@@ -96,12 +96,10 @@ struct ReversePlan {
   std::unordered_map<const Stmt *, LoopPlan> loops;
 };
 
-/// Plans the gradient of `source`. `breaking`: the loops that may break;
-/// `neverTape`: loops not to tape even where they could be.
+/// Plans the gradient of `source`. `breaking`: the loops that may break.
 ReversePlan planReverse(Kernel &source, const Activity &activity,
                         const std::unordered_set<const Stmt *> &breaking,
-                        const ReverseADOptions &options,
-                        const std::unordered_set<const Stmt *> &neverTape);
+                        const ReverseADOptions &options);
 
 //===--- 4. the gradient kernel -------------------------------------------===//
 
@@ -120,11 +118,6 @@ public:
   PrimalReplay(Kernel &source, Kernel &grad, const ReversePlan &plan)
       : src_(source), grad_(grad), plan_(plan) {}
 
-  /// Taped source loops and the stacks they push (for the sizing check in
-  /// buildGradientKernel).
-  const std::unordered_map<const AdStackAllocaStmt *, const Stmt *> &tapedStacks() const {
-    return tapedStacks_;
-  }
   const std::string &internalError() const { return internalError_; }
 
 protected:
@@ -149,7 +142,7 @@ protected:
   Value *lookup(const Value *v, Frame &f, IRBuilder &b, ValueMap &map);
   AllocaStmt *counterOf(const Stmt &loop, Frame &f);
   void saveAtEntry(Stmt &loop, IRBuilder &b, Frame &f);
-  void allocateStacks(Stmt &loop, Frame &f, bool taped);
+  void allocateStacks(Stmt &loop, Frame &f);
   /// Record(L).
   void record(Stmt &loop, IRBuilder &b, Frame &f);
   static const IfStmt *exitGuard(const Stmt &loop);
@@ -162,7 +155,6 @@ protected:
   std::unordered_map<LoopLocal, AdStackAllocaStmt *, PairHash> stacks_;
   std::unordered_map<LoopLocal, AllocaStmt *, PairHash> entrySaves_;
   std::unordered_map<const Stmt *, AllocaStmt *> counters_;
-  std::unordered_map<const AdStackAllocaStmt *, const Stmt *> tapedStacks_;
   /// Record(L) of a while loop that leaves at its top: the guard whose
   /// block starts each completed iteration, and what to emit there.
   const Stmt *pushGuard_ = nullptr;

@@ -19,10 +19,8 @@ namespace {
 class LoopPlanner {
 public:
   LoopPlanner(Kernel &source, const Activity &activity,
-              const std::unordered_set<const Stmt *> &breaking, const ReverseADOptions &options,
-              const std::unordered_set<const Stmt *> &neverTape)
-      : src_(source), breaking_(breaking), options_(options), neverTape_(neverTape),
-        needs_(activity) {}
+              const std::unordered_set<const Stmt *> &breaking, const ReverseADOptions &options)
+      : src_(source), breaking_(breaking), options_(options), needs_(activity) {}
 
   ReversePlan run() {
     std::vector<Stmt *> stmts;
@@ -173,7 +171,7 @@ private:
   /// no launch-time size.
   void decideTaping() {
     walk(src_.body(), [&](Stmt &s) {
-      if (s.kind() != StmtKind::For || s.isTask() || neverTape_.count(&s))
+      if (s.kind() != StmtKind::For || s.isTask())
         return;
       LoopPlan &plan = plan_.loops.at(&s);
       Stmt *parent = enclosingLoop(s);
@@ -205,7 +203,6 @@ private:
   Kernel &src_;
   const std::unordered_set<const Stmt *> &breaking_;
   ReverseADOptions options_;
-  const std::unordered_set<const Stmt *> &neverTape_;
   NeededValues needs_;
   ReversePlan plan_;
 };
@@ -214,9 +211,8 @@ private:
 
 ReversePlan planReverse(Kernel &source, const Activity &activity,
                         const std::unordered_set<const Stmt *> &breaking,
-                        const ReverseADOptions &options,
-                        const std::unordered_set<const Stmt *> &neverTape) {
-  return LoopPlanner(source, activity, breaking, options, neverTape).run();
+                        const ReverseADOptions &options) {
+  return LoopPlanner(source, activity, breaking, options).run();
 }
 
 } // namespace qd::reverse

@@ -165,7 +165,7 @@ void PrimalReplay::plain(Block &block, IRBuilder &b, Frame &f, ValueMap &map, bo
       Bound hi = l.end().isConstant() ? l.end() : Bound(lookup(l.endValue(), f, b, map));
       bool tape = taping && plan_.loops.at(&l).taped;
       if (tape)
-        allocateStacks(l, f, /*taped=*/true);
+        allocateStacks(l, f);
       auto scope = b.forRange(lo, hi);
       map[&l] = scope.index();
       if (tape)
@@ -221,13 +221,11 @@ void PrimalReplay::saveAtEntry(Stmt &loop, IRBuilder &b, Frame &f) {
 }
 
 /// The stacks of `loop`'s per-iteration locals, at the top of frame `f`.
-void PrimalReplay::allocateStacks(Stmt &loop, Frame &f, bool taped) {
+void PrimalReplay::allocateStacks(Stmt &loop, Frame &f) {
   for (AllocaStmt *a : plan_.loops.at(&loop).perIteration) {
     AdStackAllocaStmt *stack = atTop(f).adstackAlloca(a->elementType());
     stack->setLoc(loop.loc());
     stacks_[{&loop, a}] = stack;
-    if (taped)
-      tapedStacks_[stack] = &loop;
   }
 }
 
@@ -235,7 +233,7 @@ void PrimalReplay::allocateStacks(Stmt &loop, Frame &f, bool taped) {
 void PrimalReplay::record(Stmt &loop, IRBuilder &b, Frame &f) {
   const LoopPlan &plan = plan_.loops.at(&loop);
   saveAtEntry(loop, b, f);
-  allocateStacks(loop, f, /*taped=*/false);
+  allocateStacks(loop, f);
   AllocaStmt *counter = plan.counted ? counterOf(loop, f) : nullptr;
   if (counter)
     b.store(counter, b.i32(0));
