@@ -170,7 +170,7 @@ int run(int argc, char **argv) {
   const qd::KernelSizing &sizing = *check(backend->adStackSizing(grad));
   const qd::AdStackSize *tape = nullptr;
   for (const qd::AdStackSize &s : sizing.stacks())
-    if (s.tier == qd::SizingTier::Measured)
+    if (s.measuredAtLaunch())
       tape = &s;
   if (!tape)
     die("the gradient's tape is not measured at launch");

@@ -562,6 +562,143 @@ TEST(OptimisticLaunchTest, KernelsOutsideTheConditionCount) {
             4);
 }
 
+// A stack whose static bound is only an upper bound (a loop that may leave
+// early: 100 iterations at most, here 1 to 30) is refined by the optimistic
+// launch: the first launch runs at the bound and measures the need, the
+// next ones at the need, growing by reruns. Without the optimistic launch
+// it keeps its bound, and no counting kernel runs for it.
+TEST(OptimisticLaunchTest, AnUpperBoundIsRefinedByTheOptimisticLaunch) {
+  constexpr const char *kText = R"(
+field @x : f32[64]
+field @y : f32[64]
+
+kernel @k() {
+  parallel for %i = 0 to 64 {
+    %s = adstack.alloca f32, capacity 0
+    %v = alloca f32
+    %a = load @x[%i] : f32
+    store %v, %a
+    for %j = 0 to 100 {
+      %cur = load %v : f32
+      adstack.push %s, %cur
+      %h = const 0.5 : f32
+      %n = mul %cur, %h : f32
+      store %v, %n
+      %lim = const 1.0 : f32
+      %small = cmp lt %n, %lim : f32
+      if %small {
+        break
+      }
+    }
+    %top = adstack.load_top %s : f32
+    store @y[%i], %top
+  }
+}
+)";
+  auto parsed = parseModule(kText, {"t.qd", 1});
+  ASSERT_TRUE(parsed.ok()) << parsed.status().message();
+  std::unique_ptr<Module> m = *std::move(parsed);
+  ASSERT_TRUE(verify(*m).ok());
+  const Kernel &k = *m->findKernel("k");
+  Interpreter interp;
+  for (Backend *backend : compiledBackends(interp)) {
+    SCOPED_TRACE(std::string(backend->name()));
+    const KernelSizing &sizing = **backend->adStackSizing(k);
+    const AdStackSize &s = sizing.stacks()[0];
+    EXPECT_EQ(s.tier, SizingTier::Constant);
+    EXPECT_EQ(s.capacity, 100);
+    EXPECT_FALSE(s.exact);
+    EXPECT_TRUE(s.refined);
+    EXPECT_TRUE(s.measuredAtLaunch());
+    ASSERT_NE(sizing.optimistic(), nullptr) << sizing.optimisticRefusal();
+    EXPECT_NE(sizing.describe(s).find("refined at launch [count-kernel] = need[0]"),
+              std::string::npos)
+        << sizing.describe(s);
+    std::unique_ptr<Program> p = *Program::create(*m);
+    // x = 2^e pushes e + 1 entries (the push before the halving that
+    // drops below 1).
+    auto launch = [&](int most, bool optimisticOn) -> absl::Status {
+      for (int i = 0; i < 64; ++i)
+        p->field("x")->set(i, Scalar::ofFloat(ScalarType::F32, std::ldexp(1.0, i % most)));
+      LaunchOptions o;
+      o.optimisticAdStacks = optimisticOn;
+      absl::Status st = p->launch("k", {}, *backend, o);
+      Buffer &y = *p->field("y");
+      EXPECT_TRUE(y.syncToHost().ok());
+      for (int i = 0; i < 64; ++i)
+        EXPECT_EQ(y.get(i).f, 1.0) << i; // the last push: the value that halves below 1
+      return st;
+    };
+    using Path = Program::MeasuredLaunch::Path;
+    struct Step {
+      int most;
+      bool optimisticOn;
+      Path path;
+      int64_t capacity; // recorded: the need where measured
+      bool reruns;
+    } steps[] = {
+        {20, true, Path::Optimistic, 20, false}, // at the bound 100
+        {20, true, Path::Optimistic, 20, false}, // at 20
+        {30, true, Path::Optimistic, 30, true},  // grows
+        {10, true, Path::Optimistic, 10, false}, // at 30, then follows
+        {30, false, Path::None, 100, false},     // the bound, no counting
+    };
+    for (const Step &step : steps) {
+      SCOPED_TRACE(step.most);
+      ASSERT_TRUE(launch(step.most, step.optimisticOn).ok());
+      EXPECT_EQ(p->lastMeasuredLaunch().path, step.path);
+      EXPECT_EQ(p->lastAdStackCapacities().at(s.stack), step.capacity);
+      EXPECT_EQ(p->lastMeasuredLaunch().rerunIterations > 0, step.reruns);
+    }
+  }
+  SizingOptions off;
+  off.refineUpperBounds = false;
+  EXPECT_FALSE(sizeAdStacks(k, off).stacks()[0].refined);
+  EXPECT_EQ(sizeAdStacks(k, off).countKernel(), nullptr);
+
+  // Where the kernel has no optimistic launch with it (here: the stack is
+  // read before its last push), an upper bound stays the capacity, and the
+  // counting kernel counts only the stack outside the grammar.
+  auto mixed = parseModule(R"(
+field @x : f32[8]
+kernel @k(%n: i32) {
+  parallel for %i = 0 to 8 {
+    %w = adstack.alloca i32, capacity 0
+    %c = alloca i32
+    %one = const 1 : i32
+    while {
+      %cv = load %c : i32
+      %done = cmp ge %cv, %n : i32
+      if %done {
+        break
+      }
+      adstack.push %w, %cv
+      %cv1 = add %cv, %one : i32
+      store %c, %cv1
+    }
+    %s = adstack.alloca f32, capacity 0
+    for %j = 0 to 100 {
+      %a = load @x[%i] : f32
+      adstack.push %s, %a
+      %t = adstack.load_top %s : f32
+      %small = cmp lt %t, %a : f32
+      if %small {
+        break
+      }
+    }
+  }
+}
+)",
+                           {"t.qd", 1});
+  ASSERT_TRUE(mixed.ok()) << mixed.status().message();
+  KernelSizing ms = sizeAdStacks(*(*mixed)->findKernel("k"));
+  ASSERT_EQ(ms.stacks().size(), 2u);
+  EXPECT_EQ(ms.stacks()[0].tier, SizingTier::Measured) << ms.describe(ms.stacks()[0]);
+  EXPECT_EQ(ms.stacks()[1].tier, SizingTier::Constant) << ms.describe(ms.stacks()[1]);
+  EXPECT_FALSE(ms.stacks()[1].refined) << ms.describe(ms.stacks()[1]);
+  EXPECT_EQ(ms.numCounted(), 1);
+}
+
 // A stack whose pushes depend on its own values, counted with a bound on
 // every backend (docs/sizing.md, "Bounded stacks"): each launch gets the
 // exact need, beyond the first bound (the default capacity 256) too, with

@@ -138,6 +138,8 @@ absl::StatusOr<Split> findSplit(const Kernel &kernel,
       else
         others.push_back(op);
     }
+  if (split.position == 0)
+    return refuse(kernel, "its measured adstacks are never pushed");
   for (const Stmt *op : others)
     if (position.at(bodyStmtOf(op, task)) < split.position)
       return refuse(kernel, fmt::format("'{}' at {} reads or pops a measured adstack before "

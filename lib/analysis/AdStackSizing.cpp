@@ -180,19 +180,63 @@ KernelSizing sizeAdStacks(const Kernel &kernel, const SizingOptions &options) {
     outside.push_back(out.stacks_.size());
     out.stacks_.push_back(std::move(r));
   }
-  if (outside.empty())
+  // Upper bounds worth refining: a loose bound above 1.
+  std::vector<size_t> loose;
+  if (options.refineUpperBounds && options.countKernels)
+    for (size_t i = 0; i < out.stacks_.size(); ++i) {
+      const AdStackSize &r = out.stacks_[i];
+      if (!r.exact && r.method != SizingMethod::Declared &&
+          ((r.tier == SizingTier::Constant && r.capacity > 1) || r.tier == SizingTier::LaunchTime))
+        loose.push_back(i);
+    }
+  if (outside.empty() && loose.empty())
     return out;
-  std::vector<const AdStackAllocaStmt *> candidates;
-  for (size_t i : outside)
-    candidates.push_back(out.stacks_[i].stack);
+  auto stacksOf = [&](const std::vector<size_t> &indices) {
+    std::vector<const AdStackAllocaStmt *> v;
+    for (size_t i : indices)
+      v.push_back(out.stacks_[i].stack);
+    return v;
+  };
+  auto optimisticOf = [&](const AdStackCounting &c) -> absl::StatusOr<OptimisticLaunch> {
+    if (!c.kernel)
+      return absl::FailedPreconditionError("");
+    if (!options.optimisticLaunch)
+      return absl::FailedPreconditionError(""); // (off: no reason to report)
+    return buildAdStackOptimistic(kernel, c.counted);
+  };
+  // The stacks outside the grammar, with the loose ones where the kernel
+  // then has an optimistic launch: its steady state measures them at the
+  // price of the try kernel's counters, where counting them would run their
+  // loops once more at every launch. Otherwise the loose ones keep their
+  // bounds.
+  std::vector<size_t> measured = outside;
   AdStackCounting counting;
-  if (options.countKernels)
-    counting = buildAdStackCounting(kernel, candidates);
+  absl::StatusOr<OptimisticLaunch> optimistic = absl::FailedPreconditionError("");
+  if (options.countKernels && !loose.empty()) {
+    std::vector<size_t> all = outside;
+    all.insert(all.end(), loose.begin(), loose.end());
+    std::sort(all.begin(), all.end());
+    counting = buildAdStackCounting(kernel, stacksOf(all));
+    optimistic = optimisticOf(counting);
+    if (optimistic.ok())
+      measured = std::move(all);
+    else
+      counting = AdStackCounting();
+  }
+  if (options.countKernels && !counting.kernel && !outside.empty()) {
+    counting = buildAdStackCounting(kernel, stacksOf(outside));
+    optimistic = optimisticOf(counting);
+  }
   std::unordered_map<const AdStackAllocaStmt *, int> slotOf;
   for (size_t slot = 0; slot < counting.counted.size(); ++slot)
     slotOf[counting.counted[slot]] = static_cast<int>(slot);
-  for (size_t i : outside)
+  for (size_t i : measured)
     if (AdStackSize &r = out.stacks_[i]; slotOf.count(r.stack)) {
+      if (r.tier != SizingTier::Default) {
+        r.refined = true;
+        r.countSlot = slotOf[r.stack];
+        continue;
+      }
       r.tier = SizingTier::Measured;
       r.method = SizingMethod::Counted;
       r.countSlot = slotOf[r.stack];
@@ -203,13 +247,10 @@ KernelSizing sizeAdStacks(const Kernel &kernel, const SizingOptions &options) {
   out.countShadowFields_ = counting.shadowFields;
   out.countShadowArgs_ = counting.shadowArgs;
   out.countBoundArgs_ = counting.boundArgs;
-  if (counting.kernel && options.optimisticLaunch) {
-    absl::StatusOr<OptimisticLaunch> optimistic = buildAdStackOptimistic(kernel, counting.counted);
-    if (optimistic.ok())
-      out.optimistic_ = std::make_shared<const OptimisticLaunch>(*std::move(optimistic));
-    else
-      out.optimisticRefusal_ = std::string(optimistic.status().message());
-  }
+  if (optimistic.ok())
+    out.optimistic_ = std::make_shared<const OptimisticLaunch>(*std::move(optimistic));
+  else if (counting.kernel)
+    out.optimisticRefusal_ = std::string(optimistic.status().message());
   for (size_t i : outside) {
     AdStackSize &r = out.stacks_[i];
     if (r.tier == SizingTier::Measured) {

@@ -62,6 +62,8 @@ std::string KernelSizing::describe(const AdStackSize &s) const {
   if (s.tier == SizingTier::Constant || s.tier == SizingTier::LaunchTime ||
       s.tier == SizingTier::Measured)
     out += s.exact ? " (exact)" : " (upper bound)";
+  if (s.refined)
+    out += fmt::format(", refined at launch [count-kernel] = need[{}]", s.countSlot);
   if (!s.reason.empty())
     out += ": " + s.reason;
   return out;

@@ -78,7 +78,7 @@ absl::Status Program::launchOptimistic(const Kernel &k, const KernelSizing &sizi
         v.adStackCapacities[to] = cap;
     }
     for (const AdStackSize &s : sizing.stacks())
-      if (s.tier == SizingTier::Measured) {
+      if (s.measuredAtLaunch()) {
         const OptimisticLaunch::Copies &c = *copyOf.at(s.stack);
         v.adStackCapacities[rerun ? c.inRerun : c.inTry] = measured[s.countSlot];
       }
@@ -133,7 +133,7 @@ absl::Status Program::launchOptimistic(const Kernel &k, const KernelSizing &sizi
   state.capacity = measured;
   LaunchOptions recorded = sized;
   for (const AdStackSize &s : sizing.stacks())
-    if (s.tier == SizingTier::Measured)
+    if (s.measuredAtLaunch())
       recorded.adStackCapacities[s.stack] = measured[s.countSlot];
   recordLaunch(recorded, {MeasuredLaunch::Path::Optimistic, *overflowed});
   return absl::OkStatus();

@@ -198,20 +198,24 @@ absl::Status Program::launchSized(const Kernel &k, std::span<const LaunchArg> ar
   // (`record` false) may measure stacks too: those it keeps as real stacks
   // because other counts read their values (AdStackCounting.cpp), which its
   // own counting kernel, one stage less, measures. It always counts.
+  // A refined stack (a measured one with a static bound too) is measured
+  // only where that is cheap: by the optimistic launch, or by the counting
+  // kernel that runs for the other stacks anyway. Otherwise its bound is
+  // its capacity (adStackCapacities).
   const KernelSizing &sz = **sizing;
-  bool measure = false, explicitMeasured = false;
+  bool measure = false, refine = false, explicitMeasured = false;
   if (sz.countKernel())
     for (const AdStackSize &s : sz.stacks())
-      if (s.tier == SizingTier::Measured) {
+      if (s.measuredAtLaunch()) {
         bool given = options.adStackCapacities.count(s.stack);
-        measure |= !given;
+        (s.refined ? refine : measure) |= !given;
         explicitMeasured |= given;
       }
   OptimisticState *optimistic = nullptr;
   std::unique_lock<std::mutex> optimisticLock;
   bool optimisticWanted =
       record && options.optimisticAdStacks.value_or(backend.optimisticAdStacks());
-  if (measure && !explicitMeasured && optimisticWanted && sz.optimistic()) {
+  if ((measure || refine) && !explicitMeasured && optimisticWanted && sz.optimistic()) {
     // A launch of the same kernel from another thread holds the state: this
     // one counts instead.
     OptimisticState &state = optimisticState(k);
@@ -222,6 +226,15 @@ absl::Status Program::launchSized(const Kernel &k, std::span<const LaunchArg> ar
   LaunchOptions sized = options;
   if (optimistic && optimistic->capacity.empty() && options.optimisticInitialCapacity > 0)
     optimistic->capacity.assign(sz.numCounted(), options.optimisticInitialCapacity);
+  if (optimistic && optimistic->capacity.empty() && !measure) {
+    // Only refined stacks: their bounds hold for the first launch, which
+    // measures their needs (no counting kernel to compile and run).
+    optimistic->capacity.assign(sz.numCounted(), 1);
+    for (const AdStackSize &s : sz.stacks())
+      if (s.measuredAtLaunch())
+        optimistic->capacity[s.countSlot] =
+            std::min<int64_t>(capacities->at(s.stack), kAdStackCountSaturated - 1);
+  }
   if (optimistic && !optimistic->capacity.empty()) {
     for (auto &[stack, cap] : *capacities)
       sized.adStackCapacities.try_emplace(stack, cap);
@@ -234,7 +247,7 @@ absl::Status Program::launchSized(const Kernel &k, std::span<const LaunchArg> ar
     if (!need.ok())
       return need.status();
     for (const AdStackSize &s : sz.stacks())
-      if (s.tier == SizingTier::Measured)
+      if (s.measuredAtLaunch())
         (*capacities)[s.stack] = std::max<int64_t>((*need)[s.countSlot], 1);
     if (optimistic) {
       optimistic->capacity.assign(sz.numCounted(), 1);
@@ -289,7 +302,7 @@ Program::countAdStacks(const Kernel &kernel, const KernelSizing &sizing,
   if (bounds.empty()) {
     bounds.assign(boundArgs.size(), 0);
     for (const AdStackSize &s : sizing.stacks())
-      if (s.tier == SizingTier::Measured)
+      if (s.measuredAtLaunch())
         bounds[s.countSlot] = std::clamp<int64_t>(s.capacity, 1, kMaxCountBound);
   }
   for (*runs = 1;; ++*runs) {

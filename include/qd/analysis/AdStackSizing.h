@@ -54,6 +54,12 @@ struct SizingOptions {
   /// Also build the optimistic launch of the measured stacks
   /// (AdStackOptimistic.h), for kernels that meet its static condition.
   bool optimisticLaunch = true;
+  /// Measure, too, the stacks whose tier-1 or tier-2 bound is only an upper
+  /// bound (a loop that may leave early, `if` arms that push differently),
+  /// where that is cheap: where the kernel has an optimistic launch with
+  /// them, or counts other stacks anyway (their bound stays the capacity
+  /// of launches that measure nothing; docs/sizing.md, "Refined bounds").
+  bool refineUpperBounds = true;
   /// Step budget for evaluating a closed SizeExpr at compile time.
   int64_t compileTimeEvalSteps = int64_t(1) << 24;
 };

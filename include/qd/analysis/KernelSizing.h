@@ -60,6 +60,13 @@ struct AdStackSize {
   /// Measured and tier-3 stacks: why the stack is outside the grammar (and,
   /// for tier 3, why it cannot be counted either).
   std::string reason;
+  /// A Constant or LaunchTime stack whose bound is an upper bound that the
+  /// optimistic launch measures too (*refined*; `countSlot` is its slot): a
+  /// launch that measures nothing (no optimistic launch, no other stack to
+  /// count) uses the bound.
+  bool refined = false;
+  /// Whether launches may measure the stack (`countSlot` is set).
+  bool measuredAtLaunch() const { return tier == SizingTier::Measured || refined; }
 };
 
 /// The counting kernel and the optimistic launch's try kernel count pushes
