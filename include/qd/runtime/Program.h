@@ -75,9 +75,10 @@ struct LaunchOptions {
   /// kernel's previous launch measured and rerun only the iterations that
   /// did not fit (true), or run the counting kernel before every launch
   /// (false). Unset: the backend's choice (Backend::optimisticAdStacks: the
-  /// CPU and CUDA backends' is true, the others' false). The first launch of a
-  /// kernel counts either way (see optimisticInitialCapacity), and so does
-  /// a launch that gives a measured stack an explicit capacity.
+  /// CPU, CUDA and Vulkan backends' is true, the others' false). The first
+  /// launch of a kernel counts either way (see optimisticInitialCapacity;
+  /// where only refined upper bounds are measured it runs at the bounds),
+  /// and so does a launch that gives a measured stack an explicit capacity.
   std::optional<bool> optimisticAdStacks;
   /// With `optimisticAdStacks`: the capacity of the measured stacks at a
   /// kernel's first optimistic launch (0: the first launch counts instead).
