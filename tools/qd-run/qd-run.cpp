@@ -309,8 +309,12 @@ void Runner::reportAdStacks(const Launch &launch) {
   if (compiled && !options_.sizeAdStacks) {
     // Unsized: what the launch was given (declared, or the default).
     qd::walk(const_cast<qd::Kernel &>(k), [&](qd::Stmt &s) {
-      if (auto *a = qd::dyn_cast<qd::AdStackAllocaStmt>(&s))
-        row(a, a->capacity() ? a->capacity() : options_.defaultAdStackCapacity, "");
+      if (auto *a = qd::dyn_cast<qd::AdStackAllocaStmt>(&s)) {
+        int64_t cap = a->capacity() ? a->capacity() : options_.defaultAdStackCapacity;
+        if (const qd::Value *arg = a->capacityArgument())
+          cap = std::max<int64_t>(launch.scalars.at(qd::cast<qd::Argument>(arg)->index()).i, 1);
+        row(a, cap, "");
+      }
     });
   } else if (compiled ||
              program_.lastMeasuredLaunch().path == qd::Program::MeasuredLaunch::Path::Optimistic) {
