@@ -530,7 +530,6 @@ AdStackCounting buildAdStackCounting(const Kernel &kernel,
   }
   shadowWrittenMemory(*k, need, out);
   out.boundArgs.assign(out.counted.size(), -1);
-  std::unordered_set<Stmt *> stoppingTasks;
   std::unordered_map<Stmt *, AllocaStmt *> stoppedOfTask;
   for (const BoundedSlot &b : boundedSlots) {
     Stmt *task = taskOf(b.stack);
