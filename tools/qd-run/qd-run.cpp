@@ -333,17 +333,17 @@ void Runner::reportAdStacks(const Launch &launch) {
     report_.push_back("kernel @" + k.name() + ": adstack heap " +
                       std::to_string(cpu->lastAdStackHeapBytes()) + " bytes (" +
                       std::to_string(cpu->numThreads()) + " workers)");
+  // (The threads the last launch laid its heap out for: fewer than the
+  // grid where the task bounds are fixed and short.)
   if (gpu && !rows.empty()) {
-    absl::StatusOr<int64_t> threads = gpu->gridThreads(k, options_.boundsChecked);
     report_.push_back("kernel @" + k.name() + ": adstack heap " +
                       std::to_string(gpu->lastAdStackHeapBytes()) + " bytes (" +
-                      (threads.ok() ? std::to_string(*threads) : std::string("?")) +
-                      " GPU threads)");
+                      std::to_string(gpu->lastLaunchThreads()) + " GPU threads)");
   }
   if (vulkan && !rows.empty())
     report_.push_back("kernel @" + k.name() + ": adstack heap " +
                       std::to_string(vulkan->lastAdStackHeapBytes()) + " bytes (" +
-                      std::to_string(vulkan->gridThreads()) + " invocations)");
+                      std::to_string(vulkan->lastLaunchThreads()) + " invocations)");
 }
 
 void Runner::print(const Launch &launch, const std::optional<std::string> &error) {
