@@ -225,7 +225,7 @@ int run(int argc, char **argv) {
   auto nothing = [] {};
   std::vector<Case> cases = {
       {"capacity given by hand", nothing, gradient(byHand)},
-      {"counting kernel first (today's default)", nothing, gradient(counted)},
+      {"counting kernel first", nothing, gradient(counted)},
       {"  of which the counting kernel", nothing, countOnly},
       // Steady state: the previous launch (of the case before) measured the
       // same needs.
