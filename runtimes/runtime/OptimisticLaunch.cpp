@@ -50,16 +50,8 @@ absl::Status Program::launchOptimistic(const Kernel &k, const KernelSizing &sizi
   }
   constexpr int64_t spread = KernelSizing::kCountSpread;
   const int slots = sizing.numCounted();
-  // `need` is kept between launches: on a GPU a new buffer would be a
-  // device allocation per launch; zeroing it is one small upload.
-  if (!state.need || state.need->numElements() != slots * spread + 1) {
-    absl::StatusOr<Buffer> b = Buffer::create(ScalarType::I64, {slots * spread + 1});
-    if (!b.ok())
-      return b.status();
-    state.need = *std::move(b);
-  } else {
-    state.need->fill(Scalar::ofInt(ScalarType::I64, 0));
-  }
+  if (absl::Status s = zeroedBuffer(state.need, ScalarType::I64, slots * spread + 1); !s.ok())
+    return s;
   Buffer *need = &*state.need;
   NdarrayArg needArg, failedArg;
   needArg.primal = need;

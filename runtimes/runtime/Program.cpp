@@ -271,6 +271,18 @@ void Program::recordLaunch(const LaunchOptions &sized, MeasuredLaunch measured) 
   lastMeasured_ = measured;
 }
 
+absl::Status Program::zeroedBuffer(std::optional<Buffer> &slot, ScalarType type, int64_t n) {
+  if (slot && slot->numElements() == n) {
+    slot->fill(Scalar::ofInt(type, 0));
+    return absl::OkStatus();
+  }
+  absl::StatusOr<Buffer> b = Buffer::create(type, {n});
+  if (!b.ok())
+    return b.status();
+  slot = *std::move(b);
+  return absl::OkStatus();
+}
+
 Program::OptimisticState &Program::optimisticState(const Kernel &k) {
   std::lock_guard<std::mutex> lock(mutex_);
   std::unique_ptr<OptimisticState> &slot = optimistic_[&k];
@@ -339,11 +351,25 @@ Program::countAdStacksOnce(const Kernel &kernel, const KernelSizing &sizing,
                            std::span<const LaunchArg> args, Backend &backend,
                            const LaunchOptions &options, std::span<const int64_t> bounds) {
   constexpr int64_t spread = KernelSizing::kCountSpread;
-  absl::StatusOr<Buffer> need = Buffer::create(ScalarType::I64, {sizing.numCounted() * spread});
-  if (!need.ok())
-    return need.status();
+  // `need` is kept per kernel, unless a launch of the same kernel from
+  // another thread holds it.
+  CountState *state;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::unique_ptr<CountState> &slot = counting_[&kernel];
+    if (!slot)
+      slot = std::make_unique<CountState>();
+    state = slot.get();
+  }
+  std::unique_lock<std::mutex> held(state->mutex, std::try_to_lock);
+  std::optional<Buffer> own;
+  std::optional<Buffer> &needSlot = held.owns_lock() ? state->need : own;
+  if (absl::Status s = zeroedBuffer(needSlot, ScalarType::I64, sizing.numCounted() * spread);
+      !s.ok())
+    return s;
+  Buffer *need = &*needSlot;
   NdarrayArg needArg;
-  needArg.primal = &*need;
+  needArg.primal = need;
   std::vector<LaunchArg> countArgs(args.begin(), args.end());
   // Memory the counting kernel writes goes to copies, one per buffer (so
   // arguments that are one buffer stay one), made from the current contents.

@@ -206,6 +206,17 @@ private:
     std::optional<Buffer> need;
   };
 
+  /// What the counting launches of one kernel keep between launches.
+  struct CountState {
+    std::mutex mutex;
+    /// The counting kernel's `need`, zeroed before each run.
+    std::optional<Buffer> need;
+  };
+  /// `slot` as a zeroed buffer of `n` elements of `type`: kept where it has
+  /// that size (on a GPU a new buffer is a device allocation per launch;
+  /// zeroing it is one small upload), else made anew.
+  static absl::Status zeroedBuffer(std::optional<Buffer> &slot, ScalarType type, int64_t n);
+
   explicit Program(const Module &m) : module_(m) {}
   /// launch() after validation: sizes the stacks (running the counting
   /// kernel of measured stacks first) and runs `k`; `record` keeps the
@@ -242,6 +253,7 @@ private:
   /// Per kernel, the bounds of its counting kernel's bounded stacks for
   /// the next launch (in `need` order; other slots unused).
   std::map<const Kernel *, std::vector<int64_t>> countBounds_;
+  std::map<const Kernel *, std::unique_ptr<CountState>> counting_;
   std::map<std::pair<const Field *, Component>, Buffer> fields_;
 };
 
