@@ -73,15 +73,25 @@ kernel @k() {
 }
 )";
 
-std::unique_ptr<Module> parseWithGradient(const char *text) {
+/// `text` as a module that verifies, or null (the failure reported).
+std::unique_ptr<Module> parseVerified(const std::string &text) {
   auto m = parseModule(text, {"t.qd", 1});
   EXPECT_TRUE(m.ok()) << m.status().message();
   if (!m.ok())
     return nullptr;
-  auto g = buildGradientKernel(**m, *(*m)->findKernel("k"));
+  absl::Status v = verify(**m);
+  EXPECT_TRUE(v.ok()) << v.message();
+  return v.ok() ? *std::move(m) : nullptr;
+}
+
+std::unique_ptr<Module> parseWithGradient(const char *text) {
+  std::unique_ptr<Module> m = parseVerified(text);
+  if (!m)
+    return nullptr;
+  auto g = buildGradientKernel(*m, *m->findKernel("k"));
   EXPECT_TRUE(g.ok()) << g.status().message();
-  EXPECT_TRUE(verify(**m).ok());
-  return *std::move(m);
+  EXPECT_TRUE(verify(*m).ok());
+  return m;
 }
 
 CpuBackend &cpu(unsigned lanes) {
@@ -359,9 +369,8 @@ kernel @k() {
   }
 }
 )";
-  auto parsed = parseModule(kDivides, {"t.qd", 1});
-  ASSERT_TRUE(parsed.ok()) << parsed.status().message();
-  std::unique_ptr<Module> m = *std::move(parsed);
+  std::unique_ptr<Module> m = parseVerified(kDivides);
+  ASSERT_TRUE(m);
   Interpreter interp;
   for (Backend *backend : compiledBackends(interp)) {
     Backend &b = *backend;
@@ -449,10 +458,8 @@ kernel @readsAtTheTop(%m: i32) {
   }
 }
 )";
-  auto parsed = parseModule(kText, {"t.qd", 1});
-  ASSERT_TRUE(parsed.ok()) << parsed.status().message();
-  std::unique_ptr<Module> m = *std::move(parsed);
-  ASSERT_TRUE(verify(*m).ok());
+  std::unique_ptr<Module> m = parseVerified(kText);
+  ASSERT_TRUE(m);
   KernelSizing refused = sizeAdStacks(*m->findKernel("readsAtTheTop"));
   ASSERT_EQ(refused.numCounted(), 1);
   EXPECT_EQ(refused.optimistic(), nullptr);
@@ -527,10 +534,8 @@ TEST(OptimisticLaunchTest, KernelsOutsideTheConditionCount) {
   text += whileKernel("notLast", "", "", "",
                       "  parallel for %j = 0 to 4 {\n    %b = load @x[%j] : f32\n"
                       "    store @y[%j], %b\n  }\n");
-  auto parsed = parseModule(text, {"t.qd", 1});
-  ASSERT_TRUE(parsed.ok()) << parsed.status().message();
-  std::unique_ptr<Module> m = *std::move(parsed);
-  ASSERT_TRUE(verify(*m).ok());
+  std::unique_ptr<Module> m = parseVerified(text);
+  ASSERT_TRUE(m);
   for (Case c : {Case{"writesFirst", "the write 'store @y[%i], %a' at t.qd:10:5 comes before"},
                  Case{"readsWhilePushing", "reads or pops a measured adstack before its last push"},
                  Case{"readsWhatItWrites", "reads memory the task writes"},
@@ -595,10 +600,8 @@ kernel @k() {
   }
 }
 )";
-  auto parsed = parseModule(kText, {"t.qd", 1});
-  ASSERT_TRUE(parsed.ok()) << parsed.status().message();
-  std::unique_ptr<Module> m = *std::move(parsed);
-  ASSERT_TRUE(verify(*m).ok());
+  std::unique_ptr<Module> m = parseVerified(kText);
+  ASSERT_TRUE(m);
   const Kernel &k = *m->findKernel("k");
   Interpreter interp;
   for (Backend *backend : compiledBackends(interp)) {
@@ -659,7 +662,7 @@ kernel @k() {
   // Where the kernel has no optimistic launch with it (here: the stack is
   // read before its last push), an upper bound stays the capacity, and the
   // counting kernel counts only the stack outside the grammar.
-  auto mixed = parseModule(R"(
+  std::unique_ptr<Module> mixed = parseVerified(R"(
 field @x : f32[8]
 kernel @k(%n: i32) {
   parallel for %i = 0 to 8 {
@@ -688,10 +691,9 @@ kernel @k(%n: i32) {
     }
   }
 }
-)",
-                           {"t.qd", 1});
-  ASSERT_TRUE(mixed.ok()) << mixed.status().message();
-  KernelSizing ms = sizeAdStacks(*(*mixed)->findKernel("k"));
+)");
+  ASSERT_TRUE(mixed);
+  KernelSizing ms = sizeAdStacks(*mixed->findKernel("k"));
   ASSERT_EQ(ms.stacks().size(), 2u);
   EXPECT_EQ(ms.stacks()[0].tier, SizingTier::Measured) << ms.describe(ms.stacks()[0]);
   EXPECT_EQ(ms.stacks()[1].tier, SizingTier::Constant) << ms.describe(ms.stacks()[1]);
@@ -730,10 +732,8 @@ kernel @k() {
   }
 }
 )";
-  auto parsed = parseModule(kText, {"t.qd", 1});
-  ASSERT_TRUE(parsed.ok()) << parsed.status().message();
-  std::unique_ptr<Module> m = *std::move(parsed);
-  ASSERT_TRUE(verify(*m).ok());
+  std::unique_ptr<Module> m = parseVerified(kText);
+  ASSERT_TRUE(m);
   Interpreter interp;
   for (Backend *backend : compiledBackends(interp)) {
     SCOPED_TRACE(std::string(backend->name()));

@@ -243,7 +243,7 @@ absl::Status Program::launchSized(const Kernel &k, std::span<const LaunchArg> ar
   int countingRuns = 0;
   if (measure) {
     absl::StatusOr<std::vector<int64_t>> need =
-        countAdStacks(k, sz, args, backend, options, &countingRuns);
+        countAdStacks(k, sz, args, backend, options, countingRuns);
     if (!need.ok())
       return need.status();
     for (const AdStackSize &s : sz.stacks())
@@ -283,22 +283,34 @@ absl::Status Program::zeroedBuffer(std::optional<Buffer> &slot, ScalarType type,
   return absl::OkStatus();
 }
 
-Program::OptimisticState &Program::optimisticState(const Kernel &k) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  std::unique_ptr<OptimisticState> &slot = optimistic_[&k];
+namespace {
+
+/// The state `states` keeps for `k`, made on first use (under `mutex`).
+template <class State>
+State &stateOf(std::mutex &mutex, std::map<const Kernel *, std::unique_ptr<State>> &states,
+               const Kernel &k) {
+  std::lock_guard<std::mutex> lock(mutex);
+  std::unique_ptr<State> &slot = states[&k];
   if (!slot)
-    slot = std::make_unique<OptimisticState>();
+    slot = std::make_unique<State>();
   return *slot;
+}
+
+} // namespace
+
+Program::CountState &Program::countState(const Kernel &k) {
+  return stateOf(mutex_, counting_, k);
+}
+
+Program::OptimisticState &Program::optimisticState(const Kernel &k) {
+  return stateOf(mutex_, optimistic_, k);
 }
 
 absl::StatusOr<std::vector<int64_t>>
 Program::countAdStacks(const Kernel &kernel, const KernelSizing &sizing,
                        std::span<const LaunchArg> args, Backend &backend,
-                       const LaunchOptions &options, int *runs) {
-  int ran = 0;
-  if (!runs)
-    runs = &ran;
-  *runs = 1;
+                       const LaunchOptions &options, int &runs) {
+  runs = 1;
   const std::vector<int> &boundArgs = sizing.countBoundArgs();
   bool anyBound = std::any_of(boundArgs.begin(), boundArgs.end(), [](int a) { return a >= 0; });
   if (!anyBound)
@@ -306,10 +318,11 @@ Program::countAdStacks(const Kernel &kernel, const KernelSizing &sizing,
   // Bounded stacks: the bounds the last launch of `kernel` left (twice its
   // need), or the default capacity; a count past its bound runs again with
   // at least twice the bound.
+  CountState &state = countState(kernel);
   std::vector<int64_t> bounds;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    bounds = countBounds_[&kernel];
+    bounds = state.bounds;
   }
   if (bounds.empty()) {
     bounds.assign(boundArgs.size(), 0);
@@ -317,7 +330,7 @@ Program::countAdStacks(const Kernel &kernel, const KernelSizing &sizing,
       if (s.measuredAtLaunch())
         bounds[s.countSlot] = std::clamp<int64_t>(s.capacity, 1, kMaxCountBound);
   }
-  for (*runs = 1;; ++*runs) {
+  for (;; ++runs) {
     absl::StatusOr<std::vector<int64_t>> need =
         countAdStacksOnce(kernel, sizing, args, backend, options, bounds);
     if (!need.ok())
@@ -341,7 +354,7 @@ Program::countAdStacks(const Kernel &kernel, const KernelSizing &sizing,
       if (boundArgs[i] >= 0)
         bounds[i] = std::clamp<int64_t>(2 * (*need)[i], kMinCountBound, kMaxCountBound);
     std::lock_guard<std::mutex> lock(mutex_);
-    countBounds_[&kernel] = bounds;
+    state.bounds = bounds;
     return need;
   }
 }
@@ -353,17 +366,10 @@ Program::countAdStacksOnce(const Kernel &kernel, const KernelSizing &sizing,
   constexpr int64_t spread = KernelSizing::kCountSpread;
   // `need` is kept per kernel, unless a launch of the same kernel from
   // another thread holds it.
-  CountState *state;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    std::unique_ptr<CountState> &slot = counting_[&kernel];
-    if (!slot)
-      slot = std::make_unique<CountState>();
-    state = slot.get();
-  }
-  std::unique_lock<std::mutex> held(state->mutex, std::try_to_lock);
+  CountState &state = countState(kernel);
+  std::unique_lock<std::mutex> held(state.mutex, std::try_to_lock);
   std::optional<Buffer> own;
-  std::optional<Buffer> &needSlot = held.owns_lock() ? state->need : own;
+  std::optional<Buffer> &needSlot = held.owns_lock() ? state.need : own;
   if (absl::Status s = zeroedBuffer(needSlot, ScalarType::I64, sizing.numCounted() * spread);
       !s.ok())
     return s;

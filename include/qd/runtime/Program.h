@@ -208,10 +208,16 @@ private:
 
   /// What the counting launches of one kernel keep between launches.
   struct CountState {
+    /// Guards `need` (a launch that finds it held makes its own).
     std::mutex mutex;
     /// The counting kernel's `need`, zeroed before each run.
     std::optional<Buffer> need;
+    /// The bounds of its bounded stacks for the next launch (in `need`
+    /// order; other slots unused; empty before the first). Guarded by the
+    /// program's mutex_.
+    std::vector<int64_t> bounds;
   };
+  CountState &countState(const Kernel &k);
   /// `slot` as a zeroed buffer of `n` elements of `type`: kept where it has
   /// that size (on a GPU a new buffer is a device allocation per launch;
   /// zeroing it is one small upload), else made anew.
@@ -223,10 +229,11 @@ private:
   /// capacities in lastAdStackCapacities() (not for a counting kernel).
   absl::Status launchSized(const Kernel &k, std::span<const LaunchArg> args, Backend &backend,
                            const LaunchOptions &options, bool record);
-  /// Runs the counting kernel of `sizing` and returns its `need` values.
+  /// Runs the counting kernel of `sizing` (`runs` times: again while a
+  /// bounded stack outgrows its bound) and returns its `need` values.
   absl::StatusOr<std::vector<int64_t>>
   countAdStacks(const Kernel &kernel, const KernelSizing &sizing, std::span<const LaunchArg> args,
-                Backend &backend, const LaunchOptions &options, int *runs = nullptr);
+                Backend &backend, const LaunchOptions &options, int &runs);
   /// One run of the counting kernel, with `bounds` for its bounded stacks
   /// (KernelSizing::countBoundArgs; empty when it has none).
   absl::StatusOr<std::vector<int64_t>>
@@ -250,9 +257,6 @@ private:
   std::unordered_map<const AdStackAllocaStmt *, int64_t> lastCapacities_;
   MeasuredLaunch lastMeasured_;
   std::map<const Kernel *, std::unique_ptr<OptimisticState>> optimistic_;
-  /// Per kernel, the bounds of its counting kernel's bounded stacks for
-  /// the next launch (in `need` order; other slots unused).
-  std::map<const Kernel *, std::vector<int64_t>> countBounds_;
   std::map<const Kernel *, std::unique_ptr<CountState>> counting_;
   std::map<std::pair<const Field *, Component>, Buffer> fields_;
 };
