@@ -99,10 +99,42 @@ struct Row {
   int size = 0;
   double parse = 0, reverse = 0;
   std::optional<double> compile;
+  qd::CompileTimes steps; // of `compile`
+  double run = 0;         // one launch of the compiled gradient, min of 3
   std::string tier = "-";
 };
 
 std::optional<size_t> fullLimit; // --full-limit
+unsigned vectorWidth = 0;        // --vector-width (0: the backend's choice)
+int tripCount = 16;              // @m of the generated kernels (timeGradient)
+
+/// The run time the tier buys: one launch of the compiled gradient (the
+/// minimum of 3), with x = 0.5, a seed of 1 on y, and @m (the trip count of
+/// the generated loops, where there is one) = 1 in the nesting series (its
+/// loops multiply) and 16 in the others.
+double timeGradient(qd::Module &m, const qd::Kernel &grad, qd::CpuBackend &cpu) {
+  auto program = qd::Program::create(m);
+  if (!program.ok())
+    die(std::string(program.status().message()));
+  qd::Program &p = **program;
+  auto fill = [&](std::string_view name, qd::Component c, float v) {
+    qd::Buffer *b = p.field(name, c);
+    float *d = reinterpret_cast<float *>(b->data());
+    std::fill(d, d + b->numElements(), v);
+  };
+  fill("x", qd::Component::Primal, 0.5f);
+  fill("y", qd::Component::Grad, 1.0f);
+  if (qd::Buffer *trips = p.field("m"))
+    *reinterpret_cast<int32_t *>(trips->data()) = tripCount;
+  double best = 1e300;
+  for (int rep = 0; rep < 3; ++rep) {
+    auto t = Clock::now();
+    if (absl::Status s = p.launch(grad.name(), {}, cpu); !s.ok())
+      die(std::string(s.message()));
+    best = std::min(best, since(t));
+  }
+  return best;
+}
 
 Row measure(const std::string &text, int size, bool compile) {
   Row r;
@@ -123,6 +155,7 @@ Row measure(const std::string &text, int size, bool compile) {
   if (compile) {
     qd::CpuBackendOptions o;
     o.threads = 1;
+    o.vectorWidth = vectorWidth;
     if (fullLimit)
       o.fullOptimizationLimit = *fullLimit;
     auto cpu = qd::CpuBackend::create(o);
@@ -130,9 +163,11 @@ Row measure(const std::string &text, int size, bool compile) {
       die(std::string(cpu.status().message()));
     if (auto layout = (*cpu)->layout(**grad); !layout.ok())
       die(std::string(layout.status().message()));
-    r.compile = (*cpu)->compileSeconds(**grad);
+    r.steps = (*cpu)->compileTimes(**grad);
+    r.compile = r.steps.total();
     std::optional<qd::OptimizationTier> tier = (*cpu)->compileTier(**grad);
     r.tier = !tier ? "?" : *tier == qd::OptimizationTier::Full ? "full" : "light";
+    r.run = timeGradient(m, **grad, **cpu);
   }
   return r;
 }
@@ -145,19 +180,22 @@ std::string growth(double now, double before, int size, int beforeSize) {
 
 void series(const char *name, const char *unit, const std::vector<int> &sizes, int maxCompile,
             std::string (*make)(int)) {
-  fmt::print("\n{} series\n{:>10} {:>9} {:>11} {:>11} {:>6} {:>8} {:>8} {:>8}\n", name, unit,
-             "parse ms", "reverse ms", "compile ms", "tier", "g.parse", "g.rev", "g.comp");
+  fmt::print("\n{} series\n{:>10} {:>9} {:>11} {:>11} {:>8} {:>8} {:>6} {:>8} {:>8} {:>8} {:>8}\n",
+             name, unit, "parse ms", "reverse ms", "compile ms", "opt ms", "mc ms", "tier",
+             "run ms", "g.parse", "g.rev", "g.comp");
   std::optional<Row> prev;
   for (int size : sizes) {
     Row r = measure(make(size), size, size <= maxCompile);
-    std::string comp = r.compile ? fmt::format("{:.0f}", *r.compile * 1e3) : "-";
+    auto ms = [&](double s) { return r.compile ? fmt::format("{:.0f}", s * 1e3) : "-"; };
+    std::string comp = ms(r.compile.value_or(0));
     std::string gp = prev ? growth(r.parse, prev->parse, r.size, prev->size) : "-";
     std::string gr = prev ? growth(r.reverse, prev->reverse, r.size, prev->size) : "-";
     std::string gc = prev && r.compile && prev->compile
                          ? growth(*r.compile, *prev->compile, r.size, prev->size)
                          : "-";
-    fmt::print("{:>10} {:>9.1f} {:>11.1f} {:>11} {:>6} {:>8} {:>8} {:>8}\n", size, r.parse * 1e3,
-               r.reverse * 1e3, comp, r.tier, gp, gr, gc);
+    fmt::print("{:>10} {:>9.1f} {:>11.1f} {:>11} {:>8} {:>8} {:>6} {:>8} {:>8} {:>8} {:>8}\n", size,
+               r.parse * 1e3, r.reverse * 1e3, comp, ms(r.steps.optimize), ms(r.steps.codegen),
+               r.tier, r.compile ? fmt::format("{:.2f}", r.run * 1e3) : "-", gp, gr, gc);
     std::fflush(stdout);
     prev = r;
   }
@@ -178,6 +216,10 @@ int run(int argc, char **argv) {
       maxStatements = next();
     else if (a == "--max-compile")
       maxCompile = next();
+    else if (a == "--vector-width")
+      vectorWidth = static_cast<unsigned>(next());
+    else if (a == "--time-passes")
+      qd::timeLlvmPasses(true); // LLVM reports the timings on stderr
     else if (a == "--max-carried")
       maxCarried = next();
     else if (a == "--max-compile-carried")
@@ -190,7 +232,8 @@ int run(int argc, char **argv) {
       only = argv[++i];
     else
       die("usage: qd-bench-compile [--max-statements N] [--max-compile N] [--max-carried N] "
-          "[--max-compile-carried N] [--max-compile-depth N] [--full-limit N] "
+          "[--max-compile-carried N] [--max-compile-depth N] [--full-limit N] [--vector-width W] "
+          "[--time-passes] "
           "[--only statements,nesting,carried]");
   }
   fmt::print("qd-bench-compile: wall seconds of one run per row; growth g = (time ratio) / "
@@ -208,10 +251,13 @@ int run(int argc, char **argv) {
   auto wanted = [&](const char *name) { return only.find(name) != std::string::npos; };
   if (wanted("statements"))
     series("statements", "stmts", statements, maxCompile, statementsKernel);
+  tripCount = 1;
   if (wanted("nesting"))
     series("nesting", "depth", nesting, maxCompileDepth, nestingKernel);
+  tripCount = 16;
   if (wanted("carried"))
     series("carried", "N", carried, maxCompileCarried, carriedKernel);
+  qd::reportLlvmPassTimes();
   return 0;
 }
 

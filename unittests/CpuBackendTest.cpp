@@ -61,12 +61,15 @@ CpuBackend &cpuSerial() { // one worker, scalar code: the interpreter's order, b
   }();
   return *b;
 }
-CpuBackend &cpuParallel() { // four workers taking one iteration at a time
+/// Four workers taking one iteration at a time, with the light tier
+/// (OptimizationTier::Light): the corpus and the properties run both tiers.
+CpuBackend &cpuParallel() {
   static std::unique_ptr<CpuBackend> b = [] {
     CpuBackendOptions o;
     o.threads = 4;
     o.chunk = 1;
     o.vectorWidth = 1;
+    o.fullOptimizationLimit = 0;
     return *CpuBackend::create(o);
   }();
   return *b;

@@ -44,6 +44,20 @@ using KernelFn = void (*)(QdLaunchContext *);
 
 namespace {
 
+/// Seconds between laps.
+class Stopwatch {
+public:
+  double lap() {
+    auto now = std::chrono::steady_clock::now();
+    double s = std::chrono::duration<double>(now - last_).count();
+    last_ = now;
+    return s;
+  }
+
+private:
+  std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
+};
+
 /// Marks a module for the light tier's code generation (TieredCompiler).
 constexpr const char *kLightTierFlag = "qd.light-tier";
 
@@ -168,7 +182,7 @@ struct CpuBackend::Impl {
   struct Compiled {
     KernelFn fn = nullptr;
     KernelLayout layout;
-    double seconds = 0;
+    CompileTimes times;
     OptimizationTier tier = OptimizationTier::Full;
   };
 
@@ -176,7 +190,7 @@ struct CpuBackend::Impl {
   std::unique_ptr<ThreadPool> pool;
   unsigned vectorWidth = 1;
   VectorMathIsa vectorMath = VectorMathIsa::None;
-  size_t fullOptimizationLimit = 0;
+  TierLimits tierLimits;
   /// Keyed by Kernel::uniqueId(), never by address: a destroyed kernel's
   /// address may be reused by a new one.
   /// Guards `cache`, `sizings`, `counter` and the JIT: a kernel compiles
@@ -214,11 +228,14 @@ struct CpuBackend::Impl {
     auto key = std::tuple(kernel.uniqueId(), boundsChecked, stopChecks);
     if (auto it = cache.find(key); it != cache.end())
       return &it->second;
-    auto start = std::chrono::steady_clock::now();
-    sizingOfLocked(kernel);
     Compiled c;
+    Stopwatch watch;
+    sizingOfLocked(kernel);
+    c.times.sizing = watch.lap();
     auto context = std::make_unique<llvm::LLVMContext>();
-    auto module = emitOptimized(kernel, boundsChecked, stopChecks, *context, c.layout, c.tier);
+    auto module =
+        emitOptimized(kernel, boundsChecked, stopChecks, *context, c.layout, c.tier, c.times);
+    watch.lap(); // emitOptimized timed its own steps
     if (!module.ok())
       return module.status();
     llvm::Module &m = **module;
@@ -237,14 +254,16 @@ struct CpuBackend::Impl {
     if (!sym)
       return absl::InternalError("cpu backend: " + llvm::toString(sym.takeError()));
     c.fn = sym->toPtr<KernelFn>();
-    c.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    c.times.codegen = watch.lap();
     return &cache.emplace(key, std::move(c)).first->second;
   }
 
   /// The kernel's module, optimised for the host, and its tier.
   absl::StatusOr<std::unique_ptr<llvm::Module>>
   emitOptimized(const Kernel &kernel, bool boundsChecked, bool stopChecks,
-                llvm::LLVMContext &context, KernelLayout &layout, OptimizationTier &tier) {
+                llvm::LLVMContext &context, KernelLayout &layout, OptimizationTier &tier,
+                CompileTimes &times) {
+    Stopwatch watch;
     CodegenOptions opts;
     opts.boundsChecked = boundsChecked;
     opts.vectorWidth = vectorWidth;
@@ -256,9 +275,11 @@ struct CpuBackend::Impl {
     llvm::Module &m = **module;
     m.setDataLayout(jit->getDataLayout());
     m.setTargetTriple(jit->getTargetTriple().str());
-    tier = chooseTier(m, fullOptimizationLimit);
+    tier = chooseTier(m, tierLimits);
+    times.emit = watch.lap();
     auto tm = hostTargetMachine(); // without one, target-independent cost models
-    optimizeModule(m, tm.ok() ? tm->get() : nullptr);
+    optimizeModule(m, tm.ok() ? tm->get() : nullptr, tier);
+    times.optimize = watch.lap();
     return module;
   }
 };
@@ -350,7 +371,7 @@ absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::create(const CpuBackendO
               [](llvm::orc::JITTargetMachineBuilder full)
                   -> llvm::Expected<std::unique_ptr<llvm::orc::IRCompileLayer::IRCompiler>> {
                 llvm::orc::JITTargetMachineBuilder light = full;
-                light.setCodeGenOptLevel(llvm::CodeGenOptLevel::Less);
+                light.setCodeGenOptLevel(llvm::CodeGenOptLevel::None);
                 auto fullTm = full.createTargetMachine();
                 if (!fullTm)
                   return fullTm.takeError();
@@ -396,7 +417,7 @@ absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::create(const CpuBackendO
   // compile scalar code, whose stacks need no room for lanes.
   impl->vectorWidth = options.chunk > 0 && options.chunk < width ? 1 : width;
   impl->vectorMath = impl->vectorWidth > 1 ? *isa : VectorMathIsa::None;
-  impl->fullOptimizationLimit = options.fullOptimizationLimit;
+  impl->tierLimits = {options.fullOptimizationLimit, options.fullOptimizationDepth};
   unsigned threads = options.threads ? options.threads : std::thread::hardware_concurrency();
   impl->pool = std::make_unique<ThreadPool>(std::max(1u, threads), options.chunk);
   return std::unique_ptr<CpuBackend>(new CpuBackend(std::move(impl)));
@@ -431,13 +452,21 @@ std::optional<OptimizationTier> CpuBackend::compileTier(const Kernel &kernel) co
   return std::nullopt;
 }
 
-double CpuBackend::compileSeconds(const Kernel &kernel) const {
+CompileTimes CpuBackend::compileTimes(const Kernel &kernel) const {
   std::lock_guard<std::mutex> lock(impl_->compileMutex);
-  double s = 0;
+  CompileTimes sum;
   for (auto &[key, c] : impl_->cache)
-    if (std::get<0>(key) == kernel.uniqueId())
-      s += c.seconds;
-  return s;
+    if (std::get<0>(key) == kernel.uniqueId()) {
+      sum.sizing += c.times.sizing;
+      sum.emit += c.times.emit;
+      sum.optimize += c.times.optimize;
+      sum.codegen += c.times.codegen;
+    }
+  return sum;
+}
+
+double CpuBackend::compileSeconds(const Kernel &kernel) const {
+  return compileTimes(kernel).total();
 }
 
 absl::StatusOr<const KernelSizing *> CpuBackend::adStackSizing(const Kernel &kernel) {
@@ -463,7 +492,8 @@ absl::StatusOr<std::string> CpuBackend::llvmIR(const Kernel &kernel, bool bounds
   llvm::LLVMContext context;
   KernelLayout layout;
   OptimizationTier tier;
-  auto m = impl_->emitOptimized(kernel, boundsChecked, false, context, layout, tier);
+  CompileTimes times;
+  auto m = impl_->emitOptimized(kernel, boundsChecked, false, context, layout, tier, times);
   if (!m.ok())
     return m.status();
   std::string ir;

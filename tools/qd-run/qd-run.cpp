@@ -6,7 +6,7 @@
 //          [--print=a,b.grad,...] [--no-bounds-check] [--adstack-capacity=N]
 //          [--report-adstacks] [--no-adstack-sizing] [--[no-]optimistic-adstacks]
 //          [--vector-width=N]
-//          [--no-vector-math] [--threads=N] [--timeout-ms=N] [--max-loop-iterations=N]
+//          [--no-vector-math] [--threads=N] [--light] [--timeout-ms=N] [--max-loop-iterations=N]
 //          [--vulkan-device=NAME] [--vulkan-validation=off|if-installed|required]
 //          [--vulkan-loop-checks=auto|on|off]
 //
@@ -123,7 +123,10 @@ constexpr const char *kUsage =
     "  --vector-isa=NAME      cpu: libmvec variants to call: auto (the host's widest,\n"
     "                         the default), sse4, avx2, avx512 or none\n"
     "  --threads=N            cpu: worker threads of parallel tasks, 1 to 1024 (0, the\n"
-    "                         default: one per hardware thread)\n";
+    "                         default: one per hardware thread)\n"
+    "  --light                cpu: compile every kernel with the light tier (few\n"
+    "                         passes, unoptimised code generation: what very large or\n"
+    "                         deeply nested kernels get, docs/performance.md)\n";
 
 /// The value named `value` among `names`, or a usage error naming `flag`
 /// and the names it accepts.
@@ -450,6 +453,8 @@ int run(int argc, char **argv) {
       cpuOptions.vectorIsa = *v;
     } else if (a == "--no-vector-math")
       cpuOptions.vectorMath = false;
+    else if (a == "--light")
+      cpuOptions.fullOptimizationLimit = 0;
     else if (a == "--bounds-check")
       options.boundsChecked = true;
     else if (a == "--no-bounds-check")

@@ -64,6 +64,7 @@ struct Options {
   bool vectorMath = true;
   qd::VectorMathIsa vectorIsa = qd::VectorMathIsa::Avx2;
   bool optimize = false;
+  bool light = false; // --light: the CPU backend's light tier
   bool atomicFloatAdd = false;
   bool checkLoopExits = false;
 };
@@ -108,6 +109,9 @@ constexpr const char *kUsage =
     "  --optimize             print the IR after the O3 pipeline of the CPU backend,\n"
     "                         tuned for the host (nvptx: of the NVPTX target;\n"
     "                         amdgpu: ocml linked, of the AMDGPU target)\n"
+    "  --light                with --optimize: the light tier's pipeline instead\n"
+    "                         of O3 (what the CPU backend runs for very large or\n"
+    "                         deeply nested kernels, docs/performance.md)\n"
     "  -o <file>              write the output to <file> (default: stdout)\n"
     "  -h, --help             show this help\n";
 
@@ -180,6 +184,8 @@ std::optional<int> parseArgs(int argc, char **argv, Options &opts) {
       opts.checkLoopExits = true;
     } else if (arg == "--optimize") {
       opts.optimize = true;
+    } else if (arg == "--light") {
+      opts.light = true;
     } else if (arg == "-o") {
       if (i + 1 >= argc)
         return fail("-o needs a file name");
@@ -240,6 +246,8 @@ int main(int argc, char **argv) {
     return fail("--local-adstacks needs --target=nvptx or spirv (the CUDA and Vulkan backends "
                 "run local tapes; the " +
                 opts.target + " target keeps adstacks in the heap)");
+  if (opts.light && (!opts.optimize || opts.target != "cpu"))
+    return fail("--light needs --optimize and --target=cpu (the CPU backend's light tier)");
   if (opts.arch.empty())
     opts.arch = amdgpu ? "gfx90a" : "sm_80";
   qd::PtxOptions ptx;
@@ -374,7 +382,8 @@ int main(int argc, char **argv) {
     } else if (machine) {
       m.setDataLayout(machine->createDataLayout());
       m.setTargetTriple(machine->getTargetTriple().str());
-      qd::optimizeModule(m, machine.get());
+      qd::optimizeModule(m, machine.get(),
+                         opts.light ? qd::OptimizationTier::Light : qd::OptimizationTier::Full);
     }
     m.print(os, nullptr);
   }

@@ -61,11 +61,13 @@ struct CpuBackendOptions {
   /// AVX2, two 8-lane chains are in flight.
   std::string vectorIsa = "auto";
   /// Kernels whose largest LLVM function (as emitted, before optimisation)
-  /// has more instructions than this compile with the light tier
-  /// (OptimizationTier::Light: code generation without post-RA scheduling,
-  /// whose time grows with the square of a block); the others with the full
-  /// one. 0: always light; SIZE_MAX: always full.
-  size_t fullOptimizationLimit = 20000;
+  /// has more instructions than this, or whose loops nest deeper than
+  /// fullOptimizationDepth, compile with the light tier
+  /// (OptimizationTier::Light: a few linear passes and code generation
+  /// without optimisation); the others with the full one (O3). 0: always
+  /// light; SIZE_MAX: by depth only.
+  size_t fullOptimizationLimit = TierLimits().fullInstructions;
+  unsigned fullOptimizationDepth = TierLimits().fullLoopDepth;
 };
 
 class CpuBackend : public Backend {
@@ -96,6 +98,8 @@ public:
   int64_t adStackHeapCapacityBytes() const;
   /// Seconds spent compiling `kernel` (0 if it was not compiled yet).
   double compileSeconds(const Kernel &kernel) const;
+  /// The same, by step, summed over the kernel's compilations.
+  CompileTimes compileTimes(const Kernel &kernel) const;
   /// The tier `kernel` was compiled with (CpuBackendOptions::
   /// fullOptimizationLimit), or nullopt if it was not compiled yet.
   std::optional<OptimizationTier> compileTier(const Kernel &kernel) const;
