@@ -220,6 +220,61 @@ nowhere:
                  2);
 }
 
+TEST(PromoteLocalsTest, AChainOfChecksWhoseSideExitsReadALocal) {
+  // The emitter's shape: a chain of blocks, each ending in a check whose
+  // failing side leaves for one shared exit block, which reads %peak (the
+  // value stored before that check) and %acc; %t is only read inside the
+  // chain. Two unreachable blocks form a cycle of single predecessors.
+  checkPromotion(R"(
+define i32 @f(i32 %a, i32 %b) {
+entry:
+  %peak = alloca i32
+  %acc = alloca i32
+  %t = alloca i32
+  store i32 0, ptr %peak
+  store i32 %b, ptr %acc
+  store i32 %a, ptr %t
+  br label %c0
+c0:
+  store i32 1, ptr %peak
+  %t0 = load i32, ptr %t
+  %k0 = icmp sgt i32 %t0, 5
+  br i1 %k0, label %exit, label %c1
+c1:
+  store i32 2, ptr %peak
+  %acc0 = load i32, ptr %acc
+  %acc1 = add i32 %acc0, %a
+  store i32 %acc1, ptr %acc
+  %k1 = icmp sgt i32 %acc1, 7
+  br i1 %k1, label %exit, label %c2
+c2:
+  store i32 3, ptr %peak
+  %t1 = load i32, ptr %t
+  %t2 = mul i32 %t1, 2
+  store i32 %t2, ptr %t
+  %k2 = icmp sgt i32 %t2, 9
+  br i1 %k2, label %exit, label %done
+done:
+  store i32 4, ptr %peak
+  br label %exit
+exit:
+  %p = load i32, ptr %peak
+  %q = load i32, ptr %acc
+  %r = mul i32 %p, 1000
+  %s = add i32 %r, %q
+  ret i32 %s
+lost1:
+  %l1 = load i32, ptr %t
+  store i32 %l1, ptr %acc
+  br label %lost2
+lost2:
+  %l2 = load i32, ptr %acc
+  store i32 %l2, ptr %t
+  br label %lost1
+})",
+                 3);
+}
+
 TEST(PromoteLocalsTest, LocalsWhoseAddressEscapesOrWhoseTypeChangesStay) {
   // %p escapes into a call, %q is read with another type, %w is volatile:
   // only %ok is promoted.

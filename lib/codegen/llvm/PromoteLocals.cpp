@@ -8,22 +8,26 @@
 // carrying 500 values, 4.5 s at 1000; docs/performance.md, "Compile
 // time").
 //
-// This promotion visits every instruction once: one walk records each
-// local's loads and stores per block in order; then, per local, a load
-// after a store in its block takes the stored value and the others take
-// the value live into their block from llvm::SSAUpdater, which places the
-// phis. A load that no store reaches reads undef, as with mem2reg.
+// This promotion visits every instruction once, for all locals together
+// (promoteAll says how), and leaves only the values that cross into blocks
+// with several predecessors to llvm::SSAUpdater, which places the phis. A
+// load that no store reaches reads undef, as with mem2reg.
 //
 //===----------------------------------------------------------------------===//
 #include "qd/codegen/llvm/Optimize.h"
 
+#include <llvm/ADT/BitVector.h>
 #include <llvm/ADT/DenseMap.h>
+#include <llvm/ADT/DenseSet.h>
+#include <llvm/ADT/SmallPtrSet.h>
 #include <llvm/ADT/SmallVector.h>
+#include <llvm/IR/CFG.h>
 #include <llvm/IR/Constants.h>
 #include <llvm/IR/Function.h>
 #include <llvm/IR/Instructions.h>
 #include <llvm/Transforms/Utils/SSAUpdater.h>
 
+#include <memory>
 #include <vector>
 
 namespace qd {
@@ -52,24 +56,105 @@ bool promotable(const llvm::AllocaInst &a) {
 }
 
 struct Local {
-  llvm::AllocaInst *slot;
-  /// Loads and stores in walk order: grouped by block, in block order.
+  llvm::AllocaInst *slot = nullptr;
+  llvm::Value *undef = nullptr;
+  /// Built for the first load that needs a value from another block.
+  std::unique_ptr<llvm::SSAUpdater> ssa;
+  /// The value on the walk's current path (null: none stored yet).
+  llvm::Value *current = nullptr;
+  /// Loads no store on their path reaches, with the root of their tree.
+  std::vector<std::pair<llvm::LoadInst *, llvm::BasicBlock *>> liveIn;
   std::vector<llvm::Instruction *> accesses;
+
+  llvm::SSAUpdater &updater() {
+    if (!ssa) {
+      ssa = std::make_unique<llvm::SSAUpdater>();
+      ssa->Initialize(slot->getAllocatedType(), slot->getName());
+    }
+    return *ssa;
+  }
 };
 
-void promote(Local &local) {
-  llvm::AllocaInst *slot = local.slot;
-  llvm::Type *t = slot->getAllocatedType();
-  llvm::BasicBlock *entry = &slot->getFunction()->getEntryBlock();
-  llvm::Value *undef = llvm::UndefValue::get(t);
-  llvm::SSAUpdater ssa;
-  ssa.Initialize(t, slot->getName());
-  // A load after a store in its block reads that store's value; the
-  // others read the value live into their block.
-  llvm::DenseMap<llvm::LoadInst *, llvm::Value *> value;
-  llvm::SmallVector<llvm::LoadInst *, 8> liveIn;
+/// Promotes every local of `locals` in `f` at once.
+///
+/// Blocks with one predecessor hang off it, so the function is a forest of
+/// trees of blocks (extended basic blocks) whose roots are the blocks with
+/// several predecessors or none: along a tree's paths a value flows as
+/// within one block. One walk over every tree, with each local's current
+/// value on the path, forwards stored values to loads; only the values at
+/// the ends of trees (blocks that branch to a root) reach SSAUpdater, which
+/// places the phis at the roots. Asking SSAUpdater block by block instead
+/// walked back along every chain of blocks (the emitter makes one block per
+/// adstack check): quadratic in a loop body that pops many stacks.
+void promoteAll(llvm::Function &f, std::vector<Local> &locals,
+                const llvm::DenseMap<llvm::AllocaInst *, unsigned> &index) {
+  llvm::DenseMap<llvm::BasicBlock *, std::vector<llvm::BasicBlock *>> children;
+  std::vector<llvm::BasicBlock *> roots;
+  llvm::DenseSet<llvm::BasicBlock *> rootSet;
+  for (llvm::BasicBlock &bb : f) {
+    llvm::BasicBlock *pred = bb.getSinglePredecessor();
+    if (!pred || pred == &bb) {
+      roots.push_back(&bb);
+      rootSet.insert(&bb);
+    } else {
+      children[pred].push_back(&bb);
+    }
+  }
+  // Blocks a root does not reach (a cycle of single-predecessor blocks
+  // nothing enters) become roots of their own after the others.
+  for (llvm::BasicBlock &bb : f)
+    roots.push_back(&bb);
+  std::vector<llvm::BasicBlock *> trees; // their roots
+  llvm::DenseMap<llvm::BasicBlock *, unsigned> treeOf;
+  for (llvm::BasicBlock *root : roots) {
+    if (!treeOf.try_emplace(root, static_cast<unsigned>(trees.size())).second)
+      continue;
+    rootSet.insert(root);
+    std::vector<llvm::BasicBlock *> work{root};
+    while (!work.empty()) {
+      llvm::BasicBlock *bb = work.back();
+      work.pop_back();
+      if (auto kids = children.find(bb); kids != children.end())
+        for (llvm::BasicBlock *child : kids->second)
+          if (treeOf.try_emplace(child, static_cast<unsigned>(trees.size())).second)
+            work.push_back(child);
+    }
+    trees.push_back(root);
+  }
+  // needed[t]: the locals whose value entering tree t may be read, in it
+  // or in a tree after it. The end of a tree hands on only those: every
+  // error site of a chain of adstack checks ends a tree, and handing on
+  // every value stored since the chain's root made the walk quadratic.
+  size_t n = locals.size();
+  std::vector<llvm::BitVector> needed(trees.size(), llvm::BitVector(n));
+  std::vector<std::vector<unsigned>> next(trees.size());
+  for (llvm::BasicBlock &bb : f) {
+    unsigned t = treeOf.lookup(&bb);
+    for (llvm::Instruction &i : bb)
+      if (auto *ld = llvm::dyn_cast<llvm::LoadInst>(&i))
+        if (auto it = index.find(llvm::dyn_cast<llvm::AllocaInst>(ld->getPointerOperand()));
+            it != index.end())
+          needed[t].set(it->second);
+    for (llvm::BasicBlock *succ : llvm::successors(&bb))
+      if (rootSet.count(succ))
+        next[t].push_back(treeOf.lookup(succ));
+  }
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (size_t t = trees.size(); t-- > 0;)
+      for (unsigned s : next[t]) {
+        llvm::BitVector more = needed[s];
+        more.reset(needed[t]);
+        if (more.any()) {
+          needed[t] |= more;
+          changed = true;
+        }
+      }
+  }
+
+  llvm::DenseMap<llvm::LoadInst *, llvm::Value *> value; // a load's replacement
   auto resolve = [&](llvm::Value *v) {
-    // A stored value may be a load of this local already forwarded.
+    // A stored value may be a load already forwarded.
     for (auto *ld = llvm::dyn_cast<llvm::LoadInst>(v); ld; ld = llvm::dyn_cast<llvm::LoadInst>(v)) {
       auto it = value.find(ld);
       if (it == value.end())
@@ -78,56 +163,117 @@ void promote(Local &local) {
     }
     return v;
   };
-  auto &acc = local.accesses;
-  for (size_t i = 0; i < acc.size();) {
-    llvm::BasicBlock *bb = acc[i]->getParent();
-    llvm::Value *current = nullptr;
-    for (; i < acc.size() && acc[i]->getParent() == bb; ++i) {
-      if (auto *st = llvm::dyn_cast<llvm::StoreInst>(acc[i]))
-        current = resolve(st->getValueOperand());
-      else if (current)
-        value[llvm::cast<llvm::LoadInst>(acc[i])] = current;
-      else if (bb == entry)
-        value[llvm::cast<llvm::LoadInst>(acc[i])] = undef;
-      else
-        liveIn.push_back(llvm::cast<llvm::LoadInst>(acc[i]));
-    }
-    if (current)
-      ssa.AddAvailableValue(bb, current);
-  }
-  if (!ssa.HasValueForBlock(entry))
-    ssa.AddAvailableValue(entry, undef);
-  // Every live-in value first: the updater's answers may name loads of
-  // this local (a stored value that was itself live in), which stay in
-  // place until every answer is known.
-  std::vector<llvm::Value *> incoming;
-  incoming.reserve(liveIn.size());
-  for (llvm::LoadInst *ld : liveIn)
-    incoming.push_back(ssa.GetValueInMiddleOfBlock(ld->getParent()));
-  for (size_t k = 0; k < liveIn.size(); ++k)
-    value[liveIn[k]] = incoming[k];
-  // Final values: never a load of this local. A cycle of loads only
-  // reading each other is code no store reaches: undef.
-  auto final = [&](llvm::LoadInst *ld) {
-    llvm::Value *v = ld;
-    for (size_t steps = 0; steps <= value.size(); ++steps) {
-      auto *l = llvm::dyn_cast<llvm::LoadInst>(v);
-      auto it = l ? value.find(l) : value.end();
-      if (it == value.end())
-        return v;
-      v = it->second;
-    }
-    return undef;
+  auto localOf = [&](llvm::Value *ptr) -> Local * {
+    auto *a = llvm::dyn_cast<llvm::AllocaInst>(ptr);
+    auto it = a ? index.find(a) : index.end();
+    return it == index.end() ? nullptr : &locals[it->second];
   };
-  llvm::SmallVector<std::pair<llvm::LoadInst *, llvm::Value *>, 16> replacements;
-  for (llvm::Instruction *i : acc)
-    if (auto *ld = llvm::dyn_cast<llvm::LoadInst>(i))
-      replacements.push_back({ld, final(ld)});
-  for (auto [ld, v] : replacements)
-    ld->replaceAllUsesWith(v);
-  for (llvm::Instruction *i : acc)
-    i->eraseFromParent();
-  slot->eraseFromParent();
+
+  llvm::SmallPtrSet<llvm::BasicBlock *, 32> visited;
+  llvm::BasicBlock *entry = &f.getEntryBlock();
+  struct Frame {
+    llvm::BasicBlock *bb;
+    size_t undoMark;
+    size_t nextChild = 0;
+  };
+  std::vector<std::pair<Local *, llvm::Value *>> undo; // (local, value before)
+  for (llvm::BasicBlock *root : trees) {
+    if (!visited.insert(root).second)
+      continue;
+    std::vector<Frame> stack;
+    auto enter = [&](llvm::BasicBlock *bb) {
+      stack.push_back({bb, undo.size()});
+      for (llvm::Instruction &i : *bb) {
+        if (auto *ld = llvm::dyn_cast<llvm::LoadInst>(&i)) {
+          Local *l = localOf(ld->getPointerOperand());
+          if (!l)
+            continue;
+          l->accesses.push_back(ld);
+          if (l->current)
+            value[ld] = l->current;
+          else if (root == entry)
+            value[ld] = l->undef;
+          else
+            l->liveIn.push_back({ld, root});
+        } else if (auto *st = llvm::dyn_cast<llvm::StoreInst>(&i)) {
+          Local *l = localOf(st->getPointerOperand());
+          if (!l)
+            continue;
+          l->accesses.push_back(st);
+          undo.push_back({l, l->current});
+          l->current = resolve(st->getValueOperand());
+        }
+      }
+      // The end of a tree: what the path stored reaches the roots it
+      // branches to, for the locals read there or later.
+      llvm::BitVector handed(n);
+      for (llvm::BasicBlock *succ : llvm::successors(bb))
+        if (rootSet.count(succ))
+          handed |= needed[treeOf.lookup(succ)];
+      for (unsigned k : handed.set_bits())
+        if (locals[k].current)
+          locals[k].updater().AddAvailableValue(bb, locals[k].current);
+    };
+    enter(root);
+    while (!stack.empty()) {
+      Frame &top = stack.back();
+      auto kids = children.find(top.bb);
+      if (kids != children.end() && top.nextChild < kids->second.size()) {
+        llvm::BasicBlock *child = kids->second[top.nextChild++];
+        if (visited.insert(child).second)
+          enter(child);
+        continue;
+      }
+      for (size_t k = undo.size(); k-- > top.undoMark;)
+        undo[k].first->current = undo[k].second;
+      undo.resize(top.undoMark);
+      stack.pop_back();
+    }
+  }
+
+  // Values live into roots, every answer first: an answer may name a load
+  // (a stored value that was itself live in), which stays in place until
+  // every answer is known.
+  for (Local &l : locals) {
+    if (l.liveIn.empty())
+      continue;
+    llvm::SSAUpdater &ssa = l.updater();
+    if (!ssa.HasValueForBlock(entry))
+      ssa.AddAvailableValue(entry, l.undef);
+    std::vector<llvm::Value *> incoming;
+    incoming.reserve(l.liveIn.size());
+    for (auto [ld, root] : l.liveIn)
+      incoming.push_back(ssa.GetValueInMiddleOfBlock(root));
+    for (size_t k = 0; k < l.liveIn.size(); ++k)
+      value[l.liveIn[k].first] = incoming[k];
+  }
+  // Final values: never a load of a local. A cycle of loads only reading
+  // each other is code no store reaches: undef.
+  for (Local &l : locals) {
+    for (llvm::Instruction *i : l.accesses) {
+      auto *ld = llvm::dyn_cast<llvm::LoadInst>(i);
+      if (!ld)
+        continue;
+      llvm::Value *v = ld;
+      for (size_t steps = 0;; ++steps) {
+        auto *from = llvm::dyn_cast<llvm::LoadInst>(v);
+        auto it = from ? value.find(from) : value.end();
+        if (it == value.end())
+          break;
+        v = steps > value.size() ? l.undef : it->second;
+      }
+      value[ld] = v;
+    }
+  }
+  for (Local &l : locals)
+    for (llvm::Instruction *i : l.accesses)
+      if (auto *ld = llvm::dyn_cast<llvm::LoadInst>(i))
+        ld->replaceAllUsesWith(value[ld]);
+  for (Local &l : locals) {
+    for (llvm::Instruction *i : l.accesses)
+      i->eraseFromParent();
+    l.slot->eraseFromParent();
+  }
 }
 
 } // namespace
@@ -140,25 +286,12 @@ size_t promoteLocals(llvm::Function &f) {
   for (llvm::Instruction &i : f.getEntryBlock())
     if (auto *a = llvm::dyn_cast<llvm::AllocaInst>(&i); a && promotable(*a)) {
       index[a] = static_cast<unsigned>(locals.size());
-      locals.push_back({a, {}});
+      Local &l = locals.emplace_back();
+      l.slot = a;
+      l.undef = llvm::UndefValue::get(a->getAllocatedType());
     }
-  if (locals.empty())
-    return 0;
-  for (llvm::BasicBlock &bb : f)
-    for (llvm::Instruction &i : bb) {
-      llvm::Value *ptr = nullptr;
-      if (auto *ld = llvm::dyn_cast<llvm::LoadInst>(&i))
-        ptr = ld->getPointerOperand();
-      else if (auto *st = llvm::dyn_cast<llvm::StoreInst>(&i))
-        ptr = st->getPointerOperand();
-      auto *a = llvm::dyn_cast_or_null<llvm::AllocaInst>(ptr);
-      if (!a)
-        continue;
-      if (auto it = index.find(a); it != index.end())
-        locals[it->second].accesses.push_back(&i);
-    }
-  for (Local &local : locals)
-    promote(local);
+  if (!locals.empty())
+    promoteAll(f, locals, index);
   return locals.size();
 }
 
