@@ -15,6 +15,7 @@
 #include "qd/codegen/llvm/Ptx.h"
 #include "qd/ir/Parser.h"
 #include "qd/ir/Verifier.h"
+#include "qd/transforms/AutoDiff.h"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -213,6 +214,58 @@ TEST(NvptxCodegenTest, PtxHasOneEntryPerLaunch) {
     EXPECT_NE(ptx->find(".entry " + l.function + "("), std::string::npos) << l.function;
   // libdevice was linked and internalized: no call leaves the module.
   EXPECT_EQ(ptx->find(".extern"), std::string::npos);
+}
+
+TEST(NvptxCodegenTest, DeepNestsGetTheLightTierAndStillAssemble) {
+  // 18 loops nested in a parallel task (past TierLimits::fullLoopDepth):
+  // the light pipeline and code generation without optimisation, for the
+  // kernel and its gradient. The PTX must be
+  // complete (no call leaves the module) and assemble.
+  if (!std::filesystem::exists(libdevicePath(PtxOptions())))
+    GTEST_SKIP() << "no libdevice at " << libdevicePath(PtxOptions());
+  std::string text = "field @x : f32[64] grad\nfield @y : f32[64] grad\nfield @m : i32\n\n"
+                     "kernel @k() {\n  parallel for %i = 0 to 64 {\n    %v = load @x[%i] : f32\n"
+                     "    %m = load @m[] : i32\n    %a = alloca f32\n    store %a, %v\n";
+  std::string indent = "    ";
+  for (int d = 0; d < 18; ++d) {
+    text += fmt::format("{0}for %j{1} = 0 to %m {{\n{0}  %l{1} = load %a : f32\n"
+                        "{0}  %s{1} = sin %l{1} : f32\n{0}  store %a, %s{1}\n",
+                        indent, d);
+    indent += "  ";
+  }
+  for (int d = 18; d-- > 0;) {
+    indent.resize(indent.size() - 2);
+    text += indent + "}\n";
+  }
+  text += "    %r = load %a : f32\n    store @y[%i], %r\n  }\n}\n";
+  auto parsed = parseModule(text);
+  ASSERT_TRUE(parsed.ok()) << parsed.status().message();
+  ASSERT_TRUE(verify(**parsed).ok());
+  auto grad = buildGradientKernel(**parsed, *(*parsed)->findKernel("k"));
+  ASSERT_TRUE(grad.ok()) << grad.status().message();
+  bool ptxas = std::filesystem::exists(kPtxas);
+  Results r;
+  int id = 9000;
+  for (const Kernel *k : std::vector<const Kernel *>{(*parsed)->findKernel("k"), *grad}) {
+    compileKernel(*k, "deep nest", ptxas, r, id++);
+    llvm::LLVMContext context;
+    KernelLayout layout;
+    auto m = emitKernel(*k, context, CodegenOptions(), layout, CodegenTarget::Nvptx);
+    ASSERT_TRUE(m.ok()) << m.status().message();
+    auto ptx = emitPtx(**m, PtxOptions());
+    ASSERT_TRUE(ptx.ok()) << ptx.status().message();
+    EXPECT_EQ(ptx->find(".extern"), std::string::npos) << k->name();
+    EXPECT_EQ(ptx->find("__nvvm_reflect"), std::string::npos) << k->name();
+    // The light tier has no inliner: libdevice's sin stays a function.
+    EXPECT_NE(ptx->find(".func  (.param .b32 func_retval0) __nv_sinf"), std::string::npos)
+        << k->name();
+  }
+  for (const auto &f : r.failures)
+    ADD_FAILURE() << f;
+  if (!ptxas)
+    GTEST_SKIP() << "ptxas is not at " << kPtxas << ": the PTX was not assembled";
+  EXPECT_EQ(r.assembled[0], 2);
+  EXPECT_EQ(r.assembled[1], 2);
 }
 
 } // namespace

@@ -83,7 +83,14 @@ absl::Status optimizeKernels(llvm::Module &module, llvm::TargetMachine &tm,
     auto *f = llvm::dyn_cast<llvm::Function>(&gv);
     return (f && f->getCallingConv() == kernels) || gv.getName() == kLaunchWordsSymbol;
   });
-  optimizeModule(module, &tm);
+  // The CPU backend's tiers (Optimize.h): the light one for very large or
+  // deeply nested kernels, whose O3 pipeline and code generation grow
+  // faster than linearly (the gradient of a loop carrying 500 values took
+  // 160 s to reach PTX).
+  OptimizationTier tier = chooseTier(module, TierLimits());
+  optimizeModule(module, &tm, tier);
+  if (tier == OptimizationTier::Light)
+    tm.setOptLevel(llvm::CodeGenOptLevel::None);
   std::string text;
   llvm::raw_string_ostream verifyOut(text);
   if (llvm::verifyModule(module, &verifyOut))

@@ -165,6 +165,8 @@ void optimizeModule(llvm::Module &module, llvm::TargetMachine *machine, Optimiza
     llvm::FunctionPassManager fpm;
     if (gpu)
       fpm.addPass(llvm::InferAddressSpacesPass());
+    // (NVPTX: libdevice's __nvvm_reflect calls are folded by the target's
+    // code generation, which runs NVVMReflect itself.)
     fpm.addPass(llvm::SROAPass(llvm::SROAOptions::ModifyCFG));
     fpm.addPass(llvm::EarlyCSEPass());
     fpm.addPass(llvm::InstCombinePass());
