@@ -83,11 +83,15 @@ absl::Status optimizeKernels(llvm::Module &module, llvm::TargetMachine &tm,
     auto *f = llvm::dyn_cast<llvm::Function>(&gv);
     return (f && f->getCallingConv() == kernels) || gv.getName() == kLaunchWordsSymbol;
   });
-  // The CPU backend's tiers (Optimize.h): the light one for very large or
-  // deeply nested kernels, whose O3 pipeline and code generation grow
-  // faster than linearly (the gradient of a loop carrying 500 values took
-  // 160 s to reach PTX).
-  OptimizationTier tier = chooseTier(module, TierLimits());
+  // NVPTX: the CPU backend's tiers (Optimize.h), the light one for very
+  // large or deeply nested kernels, whose O3 pipeline and code generation
+  // grow faster than linearly (the gradient of a loop carrying 500 values
+  // took 160 s to reach PTX). AMDGPU stays at O3: without it, the kernels'
+  // code objects declare the hidden implicit arguments besides the launch
+  // context (the AMDGPU attributor proves them unused), which the HIP
+  // runtime's launch was never run with on a device.
+  OptimizationTier tier =
+      tm.getTargetTriple().isNVPTX() ? chooseTier(module, TierLimits()) : OptimizationTier::Full;
   optimizeModule(module, &tm, tier);
   if (tier == OptimizationTier::Light)
     tm.setOptLevel(llvm::CodeGenOptLevel::None);
