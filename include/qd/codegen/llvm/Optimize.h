@@ -30,8 +30,8 @@ absl::StatusOr<std::unique_ptr<llvm::TargetMachine>> hostTargetMachine();
 ///    run each of SROA, EarlyCSE, InstCombine and SimplifyCFG, blocks cut to
 ///    2000 instructions (splitLongBlocks), and code generation at
 ///    CodeGenOptLevel::None (the fast register allocator, no machine
-///    scheduling). Compiles a loop carrying 500 values 9x faster than Full
-///    for about 10% more run time.
+///    scheduling). Compiles the gradient of a loop carrying 500 values 14x
+///    faster than Full (0.6 s) for 10-20% more run time.
 enum class OptimizationTier { Full, Light };
 
 /// Where the light tier starts (chooseTier).
