@@ -139,17 +139,29 @@ void promoteAll(llvm::Function &f, std::vector<Local> &locals,
       if (rootSet.count(succ))
         next[t].push_back(treeOf.lookup(succ));
   }
-  for (bool changed = true; changed;) {
-    changed = false;
-    for (size_t t = trees.size(); t-- > 0;)
-      for (unsigned s : next[t]) {
-        llvm::BitVector more = needed[s];
-        more.reset(needed[t]);
-        if (more.any()) {
-          needed[t] |= more;
-          changed = true;
-        }
+  // A worklist: a tree is revisited only when a tree it branches to grew
+  // (sweeping every tree until nothing changed took a sweep per loop level
+  // of a nest: cubic in a deep one).
+  std::vector<std::vector<unsigned>> prev(trees.size());
+  for (unsigned t = 0; t < trees.size(); ++t)
+    for (unsigned s : next[t])
+      prev[s].push_back(t);
+  std::vector<unsigned> work(trees.size());
+  std::vector<char> queued(trees.size(), 1);
+  for (unsigned t = 0; t < trees.size(); ++t)
+    work[t] = t;
+  while (!work.empty()) {
+    unsigned s = work.back();
+    work.pop_back();
+    queued[s] = 0;
+    for (unsigned t : prev[s]) {
+      size_t before = needed[t].count();
+      needed[t] |= needed[s];
+      if (needed[t].count() != before && !queued[t]) {
+        queued[t] = 1;
+        work.push_back(t);
       }
+    }
   }
 
   llvm::DenseMap<llvm::LoadInst *, llvm::Value *> value; // a load's replacement
