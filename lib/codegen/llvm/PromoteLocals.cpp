@@ -1,4 +1,4 @@
-//===- PromoteLocals.cpp - Locals to SSA values in linear time ------------===//
+//===- PromoteLocals.cpp - Locals to SSA values without rescanning -------===//
 //
 // The emitter keeps every qd local in an entry-block alloca. LLVM's
 // mem2reg (inside SROA) promotes them, but to learn whether a block that
@@ -11,7 +11,10 @@
 // This promotion visits every instruction once, for all locals together
 // (promoteAll says how), and leaves only the values that cross into blocks
 // with several predecessors to llvm::SSAUpdater, which places the phis. A
-// load that no store reaches reads undef, as with mem2reg.
+// load that no store reaches reads undef, as with mem2reg. What still grows
+// faster than the function: SSAUpdater walks up a loop nest once per local
+// read deep inside and stored outside (0.36 s for the gradient of a
+// 254-deep nest, the IR's limit is 256).
 //
 //===----------------------------------------------------------------------===//
 #include "qd/codegen/llvm/Optimize.h"
@@ -58,7 +61,7 @@ bool promotable(const llvm::AllocaInst &a) {
 struct Local {
   llvm::AllocaInst *slot = nullptr;
   llvm::Value *undef = nullptr;
-  /// Built for the first load that needs a value from another block.
+  /// Built when a value of the local first crosses into a root.
   std::unique_ptr<llvm::SSAUpdater> ssa;
   /// The value on the walk's current path (null: none stored yet).
   llvm::Value *current = nullptr;
