@@ -253,7 +253,7 @@ int run(int argc, char **argv) {
     else
       die("usage: qd-bench-compile [--max-statements N] [--max-compile N] [--max-carried N] "
           "[--max-compile-carried N] [--max-compile-depth N] [--full-limit N] [--vector-width W] "
-          "[--time-passes] "
+          "[--reps N] [--time-passes] "
           "[--only statements,nesting,carried]");
   }
   fmt::print("qd-bench-compile: wall seconds, the minimum of --reps runs per row; growth g = (time "

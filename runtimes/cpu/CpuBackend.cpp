@@ -233,9 +233,8 @@ struct CpuBackend::Impl {
     sizingOfLocked(kernel);
     c.times.sizing = watch.lap();
     auto context = std::make_unique<llvm::LLVMContext>();
-    auto module =
-        emitOptimized(kernel, boundsChecked, stopChecks, *context, c.layout, c.tier, c.times);
-    watch.lap(); // emitOptimized timed its own steps
+    auto module = emitOptimized(kernel, boundsChecked, stopChecks, *context, c.layout, c.tier,
+                                watch, c.times);
     if (!module.ok())
       return module.status();
     llvm::Module &m = **module;
@@ -258,12 +257,12 @@ struct CpuBackend::Impl {
     return &cache.emplace(key, std::move(c)).first->second;
   }
 
-  /// The kernel's module, optimised for the host, and its tier.
+  /// The kernel's module, optimised for the host, and its tier; the laps
+  /// of `watch` time emission and optimisation into `times`.
   absl::StatusOr<std::unique_ptr<llvm::Module>>
   emitOptimized(const Kernel &kernel, bool boundsChecked, bool stopChecks,
                 llvm::LLVMContext &context, KernelLayout &layout, OptimizationTier &tier,
-                CompileTimes &times) {
-    Stopwatch watch;
+                Stopwatch &watch, CompileTimes &times) {
     CodegenOptions opts;
     opts.boundsChecked = boundsChecked;
     opts.vectorWidth = vectorWidth;
@@ -456,12 +455,8 @@ CompileTimes CpuBackend::compileTimes(const Kernel &kernel) const {
   std::lock_guard<std::mutex> lock(impl_->compileMutex);
   CompileTimes sum;
   for (auto &[key, c] : impl_->cache)
-    if (std::get<0>(key) == kernel.uniqueId()) {
-      sum.sizing += c.times.sizing;
-      sum.emit += c.times.emit;
-      sum.optimize += c.times.optimize;
-      sum.codegen += c.times.codegen;
-    }
+    if (std::get<0>(key) == kernel.uniqueId())
+      sum += c.times;
   return sum;
 }
 
@@ -492,8 +487,9 @@ absl::StatusOr<std::string> CpuBackend::llvmIR(const Kernel &kernel, bool bounds
   llvm::LLVMContext context;
   KernelLayout layout;
   OptimizationTier tier;
+  Stopwatch watch;
   CompileTimes times;
-  auto m = impl_->emitOptimized(kernel, boundsChecked, false, context, layout, tier, times);
+  auto m = impl_->emitOptimized(kernel, boundsChecked, false, context, layout, tier, watch, times);
   if (!m.ok())
     return m.status();
   std::string ir;

@@ -31,6 +31,7 @@
 #include <llvm/Transforms/Utils/SSAUpdater.h>
 
 #include <memory>
+#include <optional>
 #include <vector>
 
 namespace qd {
@@ -96,12 +97,10 @@ void promoteAll(llvm::Function &f, std::vector<Local> &locals,
   llvm::DenseSet<llvm::BasicBlock *> rootSet;
   for (llvm::BasicBlock &bb : f) {
     llvm::BasicBlock *pred = bb.getSinglePredecessor();
-    if (!pred || pred == &bb) {
+    if (!pred || pred == &bb)
       roots.push_back(&bb);
-      rootSet.insert(&bb);
-    } else {
+    else
       children[pred].push_back(&bb);
-    }
   }
   // Blocks a root does not reach (a cycle of single-predecessor blocks
   // nothing enters) become roots of their own after the others.
@@ -221,11 +220,16 @@ void promoteAll(llvm::Function &f, std::vector<Local> &locals,
       }
       // The end of a tree: what the path stored reaches the roots it
       // branches to, for the locals read there or later.
-      llvm::BitVector handed(n);
+      std::optional<llvm::BitVector> handed;
       for (llvm::BasicBlock *succ : llvm::successors(bb))
-        if (rootSet.count(succ))
-          handed |= needed[treeOf.lookup(succ)];
-      for (unsigned k : handed.set_bits())
+        if (rootSet.count(succ)) {
+          if (!handed)
+            handed.emplace(n);
+          *handed |= needed[treeOf.lookup(succ)];
+        }
+      if (!handed)
+        return;
+      for (unsigned k : handed->set_bits())
         if (locals[k].current)
           locals[k].updater().AddAvailableValue(bb, locals[k].current);
     };

@@ -48,6 +48,13 @@ struct TierLimits {
 struct CompileTimes {
   double sizing = 0, emit = 0, optimize = 0, codegen = 0;
   double total() const { return sizing + emit + optimize + codegen; }
+  CompileTimes &operator+=(const CompileTimes &o) {
+    sizing += o.sizing;
+    emit += o.emit;
+    optimize += o.optimize;
+    codegen += o.codegen;
+    return *this;
+  }
 };
 
 /// Turns LLVM's pass timers (-time-passes) on or off for the whole process:
@@ -73,9 +80,10 @@ unsigned deepestLoopNest(const llvm::Module &module);
 OptimizationTier chooseTier(const llvm::Module &module, const TierLimits &limits);
 
 /// Promotes `f`'s locals (entry-block allocas used only by simple loads and
-/// stores of their own type) to SSA values in time linear in the function,
+/// stores of their own type) to SSA values with one walk over the function,
 /// where LLVM's mem2reg rescans a block per local (quadratic in a loop body
-/// carrying many values). Returns how many it promoted.
+/// carrying many values; what still grows faster than the function is in
+/// PromoteLocals.cpp). Returns how many it promoted.
 size_t promoteLocals(llvm::Function &f);
 
 /// Promotes every function's locals (promoteLocals), then runs the
