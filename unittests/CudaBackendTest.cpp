@@ -19,6 +19,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <fstream>
 #include <iostream>
@@ -127,6 +128,37 @@ TEST(CudaBackendTest, ABudgetOfLocalTapeBytesPerSmShrinksTheGrid) {
   }
 }
 
+// A launch without heap whose iterations are known runs one thread per
+// iteration, past the resident grid; one with heap keeps the resident grid.
+TEST(CudaBackendTest, ALaunchWithoutHeapRunsOneThreadPerIteration) {
+  REQUIRE_GPU();
+  SinLoop k;
+  const Kernel &g = *k.module->findKernel("g");
+  int64_t resident = *gpu()->gridThreads(g);
+  constexpr int kPeriod = 5000;
+  std::vector<float> x(resident + 1000), local(x.size()), heap(x.size());
+  std::vector<float> xp(kPeriod), ref(kPeriod);
+  for (size_t i = 0; i < x.size(); ++i)
+    x[i] = 0.001f * float(i % kPeriod);
+  std::copy(x.begin(), x.begin() + kPeriod, xp.begin());
+  Interpreter interp;
+  ASSERT_TRUE(k.run(interp, 24, xp, ref).ok());
+  ASSERT_TRUE(k.run(*gpu(), 24, x, local).ok());
+  EXPECT_EQ(gpu()->lastAdStackHeapBytes(), 0) << "a local tape";
+  EXPECT_EQ(gpu()->lastLaunchThreads(), (int64_t(x.size()) + 127) / 128 * 128);
+  CudaBackendOptions heapOnly;
+  heapOnly.localTapeBytes = 0;
+  auto h = CudaBackend::create(heapOnly);
+  ASSERT_TRUE(h.ok()) << h.status().message();
+  ASSERT_TRUE(k.run(**h, 24, x, heap).ok());
+  EXPECT_GT((*h)->lastAdStackHeapBytes(), 0);
+  EXPECT_EQ((*h)->lastLaunchThreads(), *(*h)->gridThreads(g));
+  for (size_t i = 0; i < x.size(); ++i) {
+    ASSERT_NEAR(local[i], ref[i % kPeriod], 1e-4) << i;
+    ASSERT_EQ(local[i], heap[i]) << i;
+  }
+}
+
 TEST(CudaBackendTest, OverflowIsAnErrorAndTheNextLaunchWorks) {
   REQUIRE_GPU();
   expectOverflowIsAnErrorAndTheNextLaunchWorks(*gpu());
@@ -215,6 +247,73 @@ TEST(CudaBackendTest, FieldsStayOnTheDeviceUntilTheHostReadsThem) {
   ASSERT_TRUE(program->launch("inc", {}, *gpu()).ok());
   EXPECT_EQ(f.get(17).f, 103.0);
   EXPECT_EQ(f.get(5).f, 33.0);
+}
+
+const char *kDivides = R"(field @d : i32[256]
+field @q : i32[256]
+
+kernel @divide() {
+  parallel for %i = 0 to 256 {
+    %ten = const 10 : i32
+    %di = load @d[%i] : i32
+    %v = div %ten, %di : i32
+    store @q[%i], %v
+  }
+}
+)";
+
+// Launches that repeat one another skip the launch block's copy; one that
+// fails leaves an error record on the device, which the next launch must
+// not report again.
+TEST(CudaBackendTest, RepeatedLaunchesSkipTheLaunchBlockAndErrorsDoNotLinger) {
+  REQUIRE_GPU();
+  auto module = *parseModule(kDivides, {"divides.qd", 1});
+  auto program = *Program::create(*module);
+  Buffer &d = *program->field("d");
+  Buffer &q = *program->field("q");
+  d.fill(Scalar::ofInt(ScalarType::I32, 2));
+  ASSERT_TRUE(program->launch("divide", {}, *gpu()).ok());
+  int64_t skipped = gpu()->skippedLaunchUploads();
+  ASSERT_TRUE(program->launch("divide", {}, *gpu()).ok());
+  EXPECT_EQ(gpu()->skippedLaunchUploads(), skipped + 1);
+  EXPECT_EQ(q.get(7).i, 5);
+  for (int round = 0; round < 2; ++round) {
+    d.set(9, Scalar::ofInt(ScalarType::I32, 0));
+    absl::Status s = program->launch("divide", {}, *gpu());
+    ASSERT_FALSE(s.ok()) << "round " << round;
+    EXPECT_NE(std::string(s.message()).find("division by zero"), std::string::npos) << s.message();
+    d.set(9, Scalar::ofInt(ScalarType::I32, 5));
+    s = program->launch("divide", {}, *gpu());
+    ASSERT_TRUE(s.ok()) << "round " << round << ": " << s.message();
+    EXPECT_EQ(q.get(9).i, 2);
+  }
+}
+
+TEST(CudaBackendTest, KernelTimesComeFromTheGpu) {
+  REQUIRE_GPU();
+  auto module = *parseModule(kDivides, {"divides.qd", 1});
+  auto program = *Program::create(*module);
+  program->field("d")->fill(Scalar::ofInt(ScalarType::I32, 3));
+  ASSERT_TRUE(gpu()->timeKernels(false).ok());
+  EXPECT_EQ(gpu()->lastKernelMs().status().code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(gpu()->timeKernels(true).ok());
+  absl::StatusOr<double> none = gpu()->lastKernelMs();
+  ASSERT_FALSE(none.ok());
+  EXPECT_NE(std::string(none.status().message()).find("no launch"), std::string::npos);
+  auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(program->launch("divide", {}, *gpu()).ok());
+  double wallMs =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  absl::StatusOr<double> ms = gpu()->lastKernelMs();
+  ASSERT_TRUE(ms.ok()) << ms.status().message();
+  EXPECT_GT(*ms, 0.0);
+  EXPECT_LT(*ms, wallMs);
+  // A launch whose kernel raised an error ran its kernels: timed too.
+  program->field("d")->set(0, Scalar::ofInt(ScalarType::I32, 0));
+  ASSERT_FALSE(program->launch("divide", {}, *gpu()).ok());
+  EXPECT_TRUE(gpu()->lastKernelMs().ok());
+  ASSERT_TRUE(gpu()->timeKernels(false).ok());
+  EXPECT_FALSE(gpu()->lastKernelMs().ok());
 }
 
 TEST(CudaBackendTest, ABorrowedDeviceArrayIsUsedInPlace) {

@@ -67,6 +67,10 @@ Loaded openDriver(const std::string &library) {
   resolve(a.cuStreamCreate, "cuStreamCreate");
   resolve(a.cuStreamDestroy, "cuStreamDestroy_v2");
   resolve(a.cuStreamSynchronize, "cuStreamSynchronize");
+  resolve(a.cuEventCreate, "cuEventCreate");
+  resolve(a.cuEventDestroy, "cuEventDestroy_v2");
+  resolve(a.cuEventRecord, "cuEventRecord");
+  resolve(a.cuEventElapsedTime, "cuEventElapsedTime");
   resolve(a.cuGetErrorName, "cuGetErrorName");
   resolve(a.cuGetErrorString, "cuGetErrorString");
   l.status = resolve.status();
@@ -218,6 +222,59 @@ absl::StatusOr<int> Device::residentBlocks(gpu::Function f, unsigned block) cons
       !s.ok())
     return s;
   return perSm;
+}
+
+namespace {
+
+/// Two events: CU_EVENT_DEFAULT records timing.
+class EventTimer final : public gpu::StreamTimer {
+public:
+  explicit EventTimer(const Device &d) : device_(d) {}
+  ~EventTimer() override {
+    if (device_.makeCurrent().ok())
+      for (CUevent e : events_)
+        if (e)
+          device_.api().cuEventDestroy(e);
+  }
+  absl::Status create() {
+    if (absl::Status s = device_.makeCurrent(); !s.ok())
+      return s;
+    for (CUevent &e : events_)
+      if (absl::Status s = device_.check(device_.api().cuEventCreate(&e, 0), "cuEventCreate");
+          !s.ok())
+        return s;
+    return absl::OkStatus();
+  }
+  absl::Status start() override { return record(0); }
+  absl::Status stop() override { return record(1); }
+  absl::StatusOr<double> elapsedMs() override {
+    if (absl::Status s = device_.makeCurrent(); !s.ok())
+      return s;
+    float ms = 0;
+    if (absl::Status s = device_.check(
+            device_.api().cuEventElapsedTime(&ms, events_[0], events_[1]), "cuEventElapsedTime");
+        !s.ok())
+      return s;
+    return double(ms);
+  }
+
+private:
+  absl::Status record(int which) {
+    if (absl::Status s = device_.makeCurrent(); !s.ok())
+      return s;
+    return device_.check(device_.api().cuEventRecord(events_[which], nullptr), "cuEventRecord");
+  }
+  const Device &device_;
+  CUevent events_[2] = {nullptr, nullptr};
+};
+
+} // namespace
+
+absl::StatusOr<std::unique_ptr<gpu::StreamTimer>> Device::createTimer() const {
+  auto timer = std::make_unique<EventTimer>(*this);
+  if (absl::Status s = timer->create(); !s.ok())
+    return s;
+  return std::unique_ptr<gpu::StreamTimer>(std::move(timer));
 }
 
 absl::StatusOr<std::pair<CUdeviceptr, size_t>> Device::addressRange(CUdeviceptr p) const {

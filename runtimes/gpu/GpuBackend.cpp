@@ -32,6 +32,18 @@ int64_t GpuBackend::lastAdStackHeapBytes() const {
   return runtime_->lastHeapBytes();
 }
 
+absl::Status GpuBackend::timeKernels(bool on) {
+  return runtime_->timeKernels(on);
+}
+
+absl::StatusOr<double> GpuBackend::lastKernelMs() const {
+  return runtime_->lastKernelMs();
+}
+
+int64_t GpuBackend::skippedLaunchUploads() const {
+  return runtime_->skippedUploads();
+}
+
 absl::StatusOr<Buffer> GpuBackend::borrowDeviceArray(ScalarType elem, std::vector<int64_t> shape,
                                                      uint64_t devicePointer) {
   return runtime_->borrowDeviceArray(elem, std::move(shape), devicePointer);

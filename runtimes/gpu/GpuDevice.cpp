@@ -1,7 +1,14 @@
 //===- GpuDevice.cpp - What every GPU driver API offers -------------------===//
 #include "qd/runtime/GpuDevice.h"
 
+#include <fmt/format.h>
+
 namespace qd::gpu {
+
+absl::StatusOr<std::unique_ptr<StreamTimer>> Device::createTimer() const {
+  return absl::UnimplementedError(
+      fmt::format("{}: timing GPU work is not implemented for this driver API", apiName()));
+}
 
 absl::StatusOr<std::unique_ptr<MappedHostMemory>> MappedHostMemory::allocate(const Device &device,
                                                                              size_t bytes) {

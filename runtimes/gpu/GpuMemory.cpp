@@ -137,6 +137,7 @@ absl::Status LaunchArena::reserve(const Device &device) {
     return absl::OkStatus();
   size_t grown = std::max(host_.size(), 2 * block_.size());
   block_.reset();
+  onDevice_.clear();
   auto b = DeviceBuffer::allocate(device, grown);
   if (!b.ok())
     return b.status();
@@ -144,13 +145,24 @@ absl::Status LaunchArena::reserve(const Device &device) {
   return absl::OkStatus();
 }
 
-absl::Status LaunchArena::upload(const Device &device) const {
-  return device.copyToDevice(block_.get(), host_.data(), host_.size());
+absl::Status LaunchArena::upload(const Device &device) {
+  if (!onDevice_.empty() && onDevice_ == host_) {
+    ++skipped_;
+    return absl::OkStatus();
+  }
+  onDevice_.clear();
+  if (absl::Status s = device.copyToDevice(block_.get(), host_.data(), host_.size()); !s.ok())
+    return s;
+  onDevice_ = host_;
+  return absl::OkStatus();
 }
 
-absl::Status LaunchArena::download(const Device &device, size_t offset, void *dst,
-                                   size_t bytes) const {
-  return device.copyToHost(dst, block_.get() + offset, bytes);
+absl::Status LaunchArena::download(const Device &device, size_t offset, void *dst, size_t bytes) {
+  absl::Status s = device.copyToHost(dst, block_.get() + offset, bytes);
+  if (!s.ok() || offset + bytes > onDevice_.size() ||
+      std::memcmp(onDevice_.data() + offset, dst, bytes) != 0)
+    onDevice_.clear();
+  return s;
 }
 
 } // namespace qd::gpu

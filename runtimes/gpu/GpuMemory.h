@@ -88,12 +88,15 @@ private:
   DevicePtr ptr_ = 0;
 };
 
-/// One launch's arrays in one device block, reused across launches.
+/// One launch's arrays in one device block, reused across launches. The
+/// block is uploaded only when the layout's bytes differ from what the
+/// device holds: launches that repeat one another (the same buffers,
+/// shapes, heap layout and a clean error record) skip the copy.
 class LaunchArena {
 public:
   /// Starts a layout: everything placed after this is laid out anew.
   void clear() { host_.clear(); }
-  /// Reserves `bytes` (16-byte aligned) and returns the offset.
+  /// Reserves `bytes` (16-byte aligned, zeroed) and returns the offset.
   size_t place(size_t bytes);
   /// Copies `bytes` bytes from `src` to `offset` of the staging copy.
   void write(size_t offset, const void *src, size_t bytes);
@@ -106,14 +109,24 @@ public:
   /// so call before computing device addresses).
   absl::Status reserve(const Device &device);
   DevicePtr base() const { return block_.get(); }
-  /// Uploads the whole layout.
-  absl::Status upload(const Device &device) const;
+  /// Uploads the layout unless the device block already holds it.
+  absl::Status upload(const Device &device);
   /// Copies [offset, offset + bytes) of the device block back to `dst`.
-  absl::Status download(const Device &device, size_t offset, void *dst, size_t bytes) const;
+  /// Where the copy differs from the layout the kernel wrote there, and
+  /// the next upload copies again. Regions the kernel writes before it
+  /// reads them (placed with nothing put there) may differ freely.
+  absl::Status download(const Device &device, size_t offset, void *dst, size_t bytes);
+  /// The device block may differ from the layout (a failed launch).
+  void forget() { onDevice_.clear(); }
+  /// Uploads skipped since the arena was created (for tests).
+  int64_t skippedUploads() const { return skipped_; }
 
 private:
   std::vector<std::byte> host_;
+  /// What the device block holds (empty: unknown).
+  std::vector<std::byte> onDevice_;
   DeviceBuffer block_;
+  int64_t skipped_ = 0;
 };
 
 } // namespace qd::gpu

@@ -38,6 +38,38 @@ int64_t GpuRuntime::lastLaunchThreads() const {
   return lastLaunchThreads_;
 }
 
+absl::Status GpuRuntime::timeKernels(bool on) {
+  std::lock_guard<std::mutex> lock(launchMutex_);
+  lastKernelMs_ = -1;
+  if (!on) {
+    timer_.reset();
+    return absl::OkStatus();
+  }
+  if (timer_)
+    return absl::OkStatus();
+  auto timer = device_->createTimer();
+  if (!timer.ok())
+    return timer.status();
+  timer_ = *std::move(timer);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<double> GpuRuntime::lastKernelMs() const {
+  std::lock_guard<std::mutex> lock(launchMutex_);
+  if (!timer_)
+    return absl::FailedPreconditionError(fmt::format(
+        "{} backend: kernel timing is off; call timeKernels(true) before the launches", backend_));
+  if (lastKernelMs_ < 0)
+    return absl::FailedPreconditionError(fmt::format(
+        "{} backend: no launch has run its kernels since timing was turned on", backend_));
+  return lastKernelMs_;
+}
+
+int64_t GpuRuntime::skippedUploads() const {
+  std::lock_guard<std::mutex> lock(launchMutex_);
+  return arena_.skippedUploads();
+}
+
 absl::StatusOr<GpuRuntime::Compiled *> GpuRuntime::compile(const Kernel &kernel, bool boundsChecked,
                                                            bool stopChecks,
                                                            const std::vector<int64_t> &local,
@@ -226,12 +258,23 @@ absl::Status GpuRuntime::launch(Program &program, const Kernel &kernel,
     if (absl::Status s = plan->layoutAdStacks(); !s.ok())
       return s;
   }
-  const Compiled &c = **compiled;
+  Compiled &c = **compiled;
   // Tasks with fewer iterations than the grid has threads run on whole
   // blocks enough for them: the heap is laid out for the threads that run.
+  // A launch without heap (its stacks in local tapes, or none) whose
+  // iterations are known runs one thread per iteration: the hardware then
+  // hands blocks to SMs as they free up, which beat the resident grid by
+  // 1.03x-1.12x on the gradient benchmarks (docs/performance.md, "Session
+  // 19"); a budget of local tape bytes per SM or a thread cap keeps the
+  // resident grid.
   int64_t blocks = c.blocks;
-  if (std::optional<int64_t> most = plan->fixedParallelIterations())
-    blocks = std::clamp<int64_t>((*most + blockSize_ - 1) / blockSize_, 1, c.blocks);
+  if (std::optional<int64_t> most = plan->fixedParallelIterations()) {
+    bool perIteration = plan->heap().stride == 0 && maxThreads_ == 0 && localTapeBytesPerSm_ == 0;
+    // (At most 2^31 - 1 threads: HIP's limit of a grid, and the grid-stride
+    // loop runs the rest.)
+    int64_t cap = perIteration ? std::max(c.blocks, int64_t(INT32_MAX) / blockSize_) : c.blocks;
+    blocks = std::clamp<int64_t>((*most + blockSize_ - 1) / blockSize_, 1, cap);
+  }
   int64_t threads = blocks * int64_t(blockSize_);
   absl::StatusOr<int64_t> heapBytes = plan->heapBytes(threads);
   if (!heapBytes.ok())
@@ -315,9 +358,13 @@ absl::Status GpuRuntime::launch(Program &program, const Kernel &kernel,
     absl::StatusOr<std::vector<int64_t>> words = launchWords(c, *plan, slots, threads);
     if (!words.ok())
       return words.status();
-    if (absl::Status s = device.copyToDevice(c.launchWords, words->data(), words->size() * 8);
-        !s.ok())
-      return s;
+    if (*words != c.wordsOnDevice) {
+      c.wordsOnDevice.clear();
+      if (absl::Status s = device.copyToDevice(c.launchWords, words->data(), words->size() * 8);
+          !s.ok())
+        return s;
+      c.wordsOnDevice = *std::move(words);
+    }
   }
 
   uint64_t ctxArg[] = {arena_.base() + ctxOff};
@@ -325,13 +372,17 @@ absl::Status GpuRuntime::launch(Program &program, const Kernel &kernel,
   LaunchWatchdog watchdog(options, [&](StopReason why) {
     stop.store(static_cast<int32_t>(why), std::memory_order_release);
   });
-  absl::Status launched;
+  lastKernelMs_ = -1;
+  absl::Status launched = timer_ ? timer_->start() : absl::OkStatus();
   for (size_t i = 0; i < c.layout.launches.size() && launched.ok(); ++i) {
     bool parallel = c.layout.launches[i].kind == KernelLayout::Launch::Parallel;
     launched = device.launch(c.functions[i], parallel ? unsigned(blocks) : 1,
                              parallel ? blockSize_ : 1, ctxArg, c.layout.launches[i].function);
   }
+  if (launched.ok() && timer_)
+    launched = timer_->stop();
   if (!launched.ok()) {
+    arena_.forget();
     for (size_t i = 0; i < buffers.size(); ++i)
       (void)buffers[i]->finishOnDevice(c.layout.slots[i].written);
     return launched;
@@ -348,6 +399,12 @@ absl::Status GpuRuntime::launch(Program &program, const Kernel &kernel,
     if (absl::Status s = buffers[i]->finishOnDevice(c.layout.slots[i].written); !s.ok())
       return absl::Status(s.code(),
                           fmt::format("kernel @{}: {}", kernel.name(), std::string(s.message())));
+  if (timer_) {
+    absl::StatusOr<double> ms = timer_->elapsedMs();
+    if (!ms.ok())
+      return ms.status();
+    lastKernelMs_ = *ms;
+  }
   QdErrorRecord record;
   std::memcpy(&record, report.data(), sizeof(record));
   std::memcpy(needed.data(), report.data() + (neededOff - recordOff), needed.size() * 8);

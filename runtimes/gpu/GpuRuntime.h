@@ -46,6 +46,9 @@ public:
     int64_t blocks = 1;              // of every parallel entry
     /// The module's launch words (kLaunchWordsSymbol; 0 when it has none).
     DevicePtr launchWords = 0;
+    /// The values the device's launch words hold (empty: unknown); a
+    /// launch with the same values skips the copy.
+    std::vector<int64_t> wordsOnDevice;
     /// Heap code: the local array sizes its local-tape variants were
     /// compiled for (at most kMaxLocalVariants).
     std::vector<std::vector<int64_t>> localVariants;
@@ -79,6 +82,11 @@ public:
   int64_t lastHeapBytes() const;
   /// The grid threads of the last launch (0 before the first).
   int64_t lastLaunchThreads() const;
+  /// GPU timing of every launch's kernels (GpuBackend::timeKernels).
+  absl::Status timeKernels(bool on);
+  absl::StatusOr<double> lastKernelMs() const;
+  /// Launch-block uploads skipped because the device held them already.
+  int64_t skippedUploads() const;
   /// Backend::launch.
   absl::Status launch(Program &program, const Kernel &kernel, std::span<const LaunchArg> args,
                       const LaunchOptions &options);
@@ -122,6 +130,9 @@ private:
   /// first launch).
   std::unique_ptr<MappedHostMemory> stopWord_;
   int64_t lastHeapBytes_ = 0, lastLaunchThreads_ = 0;
+  /// Set while timing is on; lastKernelMs_ < 0: no launch timed since.
+  std::unique_ptr<StreamTimer> timer_;
+  double lastKernelMs_ = -1;
 };
 
 } // namespace qd::gpu

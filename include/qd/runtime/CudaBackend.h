@@ -9,7 +9,9 @@
 // (KernelLayout::launches): runs of top-level statements on one thread,
 // each parallel task as a grid-stride loop over a grid bounded by the
 // kernel's occupancy (resident blocks x SMs), so per-thread adstack storage
-// does not grow with the element count. Adstacks live in one device heap,
+// does not grow with the element count. A launch that needs no heap (its
+// stacks fit local tapes, or it has none) and whose task bounds are known
+// at launch runs one thread per iteration instead. Adstacks live in one device heap,
 // interleaved across the grid's threads (entry d of stack s of thread t at
 // heap + offsets[s]*T + (d*T + t)*entryBytes), sized before every launch by
 // the launch plan and grown by amortised doubling.

@@ -35,6 +35,7 @@ using CUcontext = struct CUctx_st *;
 using CUmodule = struct CUmod_st *;
 using CUfunction = struct CUfunc_st *;
 using CUstream = struct CUstream_st *;
+using CUevent = struct CUevent_st *;
 
 /// The entry points qd calls, resolved by name from libcuda.so.1.
 struct DriverApi {
@@ -66,6 +67,10 @@ struct DriverApi {
   CUresult (*cuStreamCreate)(CUstream *, unsigned);
   CUresult (*cuStreamDestroy)(CUstream);
   CUresult (*cuStreamSynchronize)(CUstream);
+  CUresult (*cuEventCreate)(CUevent *, unsigned);
+  CUresult (*cuEventDestroy)(CUevent);
+  CUresult (*cuEventRecord)(CUevent, CUstream);
+  CUresult (*cuEventElapsedTime)(float *, CUevent, CUevent);
   CUresult (*cuGetErrorName)(CUresult, const char **);
   CUresult (*cuGetErrorString)(CUresult, const char **);
 };
@@ -119,6 +124,8 @@ public:
   absl::Status launch(gpu::Function f, unsigned grid, unsigned block,
                       std::span<const uint64_t> args, std::string_view what) const override;
   absl::StatusOr<int> residentBlocks(gpu::Function f, unsigned block) const override;
+  /// Two CUDA events on the default stream.
+  absl::StatusOr<std::unique_ptr<gpu::StreamTimer>> createTimer() const override;
 
 private:
   Device() = default;

@@ -32,11 +32,25 @@ public:
 
   /// The threads of the grid parallel tasks of `kernel` run on.
   absl::StatusOr<int64_t> gridThreads(const Kernel &kernel, bool boundsChecked = false);
-  /// The grid threads of the last launch: gridThreads, or fewer for a
-  /// local-tape launch (CudaBackendOptions::localTapeBytesPerSm).
+  /// The grid threads of the last launch: gridThreads; fewer for tasks
+  /// with fewer iterations or a local-tape launch under
+  /// CudaBackendOptions::localTapeBytesPerSm; one per iteration (whole
+  /// blocks) for a launch without adstack heap whose tasks' iterations are
+  /// known at launch.
   int64_t lastLaunchThreads() const;
   /// Adstack heap bytes the last launch used.
   int64_t lastAdStackHeapBytes() const;
+  /// Times the kernels of every launch on the GPU from now on (`on`), or
+  /// stops timing. CUDA records an event before the first kernel of a
+  /// launch and after the last; the time between them excludes what the
+  /// launch does on the host and its copies. Unimplemented on HIP.
+  absl::Status timeKernels(bool on);
+  /// Milliseconds the last launch's kernels took on the GPU (timing on).
+  /// An error while timing is off or before a launch ran its kernels.
+  absl::StatusOr<double> lastKernelMs() const;
+  /// Launches whose launch block (context, buffer addresses, shapes, heap
+  /// layout, error record) the device held already, so it was not copied.
+  int64_t skippedLaunchUploads() const;
   /// An ndarray over device memory the caller owns (a device address of
   /// this backend's GPU, e.g. a framework's tensor): launches on this
   /// backend use it in place, without copies; host reads copy it back. The

@@ -31,6 +31,8 @@ using DevicePtr = unsigned long long;
 /// A loaded kernel (a CUfunction, a hipFunction_t).
 using Function = void *;
 
+class StreamTimer;
+
 /// One GPU, through its driver API. Every call makes the device current on
 /// the calling thread first, so any host thread may use it.
 class Device {
@@ -67,6 +69,22 @@ public:
                               std::span<const uint64_t> args, std::string_view what) const = 0;
   /// Blocks of `block` threads of `f` one multiprocessor keeps resident.
   virtual absl::StatusOr<int> residentBlocks(Function f, unsigned block) const = 0;
+  /// A pair of marks on the default stream that time the GPU work between
+  /// them (kernels, copies). The default: an Unimplemented error naming the
+  /// API.
+  virtual absl::StatusOr<std::unique_ptr<StreamTimer>> createTimer() const;
+};
+
+/// Times the device work between two points of the default stream: call
+/// start() before the work, stop() after it, and elapsedMs() once the host
+/// has waited for the work (e.g. by a copy back).
+class StreamTimer {
+public:
+  virtual ~StreamTimer() = default;
+  virtual absl::Status start() = 0;
+  virtual absl::Status stop() = 0;
+  /// Milliseconds between start() and stop() on the GPU; waits for stop().
+  virtual absl::StatusOr<double> elapsedMs() = 0;
 };
 
 /// Loaded device code (unloaded on destruction).
