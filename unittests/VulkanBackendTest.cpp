@@ -31,6 +31,7 @@
 
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -634,6 +635,37 @@ TEST_F(VulkanBackendTest, FieldsStayOnTheDeviceUntilTheHostReadsThem) {
   ASSERT_TRUE(program->launch("inc", {}, *gpu()).ok());
   EXPECT_EQ(f.get(17).f, 103.0);
   EXPECT_EQ(f.get(5).f, 33.0);
+}
+
+TEST_F(VulkanBackendTest, KernelTimesComeFromTimestampQueries) {
+  REQUIRE_DEVICE();
+  if (gpu()->deviceInfo().timestampValidBits == 0) {
+    absl::Status s = gpu()->timeKernels(true);
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s.message();
+    GTEST_SKIP() << "the device has no timestamps on its compute queue";
+  }
+  auto module = *parseModule(kResident, {"resident.qd", 1});
+  auto program = *Program::create(*module);
+  program->field("w")->fill(Scalar::ofFloat(ScalarType::F32, 1.0));
+  ASSERT_TRUE(gpu()->timeKernels(false).ok());
+  EXPECT_EQ(gpu()->lastKernelMs().status().code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(gpu()->timeKernels(true).ok());
+  absl::StatusOr<double> none = gpu()->lastKernelMs();
+  ASSERT_FALSE(none.ok());
+  EXPECT_NE(std::string(none.status().message()).find("no launch"), std::string::npos);
+  for (int i = 0; i < 3; ++i) {
+    auto t0 = std::chrono::steady_clock::now();
+    ASSERT_TRUE(program->launch("inc", {}, *gpu()).ok());
+    double wallMs =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    absl::StatusOr<double> ms = gpu()->lastKernelMs();
+    ASSERT_TRUE(ms.ok()) << ms.status().message();
+    EXPECT_GT(*ms, 0.0);
+    EXPECT_LT(*ms, wallMs);
+  }
+  EXPECT_EQ(program->field("f")->get(9).f, 3.0);
+  ASSERT_TRUE(gpu()->timeKernels(false).ok());
+  EXPECT_FALSE(gpu()->lastKernelMs().ok());
 }
 
 TEST_F(VulkanBackendTest, AProgramOutlivesItsBackend) {

@@ -154,6 +154,17 @@ struct VulkanBackend::Impl {
   std::map<uint64_t, std::unique_ptr<KernelSizing>> sizings;
   DeviceBuffer heap, launchData, launchStaging;
   int64_t lastHeapBytes = 0, lastThreads = 0;
+  /// Two timestamp queries while timing is on (VulkanBackend::timeKernels);
+  /// lastKernelMs < 0: no launch timed since.
+  VkQueryPool timestamps = VK_NULL_HANDLE;
+  double lastKernelMs = -1;
+
+  ~Impl() { dropTimestamps(); }
+  void dropTimestamps() {
+    if (timestamps)
+      device->api().DestroyQueryPool(device->handle(), timestamps, nullptr);
+    timestamps = VK_NULL_HANDLE;
+  }
 
   const KernelSizing &sizingOfLocked(const Kernel &kernel) {
     std::unique_ptr<KernelSizing> &slot = sizings[kernel.uniqueId()];
@@ -295,6 +306,41 @@ int64_t VulkanBackend::gridThreads() const {
 int64_t VulkanBackend::lastLaunchThreads() const {
   std::lock_guard<std::mutex> lock(impl_->launchMutex);
   return impl_->lastThreads;
+}
+
+absl::Status VulkanBackend::timeKernels(bool on) {
+  Impl &m = *impl_;
+  std::lock_guard<std::mutex> lock(m.launchMutex);
+  m.lastKernelMs = -1;
+  if (!on) {
+    m.dropTimestamps();
+    return absl::OkStatus();
+  }
+  if (m.timestamps)
+    return absl::OkStatus();
+  const VulkanDeviceInfo &info = m.device->info();
+  if (info.timestampValidBits == 0)
+    return absl::FailedPreconditionError(
+        fmt::format("vulkan: device '{}' has no timestamps on its compute queue "
+                    "(timestampValidBits 0): its kernels cannot be timed",
+                    info.name));
+  auto ci = vk::make<VkQueryPoolCreateInfo>(VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO);
+  ci.queryType = VK_QUERY_TYPE_TIMESTAMP;
+  ci.queryCount = 2;
+  return m.device->check(
+      m.device->api().CreateQueryPool(m.device->handle(), &ci, nullptr, &m.timestamps),
+      "vkCreateQueryPool");
+}
+
+absl::StatusOr<double> VulkanBackend::lastKernelMs() const {
+  std::lock_guard<std::mutex> lock(impl_->launchMutex);
+  if (!impl_->timestamps)
+    return absl::FailedPreconditionError(
+        "vulkan backend: kernel timing is off; call timeKernels(true) before the launches");
+  if (impl_->lastKernelMs < 0)
+    return absl::FailedPreconditionError(
+        "vulkan backend: no launch has run its kernels since timing was turned on");
+  return impl_->lastKernelMs;
 }
 
 int64_t VulkanBackend::lastAdStackHeapBytes() const {
@@ -540,10 +586,17 @@ absl::Status VulkanBackend::Impl::launch(Program &program, const Kernel &kernel,
       n = std::min(n, (*count + c.spirv.workgroupSize - 1) / c.spirv.workgroupSize);
     groups.push_back(uint32_t(n));
   }
+  lastKernelMs = -1;
   absl::Status ran = device->run([&](VkCommandBuffer cb) {
     VkBufferCopy up{0, 0, dataBytes};
+    if (timestamps)
+      api.CmdResetQueryPool(cb, timestamps, 0, 2);
     api.CmdCopyBuffer(cb, launchStaging.get(), launchData.get(), 1, &up);
     vk::fullBarrier(api, cb);
+    // The barriers order the timestamps after the copy and after the last
+    // dispatch.
+    if (timestamps)
+      api.CmdWriteTimestamp(cb, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, timestamps, 0);
     for (size_t i = 0; i < layout.launches.size(); ++i) {
       if (groups[i] == 0)
         continue;
@@ -553,8 +606,21 @@ absl::Status VulkanBackend::Impl::launch(Program &program, const Kernel &kernel,
       api.CmdDispatch(cb, groups[i], 1, 1);
       vk::fullBarrier(api, cb);
     }
+    if (timestamps)
+      api.CmdWriteTimestamp(cb, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, timestamps, 1);
     api.CmdCopyBuffer(cb, launchData.get(), launchStaging.get(), 1, &up);
   });
+  if (ran.ok() && timestamps) {
+    uint64_t ticks[2] = {0, 0};
+    ran = device->check(api.GetQueryPoolResults(device->handle(), timestamps, 0, 2, sizeof(ticks),
+                                                ticks, sizeof(uint64_t),
+                                                VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT),
+                        "vkGetQueryPoolResults");
+    uint64_t mask =
+        info.timestampValidBits >= 64 ? ~uint64_t(0) : (uint64_t(1) << info.timestampValidBits) - 1;
+    if (ran.ok())
+      lastKernelMs = double((ticks[1] - ticks[0]) & mask) * info.timestampPeriodNs * 1e-6;
+  }
   // What the code stores to is newer on the device now.
   for (size_t i = 0; i < buffers.size(); ++i)
     if (absl::Status s = buffers[i]->finishOnDevice(layout.slots[i].written); !s.ok() && ran.ok())

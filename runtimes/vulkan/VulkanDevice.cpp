@@ -370,6 +370,8 @@ absl::StatusOr<std::shared_ptr<Device>> Device::open(const VulkanBackendOptions 
       family = int(i);
   if (family < 0)
     return unavailable(fmt::format("device '{}' has no compute queue", info.name));
+  info.timestampValidBits = fam[family].timestampValidBits;
+  info.timestampPeriodNs = p.limits.timestampPeriod;
 
   // The features qd's SPIR-V may use, where the device has them.
   bool hasAtomic64 = hasExtension(exts, VK_KHR_SHADER_ATOMIC_INT64_EXTENSION_NAME);

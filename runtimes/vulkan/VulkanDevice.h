@@ -83,7 +83,12 @@ namespace qd::vk {
   X(DestroyDescriptorPool)                                                                         \
   X(ResetDescriptorPool)                                                                           \
   X(AllocateDescriptorSets)                                                                        \
-  X(UpdateDescriptorSets)
+  X(UpdateDescriptorSets)                                                                          \
+  X(CreateQueryPool)                                                                               \
+  X(DestroyQueryPool)                                                                              \
+  X(CmdResetQueryPool)                                                                             \
+  X(CmdWriteTimestamp)                                                                             \
+  X(GetQueryPoolResults)
 
 struct Api {
   PFN_vkGetInstanceProcAddr GetInstanceProcAddr = nullptr;

@@ -127,6 +127,10 @@ struct VulkanDeviceInfo {
   /// The code checks loop exits: VulkanBackendOptions::loopExitChecks, Auto
   /// deciding by endsLongLoops.
   bool checkLoopExits = false;
+  /// Timestamps of the compute queue: valid bits (0: none) and nanoseconds
+  /// per tick (VkPhysicalDeviceLimits::timestampPeriod).
+  uint32_t timestampValidBits = 0;
+  double timestampPeriodNs = 0;
 };
 
 class VulkanBackend : public Backend {
@@ -158,6 +162,14 @@ public:
   /// fewer where the heap of the whole grid would not fit
   /// (VulkanBackendOptions::maxHeapBytes).
   int64_t lastLaunchThreads() const;
+  /// Times the dispatches of every launch on the device from now on (`on`),
+  /// with timestamp queries written before the first dispatch and after
+  /// the last, or stops timing. FailedPrecondition, naming the device,
+  /// where its compute queue has no timestamps.
+  absl::Status timeKernels(bool on);
+  /// Milliseconds the last launch's dispatches took on the device (timing
+  /// on); an error while timing is off or before a launch ran them.
+  absl::StatusOr<double> lastKernelMs() const;
 
   /// Whether the validation layer is on (VulkanBackendOptions::validation).
   bool validationActive() const;
