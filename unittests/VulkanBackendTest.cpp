@@ -31,6 +31,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -39,8 +40,10 @@
 #include <iostream>
 #include <limits>
 #include <mutex>
+#include <numbers>
 #include <optional>
 #include <sstream>
+#include <vector>
 
 namespace qd {
 namespace {
@@ -856,6 +859,24 @@ kernel @k() {
 
 /// The math functions against libm, in ulp of the result, over arguments
 /// where the reductions are accurate (docs/runtime.md, "Vulkan").
+/// How far `got` is from `want` (a value of type `t`), in ulp of `want`.
+double ulpError(ScalarType t, double want, double got) {
+  if (std::isnan(want))
+    return std::isnan(got) ? 0.0 : INFINITY;
+  if (std::isinf(want) || want == 0)
+    return want == got ? 0.0 : INFINITY;
+  // A subnormal result may be flushed to zero (the device's denormal
+  // mode: NVIDIA's driver flushes f32).
+  double smallest = t == ScalarType::F32 ? double(std::numeric_limits<float>::min())
+                                         : std::numeric_limits<double>::min();
+  if (std::fabs(want) < smallest && got == 0)
+    return 0.0;
+  double unit = t == ScalarType::F32
+                    ? std::nextafter(float(std::fabs(want)), INFINITY) - std::fabs(float(want))
+                    : std::nextafter(std::fabs(want), INFINITY) - std::fabs(want);
+  return std::fabs(want - got) / unit;
+}
+
 TEST_F(VulkanBackendTest, MathFunctionsAreAccurate) {
   REQUIRE_DEVICE();
   const char *fns[] = {"sin", "cos", "tan", "exp", "log", "tanh", "sqrt"};
@@ -886,22 +907,6 @@ TEST_F(VulkanBackendTest, MathFunctionsAreAccurate) {
     }
     absl::Status s = program->launch("k", {}, *gpu());
     ASSERT_TRUE(s.ok()) << s.message();
-    auto ulp = [&](double want, double got) {
-      if (std::isnan(want))
-        return std::isnan(got) ? 0.0 : INFINITY;
-      if (std::isinf(want) || want == 0)
-        return want == got ? 0.0 : INFINITY;
-      // A subnormal result may be flushed to zero (the device's denormal
-      // mode: NVIDIA's driver flushes f32).
-      double smallest = t == ScalarType::F32 ? double(std::numeric_limits<float>::min())
-                                             : std::numeric_limits<double>::min();
-      if (std::fabs(want) < smallest && got == 0)
-        return 0.0;
-      double unit = t == ScalarType::F32
-                        ? std::nextafter(float(std::fabs(want)), INFINITY) - std::fabs(float(want))
-                        : std::nextafter(std::fabs(want), INFINITY) - std::fabs(want);
-      return std::fabs(want - got) / unit;
-    };
     auto check = [&](const char *name, auto libm, double maxUlp) {
       Buffer &out = *program->field(name);
       double worst = 0;
@@ -910,7 +915,7 @@ TEST_F(VulkanBackendTest, MathFunctionsAreAccurate) {
         double xv = x.get(i).f, pv = p.get(i).f;
         double want =
             t == ScalarType::F32 ? double(float(libm(xv, pv, true))) : libm(xv, pv, false);
-        double e = ulp(want, out.get(i).f);
+        double e = ulpError(t, want, out.get(i).f);
         if (e > worst)
           worst = e, at = i;
       }
@@ -934,6 +939,85 @@ TEST_F(VulkanBackendTest, MathFunctionsAreAccurate) {
     check("pow", QD_LIBM(std::pow(x, p)), 64);
     check("atan2", QD_LIBM(std::atan2(p, x)), 8);
 #undef QD_LIBM
+  }
+}
+
+// f32 sin and cos within 1 ulp of the correctly rounded result (glibc's
+// double sin and cos rounded to f32) on two dense sweeps: 4096 evenly
+// spaced arguments, and multiples of pi/4 (the odd ones are where the
+// quadrant changes) with the three floats either side: every one on
+// [-pi, pi], every 198th on [-1e4, 1e4]. On [-pi, pi] the error is in ulp
+// of the result (and +-inf and NaN give NaN). On [-1e4, 1e4] a result near
+// a zero of sin or cos carries the reduction's absolute error (about
+// |x| 2^-48), so there a result below 1/2 is measured in ulp of the results
+// just below 1 (2^-24).
+TEST_F(VulkanBackendTest, MathSinAndCosOfF32SweepsAreWithinOneUlp) {
+  REQUIRE_DEVICE();
+  std::vector<float> xs;
+  std::vector<bool> wide; // on the [-1e4, 1e4] sweep
+  for (double limit : {std::numbers::pi, 1e4}) {
+    auto add = [&](float v) {
+      xs.push_back(v);
+      wide.push_back(limit > 4);
+    };
+    for (int i = 0; i < 4096; ++i)
+      add(float(-limit + 2 * limit * i / 4095));
+    if (limit < 4)
+      for (float v : {INFINITY, -INFINITY, NAN, 0.0f, -0.0f}) // NaN results; signed zeros
+        add(v);
+    int kMax = int(limit / (std::numbers::pi / 4));
+    for (int k = -kMax; k <= kMax; k += std::max(1, kMax / 64)) {
+      float v = float(k * std::numbers::pi / 4), below = v, above = v;
+      add(v);
+      for (int n = 0; n < 3; ++n) {
+        add(below = std::nextafter(below, -INFINITY));
+        add(above = std::nextafter(above, INFINITY));
+      }
+    }
+  }
+  size_t n = xs.size();
+  std::string text = fmt::format("field @x : f32[{0}]\nfield @sin : f32[{0}]\n"
+                                 "field @cos : f32[{0}]\n",
+                                 n);
+  text += fmt::format("kernel @k() {{\n  parallel for %i = 0 to {} {{\n"
+                      "    %x = load @x[%i] : f32\n"
+                      "    %s = sin %x : f32\n    store @sin[%i], %s\n"
+                      "    %c = cos %x : f32\n    store @cos[%i], %c\n  }}\n}}\n",
+                      n);
+  auto module = parseModule(text, {"sweep.qd", 1});
+  ASSERT_TRUE(module.ok()) << module.status().message();
+  auto program = *Program::create(**module);
+  Buffer &x = *program->field("x");
+  for (size_t i = 0; i < n; ++i)
+    x.set(int64_t(i), Scalar::ofFloat(ScalarType::F32, xs[i]));
+  absl::Status s = program->launch("k", {}, *gpu());
+  ASSERT_TRUE(s.ok()) << s.message();
+  auto check = [&](const char *name, double (*libm)(double)) {
+    Buffer &out = *program->field(name);
+    double worst[2] = {0, 0};
+    size_t at[2] = {0, 0};
+    for (size_t i = 0; i < n; ++i) {
+      double want = float(libm(double(xs[i]))), got = out.get(int64_t(i)).f;
+      double e = ulpError(ScalarType::F32, want, got);
+      if (wide[i] && std::fabs(want) < 0.5)
+        e = std::fabs(got - want) * 0x1p24;
+      if (e > worst[wide[i]])
+        worst[wide[i]] = e, at[wide[i]] = i;
+    }
+    for (int w : {0, 1}) {
+      std::cout << fmt::format("[vulkan math] f32 {} on {}: {} ulp at most\n", name,
+                               w ? "[-1e4, 1e4]" : "[-pi, pi]", worst[w]);
+      EXPECT_LE(worst[w], 1) << fmt::format("{} at x = {}: {}", name, xs[at[w]],
+                                            out.get(int64_t(at[w])).f);
+    }
+  };
+  check("sin", [](double v) { return std::sin(v); });
+  check("cos", [](double v) { return std::cos(v); });
+  for (size_t i = 0; i < n; ++i) {
+    if (xs[i] == 0) { // sin(-0) = -0, sin(+0) = +0
+      EXPECT_EQ(std::signbit(program->field("sin")->get(int64_t(i)).f), std::signbit(xs[i]))
+          << "sin(" << xs[i] << ")";
+    }
   }
 }
 

@@ -11,10 +11,11 @@
 //          |r| <= ln2/2, scaled by 2^k in two Ldexp steps (subnormal results);
 //   log    x = m 2^e with m in [sqrt(1/2), sqrt(2)), log m = 2 atanh(s),
 //          s = (m - 1) / (m + 1), odd series in s;
-//   sin, cos, tan  x = q pi/2 + r (three-part Cody-Waite split of pi/2),
-//          Taylor series on |r| <= pi/4, the quadrant from q mod 4 (sin
-//          and cos evaluate one polynomial: the quadrant selects the sine
-//          or the cosine series' coefficients);
+//   sin, cos, tan  x = q pi/2 + r (three-part Cody-Waite split of pi/2,
+//          each step one Fma), minimax polynomials for sin r and cos r on
+//          |r| <= pi/4 (see sinCoefficients), the quadrant from the low
+//          two bits of q as an integer (sin and cos pick one of the two
+//          polynomials and a sign; tan divides them);
 //   tanh   expm1(2x) / (expm1(2x) + 2) for |x| < 0.35 (series), else
 //          1 - 2 / (exp(2|x|) + 1);
 //   atan2  atan of y/x with the reduction to |z| <= tan(pi/8), quadrants,
@@ -23,15 +24,15 @@
 //          integer exponents, zeros, infinities, NaN, pow(x, 0) = 1).
 //
 // The series are truncated where the next term is below the type's
-// precision and evaluated by Horner's rule with GLSL.std.450 Fma (fused
-// where the device fuses it; Vulkan allows a multiply and an add, which is
-// as accurate as the code was before it used Fma). The ranges where the reductions stay accurate
-// are in docs/runtime.md ("Vulkan").
+// precision; they and the minimax polynomials are evaluated by Horner's
+// rule with GLSL.std.450 Fma (fused where the device fuses it; Vulkan
+// allows a multiply and an add, which is as accurate as the code was before
+// it used Fma). The ranges where the reductions stay accurate are in
+// docs/runtime.md ("Vulkan").
 //
 //===----------------------------------------------------------------------===//
 #include "SpirvBuilder.h"
 
-#include <algorithm>
 #include <cmath>
 #include <numbers>
 #include <vector>
@@ -63,21 +64,19 @@ struct F {
   /// x y + z through GLSL.std.450 Fma: one instruction where the device
   /// fuses it, a multiply and an add (today's accuracy) where it does not.
   Id fma(Id x, Id y, Id z) { return b.ext(GLSLstd450Fma, t, {x, y, z}); }
+  /// fma decorated NoContraction: one operation (fused, or a multiply
+  /// and an add each rounded) that a driver neither splits into parts it
+  /// reassociates nor merges with its neighbours.
+  Id fmaExact(Id x, Id y, Id z) {
+    Id v = fma(x, y, z);
+    b.m.decorate(v, spv::Decoration::NoContraction);
+    return v;
+  }
   /// c[0] + x (c[1] + x (c[2] + ...)).
   Id horner(Id x, const std::vector<double> &coeffs) {
     Id acc = c(coeffs.back());
     for (size_t i = coeffs.size() - 1; i-- > 0;)
       acc = fma(x, acc, c(coeffs[i]));
-    return acc;
-  }
-  /// horner(x, when ? a : b): one polynomial evaluated, its coefficients
-  /// selected (a shorter list's missing high coefficients are 0).
-  Id hornerEither(Id when, Id x, const std::vector<double> &a, const std::vector<double> &b) {
-    auto at = [](const std::vector<double> &v, size_t i) { return i < v.size() ? v[i] : 0.0; };
-    size_t n = std::max(a.size(), b.size());
-    Id acc = sel(when, c(at(a, n - 1)), c(at(b, n - 1)));
-    for (size_t i = n - 1; i-- > 0;)
-      acc = fma(x, acc, sel(when, c(at(a, i)), c(at(b, i))));
     return acc;
   }
   /// The sign bit of `x` (true for -0 and negative NaNs).
@@ -163,69 +162,100 @@ Id logOf(F &f, Id x) {
   return f.sel(b.isNan(x), x, v);
 }
 
-/// The argument reduced by pi/2: x = q pi/2 + r, |r| <= pi/4, and the
-/// quadrant q mod 4 (a float in 0..3).
+/// The argument reduced by pi/2: x = q pi/2 + r with q = roundEven(x 2/pi)
+/// (|r| <= pi/4, a little more where x 2/pi rounds), and q as a 32-bit
+/// integer, whose low two bits are the quadrant.
 struct Reduction {
-  Id r, quadrant;
+  Id r, q;
 };
 
 Reduction reduceByHalfPi(F &f, Id x) {
   bool single = f.w == 32;
-  // pi/2 = p1 + p2 + p3, p1 and p2 with trailing zeros: q * p1, q * p2 exact.
+  // pi/2 = p1 + p2 + p3, p1 and p2 with trailing zeros: q * p1 is exact
+  // while |q| < 2^16 (f32) or 2^22 (f64), q * p2 while |q| < 2^13 or 2^21,
+  // and then the step rounds once, fused or not. On a device that fuses
+  // Fma every step rounds once (in f32 for every |q| < 2^16).
   double p1 = single ? 1.5703125 : 1.57079632673412561417e+00;
   double p2 = single ? 4.837512969970703125e-4 : 6.07710050630396597660e-11;
   double p3 = single ? 7.54978995489188216e-8 : 2.02226624879595063154e-21;
   Id q = f.roundEven(f.mul(x, f.c(2 / std::numbers::pi)));
-  Id r = f.sub(f.sub(f.sub(x, f.mul(q, f.c(p1))), f.mul(q, f.c(p2))), f.mul(q, f.c(p3)));
-  return {r, f.sub(q, f.mul(f.c(4), f.floor(f.mul(q, f.c(0.25)))))};
+  Id r = f.fmaExact(q, f.c(-p1), x);
+  r = f.fmaExact(q, f.c(-p2), r);
+  r = f.fmaExact(q, f.c(-p3), r);
+  // For x = +-inf or NaN, r is NaN and so is every result whatever the
+  // conversion gives; a |q| past 2^31 is far beyond the accurate range.
+  return {r, f.b.op(spv::Op::OpConvertFToS, f.b.tI32(), {q})};
 }
 
-/// The series of sin(r) / r and cos(r) in z = r^2. For |r| <= pi/4 the
-/// first omitted f32 terms are r^13/13! (1e-11 relative to sin r) and
-/// r^12/12! (1.1e-10 relative to cos r), far below 2^-24.
-std::vector<double> sinSeries(bool single) {
-  return factorialSeries(1, single ? 11 : 23, 2, true);
+/// Minimax coefficients on |r| <= pi/4, z = r^2:
+///   sin r = r + r^3 (s1 + s2 z + ...),   cos r = 1 + z (c1 + c2 z + ...),
+/// f32: sin of degree 7, cos of degree 8; f64: degrees 13 and 14. Computed
+/// with scripts/fit-sincos-minimax.py: a Remez exchange in z minimizing the
+/// largest error relative to sin r (cos r), in 60-digit arithmetic (mpmath),
+/// the coefficients rounded to the type one at a time from the first, the
+/// rest refitted after each. The largest relative error of the rounded
+/// polynomials on the interval: f32 sin 2^-27.9, cos 2^-33.0; f64 sin
+/// 2^-57.9, cos 2^-63.3 (below the rounding of their evaluation).
+std::vector<double> sinCoefficients(bool single) {
+  if (single)
+    return {-0x1.555546p-3, 0x1.110778p-7, -0x1.995408p-13};
+  return {-0x1.5555555555548p-3, 0x1.111111110f730p-7,   -0x1.a01a019be9217p-13,
+          0x1.71de35552b52cp-19, -0x1.ae5e4b83e46f4p-26, 0x1.5d8b559495e1dp-33};
 }
-std::vector<double> cosSeries(bool single) {
-  return factorialSeries(0, single ? 10 : 24, 2, true);
+std::vector<double> cosCoefficients(bool single) {
+  if (single)
+    return {1, -0.5, 0x1.55554ap-5, -0x1.6c0c28p-10, 0x1.99e80cp-16};
+  return {1,
+          -0.5,
+          0x1.5555555555552p-5,
+          -0x1.6c16c16c15ccep-10,
+          0x1.a01a019da312bp-16,
+          -0x1.27e4f8a2a2b42p-22,
+          0x1.1eea48900373fp-29,
+          -0x1.8fda10481b803p-37};
 }
 
-/// sin(x) (`cosine`: cos(x)) from one polynomial: the quadrant picks the
-/// sine or the cosine series of the reduced argument and the sign.
-Id sinOrCos(F &f, Id x, bool cosine) {
-  bool single = f.w == 32;
-  Reduction red = reduceByHalfPi(f, x);
-  Id n = red.quadrant;
-  if (cosine) // cos(x) = sin(x + pi/2): one quadrant on
-    n = f.sel(f.eq(n, f.c(3)), f.c(0), f.add(n, f.c(1)));
-  Id odd = f.b.lor(f.eq(n, f.c(1)), f.eq(n, f.c(3)));
-  Id z = f.mul(red.r, red.r);
-  Id p = f.hornerEither(odd, z, cosSeries(single), sinSeries(single));
-  Id v = f.mul(p, f.sel(odd, f.c(1), red.r));
-  return f.sel(f.gt(n, f.c(1.5)), f.neg(v), v);
-}
-
-/// sin and cos of the reduced argument, and the quadrant (for tan).
-struct Reduced {
-  Id sin, cos, quadrant;
+/// sin r and cos r of the reduced argument.
+struct SinCos {
+  Id sin, cos;
 };
 
-Reduced reduce(F &f, Id x) {
+SinCos sinCosOfReduced(F &f, Id r) {
   bool single = f.w == 32;
-  Reduction red = reduceByHalfPi(f, x);
-  Id z = f.mul(red.r, red.r);
-  Reduced out;
-  out.sin = f.mul(red.r, f.horner(z, sinSeries(single)));
-  out.cos = f.horner(z, cosSeries(single));
-  out.quadrant = red.quadrant;
-  return out;
+  Id z = f.mul(r, r);
+  // r + r^3 s(z): the small term carries the polynomial's rounding.
+  Id sin = f.fma(f.mul(r, z), f.horner(z, sinCoefficients(single)), r);
+  return {sin, f.horner(z, cosCoefficients(single))};
 }
 
-/// The value of quadrant n in {0, 1, 2, 3}: vals[n].
-Id byQuadrant(F &f, Id n, Id v0, Id v1, Id v2, Id v3) {
-  Id v = f.sel(f.eq(n, f.c(1)), v1, v0);
-  v = f.sel(f.eq(n, f.c(2)), v2, v);
-  return f.sel(f.eq(n, f.c(3)), v3, v);
+/// Whether integer `n` has a bit of `mask` set.
+Id anyBit(F &f, Id n, uint32_t mask) {
+  SpirvBuilder &b = f.b;
+  Id bits = b.op(spv::Op::OpBitwiseAnd, b.tI32(), {n, b.m.constI32(int32_t(mask))});
+  return b.cmp(spv::Op::OpINotEqual, bits, b.m.constI32(0));
+}
+
+/// sin(x) (`cosine`: cos(x)): by the quadrant n, +-sin r (n even) or
+/// +-cos r (n odd), negated in quadrants 2 and 3.
+Id sinOrCos(F &f, Id x, bool cosine) {
+  Reduction red = reduceByHalfPi(f, x);
+  SinCos sc = sinCosOfReduced(f, red.r);
+  Id n = red.q;
+  if (cosine) // cos(x) = sin(x + pi/2): one quadrant on
+    n = f.b.iadd(f.b.tI32(), n, f.b.m.constI32(1));
+  Id v = f.sel(anyBit(f, n, 1), sc.cos, sc.sin);
+  v = f.sel(anyBit(f, n, 2), f.neg(v), v);
+  // The reduction turns -0 into +0: sin(-0) is -0.
+  return cosine ? v : f.sel(f.eq(x, f.c(0)), x, v);
+}
+
+/// tan(x): sin r / cos r in even quadrants, -cos r / sin r in odd ones.
+Id tanOf(F &f, Id x) {
+  Reduction red = reduceByHalfPi(f, x);
+  SinCos sc = sinCosOfReduced(f, red.r);
+  Id odd = anyBit(f, red.q, 1);
+  Id v = f.div(f.sel(odd, f.neg(sc.cos), sc.sin), f.sel(odd, sc.sin, sc.cos));
+  return f.sel(f.eq(x, f.c(0)), x, v); // tan(-0) is -0
 }
 
 /// atan(x), odd, for every x.
@@ -287,11 +317,8 @@ Id emitMath(SpirvBuilder &b, SpirvMathFn fn, unsigned width, std::initializer_li
     return sinOrCos(f, x, false);
   case SpirvMathFn::Cos:
     return sinOrCos(f, x, true);
-  case SpirvMathFn::Tan: {
-    Reduced r = reduce(f, x);
-    Id even = f.div(r.sin, r.cos), odd = f.neg(f.div(r.cos, r.sin));
-    return byQuadrant(f, r.quadrant, even, odd, even, odd);
-  }
+  case SpirvMathFn::Tan:
+    return tanOf(f, x);
   case SpirvMathFn::Tanh: {
     Id em1 = expm1Small(f, f.add(x, x));
     Id small = f.div(em1, f.add(em1, f.c(2)));
