@@ -144,6 +144,7 @@ VulkanBackend *smallGrid() {
   static std::unique_ptr<VulkanBackend> backend = [] {
     VulkanBackendOptions o;
     o.maxThreads = 64;
+    o.invocationPerIteration = false; // grid-stride loops of many iterations
     auto b = VulkanBackend::create(validated(o));
     return b.ok() ? *std::move(b) : nullptr;
   }();
@@ -404,8 +405,10 @@ std::pair<absl::Status, int64_t> runSerialLoop(Backend &b, int n) {
 std::unique_ptr<VulkanBackend> withLoopChecks(VulkanLoopExitChecks checks, int64_t maxThreads = 0) {
   VulkanBackendOptions o;
   o.loopExitChecks = checks;
-  if (maxThreads)
+  if (maxThreads) {
     o.maxThreads = maxThreads;
+    o.invocationPerIteration = false;
+  }
   auto b = VulkanBackend::create(o);
   EXPECT_TRUE(b.ok()) << b.status().message();
   return b.ok() ? *std::move(b) : nullptr;
@@ -640,6 +643,45 @@ TEST_F(VulkanBackendTest, FieldsStayOnTheDeviceUntilTheHostReadsThem) {
   EXPECT_EQ(f.get(5).f, 33.0);
 }
 
+// A launch without heap whose iterations are known runs one invocation per
+// iteration; one with heap, or with invocationPerIteration off, keeps T.
+TEST_F(VulkanBackendTest, ALaunchWithoutHeapRunsOneInvocationPerIteration) {
+  REQUIRE_DEVICE();
+  SinLoop k;
+  constexpr int kPeriod = 5000;
+  std::vector<float> x(3 * gpu()->gridThreads() + 100), local(x.size()), fixedGrid(x.size()),
+      heap(x.size());
+  std::vector<float> xp(kPeriod), ref(kPeriod);
+  for (size_t i = 0; i < x.size(); ++i)
+    x[i] = 0.001f * float(i % kPeriod);
+  std::copy(x.begin(), x.begin() + kPeriod, xp.begin());
+  Interpreter interp;
+  ASSERT_TRUE(k.run(interp, 6, xp, ref).ok());
+  ASSERT_TRUE(k.run(*gpu(), 6, x, local).ok());
+  EXPECT_EQ(gpu()->lastAdStackHeapBytes(), 0) << "a local tape";
+  EXPECT_EQ(gpu()->lastLaunchThreads(), (int64_t(x.size()) + 63) / 64 * 64);
+  VulkanBackendOptions o = validated();
+  o.invocationPerIteration = false;
+  auto fixed = VulkanBackend::create(o);
+  ASSERT_TRUE(fixed.ok()) << fixed.status().message();
+  ASSERT_TRUE(k.run(**fixed, 6, x, fixedGrid).ok());
+  EXPECT_EQ((*fixed)->lastLaunchThreads(), (*fixed)->gridThreads());
+  expectValidatedAndClean(**fixed, "the fixed-grid backend");
+  o = validated();
+  o.localTapeBytes = 0;
+  auto heapOnly = VulkanBackend::create(o);
+  ASSERT_TRUE(heapOnly.ok()) << heapOnly.status().message();
+  ASSERT_TRUE(k.run(**heapOnly, 6, x, heap).ok());
+  EXPECT_GT((*heapOnly)->lastAdStackHeapBytes(), 0);
+  EXPECT_EQ((*heapOnly)->lastLaunchThreads(), (*heapOnly)->gridThreads());
+  expectValidatedAndClean(**heapOnly, "the heap backend");
+  for (size_t i = 0; i < x.size(); ++i) {
+    ASSERT_NEAR(local[i], ref[i % kPeriod], 1e-4) << i;
+    ASSERT_EQ(local[i], fixedGrid[i]) << i;
+    ASSERT_EQ(local[i], heap[i]) << i;
+  }
+}
+
 TEST_F(VulkanBackendTest, KernelTimesComeFromTimestampQueries) {
   REQUIRE_DEVICE();
   if (gpu()->deviceInfo().timestampValidBits == 0) {
@@ -839,6 +881,7 @@ kernel @k() {
     VulkanBackendOptions o;
     o.floatAtomics = deviceAtomics;
     o.maxThreads = 1024; // many iterations per invocation, many invocations per element
+    o.invocationPerIteration = false;
     auto backend = VulkanBackend::create(validated(o));
     ASSERT_TRUE(backend.ok()) << backend.status().message();
     if (!(*backend)->deviceInfo().features.float64 ||

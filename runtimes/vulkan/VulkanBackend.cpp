@@ -449,10 +449,15 @@ absl::Status VulkanBackend::Impl::launch(Program &program, const Kernel &kernel,
   // parallel task is a grid-stride loop over the T of the launch data, so
   // any T gives the same result). Tasks with fewer iterations than the
   // grid has invocations run on as many as they have (whole workgroups).
+  // A launch without heap may run one invocation per iteration
+  // (VulkanBackendOptions::invocationPerIteration).
   int64_t grid = threads;
   if (std::optional<int64_t> most = plan->fixedParallelIterations()) {
-    int64_t wg = c.spirv.workgroupSize;
-    grid = std::clamp<int64_t>((*most + wg - 1) / wg * wg, std::min<int64_t>(wg, grid), grid);
+    int64_t wg = c.spirv.workgroupSize, cap = grid;
+    if (this->options.invocationPerIteration && plan->heap().stride == 0)
+      cap =
+          std::max(grid, std::min<int64_t>(int64_t(info.maxWorkgroupsX) * wg, INT32_MAX / wg * wg));
+    grid = std::clamp<int64_t>((*most + wg - 1) / wg * wg, std::min<int64_t>(wg, grid), cap);
   }
   absl::StatusOr<int64_t> heapBytes = plan->heapBytes(grid);
   if (!heapBytes.ok())

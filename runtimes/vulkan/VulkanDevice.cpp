@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
@@ -372,6 +373,8 @@ absl::StatusOr<std::shared_ptr<Device>> Device::open(const VulkanBackendOptions 
     return unavailable(fmt::format("device '{}' has no compute queue", info.name));
   info.timestampValidBits = fam[family].timestampValidBits;
   info.timestampPeriodNs = p.limits.timestampPeriod;
+  info.maxWorkgroupsX = p.limits.maxComputeWorkGroupCount[0];
+  d->pollMicroseconds_ = info.cpu ? 0 : std::max<int64_t>(options.pollMicroseconds, 0);
 
   // The features qd's SPIR-V may use, where the device has them.
   bool hasAtomic64 = hasExtension(exts, VK_KHR_SHADER_ATOMIC_INT64_EXTENSION_NAME);
@@ -548,6 +551,14 @@ absl::Status Device::run(const std::function<void(VkCommandBuffer)> &record) con
   if (absl::Status s = check(api_.QueueSubmit(queue_, 1, &submit, fence_), "vkQueueSubmit");
       !s.ok())
     return s;
+  // Polling first: the driver's wait wakes the thread late (Options::
+  // pollMicroseconds).
+  if (pollMicroseconds_ > 0) {
+    auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(pollMicroseconds_);
+    while (api_.GetFenceStatus(device_, fence_) == VK_NOT_READY &&
+           std::chrono::steady_clock::now() < until) {
+    }
+  }
   absl::Status waited =
       check(api_.WaitForFences(device_, 1, &fence_, VK_TRUE, UINT64_MAX), "vkWaitForFences");
   api_.ResetFences(device_, 1, &fence_);

@@ -70,6 +70,7 @@ namespace qd::vk {
   X(CreateFence)                                                                                   \
   X(DestroyFence)                                                                                  \
   X(WaitForFences)                                                                                 \
+  X(GetFenceStatus)                                                                                \
   X(ResetFences)                                                                                   \
   X(CreateShaderModule)                                                                            \
   X(DestroyShaderModule)                                                                           \
@@ -208,6 +209,8 @@ private:
   VkFence fence_ = VK_NULL_HANDLE;
   VkPhysicalDeviceMemoryProperties memory_{};
   VulkanDeviceInfo info_;
+  /// VulkanBackendOptions::pollMicroseconds (0 on a CPU device).
+  int64_t pollMicroseconds_ = 0;
   mutable std::mutex mutex_;
 };
 
