@@ -682,6 +682,68 @@ TEST_F(VulkanBackendTest, ALaunchWithoutHeapRunsOneInvocationPerIteration) {
   }
 }
 
+// C's truncated remainders (and quotients) for every sign, i32 and i64, by
+// a divisor from memory and by a constant. NVIDIA's driver (580) returned
+// the dividend for OpSRem by a negative divisor: qd's SPIR-V computes
+// x - (x / y) y instead.
+TEST_F(VulkanBackendTest, SignedRemaindersByNegativeDivisors) {
+  REQUIRE_DEVICE();
+  auto module = *parseModule(R"(field @a : i64[8]
+field @d : i64[8]
+field @r : i64[8]
+field @q : i64[8]
+field @rc : i64[8]
+field @a32 : i32[8]
+field @d32 : i32[8]
+field @r32 : i32[8]
+field @rc32 : i32[8]
+
+kernel @k() {
+  parallel for %i = 0 to 8 {
+    %x = load @a[%i] : i64
+    %y = load @d[%i] : i64
+    %r = rem %x, %y : i64
+    store @r[%i], %r
+    %q = div %x, %y : i64
+    store @q[%i], %q
+    %m3 = const -3 : i64
+    %rc = rem %x, %m3 : i64
+    store @rc[%i], %rc
+    %x32 = load @a32[%i] : i32
+    %y32 = load @d32[%i] : i32
+    %r32 = rem %x32, %y32 : i32
+    store @r32[%i], %r32
+    %m7 = const -7 : i32
+    %rc32 = rem %x32, %m7 : i32
+    store @rc32[%i], %rc32
+  }
+}
+)",
+                             {"rem.qd", 1});
+  auto program = *Program::create(*module);
+  const int64_t a[8] = {5154, -5154, 7, -7, 5155, INT64_MAX, INT64_MIN, 0};
+  const int64_t d[8] = {-3, -3, -3, -3, 3, -3, -1, -5};
+  const int32_t a32[8] = {5154, -5154, 7, -7, 5155, INT32_MAX, INT32_MIN, 0};
+  const int32_t d32[8] = {-3, -3, -3, -3, 3, -3, -1, -5};
+  for (int i = 0; i < 8; ++i) {
+    program->field("a")->set(i, Scalar::ofInt(ScalarType::I64, a[i]));
+    program->field("d")->set(i, Scalar::ofInt(ScalarType::I64, d[i]));
+    program->field("a32")->set(i, Scalar::ofInt(ScalarType::I32, a32[i]));
+    program->field("d32")->set(i, Scalar::ofInt(ScalarType::I32, d32[i]));
+  }
+  absl::Status s = program->launch("k", {}, *gpu());
+  ASSERT_TRUE(s.ok()) << s.message();
+  for (int i = 0; i < 8; ++i) {
+    bool wraps = d[i] == -1; // INT_MIN / -1 wraps, remainder 0
+    EXPECT_EQ(program->field("r")->get(i).i, wraps ? 0 : a[i] % d[i]) << i;
+    EXPECT_EQ(program->field("q")->get(i).i, wraps ? int64_t(0 - uint64_t(a[i])) : a[i] / d[i])
+        << i;
+    EXPECT_EQ(program->field("rc")->get(i).i, a[i] % -3) << i;
+    EXPECT_EQ(program->field("r32")->get(i).i, d32[i] == -1 ? 0 : a32[i] % d32[i]) << i;
+    EXPECT_EQ(program->field("rc32")->get(i).i, a32[i] % -7) << i;
+  }
+}
+
 TEST_F(VulkanBackendTest, KernelTimesComeFromTimestampQueries) {
   REQUIRE_DEVICE();
   if (gpu()->deviceInfo().timestampValidBits == 0) {

@@ -129,7 +129,12 @@ Id SpirvEmitter::integerBinary(BinaryStmt &s, Id x, Id y) {
     // INT_MIN / -1 wraps: x * -1 = -x, remainder 0.
     Id minusOne = b_.cmp(Op::OpIEqual, y, konst(-1));
     Id safe = b_.select(ty, minusOne, konst(1), y);
-    Id q = b_.op(div ? Op::OpSDiv : Op::OpSRem, ty, {x, safe});
+    Id q = b_.op(Op::OpSDiv, ty, {x, safe});
+    // The remainder is x - q y, not OpSRem: NVIDIA's Vulkan driver (580)
+    // returns x for OpSRem by a negative divisor (found by the random
+    // kernels on an H200, docs/runtime.md).
+    if (!div)
+      q = b_.isub(ty, x, b_.imul(ty, q, safe));
     return b_.select(ty, minusOne, div ? b_.op(Op::OpSNegate, ty, {x}) : zero, q);
   }
   case BinaryOp::Min:
