@@ -174,9 +174,11 @@ public:
   int64_t gridThreads() const;
   /// Adstack heap bytes the last launch used.
   int64_t lastAdStackHeapBytes() const;
-  /// The T the last launch ran its parallel tasks on: gridThreads(), or
-  /// fewer where the heap of the whole grid would not fit
-  /// (VulkanBackendOptions::maxHeapBytes).
+  /// The T the last launch ran its parallel tasks on: gridThreads(); fewer
+  /// where the tasks have fewer iterations or the heap of the whole grid
+  /// would not fit (VulkanBackendOptions::maxHeapBytes); one per iteration
+  /// for a launch without heap (VulkanBackendOptions::
+  /// invocationPerIteration).
   int64_t lastLaunchThreads() const;
   /// Times the dispatches of every launch on the device from now on (`on`),
   /// with timestamp queries written before the first dispatch and after
