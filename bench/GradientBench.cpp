@@ -311,6 +311,7 @@ static constexpr const char *kUsage =
     "usage: qd-bench-gradients [options]\n"
     "  --threads N        worker threads of qd-cpu and the hand-written loops (2)\n"
     "  --vector-width W   qd-cpu's lanes (default: the backend's choice for the host)\n"
+    "  --vector-isa NAME  CpuBackendOptions::vectorIsa: auto, avx512, avx2, sse4, none\n"
     "  --reps N           runs per timing, the minimum is shown (3)\n"
     "  --only a,b,c       the workloads to run\n"
     "  --torch FILE       PyTorch results of bench/torch_gradients.py (JSON) to merge\n"
@@ -333,6 +334,7 @@ static int runBench(int argc, char **argv) {
   std::string torchFile, only = "a,b,c", dump;
   int64_t dumpN = 1024;
   size_t fullLimit = qd::CpuBackendOptions().fullOptimizationLimit;
+  std::string isa = "auto";
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -344,6 +346,8 @@ static int runBench(int argc, char **argv) {
       threads = static_cast<unsigned>(std::stoi(next()));
     else if (a == "--vector-width")
       width = static_cast<unsigned>(std::stoi(next()));
+    else if (a == "--vector-isa") // CpuBackendOptions::vectorIsa
+      isa = next();
     else if (a == "--reps")
       reps = std::stoi(next());
     else if (a == "--torch")
@@ -427,12 +431,15 @@ static int runBench(int argc, char **argv) {
     die("--dump-ir: unknown workload " + dump);
   }
 
-  auto cpu =
-      check(qd::CpuBackend::create(
-                {.threads = threads, .vectorWidth = width, .fullOptimizationLimit = fullLimit}),
-            "CpuBackend::create");
-  auto cpu1 = check(qd::CpuBackend::create(
-                        {.threads = 1, .vectorWidth = width, .fullOptimizationLimit = fullLimit}),
+  auto cpu = check(qd::CpuBackend::create({.threads = threads,
+                                           .vectorWidth = width,
+                                           .vectorIsa = isa,
+                                           .fullOptimizationLimit = fullLimit}),
+                   "CpuBackend::create");
+  auto cpu1 = check(qd::CpuBackend::create({.threads = 1,
+                                            .vectorWidth = width,
+                                            .vectorIsa = isa,
+                                            .fullOptimizationLimit = fullLimit}),
                     "CpuBackend::create");
   auto cpuScalar =
       check(qd::CpuBackend::create({.threads = threads, .vectorWidth = 1}), "CpuBackend::create");

@@ -2486,3 +2486,106 @@ QD_PROPERTY(CpuBackendTest, LargeDeeplyNestedRandomKernelsMatchTheInterpreter, k
 
 } // namespace
 } // namespace qd
+
+namespace qd {
+namespace {
+
+/// A task whose loop carries `n` f32 locals and, with `f64`, one f64 local
+/// more, plus a local written only inside the loop (not carried).
+std::string carryingKernel(int n, bool f64) {
+  std::string s = "field @x : f32[256]\nfield @m : i32\n\nkernel @k() {\n"
+                  "  parallel for %i = 0 to 256 {\n    %x = load @x[%i] : f32\n"
+                  "    %m = load @m[] : i32\n";
+  for (int j = 0; j < n; ++j)
+    s += fmt::format("    %a{0} = alloca f32\n    store %a{0}, %x\n", j);
+  if (f64)
+    s += "    %d = alloca f64\n    %zero = const 0.0 : f64\n    store %d, %zero\n";
+  s += "    for %t = 0 to %m {\n      %tmp = alloca f32\n      store %tmp, %x\n";
+  for (int j = 0; j < n; ++j)
+    s += fmt::format("      %l{0} = load %a{0} : f32\n      %s{0} = sin %l{0} : f32\n"
+                     "      store %a{0}, %s{0}\n",
+                     j);
+  if (f64)
+    s += "      %dl = load %d : f64\n      %one = const 1.0 : f64\n"
+         "      %dn = add %dl, %one : f64\n      store %d, %dn\n";
+  s += "    }\n";
+  for (int j = 0; j < n; ++j)
+    s += fmt::format("    %r{0} = load %a{0} : f32\n    store @x[%i], %r{0}\n", j);
+  return s + "  }\n}\n";
+}
+
+const ForStmt &taskOf(const Module &m) {
+  for (Stmt &s : m.findKernel("k")->body())
+    if (auto *f = dyn_cast<ForStmt>(&s))
+      return *f;
+  throw std::logic_error("no task");
+}
+
+// CodegenOptions::fitLanesToRegisters, the CPU backend's automatic width:
+// a task gets the ISA's lanes times the largest power of two of registers
+// per carried value, between one register's lanes and vectorWidth.
+TEST(CpuVectorWidthTest, TheAutomaticWidthFitsWhatLoopsCarryToTheRegisters) {
+  for (auto [n, f64, carried] : {std::tuple{1, false, 1u}, {16, false, 16u}, {31, true, 33u}}) {
+    auto m = parseModule(carryingKernel(n, f64), {"carry.qd", 1});
+    ASSERT_TRUE(m.ok()) << m.status().message();
+    EXPECT_EQ(loopCarriedValues(taskOf(**m)), carried) << n;
+  }
+  CodegenOptions o;
+  o.vectorWidth = 64;
+  o.vectorMath = VectorMathIsa::Avx512;
+  EXPECT_EQ(lanesForTask(o, 16), 64u) << "without fitting: vectorWidth";
+  o.fitLanesToRegisters = true;
+  EXPECT_EQ(lanesForTask(o, 0), 64u);
+  EXPECT_EQ(lanesForTask(o, 1), 64u);
+  EXPECT_EQ(lanesForTask(o, 8), 64u);
+  EXPECT_EQ(lanesForTask(o, 9), 32u);
+  EXPECT_EQ(lanesForTask(o, 16), 32u);
+  EXPECT_EQ(lanesForTask(o, 17), 16u);
+  EXPECT_EQ(lanesForTask(o, 33), 16u) << "never below one register";
+  o.vectorWidth = 32;
+  o.vectorMath = VectorMathIsa::Avx2;
+  EXPECT_EQ(lanesForTask(o, 2), 32u);
+  EXPECT_EQ(lanesForTask(o, 4), 32u);
+  EXPECT_EQ(lanesForTask(o, 5), 16u);
+  EXPECT_EQ(lanesForTask(o, 16), 8u);
+  o.vectorWidth = 4; // below one register: the width stays
+  EXPECT_EQ(lanesForTask(o, 16), 4u);
+  o.vectorMath = VectorMathIsa::Sse4;
+  o.vectorWidth = 8;
+  EXPECT_EQ(lanesForTask(o, 16), 8u) << "SSE4 keeps the width";
+
+  // On this host: the automatic width gives the task those lanes, and the
+  // results are the scalar code's.
+  auto autoCpu = CpuBackend::create({.threads = 2});
+  ASSERT_TRUE(autoCpu.ok()) << autoCpu.status().message();
+  auto scalar = CpuBackend::create({.threads = 2, .vectorWidth = 1, .vectorMath = false});
+  ASSERT_TRUE(scalar.ok());
+  std::string isa((*autoCpu)->vectorMathIsa());
+  for (int n : {1, 16, 24}) {
+    auto m = *parseModule(carryingKernel(n, false), {"carry.qd", 1});
+    std::vector<float> results[2];
+    for (int b = 0; b < 2; ++b) {
+      CpuBackend &cpu = b ? **scalar : **autoCpu;
+      auto p = *Program::create(*m);
+      for (int i = 0; i < 256; ++i)
+        p->field("x")->set(i, Scalar::ofFloat(ScalarType::F32, 0.01 * i));
+      p->field("m")->set(0, Scalar::ofInt(ScalarType::I32, 3));
+      ASSERT_TRUE(p->launch("k", {}, cpu).ok());
+      for (int i = 0; i < 256; ++i)
+        results[b].push_back(float(p->field("x")->get(i).f));
+    }
+    unsigned expect = (*autoCpu)->vectorWidth();
+    if (isa == "avx512")
+      expect = n <= 8 ? 64 : n <= 16 ? 32 : 16;
+    else if (isa == "avx2")
+      expect = n <= 4 ? 32 : n <= 8 ? 16 : 8;
+    EXPECT_EQ((*autoCpu)->lastTaskLanes(), std::vector<int32_t>{int32_t(expect)})
+        << n << " values on " << isa;
+    for (int i = 0; i < 256; ++i)
+      EXPECT_NEAR(results[0][i], results[1][i], 4e-6f * std::max(1.0f, std::fabs(results[1][i])))
+          << n << " " << i;
+  }
+}
+
+} // namespace
+} // namespace qd

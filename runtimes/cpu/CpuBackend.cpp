@@ -190,6 +190,8 @@ struct CpuBackend::Impl {
   std::unique_ptr<ThreadPool> pool;
   unsigned vectorWidth = 1;
   VectorMathIsa vectorMath = VectorMathIsa::None;
+  /// CodegenOptions::fitLanesToRegisters (the automatic width).
+  bool fitLanes = false;
   TierLimits tierLimits;
   /// Keyed by Kernel::uniqueId(), never by address: a destroyed kernel's
   /// address may be reused by a new one.
@@ -267,6 +269,7 @@ struct CpuBackend::Impl {
     opts.boundsChecked = boundsChecked;
     opts.vectorWidth = vectorWidth;
     opts.vectorMath = vectorMath;
+    opts.fitLanesToRegisters = fitLanes;
     opts.stopChecks = stopChecks;
     auto module = emitKernel(kernel, context, opts, layout);
     if (!module.ok())
@@ -404,18 +407,21 @@ absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::create(const CpuBackendO
   absl::StatusOr<VectorMathIsa> isa = chooseVectorMath(options);
   if (!isa.ok())
     return isa.status();
-  // Auto: 32 lanes with AVX2 or AVX-512, so that a task whose body is one
-  // serial chain of math calls per lane keeps 4 (AVX2) or 2 (AVX-512)
-  // independent libmvec calls in flight; 8 otherwise. Measured on the three
-  // gradient benchmarks against 8 and 16 (docs/performance.md, "Vector
-  // width").
+  // Auto: 4 registers' lanes, 64 with AVX-512 and 32 with AVX2, so that a
+  // task whose body is one serial chain of math calls per lane keeps 4
+  // independent libmvec calls in flight; 8 otherwise. A task whose loops
+  // carry many values gets fewer lanes, down to one register's
+  // (CodegenOptions::fitLanesToRegisters): measured on the three gradient
+  // benchmarks (docs/performance.md, "Vector width" and "Session 19").
   unsigned width = options.vectorWidth;
+  bool wide = *isa == VectorMathIsa::Avx512 || *isa == VectorMathIsa::Avx2;
   if (width == 0)
-    width = *isa == VectorMathIsa::Avx512 || *isa == VectorMathIsa::Avx2 ? 32 : 8;
+    width = *isa == VectorMathIsa::Avx512 ? 64 : wide ? 32 : 8;
   // Chunks shorter than a group of lanes would run every group partial:
   // compile scalar code, whose stacks need no room for lanes.
   impl->vectorWidth = options.chunk > 0 && options.chunk < width ? 1 : width;
   impl->vectorMath = impl->vectorWidth > 1 ? *isa : VectorMathIsa::None;
+  impl->fitLanes = options.vectorWidth == 0 && wide && impl->vectorWidth > 1;
   impl->tierLimits = {options.fullOptimizationLimit, options.fullOptimizationDepth};
   unsigned threads = options.threads ? options.threads : std::thread::hardware_concurrency();
   impl->pool = std::make_unique<ThreadPool>(std::max(1u, threads), options.chunk);

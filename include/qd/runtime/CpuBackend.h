@@ -42,8 +42,11 @@ struct CpuBackendOptions {
   /// partial group.
   int64_t chunk = 0;
   /// SIMD lanes of vectorised parallel tasks: a power of two up to 64, 1
-  /// for scalar code only, 0 to choose from the host (32 when libmvec runs
-  /// with AVX2 or AVX-512, else 8; vectorWidth() says).
+  /// for scalar code only, 0 to choose from the host (64 when libmvec runs
+  /// with AVX-512, 32 with AVX2, else 8; vectorWidth() says) and, with
+  /// AVX2 or AVX-512, per task fewer where its loops carry more values
+  /// than the vector registers hold (CodegenOptions::fitLanesToRegisters;
+  /// lastTaskLanes() says).
   /// Results of a vectorised task equal the scalar code's except for the
   /// rounding of float atomic sums that several lanes add to the same
   /// element (their order changes) and the vector math below.

@@ -19,6 +19,10 @@
 #include <fmt/format.h>
 #include <llvm/IR/Module.h>
 
+#include <algorithm>
+#include <bit>
+#include <unordered_set>
+
 namespace qd::codegen {
 namespace {
 
@@ -50,6 +54,8 @@ private:
   LV *vectorMath(EmitContext &c, MathFn fn, ScalarType t, llvm::ArrayRef<LV *> args);
 
   unsigned taskCount_ = 0;
+  /// The lanes of the task being emitted (lanesForTask).
+  unsigned taskWidth_ = 1;
 };
 
 void CpuTarget::emitEntries(KernelEmitter &e) {
@@ -97,7 +103,8 @@ void CpuTarget::emitParallelTask(KernelEmitter &e, ForStmt &task) {
   LV *first = taskFn->getArg(2), *last = taskFn->getArg(3);
   TaskVectorPlan plan = planTaskVectorization(task);
   state.taskPlan = &plan;
-  unsigned width = c.opts.vectorWidth;
+  unsigned width = lanesForTask(c.opts, c.opts.fitLanesToRegisters ? loopCarriedValues(task) : 0);
+  taskWidth_ = width;
   unsigned lanes = width > 1 && plan.ok() ? width : 1;
   state.parallelTask = static_cast<int>(c.layout.tasks.size());
   // A band's chunk sizes are not a task bound the runtime reads: it keeps
@@ -174,7 +181,7 @@ void CpuTarget::emitLaneGroups(KernelEmitter &e, ForStmt &task, const TaskVector
   EmitContext &c = e.context();
   llvm::IRBuilder<> &b = c.b;
   FunctionState &state = *c.fn;
-  unsigned width = c.opts.vectorWidth;
+  unsigned width = taskWidth_;
   auto captured = state.values;
   state.lanes.width = width;
   state.lanes.plan = &plan;
@@ -326,3 +333,48 @@ std::unique_ptr<LlvmTarget> createCpuTarget() {
 }
 
 } // namespace qd::codegen
+
+namespace qd {
+
+unsigned loopCarriedValues(const ForStmt &task) {
+  std::unordered_set<const AllocaStmt *> carried;
+  unsigned values = 0;
+  walk(const_cast<ForStmt &>(task).body(), [&](Stmt &s) {
+    auto *store = dyn_cast<LocalStoreStmt>(&s);
+    auto *local = store ? dyn_cast<AllocaStmt>(store->local()) : nullptr;
+    if (!local || carried.count(local))
+      return;
+    // The innermost loop of the task around the store.
+    for (Stmt *p = s.parentStmt(); p && p != &task; p = p->parentStmt()) {
+      if (!isa<ForStmt>(p) && !isa<WhileStmt>(p))
+        continue;
+      if (!local->parent()->isNestedIn(&p->block(0))) {
+        carried.insert(local);
+        values += bitWidth(local->elementType()) > 32 ? 2 : 1;
+      }
+      break;
+    }
+  });
+  return values;
+}
+
+unsigned lanesForTask(const CodegenOptions &options, unsigned carried) {
+  unsigned width = options.vectorWidth;
+  if (!options.fitLanesToRegisters || carried == 0)
+    return width;
+  unsigned isaLanes = 0, registers = 0; // f32 lanes of a register, vector registers
+  switch (options.vectorMath) {
+  case VectorMathIsa::Avx512:
+    isaLanes = 16, registers = 32;
+    break;
+  case VectorMathIsa::Avx2:
+    isaLanes = 8, registers = 16;
+    break;
+  default:
+    return width;
+  }
+  unsigned perValue = std::bit_floor(std::max(1u, registers / carried));
+  return std::clamp(isaLanes * perValue, std::min(isaLanes, width), width);
+}
+
+} // namespace qd

@@ -91,6 +91,12 @@ struct CodegenOptions {
   /// must make those symbols resolvable. None: each lane calls the scalar
   /// function.
   VectorMathIsa vectorMath = VectorMathIsa::None;
+  /// With vectorMath AVX2 or AVX-512: a task whose loops carry many values
+  /// per lane runs fewer lanes than vectorWidth (at least the ISA's), so
+  /// that what its loops carry fits the vector registers: the ISA's lanes
+  /// times the largest power of two at most registers / carried values
+  /// (`lanesForTask`). What the CPU backend's automatic width does.
+  bool fitLanesToRegisters = false;
   /// Loops with run-time trip counts read QdLaunchContext::stop at their
   /// back edges (every abi::kStopCheckInterval-th back edge of a thread on
   /// the CPU, every abi::kDeviceStopCheckInterval-th on a GPU) and leave
@@ -105,6 +111,14 @@ struct CodegenOptions {
   /// localEntries says which stacks these are.
   std::map<const AdStackAllocaStmt *, int64_t> localAdStackEntries;
 };
+
+/// The values the loops of parallel task `task` carry per lane: scalar
+/// locals declared outside a loop of the task and stored inside it (64-bit
+/// ones count twice).
+unsigned loopCarriedValues(const ForStmt &task);
+/// The lanes a task carrying `carried` values runs with `options`
+/// (CodegenOptions::fitLanesToRegisters; otherwise vectorWidth).
+unsigned lanesForTask(const CodegenOptions &options, unsigned carried);
 
 /// What the generated code runs on (lib/codegen/llvm/LlvmTarget.h holds
 /// each target's hooks).
