@@ -2585,6 +2585,44 @@ TEST(CpuVectorWidthTest, TheAutomaticWidthFitsWhatLoopsCarryToTheRegisters) {
       EXPECT_NEAR(results[0][i], results[1][i], 4e-6f * std::max(1.0f, std::fabs(results[1][i])))
           << n << " " << i;
   }
+
+  // Two tasks of one kernel with different lanes, and their gradient
+  // (lane stacks laid out per task): the scalar code's results.
+  std::string two = carryingKernel(24, false);
+  two.insert(two.rfind("}\n"), "  parallel for %i2 = 0 to 256 {\n    %x2 = load @y[%i2] : f32\n"
+                               "    %m2 = load @m[] : i32\n    %v = alloca f32\n"
+                               "    store %v, %x2\n    for %t2 = 0 to %m2 {\n"
+                               "      %l = load %v : f32\n      %c = cos %l : f32\n"
+                               "      store %v, %c\n    }\n    %r = load %v : f32\n"
+                               "    store @z[%i2], %r\n  }\n");
+  two = "field @y : f32[256] grad\nfield @z : f32[256] grad\n" + two;
+  two.replace(two.find("field @x : f32[256]"), 19, "field @x : f32[256] grad");
+  auto m2 = parseModule(two, {"two.qd", 1});
+  ASSERT_TRUE(m2.ok()) << m2.status().message();
+  ASSERT_TRUE(buildGradientKernel(**m2, *(*m2)->findKernel("k")).ok());
+  std::vector<float> grads[2];
+  for (int b = 0; b < 2; ++b) {
+    CpuBackend &cpu = b ? **scalar : **autoCpu;
+    auto p = *Program::create(**m2);
+    for (int i = 0; i < 256; ++i) {
+      p->field("x")->set(i, Scalar::ofFloat(ScalarType::F32, 0.01 * i));
+      p->field("y")->set(i, Scalar::ofFloat(ScalarType::F32, 0.02 * i));
+      p->field("x", Component::Grad)->set(i, Scalar::ofFloat(ScalarType::F32, 1.0));
+      p->field("z", Component::Grad)->set(i, Scalar::ofFloat(ScalarType::F32, 1.0));
+    }
+    p->field("m")->set(0, Scalar::ofInt(ScalarType::I32, 3));
+    absl::Status st = p->launch("k_grad", {}, cpu);
+    ASSERT_TRUE(st.ok()) << st.message();
+    for (const char *f : {"x", "y"})
+      for (int i = 0; i < 256; ++i)
+        grads[b].push_back(float(p->field(f, Component::Grad)->get(i).f));
+  }
+  if (isa == "avx512") {
+    // The gradient runs the tasks in reverse order: the cos chain first.
+    EXPECT_EQ((*autoCpu)->lastTaskLanes(), (std::vector<int32_t>{64, 16}));
+  }
+  for (size_t i = 0; i < grads[1].size(); ++i)
+    EXPECT_NEAR(grads[0][i], grads[1][i], 1e-5f * std::max(1.0f, std::fabs(grads[1][i]))) << i;
 }
 
 } // namespace
