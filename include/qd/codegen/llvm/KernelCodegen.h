@@ -92,9 +92,9 @@ struct CodegenOptions {
   /// function.
   VectorMathIsa vectorMath = VectorMathIsa::None;
   /// With vectorMath AVX2 or AVX-512: a task whose loops carry many values
-  /// per lane runs fewer lanes than vectorWidth (at least the ISA's), so
-  /// that what its loops carry fits the vector registers: the ISA's lanes
-  /// times the largest power of two at most registers / carried values
+  /// per lane runs fewer lanes than vectorWidth (at least 16), so that
+  /// what its loops carry fits the vector registers: the ISA's lanes times
+  /// the largest power of two at most registers / carried values
   /// (`lanesForTask`). What the CPU backend's automatic width does.
   bool fitLanesToRegisters = false;
   /// Loops with run-time trip counts read QdLaunchContext::stop at their
