@@ -81,14 +81,15 @@ private:
 
 /// Promotes `@f` of `text`, checks the result and compares both versions
 /// on a grid of inputs. `kept`: allocas that must survive.
-void checkPromotion(const std::string &text, size_t promoted, size_t kept = 0) {
+void checkPromotion(const std::string &text, size_t promoted, size_t kept = 0,
+                    PromoteStats *stats = nullptr) {
   auto beforeCtx = std::make_unique<llvm::LLVMContext>();
   auto afterCtx = std::make_unique<llvm::LLVMContext>();
   auto before = parseIR(*beforeCtx, text);
   auto after = parseIR(*afterCtx, text);
   ASSERT_TRUE(before && after);
   llvm::Function &f = *after->getFunction("f");
-  EXPECT_EQ(promoteLocals(f), promoted);
+  EXPECT_EQ(promoteLocals(f, stats), promoted);
   std::string bad;
   llvm::raw_string_ostream os(bad);
   ASSERT_FALSE(llvm::verifyFunction(f, &os)) << bad;
@@ -304,6 +305,72 @@ entry:
   ret i32 %r
 })",
                  1, 3);
+}
+
+/// `@f(a, b)`: `depth` nested loops of 1 + (a & 1) iterations each. Loop
+/// k's body stores b + k to its own local x_k (which the entry block also
+/// initialises, as the vector code does), adds k to %acc, runs loop k + 1,
+/// then folds x_k into %acc and, on one arm, triples x_k before the latch
+/// reads it. x_k is read after the loops inside it, which never store it.
+std::string nestFunction(int depth) {
+  std::string s = "define i32 @f(i32 %a, i32 %b) {\nentry:\n  %acc = alloca i32\n";
+  for (int k = 0; k < depth; ++k)
+    s += "  %x" + std::to_string(k) + " = alloca i32\n  %i" + std::to_string(k) + " = alloca i32\n";
+  s += "  store i32 0, ptr %acc\n";
+  for (int k = 0; k < depth; ++k)
+    s += "  store i32 7, ptr %x" + std::to_string(k) + "\n";
+  s += "  %odd = and i32 %a, 1\n  %trip = add i32 %odd, 1\n  br label %pre_0\n";
+  for (int k = 0; k < depth; ++k) {
+    // Names end in _k: %v2 of loop 0 and %v of loop 20 must differ.
+    std::string num = std::to_string(k), n = "_" + num;
+    std::string inner = k + 1 < depth ? "pre_" + std::to_string(k + 1) : "after" + n;
+    std::string out = k > 0 ? "after_" + std::to_string(k - 1) : "done";
+    s += "pre" + n + ":\n  store i32 0, ptr %i" + num + "\n  br label %header" + n + "\n";
+    s += "header" + n + ":\n  %iv" + n + " = load i32, ptr %i" + num + "\n  %c" + n +
+         " = icmp slt i32 %iv" + n + ", %trip\n  br i1 %c" + n + ", label %body" + n +
+         ", label %exit" + n + "\n";
+    s += "body" + n + ":\n  %bx" + n + " = add i32 %b, " + num + "\n  store i32 %bx" + n +
+         ", ptr %x" + num + "\n  %v" + n + " = load i32, ptr %acc\n  %v2" + n + " = add i32 %v" +
+         n + ", " + num + "\n  store i32 %v2" + n + ", ptr %acc\n  br label %" + inner + "\n";
+    s += "after" + n + ":\n  %xv" + n + " = load i32, ptr %x" + num + "\n  %w" + n +
+         " = load i32, ptr %acc\n  %w2" + n + " = xor i32 %w" + n + ", %xv" + n +
+         "\n  store i32 %w2" + n + ", ptr %acc\n  %lo" + n + " = and i32 %w2" + n + ", 1\n  %z" +
+         n + " = icmp eq i32 %lo" + n + ", 0\n  br i1 %z" + n + ", label %then" + n +
+         ", label %latch" + n + "\n";
+    s += "then" + n + ":\n  %m" + n + " = mul i32 %xv" + n + ", 3\n  store i32 %m" + n +
+         ", ptr %x" + num + "\n  br label %latch" + n + "\n";
+    s += "latch" + n + ":\n  %xx" + n + " = load i32, ptr %x" + num + "\n  %u" + n +
+         " = load i32, ptr %acc\n  %u2" + n + " = add i32 %u" + n + ", %xx" + n +
+         "\n  store i32 %u2" + n + ", ptr %acc\n  %ivn" + n + " = add i32 %iv" + n +
+         ", 1\n  store i32 %ivn" + n + ", ptr %i" + num + "\n  br label %header" + n + "\n";
+    s += "exit" + n + ":\n  br label %" + out + "\n";
+  }
+  return s + "done:\n  %r = load i32, ptr %acc\n  ret i32 %r\n}\n";
+}
+
+TEST(PromoteLocalsTest, LocalsOfNestedLoopBodiesReadAfterTheLoopsInside) {
+  PromoteStats stats;
+  checkPromotion(nestFunction(6), 13, 0, &stats);
+  EXPECT_GT(stats.phisKept, 0u);
+}
+
+TEST(PromoteLocalsTest, PhisGrowLinearlyWithTheDepthOfANest) {
+  // x_k needs one phi (at latch k); a placement that looked past x_k's
+  // own loop would put one at every header around it: depth^2 / 2 phis.
+  auto placed = [](int depth) {
+    llvm::LLVMContext ctx;
+    auto m = parseIR(ctx, nestFunction(depth));
+    PromoteStats stats;
+    EXPECT_EQ(promoteLocals(*m->getFunction("f"), &stats), size_t(2 * depth + 1));
+    std::string bad;
+    llvm::raw_string_ostream os(bad);
+    EXPECT_FALSE(llvm::verifyFunction(*m->getFunction("f"), &os)) << bad;
+    return stats.phisPlaced;
+  };
+  size_t at64 = placed(64), at128 = placed(128);
+  EXPECT_LE(at64, 6u * 64);
+  EXPECT_LE(at128, 2 * at64 + 8);
+  EXPECT_GE(at128, 2 * at64 - 8);
 }
 
 TEST(SplitLongBlocksTest, CutsLongBlocksAndKeepsPhisAndAllocasInPlace) {

@@ -79,12 +79,19 @@ unsigned deepestLoopNest(const llvm::Module &module);
 /// `limits`, else Full.
 OptimizationTier chooseTier(const llvm::Module &module, const TierLimits &limits);
 
+/// What promoteLocals did, summed over the functions it was given.
+struct PromoteStats {
+  size_t phisPlaced = 0; // phis the placement created
+  size_t phisKept = 0;   // phis left after removing those of one value and dead ones
+};
+
 /// Promotes `f`'s locals (entry-block allocas used only by simple loads and
-/// stores of their own type) to SSA values with one walk over the function,
-/// where LLVM's mem2reg rescans a block per local (quadratic in a loop body
-/// carrying many values; what still grows faster than the function is in
-/// PromoteLocals.cpp). Returns how many it promoted.
-size_t promoteLocals(llvm::Function &f);
+/// stores of their own type) to SSA values in time linear in the function
+/// and the phis placed, where LLVM's mem2reg rescans a block per local
+/// (quadratic in a loop body carrying many values) and walks the dominator
+/// subtree of every store (quadratic in a deep loop nest); see
+/// PromoteLocals.cpp. Returns how many it promoted.
+size_t promoteLocals(llvm::Function &f, PromoteStats *stats = nullptr);
 
 /// Promotes every function's locals (promoteLocals), then runs the
 /// pipeline of `tier` over `module` (Full: LLVM's O3), with the cost models
