@@ -32,6 +32,32 @@
 
 namespace qd::codegen {
 
+namespace {
+
+/// Loops deeper than this around a stack's operations keep its state in
+/// memory (AdStackLowering::rows): in registers, each of its locals is a
+/// phi at every loop header around the operations, and LLVM's InstCombine
+/// walks the whole web of those phis from each of them (PHIsEqualValue):
+/// quadratic in the nest's depth (the gradient of a 254-deep nest: 54 ms of
+/// InstCombine, against 18 ms at depth 127). The light tier starts at the
+/// same depth (TierLimits::fullLoopDepth).
+constexpr unsigned kRegisterStateLoops = 16;
+
+/// The most loops between `a`'s block and an operation on its stack. Each
+/// walk is bounded by the IR's nesting limit.
+unsigned loopsAroundOps(const AdStackAllocaStmt &a) {
+  unsigned most = 0;
+  for (const Use &u : a.uses()) {
+    unsigned loops = 0;
+    for (const Stmt *p = u.user()->parentStmt(); p && p != a.parentStmt(); p = p->parentStmt())
+      loops += p->kind() == StmtKind::For || p->kind() == StmtKind::While;
+    most = std::max(most, loops);
+  }
+  return most;
+}
+
+} // namespace
+
 const AdStackFrame &AdStackLowering::frame(unsigned id) {
   AdStackFrame &frame = c_.fn->stacks[id];
   if (!frame.base) {
@@ -87,7 +113,9 @@ AdStackRows &AdStackLowering::rows(const StackRef &st, unsigned width) {
         eb.CreateAlloca(f.base->getType(), nullptr, fmt::format("adstack{}.peak{}", st.id, suffix));
     eb.CreateStore(f.base, r.peak);
     c_.fn->uniformRows.push_back({st.id, &r});
-    if (c_.fn->stackRows++ >= c_.target.registerStackStates()) {
+    if (c_.fn->stackRows++ >= c_.target.registerStackStates() ||
+        (c_.target.registerStackStates() != ~0u &&
+         loopsAroundOps(*c_.layout.stacks.at(st.id).stmt) > kRegisterStateLoops)) {
       // Hundreds of stacks (a loop carrying hundreds of values) would keep
       // four live values each across the loop: far more than there are
       // registers, and the register allocator's time grows faster than
