@@ -11,6 +11,7 @@
 
 #include <map>
 #include <unordered_map>
+#include <vector>
 
 namespace qd {
 namespace {
@@ -67,6 +68,12 @@ public:
     // indices in one row (its outer indices are the same in every lane).
     if (task_.numDims() == 1)
       out_.varying_.insert(&task_);
+    // The jumps of each loop, found once: asking each loop's body for them
+    // walked a nest once per level (quadratic in its depth).
+    walk(const_cast<ForStmt &>(task_).body(), [&](Stmt &s) {
+      if (s.kind() == StmtKind::Break || s.kind() == StmtKind::Continue)
+        jumpsTo_[jumpTarget(s)].push_back(&s);
+    });
     do {
       changed_ = false;
       // Recomputed on every pass: a begin found varying later undoes them.
@@ -102,13 +109,13 @@ private:
     return false;
   }
   bool hasDivergentJump(const Stmt &loop) const {
-    bool found = false;
-    walk(loop.block(0), [&](Stmt &s) {
-      if ((s.kind() == StmtKind::Break || s.kind() == StmtKind::Continue) &&
-          jumpTarget(s) == &loop && jumpDivergesIn(s, loop))
-        found = true;
-    });
-    return found;
+    auto it = jumpsTo_.find(&loop);
+    if (it == jumpsTo_.end())
+      return false;
+    for (const Stmt *jump : it->second)
+      if (jumpDivergesIn(*jump, loop))
+        return true;
+    return false;
   }
 
   void visitBlock(Block &b, bool div) {
@@ -293,6 +300,7 @@ private:
   }
 
   const ForStmt &task_;
+  std::unordered_map<const Stmt *, std::vector<const Stmt *>> jumpsTo_;
   const ElementOwnership &ownership_;
   Uniformity &out_;
   bool changed_ = false;
