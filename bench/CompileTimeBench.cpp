@@ -42,6 +42,7 @@
 #include "qd/runtime/CpuBackend.h"
 #include "qd/transforms/AutoDiff.h"
 
+#include <algorithm>
 #include <fmt/format.h>
 
 #include <chrono>
@@ -72,17 +73,15 @@ std::string nestingKernel(int depth) {
   std::string s = "field @x : f32[64] grad\nfield @y : f32[64] grad\nfield @m : i32\n\n"
                   "kernel @k() {\n  parallel for %i = 0 to 64 {\n    %v = load @x[%i] : f32\n"
                   "    %m = load @m[] : i32\n    %a = alloca f32\n    store %a, %v\n";
-  std::string indent = "    ";
-  for (int d = 0; d < depth; ++d) {
-    s += fmt::format("{0}for %j{1} = 0 to %m {{\n{0}  %l{1} = load %a : f32\n"
-                     "{0}  %s{1} = sin %l{1} : f32\n{0}  store %a, %s{1}\n",
-                     indent, d);
-    indent += "  ";
-  }
-  for (int d = depth; d-- > 0;) {
-    indent.resize(indent.size() - 2);
-    s += indent + "}\n";
-  }
+  // Indented 8 levels at most: the text grows as the nest does (indenting
+  // every level made it quadratic, and the parse column with it).
+  auto indent = [](int d) { return std::string(4 + 2 * std::min(d, 8), ' '); };
+  for (int d = 0; d < depth; ++d)
+    s += fmt::format("{0}for %j{1} = 0 to %m {{\n{2}%l{1} = load %a : f32\n"
+                     "{2}%s{1} = sin %l{1} : f32\n{2}store %a, %s{1}\n",
+                     indent(d), d, indent(d + 1));
+  for (int d = depth; d-- > 0;)
+    s += indent(d) + "}\n";
   return s + "    %r = load %a : f32\n    store @y[%i], %r\n  }\n}\n";
 }
 
