@@ -29,6 +29,7 @@
 #include "qd/ir/IRBuilder.h"
 #include "qd/transforms/AutoDiff.h"
 
+#include <algorithm>
 #include <functional>
 #include <string>
 #include <unordered_map>
@@ -103,12 +104,54 @@ ReversePlan planReverse(Kernel &source, const Activity &activity,
 
 //===--- 4. the gradient kernel -------------------------------------------===//
 
+struct Frame;
+/// Per source value, the live frames whose `direct` or `backup` holds it,
+/// outermost first.
+using FrameIndex = std::unordered_map<const Value *, std::vector<Frame *>>;
+
+/// Frames live on the C++ stack, each inside its parent's lifetime, so the
+/// live frames form one chain, and those of a depth at most `f.depth` are
+/// `f` and its parents: `PrimalReplay::primal` finds the nearest frame that
+/// holds a value through the index instead of walking up the chain (which
+/// made every lookup from inside a nest of depth D cost D).
 struct Frame {
-  Frame *parent = nullptr;
+  Frame(Frame *parent, FrameIndex &index)
+      : parent(parent), depth(parent ? parent->depth + 1 : 0), index_(index) {}
+  Frame(const Frame &) = delete;
+  Frame &operator=(const Frame &) = delete;
+  ~Frame() {
+    for (const auto &[v, x] : direct)
+      leave(v);
+    for (const auto &[v, x] : backup)
+      if (!direct.count(v))
+        leave(v);
+  }
+
+  void setDirect(const Value *v, Value *x) {
+    if (!direct.count(v) && !backup.count(v))
+      index_[v].push_back(this);
+    direct[v] = x;
+  }
+  void setBackup(const Value *v, AllocaStmt *a) {
+    if (!direct.count(v) && !backup.count(v))
+      index_[v].push_back(this);
+    backup[v] = a;
+  }
+
+  Frame *const parent;
+  const unsigned depth;
   Block *block = nullptr;
-  std::unordered_map<const Value *, Value *> direct;
-  std::unordered_map<const Value *, AllocaStmt *> backup;
+  std::unordered_map<const Value *, Value *> direct;      // written through setDirect
+  std::unordered_map<const Value *, AllocaStmt *> backup; // written through setBackup
   std::unordered_map<const Value *, AllocaStmt *> adj;
+
+private:
+  void leave(const Value *v) {
+    std::vector<Frame *> &holders = index_.at(v);
+    holders.erase(std::find(holders.rbegin(), holders.rend(), this).base() - 1);
+  }
+
+  FrameIndex &index_;
 };
 
 /// The forward side of the gradient kernel: primal values in frames,
@@ -151,6 +194,7 @@ protected:
   Kernel &grad_;
   const ReversePlan &plan_;
   std::unordered_map<const Stmt *, Frame *> owner_;
+  FrameIndex frames_; // declared before any frame lives
   std::vector<std::unordered_map<const Value *, Value *>> armScopes_;
   std::unordered_map<LoopLocal, AdStackAllocaStmt *, PairHash> stacks_;
   std::unordered_map<LoopLocal, AllocaStmt *, PairHash> entrySaves_;

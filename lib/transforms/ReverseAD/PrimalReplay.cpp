@@ -38,12 +38,16 @@ Value *PrimalReplay::primal(const Value *v, Frame &f, IRBuilder &b) {
   for (auto it = armScopes_.rbegin(); it != armScopes_.rend(); ++it)
     if (auto found = it->find(v); found != it->end())
       return found->second;
-  for (Frame *fr = &f; fr; fr = fr->parent) {
-    if (auto it = fr->direct.find(v); it != fr->direct.end())
-      return it->second;
-    if (auto it = fr->backup.find(v); it != fr->backup.end())
-      return b.load(it->second);
-  }
+  // The nearest of `f` and its parents that holds `v` (Frame).
+  if (auto holders = frames_.find(v); holders != frames_.end())
+    for (auto it = holders->second.rbegin(); it != holders->second.rend(); ++it) {
+      Frame *fr = *it;
+      if (fr->depth > f.depth)
+        continue; // a frame inside `f`
+      if (auto d = fr->direct.find(v); d != fr->direct.end())
+        return d->second;
+      return b.load(fr->backup.at(v));
+    }
   // A value computed inside an if arm and not visible here is recomputed:
   // nothing the gradient kernel runs writes primal memory, and only loads
   // of locals (which do change) are saved in backups.
@@ -89,13 +93,13 @@ Value *PrimalReplay::cloneLeaf(const Stmt &s, IRBuilder &b, Frame &f, bool inArm
   Stmt *c = b.insert(cloneStmt(s, map));
   if (!c->type().isVoid()) {
     if (!inArm) {
-      f.direct[&s] = c;
+      f.setDirect(&s, c);
     } else {
       armScopes_.back()[&s] = c;
       if (s.kind() == StmtKind::LocalLoad) { // the only value that cannot be recomputed
         AllocaStmt *save = atTop(f).alloca(c->type().element());
         b.store(save, c);
-        f.backup[&s] = save;
+        f.setBackup(&s, save);
       }
     }
   }
@@ -130,7 +134,7 @@ void PrimalReplay::forward(Block &block, IRBuilder &b, Frame &f, bool inArm) {
       break; // the iteration ends here anyway
     case StmtKind::Alloca:
       if (wanted(s)) // hoisted: a frame runs each statement at most once
-        f.direct[&s] = atTop(f).alloca(cast<AllocaStmt>(s).elementType());
+        f.setDirect(&s, atTop(f).alloca(cast<AllocaStmt>(s).elementType()));
       break;
     default:
       if (wanted(s) && !(isa<TaskIndexStmt>(s) && f.direct.count(&s)))
