@@ -162,6 +162,8 @@ public:
       : src_(source), grad_(grad), plan_(plan) {}
 
   const std::string &internalError() const { return internalError_; }
+  /// Counts the frames `primal` looks into (ReverseADWork::frameProbes).
+  void countWork(ReverseADWork *work) { work_ = work; }
 
 protected:
   using LoopLocal = std::pair<const Stmt *, const AllocaStmt *>;
@@ -195,6 +197,7 @@ protected:
   const ReversePlan &plan_;
   std::unordered_map<const Stmt *, Frame *> owner_;
   FrameIndex frames_; // declared before any frame lives
+  ReverseADWork *work_ = nullptr;
   std::vector<std::unordered_map<const Value *, Value *>> armScopes_;
   std::unordered_map<LoopLocal, AdStackAllocaStmt *, PairHash> stacks_;
   std::unordered_map<LoopLocal, AllocaStmt *, PairHash> entrySaves_;

@@ -56,6 +56,7 @@ private:
         facts->outsideLocals.push_back(cast<AllocaStmt>(local));
     };
     for (Stmt &s : block) {
+      count(1);
       size_t at = order_.size();
       order_.push_back(&s);
       if (isa<AllocaStmt>(&s))
@@ -86,6 +87,11 @@ private:
       }
       facts_.emplace(&s, std::move(inner));
     }
+  }
+
+  void count(size_t visits) {
+    if (options_.work)
+      options_.work->plannerVisits += visits;
   }
 
   bool anyLoadBetween(const Value *local, size_t from, size_t to) const {
@@ -175,6 +181,7 @@ private:
       }
     };
     collect(collect, s.block(0), /*boxing=*/true);
+    count(inside.size());
     std::unordered_set<const Stmt *> scope(inside.begin(), inside.end());
     std::unordered_set<const Value *> neededInside, read;
     LoopPlan plan;
@@ -236,6 +243,7 @@ private:
       const LoopFacts &inner = facts_.at(&s);
       size_t end = facts_.at(parent).last;
       bool readAfter = false;
+      count(inner.writes.size());
       for (const Value *local : inner.writes)
         readAfter = readAfter || anyLoadBetween(local, inner.last + 1, end);
       plan.taped = !readAfter;

@@ -42,6 +42,8 @@ Value *PrimalReplay::primal(const Value *v, Frame &f, IRBuilder &b) {
   if (auto holders = frames_.find(v); holders != frames_.end())
     for (auto it = holders->second.rbegin(); it != holders->second.rend(); ++it) {
       Frame *fr = *it;
+      if (work_)
+        ++work_->frameProbes;
       if (fr->depth > f.depth)
         continue; // a frame inside `f`
       if (auto d = fr->direct.find(v); d != fr->direct.end())
