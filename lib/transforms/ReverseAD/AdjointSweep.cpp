@@ -85,7 +85,7 @@ void GradientBuilder::run() {
         // stand for the source's (not cloned again).
         scope.stmt()->setName(loop->name());
         for (Stmt &s : loop->body())
-          if (auto *ti = dyn_cast<TaskIndexStmt>(&s); ti && !f.direct.count(ti)) {
+          if (auto *ti = dyn_cast<TaskIndexStmt>(&s); ti && !f.holdsDirect(ti)) {
             Value *index = scope.index(ti->dim());
             if (index->name().empty())
               index->setName(ti->name());

@@ -105,50 +105,52 @@ ReversePlan planReverse(Kernel &source, const Activity &activity,
 //===--- 4. the gradient kernel -------------------------------------------===//
 
 struct Frame;
-/// Per source value, the live frames whose `direct` or `backup` holds it,
-/// outermost first.
-using FrameIndex = std::unordered_map<const Value *, std::vector<Frame *>>;
+/// Per source value, the innermost live frame that holds it.
+using FrameIndex = std::unordered_map<const Value *, Frame *>;
 
 /// Frames live on the C++ stack, each inside its parent's lifetime, so the
 /// live frames form one chain, and those of a depth at most `f.depth` are
 /// `f` and its parents: `PrimalReplay::primal` finds the nearest frame that
-/// holds a value through the index instead of walking up the chain (which
-/// made every lookup from inside a nest of depth D cost D).
+/// holds a value through the index and the `outer` links of its holders
+/// instead of walking up the chain (which made every lookup from inside a
+/// nest of depth D cost D).
 struct Frame {
+  /// A source value's forward value here: `value`, else a load of `backup`.
+  struct Held {
+    Value *value = nullptr;
+    AllocaStmt *backup = nullptr;
+    Frame *outer = nullptr; // the next frame out that holds it
+  };
+
   Frame(Frame *parent, FrameIndex &index)
       : parent(parent), depth(parent ? parent->depth + 1 : 0), index_(index) {}
   Frame(const Frame &) = delete;
   Frame &operator=(const Frame &) = delete;
-  ~Frame() {
-    for (const auto &[v, x] : direct)
-      leave(v);
-    for (const auto &[v, x] : backup)
-      if (!direct.count(v))
-        leave(v);
+  ~Frame() { // the innermost holder of all it holds: frames inside it are gone
+    for (const auto &[v, h] : held)
+      index_.at(v) = h.outer;
   }
 
-  void setDirect(const Value *v, Value *x) {
-    if (!direct.count(v) && !backup.count(v))
-      index_[v].push_back(this);
-    direct[v] = x;
-  }
-  void setBackup(const Value *v, AllocaStmt *a) {
-    if (!direct.count(v) && !backup.count(v))
-      index_[v].push_back(this);
-    backup[v] = a;
+  void setDirect(const Value *v, Value *x) { hold(v).value = x; }
+  void setBackup(const Value *v, AllocaStmt *a) { hold(v).backup = a; }
+  bool holdsDirect(const Value *v) const {
+    auto it = held.find(v);
+    return it != held.end() && it->second.value;
   }
 
   Frame *const parent;
   const unsigned depth;
   Block *block = nullptr;
-  std::unordered_map<const Value *, Value *> direct;      // written through setDirect
-  std::unordered_map<const Value *, AllocaStmt *> backup; // written through setBackup
+  std::unordered_map<const Value *, Held> held; // written through setDirect, setBackup
   std::unordered_map<const Value *, AllocaStmt *> adj;
 
 private:
-  void leave(const Value *v) {
-    std::vector<Frame *> &holders = index_.at(v);
-    holders.erase(std::find(holders.rbegin(), holders.rend(), this).base() - 1);
+  Held &hold(const Value *v) {
+    auto [it, fresh] = held.try_emplace(v);
+    if (fresh)
+      if (auto [top, first] = index_.try_emplace(v, this); !first)
+        it->second.outer = std::exchange(top->second, this);
+    return it->second;
   }
 
   FrameIndex &index_;

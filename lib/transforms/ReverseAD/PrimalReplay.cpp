@@ -38,17 +38,23 @@ Value *PrimalReplay::primal(const Value *v, Frame &f, IRBuilder &b) {
   for (auto it = armScopes_.rbegin(); it != armScopes_.rend(); ++it)
     if (auto found = it->find(v); found != it->end())
       return found->second;
-  // The nearest of `f` and its parents that holds `v` (Frame).
-  if (auto holders = frames_.find(v); holders != frames_.end())
-    for (auto it = holders->second.rbegin(); it != holders->second.rend(); ++it) {
-      Frame *fr = *it;
+  // The nearest of `f` and its parents that holds `v` (Frame): mostly `f`.
+  auto own = [&](const Frame::Held &h) { return h.value ? h.value : b.load(h.backup); };
+  if (auto it = f.held.find(v); it != f.held.end()) {
+    if (work_)
+      ++work_->frameProbes;
+    return own(it->second);
+  }
+  if (auto it = frames_.find(v); it != frames_.end())
+    for (Frame *fr = it->second; fr;) {
       if (work_)
         ++work_->frameProbes;
-      if (fr->depth > f.depth)
-        continue; // a frame inside `f`
-      if (auto d = fr->direct.find(v); d != fr->direct.end())
-        return d->second;
-      return b.load(fr->backup.at(v));
+      const Frame::Held &h = fr->held.at(v);
+      if (fr->depth > f.depth) { // a frame inside `f`
+        fr = h.outer;
+        continue;
+      }
+      return own(h);
     }
   // A value computed inside an if arm and not visible here is recomputed:
   // nothing the gradient kernel runs writes primal memory, and only loads
@@ -139,7 +145,7 @@ void PrimalReplay::forward(Block &block, IRBuilder &b, Frame &f, bool inArm) {
         f.setDirect(&s, atTop(f).alloca(cast<AllocaStmt>(s).elementType()));
       break;
     default:
-      if (wanted(s) && !(isa<TaskIndexStmt>(s) && f.direct.count(&s)))
+      if (wanted(s) && !(isa<TaskIndexStmt>(s) && f.holdsDirect(&s)))
         cloneLeaf(s, b, f, inArm);
     }
   }
