@@ -15,6 +15,9 @@ KernelFacts::KernelFacts(const Kernel &kernel) {
   Block &body = const_cast<Kernel &>(kernel).body();
   walk(body, [&](Stmt &s) {
     preorder[&s] = n++;
+    if (s.kind() == StmtKind::Break || s.kind() == StmtKind::Continue ||
+        s.kind() == StmtKind::While)
+      fallsThrough = false;
     if (auto *a = dyn_cast<AdStackAllocaStmt>(&s))
       allocas.push_back(a);
     else if (auto *op = dyn_cast<AdStackOpStmt>(&s))
@@ -66,6 +69,15 @@ E StructuralSizer::size(const AdStackAllocaStmt &a) {
         if (!up)
           return fail(fmt::format("the adstack operation at {} is outside the adstack's block",
                                   op->loc().str()));
+        // Constant mode fails at the first loop without a constant trip
+        // count that the walk below reaches, and where every statement
+        // falls through it reaches every loop around an op: fail here,
+        // before walking up the other levels of a nest (the reason is not
+        // reported; it may name another such loop than the walk would).
+        if (auto *loop = dyn_cast<ForStmt>(up); loop && !symbolic_ && facts_.fallsThrough &&
+                                                (loop->numDims() > 1 || !constantTripCount(*loop)))
+          return fail(fmt::format("the loop at {} has bounds that are not compile-time constants",
+                                  loop->loc().str()));
         if (seen_.insert(child).second)
           relevant_[child->parent()].push_back(child);
         child = up;

@@ -87,6 +87,9 @@ struct KernelFacts {
   std::vector<LoopVar> loops;
   /// The variable of dimension `dim` of `loop`.
   unsigned varOfDim(const ForStmt &loop, unsigned dim) const { return varOf.at(&loop) + dim; }
+  /// No break, continue or while: every statement of a block runs after the
+  /// one before it, so the structural walk reaches every loop around an op.
+  bool fallsThrough = true;
   std::unordered_set<const Field *> writtenFields;
   std::unordered_set<const Value *> writtenNdarrays;
 

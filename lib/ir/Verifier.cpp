@@ -49,7 +49,7 @@ class KernelVerifier : public ExhaustiveStmtVisitor<KernelVerifier> {
 public:
   KernelVerifier(const Kernel &kernel, std::vector<std::string> &errors)
       : kernel_(kernel), errors_(errors) {
-    walk(const_cast<Kernel &>(kernel), [&](Stmt &s) { order_[&s] = order_.size(); });
+    number(const_cast<Kernel &>(kernel).body());
   }
 
   void run() {
@@ -109,7 +109,8 @@ public:
                         opName(*def), i));
       return;
     }
-    if (def->kernel() != &kernel_) {
+    auto defAt = spans_.find(def);
+    if (defAt == spans_.end()) {
       // This kernel's namer does not know the value: describe it by its own name.
       std::string name = def->name().empty() ? "an unnamed value" : "%" + def->name();
       Kernel *owner = def->kernel();
@@ -119,23 +120,22 @@ public:
                               : std::string("it is not inserted in any kernel")));
       return;
     }
+    size_t at = spans_.at(&user).begin;
     if (auto *loop = dyn_cast<ForStmt>(def)) {
-      if (!user.parent()->isNestedIn(&loop->body()))
+      if (!blockSpans_.at(&loop->body()).contains(at))
         error(fmt::format("loop index {} (of the loop at {}) is used outside its loop", names()[v],
                           loop->loc().str()));
       return;
     }
-    // Find the statement in the definition's block that contains the user.
-    Stmt *anchor = &user;
-    while (anchor && anchor->parent() != def->parent())
-      anchor = anchor->parentStmt();
-    if (!anchor) {
+    // Some statement of the definition's block contains the use, and comes
+    // after the definition (the use is after all of the definition).
+    if (!blockSpans_.at(def->parent()).contains(at)) {
       error(fmt::format("{} is not visible here: it is defined at {} inside a block that does "
                         "not enclose this use",
                         names()[v], def->loc().str()));
       return;
     }
-    if (anchor == def || order_[def] > order_[anchor])
+    if (at < defAt->second.end)
       error(fmt::format("{} is used before its definition at {}", names()[v], def->loc().str()));
   }
 
@@ -432,7 +432,28 @@ private:
   }
   std::optional<ValueNamer> names_;
   std::vector<std::string> &errors_;
-  std::unordered_map<const Stmt *, size_t> order_;
+  /// Pre-order positions [begin, end) of a statement with all it holds, or
+  /// of a block's statements. Visibility compares them: walking up from
+  /// every use to the definition's block (and to the kernel) cost a nest
+  /// of depth D a walk of up to D per operand.
+  struct Span {
+    size_t begin = 0, end = 0;
+    bool contains(size_t at) const { return at >= begin && at < end; }
+  };
+  void number(Block &block) {
+    Span &b = blockSpans_[&block];
+    b.begin = next_;
+    for (Stmt &s : block) {
+      size_t at = next_++;
+      for (unsigned i = 0; i < s.numBlocks(); ++i)
+        number(s.block(i));
+      spans_[&s] = {at, next_};
+    }
+    b.end = next_; // (elements of an unordered_map stay where they are)
+  }
+  std::unordered_map<const Stmt *, Span> spans_;
+  std::unordered_map<const Block *, Span> blockSpans_;
+  size_t next_ = 0;
   Stmt *current_ = nullptr;
 };
 

@@ -88,6 +88,7 @@ absl::StatusOr<Kernel *> buildGradientKernel(Module &module, const Kernel &kerne
   }
   reverse::ReversePlan plan = reverse::planReverse(*source, activity, breaking, options);
   reverse::GradientBuilder builder(*source, *grad, plan, activity);
+  builder.countWork(options.work);
   builder.run();
   if (!builder.internalError().empty())
     return absl::InternalError("reverse-ad: internal error: " + builder.internalError());

@@ -36,6 +36,17 @@
 
 namespace qd {
 
+/// Work of one `buildGradientKernel`, counted where it could grow faster
+/// than the kernel: tests check that it stays linear in the depth of a loop
+/// nest (docs/performance.md, "Compile time").
+struct ReverseADWork {
+  /// Statements the loop planner reads: its walk of the kernel, plus the
+  /// statements and searches of every loop's plan and taping decision.
+  uint64_t plannerVisits = 0;
+  /// Frames looked into for the forward value of a source value.
+  uint64_t frameProbes = 0;
+};
+
 struct ReverseADOptions {
   /// Tape nested loops: a range-for nested in another range-for P pushes its
   /// per-iteration locals while P is recorded, so P's reversed iterations do
@@ -45,6 +56,8 @@ struct ReverseADOptions {
   /// loop forward once more: its forward code runs twice, and its stacks
   /// hold one iteration of P. See docs/autodiff.md.
   bool tapeNestedLoops = true;
+  /// Filled in when set (added to what it holds).
+  ReverseADWork *work = nullptr;
 };
 
 /// Adds the gradient kernel of `kernel` to `module` (named `<name>_grad`

@@ -52,10 +52,10 @@ std::unordered_set<const Stmt *> deferrableZeroings(ForStmt &task) {
 
 void GradientBuilder::run() {
   // Launch-time statements first, then the tasks in reverse order.
-  Frame kernelFrame;
+  Frame kernelFrame(nullptr, frames_);
   kernelFrame.block = &grad_.body();
   for (unsigned i = 0; i < src_.numArguments(); ++i)
-    kernelFrame.direct[src_.argument(i)] = grad_.argument(i);
+    kernelFrame.setDirect(src_.argument(i), grad_.argument(i));
   std::vector<Stmt *> tasks;
   IRBuilder top(grad_);
   for (Stmt &s : src_.body()) {
@@ -69,8 +69,7 @@ void GradientBuilder::run() {
   for (auto it = tasks.rbegin(); it != tasks.rend(); ++it) {
     Stmt &task = **it;
     top.setLocation(task.loc());
-    Frame f;
-    f.parent = &kernelFrame;
+    Frame f(&kernelFrame, frames_);
     if (auto *loop = dyn_cast<ForStmt>(&task)) {
       std::vector<Bound> begins, ends;
       for (unsigned d = 0; d < loop->numDims(); ++d) {
@@ -80,17 +79,17 @@ void GradientBuilder::run() {
       auto scope = loop->numDims() == 1 ? top.parallelFor(begins[0], ends[0])
                                         : top.parallelBand(begins, ends);
       f.block = &scope.stmt()->body();
-      f.direct[loop] = scope.index();
+      f.setDirect(loop, scope.index());
       if (loop->numDims() > 1) {
         // A band keeps its index names, and the indices its header names
         // stand for the source's (not cloned again).
         scope.stmt()->setName(loop->name());
         for (Stmt &s : loop->body())
-          if (auto *ti = dyn_cast<TaskIndexStmt>(&s); ti && !f.direct.count(ti)) {
+          if (auto *ti = dyn_cast<TaskIndexStmt>(&s); ti && !f.holdsDirect(ti)) {
             Value *index = scope.index(ti->dim());
             if (index->name().empty())
               index->setName(ti->name());
-            f.direct[ti] = index;
+            f.setDirect(ti, index);
           }
       }
       markOwner(loop->body(), &f);
@@ -197,8 +196,7 @@ void GradientBuilder::reverseLoop(Stmt &loop, IRBuilder &b, Frame &f) {
     last = b.sub(b.add(value(lo), value(hi)), b.i32(1));
     scope.emplace(b.forRange(lo, hi));
   }
-  Frame inner;
-  inner.parent = &f;
+  Frame inner(&f, frames_);
   inner.block = &scope->stmt()->body();
   IRBuilder body(*inner.block);
   body.setLocation(loop.loc());
@@ -206,7 +204,7 @@ void GradientBuilder::reverseLoop(Stmt &loop, IRBuilder &b, Frame &f) {
     // Keep the restores below the frame's hoisted allocas: build the index
     // and restores first, then the frame appends after them.
     Value *k = scope->index();
-    inner.direct[l] = body.sub(last, k);
+    inner.setDirect(l, body.sub(last, k));
   }
   for (AllocaStmt *a : plan.perIteration)
     body.store(primal(a, f, body), body.adstackLoadTop(stacks_.at({&loop, a})));

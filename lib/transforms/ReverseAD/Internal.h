@@ -29,6 +29,7 @@
 #include "qd/ir/IRBuilder.h"
 #include "qd/transforms/AutoDiff.h"
 
+#include <algorithm>
 #include <functional>
 #include <string>
 #include <unordered_map>
@@ -103,12 +104,56 @@ ReversePlan planReverse(Kernel &source, const Activity &activity,
 
 //===--- 4. the gradient kernel -------------------------------------------===//
 
+struct Frame;
+/// Per source value, the innermost live frame that holds it.
+using FrameIndex = std::unordered_map<const Value *, Frame *>;
+
+/// Frames live on the C++ stack, each inside its parent's lifetime, so the
+/// live frames form one chain, and those of a depth at most `f.depth` are
+/// `f` and its parents: `PrimalReplay::primal` finds the nearest frame that
+/// holds a value through the index and the `outer` links of its holders
+/// instead of walking up the chain (which made every lookup from inside a
+/// nest of depth D cost D).
 struct Frame {
-  Frame *parent = nullptr;
+  /// A source value's forward value here: `value`, else a load of `backup`.
+  struct Held {
+    Value *value = nullptr;
+    AllocaStmt *backup = nullptr;
+    Frame *outer = nullptr; // the next frame out that holds it
+  };
+
+  Frame(Frame *parent, FrameIndex &index)
+      : parent(parent), depth(parent ? parent->depth + 1 : 0), index_(index) {}
+  Frame(const Frame &) = delete;
+  Frame &operator=(const Frame &) = delete;
+  ~Frame() { // the innermost holder of all it holds: frames inside it are gone
+    for (const auto &[v, h] : held)
+      index_.at(v) = h.outer;
+  }
+
+  void setDirect(const Value *v, Value *x) { hold(v).value = x; }
+  void setBackup(const Value *v, AllocaStmt *a) { hold(v).backup = a; }
+  bool holdsDirect(const Value *v) const {
+    auto it = held.find(v);
+    return it != held.end() && it->second.value;
+  }
+
+  Frame *const parent;
+  const unsigned depth;
   Block *block = nullptr;
-  std::unordered_map<const Value *, Value *> direct;
-  std::unordered_map<const Value *, AllocaStmt *> backup;
+  std::unordered_map<const Value *, Held> held; // written through setDirect, setBackup
   std::unordered_map<const Value *, AllocaStmt *> adj;
+
+private:
+  Held &hold(const Value *v) {
+    auto [it, fresh] = held.try_emplace(v);
+    if (fresh)
+      if (auto [top, first] = index_.try_emplace(v, this); !first)
+        it->second.outer = std::exchange(top->second, this);
+    return it->second;
+  }
+
+  FrameIndex &index_;
 };
 
 /// The forward side of the gradient kernel: primal values in frames,
@@ -119,6 +164,8 @@ public:
       : src_(source), grad_(grad), plan_(plan) {}
 
   const std::string &internalError() const { return internalError_; }
+  /// Counts the frames `primal` looks into (ReverseADWork::frameProbes).
+  void countWork(ReverseADWork *work) { work_ = work; }
 
 protected:
   using LoopLocal = std::pair<const Stmt *, const AllocaStmt *>;
@@ -151,6 +198,8 @@ protected:
   Kernel &grad_;
   const ReversePlan &plan_;
   std::unordered_map<const Stmt *, Frame *> owner_;
+  FrameIndex frames_; // declared before any frame lives
+  ReverseADWork *work_ = nullptr;
   std::vector<std::unordered_map<const Value *, Value *>> armScopes_;
   std::unordered_map<LoopLocal, AdStackAllocaStmt *, PairHash> stacks_;
   std::unordered_map<LoopLocal, AllocaStmt *, PairHash> entrySaves_;

@@ -23,9 +23,8 @@ public:
       : src_(source), breaking_(breaking), options_(options), needs_(activity) {}
 
   ReversePlan run() {
-    std::vector<Stmt *> stmts;
-    walk(src_.body(), [&](Stmt &s) { stmts.push_back(&s); });
-    needs_.compute(stmts, nullptr, plan_.needed, plan_.neededLocals);
+    scan(src_.body(), nullptr, nullptr);
+    needs_.compute(order_, nullptr, plan_.needed, plan_.neededLocals);
     planLoops();
     return std::move(plan_);
   }
@@ -33,6 +32,84 @@ public:
 private:
   static bool isLoop(const Stmt &s) {
     return (s.kind() == StmtKind::For || s.kind() == StmtKind::While) && !s.isTask();
+  }
+
+  /// What planning and taping read of a loop's body, gathered bottom-up in
+  /// one walk of the kernel: no loop's body is walked again for its own
+  /// plan (in a nest of depth D each such walk made planning O(D^2)).
+  struct LoopFacts {
+    size_t at = 0;   // the loop's pre-order position
+    size_t last = 0; // the last pre-order position inside it
+    /// Locals accessed inside, declared outside, by first access.
+    std::vector<AllocaStmt *> outsideLocals;
+    std::unordered_set<const Value *> writes; // locals stored inside
+  };
+
+  /// Numbers the statements in pre-order (`order_`, `allocaAt_`), lists every
+  /// local's loads in that order and fills `facts_`. `facts`, `seen`: those
+  /// of the innermost loop around `block` (null: none). A local accessed
+  /// inside a loop is declared outside it exactly when its alloca comes
+  /// before the loop: the alloca precedes the access in a block around it.
+  void scan(Block &block, LoopFacts *facts, std::unordered_set<const Value *> *seen) {
+    auto note = [&](Value *local) {
+      if (facts && allocaAt_.at(cast<Stmt>(local)) < facts->at && seen->insert(local).second)
+        facts->outsideLocals.push_back(cast<AllocaStmt>(local));
+    };
+    for (Stmt &s : block) {
+      count(1);
+      size_t at = order_.size();
+      order_.push_back(&s);
+      if (isa<AllocaStmt>(&s))
+        allocaAt_.emplace(&s, at);
+      if (auto *ld = dyn_cast<LocalLoadStmt>(&s)) {
+        loads_[ld->local()].push_back(at);
+        note(ld->local());
+      } else if (auto *st = dyn_cast<LocalStoreStmt>(&s)) {
+        if (facts)
+          facts->writes.insert(st->local());
+        note(st->local());
+      }
+      if (!isLoop(s)) {
+        for (unsigned i = 0; i < s.numBlocks(); ++i)
+          scan(s.block(i), facts, seen);
+        continue;
+      }
+      LoopFacts inner;
+      inner.at = at;
+      std::unordered_set<const Value *> innerSeen;
+      for (unsigned i = 0; i < s.numBlocks(); ++i)
+        scan(s.block(i), &inner, &innerSeen);
+      inner.last = order_.size() - 1;
+      if (facts) {
+        for (AllocaStmt *a : inner.outsideLocals)
+          note(a);
+        facts->writes.insert(inner.writes.begin(), inner.writes.end());
+      }
+      facts_.emplace(&s, std::move(inner));
+    }
+  }
+
+  void count(size_t visits) {
+    if (options_.work)
+      options_.work->plannerVisits += visits;
+  }
+
+  bool anyLoadBetween(const Value *local, size_t from, size_t to) const {
+    auto it = loads_.find(local);
+    if (it == loads_.end())
+      return false;
+    auto i = std::lower_bound(it->second.begin(), it->second.end(), from);
+    return i != it->second.end() && *i <= to;
+  }
+
+  /// The loads of `local` at pre-order positions in [from, to].
+  template <typename Fn> void loadsBetween(const Value *local, size_t from, size_t to, Fn &&fn) {
+    auto it = loads_.find(local);
+    if (it == loads_.end())
+      return;
+    const std::vector<size_t> &at = it->second;
+    for (auto i = std::lower_bound(at.begin(), at.end(), from); i != at.end() && *i <= to; ++i)
+      fn(*i);
   }
 
   void planLoops() {
@@ -90,44 +167,27 @@ private:
           continue;
         }
         const LoopPlan &child = it->second;
-        walk(inner.block(0), [&](Stmt &t) {
-          auto *ld = dyn_cast<LocalLoadStmt>(&t);
-          if (ld && std::find(child.atEntry.begin(), child.atEntry.end(), ld->local()) !=
-                        child.atEntry.end()) {
-            inside.push_back(&t);
-            roots.push_back(&t);
-          }
-        });
+        // The child's loads of its entry locals, in pre-order.
+        const LoopFacts &f = facts_.at(&inner);
+        std::vector<size_t> entryLoads;
+        for (const AllocaStmt *a : child.atEntry)
+          loadsBetween(a, f.at + 1, f.last, [&](size_t at) { entryLoads.push_back(at); });
+        std::sort(entryLoads.begin(), entryLoads.end());
+        for (size_t at : entryLoads) {
+          inside.push_back(order_[at]);
+          roots.push_back(order_[at]);
+        }
         roots.insert(roots.end(), child.outsideNeeds.begin(), child.outsideNeeds.end());
       }
     };
     collect(collect, s.block(0), /*boxing=*/true);
+    count(inside.size());
     std::unordered_set<const Stmt *> scope(inside.begin(), inside.end());
     std::unordered_set<const Value *> neededInside, read;
     LoopPlan plan;
     needs_.compute(inside, &scope, neededInside, read, roots, &plan.outsideNeeds);
-    std::unordered_set<const Value *> written;
-    std::vector<AllocaStmt *> order;
-    // Whether a local is declared outside the loop, once per local (each
-    // answer walks up the nesting: per access it made deep nests cubic).
-    std::unordered_map<const AllocaStmt *, bool> outside;
-    walk(s.block(0), [&](Stmt &inner) {
-      Value *local = nullptr;
-      if (auto *ld = dyn_cast<LocalLoadStmt>(&inner)) {
-        local = ld->local();
-      } else if (auto *st = dyn_cast<LocalStoreStmt>(&inner)) {
-        local = st->local();
-        written.insert(local);
-      }
-      if (local) {
-        auto *a = cast<AllocaStmt>(local);
-        auto [it, fresh] = outside.try_emplace(a, false);
-        if (fresh && !a->parent()->isNestedIn(&s.block(0))) {
-          it->second = true;
-          order.push_back(a);
-        }
-      }
-    });
+    const LoopFacts &facts = facts_.at(&s);
+    const std::unordered_set<const Value *> &written = facts.writes;
     // A written local is pushed only if a needed load can see the value it
     // had when the iteration started: not if a store at the top level of
     // the body (which every iteration runs: jumps are flags by now) comes
@@ -147,7 +207,7 @@ private:
           exposed.insert(ld->local());
       }
     plan.counted = isCounted(s);
-    for (AllocaStmt *a : order) {
+    for (AllocaStmt *a : facts.outsideLocals) {
       if (!read.count(a))
         continue;
       if (!written.count(a))
@@ -178,28 +238,22 @@ private:
       if (plan.counted || !parent || parent->isTask() || parent->kind() != StmtKind::For ||
           plan_.loops.at(parent).counted)
         return;
-      std::unordered_set<const Value *> writes;
-      std::unordered_set<const Stmt *> insideS;
-      walk(s.block(0), [&](Stmt &inner) {
-        insideS.insert(&inner);
-        if (auto *st = dyn_cast<LocalStoreStmt>(&inner))
-          writes.insert(st->local());
-      });
-      bool after = false, readAfter = false;
-      walk(parent->block(0), [&](Stmt &t) {
-        if (&t == &s) {
-          after = true;
-          return;
-        }
-        if (!after || insideS.count(&t))
-          return;
-        if (auto *ld = dyn_cast<LocalLoadStmt>(&t); ld && writes.count(ld->local()))
-          readAfter = true;
-      });
+      // The statements of P's body after L, outside L, are the pre-order
+      // positions (last(L), last(P)]: one search per local L writes.
+      const LoopFacts &inner = facts_.at(&s);
+      size_t end = facts_.at(parent).last;
+      bool readAfter = false;
+      count(inner.writes.size());
+      for (const Value *local : inner.writes)
+        readAfter = readAfter || anyLoadBetween(local, inner.last + 1, end);
       plan.taped = !readAfter;
     });
   }
 
+  std::vector<Stmt *> order_;                                    // pre-order
+  std::unordered_map<const Stmt *, size_t> allocaAt_;            // allocas' positions in order_
+  std::unordered_map<const Stmt *, LoopFacts> facts_;            // per loop (isLoop)
+  std::unordered_map<const Value *, std::vector<size_t>> loads_; // per local, ascending
   Kernel &src_;
   const std::unordered_set<const Stmt *> &breaking_;
   ReverseADOptions options_;

@@ -38,12 +38,24 @@ Value *PrimalReplay::primal(const Value *v, Frame &f, IRBuilder &b) {
   for (auto it = armScopes_.rbegin(); it != armScopes_.rend(); ++it)
     if (auto found = it->find(v); found != it->end())
       return found->second;
-  for (Frame *fr = &f; fr; fr = fr->parent) {
-    if (auto it = fr->direct.find(v); it != fr->direct.end())
-      return it->second;
-    if (auto it = fr->backup.find(v); it != fr->backup.end())
-      return b.load(it->second);
+  // The nearest of `f` and its parents that holds `v` (Frame): mostly `f`.
+  auto own = [&](const Frame::Held &h) { return h.value ? h.value : b.load(h.backup); };
+  if (auto it = f.held.find(v); it != f.held.end()) {
+    if (work_)
+      ++work_->frameProbes;
+    return own(it->second);
   }
+  if (auto it = frames_.find(v); it != frames_.end())
+    for (Frame *fr = it->second; fr;) {
+      if (work_)
+        ++work_->frameProbes;
+      const Frame::Held &h = fr->held.at(v);
+      if (fr->depth > f.depth) { // a frame inside `f`
+        fr = h.outer;
+        continue;
+      }
+      return own(h);
+    }
   // A value computed inside an if arm and not visible here is recomputed:
   // nothing the gradient kernel runs writes primal memory, and only loads
   // of locals (which do change) are saved in backups.
@@ -89,13 +101,13 @@ Value *PrimalReplay::cloneLeaf(const Stmt &s, IRBuilder &b, Frame &f, bool inArm
   Stmt *c = b.insert(cloneStmt(s, map));
   if (!c->type().isVoid()) {
     if (!inArm) {
-      f.direct[&s] = c;
+      f.setDirect(&s, c);
     } else {
       armScopes_.back()[&s] = c;
       if (s.kind() == StmtKind::LocalLoad) { // the only value that cannot be recomputed
         AllocaStmt *save = atTop(f).alloca(c->type().element());
         b.store(save, c);
-        f.backup[&s] = save;
+        f.setBackup(&s, save);
       }
     }
   }
@@ -130,10 +142,10 @@ void PrimalReplay::forward(Block &block, IRBuilder &b, Frame &f, bool inArm) {
       break; // the iteration ends here anyway
     case StmtKind::Alloca:
       if (wanted(s)) // hoisted: a frame runs each statement at most once
-        f.direct[&s] = atTop(f).alloca(cast<AllocaStmt>(s).elementType());
+        f.setDirect(&s, atTop(f).alloca(cast<AllocaStmt>(s).elementType()));
       break;
     default:
-      if (wanted(s) && !(isa<TaskIndexStmt>(s) && f.direct.count(&s)))
+      if (wanted(s) && !(isa<TaskIndexStmt>(s) && f.holdsDirect(&s)))
         cloneLeaf(s, b, f, inArm);
     }
   }
