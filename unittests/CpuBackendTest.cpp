@@ -34,11 +34,14 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <map>
 #include <mutex>
 #include <sstream>
 #include <thread>
+
+#include <pthread.h>
 #include <tuple>
 
 namespace qd {
@@ -1384,6 +1387,79 @@ TEST(CpuBackendTest, StacksWhoseStateStaysInMemoryMatchTheInterpreter) {
     p.runOk("compute_grad");
     p.expectSame(/*exact=*/false);
   }
+}
+
+/// Runs `body` on a thread with `bytes` of stack (std::thread cannot
+/// choose its stack).
+void onSmallStack(size_t bytes, std::function<void()> body) {
+  pthread_attr_t attr;
+  ASSERT_EQ(pthread_attr_init(&attr), 0);
+  ASSERT_EQ(pthread_attr_setstacksize(&attr, bytes), 0);
+  pthread_t thread;
+  auto run = [](void *f) -> void * {
+    (*static_cast<std::function<void()> *>(f))();
+    return nullptr;
+  };
+  ASSERT_EQ(pthread_create(&thread, &attr, run, &body), 0);
+  pthread_attr_destroy(&attr);
+  pthread_join(thread, nullptr);
+}
+
+TEST(CpuBackendTest, KernelsWithLargeFramesRunOnStacksThatHoldThem) {
+  // The gradient of a long chain keeps every value it tapes in its frame:
+  // 64 lanes of 800 values. Before the frames were measured, a frame
+  // larger than the stack of the launching thread or of a worker killed
+  // the process (the 16 000-statement gradient of qd-bench-compile, with
+  // 8 MB stacks). v += 0.001 sin(v) keeps the derivative near 1.
+  constexpr int kChain = 800;
+  std::string text = "field @x : f32[128] grad\nfield @y : f32[128] grad\n\n"
+                     "kernel @chain() {\n  parallel for %i = 0 to 128 {\n"
+                     "    %v0 = load @x[%i] : f32\n    %h = const 0.001 : f32\n";
+  for (int k = 1; k <= kChain; ++k)
+    text += fmt::format("    %s{0} = sin %v{1} : f32\n    %m{0} = mul %s{0}, %h : f32\n"
+                        "    %v{0} = add %v{1}, %m{0} : f32\n",
+                        k, k - 1);
+  text += fmt::format("    store @y[%i], %v{}\n  }}\n}}\n", kChain);
+  CpuBackendOptions o;
+  o.threads = 2;
+  o.vectorWidth = 64;
+  o.workerStackBytes = 128 << 10;
+  std::unique_ptr<CpuBackend> cpu = *CpuBackend::create(o);
+  EXPECT_EQ(cpu->workerStackBytes(), size_t(128) << 10);
+  Pair p(text, cpu.get());
+  auto g = buildGradientKernel(*p.module, *p.module->findKernel("chain"));
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  p.instantiate();
+  std::vector<double> xs;
+  for (int i = 0; i < 128; ++i)
+    xs.push_back(0.25 + i / 256.0);
+  p.set("x", xs);
+  p.set("x", std::vector<double>(128, 0.0), Component::Grad);
+  p.set("y", std::vector<double>(128, 1.0), Component::Grad);
+  // Launched from a thread with 512 KB of stack (the frame is about 900
+  // KB): the kernel runs on a thread of its own, and the workers start
+  // again with enough.
+  onSmallStack(512 << 10, [&] { p.runOk("chain_grad"); });
+  std::optional<uint64_t> frame = cpu->stackFrameBytes(**g);
+  ASSERT_TRUE(frame.has_value());
+  EXPECT_GT(*frame, uint64_t(512) << 10) << *frame;
+  EXPECT_GE(cpu->workerStackBytes(), *frame);
+  p.expectSame(/*exact=*/false);
+  EXPECT_NE(p.cpuValue("x", 7, Component::Grad).f, 0.0);
+
+  // A cap below the frame: a clear error, and other kernels still launch.
+  o.maxStackBytes = 512 << 10;
+  std::unique_ptr<CpuBackend> capped = *CpuBackend::create(o);
+  Pair q(text, capped.get());
+  ASSERT_TRUE(buildGradientKernel(*q.module, *q.module->findKernel("chain")).ok());
+  q.instantiate();
+  absl::Status s = q.cpu->launch("chain_grad", {}, *capped);
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_NE(message(s).find("kernel @chain_grad: its compiled code needs a stack frame of"),
+            std::string::npos)
+      << message(s);
+  EXPECT_NE(message(s).find("fewer lanes"), std::string::npos) << message(s);
+  q.runOk("chain");
 }
 
 //===----------------------------------------------------------------------===//

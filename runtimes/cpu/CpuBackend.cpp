@@ -1,6 +1,8 @@
 //===- CpuBackend.cpp - LLVM JIT backend for the CPU ----------------------===//
 #include "qd/runtime/CpuBackend.h"
 
+#include "StackThreads.h"
+
 #include "qd/runtime/Buffer.h"
 #include "qd/runtime/LaunchPlan.h"
 #include "qd/runtime/LaunchWatchdog.h"
@@ -64,21 +66,23 @@ constexpr const char *kLightTierFlag = "qd.light-tier";
 /// Persistent workers that run the chunks of one parallel task at a time.
 class ThreadPool {
 public:
-  explicit ThreadPool(unsigned n, int64_t chunk) : n_(std::max(1u, n)), chunk_(chunk) {
-    for (unsigned w = 1; w < n_; ++w)
-      threads_.emplace_back([this, w] { loop(w); });
+  ThreadPool(unsigned n, int64_t chunk, size_t stackBytes) : n_(std::max(1u, n)), chunk_(chunk) {
+    start(stackBytes);
   }
-  ~ThreadPool() {
-    {
-      std::lock_guard lock(mu_);
-      stop_ = true;
-      ++generation_;
-    }
-    cv_.notify_all();
-    for (auto &t : threads_)
-      t.join();
-  }
+  ~ThreadPool() { stopAll(); }
   unsigned size() const { return n_; }
+  /// False when the system refused a worker thread.
+  bool ok() const { return ok_; }
+  size_t stackBytes() const { return stackBytes_; }
+  /// Workers with at least `bytes` of stack: the pool starts them anew
+  /// when it has less. Between launches only (the launch mutex).
+  bool ensureStack(size_t bytes) {
+    if (bytes <= stackBytes_ && ok_)
+      return true;
+    stopAll();
+    start(std::max(bytes, stackBytes_));
+    return ok_;
+  }
 
   /// About 8 chunks per worker; for a task with vector code of `lanes`
   /// lanes, a whole number of groups (at least one), so that only a task's
@@ -113,6 +117,26 @@ public:
   }
 
 private:
+  void start(size_t stackBytes) {
+    stackBytes_ = stackBytes;
+    stop_ = false;
+    generation_ = 0;
+    ok_ = true;
+    for (unsigned w = 1; w < n_ && ok_; ++w) {
+      threads_.push_back(std::make_unique<cpu::StackThread>(stackBytes, [this, w] { loop(w); }));
+      ok_ = threads_.back()->ok();
+    }
+  }
+  void stopAll() {
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+      ++generation_;
+    }
+    cv_.notify_all();
+    threads_.clear(); // joins
+  }
+
   struct Job {
     QdLaunchContext *ctx;
     TaskFn fn;
@@ -159,7 +183,9 @@ private:
 
   unsigned n_;
   int64_t chunk_;
-  std::vector<std::thread> threads_;
+  std::vector<std::unique_ptr<cpu::StackThread>> threads_;
+  size_t stackBytes_ = 0;
+  bool ok_ = true;
   std::mutex mu_;
   std::condition_variable cv_, done_;
   uint64_t generation_ = 0;
@@ -184,10 +210,16 @@ struct CpuBackend::Impl {
     KernelLayout layout;
     CompileTimes times;
     OptimizationTier tier = OptimizationTier::Full;
+    uint64_t frameBytes = 0; // the largest frame of its functions
   };
 
   std::unique_ptr<llvm::orc::LLJIT> jit;
+  /// The largest stack frame of the last object the JIT compiled
+  /// (TieredCompiler writes it, compile() reads it after the lookup that
+  /// compiled the kernel).
+  std::shared_ptr<std::atomic<uint64_t>> lastFrame = std::make_shared<std::atomic<uint64_t>>(0);
   std::unique_ptr<ThreadPool> pool;
+  size_t maxStackBytes = 0;
   unsigned vectorWidth = 1;
   VectorMathIsa vectorMath = VectorMathIsa::None;
   /// CodegenOptions::fitLanesToRegisters (the automatic width).
@@ -251,10 +283,12 @@ struct CpuBackend::Impl {
     if (llvm::Error e = jit->addIRModule(std::move(tsm)))
       return absl::InternalError("cpu backend: cannot add the module to the JIT: " +
                                  llvm::toString(std::move(e)));
+    lastFrame->store(0);
     auto sym = jit->lookup(prefix + "qd_kernel");
     if (!sym)
       return absl::InternalError("cpu backend: " + llvm::toString(sym.takeError()));
     c.fn = sym->toPtr<KernelFn>();
+    c.frameBytes = lastFrame->load();
     c.times.codegen = watch.lap();
     return &cache.emplace(key, std::move(c)).first->second;
   }
@@ -288,20 +322,30 @@ struct CpuBackend::Impl {
 
 /// The JIT's compiler: machine code of the tier a module was marked with
 /// (Impl::compile). Called with the compile mutex held.
+/// Also records the largest stack frame of each object in `lastFrame`
+/// (UINT64_MAX when the object's .stack_sizes cannot be read).
 class TieredCompiler final : public llvm::orc::IRCompileLayer::IRCompiler {
 public:
   TieredCompiler(std::unique_ptr<llvm::TargetMachine> full,
-                 std::unique_ptr<llvm::TargetMachine> light)
+                 std::unique_ptr<llvm::TargetMachine> light,
+                 std::shared_ptr<std::atomic<uint64_t>> lastFrame)
       : IRCompiler(llvm::orc::irManglingOptionsFromTargetOptions(full->Options)),
-        full_(std::move(full)), light_(std::move(light)) {}
+        full_(std::move(full)), light_(std::move(light)), lastFrame_(std::move(lastFrame)) {
+    full_->Options.EmitStackSizeSection = true;
+    light_->Options.EmitStackSizeSection = true;
+  }
 
   llvm::Expected<std::unique_ptr<llvm::MemoryBuffer>> operator()(llvm::Module &m) override {
     bool light = m.getModuleFlag(kLightTierFlag) != nullptr;
-    return llvm::orc::SimpleCompiler(light ? *light_ : *full_)(m);
+    auto object = llvm::orc::SimpleCompiler(light ? *light_ : *full_)(m);
+    if (object)
+      lastFrame_->store(cpu::largestStackFrame((*object)->getMemBufferRef()).value_or(UINT64_MAX));
+    return object;
   }
 
 private:
   std::unique_ptr<llvm::TargetMachine> full_, light_;
+  std::shared_ptr<std::atomic<uint64_t>> lastFrame_;
 };
 
 namespace {
@@ -366,23 +410,23 @@ absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::create(const CpuBackendO
     return absl::InternalError("cpu backend: cannot detect the host: " +
                                llvm::toString(jtmb.takeError()));
   jtmb->setCodeGenOptLevel(llvm::CodeGenOptLevel::Aggressive);
-  auto jit =
-      llvm::orc::LLJITBuilder()
-          .setJITTargetMachineBuilder(*jtmb)
-          .setCompileFunctionCreator(
-              [](llvm::orc::JITTargetMachineBuilder full)
-                  -> llvm::Expected<std::unique_ptr<llvm::orc::IRCompileLayer::IRCompiler>> {
-                llvm::orc::JITTargetMachineBuilder light = full;
-                light.setCodeGenOptLevel(llvm::CodeGenOptLevel::None);
-                auto fullTm = full.createTargetMachine();
-                if (!fullTm)
-                  return fullTm.takeError();
-                auto lightTm = light.createTargetMachine();
-                if (!lightTm)
-                  return lightTm.takeError();
-                return std::make_unique<TieredCompiler>(std::move(*fullTm), std::move(*lightTm));
-              })
-          .create();
+  auto jit = llvm::orc::LLJITBuilder()
+                 .setJITTargetMachineBuilder(*jtmb)
+                 .setCompileFunctionCreator(
+                     [lastFrame = impl->lastFrame](llvm::orc::JITTargetMachineBuilder full)
+                         -> llvm::Expected<std::unique_ptr<llvm::orc::IRCompileLayer::IRCompiler>> {
+                       llvm::orc::JITTargetMachineBuilder light = full;
+                       light.setCodeGenOptLevel(llvm::CodeGenOptLevel::None);
+                       auto fullTm = full.createTargetMachine();
+                       if (!fullTm)
+                         return fullTm.takeError();
+                       auto lightTm = light.createTargetMachine();
+                       if (!lightTm)
+                         return lightTm.takeError();
+                       return std::make_unique<TieredCompiler>(std::move(*fullTm),
+                                                               std::move(*lightTm), lastFrame);
+                     })
+                 .create();
   if (!jit)
     return absl::InternalError("cpu backend: cannot create the JIT: " +
                                llvm::toString(jit.takeError()));
@@ -424,7 +468,14 @@ absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::create(const CpuBackendO
   impl->fitLanes = options.vectorWidth == 0 && wide && impl->vectorWidth > 1;
   impl->tierLimits = {options.fullOptimizationLimit, options.fullOptimizationDepth};
   unsigned threads = options.threads ? options.threads : std::thread::hardware_concurrency();
-  impl->pool = std::make_unique<ThreadPool>(std::max(1u, threads), options.chunk);
+  impl->pool =
+      std::make_unique<ThreadPool>(std::max(1u, threads), options.chunk, options.workerStackBytes);
+  if (!impl->pool->ok())
+    return absl::ResourceExhaustedError(
+        fmt::format("cpu backend: cannot start {} worker threads with {} bytes of stack each; "
+                    "ask for fewer (CpuBackendOptions::threads) or less stack (workerStackBytes)",
+                    threads, options.workerStackBytes));
+  impl->maxStackBytes = options.maxStackBytes;
   return std::unique_ptr<CpuBackend>(new CpuBackend(std::move(impl)));
 }
 
@@ -436,6 +487,18 @@ unsigned CpuBackend::vectorWidth() const {
 }
 bool CpuBackend::usesVectorMath() const {
   return impl_->vectorMath != VectorMathIsa::None;
+}
+std::optional<uint64_t> CpuBackend::stackFrameBytes(const Kernel &kernel) const {
+  std::lock_guard<std::mutex> lock(impl_->compileMutex);
+  std::optional<uint64_t> most;
+  for (auto &[key, c] : impl_->cache)
+    if (std::get<0>(key) == kernel.uniqueId())
+      most = std::max(most.value_or(0), c.frameBytes);
+  return most;
+}
+size_t CpuBackend::workerStackBytes() const {
+  std::lock_guard<std::mutex> lock(impl_->launchMutex);
+  return impl_->pool->stackBytes();
 }
 std::string_view CpuBackend::vectorMathIsa() const {
   return toString(impl_->vectorMath);
@@ -516,6 +579,24 @@ absl::Status CpuBackend::launch(Program &program, const Kernel &kernel,
     return compiled.status();
   std::lock_guard<std::mutex> lock(impl_->launchMutex);
   const KernelLayout &layout = (*compiled)->layout;
+  // Room for the kernel's frame, plus what the runtime and libmvec's
+  // functions use below it.
+  constexpr uint64_t kStackMargin = 256 << 10;
+  uint64_t frame = (*compiled)->frameBytes;
+  if (frame > impl_->maxStackBytes)
+    return absl::ResourceExhaustedError(fmt::format(
+        "kernel @{}: its compiled code needs a stack frame of {}, more than the {} the CPU backend "
+        "gives a kernel (CpuBackendOptions::maxStackBytes); vector code keeps what a task tapes "
+        "in its frame: compile it with fewer lanes (vectorWidth, now {}) or split the kernel",
+        kernel.name(),
+        frame == UINT64_MAX ? std::string("size it cannot read") : fmt::format("{} bytes", frame),
+        fmt::format("{} bytes", impl_->maxStackBytes), impl_->vectorWidth));
+  size_t stack = static_cast<size_t>(frame + kStackMargin);
+  if (!impl_->pool->ensureStack(stack))
+    return absl::ResourceExhaustedError(fmt::format(
+        "kernel @{}: cannot start the worker threads with {} bytes of stack for its "
+        "frame of {} bytes; compile it with fewer lanes (CpuBackendOptions::vectorWidth)",
+        kernel.name(), stack, frame));
   absl::StatusOr<LaunchPlan> plan = LaunchPlan::bind(program, kernel, layout, args, options);
   if (!plan.ok())
     return plan.status();
@@ -571,7 +652,16 @@ absl::Status CpuBackend::launch(Program &program, const Kernel &kernel,
     LaunchWatchdog watchdog(options, [&](StopReason why) {
       stop.store(static_cast<int32_t>(why), std::memory_order_relaxed);
     });
-    (*compiled)->fn(&ctx);
+    // The calling thread runs the kernel and a worker's share of its tasks
+    // unless its stack cannot hold the frame (StackThreads.h).
+    std::optional<size_t> left = cpu::stackLeft();
+    if (left && *left >= stack)
+      (*compiled)->fn(&ctx);
+    else if (cpu::StackThread runner(stack, [&] { (*compiled)->fn(&ctx); }); !runner.ok())
+      return absl::ResourceExhaustedError(
+          fmt::format("kernel @{}: cannot start a thread with {} bytes of stack for its frame "
+                      "of {} bytes; compile it with fewer lanes (CpuBackendOptions::vectorWidth)",
+                      kernel.name(), stack, (*compiled)->frameBytes));
   }
   return plan->finish(record, needed);
 }

@@ -71,6 +71,17 @@ struct CpuBackendOptions {
   /// light; SIZE_MAX: by depth only.
   size_t fullOptimizationLimit = TierLimits().fullInstructions;
   unsigned fullOptimizationDepth = TierLimits().fullLoopDepth;
+  /// The stack of each worker thread the backend starts. A kernel whose
+  /// compiled code has a larger frame (vector code keeps what a task tapes
+  /// in its frame: about 8 MB for the gradient of a 16 000-statement chain
+  /// at 64 lanes) restarts the workers with enough; a launch whose calling
+  /// thread has too little stack left runs on a thread of its own.
+  size_t workerStackBytes = size_t(8) << 20;
+  /// The largest frame the backend runs: a kernel whose compiled code has
+  /// a larger one fails to launch with an error that names it (use fewer
+  /// lanes, vectorWidth, or split the kernel). Threads get the frame plus
+  /// 256 KB for the runtime and the math library below it.
+  size_t maxStackBytes = size_t(1) << 30;
 };
 
 class CpuBackend : public Backend {
@@ -113,6 +124,11 @@ public:
   /// Per parallel task of the last launch: the lanes of its code (1 when
   /// scalar); its stacks' entries were laid out for that many lanes.
   std::vector<int32_t> lastTaskLanes() const;
+  /// The largest stack frame of a compiled kernel's functions, in bytes
+  /// (nullopt if it was not compiled yet).
+  std::optional<uint64_t> stackFrameBytes(const Kernel &kernel) const;
+  /// The stack of the backend's worker threads now.
+  size_t workerStackBytes() const;
   /// The optimised LLVM IR of a compiled kernel (for tests and debugging).
   absl::StatusOr<std::string> llvmIR(const Kernel &kernel, bool boundsChecked = false);
 
