@@ -186,9 +186,10 @@ std::string growth(double now, double before, int size, int beforeSize) {
 
 void series(const char *name, const char *unit, const std::vector<int> &sizes, int maxCompile,
             std::string (*make)(int)) {
-  fmt::print("\n{} series\n{:>10} {:>9} {:>11} {:>11} {:>8} {:>8} {:>6} {:>8} {:>8} {:>8} {:>8}\n",
-             name, unit, "parse ms", "reverse ms", "compile ms", "opt ms", "mc ms", "tier",
-             "run ms", "g.parse", "g.rev", "g.comp");
+  fmt::print("\n{} series\n{:>10} {:>9} {:>11} {:>11} {:>8} {:>8} {:>8} {:>6} {:>8} {:>8} {:>8} "
+             "{:>8}\n",
+             name, unit, "parse ms", "reverse ms", "compile ms", "size ms", "opt ms", "mc ms",
+             "tier", "run ms", "g.parse", "g.rev", "g.comp");
   std::optional<Row> prev;
   for (int size : sizes) {
     std::string text = make(size);
@@ -210,9 +211,10 @@ void series(const char *name, const char *unit, const std::vector<int> &sizes, i
     std::string gc = prev && r.compile && prev->compile
                          ? growth(*r.compile, *prev->compile, r.size, prev->size)
                          : "-";
-    fmt::print("{:>10} {:>9.1f} {:>11.1f} {:>11} {:>8} {:>8} {:>6} {:>8} {:>8} {:>8} {:>8}\n", size,
-               r.parse * 1e3, r.reverse * 1e3, comp, ms(r.steps.optimize), ms(r.steps.codegen),
-               r.tier, r.compile ? fmt::format("{:.2f}", r.run * 1e3) : "-", gp, gr, gc);
+    fmt::print("{:>10} {:>9.1f} {:>11.1f} {:>11} {:>8} {:>8} {:>8} {:>6} {:>8} {:>8} {:>8} {:>8}\n",
+               size, r.parse * 1e3, r.reverse * 1e3, comp, ms(r.steps.sizing), ms(r.steps.optimize),
+               ms(r.steps.codegen), r.tier, r.compile ? fmt::format("{:.2f}", r.run * 1e3) : "-",
+               gp, gr, gc);
     std::fflush(stdout);
     prev = r;
   }

@@ -50,18 +50,33 @@ std::optional<uint64_t> largestStackFrame(llvm::MemoryBufferRef object) {
   return largest;
 }
 
+namespace {
+
+/// The lowest address of the calling thread's stack (0: unknown), asked
+/// once per thread: for the main thread glibc reads /proc/self/maps, about
+/// 0.2 ms, which a launch must not pay each time.
+uintptr_t stackBottom() {
+  thread_local uintptr_t bottom = [] {
+    pthread_attr_t attr;
+    if (pthread_getattr_np(pthread_self(), &attr) != 0)
+      return uintptr_t(0);
+    void *low = nullptr;
+    size_t size = 0;
+    int rc = pthread_attr_getstack(&attr, &low, &size);
+    pthread_attr_destroy(&attr);
+    return rc == 0 ? reinterpret_cast<uintptr_t>(low) : uintptr_t(0);
+  }();
+  return bottom;
+}
+
+} // namespace
+
 std::optional<size_t> stackLeft() {
-  pthread_attr_t attr;
-  if (pthread_getattr_np(pthread_self(), &attr) != 0)
-    return std::nullopt;
-  void *low = nullptr;
-  size_t size = 0;
-  int rc = pthread_attr_getstack(&attr, &low, &size);
-  pthread_attr_destroy(&attr);
-  if (rc != 0 || !low)
+  uintptr_t bottom = stackBottom();
+  if (!bottom)
     return std::nullopt;
   char here;
-  auto top = reinterpret_cast<uintptr_t>(&here), bottom = reinterpret_cast<uintptr_t>(low);
+  auto top = reinterpret_cast<uintptr_t>(&here);
   return top > bottom ? size_t(top - bottom) : 0;
 }
 
