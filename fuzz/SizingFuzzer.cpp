@@ -43,6 +43,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                            (fellBack ? ": the CFG is not reducible"
                                      : ": the CFG tier's two algorithms disagree"),
                        printKernel(*kernel));
+      if (fast && qd::pushingCycleIsCertain(*kernel, *s.stack))
+        qd::fuzz::fail(
+            "adstack " + s.name +
+                ": the CFG tier was skipped for a pushing cycle, but its longest path is " +
+                std::to_string(*fast),
+            printKernel(*kernel));
       if (s.tier != qd::SizingTier::LaunchTime) {
         if (s.capacity < 1)
           qd::fuzz::fail("adstack " + s.name + " got capacity " + std::to_string(s.capacity),

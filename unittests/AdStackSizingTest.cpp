@@ -1856,6 +1856,10 @@ bool checkCfgPaths(const testgen::GenProgram &p, const Kernel &k) {
       testgen::fail(
           p, fmt::format("@{}: adstack at {}: the CFG is not reducible", k.name(), a->loc().str()));
     positive |= !reference;
+    if (pushingCycleIsCertain(k, *a) && reference)
+      testgen::fail(p, fmt::format("@{}: adstack at {}: tier 1b skipped it, but its longest path "
+                                   "is {}",
+                                   k.name(), a->loc().str(), *reference));
   });
   return positive;
 }
@@ -1864,7 +1868,8 @@ bool checkCfgPaths(const testgen::GenProgram &p, const Kernel &k) {
 // loops and arms, while loops, break and continue, up to 3 levels; and the
 // same 6 levels deep) and random gradients (their tapes): the structured
 // longest path gives Bellman-Ford's answer for every stack, without
-// falling back.
+// falling back; and where tier 1b skips the CFG, the longest path is
+// unbounded indeed.
 QD_PROPERTY(AdStackSizingTest, CfgPathsMatchBellmanFordOnRandomKernels, 1000) {
   testgen::GenConfig config = testgen::GenConfig::sizing();
   if (*rc::gen::arbitrary<bool>())
@@ -1887,6 +1892,36 @@ QD_PROPERTY(AdStackSizingTest, CfgPathsMatchBellmanFordOnRandomGradients, 300) {
   RC_CLASSIFY(positive, "a positive cycle");
   RC_CLASSIFY(printed.hasWhile, "while");
   RC_CLASSIFY(printed.hasJump, "break/continue");
+}
+
+// A gradient's tapes push in loops that pop nothing, and tier 1b used to
+// build a graph of the whole task for every one of them before finding the
+// positive cycle: quadratic in the depth of a nest. It now skips them.
+TEST(AdStackSizingTest, LongestPathWorkGrowsLinearlyWithNestingDepth) {
+  auto work = [](int depth) {
+    auto m = parseModule(testgen::nestedLoopsKernel(depth));
+    EXPECT_TRUE(m.ok()) << m.status();
+    SizingWork w;
+    if (!m.ok())
+      return w;
+    auto grad = buildGradientKernel(**m, *(*m)->findKernel("k"));
+    EXPECT_TRUE(grad.ok()) << grad.status();
+    if (!grad.ok())
+      return w;
+    SizingOptions options;
+    options.work = &w;
+    KernelSizing sizing = sizeAdStacks(**grad, options);
+    // Every tape is sized by its launch-time product of trip counts.
+    for (const AdStackSize &s : sizing.stacks())
+      EXPECT_EQ(s.tier, SizingTier::LaunchTime) << s.name;
+    return w;
+  };
+  SizingWork w25 = work(25), w50 = work(50), w100 = work(100);
+  EXPECT_LE(w100.pathNodes - w50.pathNodes, 2 * (w50.pathNodes - w25.pathNodes) + 8);
+  EXPECT_LT(w100.pathNodes, 100);
+  // The tape of each level's value, and of its copy in the adjoint loop.
+  EXPECT_EQ(w100.pathSkips - w50.pathSkips, 2 * (w50.pathSkips - w25.pathSkips));
+  EXPECT_GE(w100.pathSkips, 100);
 }
 
 } // namespace

@@ -1599,20 +1599,8 @@ kernel @k() {
 /// The nesting series of qd-bench-compile: `depth` nested loops with a
 /// run-time trip count, each loading, `sin`ing and storing one local (its
 /// gradient has a stack per level, pushed inside that many loops).
-std::string nestKernel(int depth) {
-  std::string s = "field @x : f32[64] grad\nfield @y : f32[64] grad\nfield @m : i32\n"
-                  "kernel @k() {\n  parallel for %i = 0 to 64 {\n    %v = load @x[%i] : f32\n"
-                  "    %m = load @m[] : i32\n    %a = alloca f32\n    store %a, %v\n";
-  for (int d = 0; d < depth; ++d)
-    s += fmt::format("for %j{0} = 0 to %m {{\n%l{0} = load %a : f32\n%s{0} = sin %l{0} : f32\n"
-                     "store %a, %s{0}\n",
-                     d);
-  s += std::string(depth, '}');
-  return s + "\n    %r = load %a : f32\n    store @y[%i], %r\n  }\n}\n";
-}
-
 ReverseADWork reverseWork(int depth) {
-  auto m = parseModule(nestKernel(depth));
+  auto m = parseModule(testgen::nestedLoopsKernel(depth));
   EXPECT_TRUE(m.ok()) << m.status();
   ReverseADWork work;
   if (!m.ok())

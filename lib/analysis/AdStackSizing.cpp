@@ -123,8 +123,12 @@ KernelSizing sizeAdStacks(const Kernel &kernel, const SizingOptions &options) {
         overflow = "the bound overflows int64";
       }
     }
-    // Tier 1b: Bellman-Ford on the CFG.
-    if (options.bellmanFord) {
+    // Tier 1b: Bellman-Ford on the CFG, unless a loop's cycle is sure to
+    // push more than it pops (a taped loop of a gradient).
+    bool cyclePushes = options.bellmanFord && pushesInLoopWithoutPop(facts, *a, ops);
+    if (cyclePushes && options.work)
+      ++options.work->pathSkips;
+    if (options.bellmanFord && !cyclePushes) {
       if (!cfg) {
         cfg = ControlFlowGraph::build(kernel);
         cfg->simplify();
@@ -180,6 +184,8 @@ KernelSizing sizeAdStacks(const Kernel &kernel, const SizingOptions &options) {
     outside.push_back(out.stacks_.size());
     out.stacks_.push_back(std::move(r));
   }
+  if (options.work)
+    options.work->pathNodes += pathScratch.nodes;
   // Upper bounds worth refining: a loose bound above 1.
   std::vector<size_t> loose;
   if (options.refineUpperBounds && options.countKernels)

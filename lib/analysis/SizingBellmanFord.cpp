@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <unordered_set>
 
 namespace qd {
 namespace {
@@ -207,6 +208,48 @@ std::optional<int64_t> longestNetPath(const NetPushGraph &g, NetPathAlgorithm al
 
 namespace qd::sizing {
 
+bool pushesInLoopWithoutPop(const KernelFacts &facts, const AdStackAllocaStmt &a,
+                            const std::vector<AdStackOpStmt *> &ops) {
+  // Without break, continue or while, every statement of a loop's body
+  // lies on a path from its header back to it, and every statement of the
+  // scope after the alloca is reached from it: the CFG has the cycle.
+  if (!facts.fallsThrough)
+    return false;
+  const Block *scope = a.parent();
+  auto isLoop = [](const Stmt *s) {
+    return s->kind() == StmtKind::For || s->kind() == StmtKind::While;
+  };
+  // The loops inside the scope around some pop. A walk stops at a loop
+  // already marked (the loops around it are too).
+  std::unordered_set<const Stmt *> aroundPops;
+  for (const AdStackOpStmt *op : ops) {
+    if (op->kind() != StmtKind::AdStackPop)
+      continue;
+    for (const Stmt *s = op; s->parent() != scope; s = s->parentStmt()) {
+      const Stmt *up = s->parentStmt();
+      if (!up)
+        return false; // outside the scope: longestPath decides
+      if (isLoop(up) && !aroundPops.insert(up).second)
+        break;
+    }
+  }
+  bool found = false;
+  for (const AdStackOpStmt *op : ops) {
+    if (op->kind() != StmtKind::AdStackPush)
+      continue;
+    const Stmt *innermost = nullptr;
+    for (const Stmt *s = op; s->parent() != scope; s = s->parentStmt()) {
+      const Stmt *up = s->parentStmt();
+      if (!up)
+        return false;
+      if (!innermost && isLoop(up))
+        innermost = up;
+    }
+    found |= innermost && !aroundPops.count(innermost);
+  }
+  return found;
+}
+
 /// Longest path of net pushes from the alloca over its scope's CFG nodes, or
 /// nullopt when a cycle reachable from the alloca has a positive net.
 std::optional<int64_t> longestPath(const ControlFlowGraph &cfg, const AdStackAllocaStmt &a,
@@ -223,6 +266,7 @@ std::optional<int64_t> longestPath(const ControlFlowGraph &cfg, const AdStackAll
   if (local.size() < cfg.numNodes())
     local.assign(cfg.numNodes(), ~0u);
   const unsigned n = static_cast<unsigned>(region.size());
+  scratch.nodes += n;
   for (unsigned i = 0; i < n; ++i)
     local[region[i]] = i;
   struct Reset { // leaves the scratch all ~0u again on every return path
@@ -278,6 +322,12 @@ std::optional<int64_t> bellmanFordDepth(const Kernel &kernel, const AdStackAlloc
   PathScratch scratch;
   return longestPath(cfg, stack, it == facts.ops.end() ? none : it->second, scratch, algorithm,
                      fellBack);
+}
+
+bool pushingCycleIsCertain(const Kernel &kernel, const AdStackAllocaStmt &stack) {
+  KernelFacts facts(kernel);
+  auto it = facts.ops.find(&stack);
+  return it != facts.ops.end() && pushesInLoopWithoutPop(facts, stack, it->second);
 }
 
 } // namespace qd

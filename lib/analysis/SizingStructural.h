@@ -141,10 +141,21 @@ private:
   std::string reason_;
 };
 
+/// True when a push of the stack lies in a loop (inside the stack's scope)
+/// that holds no pop of it, in a kernel that falls through everywhere: the
+/// loop's cycle through that push is then reachable from the alloca and has
+/// a positive net, so `longestPath` would return nullopt. Costs the depth
+/// of the stack's operations, where `longestPath` costs its whole scope (in
+/// a gradient, the task around a nest of taped loops, for every stack).
+bool pushesInLoopWithoutPop(const KernelFacts &facts, const AdStackAllocaStmt &a,
+                            const std::vector<AdStackOpStmt *> &ops);
+
 /// Reusable per-kernel scratch for `longestPath`: the region-local index of
 /// every CFG node (~0u outside the current region).
 struct PathScratch {
   std::vector<unsigned> localOf;
+  /// Region nodes of every call so far (SizingWork::pathNodes).
+  int64_t nodes = 0;
 };
 
 /// Longest path of net pushes from the alloca over its scope's CFG nodes, or

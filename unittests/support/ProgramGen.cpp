@@ -1903,4 +1903,16 @@ void fail(const GenProgram &p, const std::string &what) {
   RC_FAIL(what + "\n" + os.str());
 }
 
+std::string nestedLoopsKernel(int depth) {
+  std::string s = "field @x : f32[64] grad\nfield @y : f32[64] grad\nfield @m : i32\n"
+                  "kernel @k() {\n  parallel for %i = 0 to 64 {\n    %v = load @x[%i] : f32\n"
+                  "    %m = load @m[] : i32\n    %a = alloca f32\n    store %a, %v\n";
+  for (int d = 0; d < depth; ++d)
+    s += fmt::format("for %j{0} = 0 to %m {{\n%l{0} = load %a : f32\n%s{0} = sin %l{0} : f32\n"
+                     "store %a, %s{0}\n",
+                     d);
+  s += std::string(depth, '}');
+  return s + "\n    %r = load %a : f32\n    store @y[%i], %r\n  }\n}\n";
+}
+
 } // namespace qd::testgen

@@ -186,6 +186,12 @@ std::vector<GenProgram> shrinks(const GenProgram &p);
 /// RapidCheck's display of a program: its text and inputs.
 void showValue(const GenProgram &p, std::ostream &os);
 
+/// A task that carries one f32 through `depth` nested loops with run-time
+/// trip counts (@m), each level applying sin: the shape of the compile
+/// benchmark's nesting series, for tests of work that must grow linearly
+/// with the depth.
+std::string nestedLoopsKernel(int depth);
+
 //===----------------------------------------------------------------------===//
 // Running generated programs
 //===----------------------------------------------------------------------===//

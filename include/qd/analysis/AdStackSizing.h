@@ -42,6 +42,16 @@ namespace qd {
 class AdStackAllocaStmt;
 class Kernel;
 
+/// What `sizeAdStacks` did, summed over a kernel's stacks: for tests of its
+/// cost (docs/performance.md).
+struct SizingWork {
+  /// CFG nodes the longest-path tier (1b) built its graphs from.
+  int64_t pathNodes = 0;
+  /// Stacks that tier skipped: a loop around one of their pushes pops
+  /// nothing, so its cycle pushes more than it pops.
+  int64_t pathSkips = 0;
+};
+
 struct SizingOptions {
   /// Capacity of tier-3 stacks.
   int64_t defaultCapacity = 256;
@@ -62,6 +72,8 @@ struct SizingOptions {
   bool refineUpperBounds = true;
   /// Step budget for evaluating a closed SizeExpr at compile time.
   int64_t compileTimeEvalSteps = int64_t(1) << 24;
+  /// Where to add what sizing did, if set.
+  SizingWork *work = nullptr;
 };
 
 /// Sizes every adstack of `kernel` (in program order).
@@ -74,5 +86,10 @@ KernelSizing sizeAdStacks(const Kernel &kernel, const SizingOptions &options = {
 std::optional<int64_t> bellmanFordDepth(const Kernel &kernel, const AdStackAllocaStmt &stack,
                                         NetPathAlgorithm algorithm = NetPathAlgorithm::Structured,
                                         bool *fellBack = nullptr);
+
+/// The test tier 1b runs first, alone, for tests: true when it may skip the
+/// CFG because some loop's cycle surely pushes more than it pops (then
+/// `bellmanFordDepth` is nullopt).
+bool pushingCycleIsCertain(const Kernel &kernel, const AdStackAllocaStmt &stack);
 
 } // namespace qd
