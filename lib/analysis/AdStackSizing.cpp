@@ -70,6 +70,7 @@ KernelSizing sizeAdStacks(const Kernel &kernel, const SizingOptions &options) {
   };
   std::unordered_map<const Value *, E> constCache, symCache;
   std::unordered_map<const Value *, std::string> constErrors, symErrors;
+  StructuralSizer::TripCache trips;
   std::optional<ControlFlowGraph> cfg;
   PathScratch pathScratch;
   static const std::vector<AdStackOpStmt *> none;
@@ -143,7 +144,7 @@ KernelSizing sizeAdStacks(const Kernel &kernel, const SizingOptions &options) {
     // Tier 2: launch-time expression (or a closed one evaluated now).
     std::string reason;
     if (overflow.empty()) {
-      StructuralSizer s(facts, /*symbolic=*/true, symCache, symErrors);
+      StructuralSizer s(facts, /*symbolic=*/true, symCache, symErrors, &trips);
       if (E depth = s.size(*a)) {
         if (!isClosed(*depth)) {
           r.tier = SizingTier::LaunchTime;

@@ -7,6 +7,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <limits>
+#include <tuple>
 
 namespace qd::sizing {
 
@@ -60,6 +62,12 @@ E StructuralSizer::size(const AdStackAllocaStmt &a) {
   scope_ = a.parent();
   relevant_.clear();
   seen_.clear();
+  // The statement of the scope that holds the last push: the ones after it
+  // only pop, so they cannot raise the peak (and the peak is all a stack's
+  // bound reads). Skipping them halves a gradient's work: its adjoint
+  // loops, which pop the tapes, follow the loops that push them.
+  lastPushTop_ = 0;
+  std::vector<std::pair<AdStackOpStmt *, uint32_t>> tops; // op, its statement of the scope
   auto it = facts_.ops.find(&a);
   if (it != facts_.ops.end())
     for (AdStackOpStmt *op : it->second) {
@@ -69,22 +77,36 @@ E StructuralSizer::size(const AdStackAllocaStmt &a) {
         if (!up)
           return fail(fmt::format("the adstack operation at {} is outside the adstack's block",
                                   op->loc().str()));
-        // Constant mode fails at the first loop without a constant trip
-        // count that the walk below reaches, and where every statement
-        // falls through it reaches every loop around an op: fail here,
-        // before walking up the other levels of a nest (the reason is not
-        // reported; it may name another such loop than the walk would).
-        if (auto *loop = dyn_cast<ForStmt>(up); loop && !symbolic_ && facts_.fallsThrough &&
-                                                (loop->numDims() > 1 || !constantTripCount(*loop)))
-          return fail(fmt::format("the loop at {} has bounds that are not compile-time constants",
-                                  loop->loc().str()));
-        if (seen_.insert(child).second)
-          relevant_[child->parent()].push_back(child);
         child = up;
       }
-      if (seen_.insert(child).second)
-        relevant_[scope_].push_back(child);
+      uint32_t top = facts_.preorder.at(child);
+      tops.emplace_back(op, top);
+      if (op->kind() == StmtKind::AdStackPush)
+        lastPushTop_ = std::max(lastPushTop_, top);
     }
+  for (auto [op, top] : tops) {
+    if (top > lastPushTop_)
+      continue;
+    Stmt *child = op;
+    while (child->parent() != scope_) {
+      Stmt *up = child->parentStmt();
+      // Constant mode fails at the first loop without a constant trip
+      // count that the walk below reaches, and where every statement
+      // falls through it reaches every loop around an op: fail here,
+      // before walking up the other levels of a nest (the reason is not
+      // reported; it may name another such loop than the walk would).
+      if (auto *loop = dyn_cast<ForStmt>(up); loop && !symbolic_ && facts_.fallsThrough &&
+                                              (loop->numDims() > 1 || !constantTripCount(*loop)))
+        return fail(fmt::format("the loop at {} has bounds that are not compile-time constants",
+                                loop->loc().str()));
+      if (!seen_.insert(child).second)
+        break; // the statements above were recorded by an earlier op
+      relevant_[child->parent()].push_back(child);
+      child = up;
+    }
+    if (child->parent() == scope_ && seen_.insert(child).second)
+      relevant_[scope_].push_back(child);
+  }
   Summary s = block(*scope_, facts_.preorder.at(&a) + 1);
   if (failed_)
     return nullptr;
@@ -144,9 +166,10 @@ E StructuralSizer::fail(std::string why) {
 
 Summary StructuralSizer::block(Block &b, uint32_t from) {
   std::vector<std::pair<uint32_t, Stmt *>> ordered;
+  uint32_t until = &b == scope_ ? lastPushTop_ : std::numeric_limits<uint32_t>::max();
   auto add = [&](Stmt *s) {
     uint32_t p = facts_.preorder.at(s);
-    if (p >= from)
+    if (p >= from && p <= until)
       ordered.emplace_back(p, s);
   };
   if (auto it = relevant_.find(&b); it != relevant_.end())
@@ -254,11 +277,19 @@ Summary StructuralSizer::forLoop(ForStmt &loop) {
     return r;
   }
   if (symbolic_) {
-    begin = bound(loop.begin(), loop);
-    end = bound(loop.end(), loop);
-    if (failed_)
-      return b;
-    trip = SizeExpr::tripCount(begin, end);
+    auto cached = trips_ ? trips_->find(&loop) : TripCache::iterator();
+    if (trips_ && cached != trips_->end()) {
+      std::tie(begin, end, trip) =
+          std::tie(cached->second[0], cached->second[1], cached->second[2]);
+    } else {
+      begin = bound(loop.begin(), loop);
+      end = bound(loop.end(), loop);
+      if (failed_)
+        return b;
+      trip = SizeExpr::tripCount(begin, end);
+      if (trips_)
+        trips_->emplace(&loop, std::array<E, 3>{begin, end, trip});
+    }
   } else {
     trip = cst(*constantTrip);
     begin = cst(0);

@@ -27,6 +27,7 @@
 #include "qd/ir/Module.h"
 #include "qd/ir/Stmt.h"
 
+#include <array>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -104,10 +105,16 @@ private:
 /// (SizingCapture.cpp).
 class StructuralSizer {
 public:
+  /// Symbolic mode: a loop's begin, end and trip count, shared by the
+  /// stacks of a kernel (a nest's stacks each walk the loops above them).
+  using TripCache = std::unordered_map<const ForStmt *, std::array<E, 3>>;
+
   StructuralSizer(const KernelFacts &facts, bool symbolic,
                   std::unordered_map<const Value *, E> &captureCache,
-                  std::unordered_map<const Value *, std::string> &captureErrors)
-      : facts_(facts), symbolic_(symbolic), cache_(captureCache), captureErrors_(captureErrors) {}
+                  std::unordered_map<const Value *, std::string> &captureErrors,
+                  TripCache *trips = nullptr)
+      : facts_(facts), symbolic_(symbolic), cache_(captureCache), captureErrors_(captureErrors),
+        trips_(trips) {}
 
   /// The depth bound, or null with `reason()` set.
   E size(const AdStackAllocaStmt &a);
@@ -133,7 +140,9 @@ private:
   bool symbolic_;
   std::unordered_map<const Value *, E> &cache_;
   std::unordered_map<const Value *, std::string> &captureErrors_;
+  TripCache *trips_;
   Block *scope_ = nullptr;
+  uint32_t lastPushTop_ = 0; // pre-order of the scope's statement with the last push
   std::unordered_map<const Block *, std::vector<Stmt *>> relevant_;
   std::unordered_set<const Stmt *> seen_;
   bool failed_ = false;
