@@ -27,6 +27,44 @@ std::string notDifferentiableMessage(const Stmt &s, std::string_view derivative)
                      toString(cast<BinaryStmt>(s).op()), derivative);
 }
 
+bool hasDerivativeFactor(const Stmt &s) {
+  auto *u = dyn_cast<UnaryStmt>(&s);
+  if (!u || !u->type().isFloatScalar())
+    return false;
+  switch (u->op()) {
+  case UnaryOp::Sin:
+  case UnaryOp::Cos:
+  case UnaryOp::Exp:
+  case UnaryOp::Tanh:
+    return true;
+  default:
+    return false;
+  }
+}
+
+Value *derivativeFactor(const Stmt &s, IRBuilder &b, const PrimalFn &p) {
+  const auto &u = cast<UnaryStmt>(s);
+  const Value *x = u.input();
+  switch (u.op()) {
+  case UnaryOp::Sin: // cos(x)
+    return b.cos(p(x));
+  case UnaryOp::Cos: // -sin(x)
+    // The sign goes on the factor, never on the product: a negated product
+    // in a long adjoint chain makes LLVM's InstCombine push each negation
+    // down the whole chain (quadratic: 2000 cos took 1.7 s to combine).
+    // The value is the same, bit for bit.
+    return b.neg(b.sin(p(x)));
+  case UnaryOp::Exp: // exp(x), the result
+    return p(&u);
+  case UnaryOp::Tanh: { // 1 - tanh(x)^2
+    Value *y = p(&u);
+    return b.sub(b.constFloat(u.type().element(), 1), b.mul(y, y));
+  }
+  default:
+    return nullptr;
+  }
+}
+
 namespace {
 
 using Times = std::function<Value *(IRBuilder &, Value *)>;
@@ -51,6 +89,9 @@ std::vector<Partial> unaryPartials(const UnaryStmt &u, IRBuilder &b, const Prima
   const Value *x = u.input();
   ScalarType t = u.type().element();
   const Stmt *self = &u;
+  if (hasDerivativeFactor(u)) // sin, cos, exp, tanh: seed * factor
+    return {
+        scaled(0, [=](IRBuilder &b, Value *s) { return b.mul(s, derivativeFactor(*self, b, p)); })};
   switch (u.op()) {
   case UnaryOp::Neg:
     return {scaled(0, nullptr, /*negated=*/true)};
@@ -59,31 +100,16 @@ std::vector<Partial> unaryPartials(const UnaryStmt &u, IRBuilder &b, const Prima
       Value *neg = b.cmp(CmpPredicate::Lt, p(x), b.constFloat(t, 0));
       return b.select(neg, b.neg(s), s);
     })};
-  case UnaryOp::Sin: // cos(x)
-    return {scaled(0, [=](IRBuilder &b, Value *s) { return b.mul(s, b.cos(p(x))); })};
-  case UnaryOp::Cos: // -sin(x)
-    // The sign goes on the factor, never on the product: a negated product
-    // in a long adjoint chain makes LLVM's InstCombine push each negation
-    // down the whole chain (quadratic: 2000 cos took 1.7 s to combine).
-    // The value is the same, bit for bit.
-    return {scaled(0, [=](IRBuilder &b, Value *s) { return b.mul(s, b.neg(b.sin(p(x)))); })};
   case UnaryOp::Tan: // 1 / cos(x)^2
     return {scaled(0, [=](IRBuilder &b, Value *s) {
       Value *cx = b.cos(p(x));
       return b.div(s, b.mul(cx, cx));
     })};
-  case UnaryOp::Exp: // exp(x), the result
-    return {scaled(0, [=](IRBuilder &b, Value *s) { return b.mul(s, p(self)); })};
   case UnaryOp::Log: // 1 / x
     return {scaled(0, [=](IRBuilder &b, Value *s) { return b.div(s, p(x)); })};
   case UnaryOp::Sqrt: // 1 / (2 sqrt(x))
     return {scaled(
         0, [=](IRBuilder &b, Value *s) { return b.div(s, b.mul(b.constFloat(t, 2), p(self))); })};
-  case UnaryOp::Tanh: // 1 - tanh(x)^2
-    return {scaled(0, [=](IRBuilder &b, Value *s) {
-      Value *y = p(self);
-      return b.mul(s, b.sub(b.constFloat(t, 1), b.mul(y, y)));
-    })};
   default:
     return {};
   }

@@ -74,6 +74,16 @@ std::vector<Partial> partials(const Stmt &s, IRBuilder &b, const PrimalFn &prima
 void primalReads(const Stmt &s, const std::function<bool(const Value *)> &active,
                  const std::function<void(const Value *)> &need);
 
+/// Whether the one partial of `s` is `seed * factor` with a factor that
+/// reads nothing but `s`'s operand or result (sin, cos, exp, tanh): reverse
+/// mode may then compute the factor in the forward sweep and tape it.
+bool hasDerivativeFactor(const Stmt &s);
+
+/// That factor (`cos(x)` for sin, `-sin(x)` for cos, the result for exp,
+/// `1 - y^2` for tanh), built at `b`: the rule multiplies the seed by
+/// exactly this value.
+Value *derivativeFactor(const Stmt &s, IRBuilder &b, const PrimalFn &primal);
+
 /// `seed * df/dx` of one partial, as reverse mode accumulates it.
 Value *applyPartial(const Partial &p, IRBuilder &b, Value *seed);
 

@@ -56,6 +56,15 @@ struct ReverseADOptions {
   /// loop forward once more: its forward code runs twice, and its stacks
   /// hold one iteration of P. See docs/autodiff.md.
   bool tapeNestedLoops = true;
+  /// Tape derivative factors: in a range-for without a break, a top-level
+  /// sin, cos, exp or tanh of the body whose operand the reverse sweep
+  /// would otherwise rebuild from pushed locals gets its derivative factor
+  /// (cos(x) for sin) computed in the forward sweep and pushed; the
+  /// reverse reads it instead of recomputing the operand and the factor.
+  /// Applied to a loop only where it pushes no more values per iteration
+  /// than before (the locals it no longer needs make room). Gradients are
+  /// bit for bit the same. See docs/autodiff.md.
+  bool tapeFactors = true;
   /// Filled in when set (added to what it holds).
   ReverseADWork *work = nullptr;
 };

@@ -198,6 +198,10 @@ void GradientBuilder::reverseLoop(Stmt &loop, IRBuilder &b, Frame &f) {
   }
   Frame inner(&f, frames_);
   inner.block = &scope->stmt()->body();
+  if (!plan.tapedFactors.empty()) {
+    inner.replayLoop = &loop;
+    inner.replay = &plan;
+  }
   IRBuilder body(*inner.block);
   body.setLocation(loop.loc());
   if (l) {
@@ -213,6 +217,8 @@ void GradientBuilder::reverseLoop(Stmt &loop, IRBuilder &b, Frame &f) {
   body.setInsertionPointToEnd(*inner.block);
   for (AllocaStmt *a : plan.perIteration)
     body.adstackPop(stacks_.at({&loop, a}));
+  for (const Stmt *t : plan.tapedFactors)
+    body.adstackPop(factorStacks_.at(t));
 }
 
 /// One frame: Fwd(B) then Adj(B), appended at the end of the frame block.
@@ -297,6 +303,12 @@ void GradientBuilder::adjoint(Stmt &s, IRBuilder &b, Frame &f) {
   }
   if (!ad::hasDerivativeRule(s) || !ad::isDifferentiable(s))
     return; // a non-differentiable active statement was rejected before
+  if (auto it = factorStacks_.find(&s); f.replay && it != factorStacks_.end()) {
+    // The factor the forward sweep pushed: the rule's product, read back.
+    if (activity_.isActive(s.operand(0)))
+      accumulate(s.operand(0), b.mul(g, b.adstackLoadTop(it->second)), b);
+    return;
+  }
   for (const ad::Partial &part : ad::partials(s, b, p)) {
     const Value *x = s.operand(part.operand);
     if (activity_.isActive(x))

@@ -58,6 +58,10 @@ public:
   /// `scope` when it is given (the statements of one loop body). `roots`
   /// are needed in any case; values outside `scope` that would be needed
   /// are listed in `outside`.
+  /// Statements whose derivative factor is taped: the reverse reads
+  /// nothing for them (null: none).
+  void setTapedFactors(const std::unordered_set<const Stmt *> *taped) { tapedFactors_ = taped; }
+
   void compute(const std::vector<Stmt *> &stmts, const std::unordered_set<const Stmt *> *scope,
                std::unordered_set<const Value *> &values, std::unordered_set<const Value *> &locals,
                const std::vector<const Value *> &roots = {},
@@ -67,6 +71,7 @@ private:
   void need(const Value *v);
 
   const Activity &activity_;
+  const std::unordered_set<const Stmt *> *tapedFactors_ = nullptr;
   std::unordered_set<const Value *> *target_ = nullptr;
   const std::unordered_set<const Stmt *> *scope_ = nullptr;
   std::vector<const Value *> *outside_ = nullptr;
@@ -87,6 +92,13 @@ struct LoopPlan {
   bool taped = false;
   /// Values defined outside the loop that its reverse needs.
   std::vector<const Value *> outsideNeeds;
+  /// Statements of the body (at its top level) whose derivative factor is
+  /// pushed every iteration (ReverseADOptions::tapeFactors). When there are
+  /// any, the reverse frames of the loop replay only `replayValues` and the
+  /// locals `replayLocals` (what the reverse of the body reads), not
+  /// everything the forward sweep computes.
+  std::vector<const Stmt *> tapedFactors;
+  std::unordered_set<const Value *> replayValues, replayLocals;
 };
 
 /// What the gradient builder keeps of the source kernel.
@@ -141,6 +153,10 @@ struct Frame {
   Frame *const parent;
   const unsigned depth;
   Block *block = nullptr;
+  /// A reverse frame of a loop with taped factors: the loop, and what its
+  /// reverse frames replay.
+  const Stmt *replayLoop = nullptr;
+  const LoopPlan *replay = nullptr;
   std::unordered_map<const Value *, Held> held; // written through setDirect, setBackup
   std::unordered_map<const Value *, AllocaStmt *> adj;
 
@@ -182,6 +198,11 @@ protected:
   Bound bound(Bound src, Frame &f, IRBuilder &b);
   IRBuilder atTop(Frame &f);
   bool wanted(const Stmt &s) const;
+  /// Whether Fwd(B) replays `s` in frame `f`.
+  bool wantedIn(const Stmt &s, const Frame &f) const;
+  /// Pushes the derivative factor of `s` if its loop tapes it, where
+  /// `clone` is its forward value (Record(L), Plain(P)).
+  void pushFactor(const Stmt &s, Value *clone, IRBuilder &b, ValueMap &map, Frame &f);
   Value *cloneLeaf(const Stmt &s, IRBuilder &b, Frame &f, bool inArm);
   /// Fwd(B): the forward code of a frame's block (and of its if arms).
   void forward(Block &block, IRBuilder &b, Frame &f, bool inArm);
@@ -203,6 +224,8 @@ protected:
   std::vector<std::unordered_map<const Value *, Value *>> armScopes_;
   std::unordered_map<LoopLocal, AdStackAllocaStmt *, PairHash> stacks_;
   std::unordered_map<LoopLocal, AllocaStmt *, PairHash> entrySaves_;
+  /// The stack of each taped derivative factor.
+  std::unordered_map<const Stmt *, AdStackAllocaStmt *> factorStacks_;
   std::unordered_map<const Stmt *, AllocaStmt *> counters_;
   /// Record(L) of a while loop that leaves at its top: the guard whose
   /// block starts each completed iteration, and what to emit there.

@@ -9,6 +9,8 @@
 //===----------------------------------------------------------------------===//
 #include "Internal.h"
 
+#include "../DerivativeRules.h"
+
 #include "qd/ir/Visitor.h"
 
 #include <algorithm>
@@ -20,7 +22,8 @@ class LoopPlanner {
 public:
   LoopPlanner(Kernel &source, const Activity &activity,
               const std::unordered_set<const Stmt *> &breaking, const ReverseADOptions &options)
-      : src_(source), breaking_(breaking), options_(options), needs_(activity) {}
+      : src_(source), activity_(activity), breaking_(breaking), options_(options),
+        needs_(activity) {}
 
   ReversePlan run() {
     scan(src_.body(), nullptr, nullptr);
@@ -43,6 +46,7 @@ private:
     /// Locals accessed inside, declared outside, by first access.
     std::vector<AllocaStmt *> outsideLocals;
     std::unordered_set<const Value *> writes; // locals stored inside
+    bool hasInnerLoop = false;
   };
 
   /// Numbers the statements in pre-order (`order_`, `allocaAt_`), lists every
@@ -81,6 +85,7 @@ private:
         scan(s.block(i), &inner, &innerSeen);
       inner.last = order_.size() - 1;
       if (facts) {
+        facts->hasInnerLoop = true;
         for (AllocaStmt *a : inner.outsideLocals)
           note(a);
         facts->writes.insert(inner.writes.begin(), inner.writes.end());
@@ -151,6 +156,34 @@ private:
   /// `loop`'s reverse frame only its bounds, the locals it saves at entry
   /// and the outside values its reverse reads.
   LoopPlan planLoop(Stmt &s) {
+    LoopPlan plan = planLoop(s, nullptr);
+    // Innermost loops only: the reverse frames of a loop with loops inside
+    // run their Record(L), which reads more of the frame than the reverse.
+    if (!options_.tapeFactors || s.kind() != StmtKind::For || plan.counted ||
+        facts_.at(&s).hasInnerLoop)
+      return plan;
+    // The derivative factors worth taping: those of the body's top level
+    // (every iteration pushes each once). Only all of them or none, and
+    // only if the loop then pushes no more values per iteration: the
+    // locals the reverse no longer reads make room for the factors.
+    std::unordered_set<const Stmt *> factors;
+    std::vector<const Stmt *> inOrder;
+    for (Stmt &t : s.block(0))
+      if (ad::hasDerivativeFactor(t) && activity_.isActive(&t) &&
+          activity_.isActive(t.operand(0)) && factors.insert(&t).second)
+        inOrder.push_back(&t);
+    if (factors.empty())
+      return plan;
+    LoopPlan taping = planLoop(s, &factors);
+    if (taping.perIteration.size() + factors.size() > plan.perIteration.size())
+      return plan;
+    taping.tapedFactors = std::move(inOrder);
+    return taping;
+  }
+
+  /// `planLoop` with the factors of `factors` taped (null: none). With
+  /// some, the plan also keeps what the loop's reverse frames replay.
+  LoopPlan planLoop(Stmt &s, const std::unordered_set<const Stmt *> *factors) {
     std::vector<Stmt *> inside;
     std::vector<const Value *> roots;
     // `boxing`: no untaped loop lies between `s` and `block`. Below an
@@ -185,7 +218,9 @@ private:
     std::unordered_set<const Stmt *> scope(inside.begin(), inside.end());
     std::unordered_set<const Value *> neededInside, read;
     LoopPlan plan;
+    needs_.setTapedFactors(factors);
     needs_.compute(inside, &scope, neededInside, read, roots, &plan.outsideNeeds);
+    needs_.setTapedFactors(nullptr);
     const LoopFacts &facts = facts_.at(&s);
     const std::unordered_set<const Value *> &written = facts.writes;
     // A written local is pushed only if a needed load can see the value it
@@ -214,6 +249,10 @@ private:
         plan.atEntry.push_back(a);
       else if (exposed.count(a))
         plan.perIteration.push_back(a);
+    }
+    if (factors) {
+      plan.replayValues = std::move(neededInside);
+      plan.replayLocals = std::move(read);
     }
     return plan;
   }
@@ -255,6 +294,7 @@ private:
   std::unordered_map<const Stmt *, LoopFacts> facts_;            // per loop (isLoop)
   std::unordered_map<const Value *, std::vector<size_t>> loads_; // per local, ascending
   Kernel &src_;
+  const Activity &activity_;
   const std::unordered_set<const Stmt *> &breaking_;
   ReverseADOptions options_;
   NeededValues needs_;

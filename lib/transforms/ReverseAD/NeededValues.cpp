@@ -77,8 +77,9 @@ void NeededValues::compute(const std::vector<Stmt *> &stmts,
     case StmtKind::Binary:
     case StmtKind::Unary:
     case StmtKind::Select:
-      // What the partials read (DerivativeRules.h).
-      if (activity_.isActive(s))
+      // What the partials read (DerivativeRules.h); nothing where the
+      // factor is taped.
+      if (activity_.isActive(s) && !(tapedFactors_ && tapedFactors_->count(s)))
         ad::primalReads(
             *s, [&](const Value *v) { return activity_.isActive(v); },
             [&](const Value *v) { need(v); });

@@ -8,6 +8,8 @@
 //===----------------------------------------------------------------------===//
 #include "Internal.h"
 
+#include "../DerivativeRules.h"
+
 #include "qd/analysis/ConstantFolding.h"
 
 #include "qd/ir/Clone.h"
@@ -92,6 +94,34 @@ bool PrimalReplay::wanted(const Stmt &s) const {
   return false;
 }
 
+bool PrimalReplay::wantedIn(const Stmt &s, const Frame &f) const {
+  if (!f.replay)
+    return wanted(s);
+  if (auto *a = dyn_cast<AllocaStmt>(&s))
+    return f.replay->replayLocals.count(a) > 0;
+  if (auto *st = dyn_cast<LocalStoreStmt>(&s)) {
+    // A store whose value the reverse does not read inside the loop is not
+    // read back in the iteration either (its next value is restored).
+    if (!f.replay->replayLocals.count(st->local()))
+      return false;
+    const auto *v = dyn_cast<Stmt>(st->value());
+    bool inLoop = false;
+    for (const Stmt *p = v; p && !inLoop; p = p->parentStmt())
+      inLoop = p == f.replayLoop;
+    return !inLoop || f.replay->replayValues.count(v) > 0;
+  }
+  return f.replay->replayValues.count(&s) > 0;
+}
+
+void PrimalReplay::pushFactor(const Stmt &s, Value *clone, IRBuilder &b, ValueMap &map, Frame &f) {
+  auto it = factorStacks_.find(&s);
+  if (it == factorStacks_.end())
+    return;
+  Value *factor = ad::derivativeFactor(
+      s, b, [&](const Value *v) { return v == &s ? clone : lookup(v, f, b, map); });
+  b.adstackPush(it->second, factor);
+}
+
 /// Clones a non-container statement with operands looked up in `f`.
 Value *PrimalReplay::cloneLeaf(const Stmt &s, IRBuilder &b, Frame &f, bool inArm) {
   ValueMap map;
@@ -141,11 +171,11 @@ void PrimalReplay::forward(Block &block, IRBuilder &b, Frame &f, bool inArm) {
     case StmtKind::Continue:
       break; // the iteration ends here anyway
     case StmtKind::Alloca:
-      if (wanted(s)) // hoisted: a frame runs each statement at most once
+      if (wantedIn(s, f)) // hoisted: a frame runs each statement at most once
         f.setDirect(&s, atTop(f).alloca(cast<AllocaStmt>(s).elementType()));
       break;
     default:
-      if (wanted(s) && !(isa<TaskIndexStmt>(s) && f.holdsDirect(&s)))
+      if (wantedIn(s, f) && !(isa<TaskIndexStmt>(s) && f.holdsDirect(&s)))
         cloneLeaf(s, b, f, inArm);
     }
   }
@@ -197,14 +227,20 @@ void PrimalReplay::plain(Block &block, IRBuilder &b, Frame &f, ValueMap &map, bo
     case StmtKind::Continue:
       b.cont();
       break;
-    default:
-      if (!wanted(s))
+    default: {
+      // A taped factor is pushed whether or not the reverse reads `s`.
+      bool factor = taping && factorStacks_.count(&s);
+      if (!wanted(s) && !factor)
         break;
       ValueMap m;
       for (unsigned i = 0; i < s.numOperands(); ++i)
         if (Value *op = s.operand(i); op && !m.count(op))
           m[op] = lookup(op, f, b, map);
-      map[&s] = b.insert(cloneStmt(s, m));
+      Value *clone = b.insert(cloneStmt(s, m));
+      map[&s] = clone;
+      if (factor)
+        pushFactor(s, clone, b, map, f);
+    }
     }
   }
 }
@@ -234,10 +270,16 @@ void PrimalReplay::saveAtEntry(Stmt &loop, IRBuilder &b, Frame &f) {
 
 /// The stacks of `loop`'s per-iteration locals, at the top of frame `f`.
 void PrimalReplay::allocateStacks(Stmt &loop, Frame &f) {
-  for (AllocaStmt *a : plan_.loops.at(&loop).perIteration) {
+  const LoopPlan &plan = plan_.loops.at(&loop);
+  for (AllocaStmt *a : plan.perIteration) {
     AdStackAllocaStmt *stack = atTop(f).adstackAlloca(a->elementType());
     stack->setLoc(loop.loc());
     stacks_[{&loop, a}] = stack;
+  }
+  for (const Stmt *t : plan.tapedFactors) {
+    AdStackAllocaStmt *stack = atTop(f).adstackAlloca(t->type().element());
+    stack->setLoc(t->loc());
+    factorStacks_[t] = stack;
   }
 }
 
