@@ -436,6 +436,7 @@ void AdStackLowering::perLaneOp(AdStackOpStmt &op, const StackRef &st) {
       c_.set(&op, lop.kind == StmtKind::AdStackLoadTop ? c_.fromMem(v, st.elem) : v);
   };
   if (lanes_.state().rowStacks.count(st.id)) {
+    lop.wholeRow = lanes_.state().wholeRowPushes.count(st.id) > 0;
     result(rowOp()); // the loop's header checked the lanes' depths
     return;
   }
@@ -484,12 +485,16 @@ std::pair<LV *, LV *> AdStackLowering::depthsOf(unsigned id) {
           lanes_.splat(b.CreateLoad(c_.i64, c_.fn->stacks[id].sharedDepth))};
 }
 
-LV *AdStackLowering::atSharedDepth(const std::vector<unsigned> &ids, LV *mask) {
+LV *AdStackLowering::atSharedDepth(const std::vector<unsigned> &ids, LV *mask,
+                                   const std::vector<unsigned> &wholeRows) {
   llvm::IRBuilder<> &b = c_.b;
   LV *apart = b.getFalse();
   for (unsigned id : ids) {
     auto [count, shared] = depthsOf(id);
-    apart = b.CreateOr(apart, b.CreateOrReduce(b.CreateAnd(mask, b.CreateICmpNE(count, shared))));
+    LV *off = b.CreateAnd(mask, b.CreateICmpNE(count, shared));
+    if (std::find(wholeRows.begin(), wholeRows.end(), id) != wholeRows.end())
+      off = b.CreateOr(off, b.CreateAnd(b.CreateNot(mask), b.CreateICmpSGT(count, shared)));
+    apart = b.CreateOr(apart, b.CreateOrReduce(off));
   }
   return b.CreateNot(apart);
 }
@@ -526,6 +531,10 @@ LV *AdStackLowering::sharedRowOp(const LaneStackOp &lop, LV *depth) {
   // The inactive lanes' slots keep their values: a load, a blend and a plain
   // store (a masked store is microcoded on AMD's Zen: several times slower).
   auto blendStore = [&](LV *v, LV *ptr) {
+    if (lop.wholeRow) { // no lane's entry lives in this row
+      b.CreateAlignedStore(v, ptr, align);
+      return;
+    }
     LV *old = b.CreateAlignedLoad(memVec, ptr, align);
     b.CreateAlignedStore(b.CreateSelect(lop.mask, v, old), ptr, align);
   };

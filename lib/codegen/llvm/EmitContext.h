@@ -120,6 +120,11 @@ struct LaneState {
   /// header, ControlFlowLowering::maskedLoop): their operations read and
   /// write rows at that depth and leave the per-lane depths alone.
   std::unordered_set<unsigned> rowStacks;
+  /// Those of rowStacks the body only pushes, checked at the header to have
+  /// no inactive lane above the shared depth either: the depth only grows
+  /// in the body, so the row a push writes is free in every lane and the
+  /// push stores the whole row.
+  std::unordered_set<unsigned> wholeRowPushes;
   /// Per-lane if arms being emitted: the block after the arm, and the depth
   /// of FunctionState::loops there.
   std::vector<std::pair<BasicBlock *, size_t>> ifExits;

@@ -166,22 +166,26 @@ void ControlFlowLowering::maskedLoop(Stmt &loop) {
   // body uses, one version of the body runs their operations as rows (no
   // per-lane depths to update or compare per operation); the lanes' depths
   // catch up in the latch. Otherwise the other version runs.
-  std::vector<unsigned> rows = rowStacksOf(loop);
+  std::vector<unsigned> pushOnly;
+  std::vector<unsigned> rows = rowStacksOf(loop, pushOnly);
   llvm::AllocaInst *rowsRan = nullptr;
   inLoop({blocks.latch, blocks.exit, &loop}, [&] {
     if (rows.empty())
       return e_.emitBlock(loop.block(0));
     rowsRan = c_.entryAlloca(b.getInt1Ty(), "rows");
-    LV *together = e_.adstacks().atSharedDepth(rows, active);
+    LV *together = e_.adstacks().atSharedDepth(rows, active, pushOnly);
     b.CreateStore(together, rowsRan);
     BasicBlock *asRows = c_.newBlock("lanes.rows");
     BasicBlock *perLane = c_.newBlock("lanes.perlane");
     b.CreateCondBr(together, asRows, perLane);
     b.SetInsertPoint(asRows);
     state.rowStacks.insert(rows.begin(), rows.end());
+    state.wholeRowPushes.insert(pushOnly.begin(), pushOnly.end());
     e_.emitBlock(loop.block(0));
     for (unsigned id : rows)
       state.rowStacks.erase(id);
+    for (unsigned id : pushOnly)
+      state.wholeRowPushes.erase(id);
     if (!b.GetInsertBlock()->getTerminator())
       b.CreateBr(blocks.latch);
     b.SetInsertPoint(perLane);
@@ -203,10 +207,12 @@ void ControlFlowLowering::maskedLoop(Stmt &loop) {
   state.mask = entryMask;
 }
 
-std::vector<unsigned> ControlFlowLowering::rowStacksOf(Stmt &loop) {
+std::vector<unsigned> ControlFlowLowering::rowStacksOf(Stmt &loop,
+                                                       std::vector<unsigned> &pushOnly) {
   const TaskVectorPlan &plan = lanes_.plan();
   bool own = loop.kind() == StmtKind::For;
   std::vector<unsigned> ids;
+  std::unordered_set<unsigned> notPushes;
   walk(loop.block(0), [&](Stmt &s) {
     bool jumpsOut = (s.kind() == StmtKind::Break || s.kind() == StmtKind::Continue) &&
                     !jumpTarget(s)->parent()->isNestedIn(&loop.block(0));
@@ -217,11 +223,20 @@ std::vector<unsigned> ControlFlowLowering::rowStacksOf(Stmt &loop) {
     if (!op || !plan.isLaneStack(op->stack()))
       return;
     auto known = c_.stacks.find(op->stack());
-    if (known != c_.stacks.end() &&
-        std::find(ids.begin(), ids.end(), known->second.id) == ids.end())
+    if (known == c_.stacks.end())
+      return;
+    if (std::find(ids.begin(), ids.end(), known->second.id) == ids.end())
       ids.push_back(known->second.id);
+    if (op->kind() != StmtKind::AdStackPush)
+      notPushes.insert(known->second.id);
   });
-  return own ? ids : std::vector<unsigned>{};
+  pushOnly.clear();
+  if (!own)
+    return {};
+  for (unsigned id : ids)
+    if (!notPushes.count(id))
+      pushOnly.push_back(id);
+  return ids;
 }
 
 // A branch, or in a masked loop, the active lanes leave (break) or skip the

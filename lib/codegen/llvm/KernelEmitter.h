@@ -111,7 +111,8 @@ private:
   /// the loop's own mask, when the body has no divergence of its own (no
   /// per-lane if, masked loop or jump out): its iterations may run them as
   /// rows at the shared depth. Empty otherwise.
-  std::vector<unsigned> rowStacksOf(Stmt &loop);
+  /// `pushOnly`: those of them the body only pushes.
+  std::vector<unsigned> rowStacksOf(Stmt &loop, std::vector<unsigned> &pushOnly);
   void vectorIf(IfStmt &i, LV *cond, LV *entryMask);
 
   EmitContext &c_;
@@ -130,7 +131,9 @@ public:
   void finishFunction();
   /// Whether the lanes of `mask` stand at the shared depth of every lane
   /// stack of `ids` (an i1).
-  LV *atSharedDepth(const std::vector<unsigned> &ids, LV *mask);
+  /// For those of `wholeRows` also no other lane above it.
+  LV *atSharedDepth(const std::vector<unsigned> &ids, LV *mask,
+                    const std::vector<unsigned> &wholeRows = {});
   /// After row operations (EmitContext.h, LaneState::rowStacks) under
   /// `mask`: those lanes' depths are the shared depth again.
   void syncLaneCounts(const std::vector<unsigned> &ids, LV *mask);
@@ -159,6 +162,7 @@ private:
     StmtKind kind{};
     unsigned underflow = 0;
     LV *value = nullptr, *count = nullptr, *mask = nullptr, *activeOnes = nullptr;
+    bool wholeRow = false; // a push may store the whole row (LaneState::wholeRowPushes)
   };
   /// Where a lane stack's rows are: its base, the bytes of one lane's
   /// primal, the row type and alignment, the bytes of a row and the offset
