@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# qd against the hand-written vectorised loop on a noisy machine: runs
+# `qd-bench-gradients --quick --only W --reps 3 --threads T` RUNS times and
+# prints, per side, the four smallest gradient times and the ratio of the
+# two minima (a single run's ratio moves by +-15% on a shared 2-core VM;
+# docs/performance.md, session 21).
+#   bench/min-series.sh [WORKLOAD=b] [THREADS=1] [RUNS=10]
+#   QD_BENCH_GRADIENTS   the executable (default: build/bench/qd-bench-gradients)
+set -euo pipefail
+workload=${1:-b}
+threads=${2:-1}
+runs=${3:-10}
+bench=${QD_BENCH_GRADIENTS:-$(dirname "$0")/../build/bench/qd-bench-gradients}
+for _ in $(seq "$runs"); do
+  "$bench" --quick --only "$workload" --reps 3 --threads "$threads" 2>&1 |
+    grep -E "^  (qd-cpu|hand-written vectorised)" | head -2
+done | python3 -c '
+import re, sys
+times = {"qd": [], "hw": []}
+for line in sys.stdin:
+    cols = re.split(r"\s{2,}", line.strip())
+    times["qd" if line.lstrip().startswith("qd-cpu") else "hw"].append(float(cols[3]))
+if not times["qd"] or not times["hw"]:
+    sys.exit("min-series: no timings (is the benchmark built?)")
+q, h = sorted(times["qd"]), sorted(times["hw"])
+print(f"qd {q[:4]} hand-written {h[:4]} ratio of minima {q[0] / h[0]:.3f}")
+'
