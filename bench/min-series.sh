@@ -11,17 +11,20 @@ workload=${1:-b}
 threads=${2:-1}
 runs=${3:-10}
 bench=${QD_BENCH_GRADIENTS:-$(dirname "$0")/../build/bench/qd-bench-gradients}
-for _ in $(seq "$runs"); do
+rows=$(for _ in $(seq "$runs"); do
   "$bench" --quick --only "$workload" --reps 3 --threads "$threads" 2>&1 |
-    grep -E "^  (qd-cpu|hand-written vectorised)" | head -2
-done | python3 -c '
+    grep -E "^  (qd-cpu|hand-written vectorised)" | head -2 || true
+done)
+if ! grep -q "qd-cpu" <<<"$rows" || ! grep -q "hand-written" <<<"$rows"; then
+  echo "min-series: no timings from $bench (is it built?)" >&2
+  exit 1
+fi
+python3 -c '
 import re, sys
 times = {"qd": [], "hw": []}
 for line in sys.stdin:
     cols = re.split(r"\s{2,}", line.strip())
     times["qd" if line.lstrip().startswith("qd-cpu") else "hw"].append(float(cols[3]))
-if not times["qd"] or not times["hw"]:
-    sys.exit("min-series: no timings (is the benchmark built?)")
 q, h = sorted(times["qd"]), sorted(times["hw"])
 print(f"qd {q[:4]} hand-written {h[:4]} ratio of minima {q[0] / h[0]:.3f}")
-'
+' <<<"$rows"

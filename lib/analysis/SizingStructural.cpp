@@ -8,7 +8,6 @@
 
 #include <algorithm>
 #include <limits>
-#include <tuple>
 
 namespace qd::sizing {
 
@@ -279,8 +278,9 @@ Summary StructuralSizer::forLoop(ForStmt &loop) {
   if (symbolic_) {
     auto cached = trips_ ? trips_->find(&loop) : TripCache::iterator();
     if (trips_ && cached != trips_->end()) {
-      std::tie(begin, end, trip) =
-          std::tie(cached->second[0], cached->second[1], cached->second[2]);
+      begin = cached->second[0];
+      end = cached->second[1];
+      trip = cached->second[2];
     } else {
       begin = bound(loop.begin(), loop);
       end = bound(loop.end(), loop);

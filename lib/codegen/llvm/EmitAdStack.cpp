@@ -528,10 +528,12 @@ LV *AdStackLowering::sharedRowOp(const LaneStackOp &lop, LV *depth) {
     return b.CreateGEP(b.getInt8Ty(), r.base, b.CreateMul(index, r.rowBytes));
   };
   auto adjointOf = [&](LV *ptr) { return b.CreateGEP(b.getInt8Ty(), ptr, r.adjointOffset); };
-  // The inactive lanes' slots keep their values: a load, a blend and a plain
-  // store (a masked store is microcoded on AMD's Zen: several times slower).
-  auto blendStore = [&](LV *v, LV *ptr) {
-    if (lop.wholeRow) { // no lane's entry lives in this row
+  // Writes the active lanes' slots of a row. The inactive lanes' slots keep
+  // their values: a load, a blend and a plain store (a masked store is
+  // microcoded on AMD's Zen: several times slower); a whole-row push stores
+  // the row, whose slots hold no lane's entry.
+  auto storeRow = [&](LV *v, LV *ptr) {
+    if (lop.wholeRow) {
       b.CreateAlignedStore(v, ptr, align);
       return;
     }
@@ -543,9 +545,9 @@ LV *AdStackLowering::sharedRowOp(const LaneStackOp &lop, LV *depth) {
         b.CreateICmpSLT(depth, f.capacity), st,
         [&] {
           LV *ptr = row(depth);
-          blendStore(lop.value, ptr);
+          storeRow(lop.value, ptr);
           if (st.entryBytes > r.primalBytes)
-            blendStore(llvm::Constant::getNullValue(memVec), adjointOf(ptr));
+            storeRow(llvm::Constant::getNullValue(memVec), adjointOf(ptr));
         },
         [&] { return b.CreateSub(b.CreateAdd(depth, b.getInt64(1)), f.capacity); });
     return nullptr;
@@ -562,7 +564,7 @@ LV *AdStackLowering::sharedRowOp(const LaneStackOp &lop, LV *depth) {
   LV *cur = b.CreateMaskedLoad(memVec, adjointOf(ptr), align, lop.mask, zero);
   if (lop.kind == StmtKind::AdStackLoadTopAdj)
     return cur;
-  blendStore(b.CreateFAdd(cur, lop.value), adjointOf(ptr));
+  storeRow(b.CreateFAdd(cur, lop.value), adjointOf(ptr));
   return nullptr;
 }
 
