@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The main job, from a fresh machine: installs dependencies, builds qd,
 # optimises the example kernel with qd-opt, differentiates it (reverse-ad),
-# and runs the kernel and its gradient on the reference interpreter with
-# qd-run, printing the fields as JSON.
+# and runs the kernel and its gradient with qd-run on the LLVM CPU backend
+# (its default), printing the fields as JSON.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh
