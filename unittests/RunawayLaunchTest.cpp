@@ -8,6 +8,8 @@
 // also has a deterministic loop iteration limit.
 //
 //===----------------------------------------------------------------------===//
+#include "support/RunawayKernels.h"
+
 #include "qd/interp/Interpreter.h"
 #include "qd/ir/Parser.h"
 #include "qd/ir/Verifier.h"
@@ -73,6 +75,7 @@ kernel @nested(%n: i32) {
     }
   }
 }
+
 )";
 
 struct BackendCase {
@@ -105,7 +108,7 @@ std::vector<BackendCase> &backends() {
 }
 
 std::unique_ptr<Module> parse() {
-  auto m = parseModule(kSource, {"runaway.qd", 1});
+  auto m = parseModule(std::string(kSource) + kShortLoopsKernel, {"runaway.qd", 1});
   EXPECT_TRUE(m.ok()) << m.status();
   EXPECT_TRUE(verify(**m).ok());
   return *std::move(m);
@@ -170,6 +173,36 @@ TEST(RunawayLaunchTest, NestedLoopsWithHugeDynamicTripCountsStop) {
     o.timeout = 60s;
     ASSERT_TRUE(launch(*p, *c.backend, "nested", 300, o).ok());
     EXPECT_EQ(p->field("sum")->get(0).i, 300 * 300);
+  }
+}
+
+// Many threads, each running fewer back edges than the interval between two
+// stop checks of one thread (a GPU launch runs a thread per task iteration):
+// their counts start staggered, so some of them check and the launch stops.
+TEST(RunawayLaunchTest, ManyShortLoopsStopToo) {
+  auto m = parse();
+  for (BackendCase &c : backends()) {
+    SCOPED_TRACE(c.name);
+    auto p = *Program::create(*m);
+    auto run = [&](int32_t tasks, int32_t count, const LaunchOptions &o) {
+      LaunchArg args[] = {LaunchArg::i32(tasks), LaunchArg::i32(count)};
+      return p->launch("short", args, *c.backend, o);
+    };
+    LaunchOptions o;
+    o.timeout = 100ms;
+    auto start = Clock::now();
+    // 2^31 - 1 loops of 30000 iterations: hours on any backend.
+    absl::Status s = run(INT32_MAX, 30000, o);
+    auto took = Clock::now() - start;
+    EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
+    EXPECT_TRUE(s.message().find("runaway.qd:49:5: error: the launch ran past its timeout") == 0 ||
+                s.message().find("runaway.qd:45:3: error: the launch ran past its timeout") == 0)
+        << s;
+    EXPECT_LT(took, 20s);
+    o.timeout = 60s;
+    ASSERT_TRUE(run(1000, 5, o).ok());
+    for (int i = 0; i < 64; ++i)
+      ASSERT_EQ(p->field("x")->get(i).f, 5) << "element " << i;
   }
 }
 

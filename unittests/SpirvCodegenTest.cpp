@@ -4,8 +4,9 @@
 // parses and verifies), with its gradient and dual kernels where autodiff
 // builds them, becomes a SPIR-V module that SPIRV-Tools validates for
 // Vulkan 1.1, before and after its performance passes, with and without
-// bounds checks, float atomics and loop exit checks; its launches are the
-// NVPTX target's (same entries, same shared values). Also: the features a kernel needs
+// bounds checks, float atomics, loop exit checks and stop checks; its
+// launches are the NVPTX target's (same entries, same shared values, the
+// same loops with stop checks). Also: the features a kernel needs
 // are named when the device lacks them, and the launch data layout.
 //
 //===----------------------------------------------------------------------===//
@@ -31,11 +32,24 @@
 namespace qd {
 namespace {
 
-/// "" when the SPIR-V layout's launches are the NVPTX target's.
-std::string sameLaunchesAsNvptx(const Kernel &k, const KernelLayout &spirv) {
+/// The loops with a stop check (KernelLayout::Site::stopCheck), in order.
+std::vector<const Stmt *> stopSites(const KernelLayout &layout) {
+  std::vector<const Stmt *> loops;
+  for (const KernelLayout::ErrorSite &site : layout.sites)
+    if (site.stopCheck)
+      loops.push_back(site.stmt);
+  std::sort(loops.begin(), loops.end());
+  return loops;
+}
+
+/// "" when the SPIR-V layout's launches are the NVPTX target's (and, with
+/// stop checks, its loops with a stop check).
+std::string sameLaunchesAsNvptx(const Kernel &k, const KernelLayout &spirv, bool stopChecks) {
   llvm::LLVMContext context;
   KernelLayout nvptx;
-  auto m = emitKernel(k, context, CodegenOptions(), nvptx, CodegenTarget::Nvptx);
+  CodegenOptions options;
+  options.stopChecks = stopChecks;
+  auto m = emitKernel(k, context, options, nvptx, CodegenTarget::Nvptx);
   if (!m.ok())
     return "nvptx: " + std::string(m.status().message());
   if (nvptx.launches.size() != spirv.launches.size())
@@ -49,6 +63,9 @@ std::string sameLaunchesAsNvptx(const Kernel &k, const KernelLayout &spirv) {
     return fmt::format("{} shared values, nvptx has {}", spirv.numValues, nvptx.numValues);
   if (nvptx.stacks.size() != spirv.stacks.size())
     return fmt::format("{} adstacks, nvptx has {}", spirv.stacks.size(), nvptx.stacks.size());
+  if (stopSites(spirv) != stopSites(nvptx))
+    return fmt::format("{} loops with stop checks, nvptx has {}", stopSites(spirv).size(),
+                       stopSites(nvptx).size());
   return "";
 }
 
@@ -65,7 +82,8 @@ void compileKernel(const Kernel &k, const std::string &tag, Results &r) {
     options.optimize = variant != 2;      // the emitter's own output is valid too
     options.features.atomicFloat32Add = options.features.atomicFloat64Add = variant == 1;
     options.checkLoopExits = variant >= 2; // lavapipe's code, before and after the passes
-    if (variant == 1 || variant == 2)      // local tapes, before and after the passes
+    options.stopChecks = variant == 1 || variant == 2; // before and after the passes
+    if (variant == 1 || variant == 2)                  // local tapes, before and after the passes
       walk(const_cast<Kernel &>(k), [&](Stmt &s) {
         if (auto *a = dyn_cast<AdStackAllocaStmt>(&s))
           options.localAdStackEntries[a] = 32;
@@ -94,8 +112,9 @@ void compileKernel(const Kernel &k, const std::string &tag, Results &r) {
       r.fail(fmt::format("{} @{} (variant {}): invalid SPIR-V: {}", tag, k.name(), variant, bad));
       return;
     }
-    if (variant == 0)
-      if (std::string bad = sameLaunchesAsNvptx(k, emitted->layout); !bad.empty())
+    if (variant <= 1)
+      if (std::string bad = sameLaunchesAsNvptx(k, emitted->layout, options.stopChecks);
+          !bad.empty())
         r.fail(fmt::format("{} @{}: {}", tag, k.name(), bad));
     std::lock_guard<std::mutex> lock(r.mutex);
     ++r.modules;

@@ -17,6 +17,7 @@
 #include "Corpus.h"
 #include "GpuBackendChecks.h"
 #include "ProgramGen.h"
+#include "RunawayKernels.h"
 
 #include "qd/interp/Interpreter.h"
 #include "qd/ir/Parser.h"
@@ -32,6 +33,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -43,6 +45,7 @@
 #include <numbers>
 #include <optional>
 #include <sstream>
+#include <thread>
 #include <vector>
 
 namespace qd {
@@ -530,6 +533,69 @@ kernel @lanes(%n: i32) {{
 // 70000 passes of each invocation's grid-stride loop, which lavapipe ends;
 // the error names the task and says to give it more invocations, which
 // (the default grid of 65536: 69 passes each) runs it to its end.
+// A launch with a timeout or a cancel flag runs code with stop checks
+// (SpirvOptions::stopChecks) and stops with the error naming the loop; the
+// next launch works. Where the driver ends long loops itself (lavapipe,
+// after 65535 iterations of an invocation), an endless loop is that error
+// instead, so there the launch that is stopped is a finite one too long for
+// the timeout: 2^21 invocations of 1000 iterations, seconds of work.
+TEST_F(VulkanBackendTest, ATimeoutOrACancelFlagStopsALaunchNamingTheLoop) {
+  REQUIRE_DEVICE();
+  using namespace std::chrono_literals;
+  auto module =
+      *parseModule(std::string("field @x : f32[64]\n") + kShortLoopsKernel, {"short.qd", 1});
+  auto program = *Program::create(*module);
+  const int32_t endless = gpu()->deviceInfo().endsLongLoops ? 1000 : -1;
+  auto run = [&](int32_t n, const LaunchOptions &o) {
+    LaunchArg args[] = {LaunchArg::i32(1 << 21), LaunchArg::i32(n)};
+    return program->launch("short", args, *gpu(), o);
+  };
+  auto finiteRunWorks = [&](const LaunchOptions &o) {
+    absl::Status ran = run(7, o);
+    ASSERT_TRUE(ran.ok()) << message(ran);
+    for (int i = 0; i < 64; ++i)
+      ASSERT_EQ(program->field("x")->get(i).f, 7) << "element " << i;
+  };
+
+  LaunchOptions o;
+  o.timeout = 100ms;
+  auto start = std::chrono::steady_clock::now();
+  absl::Status s = run(endless, o);
+  auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s.message();
+  EXPECT_EQ(message(s).find("short.qd:8:5: error: the launch ran past its timeout of 100 ms and "
+                            "was stopped in this loop"),
+            0u)
+      << message(s);
+  EXPECT_NE(message(s).find("task at short.qd:4:3: `while` loop"), std::string::npos) << message(s);
+  EXPECT_GE(took, 100ms);
+  EXPECT_LT(took, 20s); // compiles included
+  // The same code (with stop checks) runs a finite launch to its end.
+  o.timeout = 60s;
+  finiteRunWorks(o);
+  finiteRunWorks({});
+
+  std::atomic<bool> cancel{false};
+  LaunchOptions c;
+  c.cancel = &cancel;
+  std::thread canceller([&] {
+    std::this_thread::sleep_for(50ms);
+    cancel.store(true);
+  });
+  s = run(endless, c);
+  canceller.join();
+  EXPECT_EQ(s.code(), absl::StatusCode::kCancelled) << s.message();
+  EXPECT_EQ(message(s).find("short.qd:8:5: error: the launch was cancelled "
+                            "(LaunchOptions::cancel) while in this loop"),
+            0u)
+      << message(s);
+  // A flag that is already set stops a launch at its first checks.
+  s = run(endless, c);
+  EXPECT_EQ(s.code(), absl::StatusCode::kCancelled) << s.message();
+  cancel.store(false);
+  finiteRunWorks(c);
+}
+
 TEST_F(VulkanBackendTest, AParallelTaskWithTooManyIterationsPerInvocationIsAnError) {
   REQUIRE_LAVAPIPE();
   auto module = *parseModule(R"(field @c : i32[64]

@@ -5,14 +5,18 @@
 
 #include "qd/analysis/AdStackSizing.h"
 #include "qd/runtime/LaunchPlan.h"
+#include "qd/runtime/LaunchWatchdog.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cassert>
 #include <cstring>
 #include <limits>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <tuple>
 
 namespace qd {
@@ -147,12 +151,14 @@ struct VulkanBackend::Impl {
   std::shared_ptr<vk::Device> device;
   int64_t threads = 0;
   mutable std::mutex compileMutex, launchMutex;
-  /// Keyed by (kernel, bounds checks, local array entries per stack id:
-  /// empty for the code that keeps every stack in the heap).
-  std::map<std::tuple<uint64_t, bool, std::vector<int64_t>>, std::unique_ptr<Compiled>> cache;
+  /// Keyed by (kernel, bounds checks, stop checks, local array entries per
+  /// stack id: empty for the code that keeps every stack in the heap).
+  std::map<std::tuple<uint64_t, bool, bool, std::vector<int64_t>>, std::unique_ptr<Compiled>> cache;
   static constexpr size_t kMaxLocalVariants = 4;
   std::map<uint64_t, std::unique_ptr<KernelSizing>> sizings;
-  DeviceBuffer heap, launchData, launchStaging;
+  /// stopWord: host-visible, the word stop checks read (created at the
+  /// first launch that may be stopped).
+  DeviceBuffer heap, launchData, launchStaging, stopWord;
   int64_t lastHeapBytes = 0, lastThreads = 0;
   /// Two timestamp queries while timing is on (VulkanBackend::timeKernels);
   /// lastKernelMs < 0: no launch timed since.
@@ -173,9 +179,10 @@ struct VulkanBackend::Impl {
     return *slot;
   }
 
-  /// The code of `kernel`; with `local` (entries per stack id, of the heap
-  /// code's layout `heapLayout`), the variant with those local tapes.
-  absl::StatusOr<Compiled *> compile(const Kernel &kernel, bool boundsChecked,
+  /// The code of `kernel` (with stop checks for launches that may be
+  /// stopped); with `local` (entries per stack id, of the heap code's
+  /// layout `heapLayout`), the variant with those local tapes.
+  absl::StatusOr<Compiled *> compile(const Kernel &kernel, bool boundsChecked, bool stopChecks,
                                      const std::vector<int64_t> &local = {},
                                      const KernelLayout *heapLayout = nullptr);
   absl::Status launch(Program &program, const Kernel &kernel, std::span<const LaunchArg> args,
@@ -183,10 +190,10 @@ struct VulkanBackend::Impl {
 };
 
 absl::StatusOr<VulkanBackend::Impl::Compiled *>
-VulkanBackend::Impl::compile(const Kernel &kernel, bool boundsChecked,
+VulkanBackend::Impl::compile(const Kernel &kernel, bool boundsChecked, bool stopChecks,
                              const std::vector<int64_t> &local, const KernelLayout *heapLayout) {
   std::lock_guard<std::mutex> lock(compileMutex);
-  auto key = std::tuple(kernel.uniqueId(), boundsChecked, local);
+  auto key = std::tuple(kernel.uniqueId(), boundsChecked, stopChecks, local);
   if (auto it = cache.find(key); it != cache.end())
     return it->second.get();
   sizingOfLocked(kernel);
@@ -197,6 +204,13 @@ VulkanBackend::Impl::compile(const Kernel &kernel, bool boundsChecked,
   so.features.atomicFloat32Add &= options.floatAtomics;
   so.features.atomicFloat64Add &= options.floatAtomics;
   so.checkLoopExits = device->info().checkLoopExits;
+  so.stopChecks = stopChecks;
+  // A device on the host's processor reads the word as cheaply as the CPU
+  // backend does (and lavapipe ends loops after 65535 iterations: a check
+  // every 65536th would never run there).
+  so.stopCheckInterval = device->info().cpu || device->info().endsLongLoops
+                             ? abi::kStopCheckInterval
+                             : abi::kDeviceStopCheckInterval;
   for (size_t i = 0; i < local.size() && heapLayout; ++i)
     so.localAdStackEntries[heapLayout->stacks.at(i).stmt] = local[i];
   auto spirv = emitSpirv(kernel, so);
@@ -215,7 +229,7 @@ VulkanBackend::Impl::compile(const Kernel &kernel, bool boundsChecked,
                                        "vkCreateShaderModule (kernel @" + kernel.name() + ")");
         !s.ok())
       return s;
-    uint32_t bindings = uint32_t(2 + c->spirv.layout.slots.size());
+    uint32_t bindings = uint32_t(2 + c->spirv.layout.slots.size()) + (stopChecks ? 1 : 0);
     std::vector<VkDescriptorSetLayoutBinding> b(bindings);
     for (uint32_t i = 0; i < bindings; ++i)
       b[i] = {i, VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 1, VK_SHADER_STAGE_COMPUTE_BIT, nullptr};
@@ -383,7 +397,7 @@ absl::StatusOr<const KernelSizing *> VulkanBackend::adStackSizing(const Kernel &
 }
 
 absl::StatusOr<const SpirvKernel *> VulkanBackend::spirv(const Kernel &kernel, bool boundsChecked) {
-  auto c = impl_->compile(kernel, boundsChecked);
+  auto c = impl_->compile(kernel, boundsChecked, /*stopChecks=*/false);
   if (!c.ok())
     return c.status();
   return &(*c)->spirv;
@@ -395,18 +409,15 @@ absl::Status VulkanBackend::launch(Program &program, const Kernel &kernel,
     return s;
   if (absl::Status s = refuseGlobalAccessChecks(kernel, options, "vulkan"); !s.ok())
     return s;
-  if (options.stoppable())
-    return absl::UnimplementedError(fmt::format(
-        "kernel @{}: the vulkan backend cannot stop a running launch (LaunchOptions::timeout and "
-        "::cancel); launch without them, or on the cpu or cuda backend",
-        kernel.name()));
   return impl_->launch(program, kernel, args, options);
 }
 
 absl::Status VulkanBackend::Impl::launch(Program &program, const Kernel &kernel,
                                          std::span<const LaunchArg> args,
                                          const LaunchOptions &options) {
-  auto compiled = compile(kernel, options.boundsChecked);
+  // A launch that may be stopped runs code that checks (SpirvOptions::stopChecks).
+  const bool stoppable = options.stoppable();
+  auto compiled = compile(kernel, options.boundsChecked, stoppable);
   if (!compiled.ok())
     return compiled.status();
   std::lock_guard<std::mutex> lock(launchMutex);
@@ -429,7 +440,7 @@ absl::Status VulkanBackend::Impl::launch(Program &program, const Kernel &kernel,
           (*compiled)->localVariants, kMaxLocalVariants);
       !local.empty()) {
     Compiled &heapCode = **compiled;
-    compiled = compile(kernel, options.boundsChecked, local, &heapCode.spirv.layout);
+    compiled = compile(kernel, options.boundsChecked, stoppable, local, &heapCode.spirv.layout);
     if (!compiled.ok())
       return compiled.status();
     auto &known = heapCode.localVariants;
@@ -566,6 +577,24 @@ absl::Status VulkanBackend::Impl::launch(Program &program, const Kernel &kernel,
   infos.push_back({heap.get(), 0, VK_WHOLE_SIZE});
   for (const DeviceBuffer *b : slots)
     infos.push_back({b->get(), 0, VK_WHOLE_SIZE});
+  std::optional<std::atomic_ref<uint32_t>> stop;
+  if (c.spirv.stopBinding) {
+    if (!stopWord.get()) {
+      auto made = DeviceBuffer::allocate(device, 4, true);
+      if (!made.ok())
+        return absl::Status(made.status().code(),
+                            fmt::format("kernel @{}: cannot allocate the launch's stop word: {}",
+                                        kernel.name(), std::string(made.status().message())));
+      stopWord = *std::move(made);
+    }
+    stop.emplace(*static_cast<uint32_t *>(stopWord.mapped()));
+    // A cancel flag already set stops the launch at its first check (on a
+    // device that ends long loops, before the watchdog's first poll).
+    bool cancelled = options.cancel && options.cancel->load(std::memory_order_acquire);
+    stop->store(cancelled ? uint32_t(StopReason::Cancelled) : 0, std::memory_order_release);
+    assert(c.spirv.stopBinding == infos.size());
+    infos.push_back({stopWord.get(), 0, VK_WHOLE_SIZE});
+  }
   std::vector<VkWriteDescriptorSet> writes(infos.size());
   for (size_t i = 0; i < infos.size(); ++i) {
     writes[i] = vk::make<VkWriteDescriptorSet>(VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET);
@@ -592,6 +621,11 @@ absl::Status VulkanBackend::Impl::launch(Program &program, const Kernel &kernel,
     groups.push_back(uint32_t(n));
   }
   lastKernelMs = -1;
+  // Watches the submission, whose end device->run waits for.
+  LaunchWatchdog watchdog(options, [&](StopReason why) {
+    if (stop)
+      stop->store(uint32_t(why), std::memory_order_release);
+  });
   absl::Status ran = device->run([&](VkCommandBuffer cb) {
     VkBufferCopy up{0, 0, dataBytes};
     if (timestamps)

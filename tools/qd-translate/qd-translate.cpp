@@ -313,6 +313,7 @@ int main(int argc, char **argv) {
     options.optimize = opts.optimize;
     options.features.atomicFloat32Add = options.features.atomicFloat64Add = opts.atomicFloatAdd;
     options.checkLoopExits = opts.checkLoopExits;
+    options.stopChecks = opts.stopChecks;
     for (const qd::Kernel *kernel : kernels) {
       options.localAdStackEntries = localTapes(*kernel, opts.localAdStacks);
       auto emitted = qd::emitSpirv(*kernel, options);

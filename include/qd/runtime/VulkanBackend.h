@@ -22,8 +22,9 @@
 // launch binds gets a device-local copy the first time (a DeviceMirror,
 // qd/runtime/Buffer.h), copied again through a staging buffer only when
 // the host changed it, and back only when the host reads it. i1 elements
-// are 32-bit on the device. Launches are serialised per backend; a launch
-// with a timeout or a cancel flag is refused (no stop checks yet).
+// are 32-bit on the device. Launches are serialised per backend. A launch
+// with a timeout or a cancel flag runs code with stop checks, which read a
+// host-visible word the launch's watchdog sets (SpirvOptions::stopChecks).
 //
 // With VulkanBackendOptions::validation, the Khronos validation layer checks
 // every call, and its warnings and errors are collected

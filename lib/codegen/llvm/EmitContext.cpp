@@ -215,15 +215,23 @@ void EmitContext::stopCheck(const Stmt *loop) {
     return;
   if (auto *f = dyn_cast<ForStmt>(loop); f && f->begin().isConstant() && f->end().isConstant())
     return;
+  unsigned interval = target.stopCheckInterval();
   if (!fn->backEdges) {
     fn->backEdges = entryAlloca(i32, "back.edges");
-    entryBuilder().CreateStore(b.getInt32(0), fn->backEdges);
+    llvm::IRBuilder<> eb = entryBuilder();
+    // Staggered on a GPU: threads that each run fewer back edges than the
+    // interval still check, one check per interval back edges of them all;
+    // the first to see the word records the site, and threads that start
+    // after that return at once.
+    LV *start = target.staggersStopChecks()
+                    ? eb.CreateAnd(target.threadIndex(*this), eb.getInt32(interval - 1))
+                    : eb.getInt32(0);
+    eb.CreateStore(start, fn->backEdges);
   }
   LV *n = b.CreateAdd(b.CreateLoad(i32, fn->backEdges), b.getInt32(1));
   b.CreateStore(n, fn->backEdges);
   BasicBlock *check = newBlock("stop.check");
   BasicBlock *next = newBlock("stop.next");
-  unsigned interval = target.stopCheckInterval();
   b.CreateCondBr(b.CreateICmpEQ(b.CreateAnd(n, interval - 1), b.getInt32(0)), check, next,
                  unlikelyFirst());
   b.SetInsertPoint(check);

@@ -52,6 +52,7 @@ public:
   std::optional<unsigned> launchWordsAddressSpace() const final { return 4; }
   bool adStackIndexedDepth() const final { return true; }
   unsigned stopCheckInterval() const final { return abi::kDeviceStopCheckInterval; }
+  bool staggersStopChecks() const final { return true; }
   LV *adStackBase(EmitContext &c, unsigned id) final;
   LV *adStackRowBytes(EmitContext &c, const StackRef &stack, unsigned width) final;
   LV *adStackAdjoint(EmitContext &c, const StackRef &stack, LV *primal, unsigned width) final;

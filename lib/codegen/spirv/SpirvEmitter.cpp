@@ -177,6 +177,10 @@ void SpirvEmitter::declareBindings() {
     s.var = buffer(s.storage, wordsOf(s.elem) * 4, kFirstSlotBinding + i, name);
     s.pointer = m_.typePointer(spv::StorageClass::StorageBuffer, s.storage);
   }
+  if (opts_.stopChecks) {
+    out_.stopBinding = kFirstSlotBinding + uint32_t(slots_.size());
+    stopVar_ = buffer(b_.tU32(), 4, out_.stopBinding, "stop_word");
+  }
   Id uvec3 = m_.typeVector(b_.tU32(), 3);
   gidVar_ =
       m_.globalVariable(m_.typePointer(spv::StorageClass::Input, uvec3), spv::StorageClass::Input);
@@ -545,6 +549,43 @@ void SpirvEmitter::checkExit(const ExitFlag &flag, const Stmt &stmt) {
   raiseIf(b_.cmp(spv::Op::OpIEqual, bit, b_.u32(0)), id);
 }
 
+void SpirvEmitter::stopCheck(const Stmt &loop) {
+  if (!opts_.stopChecks)
+    return;
+  if (auto *f = dyn_cast<ForStmt>(&loop); f && f->begin().isConstant() && f->end().isConstant())
+    return;
+  Id u32 = b_.tU32();
+  if (!fn_->iterations) {
+    // Staggered: the count starts at the invocation's index modulo the
+    // interval, so that invocations which run fewer iterations than the
+    // interval (one per task iteration, each a short loop) check too, one
+    // check per interval iterations of them all. The first invocation that
+    // sees the word records the site, and every invocation that starts
+    // after that returns at once (beginFunction).
+    fn_->iterations = localVariable(u32);
+    inPrologue([&] {
+      b_.store(fn_->iterations, b_.op(spv::Op::OpBitwiseAnd, u32,
+                                      {fn_->thread, b_.u32(opts_.stopCheckInterval - 1)}));
+      return 0;
+    });
+  }
+  Id n = b_.iadd(u32, b_.load(u32, fn_->iterations), b_.u32(1));
+  b_.store(fn_->iterations, n);
+  Id due = b_.cmp(spv::Op::OpIEqual,
+                  b_.op(spv::Op::OpBitwiseAnd, u32, {n, b_.u32(opts_.stopCheckInterval - 1)}),
+                  b_.u32(0));
+  unsigned id = site(loop, "");
+  layout_.sites.back().stopCheck = true;
+  b_.ifThen(due, [&] {
+    // Written by the host while the launch runs: an atomic load, which no
+    // compiler hoists out of the loop.
+    Id word = b_.op(spv::Op::OpAtomicLoad, u32,
+                    {b_.op(spv::Op::OpAccessChain, uintPtr_, {stopVar_, b_.u32(0), b_.u32(0)}),
+                     b_.u32(kScopeDevice), b_.u32(0)});
+    raiseIf(b_.cmp(spv::Op::OpINotEqual, word, b_.u32(0)), id, {{word, b_.u32(0)}});
+  });
+}
+
 //===--- Control flow -----------------------------------------------------===//
 
 void SpirvEmitter::loop(const Stmt *stmt, const std::function<Id()> &cond,
@@ -597,6 +638,7 @@ void SpirvEmitter::visitForStmt(ForStmt &s) {
       },
       [&] {
         set(&s, i);
+        stopCheck(s);
         emitBlock(s.body());
       },
       [&] { b_.store(counter, b_.iadd(i32, b_.load(i32, counter), m_.constI32(1))); });
@@ -604,7 +646,12 @@ void SpirvEmitter::visitForStmt(ForStmt &s) {
 
 void SpirvEmitter::visitWhileStmt(WhileStmt &s) {
   loop(
-      &s, nullptr, [&] { emitBlock(s.body()); }, nullptr);
+      &s, nullptr,
+      [&] {
+        stopCheck(s);
+        emitBlock(s.body());
+      },
+      nullptr);
 }
 
 void SpirvEmitter::visitBreakStmt(BreakStmt &) {

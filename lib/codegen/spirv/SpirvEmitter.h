@@ -126,6 +126,7 @@ private:
     unsigned exitDepth = 0;
     Id localIndex = 0; // u32: the invocation in its workgroup
     Id never = 0;      // bool: exitFlagNever()
+    Id iterations = 0; // u32 variable: loop iterations run (stop checks)
     std::array<Id, ForStmt::kMaxDims> bandIndex{};
     int parallelTask = -1;
   };
@@ -185,6 +186,11 @@ private:
   /// as if the flag's store on that exit had been moved after the loop.
   Id exitFlagNever();
   void checkExit(const ExitFlag &flag, const Stmt &stmt);
+  /// With SpirvOptions::stopChecks, at the start of an iteration of `loop`
+  /// (a `for` with a run-time trip count or a `while`): counts it and,
+  /// every stopCheckInterval-th, raises the loop's stop site if the host
+  /// set the stop word.
+  void stopCheck(const Stmt &loop);
 
   // Parts.
   Id integerBinary(BinaryStmt &s, Id x, Id y);
@@ -213,7 +219,7 @@ private:
   std::vector<SlotInfo> slots_;
   std::map<const Stmt *, unsigned> slotOfStmt_;
   std::unordered_map<const Value *, unsigned> stackIds_;
-  Id controlVar_ = 0, heapVar_ = 0, uintPtr_ = 0, gidVar_ = 0;
+  Id controlVar_ = 0, heapVar_ = 0, uintPtr_ = 0, gidVar_ = 0, stopVar_ = 0;
   /// The loop exit flags: `uint[loopFlagWords_ * workgroupSize]` in
   /// Workgroup memory, declared at the end (when the deepest nesting is
   /// known); word `level / 32 * workgroupSize + local invocation` holds

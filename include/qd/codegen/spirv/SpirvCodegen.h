@@ -22,7 +22,10 @@
 //              entryWords (the interleaved layout of DESIGN.md, in words);
 //   binding 2+i  global slot i of KernelLayout::slots, a runtime array of
 //              its element type (i1 as a 32-bit 0/1, f32/f64 as uint/ulong
-//              when a float atomic add needs a compare-exchange loop).
+//              when a float atomic add needs a compare-exchange loop);
+//   binding 2+S  with SpirvOptions::stopChecks (S slots): the stop word,
+//              `uint words[]` whose word 0 the host sets to a StopReason
+//              while the launch runs (SpirvKernel::stopBinding).
 //
 // Statements keep the interpreter's semantics, error sites included: a
 // failing bounds check, an integer division by zero, a bad shift or an
@@ -40,6 +43,7 @@
 #pragma once
 
 #include "qd/abi/KernelLayout.h"
+#include "qd/abi/LaunchContext.h"
 #include "qd/ir/Module.h"
 
 #include <absl/status/statusor.h>
@@ -82,6 +86,14 @@ struct SpirvOptions {
   /// not set (Mesa's lavapipe ends an invocation's loops after 65535
   /// iterations in all; docs/runtime.md, "Vulkan backend").
   bool checkLoopExits = false;
+  /// Stop checks (LaunchOptions::timeout and ::cancel): each `for` with a
+  /// run-time trip count and each `while` counts its iterations (one
+  /// counter per entry) and, every `stopCheckInterval`-th (a power of
+  /// two), reads the stop word with an atomic load; when the host has set
+  /// it, the invocation records the loop's stop site (KernelLayout::ErrorSite::
+  /// stopCheck) with the reason and returns.
+  bool stopChecks = false;
+  unsigned stopCheckInterval = abi::kDeviceStopCheckInterval;
   /// Local tapes: the stacks named here (by their alloca) live in an array
   /// of that many entries per invocation (Function storage, which a GPU
   /// keeps in its cached local memory) instead of the heap; their
@@ -117,6 +129,8 @@ struct SpirvKernel {
   /// entryBytes is 4x this.
   std::vector<uint32_t> entryWords;
   unsigned workgroupSize = 64;
+  /// The binding of the stop word (SpirvOptions::stopChecks), 0 without.
+  uint32_t stopBinding = 0;
 };
 
 /// Emits `kernel` (verified). Fails with FailedPrecondition naming the
