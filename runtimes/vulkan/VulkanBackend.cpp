@@ -580,11 +580,20 @@ absl::Status VulkanBackend::Impl::launch(Program &program, const Kernel &kernel,
   std::optional<std::atomic_ref<uint32_t>> stop;
   if (c.spirv.stopBinding) {
     if (!stopWord.get()) {
-      auto made = DeviceBuffer::allocate(device, 4, true);
+      // In device-local memory the host maps (the BAR): NVIDIA's GPUs cache
+      // host memory in their L2, and a running shader never saw the host's
+      // write to a word there (H200, driver 580); through the BAR it did.
+      auto made = DeviceBuffer::allocate(device, 4, true, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT);
       if (!made.ok())
         return absl::Status(made.status().code(),
                             fmt::format("kernel @{}: cannot allocate the launch's stop word: {}",
                                         kernel.name(), std::string(made.status().message())));
+      if (!(made->memoryFlags() & VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT) && !info.cpu)
+        return absl::FailedPreconditionError(fmt::format(
+            "kernel @{}: '{}' has no device-local memory the host can map, where a running "
+            "launch would see its stop word (LaunchOptions::timeout and ::cancel); launch "
+            "without them, or on the cpu or cuda backend",
+            kernel.name(), info.name));
       stopWord = *std::move(made);
     }
     stop.emplace(*static_cast<uint32_t *>(stopWord.mapped()));

@@ -622,6 +622,7 @@ DeviceBuffer &DeviceBuffer::operator=(DeviceBuffer &&o) noexcept {
     memory_ = std::exchange(o.memory_, VkDeviceMemory(VK_NULL_HANDLE));
     size_ = std::exchange(o.size_, 0);
     mapped_ = std::exchange(o.mapped_, nullptr);
+    flags_ = std::exchange(o.flags_, 0);
   }
   return *this;
 }
@@ -642,7 +643,8 @@ void DeviceBuffer::reset() {
 }
 
 absl::StatusOr<DeviceBuffer> DeviceBuffer::allocate(std::shared_ptr<const Device> device,
-                                                    size_t bytes, bool hostVisible) {
+                                                    size_t bytes, bool hostVisible,
+                                                    VkMemoryPropertyFlags prefer) {
   const Api &api = device->api();
   DeviceBuffer b;
   b.device_ = device;
@@ -661,10 +663,11 @@ absl::StatusOr<DeviceBuffer> DeviceBuffer::allocate(std::shared_ptr<const Device
   VkMemoryPropertyFlags flags =
       hostVisible ? VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT : 0;
   VkMemoryPropertyFlags preferred =
-      hostVisible ? flags : VkMemoryPropertyFlags(VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT);
+      hostVisible ? flags | prefer : VkMemoryPropertyFlags(VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT);
   auto type = device->memoryType(req.memoryTypeBits, flags, preferred);
   if (!type.ok())
     return type.status();
+  b.flags_ = device->memoryTypeFlags(*type);
   auto mai = vk::make<VkMemoryAllocateInfo>(VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO);
   mai.allocationSize = req.size;
   mai.memoryTypeIndex = *type;

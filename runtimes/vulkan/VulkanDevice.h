@@ -143,13 +143,17 @@ public:
   DeviceBuffer(DeviceBuffer &&o) noexcept { *this = std::move(o); }
   DeviceBuffer &operator=(DeviceBuffer &&o) noexcept;
   ~DeviceBuffer() { reset(); }
+  /// `prefer`: more property flags a host-visible buffer's memory should
+  /// have if some memory type has them (DEVICE_LOCAL: the BAR).
   static absl::StatusOr<DeviceBuffer> allocate(std::shared_ptr<const Device> device, size_t bytes,
-                                               bool hostVisible);
+                                               bool hostVisible, VkMemoryPropertyFlags prefer = 0);
   void reset();
   VkBuffer get() const { return buffer_; }
   size_t size() const { return size_; }
   /// Host-visible buffers: their mapped memory.
   void *mapped() const { return mapped_; }
+  /// The property flags of the memory type it was allocated from.
+  VkMemoryPropertyFlags memoryFlags() const { return flags_; }
 
 private:
   std::shared_ptr<const Device> device_;
@@ -157,6 +161,7 @@ private:
   VkDeviceMemory memory_ = VK_NULL_HANDLE;
   size_t size_ = 0;
   void *mapped_ = nullptr;
+  VkMemoryPropertyFlags flags_ = 0;
 };
 
 class Device : public std::enable_shared_from_this<Device> {
@@ -179,6 +184,9 @@ public:
   /// A memory type for `bits` with `flags` (and `preferred` if possible).
   absl::StatusOr<uint32_t> memoryType(uint32_t bits, VkMemoryPropertyFlags flags,
                                       VkMemoryPropertyFlags preferred) const;
+  VkMemoryPropertyFlags memoryTypeFlags(uint32_t type) const {
+    return type < memory_.memoryTypeCount ? memory_.memoryTypes[type].propertyFlags : 0;
+  }
 
   /// Records commands with `record` into a command buffer, submits it to
   /// the compute queue and waits for it (serialised per device).
