@@ -62,8 +62,8 @@
 // discrete GPU), --vulkan-threads its grid (VulkanBackendOptions::maxThreads;
 // default 2^18 on a GPU, 65536 on a CPU device; several values give one
 // Vulkan row each, labelled vulkan:64K ...), --vulkan-workgroup its
-// workgroup size. --timeout-ms launches with stop checks (CUDA; Vulkan then
-// reads n/a). --max-n caps every size (a quick run).
+// workgroup size. --timeout-ms launches with stop checks (every qd target).
+// --max-n caps every size (a quick run).
 // Exit status 1 when a qd gradient FAILs its check.
 //
 //===----------------------------------------------------------------------===//
@@ -328,10 +328,6 @@ Target vulkanTarget(const Options &o, int64_t threads, bool labelGrid) {
   Target t;
   t.kind = "vulkan";
   t.label = labelGrid ? "vulkan:" + countName(threads) : t.kind;
-  if (o.timeoutMs > 0) {
-    t.unavailable = "the vulkan backend cannot stop a running launch (--timeout-ms)";
-    return t;
-  }
   qd::VulkanBackendOptions options;
   options.device = o.vulkanDevice;
   options.workgroupSize = o.vulkanWorkgroup;

@@ -208,9 +208,9 @@ VulkanBackend::Impl::compile(const Kernel &kernel, bool boundsChecked, bool stop
   // A device on the host's processor reads the word as cheaply as the CPU
   // backend does (and lavapipe ends loops after 65535 iterations: a check
   // every 65536th would never run there).
-  so.stopCheckInterval = device->info().cpu || device->info().endsLongLoops
-                             ? abi::kStopCheckInterval
-                             : abi::kDeviceStopCheckInterval;
+  const bool onHost = device->info().cpu || device->info().endsLongLoops;
+  so.stopCheckInterval = onHost ? abi::kStopCheckInterval : abi::kDeviceStopCheckInterval;
+  so.stopCheckSpread = onHost ? 64 : abi::kDeviceStopCheckSpread;
   for (size_t i = 0; i < local.size() && heapLayout; ++i)
     so.localAdStackEntries[heapLayout->stacks.at(i).stmt] = local[i];
   auto spirv = emitSpirv(kernel, so);

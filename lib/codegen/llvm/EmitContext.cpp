@@ -219,13 +219,15 @@ void EmitContext::stopCheck(const Stmt *loop) {
   if (!fn->backEdges) {
     fn->backEdges = entryAlloca(i32, "back.edges");
     llvm::IRBuilder<> eb = entryBuilder();
-    // Staggered on a GPU: threads that each run fewer back edges than the
-    // interval still check, one check per interval back edges of them all;
-    // the first to see the word records the site, and threads that start
-    // after that return at once.
-    LV *start = target.staggersStopChecks()
-                    ? eb.CreateAnd(target.threadIndex(*this), eb.getInt32(interval - 1))
-                    : eb.getInt32(0);
+    // On a GPU one thread in kDeviceStopCheckSpread reads the word at its
+    // first back edge: launches of many short loops stop too.
+    LV *start = eb.getInt32(0);
+    if (target.staggersStopChecks()) {
+      LV *low =
+          eb.CreateAnd(target.threadIndex(*this), eb.getInt32(abi::kDeviceStopCheckSpread - 1));
+      start =
+          eb.CreateSelect(eb.CreateICmpEQ(low, eb.getInt32(0)), eb.getInt32(interval - 1), start);
+    }
     eb.CreateStore(start, fn->backEdges);
   }
   LV *n = b.CreateAdd(b.CreateLoad(i32, fn->backEdges), b.getInt32(1));

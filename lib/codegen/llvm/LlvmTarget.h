@@ -87,10 +87,10 @@ public:
   /// Back edges between two reads of the stop word (a power of two; see
   /// CodegenOptions::stopChecks).
   virtual unsigned stopCheckInterval() const { return abi::kStopCheckInterval; }
-  /// Whether a function's back-edge count starts at its thread index
-  /// modulo the interval instead of 0 (EmitContext::stopCheck): on a GPU,
-  /// where a launch may run a thread per task iteration, each with fewer
-  /// back edges than the interval.
+  /// Whether one thread in abi::kDeviceStopCheckSpread starts its
+  /// back-edge count at interval - 1 instead of 0 (EmitContext::stopCheck):
+  /// on a GPU, where a launch may run a thread per task iteration, each
+  /// with fewer back edges than the interval.
   virtual bool staggersStopChecks() const { return false; }
   /// How many adstacks of a function keep their state (top, peak, end,
   /// base) in SSA values; the state of the others stays in memory

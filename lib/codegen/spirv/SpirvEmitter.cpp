@@ -556,16 +556,16 @@ void SpirvEmitter::stopCheck(const Stmt &loop) {
     return;
   Id u32 = b_.tU32();
   if (!fn_->iterations) {
-    // Staggered: the count starts at the invocation's index modulo the
-    // interval, so that invocations which run fewer iterations than the
-    // interval (one per task iteration, each a short loop) check too, one
-    // check per interval iterations of them all. The first invocation that
-    // sees the word records the site, and every invocation that starts
-    // after that returns at once (beginFunction).
+    // One invocation in stopCheckSpread reads the word at its first
+    // iteration, so that launches of many short loops (one invocation per
+    // task iteration) stop too: the first that sees the word records the
+    // site, and every invocation that starts after that returns at once
+    // (beginFunction).
     fn_->iterations = localVariable(u32);
     inPrologue([&] {
-      b_.store(fn_->iterations, b_.op(spv::Op::OpBitwiseAnd, u32,
-                                      {fn_->thread, b_.u32(opts_.stopCheckInterval - 1)}));
+      Id low = b_.op(spv::Op::OpBitwiseAnd, u32, {fn_->thread, b_.u32(opts_.stopCheckSpread - 1)});
+      b_.store(fn_->iterations, b_.select(u32, b_.cmp(spv::Op::OpIEqual, low, b_.u32(0)),
+                                          b_.u32(opts_.stopCheckInterval - 1), b_.u32(0)));
       return 0;
     });
   }

@@ -94,6 +94,10 @@ struct SpirvOptions {
   /// stopCheck) with the reason and returns.
   bool stopChecks = false;
   unsigned stopCheckInterval = abi::kDeviceStopCheckInterval;
+  /// One invocation in this many (a power of two; those whose index is a
+  /// multiple of it) reads the word at its first iteration
+  /// (abi::kDeviceStopCheckSpread).
+  unsigned stopCheckSpread = abi::kDeviceStopCheckSpread;
   /// Local tapes: the stacks named here (by their alloca) live in an array
   /// of that many entries per invocation (Function storage, which a GPU
   /// keeps in its cached local memory) instead of the heap; their
