@@ -189,6 +189,39 @@ kernel @k() {
   EXPECT_NE(s.status().message().find("shaderInt64"), std::string::npos);
 }
 
+// The stop word is the binding after the slots; the interval and the
+// spread of first-iteration readers must be powers of two.
+TEST(SpirvCodegenTest, StopChecksBindTheirWordAfterTheSlots) {
+  auto m = parse(R"(field @x : f32[8]
+kernel @k(%n: i32) {
+  parallel for %i = 0 to 8 {
+    for %j = 0 to %n {
+      %v = load @x[%i] : f32
+      store @x[%i], %v
+    }
+  }
+})");
+  ASSERT_TRUE(m);
+  const Kernel &k = *m->findKernel("k");
+  auto plain = emitSpirv(k);
+  ASSERT_TRUE(plain.ok()) << plain.status().message();
+  EXPECT_EQ(plain->stopBinding, 0u);
+  SpirvOptions o;
+  o.stopChecks = true;
+  auto checked = emitSpirv(k, o);
+  ASSERT_TRUE(checked.ok()) << checked.status().message();
+  EXPECT_EQ(checked->stopBinding, 3u); // launch data, heap, @x
+  EXPECT_EQ(stopSites(checked->layout).size(), 1u);
+  for (auto [interval, spread] : {std::pair(1000u, 64u), std::pair(1024u, 0u)}) {
+    o.stopCheckInterval = interval;
+    o.stopCheckSpread = spread;
+    auto bad = emitSpirv(k, o);
+    EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument) << interval;
+    EXPECT_NE(bad.status().message().find("must be powers of two"), std::string::npos)
+        << bad.status().message();
+  }
+}
+
 TEST(SpirvCodegenTest, LaunchDataFollowsTheLayout) {
   auto m = parse(R"(field @x : f32[8]
 kernel @k(%n: i32, %a: ndarray<f32, 2>) {

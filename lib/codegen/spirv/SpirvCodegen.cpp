@@ -72,6 +72,13 @@ absl::StatusOr<SpirvKernel> emitSpirv(const Kernel &kernel, const SpirvOptions &
   if (options.workgroupSize == 0 || options.workgroupSize > 1024)
     return absl::InvalidArgumentError(fmt::format(
         "spirv codegen: workgroup size {} is outside [1, 1024]", options.workgroupSize));
+  auto powerOfTwo = [](unsigned v) { return v != 0 && (v & (v - 1)) == 0; };
+  if (options.stopChecks &&
+      (!powerOfTwo(options.stopCheckInterval) || !powerOfTwo(options.stopCheckSpread)))
+    return absl::InvalidArgumentError(
+        fmt::format("spirv codegen: the stop check interval ({}) and spread ({}) must be powers "
+                    "of two",
+                    options.stopCheckInterval, options.stopCheckSpread));
   spirv::SpirvEmitter emitter(kernel, options, out);
   if (absl::Status s = emitter.run(); !s.ok())
     return s;
