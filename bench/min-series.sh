@@ -11,18 +11,25 @@ workload=${1:-b}
 threads=${2:-1}
 runs=${3:-10}
 bench=${QD_BENCH_GRADIENTS:-$(dirname "$0")/../build/bench/qd-bench-gradients}
-rows=$(for _ in $(seq "$runs"); do
-  "$bench" --quick --only "$workload" --reps 3 --threads "$threads" 2>&1 |
-    grep -E "^  (qd-cpu|hand-written vectorised)" | head -2 || true
-done)
-if ! grep -q "qd-cpu" <<<"$rows" || ! grep -q "hand-written" <<<"$rows"; then
-  echo "min-series: no timings from $bench (is it built?)" >&2
-  exit 1
-fi
+rows=""
+for run in $(seq "$runs"); do
+  # A run that fails (or a benchmark that is not built) stops the series.
+  if ! out=$("$bench" --quick --only "$workload" --reps 3 --threads "$threads" 2>&1); then
+    echo "min-series: run $run of $bench failed:" >&2
+    echo "$out" | tail -5 >&2
+    exit 1
+  fi
+  got=$(grep -E "^  (qd-cpu|hand-written vectorised)" <<<"$out" | head -2)
+  if ! grep -q "qd-cpu" <<<"$got" || ! grep -q "hand-written" <<<"$got"; then
+    echo "min-series: run $run of $bench printed no qd-cpu or hand-written timing" >&2
+    exit 1
+  fi
+  rows+="$got"$'\n'
+done
 python3 -c '
 import re, sys
 times = {"qd": [], "hw": []}
-for line in sys.stdin:
+for line in filter(str.strip, sys.stdin):
     cols = re.split(r"\s{2,}", line.strip())
     times["qd" if line.lstrip().startswith("qd-cpu") else "hw"].append(float(cols[3]))
 q, h = sorted(times["qd"]), sorted(times["hw"])
