@@ -229,7 +229,9 @@ VulkanBackend::Impl::compile(const Kernel &kernel, bool boundsChecked, bool stop
                                        "vkCreateShaderModule (kernel @" + kernel.name() + ")");
         !s.ok())
       return s;
-    uint32_t bindings = uint32_t(2 + c->spirv.layout.slots.size()) + (stopChecks ? 1 : 0);
+    // Launch data, heap, the slots, and the stop word after them if any.
+    uint32_t bindings = c->spirv.stopBinding ? c->spirv.stopBinding + 1
+                                             : uint32_t(2 + c->spirv.layout.slots.size());
     std::vector<VkDescriptorSetLayoutBinding> b(bindings);
     for (uint32_t i = 0; i < bindings; ++i)
       b[i] = {i, VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 1, VK_SHADER_STAGE_COMPUTE_BIT, nullptr};
