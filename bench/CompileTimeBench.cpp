@@ -10,7 +10,11 @@
 //               with a sin chain step (D up to 254: with the kernel and
 //               the task, the IR's limit kMaxBlockNesting = 256);
 //   carried     a task whose dynamic-trip loop carries N f32 locals,
-//               v_j = sin(v_j) * v_{j+1} (N stacks in the gradient).
+//               v_j = sin(v_j) * v_{j+1} (N stacks in the gradient);
+//   chain       a task of 8 iterations whose body is one straight line of
+//               S statements, v_{k+1} = v_k * v_0 and v_k + v_0
+//               alternately, summed into @y with an atomic add: huge
+//               kernels, S = 37.5k ... 300k (--max-chain).
 //
 // Each row prints the wall time of every step (the compile also split
 // into the optimisation pipeline and machine code, CpuBackend::
@@ -24,7 +28,8 @@
 //                         [--max-carried 1000] [--max-compile-carried 400]
 //                         [--max-compile-depth 32] [--full-limit N]
 //                         [--vector-width W] [--reps N] [--time-passes]
-//                         [--only statements,nesting,carried]
+//                         [--max-chain 300000]
+//                         [--only statements,nesting,carried,chain]
 //   --max-compile*: the largest kernels whose gradient is also compiled on
 //   the CPU backend (LLVM's time dominates above them: see
 //   docs/performance.md, "Compile time").
@@ -98,6 +103,14 @@ std::string carriedKernel(int n) {
                      "      store %a{0}, %p{0}\n",
                      j, (j + 1) % n);
   return s + "    }\n    %r = load %a0 : f32\n    store @y[%i], %r\n  }\n}\n";
+}
+
+std::string chainKernel(int n) {
+  std::string s = "field @x : f32[8] grad\nfield @y : f32 grad\n\n"
+                  "kernel @k() {\n  parallel for %i = 0 to 8 {\n    %v0 = load @x[%i] : f32\n";
+  for (int k = 1; k < n - 1; ++k)
+    s += fmt::format("    %v{} = {} %v{}, %v0 : f32\n", k, k % 2 ? "mul" : "add", k - 1);
+  return s + fmt::format("    atomic_add @y[], %v{} : f32\n  }}\n}}\n", n - 2);
 }
 
 struct Row {
@@ -186,10 +199,10 @@ std::string growth(double now, double before, int size, int beforeSize) {
 
 void series(const char *name, const char *unit, const std::vector<int> &sizes, int maxCompile,
             std::string (*make)(int)) {
-  fmt::print("\n{} series\n{:>10} {:>9} {:>11} {:>11} {:>8} {:>8} {:>8} {:>6} {:>8} {:>8} {:>8} "
-             "{:>8}\n",
-             name, unit, "parse ms", "reverse ms", "compile ms", "size ms", "opt ms", "mc ms",
-             "tier", "run ms", "g.parse", "g.rev", "g.comp");
+  fmt::print("\n{} series\n{:>10} {:>9} {:>11} {:>11} {:>8} {:>8} {:>8} {:>8} {:>6} {:>8} {:>8} "
+             "{:>8} {:>8}\n",
+             name, unit, "parse ms", "reverse ms", "compile ms", "size ms", "emit ms", "opt ms",
+             "mc ms", "tier", "run ms", "g.parse", "g.rev", "g.comp");
   std::optional<Row> prev;
   for (int size : sizes) {
     std::string text = make(size);
@@ -211,10 +224,11 @@ void series(const char *name, const char *unit, const std::vector<int> &sizes, i
     std::string gc = prev && r.compile && prev->compile
                          ? growth(*r.compile, *prev->compile, r.size, prev->size)
                          : "-";
-    fmt::print("{:>10} {:>9.1f} {:>11.1f} {:>11} {:>8} {:>8} {:>8} {:>6} {:>8} {:>8} {:>8} {:>8}\n",
-               size, r.parse * 1e3, r.reverse * 1e3, comp, ms(r.steps.sizing), ms(r.steps.optimize),
-               ms(r.steps.codegen), r.tier, r.compile ? fmt::format("{:.2f}", r.run * 1e3) : "-",
-               gp, gr, gc);
+    fmt::print("{:>10} {:>9.1f} {:>11.1f} {:>11} {:>8} {:>8} {:>8} {:>8} {:>6} {:>8} {:>8} {:>8} "
+               "{:>8}\n",
+               size, r.parse * 1e3, r.reverse * 1e3, comp, ms(r.steps.sizing), ms(r.steps.emit),
+               ms(r.steps.optimize), ms(r.steps.codegen), r.tier,
+               r.compile ? fmt::format("{:.2f}", r.run * 1e3) : "-", gp, gr, gc);
     std::fflush(stdout);
     prev = r;
   }
@@ -222,8 +236,8 @@ void series(const char *name, const char *unit, const std::vector<int> &sizes, i
 
 int run(int argc, char **argv) {
   int maxStatements = 100000, maxCompile = 4000, maxCarried = 1000, maxCompileCarried = 400;
-  int maxCompileDepth = 32;
-  std::string only = "statements,nesting,carried";
+  int maxCompileDepth = 32, maxChain = 300000;
+  std::string only = "statements,nesting,carried,chain";
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&] {
@@ -247,6 +261,8 @@ int run(int argc, char **argv) {
       maxCompileCarried = next();
     else if (a == "--max-compile-depth")
       maxCompileDepth = next();
+    else if (a == "--max-chain")
+      maxChain = next();
     else if (a == "--full-limit")
       fullLimit = static_cast<size_t>(next());
     else if (a == "--only" && i + 1 < argc)
@@ -254,14 +270,14 @@ int run(int argc, char **argv) {
     else
       die("usage: qd-bench-compile [--max-statements N] [--max-compile N] [--max-carried N] "
           "[--max-compile-carried N] [--max-compile-depth N] [--full-limit N] [--vector-width W] "
-          "[--reps N] [--time-passes] "
-          "[--only statements,nesting,carried]");
+          "[--reps N] [--time-passes] [--max-chain N] "
+          "[--only statements,nesting,carried,chain]");
   }
   fmt::print("qd-bench-compile: wall seconds, the minimum of --reps runs per row; growth g = (time "
              "ratio) / "
              "(size ratio) against the row above (1.00: linear)\n");
   // The kernel and its task take two levels of the 256 the IR allows.
-  std::vector<int> statements, nesting = {16, 32, 64, 127, 254}, carried;
+  std::vector<int> statements, nesting = {16, 32, 64, 127, 254}, carried, chain;
   for (int s = 1000; s <= maxStatements; s *= 2)
     statements.push_back(s);
   if (statements.empty() || statements.back() != maxStatements)
@@ -270,6 +286,8 @@ int run(int argc, char **argv) {
     carried.push_back(n);
   if (carried.empty() || carried.back() != maxCarried) // e.g. issue 20's N = 500
     carried.push_back(maxCarried);
+  for (int s = 37500; s <= maxChain; s *= 2)
+    chain.push_back(s);
   auto wanted = [&](const char *name) { return only.find(name) != std::string::npos; };
   if (wanted("statements"))
     series("statements", "stmts", statements, maxCompile, statementsKernel);
@@ -279,6 +297,8 @@ int run(int argc, char **argv) {
   tripCount = 16;
   if (wanted("carried"))
     series("carried", "N", carried, maxCompileCarried, carriedKernel);
+  if (wanted("chain"))
+    series("chain", "stmts", chain, maxChain, chainKernel);
   qd::reportLlvmPassTimes();
   return 0;
 }

@@ -441,6 +441,31 @@ TEST(ParserPrinterTest, ParseErrorMessages) {
     EXPECT_EQ(parseError(c.text), c.message) << c.text;
 }
 
+// A name or number may have 256 bytes; a longer one is an error whose
+// message shows its first bytes and its length, never the whole token
+// (a file of one 2 GiB line must not print 2 GiB).
+TEST(ParserPrinterTest, LongTokensAreCutInDiagnostics) {
+  std::string name(256, 'v');
+  parseOk("kernel @k(%" + name + ": i32) {}");
+  std::string head = std::string(40, 'v');
+  EXPECT_EQ(parseError("kernel @k(%" + name + "w: i32) {}"),
+            "<stdin>:1:11: error: expected argument name '%name', found '%" + head.substr(0, 39) +
+                "...' (a token of 258 bytes), longer than the 256 bytes a name or number may have");
+  std::string huge(1 << 20, 'a');
+  std::string message = parseError(huge);
+  EXPECT_EQ(message, "<stdin>:1:1: error: expected 'field' or 'kernel', found '" +
+                         std::string(40, 'a') +
+                         "...' (a token of 1048576 bytes), longer than the 256 bytes a name or "
+                         "number may have");
+  // Numbers too, and tokens short enough to accept but too long to echo.
+  EXPECT_EQ(parseError("field @f : f32[" + std::string(300, '9') + "]"),
+            "<stdin>:1:16: error: expected field extent, found '" + std::string(40, '9') +
+                "...' (a token of 300 bytes), longer than the 256 bytes a name or number may have");
+  EXPECT_EQ(parseError("field @f : f32[" + std::string(100, '9') + "]"),
+            "<stdin>:1:16: error: integer '" + std::string(40, '9') +
+                "...' (a token of 100 bytes) does not fit in 64 bits");
+}
+
 TEST(ParserPrinterTest, UndefinedValueReportsTheFirstUse) {
   // Several undefined names: the earliest use is reported, deterministically.
   EXPECT_EQ(parseError("kernel @k() {\n  serial {\n    %x = add %zz, %aa : i32\n"

@@ -4,8 +4,8 @@
 // trip counts) stops with an error naming the loop when its timeout passes
 // or its cancel flag is set, on every backend (the interpreter, the CPU
 // backend's scalar, multi-threaded and vector code, and the CUDA backend
-// where a GPU exists), and the next launch runs normally. The interpreter
-// also has a deterministic loop iteration limit.
+// where a GPU exists; VulkanBackendTest has the Vulkan cases), and the next launch runs normally.
+// The interpreter also has a deterministic loop iteration limit.
 //
 //===----------------------------------------------------------------------===//
 #include "support/RunawayKernels.h"
@@ -102,6 +102,7 @@ std::vector<BackendCase> &backends() {
       v.push_back({"cuda", *std::move(cuda)});
     else
       std::cout << "[runaway] no CUDA backend: " << cuda.status().message() << "\n";
+
     return v;
   }();
   return all;
@@ -203,6 +204,29 @@ TEST(RunawayLaunchTest, ManyShortLoopsStopToo) {
     ASSERT_TRUE(run(1000, 5, o).ok());
     for (int i = 0; i < 64; ++i)
       ASSERT_EQ(p->field("x")->get(i).f, 5) << "element " << i;
+  }
+}
+
+// Loops whose bounds are constants stop too when they can run long: a task
+// of 2^31 - 1 iterations, a band of about 2^62 points (constant extents or
+// given at launch) and a serial loop of 2^31 - 1 iterations, all within
+// twice the timeout (the code was compiled by a first, cancelled launch);
+// a nest of short constant loops that runs long only as a whole stops as
+// well, and counts every iteration when it may finish.
+TEST(RunawayLaunchTest, LongLoopsWithConstantBoundsStop) {
+  auto m = parseModule(kLongConstantLoops, {"long.qd", 1});
+  ASSERT_TRUE(m.ok()) << m.status();
+  ASSERT_TRUE(verify(**m).ok());
+  for (BackendCase &c : backends()) {
+    SCOPED_TRACE(c.name);
+    auto p = *Program::create(**m);
+    for (const char *kernel : {"task", "band", "band_n", "serial"})
+      expectLongLoopStops(*p, *c.backend, kernel);
+    p->field("count")->set(0, Scalar::ofInt(ScalarType::I32, 0));
+    LaunchOptions o;
+    o.timeout = 60s;
+    ASSERT_TRUE(p->launch("nest", {}, *c.backend, o).ok());
+    EXPECT_EQ(p->field("count")->get(0).i, 64 * 128 * 256);
   }
 }
 

@@ -1,6 +1,7 @@
 //===- TaskAnalysesTest.cpp - Ownership, uniformity, aliasing checks ------===//
 #include "qd/analysis/ElementOwnership.h"
 #include "qd/analysis/GlobalAccess.h"
+#include "qd/analysis/StopChecks.h"
 #include "qd/analysis/TaskVectorPlan.h"
 #include "qd/analysis/Uniformity.h"
 #include "qd/ir/Parser.h"
@@ -276,6 +277,73 @@ kernel @k(%a: ndarray<f32, 1>, %b: ndarray<f32, 1>) {
   EXPECT_FALSE(conflicts[0].throughAliases());
   EXPECT_EQ(conflicts[0].global, "%a");
   EXPECT_EQ(describe(conflicts[0], *p.kernel).find("may alias"), std::string::npos);
+}
+
+// Which loops read the stop word: every while and every loop with a
+// run-time trip count; a loop with constant bounds when its nest of
+// unchecked loops runs at least minWork iterations (here 100).
+TEST(TaskAnalysesTest, StopCheckPlanChecksTheLoopsThatCanRunLong) {
+  Parsed p = parse(R"(field @x : f32[64]
+kernel @k(%n: i32) {
+  parallel for %i = 0 to 4 {
+    for %a = 0 to %n {
+      for %b = 0 to 3 {
+        %c1 = const 1.0 : f32
+      }
+    }
+    for %d = 0 to 10 {
+      for %e = 0 to 9 {
+        %c2 = const 1.0 : f32
+      }
+    }
+    for %f = 0 to 100 {
+      %c3 = const 1.0 : f32
+    }
+    while {
+      break
+    }
+  }
+  parallel for %g = 0 to 20 {
+    for %h = 0 to 4 {
+      %c4 = const 1.0 : f32
+    }
+  }
+  parallel for %m = 0 to 19 {
+    for %o = 0 to 4 {
+      %c5 = const 1.0 : f32
+    }
+  }
+  parallel for (%q, %r) = (0, 0) to (2147483647, 2147483647) {
+    %c6 = const 1.0 : f32
+  }
+}
+)");
+  ASSERT_NE(p.kernel, nullptr);
+  StopCheckPlan plan(*p.kernel, 100);
+  Kernel &k = *p.kernel;
+  // %a: run-time bound. %b: 3 iterations. %d: 10 x (1 + 9) = 100. %f: 100.
+  // The first task: 4 x 1 (the loops in it check: they add nothing).
+  // %g: 20 x (1 + 4) = 100; %m: 19 x 5.
+  EXPECT_TRUE(plan.checks(*find(k, "a")));
+  EXPECT_FALSE(plan.checks(*find(k, "b")));
+  EXPECT_TRUE(plan.checks(*find(k, "d")));
+  EXPECT_FALSE(plan.checks(*find(k, "e")));
+  EXPECT_TRUE(plan.checks(*find(k, "f")));
+  EXPECT_TRUE(plan.checks(*nth(k, StmtKind::While, 0)));
+  EXPECT_FALSE(plan.checks(*find(k, "i")));
+  EXPECT_TRUE(plan.checks(*find(k, "g")));
+  EXPECT_FALSE(plan.checks(*find(k, "h")));
+  EXPECT_FALSE(plan.checks(*find(k, "m")));
+  EXPECT_FALSE(plan.checks(*find(k, "o")));
+  // About 2^62 points: counted in 64 bits.
+  EXPECT_TRUE(plan.checks(*find(k, "q")));
+  EXPECT_EQ(plan.size(), 6u);
+  // At the largest limit only loops without a constant trip count check.
+  StopCheckPlan most(*p.kernel, UINT64_MAX);
+  EXPECT_FALSE(most.checks(*find(k, "q")));
+  EXPECT_TRUE(most.checks(*find(k, "a")));
+  EXPECT_TRUE(most.checks(*nth(k, StmtKind::While, 0)));
+  EXPECT_EQ(most.size(), 2u);
 }
 
 } // namespace

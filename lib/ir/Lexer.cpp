@@ -1,6 +1,8 @@
 //===- Lexer.cpp - Tokens of the text format ------------------------------===//
 #include "Lexer.h"
 
+#include <fmt/format.h>
+
 namespace qd::parse {
 namespace {
 
@@ -13,6 +15,14 @@ bool isDigit(char c) {
 }
 
 } // namespace
+
+std::string quoteToken(std::string_view prefix, std::string_view text) {
+  constexpr size_t kShown = 40;
+  if (prefix.size() + text.size() <= kShown + 8)
+    return fmt::format("'{}{}'", prefix, text);
+  return fmt::format("'{}{}...' (a token of {} bytes)", prefix, text.substr(0, kShown),
+                     prefix.size() + text.size());
+}
 
 std::string_view describe(Tok t) {
   switch (t) {
@@ -50,11 +60,25 @@ std::string_view describe(Tok t) {
     return "'>'";
   case Tok::Error:
     return "invalid character";
+  case Tok::TooLong:
+    return "token";
   }
   return "token";
 }
 
 Token Lexer::next() {
+  Token t = scan();
+  if (t.text.size() <= kMaxTokenBytes)
+    return t;
+  if (t.kind == Tok::Local || t.kind == Tok::Global) // with its sigil
+    t.text = std::string_view(t.text.data() - 1, t.text.size() + 1);
+  else if (t.kind != Tok::Ident && t.kind != Tok::Number)
+    return t;
+  t.kind = Tok::TooLong;
+  return t;
+}
+
+Token Lexer::scan() {
   skipSpaceAndComments();
   Token t;
   t.line = line_;
@@ -137,7 +161,7 @@ void Lexer::advance() {
   if (text_[pos_] == '\n') {
     ++line_;
     col_ = 1;
-  } else {
+  } else if (col_ != UINT32_MAX) { // a line past 4 GiB: the column saturates
     ++col_;
   }
   ++pos_;

@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 namespace qd::parse {
@@ -29,7 +30,17 @@ enum class Tok : uint8_t {
   Less,
   Greater,
   Error,
+  /// A name or number longer than kMaxTokenBytes (its text is all of it).
+  TooLong,
 };
+
+/// The longest name or number the text format accepts: every diagnostic
+/// that names a value, field or kernel stays short.
+inline constexpr size_t kMaxTokenBytes = 256;
+
+/// `text` quoted for a diagnostic: whole when short, else its first bytes,
+/// an ellipsis and its length ('abc...' (a token of 2147483648 bytes)).
+std::string quoteToken(std::string_view prefix, std::string_view text);
 
 struct Token {
   Tok kind = Tok::Eof;
@@ -47,6 +58,7 @@ public:
   Token next();
 
 private:
+  Token scan();
   void advance();
   void skipSpaceAndComments();
 

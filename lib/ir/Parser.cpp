@@ -15,6 +15,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cstdio>
@@ -40,8 +41,11 @@ bool Parser::fail(const Token &at, std::string message) {
 std::string Parser::found() const {
   if (tok_.kind == Tok::Eof)
     return std::string(describe(tok_.kind));
+  if (tok_.kind == Tok::TooLong)
+    return fmt::format("{}, longer than the {} bytes a name or number may have",
+                       quoteToken("", tok_.text), kMaxTokenBytes);
   std::string prefix = tok_.kind == Tok::Local ? "%" : tok_.kind == Tok::Global ? "@" : "";
-  return fmt::format("'{}{}'", prefix, tok_.text);
+  return quoteToken(prefix, tok_.text);
 }
 
 bool Parser::expect(Tok kind, std::string_view what) {
@@ -66,7 +70,7 @@ bool Parser::parseInteger(int64_t &out, std::string_view what) {
     t.remove_prefix(1);
   auto [ptr, ec] = std::from_chars(t.data(), t.data() + t.size(), out);
   if (ec == std::errc::result_out_of_range)
-    return failHere(fmt::format("integer '{}' does not fit in 64 bits", tok_.text));
+    return failHere(fmt::format("integer {} does not fit in 64 bits", quoteToken("", tok_.text)));
   if (ec != std::errc() || ptr != t.data() + t.size())
     return failHere(fmt::format("expected {}, found {}", what, found()));
   consume();
@@ -302,11 +306,23 @@ absl::StatusOr<std::string> readTextFile(const std::string &path) {
   if (!f)
     return absl::PermissionDeniedError(
         fmt::format("cannot read '{}': {}", path, std::strerror(errno)));
+  // One buffer of the file's size, read into in place: no copy of the
+  // text is ever made (a file of one 2 GiB line takes 2 GiB).
   std::string text;
-  char chunk[1 << 16];
+  if (std::filesystem::is_regular_file(st)) {
+    uint64_t size = std::filesystem::file_size(path, ec);
+    if (!ec)
+      text.reserve(size + 1); // +1: end-of-file is seen without growing
+  }
   size_t got;
-  while ((got = std::fread(chunk, 1, sizeof chunk, f)) > 0)
-    text.append(chunk, got);
+  do {
+    if (text.size() == text.capacity())
+      text.reserve(std::max<size_t>(text.capacity() * 2, 1 << 16));
+    size_t used = text.size();
+    text.resize(text.capacity());
+    got = std::fread(text.data() + used, 1, text.size() - used, f);
+    text.resize(used + got);
+  } while (got > 0);
   bool failed = std::ferror(f) != 0;
   std::fclose(f);
   if (failed)

@@ -2,6 +2,7 @@
 #include "qd/runtime/Buffer.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cstring>
@@ -34,7 +35,10 @@ absl::StatusOr<int64_t> countElements(ScalarType elem, const std::vector<int64_t
     if (d < 0)
       return absl::InvalidArgumentError(fmt::format("buffer extent {} is negative", d));
     if (d != 0 && n > std::numeric_limits<int64_t>::max() / d / storageBytes(elem))
-      return absl::InvalidArgumentError("buffer size overflows 64 bits");
+      return absl::InvalidArgumentError(
+          fmt::format("a buffer of shape [{}] of {} would take more than 2^63-1 bytes, the "
+                      "largest size a buffer may have; give it a smaller shape",
+                      fmt::join(shape, ", "), toString(elem)));
     n *= d;
   }
   return n;

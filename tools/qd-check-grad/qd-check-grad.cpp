@@ -4,7 +4,8 @@
 //                 [--arg NAME=JSON]... [--backend=interp|cpu|cuda|amdgpu] [--rtol=X] [--atol=X]
 //                 [--wrt=a,b] [--outputs=y,z] [--max-elements=N] [--seed=N]
 //                 [--fd-step=X] [--mode=both|reverse|forward]
-//                 [--grad-kernel=NAME] [--dual-kernel=NAME] [--verbose]
+//                 [--grad-kernel=NAME] [--dual-kernel=NAME] [--timeout-ms=N|none]
+//                 [--verbose]
 //
 // Differentiates the kernel in reverse and forward mode and compares both
 // with Richardson-extrapolated central differences of its f64 copy
@@ -24,6 +25,7 @@
 
 #include <fmt/format.h>
 
+#include <chrono>
 #include <cmath>
 #include <functional>
 #include <iostream>
@@ -76,6 +78,9 @@ constexpr const char *kUsage =
     "                       adds into the grad companions of the inputs, given the\n"
     "                       seeded grad companions of the outputs)\n"
     "  --dual-kernel=NAME   check this kernel as the forward-mode (dual) kernel\n"
+    "  --timeout-ms=N       stop each launch that runs longer than N ms, naming the\n"
+    "                       kernel and the loop it was in (default 60000; none: no\n"
+    "                       limit)\n"
     "  --verbose            print every checked derivative, not only those that\n"
     "                       disagree\n";
 
@@ -152,11 +157,16 @@ qd::GradCheckInputs checkerInputs(const qd::Module &module, const qd::Kernel &k,
   return in;
 }
 
+/// Every launch of the check stops after this long unless --timeout-ms
+/// says otherwise: a kernel that never ends fails instead of hanging.
+constexpr int64_t kDefaultTimeoutMs = 60000;
+
 int run(int argc, char **argv) {
   std::string file, kernel, backendName = "interp", inputsFile;
   std::vector<std::pair<std::string, std::string>> sets, argValues;
   bool verbose = false;
   qd::GradCheckOptions options;
+  options.launch.timeout = std::chrono::milliseconds(kDefaultTimeoutMs);
   auto pair = [](const std::string &flag, const std::string &v) {
     size_t eq = v.find('=');
     if (eq == std::string::npos || eq == 0)
@@ -192,6 +202,13 @@ int run(int argc, char **argv) {
        }},
       {"--grad-kernel", [&](const std::string &v) { options.gradientKernel = v; }},
       {"--dual-kernel", [&](const std::string &v) { options.dualKernel = v; }},
+      {"--timeout-ms",
+       [&](const std::string &v) {
+         // Nanoseconds in 64 bits: about 292 years.
+         options.launch.timeout = v == "none" ? std::chrono::nanoseconds(0)
+                                              : std::chrono::milliseconds(integerOption(
+                                                    "--timeout-ms", v, 1, INT64_MAX / 1000000));
+       }},
   };
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];

@@ -166,11 +166,12 @@ bool parseArgs(int argc, char **argv, bool &exitNow, int &exitCode) {
 }
 
 /// Parses, verifies and transforms one chunk; prints the result to `out`.
-bool processChunk(const qd::SourceChunk &chunk, const std::string &filename, std::ostream &out) {
+bool processChunk(std::string_view text, unsigned firstLine, const std::string &filename,
+                  std::ostream &out) {
   qd::ParseOptions options;
   options.filename = filename;
-  options.firstLine = chunk.firstLine;
-  auto module = qd::parseModule(chunk.text, options);
+  options.firstLine = firstLine;
+  auto module = qd::parseModule(text, options);
   if (!module.ok()) {
     std::cerr << module.status().message() << '\n';
     return false;
@@ -280,12 +281,15 @@ int main(int argc, char **argv) {
 
   std::ostringstream out;
   bool ok = true;
-  std::vector<qd::SourceChunk> chunks =
-      opts.splitInputFile ? qd::splitSourceChunks(text) : std::vector{qd::SourceChunk{text, 1}};
-  for (size_t i = 0; i < chunks.size(); ++i) {
-    if (i)
-      out << "// -----\n";
-    ok &= processChunk(chunks[i], filename, out);
+  if (opts.splitInputFile) {
+    std::vector<qd::SourceChunk> chunks = qd::splitSourceChunks(text);
+    for (size_t i = 0; i < chunks.size(); ++i) {
+      if (i)
+        out << "// -----\n";
+      ok &= processChunk(chunks[i].text, chunks[i].firstLine, filename, out);
+    }
+  } else { // the text as read: no copy of it
+    ok = processChunk(text, 1, filename, out);
   }
 
   if (opts.output == "-") {

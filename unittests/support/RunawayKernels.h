@@ -5,6 +5,14 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include "qd/runtime/Program.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <string_view>
+
 namespace qd {
 
 /// @short(%m, %n): %m task iterations (one thread each on a GPU), each
@@ -37,5 +45,81 @@ kernel @short(%m: i32, %n: i32) {
   }
 }
 )";
+
+/// Loops that run long with constant bounds (or bounds given at launch to
+/// a band), each adding 1 to @count (an i32 field): a task of 2^31 - 1
+/// iterations, a band of about 2^62 points, the same band with its
+/// extents from %n, and a serial loop of 2^31 - 1 iterations, plus
+/// @nest, a task over a nest of constant loops, none of them long alone
+/// (2^6 x 2^7 x 2^8 iterations in all).
+inline constexpr const char *kLongConstantLoops = R"(
+field @count : i32
+kernel @task() {
+  parallel for %i = 0 to 2147483647 {
+    %c = const 1 : i32
+    atomic_add @count[], %c : i32
+  }
+}
+
+kernel @band() {
+  parallel for (%i, %j) = (0, 0) to (2147483647, 2147483647) {
+    %c = const 1 : i32
+    atomic_add @count[], %c : i32
+  }
+}
+
+kernel @band_n(%n: i32) {
+  parallel for (%i, %j) = (0, 0) to (%n, %n) {
+    %c = const 1 : i32
+    atomic_add @count[], %c : i32
+  }
+}
+
+kernel @serial() {
+  serial {
+    for %j = 0 to 2147483647 {
+      %c = const 1 : i32
+      atomic_add @count[], %c : i32
+    }
+  }
+}
+
+kernel @nest() {
+  parallel for %i = 0 to 64 {
+    for %j = 0 to 128 {
+      for %k = 0 to 256 {
+        %c = const 1 : i32
+        atomic_add @count[], %c : i32
+      }
+    }
+  }
+}
+)";
+
+/// Expects kernel `kernel` of kLongConstantLoops (its @band_n gets
+/// n = 2^31 - 1) to stop at a timeout of 400 ms within twice that, once a
+/// first launch whose cancel flag is already set compiled its code.
+inline void expectLongLoopStops(Program &p, Backend &backend, std::string_view kernel) {
+  using namespace std::chrono_literals;
+  SCOPED_TRACE(kernel);
+  LaunchArg n = LaunchArg::i32(INT32_MAX);
+  std::span<const LaunchArg> args;
+  if (kernel == "band_n")
+    args = std::span(&n, 1);
+  std::atomic<bool> cancel{true};
+  LaunchOptions o;
+  o.cancel = &cancel;
+  absl::Status s = p.launch(kernel, args, backend, o);
+  EXPECT_EQ(s.code(), absl::StatusCode::kCancelled) << s;
+  o.cancel = nullptr;
+  o.timeout = 400ms;
+  auto start = std::chrono::steady_clock::now();
+  s = p.launch(kernel, args, backend, o);
+  auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
+  EXPECT_NE(s.message().find("error: the launch ran past its timeout of 400 ms"), std::string::npos)
+      << s;
+  EXPECT_LT(took, 800ms);
+}
 
 } // namespace qd

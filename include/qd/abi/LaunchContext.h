@@ -35,6 +35,12 @@ inline constexpr unsigned kMaxErrorData = 16;
 /// the word is host memory the device reads across the bus.
 inline constexpr unsigned kStopCheckInterval = 1024;
 inline constexpr unsigned kDeviceStopCheckInterval = 65536;
+/// A range-for whose bounds are constants checks the stop word only when
+/// it runs at least this many iterations of loops without checks, its own
+/// and those nested in it (StopCheckPlan); below that it stays free of
+/// checks, which LLVM may unroll. So between two back edges that count, a
+/// thread runs fewer than this many unchecked iterations per nest.
+inline constexpr uint64_t kStopCheckMinWork = 4096;
 /// On a GPU, one thread in this many (those whose index is a multiple of
 /// it) reads the stop word at its first back edge instead of its
 /// interval-th: a launch of one thread per task iteration, each running

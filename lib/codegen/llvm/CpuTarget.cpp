@@ -153,7 +153,9 @@ void CpuTarget::emitBandChunk(KernelEmitter &e, ForStmt &task, const TaskVectorP
   LV *rowLast = b.CreateSelect(
       b.CreateICmpSLT(first, last),
       b.CreateAdd(b.CreateUDiv(b.CreateSub(last, b.getInt64(1)), inner), b.getInt64(1)), rowFirst);
-  e.control().countedLoop(rowFirst, rowLast, c.i64, nullptr, [&](LV *row) {
+  // The rows' loop is the task's too (StopCheckPlan): a band of rows one
+  // point wide stops.
+  e.control().countedLoop(rowFirst, rowLast, c.i64, &task, [&](LV *row) {
     e.setBandRow(task, shape, row);
     LV *rowStart = b.CreateMul(row, inner);
     LV *jFirst =

@@ -17,6 +17,8 @@ EmitContext::EmitContext(const Kernel &k, llvm::LLVMContext &c, const CodegenOpt
   i32 = b.getInt32Ty();
   ctxTy = launchContextType(c);
   errorTy = errorRecordType(c);
+  if (o.stopChecks)
+    stopPlan = StopCheckPlan(k, abi::kStopCheckMinWork);
 }
 
 void EmitContext::beginFunction(FunctionState &state, llvm::Function *f, LV *ctxArg, LV *thread) {
@@ -211,18 +213,20 @@ void EmitContext::recordError(unsigned siteId, llvm::ArrayRef<LV *> data) {
 }
 
 void EmitContext::stopCheck(const Stmt *loop) {
-  if (!opts.stopChecks || !loop || loop->isTask())
-    return;
-  if (auto *f = dyn_cast<ForStmt>(loop); f && f->begin().isConstant() && f->end().isConstant())
+  if (!opts.stopChecks || !loop || !stopPlan.checks(*loop))
     return;
   unsigned interval = target.stopCheckInterval();
   if (!fn->backEdges) {
     fn->backEdges = entryAlloca(i32, "back.edges");
     llvm::IRBuilder<> eb = entryBuilder();
     // On a GPU one thread in kDeviceStopCheckSpread reads the word at its
-    // first back edge: launches of many short loops stop too.
+    // first back edge: launches of many short loops stop too. On the CPU
+    // each chunk of a task does (a load per chunk): the count starts anew
+    // with every chunk, which may have fewer back edges than the interval.
     LV *start = eb.getInt32(0);
-    if (target.staggersStopChecks()) {
+    if (!target.staggersStopChecks() && fn->parallelTask >= 0) {
+      start = eb.getInt32(interval - 1);
+    } else if (target.staggersStopChecks()) {
       LV *low =
           eb.CreateAnd(target.threadIndex(*this), eb.getInt32(abi::kDeviceStopCheckSpread - 1));
       start =

@@ -12,6 +12,7 @@
 #pragma once
 
 #include "LlvmTarget.h"
+#include "qd/analysis/StopChecks.h"
 #include "qd/analysis/TaskVectorPlan.h"
 
 #include "qd/codegen/llvm/KernelCodegen.h"
@@ -199,6 +200,9 @@ public:
   std::map<std::pair<int, unsigned>, unsigned> launchWordIndex;
   /// Set on an internal inconsistency; run() reports it.
   std::string error;
+  /// The loops that read the stop word (empty without
+  /// CodegenOptions::stopChecks).
+  StopCheckPlan stopPlan;
 
   /// Makes `state` the current function: `f` with an entry block (for
   /// allocas and cached loads) that falls through to a body block, where
@@ -250,8 +254,8 @@ public:
   void recordError(unsigned site, llvm::ArrayRef<LV *> data);
   /// At a back edge of `loop`: every abi::kStopCheckInterval-th back edge
   /// of this thread reads ctx->stop and, when the host asked the launch to
-  /// stop, raises the loop's stop site with the reason. Loops that always
-  /// end soon (constant trip counts, tasks) get none.
+  /// stop, raises the loop's stop site with the reason. Only the loops of
+  /// `stopPlan` check: short nests with constant trip counts get none.
   void stopCheck(const Stmt *loop);
   llvm::MDNode *unlikelyFirst();
   llvm::MDNode *unlikelySecond();

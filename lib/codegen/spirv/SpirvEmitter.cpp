@@ -20,7 +20,10 @@
 namespace qd::spirv {
 
 SpirvEmitter::SpirvEmitter(const Kernel &kernel, const SpirvOptions &options, SpirvKernel &out)
-    : kernel_(kernel), opts_(options), out_(out), layout_(out.layout), b_(m_) {}
+    : kernel_(kernel), opts_(options), out_(out), layout_(out.layout), b_(m_) {
+  if (opts_.stopChecks)
+    stopPlan_ = StopCheckPlan(kernel, opts_.stopCheckMinWork);
+}
 
 //===--- Kernel structure -------------------------------------------------===//
 
@@ -351,6 +354,7 @@ void SpirvEmitter::emitParallelTask(ForStmt &task) {
           fn.bandIndex[d] = b_.bitcast(b_.tI32(), b_.iadd(u32, b_.bitcast(u32, begins[d]), idx));
         }
         set(&task, fn.bandIndex[0]);
+        stopCheck(task);
         emitBlock(task.body());
       },
       [&] {
@@ -550,9 +554,7 @@ void SpirvEmitter::checkExit(const ExitFlag &flag, const Stmt &stmt) {
 }
 
 void SpirvEmitter::stopCheck(const Stmt &loop) {
-  if (!opts_.stopChecks)
-    return;
-  if (auto *f = dyn_cast<ForStmt>(&loop); f && f->begin().isConstant() && f->end().isConstant())
+  if (!opts_.stopChecks || !stopPlan_.checks(loop))
     return;
   Id u32 = b_.tU32();
   if (!fn_->iterations) {

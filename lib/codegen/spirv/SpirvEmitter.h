@@ -15,6 +15,7 @@
 #include "SpirvBuilder.h"
 
 #include "qd/abi/DeviceEntries.h"
+#include "qd/analysis/StopChecks.h"
 #include "qd/codegen/spirv/SpirvCodegen.h"
 #include "qd/ir/Visitor.h"
 
@@ -210,6 +211,8 @@ private:
   const SpirvOptions &opts_;
   SpirvKernel &out_;
   KernelLayout &layout_;
+  /// The loops that read the stop word (SpirvOptions::stopChecks).
+  StopCheckPlan stopPlan_;
   SpirvModule m_;
   SpirvBuilder b_;
   Function *fn_ = nullptr;

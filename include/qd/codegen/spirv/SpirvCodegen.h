@@ -86,14 +86,17 @@ struct SpirvOptions {
   /// not set (Mesa's lavapipe ends an invocation's loops after 65535
   /// iterations in all; docs/runtime.md, "Vulkan backend").
   bool checkLoopExits = false;
-  /// Stop checks (LaunchOptions::timeout and ::cancel): each `for` with a
-  /// run-time trip count and each `while` counts its iterations (one
+  /// Stop checks (LaunchOptions::timeout and ::cancel): each loop of the
+  /// kernel's StopCheckPlan (every `while`, every `for` or task with a
+  /// run-time trip count, and those with constant bounds whose nest runs
+  /// at least `stopCheckMinWork` iterations) counts its iterations (one
   /// counter per entry) and, every `stopCheckInterval`-th (a power of
   /// two), reads the stop word with an atomic load; when the host has set
   /// it, the invocation records the loop's stop site (KernelLayout::ErrorSite::
   /// stopCheck) with the reason and returns.
   bool stopChecks = false;
   unsigned stopCheckInterval = abi::kDeviceStopCheckInterval;
+  uint64_t stopCheckMinWork = abi::kStopCheckMinWork;
   /// One invocation in this many (a power of two; those whose index is a
   /// multiple of it) reads the word at its first iteration
   /// (abi::kDeviceStopCheckSpread).
