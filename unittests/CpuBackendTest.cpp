@@ -2047,10 +2047,13 @@ void runSinLoopGradient(Pair &p, int n) {
   p.expectSameExactly("x", Component::Grad);
 }
 
-// A task shorter than a group runs one partial group (there is no scalar
-// copy of the body), so its stacks get lane entries.
-TEST(CpuVectorTest, TasksShorterThanAGroupRunOnePartialGroup) {
-  for (int n : {4, 64}) {
+// A task with a constant trip count below the vector width runs as many
+// lanes as it has iterations, rounded up to a power of two (6 iterations:
+// one partial group of 8 lanes; 4: one group of 4), not a group of the full
+// width; its stacks get that many lane entries. There is no scalar copy of
+// the body.
+TEST(CpuVectorTest, TasksShorterThanAGroupRunOnlyTheLanesTheyNeed) {
+  for (auto [n, lanes] : {std::pair{4, 4}, {6, 8}, {64, 8}}) {
     Pair p(sinLoopF64(n), &cpuEightLanes());
     auto g = buildGradientKernel(*p.module, *p.module->findKernel("compute"));
     ASSERT_TRUE(g.ok()) << g.status().message();
@@ -2059,9 +2062,9 @@ TEST(CpuVectorTest, TasksShorterThanAGroupRunOnePartialGroup) {
     runSinLoopGradient(p, n);
     int64_t cap = p.cpu->lastAdStackCapacities().at(stacks[0]);
     EXPECT_EQ(cap, 20);
-    EXPECT_EQ(cpuEightLanes().lastTaskLanes(), std::vector<int32_t>{8});
+    EXPECT_EQ(cpuEightLanes().lastTaskLanes(), std::vector<int32_t>{lanes}) << "n = " << n;
     EXPECT_EQ(cpuEightLanes().lastAdStackHeapBytes(),
-              adStackBytes(adStackEntryBytes(*stacks[0]) * 8, cap))
+              adStackBytes(adStackEntryBytes(*stacks[0]) * lanes, cap))
         << "n = " << n;
   }
 }

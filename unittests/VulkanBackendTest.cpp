@@ -602,22 +602,35 @@ TEST_F(VulkanBackendTest, ATimeoutOrACancelFlagStopsALaunchNamingTheLoop) {
 }
 
 // Loops with constant bounds stop too when they can run long
-// (StopCheckPlan): a task of 2^31 - 1 iterations (32768 passes of each of
-// the default 65536 invocations, which lavapipe allows), and where the
-// driver does not end long loops itself, a band of about 2^62 points, the
-// same band with its extents given at launch and a serial loop of
-// 2^31 - 1 iterations; each within twice the timeout once compiled (by a
-// first launch whose cancel flag is already set).
+// (StopCheckPlan): on lavapipe a task of 2^31 - 1 iterations (32768 passes
+// of each of the default 65536 invocations, which lavapipe allows; its
+// loops of more iterations end at the driver's limit), on a GPU (where that
+// task takes milliseconds) a serial loop of 2^31 - 1 iterations; each
+// within twice the timeout once compiled (by a first launch whose cancel
+// flag is already set). A band of more than 2^32 - 1 points is an error
+// (its constant extents or those given at launch).
 TEST_F(VulkanBackendTest, LongLoopsWithConstantBoundsStop) {
   REQUIRE_DEVICE();
   using namespace std::chrono_literals;
   auto module = *parseModule(kLongConstantLoops, {"long.qd", 1});
   auto program = *Program::create(*module);
-  std::vector<const char *> kernels = {"task"};
-  if (!gpu()->deviceInfo().endsLongLoops)
-    kernels.insert(kernels.end(), {"band", "band_n", "serial"});
-  for (const char *kernel : kernels)
-    expectLongLoopStops(*program, *gpu(), kernel);
+  // On a GPU the task ends within the timeout.
+  expectLongLoopStops(*program, *gpu(), gpu()->deviceInfo().endsLongLoops ? "task" : "serial");
+  // A band of more points than the shader counts (32 bits) is an error,
+  // 65536 x 65536 = 2^32 included.
+  LaunchArg n = LaunchArg::i32(INT32_MAX), first = LaunchArg::i32(65536);
+  for (auto [kernel, arg] : {std::pair<const char *, LaunchArg *>{"band", nullptr},
+                             {"band_n", &n},
+                             {"band_n", &first}}) {
+    std::span<const LaunchArg> args;
+    if (arg)
+      args = std::span(arg, 1);
+    absl::Status s = program->launch(kernel, args, *gpu(), {});
+    EXPECT_NE(message(s).find("error: the band has more than 2^32 - 1 points, the most a Vulkan "
+                              "launch counts; split it"),
+              std::string::npos)
+        << kernel << ": " << message(s);
+  }
   program->field("count")->set(0, Scalar::ofInt(ScalarType::I32, 0));
   LaunchOptions o;
   o.timeout = 60s;

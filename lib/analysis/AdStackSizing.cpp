@@ -13,6 +13,7 @@
 #include "qd/analysis/AdStackCounting.h"
 #include "qd/analysis/AdStackOptimistic.h"
 #include "qd/ir/Printer.h"
+#include "qd/ir/Visitor.h"
 
 #include <fmt/format.h>
 
@@ -58,9 +59,14 @@ public:
 
 KernelSizing sizeAdStacks(const Kernel &kernel, const SizingOptions &options) {
   KernelSizing out;
-  KernelFacts facts(kernel);
-  if (facts.allocas.empty())
+  // Most kernels (every forward kernel) have no stacks: one walk that
+  // allocates nothing says so, before the facts map every statement.
+  bool anyStack = false;
+  walk(const_cast<Kernel &>(kernel).body(),
+       [&](Stmt &s) { anyStack |= s.kind() == StmtKind::AdStackAlloca; });
+  if (!anyStack)
     return out;
+  KernelFacts facts(kernel);
   ValueNamer namer(kernel);
   out.names_ = SizeExprNames::forKernel(kernel);
   for (const sizing::KernelFacts::LoopVar &var : facts.loops)

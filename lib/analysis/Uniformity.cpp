@@ -244,14 +244,16 @@ private:
   }
 
   void findAllLanesStores() {
-    std::unordered_map<const Stmt *, size_t> order; // pre-order position in the task
-    std::vector<const Stmt *> loops;                // masked, or under a partial mask
+    std::vector<const Stmt *> loops; // masked, or under a partial mask
     walk(task_.body(), [&](Stmt &s) {
-      order.emplace(&s, order.size());
       if ((s.kind() == StmtKind::For || s.kind() == StmtKind::While) &&
           (out_.isMaskedLoop(&s) || out_.isDivergent(&s)))
         loops.push_back(&s);
     });
+    if (loops.empty()) // most tasks: no map of every statement
+      return;
+    std::unordered_map<const Stmt *, size_t> order; // pre-order position in the task
+    walk(task_.body(), [&](Stmt &s) { order.emplace(&s, order.size()); });
     for (const Stmt *loop : loops) {
       Block &body = loop->block(0);
       for (Stmt &s : body) {

@@ -153,22 +153,25 @@ absl::Status validateLaunchArgs(const Kernel &kernel, std::span<const LaunchArg>
 absl::Status syncLaunchBuffersToHost(Program &program, const Kernel &kernel,
                                      std::span<const LaunchArg> args) {
   absl::Status status;
-  auto sync = [&](const Buffer *b, const std::string &what) {
+  // `what` names the buffer, only when it failed: a walk of a large kernel
+  // runs before every launch.
+  auto sync = [&](const Buffer *b, auto &&what) {
     if (!b || !status.ok())
       return;
     if (absl::Status s = b->syncToHost(); !s.ok())
-      status = absl::Status(s.code(), fmt::format("kernel @{}: {}: {}", kernel.name(), what,
+      status = absl::Status(s.code(), fmt::format("kernel @{}: {}: {}", kernel.name(), what(),
                                                   std::string(s.message())));
   };
   walk(const_cast<Kernel &>(kernel), [&](Stmt &s) {
     if (auto *g = dyn_cast<GlobalAccessStmt>(&s); g && g->isField())
-      sync(program.field(*g->field(), g->component()), "field @" + std::string(g->field()->name()));
+      sync(program.field(*g->field(), g->component()),
+           [&] { return fmt::format("field @{}", g->field()->name()); });
   });
   for (unsigned i = 0; i < args.size() && i < kernel.numArguments(); ++i)
     if (args[i].isNdarray())
       for (Component c : {Component::Primal, Component::Grad, Component::Dual})
         sync(args[i].ndarrayValue().component(c),
-             "argument %" + std::string(kernel.argument(i)->name()));
+             [&] { return fmt::format("argument %{}", kernel.argument(i)->name()); });
   return status;
 }
 

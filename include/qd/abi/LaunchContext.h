@@ -51,6 +51,14 @@ inline constexpr uint64_t kStopCheckMinWork = 4096;
 /// every 65536 back edges made the CUDA gradient of benchmark (a) 15x
 /// slower.
 inline constexpr unsigned kDeviceStopCheckSpread = 1u << 18;
+/// On a GPU every thread polls at every this many back edges that count:
+/// it leaves when the launch's error record (device memory) holds an error,
+/// a stop that a reader recorded included, and the readers (above) read the
+/// stop word there too; the other threads read it at every
+/// kDeviceStopCheckInterval-th. So a grid whose loop iterations are slow
+/// (contended atomics: 10 us per thread) stops within this many iterations
+/// of a reader's, not 65536.
+inline constexpr unsigned kDeviceStopPollInterval = 1024;
 
 } // namespace qd::abi
 

@@ -215,22 +215,26 @@ void EmitContext::recordError(unsigned siteId, llvm::ArrayRef<LV *> data) {
 void EmitContext::stopCheck(const Stmt *loop) {
   if (!opts.stopChecks || !loop || !stopPlan.checks(*loop))
     return;
+  const bool gpu = target.staggersStopChecks();
   unsigned interval = target.stopCheckInterval();
+  // A GPU thread polls every kDeviceStopPollInterval back edges (below).
+  unsigned poll = gpu ? abi::kDeviceStopPollInterval : interval;
   if (!fn->backEdges) {
     fn->backEdges = entryAlloca(i32, "back.edges");
     llvm::IRBuilder<> eb = entryBuilder();
-    // On a GPU one thread in kDeviceStopCheckSpread reads the word at its
-    // first back edge: launches of many short loops stop too. On the CPU
-    // each chunk of a task does (a load per chunk): the count starts anew
-    // with every chunk, which may have fewer back edges than the interval.
+    // On a GPU the readers, one thread in kDeviceStopCheckSpread, read the
+    // word at their first back edge: launches of many short loops stop too.
+    // On the CPU each chunk of a task does (a load per chunk): the count
+    // starts anew with every chunk, which may have fewer back edges than
+    // the interval.
     LV *start = eb.getInt32(0);
-    if (!target.staggersStopChecks() && fn->parallelTask >= 0) {
-      start = eb.getInt32(interval - 1);
-    } else if (target.staggersStopChecks()) {
+    if (gpu) {
       LV *low =
           eb.CreateAnd(target.threadIndex(*this), eb.getInt32(abi::kDeviceStopCheckSpread - 1));
-      start =
-          eb.CreateSelect(eb.CreateICmpEQ(low, eb.getInt32(0)), eb.getInt32(interval - 1), start);
+      fn->stopReader = eb.CreateICmpEQ(low, eb.getInt32(0), "stop.reader");
+      start = eb.CreateSelect(fn->stopReader, eb.getInt32(poll - 1), start);
+    } else if (fn->parallelTask >= 0) {
+      start = eb.getInt32(interval - 1);
     }
     eb.CreateStore(start, fn->backEdges);
   }
@@ -238,9 +242,32 @@ void EmitContext::stopCheck(const Stmt *loop) {
   b.CreateStore(n, fn->backEdges);
   BasicBlock *check = newBlock("stop.check");
   BasicBlock *next = newBlock("stop.next");
-  b.CreateCondBr(b.CreateICmpEQ(b.CreateAnd(n, interval - 1), b.getInt32(0)), check, next,
+  b.CreateCondBr(b.CreateICmpEQ(b.CreateAnd(n, poll - 1), b.getInt32(0)), check, next,
                  unlikelyFirst());
   b.SetInsertPoint(check);
+  if (gpu) {
+    // Every thread leaves once another recorded an error (a stop
+    // included), reading the error record in device memory: a running
+    // thread that never reads the host's word still ends soon after a
+    // reader saw it, whatever its loops cost per iteration. The readers
+    // read the word at every poll, the others at every interval-th back
+    // edge (where no reader runs any more).
+    LV *slot = b.CreateStructGEP(errorTy, ctxField(CtxField::error),
+                                 unsigned(abi::ErrorRecordField::site));
+    llvm::LoadInst *recorded = b.CreateAlignedLoad(i32, slot, llvm::Align(4), /*isVolatile=*/true);
+    recorded->setAtomic(llvm::AtomicOrdering::Monotonic);
+    BasicBlock *leave = newBlock("stop.leave");
+    BasicBlock *stay = newBlock("stop.stay");
+    b.CreateCondBr(b.CreateICmpNE(recorded, b.getInt32(0)), leave, stay, unlikelyFirst());
+    b.SetInsertPoint(leave);
+    b.CreateRetVoid();
+    b.SetInsertPoint(stay);
+    BasicBlock *read = newBlock("stop.read");
+    b.CreateCondBr(
+        b.CreateOr(fn->stopReader, b.CreateICmpEQ(b.CreateAnd(n, interval - 1), b.getInt32(0))),
+        read, next);
+    b.SetInsertPoint(read);
+  }
   // Written by the host during the launch: an atomic load, never hoisted.
   llvm::LoadInst *reason = b.CreateAlignedLoad(
       i32, target.devicePointer(b, ctxField(CtxField::stop)), llvm::Align(4), /*isVolatile=*/true);

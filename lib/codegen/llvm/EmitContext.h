@@ -163,6 +163,9 @@ struct FunctionState {
   std::array<LV *, ForStmt::kMaxDims> bandIndex{};
   /// Back edges this thread has run (stop checks); created at the first.
   llvm::AllocaInst *backEdges = nullptr;
+  /// On a GPU, whether this thread is a reader of the stop word (one in
+  /// abi::kDeviceStopCheckSpread), computed in the entry block.
+  LV *stopReader = nullptr;
   /// Adstack rows (AdStackRows) made in this function so far, by stack id.
   unsigned stackRows = 0;
   std::vector<std::pair<unsigned, AdStackRows *>> uniformRows;

@@ -314,9 +314,10 @@ void SpirvEmitter::emitParallelTask(ForStmt &task) {
   fn.parallelTask = index;
   Id u32 = b_.tU32();
   // Extents as u32 (end - begin when positive; the difference of two i32
-  // fits), the band's point count saturating at 2^32 - 1.
+  // fits); a band of more points than u32 counts is an error.
   std::vector<Id> begins, extents;
   Id count = b_.u32(1);
+  Id tooMany = 0;
   for (unsigned d = 0; d < task.numDims(); ++d) {
     Id bg = boundValue(task.begin(d)), en = boundValue(task.end(d));
     Id diff = b_.isub(u32, b_.bitcast(u32, en), b_.bitcast(u32, bg));
@@ -327,8 +328,13 @@ void SpirvEmitter::emitParallelTask(ForStmt &task) {
     Id wide = b_.op(spv::Op::OpUMulExtended, st, {count, ext});
     Id lo = b_.op(spv::Op::OpCompositeExtract, u32, {wide, 0});
     Id hi = b_.op(spv::Op::OpCompositeExtract, u32, {wide, 1});
-    count = b_.select(u32, b_.cmp(spv::Op::OpINotEqual, hi, b_.u32(0)), b_.u32(0xFFFFFFFFu), lo);
+    Id over = b_.cmp(spv::Op::OpINotEqual, hi, b_.u32(0));
+    tooMany = tooMany ? b_.lor(tooMany, over) : over;
+    count = b_.select(u32, tooMany, b_.u32(0xFFFFFFFFu), lo);
   }
+  if (task.numDims() > 1)
+    raiseIf(tooMany, site(task, "the band has more than 2^32 - 1 points, the most a Vulkan launch "
+                                "counts; split it into several tasks or launches"));
   // The runtime may dispatch more invocations than the T of the launch
   // data (a grid cut to fit the heap in one storage buffer): those past T
   // have no iterations.
@@ -557,34 +563,46 @@ void SpirvEmitter::stopCheck(const Stmt &loop) {
   if (!opts_.stopChecks || !stopPlan_.checks(loop))
     return;
   Id u32 = b_.tU32();
+  const uint32_t interval = opts_.stopCheckInterval;
+  const uint32_t poll = std::min<uint32_t>(interval, abi::kDeviceStopPollInterval);
   if (!fn_->iterations) {
-    // One invocation in stopCheckSpread reads the word at its first
-    // iteration, so that launches of many short loops (one invocation per
-    // task iteration) stop too: the first that sees the word records the
-    // site, and every invocation that starts after that returns at once
-    // (beginFunction).
+    // The readers, one invocation in stopCheckSpread, read the word at
+    // their first iteration, so that launches of many short loops (one
+    // invocation per task iteration) stop too: the first that sees the word
+    // records the loop's site, and every invocation that starts after that
+    // returns at once (beginFunction).
     fn_->iterations = localVariable(u32);
-    inPrologue([&] {
+    fn_->stopReader = inPrologue([&] {
       Id low = b_.op(spv::Op::OpBitwiseAnd, u32, {fn_->thread, b_.u32(opts_.stopCheckSpread - 1)});
-      b_.store(fn_->iterations, b_.select(u32, b_.cmp(spv::Op::OpIEqual, low, b_.u32(0)),
-                                          b_.u32(opts_.stopCheckInterval - 1), b_.u32(0)));
-      return 0;
+      Id reader = b_.cmp(spv::Op::OpIEqual, low, b_.u32(0));
+      b_.store(fn_->iterations, b_.select(u32, reader, b_.u32(poll - 1), b_.u32(0)));
+      return reader;
     });
   }
   Id n = b_.iadd(u32, b_.load(u32, fn_->iterations), b_.u32(1));
   b_.store(fn_->iterations, n);
-  Id due = b_.cmp(spv::Op::OpIEqual,
-                  b_.op(spv::Op::OpBitwiseAnd, u32, {n, b_.u32(opts_.stopCheckInterval - 1)}),
+  auto every = [&](uint32_t k) {
+    return b_.cmp(spv::Op::OpIEqual, b_.op(spv::Op::OpBitwiseAnd, u32, {n, b_.u32(k - 1)}),
                   b_.u32(0));
+  };
   unsigned id = site(loop, "");
   layout_.sites.back().stopCheck = true;
-  b_.ifThen(due, [&] {
-    // Written by the host while the launch runs: an atomic load, which no
-    // compiler hoists out of the loop.
-    Id word = b_.op(spv::Op::OpAtomicLoad, u32,
-                    {b_.op(spv::Op::OpAccessChain, uintPtr_, {stopVar_, b_.u32(0), b_.u32(0)}),
-                     b_.u32(kScopeDevice), b_.u32(0)});
-    raiseIf(b_.cmp(spv::Op::OpINotEqual, word, b_.u32(0)), id, {{word, b_.u32(0)}});
+  b_.ifThen(every(poll), [&] {
+    // An error another invocation recorded (a stop included) ends this one:
+    // a running invocation that reads no word still ends soon after a
+    // reader saw it (abi::kDeviceStopPollInterval).
+    Id recorded =
+        b_.op(spv::Op::OpAtomicLoad, u32,
+              {controlPtr(b_.u32(SpirvLaunchData::kErrorSite)), b_.u32(kScopeDevice), b_.u32(0)});
+    b_.ifThen(b_.cmp(spv::Op::OpINotEqual, recorded, b_.u32(0)), [&] { b_.ret(); });
+    b_.ifThen(b_.lor(fn_->stopReader, every(interval)), [&] {
+      // Written by the host while the launch runs: an atomic load, which
+      // no compiler hoists out of the loop.
+      Id word = b_.op(spv::Op::OpAtomicLoad, u32,
+                      {b_.op(spv::Op::OpAccessChain, uintPtr_, {stopVar_, b_.u32(0), b_.u32(0)}),
+                       b_.u32(kScopeDevice), b_.u32(0)});
+      raiseIf(b_.cmp(spv::Op::OpINotEqual, word, b_.u32(0)), id, {{word, b_.u32(0)}});
+    });
   });
 }
 

@@ -128,6 +128,7 @@ private:
     Id localIndex = 0; // u32: the invocation in its workgroup
     Id never = 0;      // bool: exitFlagNever()
     Id iterations = 0; // u32 variable: loop iterations run (stop checks)
+    Id stopReader = 0; // bool: this invocation reads the stop word at every poll
     std::array<Id, ForStmt::kMaxDims> bandIndex{};
     int parallelTask = -1;
   };
