@@ -68,3 +68,10 @@ def vulkan_device_available():
 
 if vulkan_device_available():
     config.available_features.add("vulkan")
+
+# NVIDIA's assembler, where the CUDA toolkit is installed: tests that check
+# the PTX qd-translate writes say `%if ptxas %{ ... %}`.
+_ptxas = "/usr/local/cuda/bin/ptxas"
+if os.path.exists(_ptxas):
+    config.available_features.add("ptxas")
+    config.substitutions.append((r"(?<![\w/.-])ptxas(?![\w/.-])", _ptxas))

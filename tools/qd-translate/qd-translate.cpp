@@ -4,7 +4,7 @@
 //                [--passes=...] [--vector-width=N] [--bounds-check] [--stop-checks]
 //                [--local-adstacks=N]
 //                [--no-vector-math] [--optimize] [--emit=llvm|ptx|amdgcn|hsaco]
-//                [--arch=sm_80|gfx90a|gfx942|gfx1100] [-o out]
+//                [--arch=sm_80|gfx90a|gfx942|gfx1100] [-o out|-o DIR/]
 //
 // Reads a module (stdin by default), verifies it, optionally runs a pass
 // pipeline, and prints the LLVM IR the code generator emits for one kernel
@@ -16,7 +16,8 @@
 // object is made of). --emit=ptx prints the PTX of each kernel (nvptx only:
 // libdevice linked, optimised); --emit=amdgcn the AMDGPU ISA assembly and
 // --emit=hsaco the code object (an ELF file, linked with ld.lld; one
-// kernel only) of the amdgpu target. --target=spirv prints the disassembly
+// kernel per module) of the amdgpu target; `-o DIR/` writes a file per
+// kernel, which PTX and code objects of several kernels need. --target=spirv prints the disassembly
 // of each kernel's SPIR-V module (validated; with --optimize after
 // SPIRV-Tools' performance passes; --atomic-float-add: for a device with
 // SPV_EXT_shader_atomic_float_add; --check-loop-exits: with the checks
@@ -40,11 +41,13 @@
 #include <llvm/Target/TargetMachine.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <iterator>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace {
 
@@ -112,7 +115,11 @@ constexpr const char *kUsage =
     "  --light                with --optimize: the light tier's pipeline instead\n"
     "                         of O3 (what the CPU backend runs for very large or\n"
     "                         deeply nested kernels, docs/performance.md)\n"
-    "  -o <file>              write the output to <file> (default: stdout)\n"
+    "  -o <file>              write the output to <file> (default: stdout); a folder\n"
+    "                         (an existing one, or a path ending in '/') gets a file\n"
+    "                         per kernel, <kernel>.ll, .ptx, .s, .hsaco or .spvasm.\n"
+    "                         PTX and code objects hold one kernel each: with\n"
+    "                         several kernels they need --kernel or a folder\n"
     "  -h, --help             show this help\n";
 
 int fail(const std::string &message) {
@@ -120,7 +127,10 @@ int fail(const std::string &message) {
   return 1;
 }
 
-int writeOutput(const Options &opts, const std::string &out);
+struct KernelOutput;
+using Outputs = std::vector<KernelOutput>;
+bool isFolder(const std::string &path);
+int writeOutputs(const Options &opts, const Outputs &outputs);
 
 /// Parses the command line; returns an exit code to stop with, or nullopt.
 std::optional<int> parseArgs(int argc, char **argv, Options &opts) {
@@ -215,137 +225,129 @@ std::map<const qd::AdStackAllocaStmt *, int64_t> localTapes(const qd::Kernel &ke
   return out;
 }
 
-} // namespace
+/// The emitted text (or object) of one kernel.
+struct KernelOutput {
+  std::string kernel;
+  std::string text;
+};
 
-int main(int argc, char **argv) {
-  Options opts;
-  if (std::optional<int> code = parseArgs(argc, argv, opts))
-    return *code;
+/// The file extension of an output kind, for `-o DIR/`.
+std::string extensionOf(const Options &opts) {
+  if (opts.target == "spirv")
+    return "spvasm";
+  if (opts.emit == "ptx")
+    return "ptx";
+  if (opts.emit == "amdgcn")
+    return "s";
+  if (opts.emit == "hsaco")
+    return "hsaco";
+  return "ll";
+}
+
+/// Checks the options against each other; an error message, or "".
+std::string checkOptions(Options &opts) {
   bool amdgpuOutput = opts.emit == "amdgcn" || opts.emit == "hsaco";
   if (!opts.targetGiven && (opts.emit == "ptx" || amdgpuOutput))
     opts.target = opts.emit == "ptx" ? "nvptx" : "amdgpu";
   bool spirv = opts.target == "spirv";
   if (spirv && opts.emit != "llvm")
-    return fail("--emit=" + opts.emit + " does not go with --target=spirv (spirv prints SPIR-V)");
+    return "--emit=" + opts.emit + " does not go with --target=spirv (spirv prints SPIR-V)";
   if (!spirv && (opts.atomicFloatAdd || opts.checkLoopExits))
-    return fail(std::string(opts.atomicFloatAdd ? "--atomic-float-add" : "--check-loop-exits") +
-                " needs --target=spirv (options of the SPIR-V code)");
-  absl::StatusOr<qd::CodegenTarget> target =
-      spirv ? qd::CodegenTarget::Cpu : qd::parseCodegenTarget(opts.target);
-  if (!target.ok())
-    return fail(std::string(target.status().message()) + " (or spirv)");
-  bool nvptx = *target == qd::CodegenTarget::Nvptx;
-  bool amdgpu = *target == qd::CodegenTarget::Amdgpu;
-  if (opts.emit == "ptx" && !nvptx)
-    return fail("--emit=ptx needs --target=nvptx (the " + opts.target +
-                " target does not print PTX)");
-  if (amdgpuOutput && !amdgpu)
-    return fail("--emit=" + opts.emit + " needs --target=amdgpu (the " + opts.target +
-                " target does not make AMDGPU code)");
-  if (opts.localAdStacks > 0 && !nvptx && !spirv)
-    return fail("--local-adstacks needs --target=nvptx or spirv (the CUDA and Vulkan backends "
-                "run local tapes; the " +
-                opts.target + " target keeps adstacks in the heap)");
+    return std::string(opts.atomicFloatAdd ? "--atomic-float-add" : "--check-loop-exits") +
+           " needs --target=spirv (options of the SPIR-V code)";
+  if (opts.emit == "ptx" && opts.target != "nvptx")
+    return "--emit=ptx needs --target=nvptx (the " + opts.target + " target does not print PTX)";
+  if (amdgpuOutput && opts.target != "amdgpu")
+    return "--emit=" + opts.emit + " needs --target=amdgpu (the " + opts.target +
+           " target does not make AMDGPU code)";
+  if (opts.localAdStacks > 0 && opts.target != "nvptx" && !spirv)
+    return "--local-adstacks needs --target=nvptx or spirv (the CUDA and Vulkan backends run "
+           "local tapes; the " +
+           opts.target + " target keeps adstacks in the heap)";
   if (opts.light && (!opts.optimize || opts.target != "cpu"))
-    return fail("--light needs --optimize and --target=cpu (the CPU backend's light tier)");
+    return "--light needs --optimize and --target=cpu (the CPU backend's light tier)";
   if (opts.arch.empty())
-    opts.arch = amdgpu ? "gfx90a" : "sm_80";
-  qd::PtxOptions ptx;
-  ptx.arch = opts.arch;
-  qd::HsacoOptions hsaco;
-  hsaco.arch = opts.arch;
-  // A bad --arch is reported before any input is read.
-  if (nvptx)
-    if (auto tm = qd::nvptxTargetMachine(opts.arch); !tm.ok())
-      return fail(std::string(tm.status().message()));
-  if (amdgpu)
-    if (auto tm = qd::amdgpuTargetMachine(opts.arch); !tm.ok())
-      return fail(std::string(tm.status().message()));
-  // A bad pipeline is reported before any input is read.
-  if (absl::Status s = qd::PassManager().addPipeline(opts.passes); !s.ok())
-    return fail(std::string(s.message()));
+    opts.arch = opts.target == "amdgpu" ? "gfx90a" : "sm_80";
+  return "";
+}
 
+/// Reads, verifies and transforms the input; null after printing why not.
+std::unique_ptr<qd::Module> loadModule(const Options &opts, const std::string &filename) {
   std::string text;
   if (opts.input == "-") {
     text.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
   } else {
     absl::StatusOr<std::string> read = qd::readTextFile(opts.input);
-    if (!read.ok())
-      return fail(std::string(read.status().message()));
+    if (!read.ok()) {
+      fail(std::string(read.status().message()));
+      return nullptr;
+    }
     text = *std::move(read);
   }
   qd::ParseOptions parse;
-  std::string filename = opts.input == "-" ? "<stdin>" : opts.input;
   parse.filename = filename;
   auto module = qd::parseModule(text, parse);
   if (!module.ok()) {
     std::cerr << module.status().message() << '\n';
-    return 1;
+    return nullptr;
   }
   if (absl::Status v = qd::verify(**module); !v.ok()) {
     std::cerr << v.message() << '\n';
-    return 1;
+    return nullptr;
   }
   qd::PassManager pm;
-  if (absl::Status s = pm.addPipeline(opts.passes); !s.ok())
-    return fail(std::string(s.message()));
-  if (absl::Status s = pm.run(**module); !s.ok())
-    return fail(std::string(s.message()));
-
-  std::vector<const qd::Kernel *> kernels;
-  if (opts.kernel) {
-    const qd::Kernel *k = (*module)->findKernel(*opts.kernel);
-    if (!k)
-      return fail("no kernel named '@" + *opts.kernel + "' in '" + filename + "'");
-    kernels.push_back(k);
-  } else if (opts.emit == "hsaco" && (*module)->kernels().size() != 1) {
-    return fail("--emit=hsaco writes one code object: pick a kernel of '" + filename +
-                "' with --kernel");
-  } else {
-    for (const auto &k : (*module)->kernels())
-      kernels.push_back(k.get());
+  absl::Status s = pm.addPipeline(opts.passes);
+  if (s.ok())
+    s = pm.run(**module);
+  if (!s.ok()) {
+    fail(std::string(s.message()));
+    return nullptr;
   }
+  return *std::move(module);
+}
 
-  if (spirv) {
-    std::string out;
-    qd::SpirvOptions options;
-    options.boundsChecked = opts.boundsCheck;
-    options.optimize = opts.optimize;
-    options.features.atomicFloat32Add = options.features.atomicFloat64Add = opts.atomicFloatAdd;
-    options.checkLoopExits = opts.checkLoopExits;
-    options.stopChecks = opts.stopChecks;
-    for (const qd::Kernel *kernel : kernels) {
-      options.localAdStackEntries = localTapes(*kernel, opts.localAdStacks);
-      auto emitted = qd::emitSpirv(*kernel, options);
-      if (!emitted.ok())
-        return fail("kernel @" + kernel->name() + ": " + std::string(emitted.status().message()));
-      if (emitted->words.empty()) {
-        out += "; kernel @" + kernel->name() + ": no launches, no module\n";
-        continue;
-      }
-      auto text = qd::disassembleSpirv(emitted->words);
-      if (!text.ok())
-        return fail("kernel @" + kernel->name() + ": " + std::string(text.status().message()));
-      out += "; kernel @" + kernel->name() + "\n" + *text;
+/// The SPIR-V disassembly of each kernel; an error message, or "".
+std::string emitSpirvOutputs(const Options &opts, const std::vector<const qd::Kernel *> &kernels,
+                             Outputs &out) {
+  qd::SpirvOptions options;
+  options.boundsChecked = opts.boundsCheck;
+  options.optimize = opts.optimize;
+  options.features.atomicFloat32Add = options.features.atomicFloat64Add = opts.atomicFloatAdd;
+  options.checkLoopExits = opts.checkLoopExits;
+  options.stopChecks = opts.stopChecks;
+  for (const qd::Kernel *kernel : kernels) {
+    options.localAdStackEntries = localTapes(*kernel, opts.localAdStacks);
+    auto emitted = qd::emitSpirv(*kernel, options);
+    if (!emitted.ok())
+      return "kernel @" + kernel->name() + ": " + std::string(emitted.status().message());
+    if (emitted->words.empty()) {
+      out.push_back({kernel->name(), "; kernel @" + kernel->name() + ": no launches, no module\n"});
+      continue;
     }
-    return writeOutput(opts, out);
+    auto text = qd::disassembleSpirv(emitted->words);
+    if (!text.ok())
+      return "kernel @" + kernel->name() + ": " + std::string(text.status().message());
+    out.push_back({kernel->name(), "; kernel @" + kernel->name() + "\n" + *text});
   }
+  return "";
+}
 
+/// The LLVM IR, PTX, AMDGPU assembly or code object of each kernel; an
+/// error message, or "".
+std::string emitLlvmOutputs(const Options &opts, qd::CodegenTarget target,
+                            const std::vector<const qd::Kernel *> &kernels, Outputs &out) {
+  bool nvptx = target == qd::CodegenTarget::Nvptx, amdgpu = target == qd::CodegenTarget::Amdgpu;
+  qd::PtxOptions ptx;
+  ptx.arch = opts.arch;
+  qd::HsacoOptions hsaco;
+  hsaco.arch = opts.arch;
   std::unique_ptr<llvm::TargetMachine> machine;
-  if (amdgpu) {
-    // prepareAmdgpuModule runs the AMDGPU pipeline.
-  } else if (opts.optimize && nvptx) {
-    auto gpu = qd::nvptxTargetMachine(opts.arch);
-    if (!gpu.ok())
-      return fail(std::string(gpu.status().message()));
-    machine = std::move(*gpu);
-  } else if (opts.optimize) {
-    auto host = qd::hostTargetMachine();
-    if (!host.ok())
-      return fail(std::string(host.status().message()));
-    machine = std::move(*host);
+  if (opts.optimize && !amdgpu) { // prepareAmdgpuModule runs the AMDGPU pipeline
+    auto made = nvptx ? qd::nvptxTargetMachine(opts.arch) : qd::hostTargetMachine();
+    if (!made.ok())
+      return std::string(made.status().message());
+    machine = std::move(*made);
   }
-
   qd::CodegenOptions codegen;
   codegen.boundsChecked = opts.boundsCheck;
   codegen.stopChecks = opts.stopChecks;
@@ -353,57 +355,132 @@ int main(int argc, char **argv) {
   // The backend also checks that the host can call libmvec; printing IR
   // needs no such check, and does not depend on the host.
   codegen.vectorMath = opts.vectorMath ? opts.vectorIsa : qd::VectorMathIsa::None;
-  std::string out;
-  llvm::raw_string_ostream os(out);
   for (const qd::Kernel *kernel : kernels) {
+    auto failed = [&](const absl::Status &s) {
+      return "kernel @" + kernel->name() + ": " + std::string(s.message());
+    };
     codegen.localAdStackEntries = localTapes(*kernel, opts.localAdStacks);
     llvm::LLVMContext context;
     qd::KernelLayout layout;
-    auto emitted = qd::emitKernel(*kernel, context, codegen, layout, *target);
+    auto emitted = qd::emitKernel(*kernel, context, codegen, layout, target);
     if (!emitted.ok())
-      return fail("kernel @" + kernel->name() + ": " + std::string(emitted.status().message()));
+      return failed(emitted.status());
     llvm::Module &m = **emitted;
-    if (opts.emit == "ptx") {
-      auto text = qd::emitPtx(m, ptx);
-      if (!text.ok())
-        return fail("kernel @" + kernel->name() + ": " + std::string(text.status().message()));
-      os << *text;
-      continue;
+    absl::StatusOr<std::string> code = std::string(); // LLVM IR: printed below
+    if (opts.emit == "ptx")
+      code = qd::emitPtx(m, ptx);
+    else if (opts.emit == "hsaco")
+      code = qd::emitHsaco(m, hsaco);
+    else if (opts.emit == "amdgcn")
+      code = qd::emitAmdgpuAssembly(m, hsaco);
+    if (!code.ok())
+      return failed(code.status());
+    if (opts.emit == "llvm") {
+      if (amdgpu && opts.optimize) {
+        if (absl::Status s = qd::prepareAmdgpuModule(m, hsaco); !s.ok())
+          return failed(s);
+      } else if (machine) {
+        m.setDataLayout(machine->createDataLayout());
+        m.setTargetTriple(machine->getTargetTriple().str());
+        qd::optimizeModule(m, machine.get(),
+                           opts.light ? qd::OptimizationTier::Light : qd::OptimizationTier::Full);
+      }
+      llvm::raw_string_ostream os(*code);
+      m.print(os, nullptr);
     }
-    if (amdgpuOutput) {
-      auto code = opts.emit == "hsaco" ? qd::emitHsaco(m, hsaco) : qd::emitAmdgpuAssembly(m, hsaco);
-      if (!code.ok())
-        return fail("kernel @" + kernel->name() + ": " + std::string(code.status().message()));
-      os << *code;
-      continue;
-    }
-    if (amdgpu && opts.optimize) {
-      if (absl::Status s = qd::prepareAmdgpuModule(m, hsaco); !s.ok())
-        return fail("kernel @" + kernel->name() + ": " + std::string(s.message()));
-    } else if (machine) {
-      m.setDataLayout(machine->createDataLayout());
-      m.setTargetTriple(machine->getTargetTriple().str());
-      qd::optimizeModule(m, machine.get(),
-                         opts.light ? qd::OptimizationTier::Light : qd::OptimizationTier::Full);
-    }
-    m.print(os, nullptr);
+    out.push_back({kernel->name(), *std::move(code)});
   }
-  os.flush();
-  return writeOutput(opts, out);
+  return "";
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  Options opts;
+  if (std::optional<int> code = parseArgs(argc, argv, opts))
+    return *code;
+  if (std::string bad = checkOptions(opts); !bad.empty())
+    return fail(bad);
+  bool spirv = opts.target == "spirv";
+  absl::StatusOr<qd::CodegenTarget> target =
+      spirv ? qd::CodegenTarget::Cpu : qd::parseCodegenTarget(opts.target);
+  if (!target.ok())
+    return fail(std::string(target.status().message()) + " (or spirv)");
+  // A bad --arch or pipeline is reported before any input is read.
+  if (*target == qd::CodegenTarget::Nvptx)
+    if (auto tm = qd::nvptxTargetMachine(opts.arch); !tm.ok())
+      return fail(std::string(tm.status().message()));
+  if (*target == qd::CodegenTarget::Amdgpu)
+    if (auto tm = qd::amdgpuTargetMachine(opts.arch); !tm.ok())
+      return fail(std::string(tm.status().message()));
+  if (absl::Status s = qd::PassManager().addPipeline(opts.passes); !s.ok())
+    return fail(std::string(s.message()));
+
+  std::string filename = opts.input == "-" ? "<stdin>" : opts.input;
+  std::unique_ptr<qd::Module> module = loadModule(opts, filename);
+  if (!module)
+    return 1;
+  std::vector<const qd::Kernel *> kernels;
+  if (opts.kernel) {
+    const qd::Kernel *k = module->findKernel(*opts.kernel);
+    if (!k)
+      return fail("no kernel named '@" + *opts.kernel + "' in '" + filename + "'");
+    kernels.push_back(k);
+  } else {
+    for (const auto &k : module->kernels())
+      kernels.push_back(k.get());
+  }
+  // A PTX module or a code object holds one kernel (their entries are named
+  // per kernel: qd_task_0 ...): several go to a folder, a file each.
+  bool oneModule = opts.emit == "ptx" || opts.emit == "hsaco";
+  if (oneModule && kernels.size() > 1 && !isFolder(opts.output))
+    return fail("--emit=" + opts.emit + " writes one module per kernel and '" + filename +
+                "' has " + std::to_string(kernels.size()) +
+                ": pick one with --kernel, or give a folder for a file per kernel (-o DIR/)");
+  Outputs out;
+  std::string bad =
+      spirv ? emitSpirvOutputs(opts, kernels, out) : emitLlvmOutputs(opts, *target, kernels, out);
+  if (!bad.empty())
+    return fail(bad);
+  return writeOutputs(opts, out);
 }
 
 namespace {
 
-int writeOutput(const Options &opts, const std::string &out) {
-  if (opts.output == "-") {
-    // A full disk or a closed pipe must not pass for success.
-    if (!(std::cout << out) || !std::cout.flush())
-      return fail("cannot write the output (standard output failed)");
+bool isFolder(const std::string &path) {
+  std::error_code ec;
+  return path != "-" && (path.ends_with('/') || std::filesystem::is_directory(path, ec));
+}
+
+int writeFile(const std::string &path, const std::string &text) {
+  std::ofstream file(path, std::ios::binary);
+  if (!file || !(file << text) || !file.flush())
+    return fail("cannot write '" + path + "'");
+  return 0;
+}
+
+int writeOutputs(const Options &opts, const Outputs &outputs) {
+  if (isFolder(opts.output)) { // a file per kernel: DIR/<kernel>.<ext>
+    std::error_code ec;
+    std::filesystem::create_directories(opts.output, ec);
+    if (ec)
+      return fail("cannot create the folder '" + opts.output + "': " + ec.message());
+    for (const KernelOutput &o : outputs) {
+      std::filesystem::path file = std::filesystem::path(opts.output) / o.kernel;
+      file += "." + extensionOf(opts);
+      if (int rc = writeFile(file.string(), o.text))
+        return rc;
+    }
     return 0;
   }
-  std::ofstream file(opts.output, std::ios::binary);
-  if (!file || !(file << out) || !file.flush())
-    return fail("cannot write '" + opts.output + "'");
+  std::string all;
+  for (const KernelOutput &o : outputs)
+    all += o.text;
+  if (opts.output != "-")
+    return writeFile(opts.output, all);
+  // A full disk or a closed pipe must not pass for success.
+  if (!(std::cout << all) || !std::cout.flush())
+    return fail("cannot write the output (standard output failed)");
   return 0;
 }
 
