@@ -17,6 +17,7 @@
 
 #include "qd/codegen/llvm/KernelCodegen.h"
 
+#include <llvm/ADT/DenseMap.h>
 #include <llvm/IR/IRBuilder.h>
 
 #include <array>
@@ -144,7 +145,7 @@ struct FunctionState {
   /// The QdLaunchContext pointer, and the thread value the target keeps
   /// (CPU: the worker argument).
   LV *ctxArg = nullptr, *thread = nullptr;
-  std::unordered_map<const Value *, LV *> values;
+  llvm::DenseMap<const Value *, LV *> values; // open addressing: no node per value
   /// Loaded once in the entry block (the context does not change during a
   /// launch; global data could otherwise alias it).
   std::unordered_map<CtxField, LV *> ctxFields;
