@@ -246,6 +246,44 @@ TEST(LaunchArgs, WrongArityTypeRankAndCompanions) {
   EXPECT_EQ(message(h.run("missing")), "no kernel named '@missing' in the module");
 }
 
+// Arguments by name, in any order, run as the same arguments by position;
+// an unknown, repeated or missing name is an error naming it.
+TEST(LaunchArgs, ByNameInAnyOrder) {
+  Harness h(R"(field @y : f32[4]
+kernel @k(%n: i32, %a: ndarray<f32, 1>, %s: f32) {
+  parallel for %i = 0 to %n {
+    %v = load %a[%i] : f32
+    %w = mul %v, %s : f32
+    store @y[%i], %w
+  }
+})");
+  auto a = Buffer::create(ScalarType::F32, {4});
+  for (int i = 0; i < 4; ++i)
+    a->set(i, Scalar::ofFloat(ScalarType::F32, i + 1));
+  NdarrayArg nd{&*a, nullptr, nullptr};
+  NamedLaunchArg named[] = {
+      {"s", LaunchArg::f32(0.5f)}, {"a", LaunchArg::ndarray(&nd)}, {"n", LaunchArg::i32(3)}};
+  ASSERT_TRUE(h.program->launchByName("k", named, h.interp).ok());
+  EXPECT_EQ(h.getF("y", 0), 0.5);
+  EXPECT_EQ(h.getF("y", 2), 1.5);
+  EXPECT_EQ(h.getF("y", 3), 0.0); // %n = 3
+  auto fails = [&](std::vector<NamedLaunchArg> args) {
+    return message(h.program->launchByName("k", args, h.interp));
+  };
+  EXPECT_EQ(fails({{"n", LaunchArg::i32(3)}, {"m", LaunchArg::i32(3)}}),
+            "kernel @k has no argument named %m; it takes %n, %a, %s");
+  EXPECT_EQ(fails({{"n", LaunchArg::i32(3)}, {"n", LaunchArg::i32(4)}}),
+            "argument %n of kernel @k is given twice");
+  EXPECT_EQ(fails({{"n", LaunchArg::i32(3)}, {"s", LaunchArg::f32(1)}}),
+            "argument %a of kernel @k is missing");
+  // Types are checked as for arguments by position.
+  EXPECT_EQ(
+      fails({{"n", LaunchArg::f32(3)}, {"a", LaunchArg::ndarray(&nd)}, {"s", LaunchArg::f32(1)}}),
+      "argument 0 (%n) of kernel @k has type i32, but a f32 value was given");
+  EXPECT_EQ(message(h.program->launchByName("nope", {}, h.interp)),
+            "no kernel named '@nope' in the module");
+}
+
 TEST(LaunchArgs, NdarraysOfDifferentTypesMustNotShareMemory) {
   Harness h(R"(kernel @k(%a: ndarray<f32, 1>, %b: ndarray<i32, 1>, %c: ndarray<f32, 1>) {
   parallel for %i = 0 to 4 {

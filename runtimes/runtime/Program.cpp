@@ -7,11 +7,13 @@
 #include "qd/ir/Visitor.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cstring>
 #include <deque>
 #include <map>
+#include <optional>
 
 namespace qd {
 
@@ -173,6 +175,46 @@ absl::Status syncLaunchBuffersToHost(Program &program, const Kernel &kernel,
         sync(args[i].ndarrayValue().component(c),
              [&] { return fmt::format("argument %{}", kernel.argument(i)->name()); });
   return status;
+}
+
+absl::StatusOr<std::vector<LaunchArg>> orderLaunchArgs(const Kernel &kernel,
+                                                       std::span<const NamedLaunchArg> named) {
+  std::vector<std::optional<LaunchArg>> slots(kernel.numArguments());
+  for (const NamedLaunchArg &a : named) {
+    const Argument *param = kernel.findArgument(a.name);
+    if (!param) {
+      std::vector<std::string> takes;
+      for (unsigned i = 0; i < kernel.numArguments(); ++i)
+        takes.push_back("%" + kernel.argument(i)->name());
+      return absl::InvalidArgumentError(fmt::format(
+          "kernel @{} has no argument named %{}; it takes {}", kernel.name(), a.name,
+          takes.empty() ? std::string("none") : fmt::format("{}", fmt::join(takes, ", "))));
+    }
+    std::optional<LaunchArg> &slot = slots[param->index()];
+    if (slot)
+      return absl::InvalidArgumentError(
+          fmt::format("argument %{} of kernel @{} is given twice", a.name, kernel.name()));
+    slot = a.value;
+  }
+  std::vector<LaunchArg> ordered;
+  for (unsigned i = 0; i < kernel.numArguments(); ++i) {
+    if (!slots[i])
+      return absl::InvalidArgumentError(fmt::format("argument %{} of kernel @{} is missing",
+                                                    kernel.argument(i)->name(), kernel.name()));
+    ordered.push_back(*slots[i]);
+  }
+  return ordered;
+}
+
+absl::Status Program::launchByName(std::string_view name, std::span<const NamedLaunchArg> args,
+                                   Backend &backend, const LaunchOptions &options) {
+  Kernel *k = module_.findKernel(name);
+  if (!k)
+    return absl::NotFoundError(fmt::format("no kernel named '@{}' in the module", name));
+  absl::StatusOr<std::vector<LaunchArg>> ordered = orderLaunchArgs(*k, args);
+  if (!ordered.ok())
+    return ordered.status();
+  return launch(name, *ordered, backend, options);
 }
 
 absl::Status Program::launch(std::string_view name, std::span<const LaunchArg> args,

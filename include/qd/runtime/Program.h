@@ -51,6 +51,20 @@ private:
   const NdarrayArg *ndarray_;
 };
 
+/// A launch argument given by the name of the kernel argument it binds
+/// (without the `%`): what a front-end holds, a keyword argument.
+struct NamedLaunchArg {
+  std::string_view name;
+  LaunchArg value;
+};
+
+/// `named` in the order of `kernel`'s arguments: each argument given once,
+/// by name, in any order. InvalidArgument naming the kernel and the
+/// argument for a name the kernel does not take (with the names it takes),
+/// one given twice or one missing.
+absl::StatusOr<std::vector<LaunchArg>> orderLaunchArgs(const Kernel &kernel,
+                                                       std::span<const NamedLaunchArg> named);
+
 struct LaunchOptions {
   /// Report out-of-range field/ndarray indices as an error naming the
   /// statement instead of touching memory (the interpreter always checks).
@@ -160,6 +174,9 @@ public:
   /// and runs kernel `name` on `backend`.
   absl::Status launch(std::string_view name, std::span<const LaunchArg> args, Backend &backend,
                       const LaunchOptions &options = {});
+  /// Same, with the arguments by name (orderLaunchArgs).
+  absl::Status launchByName(std::string_view name, std::span<const NamedLaunchArg> args,
+                            Backend &backend, const LaunchOptions &options = {});
 
   /// The capacity of every capacity-0 adstack of `kernel`, sized by
   /// `sizing`, for a launch with `args` against the current field contents
