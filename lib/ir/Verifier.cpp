@@ -49,6 +49,11 @@ class KernelVerifier : public ExhaustiveStmtVisitor<KernelVerifier> {
 public:
   KernelVerifier(const Kernel &kernel, std::vector<std::string> &errors)
       : kernel_(kernel), errors_(errors) {
+    // Sized once: growing the map rehashed every statement of a huge kernel
+    // again at each doubling.
+    size_t statements = 0;
+    walk(const_cast<Kernel &>(kernel).body(), [&](Stmt &) { ++statements; });
+    spans_.reserve(statements);
     number(const_cast<Kernel &>(kernel).body());
   }
 
