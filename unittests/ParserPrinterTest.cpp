@@ -466,6 +466,25 @@ TEST(ParserPrinterTest, LongTokensAreCutInDiagnostics) {
                 "...' (a token of 100 bytes) does not fit in 64 bits");
 }
 
+// A diagnostic prints a statement with blocks by its header only.
+TEST(ParserPrinterTest, StatementHeadersElideBlocks) {
+  auto m = parseOk(R"(field @y : f32
+kernel @k() {
+  parallel for %i = 0 to 4 {
+    for %j = 0 to 8 {
+      %c = const 1.0 : f32
+      atomic_add @y[], %c : f32
+    }
+  }
+})");
+  ASSERT_NE(m, nullptr);
+  Stmt &task = m->kernels()[0]->body().front();
+  EXPECT_EQ(printStmtHeader(task), "parallel for %i = 0 to 4 { ... }");
+  Stmt &loop = cast<ForStmt>(task).body().front();
+  EXPECT_EQ(printStmtHeader(loop), "for %j = 0 to 8 { ... }");
+  EXPECT_EQ(printStmt(loop).find("for %j = 0 to 8 {\n"), 0u);
+}
+
 TEST(ParserPrinterTest, UndefinedValueReportsTheFirstUse) {
   // Several undefined names: the earliest use is reported, deterministically.
   EXPECT_EQ(parseError("kernel @k() {\n  serial {\n    %x = add %zz, %aa : i32\n"

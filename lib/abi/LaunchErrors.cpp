@@ -20,21 +20,10 @@ std::string launchWhere(const Kernel &kernel, const Stmt *task) {
               : fmt::format("kernel @{}", kernel.name());
 }
 
-namespace {
-/// The statement as the text format prints it, its first line only: a
-/// statement with blocks (a task) shows its header, not its body.
-std::string stmtHeader(const Stmt &s) {
-  std::string text = printStmt(s);
-  if (size_t eol = text.find('\n'); eol != std::string::npos)
-    text = text.substr(0, eol) + " ... }";
-  return text;
-}
-} // namespace
-
 absl::Status statementError(const Kernel &kernel, const Stmt &s, const Stmt *task,
                             std::string_view what) {
   return absl::FailedPreconditionError(fmt::format("{}: error: {} (in {}: {})", s.loc().str(), what,
-                                                   launchWhere(kernel, task), stmtHeader(s)));
+                                                   launchWhere(kernel, task), printStmtHeader(s)));
 }
 
 std::string globalAccessName(const GlobalAccessStmt &g) {
@@ -147,7 +136,7 @@ absl::Status loopEndedEarlyError(const Kernel &kernel, const Stmt &loop, const S
                 "the iterations of a parallel task";
   }
   where = isLoop ? loopWhere(kernel, loop, task)
-                 : fmt::format("in {}: {}", launchWhere(kernel, task), stmtHeader(loop));
+                 : fmt::format("in {}: {}", launchWhere(kernel, task), printStmtHeader(loop));
   return absl::ResourceExhaustedError(fmt::format(
       "{}: error: the Vulkan driver ended {} before the program did (Mesa's lavapipe ends the "
       "loops of an invocation after {} iterations in all, and the result would have been "

@@ -31,7 +31,8 @@ namespace {
 /// Exhaustive: a new statement kind does not compile until it prints.
 class Printer : public ExhaustiveStmtVisitor<Printer> {
 public:
-  Printer(std::ostream &os, const ValueNamer &names) : os_(os), names_(names) {}
+  Printer(std::ostream &os, const ValueNamer &names, bool elideBlocks = false)
+      : os_(os), names_(names), elideBlocks_(elideBlocks) {}
 
   void printBlock(const Block &block, unsigned indent) {
     for (Stmt &s : const_cast<Block &>(block)) {
@@ -45,6 +46,10 @@ public:
   }
 
   void printBraced(const Block &block) {
+    if (elideBlocks_) {
+      os_ << "{ ... }";
+      return;
+    }
     unsigned indent = indent_;
     os_ << "{\n";
     printBlock(block, indent + 1);
@@ -228,6 +233,7 @@ private:
 
   std::ostream &os_;
   const ValueNamer &names_;
+  bool elideBlocks_; // printStmtHeader
   unsigned indent_ = 0;
 };
 
@@ -360,6 +366,17 @@ std::string printStmt(const Stmt &stmt) {
 std::string printStmt(const Stmt &stmt, const ValueNamer &names) {
   std::ostringstream os;
   Printer p(os, names);
+  p.visit(const_cast<Stmt &>(stmt));
+  return os.str();
+}
+
+std::string printStmtHeader(const Stmt &stmt) {
+  Kernel *k = stmt.kernel();
+  if (!k)
+    return printStmt(stmt);
+  std::ostringstream os;
+  ValueNamer names(*k);
+  Printer p(os, names, /*elideBlocks=*/true);
   p.visit(const_cast<Stmt &>(stmt));
   return os.str();
 }

@@ -52,6 +52,9 @@ std::string printStmt(const Stmt &stmt);
 /// Same, with names from a namer built once for the statement's kernel
 /// (O(statement size)).
 std::string printStmt(const Stmt &stmt, const ValueNamer &names);
+/// One line for a diagnostic: the statement with each of its blocks
+/// printed as `{ ... }` (a task's header, not its body).
+std::string printStmtHeader(const Stmt &stmt);
 
 /// Shortest decimal text that reads back to exactly `value` as `type`
 /// (`1.0`, `0.1`, `1e+30`, `inf`, `-inf`, `nan`).
