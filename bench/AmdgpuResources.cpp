@@ -71,7 +71,8 @@ int run(int argc, char **argv) {
                "| --- | --- | --- | --- | ---: | ---: | ---: | ---: |\n";
   for (const char *key : {"a", "b", "c"}) {
     const qdbench::KernelSpec &spec = qdbench::kernelSpec(key);
-    auto parsed = qd::parseModule(spec.ir(1024), {.filename = spec.key + ".qd"});
+    auto parsed = qd::parseModule(spec.ir(1024, qdbench::KernelShape::Fields),
+                                  {.filename = spec.key + ".qd"});
     if (!parsed.ok())
       die(std::string(parsed.status().message()));
     qd::Module &module = **parsed;

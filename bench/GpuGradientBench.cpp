@@ -44,8 +44,13 @@
 // torch_compile. A peer whose grad_sum is off the reference by more than
 // 1e-3 is marked with '!'.
 //
+// Each workload runs in the kernel shapes of --shapes (GradientKernels.h:
+// fields; ndarray arguments with a constant trip count; ndarray-n, the
+// trip count an argument); the targets compare each shape's kernel time
+// and launch overhead with the first's on the same backend.
+//
 // Usage: qd-bench-gpu [--reps 20] [--warmup 3] [--only a,b,c] [--peers FILE]...
-//                     [--max-n N] [--backends cuda,vulkan,cpu]
+//                     [--shapes fields,ndarray] [--max-n N] [--backends cuda,vulkan,cpu]
 //                     [--device 0] [--block-size 128] [--max-registers 0]
 //                     [--vulkan-device NAME] [--vulkan-threads N[,N...]]
 //                     [--vulkan-workgroup 64] [--timeout-ms 0]
@@ -231,6 +236,8 @@ struct Options {
   int reps = 20, warmup = 3, device = 0;
   int64_t maxN = 0, timeoutMs = 0;
   std::string only = "a,b,c";
+  /// The kernel shapes (GradientKernels.h); the first is the others' baseline.
+  std::vector<KernelShape> shapes = {KernelShape::Fields, KernelShape::Ndarray};
   /// In table order; the first that runs is the one the others are compared with.
   std::vector<std::string> backends = {"cuda", "vulkan"};
   bool backendsGiven = false; // --backends: a Vulkan CPU device runs too
@@ -412,6 +419,8 @@ std::vector<Target> makeTargets(const Options &o) {
 struct Case {
   std::string key;
   int64_t n = 0;
+  KernelShape shape = KernelShape::Fields;
+  bool same(const Case &o) const { return key == o.key && n == o.n && shape == o.shape; }
 };
 
 struct QdRow {
@@ -442,13 +451,18 @@ std::string title(const std::string &key) {
   return "(c) spring";
 }
 
-/// The sum of the gradient fields' host contents. Read through the const
+/// "(a) sin fields" and so on.
+std::string title(const Case &c) {
+  return fmt::format("{} {}", title(c.key), shapeName(c.shape));
+}
+
+/// The sum of the gradient arrays' host contents. Read through the const
 /// accessor: the host side is not marked newer, so the next launch copies
 /// nothing to the device.
-double gradSum(qd::Program &p, const KernelSpec &spec) {
+double gradSum(WorkloadData &d, const KernelSpec &spec) {
   double sum = 0;
   for (const auto &f : spec.gradFields) {
-    const qd::Buffer &b = *p.field(f, qd::Component::Grad);
+    const qd::Buffer &b = d.buffer(f, qd::Component::Grad);
     const float *g = reinterpret_cast<const float *>(b.data());
     for (int64_t j = 0; j < b.numElements(); ++j)
       sum += g[j];
@@ -463,39 +477,30 @@ QdRow runCase(const Case &c, size_t targetIndex, const Target &gpu, const Refere
   row.c = c;
   row.target = targetIndex;
   std::unique_ptr<qd::Module> module =
-      check(qd::parseModule(spec.ir(c.n), {.filename = spec.key + ".qd"}), "parse");
+      check(qd::parseModule(spec.ir(c.n, c.shape), {.filename = spec.key + ".qd"}), "parse");
   const qd::Kernel *fwd = module->findKernel(spec.kernel);
   if (!fwd)
     die("no kernel " + spec.kernel);
   const qd::Kernel *grad = check(qd::buildGradientKernel(*module, *fwd), "buildGradientKernel");
   std::unique_ptr<qd::Program> program = check(qd::Program::create(*module), "Program::create");
   qd::Program &p = *program;
-  fillInputs(c.key, p, c.n);
-  for (const auto &f : module->fields())
-    for (qd::Component comp : {qd::Component::Primal, qd::Component::Grad, qd::Component::Dual})
-      if (qd::Buffer *b = f->hasComponent(comp) ? p.field(*f, comp) : nullptr)
-        row.hostBytes += int64_t(b->sizeInBytes());
+  WorkloadData data(c.key, c.shape, p, c.n);
+  row.hostBytes = data.hostBytes();
 
   // Input adjoints zeroed, the output adjoint seeded with 1. Host data is
   // written only here, before the first launch.
-  for (const auto &f : spec.gradFields) {
-    qd::Buffer *b = p.field(f, qd::Component::Grad);
-    std::memset(b->data(), 0, b->sizeInBytes());
-  }
-  {
-    qd::Buffer *seed = p.field(spec.seed, qd::Component::Grad);
-    float *s = reinterpret_cast<float *>(seed->data());
-    std::fill(s, s + seed->numElements(), 1.0f);
-  }
+  data.zeroGradsAndSeed();
   std::string gradName(grad->name()), fwdName(fwd->name());
   std::vector<double> kernelMs;
   auto launchGrad = [&] {
-    check(p.launch(gradName, {}, *gpu.backend, gpu.launchOptions), gpu.label + " gradient launch");
+    check(p.launch(gradName, data.args(), *gpu.backend, gpu.launchOptions),
+          gpu.label + " gradient launch");
     if (std::optional<double> k = gpu.kernelMs ? gpu.kernelMs() : std::nullopt)
       kernelMs.push_back(*k);
   };
   auto launchFwd = [&] {
-    check(p.launch(fwdName, {}, *gpu.backend, gpu.launchOptions), gpu.label + " forward launch");
+    check(p.launch(fwdName, data.args(), *gpu.backend, gpu.launchOptions),
+          gpu.label + " forward launch");
   };
 
   double t0 = nowMs();
@@ -505,7 +510,7 @@ QdRow runCase(const Case &c, size_t targetIndex, const Target &gpu, const Refere
   // The check, against the periodic reference.
   const double floor = kTolerance * double(ref.scale);
   for (size_t f = 0; f < spec.gradFields.size(); ++f) {
-    const qd::Buffer &b = *p.field(spec.gradFields[f], qd::Component::Grad);
+    const qd::Buffer &b = data.buffer(spec.gradFields[f], qd::Component::Grad);
     const float *g = reinterpret_cast<const float *>(b.data());
     int64_t count = b.numElements();
     for (int64_t j = 0; j < count; ++j)
@@ -515,7 +520,7 @@ QdRow runCase(const Case &c, size_t targetIndex, const Target &gpu, const Refere
           fmt::format("{}{}.grad[{}] = {:.7g} (ref {:.7g})", row.samples.empty() ? "" : ", ",
                       spec.gradFields[f], j, g[j], ref.at(f, j));
   }
-  row.qdSum = gradSum(p, spec);
+  row.qdSum = gradSum(data, spec);
   row.refSum = ref.sum(c.n);
   row.sumErr = relErr(row.qdSum, row.refSum, 0);
   row.pass = row.sumErr <= kTolerance && row.maxElemErr <= kTolerance;
@@ -527,7 +532,7 @@ QdRow runCase(const Case &c, size_t targetIndex, const Target &gpu, const Refere
   row.gradKernel = summarize(kernelMs);
   // The later launches ran with a zero seed: the gradient must not have
   // moved (it would, were the seed not consumed, or a launch wrong).
-  row.stable = gradSum(p, spec) == row.qdSum;
+  row.stable = gradSum(data, spec) == row.qdSum;
   row.pass = row.pass && row.stable;
   row.heapBytes = gpu.heapBytes();
   row.gridThreads = gpu.gridThreads(*grad);
@@ -538,9 +543,17 @@ QdRow runCase(const Case &c, size_t targetIndex, const Target &gpu, const Refere
   return row;
 }
 
-/// Median and min per Program::launch of a kernel storing one element.
-Timing launchOverhead(const Target &t, int launches) {
-  const char *text = R"(field @z : f32[1]
+/// Median and min per Program::launch of a kernel storing one element:
+/// into a field, or into an ndarray argument (`ndarray`).
+Timing launchOverhead(const Target &t, int launches, bool ndarray) {
+  const char *text = ndarray ? R"(kernel @tiny(%z: ndarray<f32, 1>) {
+  parallel for %i = 0 to 1 {
+    %c = const 1.0 : f32
+    store %z[%i], %c
+  }
+}
+)"
+                             : R"(field @z : f32[1]
 
 kernel @tiny() {
   parallel for %i = 0 to 1 {
@@ -552,7 +565,12 @@ kernel @tiny() {
   std::unique_ptr<qd::Module> module =
       check(qd::parseModule(text, {.filename = "tiny.qd"}), "parse");
   std::unique_ptr<qd::Program> p = check(qd::Program::create(*module), "Program::create");
-  auto launch = [&] { check(p->launch("tiny", {}, *t.backend), t.label + " trivial launch"); };
+  qd::Buffer z = check(qd::Buffer::create(qd::ScalarType::F32, {1}), "Buffer::create");
+  qd::NdarrayArg za{&z};
+  std::vector<qd::LaunchArg> args;
+  if (ndarray)
+    args.push_back(qd::LaunchArg::ndarray(&za));
+  auto launch = [&] { check(p->launch("tiny", args, *t.backend), t.label + " trivial launch"); };
   for (int w = 0; w < 5; ++w)
     launch();
   return timeRuns(launches, launch);
@@ -579,7 +597,8 @@ std::vector<std::string> splitList(const std::string &s) {
 }
 
 const char *kUsage =
-    "usage: qd-bench-gpu [--reps N] [--warmup N] [--only a,b,c] [--peers FILE]... [--max-n N] "
+    "usage: qd-bench-gpu [--reps N] [--warmup N] [--only a,b,c] [--shapes fields,ndarray] "
+    "[--peers FILE]... [--max-n N] "
     "[--backends cuda,vulkan,cpu] [--device N] [--block-size N] [--max-registers N] "
     "[--vulkan-device NAME] [--vulkan-threads N[,N...]] [--vulkan-workgroup N] [--timeout-ms N]";
 
@@ -598,6 +617,10 @@ Options parseOptions(int argc, char **argv) {
       o.warmup = std::max(0, std::stoi(next()));
     } else if (a == "--only") {
       o.only = next();
+    } else if (a == "--shapes") {
+      o.shapes = parseShapes(next());
+      if (o.shapes.empty())
+        die("--shapes takes at least one of fields, ndarray, ndarray-n");
     } else if (a == "--peers") {
       o.peerFiles.push_back(next());
     } else if (a == "--device") {
@@ -668,8 +691,11 @@ static int runBench(int argc, char **argv) {
       continue;
     if (o.maxN > 0)
       c.n = std::min(c.n, o.maxN);
-    if (cases.empty() || cases.back().key != c.key || cases.back().n != c.n)
-      cases.push_back(c);
+    for (KernelShape shape : o.shapes) {
+      c.shape = shape;
+      if (std::none_of(cases.begin(), cases.end(), [&](const Case &d) { return d.same(c); }))
+        cases.push_back(c);
+    }
   }
 
   double start = nowMs();
@@ -682,20 +708,28 @@ static int runBench(int argc, char **argv) {
              "{} Program::launch calls after {} warm-up, wall-clock ms\n",
              o.reps, o.warmup);
   std::string sizes;
-  for (const Case &c : cases)
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const Case &c = cases[i];
+    if (i > 0 && cases[i - 1].key == c.key && cases[i - 1].n == c.n)
+      continue; // the same size in another shape
     sizes += fmt::format("{}{} N = {} ({}{})", sizes.empty() ? "" : ", ", title(c.key),
                          sizeName(c.n), c.n, c.key == "c" ? " chains" : "");
+  }
   fmt::print("  sizes: {}\n", sizes);
   std::string overheads, overheadMedians;
-  for (size_t t : running) {
-    const Timing &ot = targets[t].overhead = launchOverhead(targets[t], 200);
-    const char *sep = overheads.empty() ? "" : ", ";
-    overheads += fmt::format("{}{} {:.1f} us (min {:.1f} us)", sep, targets[t].label,
-                             1e3 * ot.medianMs, 1e3 * ot.minMs);
-    overheadMedians += fmt::format("{}{} {:.1f} us", sep, targets[t].label, 1e3 * ot.medianMs);
-  }
-  fmt::print("  launch overhead: trivial kernel on 1 element, median per Program::launch over 200 "
-             "launches: {}\n",
+  for (size_t t : running)
+    for (bool nd : {false, true}) {
+      const Timing ot = launchOverhead(targets[t], 200, nd);
+      if (!nd)
+        targets[t].overhead = ot;
+      const char *sep = overheads.empty() ? "" : ", ";
+      std::string label = fmt::format("{} {}", targets[t].label, nd ? "ndarray" : "field");
+      overheads += fmt::format("{}{} {:.1f} us (min {:.1f} us)", sep, label, 1e3 * ot.medianMs,
+                               1e3 * ot.minMs);
+      overheadMedians += fmt::format("{}{} {:.1f} us", sep, label, 1e3 * ot.medianMs);
+    }
+  fmt::print("  launch overhead: trivial kernel storing 1 element (into a field; into an ndarray "
+             "argument), median per Program::launch over 200 launches: {}\n",
              overheads);
   for (const auto &l : peers.info)
     fmt::print("  peers: {}\n", l);
@@ -706,7 +740,7 @@ static int runBench(int argc, char **argv) {
     if (!refs.count(c.key))
       refs.emplace(c.key, reference(c.key));
     for (size_t t : running) {
-      fmt::print(stderr, "qd-bench-gpu: {} N = {} on {} ...\n", title(c.key), sizeName(c.n),
+      fmt::print(stderr, "qd-bench-gpu: {} N = {} on {} ...\n", title(c), sizeName(c.n),
                  targets[t].label);
       rows.push_back(runCase(c, t, targets[t], refs.at(c.key), o.warmup, o.reps));
     }
@@ -718,7 +752,7 @@ static int runBench(int argc, char **argv) {
   size_t labelWidth = 7, baseWidth = std::max<size_t>(8, baseHead.size());
   for (size_t t : running)
     labelWidth = std::max(labelWidth, targets[t].label.size());
-  fmt::print("\n{:<15} {:>5} {:<{}} {:>5} {:>8} {:>17} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9} "
+  fmt::print("\n{:<22} {:>5} {:<{}} {:>5} {:>8} {:>17} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9} "
              "{:>9} {:>10} {:>{}} {:>7} {:>8} {:>9}\n",
              "workload", "N", "backend", labelWidth, "check", "qd fwd", "qd grad (min)", "kernel",
              heads[0], heads[1], heads[2], heads[3], heads[4], "qd/local", "kern/local", baseHead,
@@ -758,7 +792,7 @@ static int runBench(int argc, char **argv) {
     const PeerRow *jax = peers.find(r.c.key, r.c.n, "jax");
     const QdRow *baseRow = nullptr;
     for (const QdRow &b : rows)
-      if (b.target == running.front() && b.c.key == r.c.key && b.c.n == r.c.n)
+      if (b.target == running.front() && b.c.same(r.c))
         baseRow = &b;
     std::string qdLocal = local ? fmt::format("{:.2f}x", r.grad.medianMs / local->medianMs) : "-";
     std::string qdBase = baseRow && baseRow != &r
@@ -769,9 +803,9 @@ static int runBench(int argc, char **argv) {
     std::string kernelCell = timed ? fmtMs(r.gradKernel.medianMs) : "-";
     std::string kernLocal =
         timed && local ? fmt::format("{:.2f}x", r.gradKernel.medianMs / local->medianMs) : "-";
-    fmt::print("{:<15} {:>5} {:<{}} {:>5} {:>8} {:>17} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9} "
+    fmt::print("{:<22} {:>5} {:<{}} {:>5} {:>8} {:>17} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9} "
                "{:>9} {:>10} {:>{}} {:>7} {:>8.1f} {:>9}\n",
-               title(r.c.key), sizeName(r.c.n), t.label, labelWidth, r.pass ? "PASS" : "FAIL",
+               title(r.c), sizeName(r.c.n), t.label, labelWidth, r.pass ? "PASS" : "FAIL",
                fmtMs(r.fwd.medianMs),
                fmt::format("{} ({})", fmtMs(r.grad.medianMs), fmtMs(r.grad.minMs)), kernelCell,
                cells[0], cells[1], cells[2], cells[3], cells[4], qdLocal, kernLocal, qdBase,
@@ -779,7 +813,7 @@ static int runBench(int argc, char **argv) {
     // The targets: CUDA (a) within 1.3x of the local tape, 5x faster than
     // JAX, its heap at 2^24 under 128 MiB; Vulkan within 1.5x of the local
     // tape on every workload.
-    std::string g = fmt::format("{} N = {}, {}:", title(r.c.key), sizeName(r.c.n), t.label);
+    std::string g = fmt::format("{} N = {}, {}:", title(r.c), sizeName(r.c.n), t.label);
     double vsLocal = local ? r.grad.medianMs / local->medianMs : 0;
     if (t.kind == "cuda" && r.c.key == "a") {
       // The peer's time is its kernel alone (cudaEvents): so is qd's where
@@ -801,6 +835,21 @@ static int runBench(int argc, char **argv) {
                        timed ? fmt::format(" kernel, {:.2f}x per launch", vsLocal) : "",
                        kernVsLocal <= 1.5 ? "" : ", MISSED");
     }
+    // Every other shape within 1.05x of the first (fields) on the same
+    // backend: kernel time, and the launch overhead on top of it.
+    for (const QdRow &f : rows)
+      if (r.c.shape != o.shapes.front() && f.target == r.target && f.c.key == r.c.key &&
+          f.c.n == r.c.n && f.c.shape == o.shapes.front()) {
+        double ratio = timed ? r.gradKernel.medianMs / f.gradKernel.medianMs
+                             : r.grad.medianMs / f.grad.medianMs;
+        g += fmt::format(" {}/{} {:.2f}x{} (target <= 1.05x{});", shapeName(r.c.shape),
+                         shapeName(f.c.shape), ratio, timed ? " kernel" : "",
+                         ratio <= 1.05 ? "" : ", MISSED");
+        if (timed) // what a launch costs beyond its kernels
+          g += fmt::format(" launch overhead {:.0f} us ({} {:.0f} us);",
+                           1e3 * (r.grad.medianMs - r.gradKernel.medianMs), shapeName(f.c.shape),
+                           1e3 * (f.grad.medianMs - f.gradKernel.medianMs));
+      }
     if (g.back() == ';')
       goals.push_back(g);
   }
@@ -814,7 +863,7 @@ static int runBench(int argc, char **argv) {
   for (const QdRow &r : rows) {
     fmt::print("  {} N = {}, {}: {}; grad sum {:.9g} (ref {:.9g}, rel err {:.1e}), max element "
                "rel err {:.1e}; {}\n",
-               title(r.c.key), sizeName(r.c.n), targets[r.target].label, r.pass ? "PASS" : "FAIL",
+               title(r.c), sizeName(r.c.n), targets[r.target].label, r.pass ? "PASS" : "FAIL",
                r.qdSum, r.refSum, r.sumErr, r.maxElemErr, r.samples);
     if (!r.stable)
       fmt::print("      FAIL: the gradient changed over the timed launches (which ran with the "

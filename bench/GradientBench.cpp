@@ -107,24 +107,10 @@ struct Workload {
   int64_t n = 0;       // elements (chains for (c))
   int64_t nAdolc = 0;  // elements ADOL-C runs (scaled to n)
   int64_t nInterp = 0; // elements the interpreter runs (scaled to n)
-  std::function<std::string(int64_t)> ir;
-  std::string kernel;
-  std::vector<std::string> gradFields; // input adjoints, compared
-  std::string seed;                    // output whose adjoint is seeded with 1
-  std::function<void(qd::Program &, int64_t)> init;
-  int64_t gradElemsPerItem = 1; // gradient floats per element (16 for (c))
+  KernelShape shape = KernelShape::Fields;
+  const KernelSpec *spec = nullptr;
+  size_t arrays() const { return spec->gradFields.size(); }
 };
-
-/// The kernel, fields and inputs of workload `w.key` (GradientKernels.h).
-void applySpec(Workload &w) {
-  const KernelSpec &s = kernelSpec(w.key);
-  w.ir = s.ir;
-  w.kernel = s.kernel;
-  w.gradFields = s.gradFields;
-  w.seed = s.seed;
-  w.gradElemsPerItem = s.gradElemsPerItem;
-  w.init = [key = w.key](qd::Program &p, int64_t n) { fillInputs(key, p, n); };
-}
 
 struct QdResult {
   double fwdMs = 0, gradMs = 0, compileFwdMs = 0, compileGradMs = 0;
@@ -143,38 +129,28 @@ struct QdModule {
   const qd::Kernel *fwd = nullptr;
   const qd::Kernel *grad = nullptr;
   std::unique_ptr<qd::Program> program;
+  std::unique_ptr<WorkloadData> data;
+  std::span<const qd::LaunchArg> args() const { return data->args(); }
 };
 
 QdModule makeModule(const Workload &w, int64_t n) {
   QdModule m;
-  m.module = check(qd::parseModule(w.ir(n), {.filename = w.key + ".qd"}), "parse");
-  m.fwd = m.module->findKernel(w.kernel);
+  m.module = check(qd::parseModule(w.spec->ir(n, w.shape), {.filename = w.key + ".qd"}), "parse");
+  m.fwd = m.module->findKernel(w.spec->kernel);
   if (!m.fwd)
-    die("no kernel " + w.kernel);
+    die("no kernel " + w.spec->kernel);
   m.grad = check(qd::buildGradientKernel(*m.module, *m.fwd), "buildGradientKernel");
   m.program = check(qd::Program::create(*m.module), "Program::create");
-  w.init(*m.program, n);
+  m.data = std::make_unique<WorkloadData>(w.key, w.shape, *m.program, n);
   return m;
 }
 
-/// Zeroes the input adjoints and seeds the output adjoint with 1 (the
-/// gradient kernel clears the output adjoints it consumed).
-void zeroGrads(const Workload &w, qd::Program &p) {
-  for (const auto &f : w.gradFields) {
-    qd::Buffer *b = p.field(f, qd::Component::Grad);
-    std::memset(b->data(), 0, b->sizeInBytes());
-  }
-  qd::Buffer *seed = p.field(w.seed, qd::Component::Grad);
-  float *s = reinterpret_cast<float *>(seed->data());
-  std::fill(s, s + seed->numElements(), 1.0f);
-}
-
-std::vector<float> collectGrads(const Workload &w, qd::Program &p) {
+std::vector<float> collectGrads(const Workload &w, WorkloadData &d) {
   std::vector<float> out;
-  for (const auto &f : w.gradFields) {
-    qd::Buffer *b = p.field(f, qd::Component::Grad);
-    const float *d = reinterpret_cast<const float *>(b->data());
-    out.insert(out.end(), d, d + b->numElements());
+  for (const auto &f : w.spec->gradFields) {
+    qd::Buffer &b = d.buffer(f, qd::Component::Grad);
+    const float *g = reinterpret_cast<const float *>(std::as_const(b).data());
+    out.insert(out.end(), g, g + b.numElements());
   }
   return out;
 }
@@ -186,18 +162,21 @@ QdResult runQd(const Workload &w, qd::CpuBackend &cpu, int reps, bool keepIR,
   QdModule m = makeModule(w, w.n);
   qd::Program &p = *m.program;
   QdResult r;
+  auto launch = [&](const qd::Kernel &k, const char *what) {
+    check(p.launch(k.name(), m.args(), cpu), what);
+  };
   // Warm-up launches (compile), then timed ones.
-  check(p.launch(m.fwd->name(), {}, cpu), "forward launch");
-  zeroGrads(w, p);
-  check(p.launch(m.grad->name(), {}, cpu), "gradient launch");
+  launch(*m.fwd, "forward launch");
+  m.data->zeroGradsAndSeed();
+  launch(*m.grad, "gradient launch");
   r.compileFwdMs = 1e3 * cpu.compileSeconds(*m.fwd);
   r.compileGradMs = 1e3 * cpu.compileSeconds(*m.grad);
-  r.fwdMs = timeMin(reps, nullptr, [&] { check(p.launch(m.fwd->name(), {}, cpu), "forward"); });
+  r.fwdMs = timeMin(reps, nullptr, [&] { launch(*m.fwd, "forward"); });
   r.gradMs = 1e300;
   for (int rep = 0; rep < reps; ++rep) {
-    zeroGrads(w, p);
+    m.data->zeroGradsAndSeed();
     double t0 = nowMs();
-    check(p.launch(m.grad->name(), {}, cpu), "gradient");
+    launch(*m.grad, "gradient");
     double ms = nowMs() - t0;
     r.gradMs = std::min(r.gradMs, ms);
     if (pairWith)
@@ -211,7 +190,7 @@ QdResult runQd(const Workload &w, qd::CpuBackend &cpu, int reps, bool keepIR,
     ++r.stacks;
     r.capacitySum += cap;
   }
-  r.grad = collectGrads(w, p);
+  r.grad = collectGrads(w, *m.data);
   if (keepIR) {
     r.gradIR = qd::printKernel(*m.grad);
     r.gradLLVM = check(cpu.llvmIR(*m.grad), "llvmIR");
@@ -239,15 +218,16 @@ InterpResult runInterp(const Workload &w) {
   qd::Program &p = *m.program;
   qd::Interpreter interp;
   InterpResult r;
-  r.fwdMs = timeMin(1, nullptr, [&] { check(p.launch(m.fwd->name(), {}, interp), "interp fwd"); });
-  zeroGrads(w, p);
-  r.gradMs =
-      timeMin(1, nullptr, [&] { check(p.launch(m.grad->name(), {}, interp), "interp grad"); });
+  r.fwdMs =
+      timeMin(1, nullptr, [&] { check(p.launch(m.fwd->name(), m.args(), interp), "interp fwd"); });
+  m.data->zeroGradsAndSeed();
+  r.gradMs = timeMin(1, nullptr,
+                     [&] { check(p.launch(m.grad->name(), m.args(), interp), "interp grad"); });
   for (const auto &[stack, depth] : interp.adStackMaxDepths()) {
     r.stackNeeds.emplace_back(qd::adStackEntryBytes(*stack), depth);
     r.depthSum += depth;
   }
-  r.grad = collectGrads(w, p);
+  r.grad = collectGrads(w, *m.data);
   return r;
 }
 
@@ -314,6 +294,11 @@ static constexpr const char *kUsage =
     "  --vector-isa NAME  CpuBackendOptions::vectorIsa: auto, avx512, avx2, sse4, none\n"
     "  --reps N           runs per timing, the minimum is shown (3)\n"
     "  --only a,b,c       the workloads to run\n"
+    "  --shapes LIST      the kernel shapes qd-cpu runs (GradientKernels.h): fields,\n"
+    "                     ndarray (constant trip count), ndarray-n (trip count an\n"
+    "                     argument); the first is the one compared with the peers, each\n"
+    "                     other gets rows at the thread count and on one thread and a\n"
+    "                     ratio to the first (fields,ndarray)\n"
     "  --torch FILE       PyTorch results of bench/torch_gradients.py (JSON) to merge\n"
     "  --quick            qd-cpu and the hand-written vectorised loop only (checked against\n"
     "                     the reference gradient of GradientReference.h): for iterating on\n"
@@ -335,6 +320,7 @@ static int runBench(int argc, char **argv) {
   int64_t dumpN = 1024;
   size_t fullLimit = qd::CpuBackendOptions().fullOptimizationLimit;
   std::string isa = "auto";
+  std::vector<KernelShape> shapes = {KernelShape::Fields, KernelShape::Ndarray};
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -354,6 +340,8 @@ static int runBench(int argc, char **argv) {
       torchFile = next();
     else if (a == "--only")
       only = next();
+    else if (a == "--shapes")
+      shapes = parseShapes(next());
     else if (a == "--dump-ir")
       dump = next();
     else if (a == "--dump-n")
@@ -385,34 +373,33 @@ static int runBench(int argc, char **argv) {
   {
     Workload w;
     w.key = "a";
-    w.title = fmt::format("(a) sin: v = sin(v) + 0.1, K = {} (read from a field)", kSinSteps);
+    w.title = fmt::format("(a) sin: v = sin(v) + 0.1, K = {}", kSinSteps);
     w.n = int64_t(1) << 20;
     w.nAdolc = int64_t(1) << 14;
     w.nInterp = int64_t(1) << 10;
-    applySpec(w);
+    w.spec = &kernelSpec(w.key);
     workloads.push_back(w);
   }
   {
     Workload w;
     w.key = "b";
     w.title = "(b) triangular: for j < m[i] { for k < j { v = sin(v + 0.01k) + 0.1 } }, "
-              "m[i] = 4..16 from a field";
+              "m[i] = 4..16 from an array";
     w.n = int64_t(1) << 20;
     w.nAdolc = int64_t(1) << 14;
     w.nInterp = int64_t(1) << 10;
-    applySpec(w);
+    w.spec = &kernelSpec(w.key);
     workloads.push_back(w);
   }
   {
     Workload w;
     w.key = "c";
-    w.title = fmt::format("(c) spring chain: {} masses (16 loop-carried f32), T = {} steps "
-                          "(from a field)",
-                          kChain, kSpringSteps);
+    w.title = fmt::format("(c) spring chain: {} masses (16 loop-carried f32), T = {} steps", kChain,
+                          kSpringSteps);
     w.n = int64_t(1) << 16;
     w.nAdolc = int64_t(1) << 10;
     w.nInterp = int64_t(1) << 7;
-    applySpec(w);
+    w.spec = &kernelSpec(w.key);
     workloads.push_back(w);
   }
 
@@ -422,10 +409,12 @@ static int runBench(int argc, char **argv) {
         auto cpu = check(qd::CpuBackend::create({.threads = threads}), "CpuBackend::create");
         Workload small = w;
         small.n = dumpN;
+        small.shape = shapes.front();
         QdResult r = runQd(small, *cpu, 1, true);
-        fmt::print(";;; module (N = {})\n{}\n;;; gradient kernel\n{}\n"
+        fmt::print(";;; module (N = {}, {})\n{}\n;;; gradient kernel\n{}\n"
                    ";;; optimised LLVM IR of the gradient kernel\n{}\n",
-                   small.n, w.ir(small.n), r.gradIR, r.gradLLVM);
+                   small.n, shapeName(small.shape), w.spec->ir(small.n, small.shape), r.gradIR,
+                   r.gradLLVM);
         return 0;
       }
     die("--dump-ir: unknown workload " + dump);
@@ -457,11 +446,12 @@ static int runBench(int argc, char **argv) {
     fmt::print("ADOL-C: n/a (built without libadolc-dev)\n");
 
   std::vector<std::string> summary;
-  for (const Workload &w : workloads) {
+  for (Workload w : workloads) {
     if (only.find(w.key) == std::string::npos)
       continue;
-    const int64_t n = w.n, per = w.gradElemsPerItem;
-    const size_t fields = w.gradFields.size();
+    w.shape = shapes.front();
+    const int64_t n = w.n, per = w.spec->gradElemsPerItem;
+    const size_t fields = w.arrays();
     fmt::print("\n{}, N = {}{}\n", w.title, n, w.key == "c" ? " chains" : " elements");
     std::vector<Row> rows;
 
@@ -530,8 +520,9 @@ static int runBench(int argc, char **argv) {
         return nowMs() - t0;
       };
     QdResult qr = runQd(w, *cpu, reps, false, pairWith);
-    Row qdRow{"qd-cpu (LLVM JIT)", std::to_string(cpu->numThreads()), qr.fwdMs,
-              qr.gradMs,           maxRelErr(qr.grad, ref),           {}};
+    const std::string qdName = fmt::format("qd-cpu (LLVM JIT) {}", shapeName(w.shape));
+    Row qdRow{qdName,    std::to_string(cpu->numThreads()), qr.fwdMs,
+              qr.gradMs, maxRelErr(qr.grad, ref),           {}};
     rows.push_back(qdRow);
     if (!quick) {
       rows.push_back(hw);
@@ -575,20 +566,39 @@ static int runBench(int argc, char **argv) {
 
     // qd-cpu and the vectorised loop on one thread (for the single-threaded
     // peers).
-    QdResult q1 = runQd(w, *cpu1, 1, false);
-    rows.push_back(
-        {"qd-cpu (LLVM JIT)", "1", q1.fwdMs, q1.gradMs, maxRelErr(q1.grad, ref), "1 run"});
+    QdResult q1 = runQd(w, *cpu1, reps, false);
+    rows.push_back({qdName, "1", q1.fwdMs, q1.gradMs, maxRelErr(q1.grad, ref), {}});
     Row vec1 = threads != 1 ? vectorised(1, 1) : vec;
     if (threads != 1)
       rows.push_back(vec1);
+    // The other kernel shapes, against the first at the same thread count.
+    std::string shapeRatios;
+    for (size_t si = 1; si < shapes.size(); ++si) {
+      Workload ws = w;
+      ws.shape = shapes[si];
+      std::string name = fmt::format("qd-cpu (LLVM JIT) {}", shapeName(ws.shape));
+      std::string ratios;
+      for (auto [backend, base] : {std::pair{cpu.get(), &qr}, std::pair{cpu1.get(), &q1}}) {
+        QdResult qs = runQd(ws, *backend, reps, false);
+        double ratio = qs.gradMs / base->gradMs;
+        rows.push_back({name, std::to_string(backend->numThreads()), qs.fwdMs, qs.gradMs,
+                        maxRelErr(qs.grad, ref),
+                        fmt::format("{:.2f}x {}", ratio, shapeName(w.shape))});
+        ratios += fmt::format("{}{:.2f}x at {} thr{}", ratios.empty() ? "" : ", ", ratio,
+                              backend->numThreads(), ratio <= 1.05 ? "" : " MISSED");
+      }
+      shapeRatios += fmt::format("; {}/{} {} (target <= 1.05x)", shapeName(ws.shape),
+                                 shapeName(w.shape), ratios);
+    }
     // Issue 19's targets: within 1.15x of the vectorised loop at the thread
     // count and on one thread, ADOL-C at least 50x slower.
     auto vecRatio = [](double qdMs, const Row &v) {
       double ratio = qdMs / *v.gradMs;
       return fmt::format("{:.2f}x at {} thr{}", ratio, v.threads, ratio <= 1.15 ? "" : " MISSED");
     };
-    std::string vecRatios = fmt::format("qd/vectorised {}, {} (target <= 1.15x)",
-                                        vecRatio(qr.gradMs, vec), vecRatio(q1.gradMs, vec1));
+    std::string vecRatios =
+        fmt::format("qd/vectorised {}, {} (target <= 1.15x){}", vecRatio(qr.gradMs, vec),
+                    vecRatio(q1.gradMs, vec1), shapeRatios);
     if (quick) {
       printTable(rows, qr.gradMs);
       summary.push_back(fmt::format("  ({}) {}", w.key, vecRatios));
@@ -688,33 +698,33 @@ static int runBench(int argc, char **argv) {
                cpu->numThreads(), exact ? double(qr.heapBytes) / double(exact) : 0.0);
     fmt::print("  compile: forward kernel {:.1f} ms, gradient kernel {:.1f} ms\n", qr.compileFwdMs,
                qr.compileGradMs);
-    {
-      // Per-launch overhead: the same kernels on one element, many launches.
+    // Per-launch overhead: the same kernels on one element, many launches.
+    for (KernelShape shape : shapes) {
       Workload tiny = w;
       tiny.n = 1;
+      tiny.shape = shape;
       QdModule tm = makeModule(tiny, 1);
       qd::Program &tp = *tm.program;
-      check(tp.launch(tm.fwd->name(), {}, *cpu), "forward");
-      check(tp.launch(tm.grad->name(), {}, *cpu), "gradient");
+      auto launchAll = [&](const qd::Kernel &k, int count) {
+        for (int l = 0; l < count; ++l)
+          check(tp.launch(k.name(), tm.args(), *cpu), "tiny launch");
+      };
+      launchAll(*tm.fwd, 1);
+      launchAll(*tm.grad, 1);
       const int launches = 200;
-      double f = timeMin(1, nullptr, [&] {
-        for (int l = 0; l < launches; ++l)
-          check(tp.launch(tm.fwd->name(), {}, *cpu), "forward");
-      });
-      double gms = timeMin(1, nullptr, [&] {
-        for (int l = 0; l < launches; ++l)
-          check(tp.launch(tm.grad->name(), {}, *cpu), "gradient");
-      });
+      double f = timeMin(1, nullptr, [&] { launchAll(*tm.fwd, launches); });
+      double gms = timeMin(1, nullptr, [&] { launchAll(*tm.grad, launches); });
       // The backend alone (capacities of the last sized launch, no sizing).
       qd::LaunchOptions direct;
       direct.adStackCapacities = tp.lastAdStackCapacities();
       double gb = timeMin(1, nullptr, [&] {
         for (int l = 0; l < launches; ++l)
-          check(cpu->launch(tp, *tm.grad, {}, direct), "gradient");
+          check(cpu->launch(tp, *tm.grad, tm.args(), direct), "gradient");
       });
-      fmt::print("  launch overhead (N = 1, {} launches): forward {:.0f} us, gradient {:.0f} us "
-                 "per Program::launch ({:.0f} us in CpuBackend::launch alone)\n",
-                 launches, 1e3 * f / launches, 1e3 * gms / launches, 1e3 * gb / launches);
+      fmt::print("  launch overhead ({}, N = 1, {} launches): forward {:.0f} us, gradient "
+                 "{:.0f} us per Program::launch ({:.0f} us in CpuBackend::launch alone)\n",
+                 shapeName(shape), launches, 1e3 * f / launches, 1e3 * gms / launches,
+                 1e3 * gb / launches);
     }
     // The target is judged on the paired runs: each qd gradient is timed
     // right before a hand-written one, so both see the same moment of a

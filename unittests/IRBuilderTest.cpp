@@ -236,6 +236,77 @@ TEST(IRBuilderTest, InfersResultTypes) {
   EXPECT_EQ(b.max(b.i64(1), b.i64(2))->op(), BinaryOp::Max);
 }
 
+// Every row of Ops.def has its shorthand, and it builds that operator on
+// operands of the row's domain; the kernel verifies and prints each one.
+TEST(IRBuilderTest, EveryOperatorHasAShorthand) {
+  Module m;
+  Kernel *k = m.addKernel(std::make_unique<Kernel>("k"));
+  Argument *n = k->addScalarArgument("n", ScalarType::I32);
+  IRBuilder b(*k);
+  auto task = b.serial();
+  Value *x = b.f32(0.5f), *i = b.add(n, b.i32(1));
+  auto operand = [&](OpDomain d) { return d == OpDomain::Integer ? i : x; };
+  size_t built = 0;
+#define QD_BINARY_OP(NAME, SPELLING, DOMAIN, BUILDER)                                              \
+  {                                                                                                \
+    BinaryStmt *s = b.BUILDER(operand(OpDomain::DOMAIN), operand(OpDomain::DOMAIN));               \
+    EXPECT_EQ(s->op(), BinaryOp::NAME) << SPELLING;                                                \
+    ++built;                                                                                       \
+  }
+#define QD_UNARY_OP(NAME, SPELLING, DOMAIN, BUILDER)                                               \
+  {                                                                                                \
+    UnaryStmt *s = b.BUILDER(operand(OpDomain::DOMAIN));                                           \
+    EXPECT_EQ(s->op(), UnaryOp::NAME) << SPELLING;                                                 \
+    ++built;                                                                                       \
+  }
+#define QD_CMP_PREDICATE(NAME, SPELLING, BUILDER)                                                  \
+  {                                                                                                \
+    CmpStmt *s = b.BUILDER(x, x);                                                                  \
+    EXPECT_EQ(s->predicate(), CmpPredicate::NAME) << SPELLING;                                     \
+    EXPECT_EQ(s->type(), Type::i1());                                                              \
+    ++built;                                                                                       \
+  }
+#include "qd/ir/Ops.def"
+  EXPECT_GE(built, 30u);
+  absl::Status v = verify(m);
+  EXPECT_TRUE(v.ok()) << v << "\n" << printModule(m);
+  std::string text = printModule(m);
+  for (const char *spelled : {"bitAnd", "bitNot"})
+    EXPECT_EQ(text.find(spelled), std::string::npos);
+  for (const char *spelled : {"= and %", "= not %", "= atan2 %", "= cmp ge %"})
+    EXPECT_NE(text.find(spelled), std::string::npos) << spelled << " in\n" << text;
+}
+
+// What a front-end writes: one line per parameter and per statement.
+TEST(IRBuilderTest, NdarrayAndScalarArgumentShorthands) {
+  Module m;
+  Kernel *k = m.addKernel(std::make_unique<Kernel>("k"));
+  Argument *a = k->addNdarrayArgument("a", ScalarType::F32, 2, /*grad=*/true);
+  Argument *o = k->addNdarrayArgument("o", ScalarType::F64, 1, false, /*dual=*/true);
+  Argument *s = k->addScalarArgument("s", ScalarType::F32);
+  EXPECT_EQ(a->type(), Type::ndarray(ScalarType::F32, 2));
+  EXPECT_TRUE(a->hasGrad());
+  EXPECT_FALSE(a->hasDual());
+  EXPECT_TRUE(o->hasDual());
+  EXPECT_EQ(s->type(), Type::f32());
+  EXPECT_EQ(k->findArgument("o"), o);
+  EXPECT_EQ(s->index(), 2u);
+  IRBuilder b(*k);
+  Value *rows = b.shape(a, 0);
+  {
+    auto task = b.parallelFor(0, rows);
+    Value *v = b.load(GlobalRef::ofNdarray(a), {task.index(), b.i32(0)});
+    Value *w = b.sqrt(b.abs(b.mul(v, s)));
+    b.store(GlobalRef::ofNdarray(a, Component::Grad), {task.index(), b.i32(0)}, w);
+  }
+  absl::Status v = verify(m);
+  ASSERT_TRUE(v.ok()) << v;
+  EXPECT_NE(
+      printModule(m).find("kernel @k(%a: ndarray<f32, 2> grad, %o: ndarray<f64, 1> dual, %s: f32)"),
+      std::string::npos)
+      << printModule(m);
+}
+
 TEST(IRBuilderTest, ScopeGuardsRestoreTheInsertionPoint) {
   Module m;
   Kernel *k = m.addKernel(std::make_unique<Kernel>("k"));

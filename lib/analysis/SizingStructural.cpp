@@ -131,15 +131,15 @@ E StructuralSizer::size(const AdStackAllocaStmt &a) {
     for (unsigned d = loop->numDims(); d-- > 0 && !failed_;) {
       unsigned v = facts_.varOfDim(*loop, d);
       if (!depth->usesVar(v)) {
-        // The depth does not depend on this loop, but the alloca is reached
-        // only if it runs: a loop that may run 0 times (for some values of
-        // the loops around it) makes the bound an over-estimate there.
+        // The depth does not depend on this loop, so every iteration that
+        // runs the alloca reaches it, and a launch where the loop runs 0
+        // times needs no stack: the bound stays exact (a task over an
+        // ndarray's extent). But the loop may skip the alloca for some
+        // values of the loops around it, which matters where the depth
+        // depends on those.
         bool runs = loop->begin(d).isConstant() && loop->end(d).isConstant() &&
                     loop->begin(d).constant < loop->end(d).constant;
-        if (!runs) {
-          exact_ = false;
-          mayBeSkipped = true;
-        }
+        mayBeSkipped |= !runs;
         continue;
       }
       if (mayBeSkipped)

@@ -26,23 +26,23 @@ std::optional<Enum> lookupByName(const std::string_view (&names)[N], std::string
 }
 
 constexpr std::string_view kBinaryNames[] = {
-#define QD_BINARY_OP(NAME, SPELLING, DOMAIN) SPELLING,
+#define QD_BINARY_OP(NAME, SPELLING, ...) SPELLING,
 #include "qd/ir/Ops.def"
 };
 constexpr OpDomain kBinaryDomains[] = {
-#define QD_BINARY_OP(NAME, SPELLING, DOMAIN) OpDomain::DOMAIN,
+#define QD_BINARY_OP(NAME, SPELLING, DOMAIN, ...) OpDomain::DOMAIN,
 #include "qd/ir/Ops.def"
 };
 constexpr std::string_view kUnaryNames[] = {
-#define QD_UNARY_OP(NAME, SPELLING, DOMAIN) SPELLING,
+#define QD_UNARY_OP(NAME, SPELLING, ...) SPELLING,
 #include "qd/ir/Ops.def"
 };
 constexpr OpDomain kUnaryDomains[] = {
-#define QD_UNARY_OP(NAME, SPELLING, DOMAIN) OpDomain::DOMAIN,
+#define QD_UNARY_OP(NAME, SPELLING, DOMAIN, ...) OpDomain::DOMAIN,
 #include "qd/ir/Ops.def"
 };
 constexpr std::string_view kCmpNames[] = {
-#define QD_CMP_PREDICATE(NAME, SPELLING) SPELLING,
+#define QD_CMP_PREDICATE(NAME, SPELLING, ...) SPELLING,
 #include "qd/ir/Ops.def"
 };
 

@@ -240,7 +240,13 @@ struct CpuBackend::Impl {
   /// first compilation (or when Program::launch asks first).
   std::map<uint64_t, std::unique_ptr<KernelSizing>> sizings;
   unsigned counter = 0;
-  std::unique_ptr<char[]> heap;
+  /// Aligned to abi::kHostVectorAlignment.
+  struct AlignedDelete {
+    void operator()(char *p) const {
+      ::operator delete[](p, std::align_val_t(abi::kHostVectorAlignment));
+    }
+  };
+  std::unique_ptr<char[], AlignedDelete> heap;
   int64_t heapBytes = 0;
   int64_t lastHeapBytes = 0;
   std::vector<int32_t> lastTaskLanes;
@@ -625,7 +631,8 @@ absl::Status CpuBackend::launch(Program &program, const Kernel &kernel,
                       kernel.name(), *heapNeed, why));
     if (!hostAllocationProblem(static_cast<uint64_t>(grown)).empty())
       grown = *heapNeed; // doubling would pass the host's memory: exactly the need
-    impl_->heap.reset(new (std::nothrow) char[grown]);
+    impl_->heap.reset(static_cast<char *>(::operator new[](
+        size_t(grown), std::align_val_t(abi::kHostVectorAlignment), std::nothrow)));
     if (!impl_->heap) {
       impl_->heapBytes = 0;
       return absl::ResourceExhaustedError(fmt::format(

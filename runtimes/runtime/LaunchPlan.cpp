@@ -2,6 +2,7 @@
 #include "qd/runtime/LaunchPlan.h"
 #include "qd/runtime/LaunchWatchdog.h"
 
+#include "qd/abi/LaunchContext.h"
 #include "qd/abi/LaunchErrors.h"
 
 #include <fmt/format.h>
@@ -129,6 +130,13 @@ absl::Status LaunchPlan::layoutAdStacks(std::span<const int32_t> lanes) {
   heap_.offsets.assign(numStacks + 1, 0);
   heap_.capacities.assign(numStacks + 1, 0);
   std::map<const Stmt *, int64_t> used;
+  bool vectorStacks = false;
+  auto heapTooLarge = [&](const KernelLayout::Stack &st) {
+    return absl::ResourceExhaustedError(fmt::format(
+        "{}: error: cannot allocate the adstack heap: one thread's stacks need more than {} "
+        "bytes ({}); give the stacks smaller capacities",
+        st.stmt->loc().str(), INT64_MAX, launchWhere(*kernel_, st.task)));
+  };
   for (size_t i = 0; i < numStacks; ++i) {
     const auto &st = layout_->stacks[i];
     int64_t cap = st.stmt->capacity();
@@ -154,18 +162,30 @@ absl::Status LaunchPlan::layoutAdStacks(std::span<const int32_t> lanes) {
       continue;
     }
     int64_t &at = used[st.task];
-    heap_.offsets[i] = at;
     int64_t n =
         st.parallelTask >= 0 && size_t(st.parallelTask) < lanes.size() ? lanes[st.parallelTask] : 1;
+    // A stack of SIMD lanes starts on a vector boundary (its entries are
+    // whole vectors), and so does every thread's slice then.
+    constexpr int64_t align = abi::kHostVectorAlignment;
+    if (n > 1) {
+      vectorStacks = true;
+      if (at > INT64_MAX - align)
+        return heapTooLarge(st);
+      at = (at + align - 1) / align * align;
+    }
+    heap_.offsets[i] = at;
     // cap >= 1: the code reads entry >= 0. cap <= 2^40 and an entry is at
     // most 16 bytes x 64 lanes, so one stack fits; their sum may not.
     int64_t bytes = adStackBytes(st.entryBytes * n, cap);
     if (__builtin_add_overflow(at, bytes, &at))
-      return absl::ResourceExhaustedError(fmt::format(
-          "{}: error: cannot allocate the adstack heap: one thread's stacks need more than {} "
-          "bytes ({}); give the stacks smaller capacities",
-          st.stmt->loc().str(), INT64_MAX, launchWhere(*kernel_, st.task)));
+      return heapTooLarge(st);
     heap_.stride = std::max(heap_.stride, at);
+  }
+  if (vectorStacks) {
+    constexpr int64_t align = abi::kHostVectorAlignment;
+    if (heap_.stride > INT64_MAX - align)
+      return heapTooLarge(layout_->stacks.back());
+    heap_.stride = (heap_.stride + align - 1) / align * align;
   }
   return absl::OkStatus();
 }

@@ -51,8 +51,9 @@ struct AdStackSize {
   int64_t capacity = 0;
   /// The bound for LaunchTime stacks (the capacity is max(value, 1)).
   SizeExprRef expr;
-  /// True when the bound equals the largest depth some execution reaches
-  /// (no approximation was made); false for a sound upper bound.
+  /// True when the bound equals the largest depth an execution that runs
+  /// the alloca reaches (no approximation was made; a launch that never
+  /// runs it needs no stack); false for a sound upper bound.
   bool exact = false;
   /// Measured stacks: the stack's element of the counting kernel's `need`
   /// argument.

@@ -62,17 +62,24 @@ public:
   ConstStmt *f64(double v) { return constFloat(ScalarType::F64, v); }
 
   // --- arithmetic ----------------------------------------------------------
+  // One shorthand per operator of qd/ir/Ops.def (its BUILDER column):
+  // b.add(x, y) ... b.atan2(y, x), b.bitAnd(m, k); b.neg(x) ... b.bitNot(m);
+  // b.eq(x, y) ... b.ge(x, y).
   BinaryStmt *binary(BinaryOp op, Value *lhs, Value *rhs);
-  BinaryStmt *add(Value *a, Value *b) { return binary(BinaryOp::Add, a, b); }
-  BinaryStmt *sub(Value *a, Value *b) { return binary(BinaryOp::Sub, a, b); }
-  BinaryStmt *mul(Value *a, Value *b) { return binary(BinaryOp::Mul, a, b); }
-  BinaryStmt *div(Value *a, Value *b) { return binary(BinaryOp::Div, a, b); }
-  BinaryStmt *min(Value *a, Value *b) { return binary(BinaryOp::Min, a, b); }
-  BinaryStmt *max(Value *a, Value *b) { return binary(BinaryOp::Max, a, b); }
   UnaryStmt *unary(UnaryOp op, Value *v);
-  UnaryStmt *neg(Value *v) { return unary(UnaryOp::Neg, v); }
-  UnaryStmt *sin(Value *v) { return unary(UnaryOp::Sin, v); }
-  UnaryStmt *cos(Value *v) { return unary(UnaryOp::Cos, v); }
+#define QD_BINARY_OP(NAME, SPELLING, DOMAIN, BUILDER)                                              \
+  BinaryStmt *BUILDER(Value *lhs, Value *rhs) {                                                    \
+    return binary(BinaryOp::NAME, lhs, rhs);                                                       \
+  }
+#define QD_UNARY_OP(NAME, SPELLING, DOMAIN, BUILDER)                                               \
+  UnaryStmt *BUILDER(Value *v) {                                                                   \
+    return unary(UnaryOp::NAME, v);                                                                \
+  }
+#define QD_CMP_PREDICATE(NAME, SPELLING, BUILDER)                                                  \
+  CmpStmt *BUILDER(Value *lhs, Value *rhs) {                                                       \
+    return cmp(CmpPredicate::NAME, lhs, rhs);                                                      \
+  }
+#include "qd/ir/Ops.def"
   CmpStmt *cmp(CmpPredicate pred, Value *lhs, Value *rhs);
   SelectStmt *select(Value *cond, Value *t, Value *f);
   CastStmt *cast(Value *v, ScalarType to);

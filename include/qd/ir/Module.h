@@ -95,6 +95,18 @@ public:
   void setLoc(Location l) { loc_ = std::move(l); }
 
   Argument *addArgument(std::unique_ptr<Argument> arg);
+  /// Shorthands a front-end writes one line per parameter with (`name`
+  /// without the `%`): a scalar `%name: type`, and an ndarray
+  /// `%name: ndarray<elem, rank>` with optional grad and dual companions.
+  /// The verifier checks the rest (rank 1 to 8, unique names).
+  Argument *addScalarArgument(std::string name, ScalarType type) {
+    return addArgument(std::make_unique<Argument>(std::move(name), Type::scalar(type)));
+  }
+  Argument *addNdarrayArgument(std::string name, ScalarType elem, unsigned rank, bool grad = false,
+                               bool dual = false) {
+    return addArgument(
+        std::make_unique<Argument>(std::move(name), Type::ndarray(elem, rank), grad, dual));
+  }
   unsigned numArguments() const { return static_cast<unsigned>(args_.size()); }
   Argument *argument(unsigned i) const { return args_[i].get(); }
   Argument *findArgument(std::string_view name) const;

@@ -13,6 +13,7 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include "qd/abi/LaunchContext.h"
 #include "qd/ir/Scalar.h"
 
 #include <absl/status/statusor.h>
@@ -22,6 +23,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <optional>
 #include <span>
 #include <string>
@@ -64,6 +66,18 @@ public:
   /// copying the range back: then a large range is reduced there even when
   /// the host side is current too (Buffer::prefersDeviceMax).
   virtual bool reducesOnDevice() const { return false; }
+};
+
+/// A std::allocator aligned to abi::kHostVectorAlignment: Buffer storage,
+/// which vector code of the CPU backend loads from.
+template <typename T> struct HostVectorAllocator {
+  using value_type = T;
+  static constexpr std::align_val_t kAlign{abi::kHostVectorAlignment};
+  HostVectorAllocator() = default;
+  template <typename U> HostVectorAllocator(const HostVectorAllocator<U> &) {}
+  T *allocate(size_t n) { return static_cast<T *>(::operator new(n * sizeof(T), kAlign)); }
+  void deallocate(T *p, size_t) { ::operator delete(p, kAlign); }
+  template <typename U> bool operator==(const HostVectorAllocator<U> &) const { return true; }
 };
 
 /// A dense row-major array of one scalar type: the storage of a field
@@ -179,7 +193,7 @@ private:
   ScalarType elem_ = ScalarType::F32;
   std::vector<int64_t> shape_;
   int64_t numElements_ = 0;
-  mutable std::vector<std::byte> owned_;
+  mutable std::vector<std::byte, HostVectorAllocator<std::byte>> owned_;
   mutable std::byte *data_ = nullptr;
   /// Null until a device backend mirrors the buffer.
   std::unique_ptr<Residency> residency_;
