@@ -14,7 +14,12 @@
 //   chain       a task of 8 iterations whose body is one straight line of
 //               S statements, v_{k+1} = v_k * v_0 and v_k + v_0
 //               alternately, summed into @y with an atomic add: huge
-//               kernels, S = 37.5k ... 300k (--max-chain).
+//               kernels, S = 37.5k ... 300k (--max-chain);
+//   mpm         S unrolled steps of a 2-D MLS-MPM simulation (particle to
+//               grid scatter with atomic adds, grid update, grid to
+//               particle gather; bench/MpmKernel.h), 3S + 2 tasks over
+//               nine ndarrays, built with IRBuilder, S = 4 ... 64
+//               (--max-mpm-steps): a kernel of many tasks.
 //
 // Each row prints the wall time of every step (the compile also split
 // into the optimisation pipeline and machine code, CpuBackend::
@@ -28,8 +33,8 @@
 //                         [--max-carried 1000] [--max-compile-carried 400]
 //                         [--max-compile-depth 32] [--full-limit N]
 //                         [--vector-width W] [--reps N] [--time-passes]
-//                         [--max-chain 300000]
-//                         [--only statements,nesting,carried,chain]
+//                         [--max-chain 300000] [--max-mpm-steps 64]
+//                         [--only statements,nesting,carried,chain,mpm]
 //   --max-compile*: the largest kernels whose gradient is also compiled on
 //   the CPU backend (LLVM's time dominates above them: see
 //   docs/performance.md, "Compile time").
@@ -41,7 +46,9 @@
 //
 //===----------------------------------------------------------------------===//
 #include "BenchMain.h"
+#include "MpmKernel.h"
 
+#include "qd/analysis/AdStackSizing.h"
 #include "qd/ir/Parser.h"
 #include "qd/ir/Verifier.h"
 #include "qd/runtime/CpuBackend.h"
@@ -234,10 +241,129 @@ void series(const char *name, const char *unit, const std::vector<int> &sizes, i
   }
 }
 
+/// A row of the mpm series: building and compiling the gradient of `steps`
+/// unrolled MLS-MPM steps, and its first launch.
+struct MpmRow {
+  int steps = 0;
+  size_t stacks = 0;
+  double build = 0, verify = 0, reverse = 0, sizing = 0, launch = 0;
+  qd::CompileTimes compile; // of @k_grad, by its first launch
+};
+
+constexpr int kMpmParticles = 64;
+
+/// The first launch of @k_grad on a fresh CPU backend (it sizes, compiles
+/// and runs the gradient), on kMpmParticles particles of a lattice in the
+/// middle of the grid, at rest (every step's positions set, so the
+/// gradient reads valid nodes without the primal having run), F = I, and a
+/// seed of 1 on the loss.
+void launchMpmGradient(qd::Module &m, const qd::Kernel &grad, int steps, MpmRow &r) {
+  qd::CpuBackendOptions o;
+  o.threads = 1;
+  auto cpu = qd::CpuBackend::create(o);
+  if (!cpu.ok())
+    die(std::string(cpu.status().message()));
+  auto program = qd::Program::create(m);
+  if (!program.ok())
+    die(std::string(program.status().message()));
+  const int64_t s1 = steps + 1, n = kMpmParticles, g = qdbench::kMpmGrid;
+  std::vector<std::vector<int64_t>> shapes = {
+      {s1, n, 2},    {s1, n, 2},       {s1, n, 4}, {s1, n, 4}, {steps, g, g, 2},
+      {steps, g, g}, {steps, g, g, 2}, {2},        {1}};
+  std::vector<qd::Buffer> buffers; // primal and grad of each argument
+  for (const std::vector<int64_t> &shape : shapes)
+    for (int c = 0; c < 2; ++c) {
+      auto b = qd::Buffer::create(qd::ScalarType::F32, shape);
+      if (!b.ok())
+        die(std::string(b.status().message()));
+      buffers.push_back(std::move(*b));
+    }
+  auto data = [&](int arg, int component) {
+    return reinterpret_cast<float *>(buffers[2 * arg + component].data());
+  };
+  for (int64_t t = 0; t < s1; ++t)
+    for (int64_t p = 0; p < n; ++p) {
+      data(0, 0)[(t * n + p) * 2] = 0.3f + 0.4f * float(p % 8) / 8;
+      data(0, 0)[(t * n + p) * 2 + 1] = 0.3f + 0.4f * float(p / 8) / 8;
+      data(3, 0)[(t * n + p) * 4] = data(3, 0)[(t * n + p) * 4 + 3] = 1.0f;
+    }
+  data(8, 1)[0] = 1.0f;
+  std::vector<qd::NdarrayArg> nds(shapes.size());
+  std::vector<qd::LaunchArg> args;
+  for (size_t a = 0; a < shapes.size(); ++a) {
+    nds[a] = {&buffers[2 * a], grad.argument(a)->hasGrad() ? &buffers[2 * a + 1] : nullptr};
+    args.push_back(qd::LaunchArg::ndarray(&nds[a]));
+  }
+  auto t = Clock::now();
+  if (absl::Status st = (*program)->launch(grad.name(), args, **cpu); !st.ok())
+    die(std::string(st.message()));
+  r.launch = since(t);
+  r.compile = (*cpu)->compileTimes(grad);
+}
+
+MpmRow measureMpm(int steps) {
+  MpmRow r;
+  r.steps = steps;
+  auto t = Clock::now();
+  std::unique_ptr<qd::Module> m = qdbench::buildMpmModule(steps);
+  r.build = since(t);
+  t = Clock::now();
+  if (absl::Status v = qd::verify(*m); !v.ok())
+    die(std::string(v.message()));
+  r.verify = since(t);
+  t = Clock::now();
+  auto grad = qd::buildGradientKernel(*m, *m->findKernel("k"));
+  if (!grad.ok())
+    die(std::string(grad.status().message()));
+  r.reverse = since(t);
+  t = Clock::now();
+  qd::KernelSizing sizing = qd::sizeAdStacks(**grad);
+  r.sizing = since(t);
+  r.stacks = sizing.stacks().size();
+  launchMpmGradient(*m, **grad, steps, r);
+  return r;
+}
+
+/// The mpm series: S = 4, 8, ... up to `maxSteps`, each column the minimum
+/// of --reps runs.
+void mpmSeries(int maxSteps) {
+  fmt::print("\nmpm series (3S + 2 tasks; {} particles for the launch)\n{:>5} {:>6} {:>9} {:>9} "
+             "{:>10} {:>6} {:>8} {:>8} {:>8} {:>8} {:>10} {:>8} {:>6} {:>6} {:>6} {:>6}\n",
+             kMpmParticles, "S", "tasks", "build ms", "verify ms", "reverse ms", "stacks",
+             "size ms", "emit ms", "opt ms", "mc ms", "launch ms", "g.verify", "g.rev", "g.size",
+             "g.emit", "g.lnch");
+  std::optional<MpmRow> prev;
+  for (int steps = 4; steps <= maxSteps; steps *= 2) {
+    MpmRow r = measureMpm(steps);
+    for (int rep = 1; rep < reps; ++rep) {
+      MpmRow again = measureMpm(steps);
+      for (auto f :
+           {&MpmRow::build, &MpmRow::verify, &MpmRow::reverse, &MpmRow::sizing, &MpmRow::launch})
+        r.*f = std::min(r.*f, again.*f);
+      if (again.compile.total() < r.compile.total())
+        r.compile = again.compile;
+    }
+    auto g = [&](auto get) {
+      return prev ? growth(get(r), get(*prev), r.steps, prev->steps) : std::string("-");
+    };
+    fmt::print("{:>5} {:>6} {:>9.1f} {:>9.1f} {:>10.1f} {:>6} {:>8.1f} {:>8.1f} {:>8.0f} {:>8.0f} "
+               "{:>10.0f} {:>8} {:>6} {:>6} {:>6} {:>6}\n",
+               steps, 3 * steps + 2, r.build * 1e3, r.verify * 1e3, r.reverse * 1e3, r.stacks,
+               r.sizing * 1e3, r.compile.emit * 1e3, r.compile.optimize * 1e3,
+               r.compile.codegen * 1e3, r.launch * 1e3, g([](const MpmRow &x) { return x.verify; }),
+               g([](const MpmRow &x) { return x.reverse; }),
+               g([](const MpmRow &x) { return x.sizing; }),
+               g([](const MpmRow &x) { return x.compile.emit; }),
+               g([](const MpmRow &x) { return x.launch; }));
+    std::fflush(stdout);
+    prev = r;
+  }
+}
+
 int run(int argc, char **argv) {
   int maxStatements = 100000, maxCompile = 4000, maxCarried = 1000, maxCompileCarried = 400;
-  int maxCompileDepth = 32, maxChain = 300000;
-  std::string only = "statements,nesting,carried,chain";
+  int maxCompileDepth = 32, maxChain = 300000, maxMpmSteps = 64;
+  std::string only = "statements,nesting,carried,chain,mpm";
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&] {
@@ -263,6 +389,8 @@ int run(int argc, char **argv) {
       maxCompileDepth = next();
     else if (a == "--max-chain")
       maxChain = next();
+    else if (a == "--max-mpm-steps")
+      maxMpmSteps = next();
     else if (a == "--full-limit")
       fullLimit = static_cast<size_t>(next());
     else if (a == "--only" && i + 1 < argc)
@@ -270,8 +398,8 @@ int run(int argc, char **argv) {
     else
       die("usage: qd-bench-compile [--max-statements N] [--max-compile N] [--max-carried N] "
           "[--max-compile-carried N] [--max-compile-depth N] [--full-limit N] [--vector-width W] "
-          "[--reps N] [--time-passes] [--max-chain N] "
-          "[--only statements,nesting,carried,chain]");
+          "[--reps N] [--time-passes] [--max-chain N] [--max-mpm-steps N] "
+          "[--only statements,nesting,carried,chain,mpm]");
   }
   fmt::print("qd-bench-compile: wall seconds, the minimum of --reps runs per row; growth g = (time "
              "ratio) / "
@@ -299,6 +427,8 @@ int run(int argc, char **argv) {
     series("carried", "N", carried, maxCompileCarried, carriedKernel);
   if (wanted("chain"))
     series("chain", "stmts", chain, maxChain, chainKernel);
+  if (wanted("mpm"))
+    mpmSeries(maxMpmSteps);
   qd::reportLlvmPassTimes();
   return 0;
 }

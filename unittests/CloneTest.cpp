@@ -221,6 +221,33 @@ TEST(CloneTest, CloneKernelKeepsFieldsAndRenames) {
   EXPECT_EQ(m->findKernel("k_copy")->module(), m.get());
 }
 
+TEST(CloneTest, CloneKernelOfSomeTopLevelStatements) {
+  std::unique_ptr<Module> m = parse(kModule);
+  ASSERT_NE(m, nullptr);
+  Kernel &k = *m->findKernel("k");
+  // The launch-time statement and the serial task, not the parallel one.
+  ValueMap map;
+  std::unique_ptr<Kernel> copy = cloneKernel(
+      k, "k_some", [](const Stmt &top) { return !isa<ForStmt>(top); }, map);
+  ASSERT_EQ(copy->numArguments(), k.numArguments());
+  EXPECT_EQ(copy->argument(0)->name(), "a");
+  std::vector<Stmt *> tops;
+  for (Stmt &s : copy->body())
+    tops.push_back(&s);
+  ASSERT_EQ(tops.size(), 2u);
+  Stmt &rows = k.body().front(), &serial = k.body().back();
+  EXPECT_EQ(map.at(&rows), tops[0]);
+  EXPECT_EQ(map.at(&serial), tops[1]);
+  EXPECT_EQ(map.count(&*std::next(k.body().begin())), 0u); // the parallel task
+  // The shape reads the copy's argument; statements nested in a copied one
+  // are mapped too.
+  EXPECT_EQ(tops[0]->operand(0), copy->argument(0));
+  EXPECT_EQ(map.at(k.argument(0)), copy->argument(0));
+  Stmt &one = serial.block(0).front();
+  EXPECT_EQ(cast<Stmt>(map.at(&one))->parentStmt(), tops[1]);
+  expectDisjoint(*copy, valuesOf(k));
+}
+
 TEST(CloneTest, CloneIsIndependent) {
   std::unique_ptr<Module> m = parse(kModule);
   ASSERT_NE(m, nullptr);

@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <unordered_set>
 
 namespace qd {
 namespace {
@@ -652,6 +653,39 @@ TEST(ParserPrinterTest, ValueNamerRenamesUnnamedAndDuplicates) {
   // A value of another kernel has no name here.
   Kernel other("other");
   EXPECT_EQ(ValueNamer(other)[c0], "<null>");
+
+  // Naming some values only gives them the names of the whole kernel's
+  // namer; the others have none.
+  std::unordered_set<const Value *> some = {a2, c2, c3, c5};
+  ValueNamer few(*k, some);
+  for (const Value *v : some)
+    EXPECT_EQ(few[v], names[v]);
+  EXPECT_EQ(few[a1], "<null>");
+  EXPECT_EQ(few[c4], "<null>");
+  LazyValueNamer lazy(*k), lazyFew(*k, some);
+  EXPECT_EQ(lazy[c4], "%x.2");
+  EXPECT_EQ(lazyFew[c3], "%2");
+  EXPECT_EQ(lazyFew[c4], "<null>");
+}
+
+TEST(ParserPrinterTest, ValueNamerKeepsNumbersApartFromOtherNames) {
+  // Names that look like numbers but are not spelt as the counter spells
+  // them ("01") do not block its numbers; those spelt so ("3") do.
+  Module m;
+  Kernel *k = m.addKernel(std::make_unique<Kernel>("k"));
+  IRBuilder b(*k);
+  auto task = b.serial();
+  std::vector<Value *> v;
+  for (const char *hint : {"01", "", "3", "", "", "", "3", "00"}) {
+    v.push_back(b.i32(static_cast<int32_t>(v.size())));
+    v.back()->setName(hint);
+  }
+  task.close();
+  ValueNamer names(*k);
+  std::vector<std::string> got;
+  for (const Value *x : v)
+    got.push_back(names[x]);
+  EXPECT_EQ(got, (std::vector<std::string>{"%01", "%0", "%3", "%1", "%2", "%4", "%3.1", "%00"}));
 }
 
 TEST(ParserPrinterTest, PrintStmt) {

@@ -188,7 +188,7 @@ kernel @k() {
   EXPECT_FALSE(u.isMaskedLoop(p.task));
 
   TaskVectorPlan plan = planTaskVectorization(*p.task);
-  EXPECT_TRUE(plan.ok()) << plan.refused;
+  EXPECT_TRUE(plan.ok()) << plan.refused();
   EXPECT_TRUE(plan.isMaskedLoop(find(k, "j")));
 }
 

@@ -171,7 +171,7 @@ public:
   /// `materialisable`: counted stacks the slice may read by keeping them
   /// (null: none).
   Slicer(const KernelIndex &index, const std::unordered_set<const Value *> &counted,
-         const ValueNamer &names, const std::unordered_set<const Value *> *materialisable = nullptr)
+         LazyValueNamer &names, const std::unordered_set<const Value *> *materialisable = nullptr)
       : index_(index), counted_(counted), names_(names), materialisable_(materialisable) {}
 
   /// Adds the slice of `stack` to `kept` and the counted stacks it keeps to
@@ -253,7 +253,7 @@ public:
 private:
   const KernelIndex &index_;
   const std::unordered_set<const Value *> &counted_;
-  const ValueNamer &names_;
+  LazyValueNamer &names_;
   const std::unordered_set<const Value *> *materialisable_;
 };
 
@@ -381,7 +381,7 @@ AdStackCounting buildAdStackCounting(const Kernel &kernel,
   if (stacks.empty())
     return out;
   KernelIndex index(kernel);
-  ValueNamer names(kernel);
+  LazyValueNamer names(kernel); // (only a count that cannot be made names values)
   // Which measured stacks' values each count reads (its slice with every
   // stack kept where it is read). A stack whose count reads its own values
   // (directly or through another stack) is bounded; among the others
@@ -420,19 +420,22 @@ AdStackCounting buildAdStackCounting(const Kernel &kernel,
   if (out.counted.empty())
     return out;
 
-  // Clone, and map the source statements onto the clone's (same preorder).
-  std::shared_ptr<Kernel> k = cloneKernel(kernel, kernel.name() + "__adstack_count");
-  std::vector<Stmt *> clonePre = variants::preorder(*k);
-  std::unordered_map<const Stmt *, Stmt *> toClone = variants::cloneMap(kernel, *k);
+  // Clone what holds the slice: the launch-time statements and the tasks
+  // with a kept statement (a task without one would go as a whole below,
+  // and no value crosses tasks). `toClone` maps the source onto the clone.
+  ValueMap toClone;
+  std::shared_ptr<Kernel> k = cloneKernel(
+      kernel, kernel.name() + "__adstack_count",
+      [&](const Stmt &top) { return top.numBlocks() == 0 || kept.count(&top); }, toClone);
   std::unordered_set<const Stmt *> keptClone;
   for (const Stmt *s : kept)
-    keptClone.insert(toClone.at(s));
+    keptClone.insert(cast<Stmt>(toClone.at(s)));
 
   // What the slice does not keep goes (a statement that is not kept
   // contains nothing that is kept): first its references, so that the
   // counted stacks' remaining uses are their pushes and pops.
   std::vector<Stmt *> dropped, droppedRoots;
-  for (Stmt *s : clonePre)
+  for (Stmt *s : variants::preorder(*k))
     if (!keptClone.count(s)) {
       dropped.push_back(s);
       if (!s->parentStmt() || keptClone.count(s->parentStmt()))

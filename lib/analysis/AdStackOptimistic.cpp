@@ -90,9 +90,10 @@ absl::Status refuse(const Kernel &kernel, const std::string &why) {
                   kernel.name(), why));
 }
 
+/// `names`: of `kernel`, for the refusals that name a stack.
 absl::StatusOr<Split> findSplit(const Kernel &kernel,
-                                std::span<const AdStackAllocaStmt *const> stacks) {
-  ValueNamer names(kernel);
+                                std::span<const AdStackAllocaStmt *const> stacks,
+                                LazyValueNamer &names) {
   Split split;
   for (const AdStackAllocaStmt *s : stacks) {
     auto *task = dyn_cast<ForStmt>(taskOf(const_cast<AdStackAllocaStmt *>(s)));
@@ -280,11 +281,18 @@ void makeRerunKernel(Kernel &k, ForStmt &task) {
 
 } // namespace
 
+bool variants::mayLaunchOptimistically(const Kernel &kernel,
+                                       std::span<const AdStackAllocaStmt *const> stacks,
+                                       LazyValueNamer &names) {
+  return !stacks.empty() && findSplit(kernel, stacks, names).ok();
+}
+
 absl::StatusOr<OptimisticLaunch>
 buildAdStackOptimistic(const Kernel &kernel, std::span<const AdStackAllocaStmt *const> stacks) {
   if (stacks.empty())
     return refuse(kernel, "it has no measured adstack");
-  absl::StatusOr<Split> split = findSplit(kernel, stacks);
+  LazyValueNamer names(kernel);
+  absl::StatusOr<Split> split = findSplit(kernel, stacks, names);
   if (!split.ok())
     return split.status();
   OptimisticLaunch out;

@@ -9,6 +9,7 @@
 //===----------------------------------------------------------------------===//
 #include "qd/analysis/AdStackSizing.h"
 
+#include "KernelVariants.h"
 #include "SizingStructural.h"
 #include "qd/analysis/AdStackCounting.h"
 #include "qd/analysis/AdStackOptimistic.h"
@@ -67,10 +68,15 @@ KernelSizing sizeAdStacks(const Kernel &kernel, const SizingOptions &options) {
   if (!anyStack)
     return out;
   KernelFacts facts(kernel);
-  ValueNamer namer(kernel);
+  // Names of the stacks and loops only (the reports' and messages').
+  std::unordered_set<const Value *> named(facts.allocas.begin(), facts.allocas.end());
+  for (const sizing::KernelFacts::LoopVar &var : facts.loops)
+    named.insert(var.loop);
+  LazyValueNamer namer(kernel, std::move(named));
   out.names_ = SizeExprNames::forKernel(kernel);
   for (const sizing::KernelFacts::LoopVar &var : facts.loops)
-    out.varNames_.push_back(var.dim == 0 ? namer[var.loop] : namer.bandIndex(*var.loop, var.dim));
+    out.varNames_.push_back(var.dim == 0 ? namer[var.loop]
+                                         : namer.get().bandIndex(*var.loop, var.dim));
   out.names_.varName = [names = out.varNames_](unsigned v) {
     return v < names.size() ? names[v] : fmt::format("%v{}", v);
   };
@@ -225,10 +231,13 @@ KernelSizing sizeAdStacks(const Kernel &kernel, const SizingOptions &options) {
   std::vector<size_t> measured = outside;
   AdStackCounting counting;
   absl::StatusOr<OptimisticLaunch> optimistic = absl::FailedPreconditionError("");
-  if (options.countKernels && !loose.empty()) {
-    std::vector<size_t> all = outside;
-    all.insert(all.end(), loose.begin(), loose.end());
-    std::sort(all.begin(), all.end());
+  std::vector<size_t> all = outside;
+  all.insert(all.end(), loose.begin(), loose.end());
+  std::sort(all.begin(), all.end());
+  // (The counting kernel of all of them serves only their optimistic
+  // launch: where there can be none, it is not built.)
+  if (options.countKernels && !loose.empty() && options.optimisticLaunch &&
+      variants::mayLaunchOptimistically(kernel, stacksOf(all), namer)) {
     counting = buildAdStackCounting(kernel, stacksOf(all));
     optimistic = optimisticOf(counting);
     if (optimistic.ok())

@@ -91,7 +91,7 @@ ElementOwnership ElementOwnership::compute(const ForStmt &task) {
           out.privateAtomics_.insert(g);
       continue;
     }
-    if (!out.lanesRefused_.empty())
+    if (out.refusedAt_)
       continue;
     // Name the first access of the kind that breaks the rule.
     if (!u.stored && !(u.atomicallyUpdated && u.loaded))
@@ -99,20 +99,35 @@ ElementOwnership ElementOwnership::compute(const ForStmt &task) {
     auto isCulprit = [&](const GlobalAccessStmt *g) {
       return u.stored ? isa<GlobalStoreStmt>(g) : isa<AtomicRmwStmt>(g);
     };
-    const GlobalAccessStmt *first = u.accesses.front();
+    out.refusedAt_ = u.accesses.front();
     for (const GlobalAccessStmt *g : u.accesses)
       if (isCulprit(g)) {
-        first = g;
+        out.refusedAt_ = g;
         break;
       }
-    out.lanesRefused_ = u.stored
-                            ? fmt::format("'{}' at {} is stored to at an element that is not the "
-                                          "iteration's own",
-                                          printStmt(*first), first->loc().str())
-                            : fmt::format("'{}' at {} is both atomically updated and loaded",
-                                          printStmt(*first), first->loc().str());
+    out.refusedStore_ = u.stored;
   }
   return out;
+}
+
+std::string ElementOwnership::lanesRefused() const {
+  if (!refusedAt_)
+    return {};
+  if (!refusedAt_->kernel())
+    return lanesRefused(printStmt(*refusedAt_));
+  return lanesRefused(ValueNamer(*refusedAt_->kernel()));
+}
+
+std::string ElementOwnership::lanesRefused(const ValueNamer &names) const {
+  return refusedAt_ ? lanesRefused(printStmt(*refusedAt_, names)) : std::string();
+}
+
+std::string ElementOwnership::lanesRefused(const std::string &culprit) const {
+  return refusedStore_
+             ? fmt::format("'{}' at {} is stored to at an element that is not the iteration's own",
+                           culprit, refusedAt_->loc().str())
+             : fmt::format("'{}' at {} is both atomically updated and loaded", culprit,
+                           refusedAt_->loc().str());
 }
 
 const ElementOwnership::ClassUse *ElementOwnership::useOf(const GlobalAccessStmt &access) const {
@@ -164,10 +179,10 @@ void printElementOwnership(const Kernel &kernel, std::ostream &os) {
       os << fmt::format("  class {}: {} ({})\n", describe(u.cls),
                         u.owned() ? "owned at index " + positions : "not owned", uses);
     }
-    if (own.lanesRefused().empty())
+    if (own.lanesAllowed())
       os << "  lanes: allowed\n";
     else
-      os << "  lanes: refused: " << own.lanesRefused() << "\n";
+      os << "  lanes: refused: " << own.lanesRefused(names) << "\n";
   }
 }
 

@@ -8,11 +8,13 @@
 #pragma once
 
 #include "qd/ir/Module.h"
+#include "qd/ir/Printer.h"
 #include "qd/ir/Stmt.h"
 #include "qd/ir/Visitor.h"
 
 #include <fmt/format.h>
 
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -52,5 +54,11 @@ inline std::unordered_map<const Stmt *, Stmt *> cloneMap(const Kernel &source,
     out[from[i]] = to[i];
   return out;
 }
+
+/// Whether buildAdStackOptimistic(kernel, stacks) succeeds, found without
+/// building the launch's kernels (`names`: of `kernel`; its refusals name
+/// stacks). Defined in AdStackOptimistic.cpp.
+bool mayLaunchOptimistically(const Kernel &kernel, std::span<const AdStackAllocaStmt *const> stacks,
+                             LazyValueNamer &names);
 
 } // namespace qd::variants

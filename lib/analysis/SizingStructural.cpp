@@ -14,8 +14,15 @@ namespace qd::sizing {
 KernelFacts::KernelFacts(const Kernel &kernel) {
   uint32_t n = 0;
   Block &body = const_cast<Kernel &>(kernel).body();
-  walk(body, [&](Stmt &s) {
-    preorder[&s] = n++;
+  // Positions are compared only within a stack's scope: they are kept for
+  // the top-level statements and inside the tasks that hold a stack (the
+  // numbers of a whole-kernel preorder), not for every statement of a
+  // kernel of many tasks.
+  bool inStackTask = false;
+  auto visit = [&](Stmt &s) {
+    if (inStackTask || !s.parentStmt())
+      preorder[&s] = n;
+    ++n;
     if (s.kind() == StmtKind::Break || s.kind() == StmtKind::Continue ||
         s.kind() == StmtKind::While)
       fallsThrough = false;
@@ -39,7 +46,15 @@ KernelFacts::KernelFacts(const Kernel &kernel) {
           writtenNdarrays.insert(g.ndarray());
       }
     }
-  });
+  };
+  for (Stmt &top : body) {
+    inStackTask = false;
+    for (unsigned i = 0; i < top.numBlocks(); ++i)
+      walk(top.block(i), [&](Stmt &s) { inStackTask |= s.kind() == StmtKind::AdStackAlloca; });
+    visit(top);
+    for (unsigned i = 0; i < top.numBlocks(); ++i)
+      walk(top.block(i), visit);
+  }
   markJumps(body);
 }
 

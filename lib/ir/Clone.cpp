@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <bit>
+#include <functional>
 #include <vector>
 
 namespace qd {
@@ -178,11 +179,16 @@ private:
   bool widen_;
 };
 
+/// `keep`: the top-level statements to copy (null: all); `map`: where to
+/// record the copies (null: a map of its own).
 std::unique_ptr<Kernel> cloneKernelImpl(const Kernel &kernel, std::string newName,
-                                        const FieldMap *fields, bool widen = false) {
+                                        const FieldMap *fields, bool widen = false,
+                                        const std::function<bool(const Stmt &)> *keep = nullptr,
+                                        ValueMap *mapOut = nullptr) {
   auto k = std::make_unique<Kernel>(std::move(newName));
   k->setLoc(kernel.loc());
-  ValueMap map;
+  ValueMap own;
+  ValueMap &map = mapOut ? *mapOut : own;
   for (unsigned i = 0; i < kernel.numArguments(); ++i) {
     const Argument *a = kernel.argument(i);
     Type type = widen ? widenedType(a->type()) : a->type();
@@ -190,7 +196,13 @@ std::unique_ptr<Kernel> cloneKernelImpl(const Kernel &kernel, std::string newNam
     copy->setLoc(a->loc());
     map[a] = k->addArgument(std::move(copy));
   }
-  Cloner(map, fields, widen).cloneInto(kernel.body(), k->body());
+  Cloner cloner(map, fields, widen);
+  if (!keep)
+    cloner.cloneInto(kernel.body(), k->body());
+  else
+    for (Stmt &s : const_cast<Kernel &>(kernel).body())
+      if ((*keep)(s))
+        k->body().push_back(cloner.clone(s));
   // A use before its definition (invalid, but cloned faithfully) was cloned
   // before its definition entered the map; point it at the copy too.
   walk(*k, [&](Stmt &s) {
@@ -363,6 +375,11 @@ void cloneBlockInto(const Block &from, Block &to, ValueMap &map) {
 
 std::unique_ptr<Kernel> cloneKernel(const Kernel &kernel, std::string newName) {
   return cloneKernelImpl(kernel, std::move(newName), nullptr);
+}
+
+std::unique_ptr<Kernel> cloneKernel(const Kernel &kernel, std::string newName,
+                                    const std::function<bool(const Stmt &)> &keep, ValueMap &map) {
+  return cloneKernelImpl(kernel, std::move(newName), nullptr, false, &keep, &map);
 }
 
 namespace {

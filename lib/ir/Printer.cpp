@@ -4,9 +4,11 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cctype>
 #include <charconv>
 #include <cmath>
+#include <optional>
 #include <sstream>
 
 namespace qd {
@@ -261,6 +263,20 @@ void printKernelTo(const Kernel &kernel, std::ostream &os) {
 } // namespace
 
 ValueNamer::ValueNamer(const Kernel &kernel) {
+  size_t values = kernel.numArguments();
+  walk(const_cast<Kernel &>(kernel), [&](Stmt &s) { values += !s.type().isVoid(); });
+  names_.reserve(values);
+  nameAll(kernel);
+}
+
+ValueNamer::ValueNamer(const Kernel &kernel, const std::unordered_set<const Value *> &wanted)
+    : wanted_(&wanted) {
+  names_.reserve(wanted.size());
+  nameAll(kernel);
+  wanted_ = nullptr;
+}
+
+void ValueNamer::nameAll(const Kernel &kernel) {
   for (unsigned i = 0; i < kernel.numArguments(); ++i)
     assign(kernel.argument(i));
   std::vector<const ForStmt *> bands;
@@ -297,26 +313,102 @@ const std::string &ValueNamer::bandIndex(const ForStmt &task, unsigned dim) cons
   return it == bandNames_.end() || dim >= it->second.size() ? unknown : it->second[dim];
 }
 
+const ValueNamer &LazyValueNamer::get() {
+  if (!names_)
+    names_ = some_ ? std::make_unique<ValueNamer>(kernel_, wanted_)
+                   : std::make_unique<ValueNamer>(kernel_);
+  return *names_;
+}
+
 void ValueNamer::assign(const Value *v) {
+  // A band's dimensions are named after it and its task_index statements.
+  bool wanted = !wanted_ || wanted_->count(v) || isa<TaskIndexStmt>(v) ||
+                (isa<ForStmt>(v) && cast<ForStmt>(v)->numDims() > 1);
+  if (v->name().empty()) { // numbered (the common case: no text to build)
+    unsigned n = nextNumber();
+    if (wanted)
+      names_[v] = "%" + std::to_string(n);
+    return;
+  }
   // Name hints set from C++ may hold characters the parser does not accept
   // after '%' (letters, digits, '_' and '.'); replace them.
   std::string base = v->name();
   for (char &c : base)
     if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '.')
       c = '_';
-  names_[v] = "%" + fresh(std::move(base));
+  std::string name = "%" + fresh(std::move(base));
+  if (wanted)
+    names_[v] = std::move(name);
+}
+
+namespace {
+
+/// Numbers below this are kept in ValueNamer's bit set (2 MiB at most).
+constexpr uint32_t kNumberedLimit = uint32_t(1) << 24;
+
+/// The number a name spells in the decimal form of std::to_string (no sign,
+/// no leading zero), if it is below kNumberedLimit: the names ValueNamer
+/// gives values without a name of their own.
+std::optional<uint32_t> canonicalNumber(const std::string &name) {
+  if (name.empty() || name.size() > 8 || (name[0] == '0' && name.size() > 1))
+    return std::nullopt;
+  uint32_t n = 0;
+  for (char c : name) {
+    if (c < '0' || c > '9')
+      return std::nullopt;
+    n = n * 10 + static_cast<uint32_t>(c - '0');
+  }
+  return n < kNumberedLimit ? std::optional<uint32_t>(n) : std::nullopt;
+}
+
+} // namespace
+
+bool ValueNamer::used(const std::string &name) const {
+  if (std::optional<uint32_t> n = canonicalNumber(name))
+    return numberUsed(*n);
+  return used_.count(name) != 0;
+}
+
+void ValueNamer::markUsed(const std::string &name) {
+  if (std::optional<uint32_t> n = canonicalNumber(name))
+    markNumber(*n);
+  else
+    used_.insert(name);
+}
+
+void ValueNamer::markNumber(uint32_t n) {
+  if (n >= usedNumbers_.size())
+    usedNumbers_.resize(
+        std::min<size_t>(std::max<size_t>(n + 1, usedNumbers_.size() * 2), kNumberedLimit));
+  usedNumbers_[n] = true;
+}
+
+unsigned ValueNamer::nextNumber() {
+  // Numbers are kept apart from other names, without building and hashing
+  // each one's text.
+  while (counter_ < kNumberedLimit ? numberUsed(counter_)
+                                   : used_.count(std::to_string(counter_)) != 0)
+    ++counter_;
+  unsigned n = counter_++;
+  if (n < kNumberedLimit)
+    markNumber(n);
+  else
+    used_.insert(std::to_string(n));
+  return n;
 }
 
 std::string ValueNamer::fresh(std::string base) {
-  std::string candidate = base.empty() ? std::to_string(counter_++) : base;
-  if (used_.count(candidate)) {
+  if (base.empty())
+    return std::to_string(nextNumber());
+  std::string candidate = base;
+  if (used(candidate)) {
     // Every suffix up to the last one this hint got is taken already.
     unsigned &n = lastSuffix_[base];
     do
-      candidate = base.empty() ? std::to_string(counter_++) : fmt::format("{}.{}", base, ++n);
-    while (used_.count(candidate));
+      candidate = fmt::format("{}.{}", base, ++n);
+    while (used(candidate));
   }
-  used_.insert(candidate);
+  markUsed(candidate);
   return candidate;
 }
 

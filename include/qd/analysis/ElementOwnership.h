@@ -49,6 +49,8 @@
 
 namespace qd {
 
+class ValueNamer;
+
 /// Accesses that may touch the same memory (see the file comment).
 struct AliasClass {
   const Field *field = nullptr;            // null: ndarrays
@@ -101,16 +103,25 @@ public:
   /// An atomic add to an owned element.
   bool isPrivateAtomic(const Stmt *s) const { return privateAtomics_.count(s) != 0; }
   const std::unordered_set<const Stmt *> &privateAtomics() const { return privateAtomics_; }
+  /// Whether consecutive iterations may run together as lanes.
+  bool lanesAllowed() const { return refusedAt_ == nullptr; }
   /// Empty when consecutive iterations may run together as lanes, else why
-  /// not, naming the statement and its location.
-  const std::string &lanesRefused() const { return lanesRefused_; }
+  /// not, naming the statement and its location. Printing the statement
+  /// names the values of its whole kernel: where several tasks of one
+  /// kernel are asked, pass one namer of the kernel to the second form.
+  std::string lanesRefused() const;
+  std::string lanesRefused(const ValueNamer &names) const;
 
 private:
   const ForStmt *task_ = nullptr;
   std::vector<ClassUse> classes_;
   std::unordered_map<const Stmt *, unsigned> classOf_;
   std::unordered_set<const Stmt *> privateAtomics_;
-  std::string lanesRefused_;
+  /// The access that refuses lanes (null: lanes allowed), and whether the
+  /// rule it breaks is a plain store's (else a loaded atomic's).
+  const GlobalAccessStmt *refusedAt_ = nullptr;
+  bool refusedStore_ = false;
+  std::string lanesRefused(const std::string &culprit) const;
 };
 
 /// Prints, for every parallel task of `kernel`, each global access with

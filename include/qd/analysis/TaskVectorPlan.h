@@ -17,13 +17,17 @@
 namespace qd {
 
 struct TaskVectorPlan {
-  /// Empty when the task can be vectorised, else why not.
-  std::string refused;
   ElementOwnership ownership;
   /// Computed only when the task can be vectorised (else all uniform).
   Uniformity uniformity;
 
-  bool ok() const { return refused.empty(); }
+  /// Whether the task can be vectorised.
+  bool ok() const { return ownership.lanesAllowed(); }
+  /// Empty when the task can be vectorised, else why not
+  /// (ElementOwnership::lanesRefused: pass a namer of the kernel when
+  /// asking for several tasks of one kernel).
+  std::string refused() const { return ownership.lanesRefused(); }
+  std::string refused(const ValueNamer &names) const { return ownership.lanesRefused(names); }
   bool isVarying(const Value *v) const { return uniformity.isVarying(v); }
   bool isDivergent(const Stmt *s) const { return uniformity.isDivergent(s); }
   bool isMaskedLoop(const Stmt *s) const { return uniformity.isMaskedLoop(s); }

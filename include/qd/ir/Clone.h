@@ -3,6 +3,7 @@
 
 #include "qd/ir/Module.h"
 
+#include <functional>
 #include <string>
 #include <unordered_map>
 
@@ -23,6 +24,11 @@ void cloneBlockInto(const Block &from, Block &to, ValueMap &map);
 /// detached kernel named `newName`; field references are kept, so the clone
 /// belongs in the same module (use `cloneModule` to copy fields too).
 std::unique_ptr<Kernel> cloneKernel(const Kernel &kernel, std::string newName);
+/// Same, copying only the top-level statements `keep` accepts (the caller
+/// makes sure they use no value of the others), and recording in `map`
+/// each copied value's copy (statements included).
+std::unique_ptr<Kernel> cloneKernel(const Kernel &kernel, std::string newName,
+                                    const std::function<bool(const Stmt &)> &keep, ValueMap &map);
 
 /// Deep-copies a whole module.
 std::unique_ptr<Module> cloneModule(const Module &module);

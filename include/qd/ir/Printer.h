@@ -3,10 +3,13 @@
 
 #include "qd/ir/Module.h"
 
+#include <cstdint>
+#include <memory>
 #include <ostream>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
+#include <vector>
 
 namespace qd {
 
@@ -16,6 +19,10 @@ namespace qd {
 class ValueNamer {
 public:
   explicit ValueNamer(const Kernel &kernel);
+  /// The names of `wanted` (and of every band's dimensions) only, the same
+  /// as the whole kernel's namer gives them; other values are `<null>`.
+  /// Cheaper where a few values of a large kernel are named.
+  ValueNamer(const Kernel &kernel, const std::unordered_set<const Value *> &wanted);
   /// `%name`, or `<null>` for a value outside the kernel.
   const std::string &operator[](const Value *v) const;
   /// `%name` of dimension `dim` (>= 1) of a parallel band in its header:
@@ -27,16 +34,47 @@ public:
   bool namedInBandHeader(const Stmt *s) const { return inHeader_.count(s) > 0; }
 
 private:
+  void nameAll(const Kernel &kernel);
   void assign(const Value *v);
   std::string fresh(std::string base);
+  /// The first number no value holds, marked as held.
+  unsigned nextNumber();
+  bool used(const std::string &name) const;
+  bool numberUsed(uint32_t n) const { return n < usedNumbers_.size() && usedNumbers_[n]; }
+  void markUsed(const std::string &name);
+  void markNumber(uint32_t n); // below kNumberedLimit
   std::unordered_map<const ForStmt *, std::vector<std::string>> bandNames_;
   std::unordered_set<const Stmt *> inHeader_;
   std::unordered_map<const Value *, std::string> names_;
+  /// Names given: those that are numbers (as std::to_string spells them)
+  /// by their number, the others by their text.
+  std::vector<bool> usedNumbers_;
   std::unordered_set<std::string> used_;
   /// Per name hint: the suffix its last clash got (the next one starts
   /// above it, so n values with one hint are named in linear time).
   std::unordered_map<std::string, unsigned> lastSuffix_;
   unsigned counter_ = 0;
+  const std::unordered_set<const Value *> *wanted_ = nullptr; // null: all
+};
+
+/// A ValueNamer of `kernel` built on first use: for messages that name
+/// values only on some paths (an error, a refusal), so that the paths that
+/// name nothing do not walk the whole kernel. The kernel must not change
+/// while it is in use.
+class LazyValueNamer {
+public:
+  explicit LazyValueNamer(const Kernel &kernel) : kernel_(kernel) {}
+  /// Names `wanted` only (the ValueNamer constructor of that set).
+  LazyValueNamer(const Kernel &kernel, std::unordered_set<const Value *> wanted)
+      : kernel_(kernel), wanted_(std::move(wanted)), some_(true) {}
+  const ValueNamer &get();
+  const std::string &operator[](const Value *v) { return get()[v]; }
+
+private:
+  const Kernel &kernel_;
+  std::unordered_set<const Value *> wanted_;
+  bool some_ = false;
+  std::unique_ptr<ValueNamer> names_;
 };
 
 /// Prints a module in the text format of docs/ir.md. The output parses back

@@ -16,6 +16,7 @@
 #include "qd/analysis/TaskVectorPlan.h"
 
 #include "qd/codegen/llvm/KernelCodegen.h"
+#include "qd/ir/Printer.h"
 
 #include <llvm/ADT/DenseMap.h>
 #include <llvm/IR/IRBuilder.h>
@@ -270,6 +271,11 @@ public:
   /// A value as an 8-byte capture slot, and back.
   LV *toSlot(LV *v);
   LV *fromSlot(LV *raw, ScalarType t);
+
+  /// Printed names of the kernel's values, built on first use and shared by
+  /// every message that names a statement (one namer per task would walk
+  /// the whole kernel once per task).
+  LazyValueNamer valueNames;
 };
 
 /// Helpers of vector code: values with one element per lane, masks.
