@@ -8,9 +8,12 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
+#include <string_view>
 #include <utility>
+#include <vector>
 
 namespace qdbench {
 
@@ -20,6 +23,19 @@ struct BenchFailure {
 
 [[noreturn]] inline void die(std::string msg) {
   throw BenchFailure{std::move(msg)};
+}
+
+/// The non-empty items of a comma-separated option value ("a,,b" -> a, b).
+inline std::vector<std::string> splitList(std::string_view s) {
+  std::vector<std::string> out;
+  size_t at = 0;
+  while (at <= s.size()) {
+    size_t comma = std::min(s.find(',', at), s.size());
+    if (comma > at)
+      out.emplace_back(s.substr(at, comma - at));
+    at = comma + 1;
+  }
+  return out;
 }
 
 /// Runs `body(argc, argv)`; a `die` anywhere below prints `tool: error: msg`

@@ -584,18 +584,6 @@ std::string fmtMs(double v) {
   return fmt::format("{:.1f}", v);
 }
 
-std::vector<std::string> splitList(const std::string &s) {
-  std::vector<std::string> out;
-  size_t at = 0;
-  while (at <= s.size()) {
-    size_t comma = std::min(s.find(',', at), s.size());
-    if (comma > at)
-      out.push_back(s.substr(at, comma - at));
-    at = comma + 1;
-  }
-  return out;
-}
-
 const char *kUsage =
     "usage: qd-bench-gpu [--reps N] [--warmup N] [--only a,b,c] [--shapes fields,ndarray] "
     "[--peers FILE]... [--max-n N] "

@@ -100,13 +100,7 @@ std::string_view shapeName(KernelShape s) {
 
 std::vector<KernelShape> parseShapes(std::string_view list) {
   std::vector<KernelShape> out;
-  size_t at = 0;
-  while (at <= list.size()) {
-    size_t comma = std::min(list.find(',', at), list.size());
-    std::string_view name = list.substr(at, comma - at);
-    at = comma + 1;
-    if (name.empty())
-      continue;
+  for (const std::string &name : splitList(list)) {
     bool known = false;
     for (KernelShape s : {KernelShape::Fields, KernelShape::Ndarray, KernelShape::NdarrayArgTrip})
       if (shapeName(s) == name) {

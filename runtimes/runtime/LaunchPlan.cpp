@@ -130,12 +130,22 @@ absl::Status LaunchPlan::layoutAdStacks(std::span<const int32_t> lanes) {
   heap_.offsets.assign(numStacks + 1, 0);
   heap_.capacities.assign(numStacks + 1, 0);
   std::map<const Stmt *, int64_t> used;
-  bool vectorStacks = false;
+  // A stack of SIMD lanes starts on a vector boundary (its entries are
+  // whole vectors), and then so does every thread's slice.
+  const KernelLayout::Stack *lastVectorStack = nullptr;
   auto heapTooLarge = [&](const KernelLayout::Stack &st) {
     return absl::ResourceExhaustedError(fmt::format(
         "{}: error: cannot allocate the adstack heap: one thread's stacks need more than {} "
         "bytes ({}); give the stacks smaller capacities",
         st.stmt->loc().str(), INT64_MAX, launchWhere(*kernel_, st.task)));
+  };
+  // Rounds `bytes` up to abi::kHostVectorAlignment; false past INT64_MAX.
+  auto alignUp = [](int64_t &bytes) {
+    constexpr int64_t align = abi::kHostVectorAlignment;
+    if (bytes > INT64_MAX - (align - 1))
+      return false;
+    bytes = (bytes + align - 1) / align * align;
+    return true;
   };
   for (size_t i = 0; i < numStacks; ++i) {
     const auto &st = layout_->stacks[i];
@@ -164,14 +174,10 @@ absl::Status LaunchPlan::layoutAdStacks(std::span<const int32_t> lanes) {
     int64_t &at = used[st.task];
     int64_t n =
         st.parallelTask >= 0 && size_t(st.parallelTask) < lanes.size() ? lanes[st.parallelTask] : 1;
-    // A stack of SIMD lanes starts on a vector boundary (its entries are
-    // whole vectors), and so does every thread's slice then.
-    constexpr int64_t align = abi::kHostVectorAlignment;
     if (n > 1) {
-      vectorStacks = true;
-      if (at > INT64_MAX - align)
+      lastVectorStack = &st;
+      if (!alignUp(at))
         return heapTooLarge(st);
-      at = (at + align - 1) / align * align;
     }
     heap_.offsets[i] = at;
     // cap >= 1: the code reads entry >= 0. cap <= 2^40 and an entry is at
@@ -181,12 +187,8 @@ absl::Status LaunchPlan::layoutAdStacks(std::span<const int32_t> lanes) {
       return heapTooLarge(st);
     heap_.stride = std::max(heap_.stride, at);
   }
-  if (vectorStacks) {
-    constexpr int64_t align = abi::kHostVectorAlignment;
-    if (heap_.stride > INT64_MAX - align)
-      return heapTooLarge(layout_->stacks.back());
-    heap_.stride = (heap_.stride + align - 1) / align * align;
-  }
+  if (lastVectorStack && !alignUp(heap_.stride))
+    return heapTooLarge(*lastVectorStack);
   return absl::OkStatus();
 }
 
