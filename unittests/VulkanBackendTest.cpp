@@ -313,7 +313,7 @@ TEST_F(VulkanBackendTest, AHeapTooLargeForOneBufferRunsOnFewerInvocations) {
   std::vector<float> out(x.size());
   absl::Status s = k.run(**tiny, 512, x, out);
   EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_NE(std::string(s.message()).find("the adstacks of one invocation need 2048 bytes of heap"),
+  EXPECT_NE(std::string(s.message()).find("the adstacks of one thread need 2048 bytes of heap"),
             std::string::npos)
       << s.message();
   // The next launch that fits works.

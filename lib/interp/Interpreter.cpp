@@ -3,7 +3,6 @@
 #include "qd/runtime/LaunchWatchdog.h"
 
 #include "qd/abi/LaunchErrors.h"
-#include "qd/analysis/AdStackSizing.h"
 #include "qd/ir/Printer.h"
 #include "qd/ir/ScalarOps.h"
 #include "qd/ir/Visitor.h"
@@ -419,11 +418,7 @@ absl::Status Interpreter::launch(Program &program, const Kernel &kernel,
 }
 
 absl::StatusOr<const KernelSizing *> Interpreter::adStackSizing(const Kernel &kernel) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  auto &slot = sizing_[kernel.uniqueId()];
-  if (!slot)
-    slot = std::make_unique<KernelSizing>(sizeAdStacks(kernel));
-  return slot.get();
+  return &sizings_.of(kernel);
 }
 
 } // namespace qd

@@ -7,7 +7,7 @@
 #include "qd/runtime/LaunchPlan.h"
 #include "qd/runtime/LaunchWatchdog.h"
 
-#include "qd/analysis/AdStackSizing.h"
+#include "qd/codegen/KernelSizingCache.h"
 #include "qd/codegen/llvm/KernelCodegen.h"
 #include "qd/codegen/llvm/Optimize.h"
 #include "qd/ir/Printer.h"
@@ -227,7 +227,7 @@ struct CpuBackend::Impl {
   TierLimits tierLimits;
   /// Keyed by Kernel::uniqueId(), never by address: a destroyed kernel's
   /// address may be reused by a new one.
-  /// Guards `cache`, `sizings`, `counter` and the JIT: a kernel compiles
+  /// Guards `cache`, `counter` and the JIT: a kernel compiles
   /// once, whichever thread asks first (the others wait for it). Entries
   /// are never erased, so a pointer to one stays valid without the lock.
   mutable std::mutex compileMutex;
@@ -236,9 +236,9 @@ struct CpuBackend::Impl {
   mutable std::mutex launchMutex;
   /// Keyed by (kernel, bounds checks, stop checks).
   std::map<std::tuple<uint64_t, bool, bool>, Compiled> cache;
-  /// Adstack sizing per Kernel::uniqueId(), computed with the kernel's
-  /// first compilation (or when Program::launch asks first).
-  std::map<uint64_t, std::unique_ptr<KernelSizing>> sizings;
+  /// Adstack sizing, computed with the kernel's first compilation (or
+  /// when Program::launch asks first).
+  KernelSizingCache sizings;
   unsigned counter = 0;
   /// Aligned to abi::kHostVectorAlignment.
   struct AlignedDelete {
@@ -249,18 +249,8 @@ struct CpuBackend::Impl {
   std::unique_ptr<char[], AlignedDelete> heap;
   int64_t heapBytes = 0;
   int64_t lastHeapBytes = 0;
+  std::vector<AdStackPlacement> lastPlacement;
   std::vector<int32_t> lastTaskLanes;
-
-  const KernelSizing &sizingOf(const Kernel &kernel) {
-    std::lock_guard<std::mutex> lock(compileMutex);
-    return sizingOfLocked(kernel);
-  }
-  const KernelSizing &sizingOfLocked(const Kernel &kernel) {
-    std::unique_ptr<KernelSizing> &slot = sizings[kernel.uniqueId()];
-    if (!slot)
-      slot = std::make_unique<KernelSizing>(sizeAdStacks(kernel));
-    return *slot;
-  }
 
   absl::StatusOr<Compiled *> compile(const Kernel &kernel, bool boundsChecked,
                                      bool stopChecks = false) {
@@ -270,7 +260,7 @@ struct CpuBackend::Impl {
       return &it->second;
     Compiled c;
     Stopwatch watch;
-    sizingOfLocked(kernel);
+    sizings.of(kernel);
     c.times.sizing = watch.lap();
     auto context = std::make_unique<llvm::LLVMContext>();
     auto module = emitOptimized(kernel, boundsChecked, stopChecks, *context, c.layout, c.tier,
@@ -509,6 +499,11 @@ size_t CpuBackend::workerStackBytes() const {
 std::string_view CpuBackend::vectorMathIsa() const {
   return toString(impl_->vectorMath);
 }
+std::vector<AdStackPlacement> CpuBackend::lastAdStackPlacement() const {
+  std::lock_guard<std::mutex> lock(impl_->launchMutex);
+  return impl_->lastPlacement;
+}
+
 int64_t CpuBackend::lastAdStackHeapBytes() const {
   std::lock_guard<std::mutex> lock(impl_->launchMutex);
   return impl_->lastHeapBytes;
@@ -540,7 +535,7 @@ double CpuBackend::compileSeconds(const Kernel &kernel) const {
 }
 
 absl::StatusOr<const KernelSizing *> CpuBackend::adStackSizing(const Kernel &kernel) {
-  return &impl_->sizingOf(kernel);
+  return &impl_->sizings.of(kernel);
 }
 
 absl::StatusOr<const KernelLayout *> CpuBackend::layout(const Kernel &kernel, bool boundsChecked) {
@@ -641,6 +636,7 @@ absl::Status CpuBackend::launch(Program &program, const Kernel &kernel,
     impl_->heapBytes = grown;
   }
   impl_->lastHeapBytes = *heapNeed;
+  impl_->lastPlacement = plan->adStackPlacement(numThreads());
   impl_->lastTaskLanes.assign(taskLanes.begin(), taskLanes.end() - 1);
 
   if (absl::Status s = syncLaunchBuffersToHost(program, kernel, args); !s.ok())

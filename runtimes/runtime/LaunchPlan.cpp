@@ -129,6 +129,7 @@ absl::Status LaunchPlan::layoutAdStacks(std::span<const int32_t> lanes) {
   heap_ = AdStackHeapLayout();
   heap_.offsets.assign(numStacks + 1, 0);
   heap_.capacities.assign(numStacks + 1, 0);
+  heap_.stackBytes.assign(numStacks + 1, 0);
   std::map<const Stmt *, int64_t> used;
   // A stack of SIMD lanes starts on a vector boundary (its entries are
   // whole vectors), and then so does every thread's slice.
@@ -169,6 +170,7 @@ absl::Status LaunchPlan::layoutAdStacks(std::span<const int32_t> lanes) {
         return absl::InternalError(fmt::format(
             "{}: the adstack's capacity {} exceeds the {} entries of its local array ({})",
             st.stmt->loc().str(), cap, st.localEntries, launchWhere(*kernel_, st.task)));
+      heap_.stackBytes[i] = st.localEntries * int64_t(st.entryBytes);
       continue;
     }
     int64_t &at = used[st.task];
@@ -183,6 +185,7 @@ absl::Status LaunchPlan::layoutAdStacks(std::span<const int32_t> lanes) {
     // cap >= 1: the code reads entry >= 0. cap <= 2^40 and an entry is at
     // most 16 bytes x 64 lanes, so one stack fits; their sum may not.
     int64_t bytes = adStackBytes(st.entryBytes * n, cap);
+    heap_.stackBytes[i] = bytes;
     if (__builtin_add_overflow(at, bytes, &at))
       return heapTooLarge(st);
     heap_.stride = std::max(heap_.stride, at);
@@ -190,6 +193,23 @@ absl::Status LaunchPlan::layoutAdStacks(std::span<const int32_t> lanes) {
   if (lastVectorStack && !alignUp(heap_.stride))
     return heapTooLarge(*lastVectorStack);
   return absl::OkStatus();
+}
+
+std::vector<AdStackPlacement> LaunchPlan::adStackPlacement(int64_t threads) const {
+  std::vector<AdStackPlacement> out;
+  for (size_t i = 0; i < layout_->stacks.size(); ++i) {
+    const KernelLayout::Stack &st = layout_->stacks[i];
+    AdStackPlacement p;
+    p.stack = st.stmt;
+    p.memory =
+        st.localEntries > 0 ? AdStackPlacement::Memory::LocalTape : AdStackPlacement::Memory::Heap;
+    p.capacity = heap_.capacities[i];
+    p.entries = st.localEntries > 0 ? st.localEntries : heap_.capacities[i];
+    p.bytesPerThread = heap_.stackBytes[i];
+    p.threads = threads;
+    out.push_back(p);
+  }
+  return out;
 }
 
 absl::StatusOr<int64_t> LaunchPlan::heapBytes(int64_t threads) const {

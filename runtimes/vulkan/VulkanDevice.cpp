@@ -274,8 +274,54 @@ absl::StatusOr<std::shared_ptr<Device>> Device::open(const VulkanBackendOptions 
   if (!get.ok())
     return get.status();
   std::shared_ptr<Device> d(new Device());
-  Api &api = d->api_;
-  api.GetInstanceProcAddr = *get;
+  if (absl::Status s = d->loadGlobals(*get); !s.ok())
+    return s;
+  uint32_t version = VK_API_VERSION_1_0;
+  if (d->api_.EnumerateInstanceVersion)
+    d->api_.EnumerateInstanceVersion(&version);
+  if (version < VK_API_VERSION_1_1)
+    return unavailable(fmt::format("the Vulkan loader supports Vulkan {}.{}; qd needs 1.1",
+                                   VK_API_VERSION_MAJOR(version), VK_API_VERSION_MINOR(version)));
+  if (absl::Status s = d->createInstance(options, version); !s.ok())
+    return s;
+  absl::StatusOr<VkPhysicalDeviceProperties> p = d->choosePhysical(options);
+  if (!p.ok())
+    return p.status();
+  VulkanDeviceInfo &info = d->info_;
+  const Api &api = d->api_;
+  uint32_t extCount = 0;
+  api.EnumerateDeviceExtensionProperties(d->physical_, nullptr, &extCount, nullptr);
+  std::vector<VkExtensionProperties> exts(extCount);
+  api.EnumerateDeviceExtensionProperties(d->physical_, nullptr, &extCount, exts.data());
+  d->identifyDriver(options, p->apiVersion >= VK_API_VERSION_1_2 ||
+                                 hasExtension(exts, VK_KHR_DRIVER_PROPERTIES_EXTENSION_NAME));
+
+  // A queue family with compute.
+  uint32_t families = 0;
+  api.GetPhysicalDeviceQueueFamilyProperties(d->physical_, &families, nullptr);
+  std::vector<VkQueueFamilyProperties> fam(families);
+  api.GetPhysicalDeviceQueueFamilyProperties(d->physical_, &families, fam.data());
+  int family = -1;
+  for (uint32_t i = 0; i < families && family < 0; ++i)
+    if (fam[i].queueFlags & VK_QUEUE_COMPUTE_BIT)
+      family = int(i);
+  if (family < 0)
+    return unavailable(fmt::format("device '{}' has no compute queue", info.name));
+  info.timestampValidBits = fam[family].timestampValidBits;
+  info.timestampPeriodNs = p->limits.timestampPeriod;
+  info.maxWorkgroupsX = p->limits.maxComputeWorkGroupCount[0];
+  d->pollMicroseconds_ = info.cpu ? 0 : std::max<int64_t>(options.pollMicroseconds, 0);
+  d->queryFeatures(exts);
+  if (absl::Status s = d->createLogicalDevice(uint32_t(family)); !s.ok())
+    return s;
+  if (absl::Status s = d->createCommandObjects(uint32_t(family)); !s.ok())
+    return s;
+  return d;
+}
+
+absl::Status Device::loadGlobals(PFN_vkGetInstanceProcAddr get) {
+  Api &api = api_;
+  api.GetInstanceProcAddr = get;
   auto global = [&](const char *name) { return api.GetInstanceProcAddr(VK_NULL_HANDLE, name); };
   api.CreateInstance = reinterpret_cast<PFN_vkCreateInstance>(global("vkCreateInstance"));
   api.EnumerateInstanceVersion =
@@ -287,19 +333,16 @@ absl::StatusOr<std::shared_ptr<Device>> Device::open(const VulkanBackendOptions 
           global("vkEnumerateInstanceExtensionProperties"));
   if (!api.CreateInstance)
     return unavailable("the Vulkan loader has no vkCreateInstance");
-  uint32_t version = VK_API_VERSION_1_0;
-  if (api.EnumerateInstanceVersion)
-    api.EnumerateInstanceVersion(&version);
-  if (version < VK_API_VERSION_1_1)
-    return unavailable(fmt::format("the Vulkan loader supports Vulkan {}.{}; qd needs 1.1",
-                                   VK_API_VERSION_MAJOR(version), VK_API_VERSION_MINOR(version)));
-  if (absl::Status s = d->createInstance(options, version); !s.ok())
-    return s;
+  return absl::OkStatus();
+}
 
+absl::StatusOr<VkPhysicalDeviceProperties>
+Device::choosePhysical(const VulkanBackendOptions &options) {
+  const Api &api = api_;
   uint32_t count = 0;
-  api.EnumeratePhysicalDevices(d->instance_, &count, nullptr);
+  api.EnumeratePhysicalDevices(instance_, &count, nullptr);
   std::vector<VkPhysicalDevice> physicals(count);
-  api.EnumeratePhysicalDevices(d->instance_, &count, physicals.data());
+  api.EnumeratePhysicalDevices(instance_, &count, physicals.data());
   if (physicals.empty())
     return unavailable(
         "no Vulkan device: the loader found no driver (install one, e.g. mesa-vulkan-drivers "
@@ -338,9 +381,9 @@ absl::StatusOr<std::shared_ptr<Device>> Device::open(const VulkanBackendOptions 
     if (chosen < 0)
       chosen = 0;
   }
-  d->physical_ = physicals[chosen];
+  physical_ = physicals[chosen];
   const VkPhysicalDeviceProperties &p = props[chosen];
-  VulkanDeviceInfo &info = d->info_;
+  VulkanDeviceInfo &info = info_;
   info.name = p.deviceName;
   info.apiVersion = p.apiVersion;
   info.vendorId = p.vendorID;
@@ -353,29 +396,10 @@ absl::StatusOr<std::shared_ptr<Device>> Device::open(const VulkanBackendOptions 
     return unavailable(fmt::format("device '{}' supports Vulkan {}.{}; qd needs 1.1", info.name,
                                    VK_API_VERSION_MAJOR(p.apiVersion),
                                    VK_API_VERSION_MINOR(p.apiVersion)));
-  uint32_t extCount = 0;
-  api.EnumerateDeviceExtensionProperties(d->physical_, nullptr, &extCount, nullptr);
-  std::vector<VkExtensionProperties> exts(extCount);
-  api.EnumerateDeviceExtensionProperties(d->physical_, nullptr, &extCount, exts.data());
-  d->identifyDriver(options, p.apiVersion >= VK_API_VERSION_1_2 ||
-                                 hasExtension(exts, VK_KHR_DRIVER_PROPERTIES_EXTENSION_NAME));
+  return p;
+}
 
-  // A queue family with compute.
-  uint32_t families = 0;
-  api.GetPhysicalDeviceQueueFamilyProperties(d->physical_, &families, nullptr);
-  std::vector<VkQueueFamilyProperties> fam(families);
-  api.GetPhysicalDeviceQueueFamilyProperties(d->physical_, &families, fam.data());
-  int family = -1;
-  for (uint32_t i = 0; i < families && family < 0; ++i)
-    if (fam[i].queueFlags & VK_QUEUE_COMPUTE_BIT)
-      family = int(i);
-  if (family < 0)
-    return unavailable(fmt::format("device '{}' has no compute queue", info.name));
-  info.timestampValidBits = fam[family].timestampValidBits;
-  info.timestampPeriodNs = p.limits.timestampPeriod;
-  info.maxWorkgroupsX = p.limits.maxComputeWorkGroupCount[0];
-  d->pollMicroseconds_ = info.cpu ? 0 : std::max<int64_t>(options.pollMicroseconds, 0);
-
+void Device::queryFeatures(const std::vector<VkExtensionProperties> &exts) {
   // The features qd's SPIR-V may use, where the device has them.
   bool hasAtomic64 = hasExtension(exts, VK_KHR_SHADER_ATOMIC_INT64_EXTENSION_NAME);
   bool hasAtomicFloat = hasExtension(exts, VK_EXT_SHADER_ATOMIC_FLOAT_EXTENSION_NAME);
@@ -393,15 +417,19 @@ absl::StatusOr<std::shared_ptr<Device>> Device::open(const VulkanBackendOptions 
     *next = &atomicFloat;
     next = &atomicFloat.pNext;
   }
-  api.GetPhysicalDeviceFeatures2(d->physical_, &features);
-  SpirvFeatures &f = info.features;
+  api_.GetPhysicalDeviceFeatures2(physical_, &features);
+  SpirvFeatures &f = info_.features;
   f.int64 = features.features.shaderInt64;
   f.float64 = features.features.shaderFloat64;
   f.int64Atomics = hasAtomic64 && atomic64.shaderBufferInt64Atomics;
   f.atomicFloat32Add = hasAtomicFloat && atomicFloat.shaderBufferFloat32AtomicAdd;
   f.atomicFloat64Add = hasAtomicFloat && atomicFloat.shaderBufferFloat64AtomicAdd;
+}
 
-  // Enable exactly those.
+absl::Status Device::createLogicalDevice(uint32_t family) {
+  // Enable exactly the features queryFeatures found.
+  Api &api = api_;
+  const SpirvFeatures &f = info_.features;
   auto wantAtomic64 = vk::make<VkPhysicalDeviceShaderAtomicInt64Features>(
       VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_ATOMIC_INT64_FEATURES);
   wantAtomic64.shaderBufferInt64Atomics = f.int64Atomics;
@@ -413,7 +441,7 @@ absl::StatusOr<std::shared_ptr<Device>> Device::open(const VulkanBackendOptions 
   want.features.shaderInt64 = f.int64;
   want.features.shaderFloat64 = f.float64;
   std::vector<const char *> enabled;
-  next = &want.pNext;
+  void **next = &want.pNext;
   if (f.int64Atomics) {
     enabled.push_back(VK_KHR_SHADER_ATOMIC_INT64_EXTENSION_NAME);
     *next = &wantAtomic64;
@@ -426,7 +454,7 @@ absl::StatusOr<std::shared_ptr<Device>> Device::open(const VulkanBackendOptions 
   }
   float priority = 1.0f;
   auto qci = vk::make<VkDeviceQueueCreateInfo>(VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO);
-  qci.queueFamilyIndex = uint32_t(family);
+  qci.queueFamilyIndex = family;
   qci.queueCount = 1;
   qci.pQueuePriorities = &priority;
   auto dci = vk::make<VkDeviceCreateInfo>(VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO);
@@ -435,37 +463,39 @@ absl::StatusOr<std::shared_ptr<Device>> Device::open(const VulkanBackendOptions 
   dci.pQueueCreateInfos = &qci;
   dci.enabledExtensionCount = uint32_t(enabled.size());
   dci.ppEnabledExtensionNames = enabled.data();
-  if (VkResult r = api.CreateDevice(d->physical_, &dci, nullptr, &d->device_); r != VK_SUCCESS)
-    return unavailable(fmt::format("cannot create a device on '{}': {}", info.name, resultName(r)));
+  const std::string &name = info_.name;
+  if (VkResult r = api.CreateDevice(physical_, &dci, nullptr, &device_); r != VK_SUCCESS)
+    return unavailable(fmt::format("cannot create a device on '{}': {}", name, resultName(r)));
 #define QD_VK_LOAD(fn)                                                                             \
-  api.fn = reinterpret_cast<PFN_vk##fn>(api.GetDeviceProcAddr(d->device_, "vk" #fn));              \
+  api.fn = reinterpret_cast<PFN_vk##fn>(api.GetDeviceProcAddr(device_, "vk" #fn));                 \
   if (!api.fn)                                                                                     \
-    return unavailable("device '" + info.name + "' has no vk" #fn);
+    return unavailable("device '" + name + "' has no vk" #fn);
   QD_VK_DEVICE_FUNCTIONS(QD_VK_LOAD)
 #undef QD_VK_LOAD
-  api.GetDeviceQueue(d->device_, uint32_t(family), 0, &d->queue_);
-  api.GetPhysicalDeviceMemoryProperties(d->physical_, &d->memory_);
+  return absl::OkStatus();
+}
+
+absl::Status Device::createCommandObjects(uint32_t family) {
+  const Api &api = api_;
+  api.GetDeviceQueue(device_, family, 0, &queue_);
+  api.GetPhysicalDeviceMemoryProperties(physical_, &memory_);
   auto pci = vk::make<VkCommandPoolCreateInfo>(VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO);
   pci.flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT;
-  pci.queueFamilyIndex = uint32_t(family);
-  if (absl::Status s = d->check(api.CreateCommandPool(d->device_, &pci, nullptr, &d->pool_),
-                                "vkCreateCommandPool");
+  pci.queueFamilyIndex = family;
+  if (absl::Status s =
+          check(api.CreateCommandPool(device_, &pci, nullptr, &pool_), "vkCreateCommandPool");
       !s.ok())
     return s;
   auto cai = vk::make<VkCommandBufferAllocateInfo>(VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO);
-  cai.commandPool = d->pool_;
+  cai.commandPool = pool_;
   cai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
   cai.commandBufferCount = 1;
-  if (absl::Status s = d->check(api.AllocateCommandBuffers(d->device_, &cai, &d->commands_),
-                                "vkAllocateCommandBuffers");
+  if (absl::Status s =
+          check(api.AllocateCommandBuffers(device_, &cai, &commands_), "vkAllocateCommandBuffers");
       !s.ok())
     return s;
   auto fci = vk::make<VkFenceCreateInfo>(VK_STRUCTURE_TYPE_FENCE_CREATE_INFO);
-  if (absl::Status s =
-          d->check(api.CreateFence(d->device_, &fci, nullptr, &d->fence_), "vkCreateFence");
-      !s.ok())
-    return s;
-  return d;
+  return check(api.CreateFence(device_, &fci, nullptr, &fence_), "vkCreateFence");
 }
 
 void Device::identifyDriver(const VulkanBackendOptions &options, bool hasDriverProperties) {

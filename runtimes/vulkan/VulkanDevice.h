@@ -204,6 +204,18 @@ private:
   /// checkLoopExits); `hasDriverProperties`: the device reports
   /// VkPhysicalDeviceDriverProperties (Vulkan 1.2 or VK_KHR_driver_properties).
   void identifyDriver(const VulkanBackendOptions &options, bool hasDriverProperties);
+  /// The loader's global entry points through `get`.
+  absl::Status loadGlobals(PFN_vkGetInstanceProcAddr get);
+  /// Picks the physical device (VulkanBackendOptions::device,
+  /// QD_VULKAN_DEVICE, else the first discrete GPU) and fills info_ from
+  /// its properties, which it returns.
+  absl::StatusOr<VkPhysicalDeviceProperties> choosePhysical(const VulkanBackendOptions &options);
+  /// info_.features: what qd's SPIR-V may use of what the device has.
+  void queryFeatures(const std::vector<VkExtensionProperties> &exts);
+  /// The logical device with exactly those features, and its entry points.
+  absl::Status createLogicalDevice(uint32_t family);
+  /// The compute queue of `family`, the command pool, buffer and fence.
+  absl::Status createCommandObjects(uint32_t family);
   Api api_;
   // Declared before the handles: outlives the messenger and the instance.
   std::unique_ptr<ValidationLog> validation_;

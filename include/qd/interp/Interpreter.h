@@ -11,6 +11,7 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include "qd/codegen/KernelSizingCache.h"
 #include "qd/runtime/Program.h"
 
 #include <memory>
@@ -40,11 +41,9 @@ public:
 
 private:
   /// One interpreter may be shared by threads: launches run one at a time
-  /// (each keeps the statistics above), sizing is computed once.
+  /// (each keeps the statistics above); sizing is computed once per kernel.
   mutable std::mutex mutex_;
-  /// Keyed by Kernel::uniqueId() (a destroyed kernel's address may be
-  /// reused by a new one).
-  std::unordered_map<uint64_t, std::unique_ptr<KernelSizing>> sizing_;
+  KernelSizingCache sizings_;
   std::unordered_map<const AdStackAllocaStmt *, int64_t> maxDepths_;
   std::unordered_map<const AdStackAllocaStmt *, int64_t> capacities_;
 };

@@ -108,6 +108,7 @@ public:
   std::string_view vectorMathIsa() const;
   /// Adstack heap bytes the last launch used (stride x workers).
   int64_t lastAdStackHeapBytes() const;
+  std::vector<AdStackPlacement> lastAdStackPlacement() const override;
   /// Bytes currently allocated for the adstack heap.
   int64_t adStackHeapCapacityBytes() const;
   /// Seconds spent compiling `kernel` (0 if it was not compiled yet).

@@ -43,6 +43,9 @@ struct AdStackHeapLayout {
   std::vector<int64_t> offsets, capacities;
   /// Bytes of one thread's slice: the largest over the tasks.
   int64_t stride = 0;
+  /// Per stack id: the bytes one thread's copy takes (in the heap, or in
+  /// its local array for a stack kept there).
+  std::vector<int64_t> stackBytes;
 };
 
 class LaunchPlan {
@@ -83,6 +86,9 @@ public:
   /// hold one value per lane); empty means 1 everywhere.
   absl::Status layoutAdStacks(std::span<const int32_t> lanes = {});
   const AdStackHeapLayout &heap() const { return heap_; }
+  /// Where each stack lives in a launch over `threads` threads (after
+  /// layoutAdStacks), in stack id order.
+  std::vector<AdStackPlacement> adStackPlacement(int64_t threads) const;
   /// Bytes of heap for `threads` threads (stride x threads), or an error
   /// when the size does not fit in 64 bits.
   absl::StatusOr<int64_t> heapBytes(int64_t threads) const;

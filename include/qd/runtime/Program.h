@@ -139,6 +139,25 @@ class Program;
 absl::Status syncLaunchBuffersToHost(Program &program, const Kernel &kernel,
                                      std::span<const LaunchArg> args);
 
+/// Where one adstack of a launch lived and how much memory it took.
+struct AdStackPlacement {
+  const AdStackAllocaStmt *stack = nullptr;
+  enum class Memory : uint8_t {
+    Heap,      // the launch's adstack heap
+    LocalTape, // each GPU thread's local array (CudaBackendOptions::localTapeBytes)
+  };
+  Memory memory = Memory::Heap;
+  /// Entries the launch gave it.
+  int64_t capacity = 0;
+  /// Entries of its storage: the capacity, or the length of the local
+  /// array (a power of two that holds it).
+  int64_t entries = 0;
+  /// Bytes of one thread's copy (all lanes of a SIMD thread).
+  int64_t bytesPerThread = 0;
+  /// Threads that hold a copy (GPU threads of the launch, CPU workers).
+  int64_t threads = 0;
+};
+
 /// A way of executing kernels (the interpreter, the CPU JIT, ...).
 class Backend {
 public:
@@ -156,6 +175,10 @@ public:
   /// kept with it; a kernel must not change after that. Program::launch
   /// evaluates it against each launch's data.
   virtual absl::StatusOr<const KernelSizing *> adStackSizing(const Kernel &kernel) = 0;
+  /// Where the adstacks of the last launch lived, in the order of the
+  /// code's stacks (empty for a backend without a memory layout, the
+  /// interpreter, or before a launch). Read it while no launch runs.
+  virtual std::vector<AdStackPlacement> lastAdStackPlacement() const { return {}; }
 };
 
 /// A module instantiated in memory: zero-initialised storage for every field

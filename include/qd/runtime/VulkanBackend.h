@@ -39,7 +39,7 @@
 #pragma once
 
 #include "qd/codegen/spirv/SpirvCodegen.h"
-#include "qd/runtime/Program.h"
+#include "qd/runtime/AcceleratorBackend.h"
 
 #include <absl/status/statusor.h>
 
@@ -150,7 +150,14 @@ struct VulkanDeviceInfo {
   double timestampPeriodNs = 0;
 };
 
-class VulkanBackend : public Backend {
+/// Timing (AcceleratorBackend::timeKernels) writes timestamp queries before
+/// the first dispatch and after the last; it fails (FailedPrecondition,
+/// naming the device) where the compute queue has no timestamps.
+/// lastLaunchThreads() is fewer than gridThreads() where the tasks have
+/// fewer iterations or the heap of the whole grid would not fit
+/// (VulkanBackendOptions::maxHeapBytes), one per iteration for a launch
+/// without heap (VulkanBackendOptions::invocationPerIteration).
+class VulkanBackend : public AcceleratorBackend {
 public:
   /// Opens the loader, an instance and the device. FailedPrecondition,
   /// saying why, where there is no loader, no device or none matching, or
@@ -164,31 +171,12 @@ public:
   /// runs, and why": as fast as counting on NVIDIA's driver, faster on
   /// lavapipe, and it refines upper bounds).
   bool optimisticAdStacks() const override { return true; }
-  absl::Status launch(Program &program, const Kernel &kernel, std::span<const LaunchArg> args,
-                      const LaunchOptions &options) override;
-  absl::StatusOr<const KernelSizing *> adStackSizing(const Kernel &kernel) override;
 
   const VulkanDeviceInfo &deviceInfo() const;
   /// The SPIR-V of a kernel as the backend runs it (compiles it if needed).
   absl::StatusOr<const SpirvKernel *> spirv(const Kernel &kernel, bool boundsChecked = false);
   /// T: the invocations of the grid of parallel tasks.
   int64_t gridThreads() const;
-  /// Adstack heap bytes the last launch used.
-  int64_t lastAdStackHeapBytes() const;
-  /// The T the last launch ran its parallel tasks on: gridThreads(); fewer
-  /// where the tasks have fewer iterations or the heap of the whole grid
-  /// would not fit (VulkanBackendOptions::maxHeapBytes); one per iteration
-  /// for a launch without heap (VulkanBackendOptions::
-  /// invocationPerIteration).
-  int64_t lastLaunchThreads() const;
-  /// Times the dispatches of every launch on the device from now on (`on`),
-  /// with timestamp queries written before the first dispatch and after
-  /// the last, or stops timing. FailedPrecondition, naming the device,
-  /// where its compute queue has no timestamps.
-  absl::Status timeKernels(bool on);
-  /// Milliseconds the last launch's dispatches took on the device (timing
-  /// on); an error while timing is off or before a launch ran them.
-  absl::StatusOr<double> lastKernelMs() const;
 
   /// Whether the validation layer is on (VulkanBackendOptions::validation).
   bool validationActive() const;
@@ -214,7 +202,7 @@ public:
 
 private:
   explicit VulkanBackend(std::unique_ptr<Impl> impl);
-  std::unique_ptr<Impl> impl_;
+  Impl &impl_;
 };
 
 } // namespace qd

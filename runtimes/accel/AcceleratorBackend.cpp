@@ -1,0 +1,388 @@
+//===- AcceleratorBackend.cpp - One launch for every device ---------------===//
+#include "qd/runtime/AcceleratorBackend.h"
+
+#include "qd/codegen/KernelSizingCache.h"
+#include "qd/runtime/LaunchPlan.h"
+#include "qd/runtime/LaunchWatchdog.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <atomic>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <tuple>
+
+namespace qd {
+
+using accel::DeviceKernel;
+
+absl::Status accel::AcceleratorDevice::checkBindable(const Buffer &) const {
+  return absl::OkStatus();
+}
+
+absl::Status accel::AcceleratorDevice::checkFrame(const DeviceKernel &, const LaunchFrame &) const {
+  return absl::OkStatus();
+}
+
+namespace {
+
+/// "field @x", "argument %a.grad": a global slot in messages.
+std::string slotName(const KernelLayout::GlobalSlot &slot) {
+  std::string what = slot.field ? "field @" + std::string(slot.field->name())
+                                : "argument %" + std::string(slot.ndarray->name());
+  if (slot.component != Component::Primal)
+    what += "." + std::string(toString(slot.component));
+  return what;
+}
+
+absl::Status prefixed(const Kernel &kernel, const absl::Status &s) {
+  return absl::Status(s.code(),
+                      fmt::format("kernel @{}: {}", kernel.name(), std::string(s.message())));
+}
+
+} // namespace
+
+struct AcceleratorBackend::State {
+  explicit State(accel::AcceleratorDevice &d) : device(d) {}
+
+  struct Variant {
+    std::unique_ptr<DeviceKernel> code;
+    /// Heap code: the local array sizes its local-tape variants were
+    /// compiled for (at most kMaxLocalVariants; guarded by launchMutex).
+    std::vector<std::vector<int64_t>> localVariants;
+  };
+  static constexpr size_t kMaxLocalVariants = 4;
+
+  accel::AcceleratorDevice &device;
+  KernelSizingCache sizings;
+  std::mutex compileMutex;
+  /// Keyed by (kernel, bounds checks, stop checks, local array entries per
+  /// stack id: empty for the code that keeps every stack in the heap).
+  std::map<std::tuple<uint64_t, bool, bool, std::vector<int64_t>>, Variant> cache;
+  mutable std::mutex launchMutex;
+  size_t heapBytes = 0;
+  bool heapAllocated = false;
+  int64_t lastHeapBytes = 0, lastThreads = 0;
+  std::vector<AdStackPlacement> lastPlacement;
+  bool timing = false;
+  double lastKernelMs = -1;
+
+  absl::StatusOr<Variant *> variant(const Kernel &kernel, bool boundsChecked, bool stopChecks,
+                                    const std::vector<int64_t> &local,
+                                    const KernelLayout *heapLayout);
+  absl::StatusOr<Variant *> localTapeVariant(Variant &heapCode, absl::StatusOr<LaunchPlan> &plan,
+                                             Program &program, const Kernel &kernel,
+                                             std::span<const LaunchArg> args,
+                                             const LaunchOptions &options);
+  absl::StatusOr<int64_t> grid(const DeviceKernel &code, const LaunchPlan &plan) const;
+  std::vector<uint32_t> groups(const DeviceKernel &code, const LaunchPlan &plan,
+                               int64_t threads) const;
+  absl::Status growHeap(const Kernel &kernel, int64_t bytes);
+  absl::StatusOr<std::vector<DeviceMirror *>> mirrorSlots(const Kernel &kernel,
+                                                          const LaunchPlan &plan);
+  absl::Status launch(Program &program, const Kernel &kernel, std::span<const LaunchArg> args,
+                      const LaunchOptions &options);
+};
+
+absl::StatusOr<AcceleratorBackend::State::Variant *>
+AcceleratorBackend::State::variant(const Kernel &kernel, bool boundsChecked, bool stopChecks,
+                                   const std::vector<int64_t> &local,
+                                   const KernelLayout *heapLayout) {
+  std::lock_guard<std::mutex> lock(compileMutex);
+  auto key = std::tuple(kernel.uniqueId(), boundsChecked, stopChecks, local);
+  if (auto it = cache.find(key); it != cache.end())
+    return &it->second;
+  sizings.of(kernel);
+  accel::CompileRequest request;
+  request.boundsChecked = boundsChecked;
+  request.stopChecks = stopChecks;
+  for (size_t i = 0; i < local.size() && heapLayout; ++i)
+    request.localAdStackEntries[heapLayout->stacks.at(i).stmt] = local[i];
+  absl::StatusOr<std::unique_ptr<DeviceKernel>> code = device.compile(kernel, request);
+  if (!code.ok())
+    return code.status();
+  Variant &v = cache[key];
+  v.code = *std::move(code);
+  return &v;
+}
+
+absl::StatusOr<AcceleratorBackend::State::Variant *> AcceleratorBackend::State::localTapeVariant(
+    Variant &heapCode, absl::StatusOr<LaunchPlan> &plan, Program &program, const Kernel &kernel,
+    std::span<const LaunchArg> args, const LaunchOptions &options) {
+  // Stacks this launch's capacities let fit in each thread's local memory
+  // run from there (code compiled for those array sizes), the rest of the
+  // kernel unchanged.
+  std::vector<int64_t> local =
+      localTapeEntries(heapCode.code->layout(), plan->heap().capacities,
+                       device.limits().localTapeBytes, heapCode.localVariants, kMaxLocalVariants);
+  if (local.empty())
+    return &heapCode;
+  absl::StatusOr<Variant *> v =
+      variant(kernel, options.boundsChecked, options.stoppable(), local, &heapCode.code->layout());
+  if (!v.ok())
+    return v.status();
+  auto &known = heapCode.localVariants;
+  if (std::find(known.begin(), known.end(), local) == known.end())
+    known.push_back(local);
+  plan = LaunchPlan::bind(program, kernel, (*v)->code->layout(), args, options);
+  if (!plan.ok())
+    return plan.status();
+  if (absl::Status s = plan->layoutAdStacks(); !s.ok())
+    return s;
+  return v;
+}
+
+absl::StatusOr<int64_t> AcceleratorBackend::State::grid(const DeviceKernel &code,
+                                                        const LaunchPlan &plan) const {
+  const accel::DeviceLimits limits = device.limits();
+  const int64_t group = std::max<int64_t>(limits.groupSize, 1);
+  int64_t threads = code.gridThreads();
+  // Tasks with fewer iterations than the grid has threads run on whole
+  // groups enough for them: the heap is laid out for the threads that run.
+  // A launch without heap whose iterations are known may run one thread
+  // per iteration: the device then hands groups to its multiprocessors as
+  // they free up (docs/performance.md, "Grid").
+  if (std::optional<int64_t> most = plan.fixedParallelIterations()) {
+    int64_t cap = threads;
+    if (limits.perIterationThreads > 0 && plan.heap().stride == 0)
+      cap = std::max(threads, limits.perIterationThreads);
+    threads = std::clamp<int64_t>((*most + group - 1) / group * group,
+                                  std::min<int64_t>(group, threads), cap);
+  }
+  // Where the heap of every thread does not fit the device's largest
+  // buffer, fewer threads run the launch (each parallel task is a
+  // grid-stride loop over T, so any T gives the same result).
+  absl::StatusOr<int64_t> bytes = plan.heapBytes(threads);
+  if (!bytes.ok() || limits.maxHeapBytes == 0)
+    return bytes.ok() ? absl::StatusOr<int64_t>(threads) : bytes.status();
+  while (uint64_t(*bytes) > limits.maxHeapBytes && threads > 1) {
+    int64_t fit = int64_t(double(limits.maxHeapBytes) / double(*bytes) * double(threads));
+    threads = std::clamp<int64_t>(fit, 1, threads - 1);
+    bytes = plan.heapBytes(threads);
+    if (!bytes.ok())
+      return bytes.status();
+  }
+  if (uint64_t(*bytes) > limits.maxHeapBytes)
+    return absl::ResourceExhaustedError(fmt::format(
+        "kernel @{}: the adstacks of one thread need {} bytes of heap, more than the {} bytes "
+        "one heap may hold on {} ({}); lower the capacities",
+        plan.kernel().name(), *bytes, limits.maxHeapBytes, device.deviceName(),
+        limits.maxHeapSource));
+  return threads;
+}
+
+std::vector<uint32_t> AcceleratorBackend::State::groups(const DeviceKernel &code,
+                                                        const LaunchPlan &plan,
+                                                        int64_t threads) const {
+  // A parallel task whose extent is known now and fits the grid needs only
+  // the groups that have an iteration.
+  const KernelLayout &layout = code.layout();
+  const int64_t group = std::max<unsigned>(device.limits().groupSize, 1);
+  const int64_t full = (threads + group - 1) / group;
+  std::vector<uint32_t> groups;
+  for (const KernelLayout::Launch &l : layout.launches) {
+    if (l.kind != KernelLayout::Launch::Parallel) {
+      groups.push_back(1);
+      continue;
+    }
+    int64_t n = full;
+    if (std::optional<int64_t> count = plan.fixedIterations(layout.tasks[l.task]))
+      n = std::min(n, (*count + group - 1) / group);
+    groups.push_back(uint32_t(n));
+  }
+  return groups;
+}
+
+absl::Status AcceleratorBackend::State::growHeap(const Kernel &kernel, int64_t bytes) {
+  if (heapAllocated && size_t(bytes) <= heapBytes)
+    return absl::OkStatus();
+  size_t grown = std::max<size_t>(size_t(bytes), 2 * heapBytes);
+  if (uint64_t most = device.limits().maxHeapBytes)
+    grown = std::min<size_t>(grown, std::max<size_t>(size_t(bytes), most));
+  heapAllocated = false;
+  if (absl::Status s = device.allocateHeap(grown); !s.ok())
+    return absl::ResourceExhaustedError(
+        fmt::format("kernel @{}: cannot allocate {} bytes of adstack heap on {}: {}", kernel.name(),
+                    grown, device.deviceName(), std::string(s.message())));
+  heapBytes = grown;
+  heapAllocated = true;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<DeviceMirror *>>
+AcceleratorBackend::State::mirrorSlots(const Kernel &kernel, const LaunchPlan &plan) {
+  // The bound buffers on the device: resident copies, uploaded only when
+  // the host side changed since the last launch.
+  const std::vector<Buffer *> &buffers = plan.slotBuffers();
+  std::vector<DeviceMirror *> slots;
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    Buffer *b = buffers[i];
+    const KernelLayout::GlobalSlot &slot = plan.layout().slots[i];
+    if (absl::Status s = device.checkBindable(*b); !s.ok())
+      return absl::Status(s.code(), fmt::format("kernel @{}: {} {}", kernel.name(), slotName(slot),
+                                                std::string(s.message())));
+    absl::StatusOr<DeviceMirror *> m = b->prepareOnDevice(
+        &device, [&] { return absl::StatusOr<std::unique_ptr<DeviceMirror>>(device.mirror(*b)); });
+    if (!m.ok())
+      return absl::Status(m.status().code(),
+                          fmt::format("kernel @{}: cannot put {} on {}: {}", kernel.name(),
+                                      slotName(slot), device.deviceName(),
+                                      std::string(m.status().message())));
+    slots.push_back(*m);
+  }
+  return slots;
+}
+
+absl::Status AcceleratorBackend::State::launch(Program &program, const Kernel &kernel,
+                                               std::span<const LaunchArg> args,
+                                               const LaunchOptions &options) {
+  // A launch that may be stopped runs code that checks.
+  absl::StatusOr<Variant *> heapCode =
+      variant(kernel, options.boundsChecked, options.stoppable(), {}, nullptr);
+  if (!heapCode.ok())
+    return heapCode.status();
+  std::lock_guard<std::mutex> lock(launchMutex);
+  absl::StatusOr<LaunchPlan> plan =
+      LaunchPlan::bind(program, kernel, (*heapCode)->code->layout(), args, options);
+  if (!plan.ok())
+    return plan.status();
+  if ((*heapCode)->code->layout().launches.empty())
+    return absl::OkStatus();
+  if (absl::Status s = plan->layoutAdStacks(); !s.ok())
+    return s;
+  absl::StatusOr<Variant *> chosen =
+      localTapeVariant(**heapCode, plan, program, kernel, args, options);
+  if (!chosen.ok())
+    return chosen.status();
+  DeviceKernel &code = *(*chosen)->code;
+
+  accel::LaunchFrame frame;
+  frame.plan = &*plan;
+  absl::StatusOr<int64_t> threads = grid(code, *plan);
+  if (!threads.ok())
+    return threads.status();
+  frame.threads = *threads;
+  if (absl::Status s = device.checkFrame(code, frame); !s.ok())
+    return s;
+  absl::StatusOr<int64_t> heapNeed = plan->heapBytes(frame.threads);
+  if (!heapNeed.ok())
+    return heapNeed.status();
+  if (absl::Status s = growHeap(kernel, *heapNeed); !s.ok())
+    return s;
+  lastHeapBytes = *heapNeed;
+  lastThreads = frame.threads;
+  lastPlacement = plan->adStackPlacement(frame.threads);
+  frame.groups = groups(code, *plan, frame.threads);
+  absl::StatusOr<std::vector<DeviceMirror *>> slots = mirrorSlots(kernel, *plan);
+  if (!slots.ok())
+    return slots.status();
+  frame.slots = *std::move(slots);
+
+  std::optional<std::atomic_ref<int32_t>> stop;
+  if (options.stoppable() && code.readsStopWord()) {
+    absl::StatusOr<int32_t *> word = device.stopWord();
+    if (!word.ok())
+      return prefixed(kernel, word.status());
+    frame.stopWord = *word;
+    stop.emplace(**word);
+    // A cancel flag already set stops the launch at its first check.
+    bool cancelled = options.cancel && options.cancel->load(std::memory_order_acquire);
+    stop->store(cancelled ? int32_t(StopReason::Cancelled) : 0, std::memory_order_release);
+  }
+  frame.timed = timing;
+  lastKernelMs = -1;
+  accel::LaunchReport report;
+  report.needed = plan->zeroNeeded();
+  absl::Status ran;
+  {
+    // Watches the dispatches and the copy back, which waits for them.
+    LaunchWatchdog watchdog(options, [&](StopReason why) {
+      if (stop)
+        stop->store(int32_t(why), std::memory_order_release);
+    });
+    ran = device.execute(code, frame, report);
+  }
+  // What the code stores to is newer on the device now, even when the
+  // launch stopped early or failed (borrowed host memory comes back now).
+  const std::vector<Buffer *> &buffers = plan->slotBuffers();
+  for (size_t i = 0; i < buffers.size(); ++i)
+    if (absl::Status s = buffers[i]->finishOnDevice(code.layout().slots[i].written);
+        !s.ok() && ran.ok())
+      ran = s;
+  if (!ran.ok())
+    return absl::Status(ran.code(),
+                        fmt::format("kernel @{}: the launch failed on {}: {}", kernel.name(),
+                                    device.deviceName(), std::string(ran.message())));
+  if (frame.timed)
+    lastKernelMs = report.kernelMs;
+  return plan->finish(report.record, report.needed);
+}
+
+AcceleratorBackend::AcceleratorBackend(std::unique_ptr<accel::AcceleratorDevice> device)
+    : device_(std::move(device)), state_(std::make_unique<State>(*device_)) {}
+
+AcceleratorBackend::~AcceleratorBackend() = default;
+
+absl::Status AcceleratorBackend::launch(Program &program, const Kernel &kernel,
+                                        std::span<const LaunchArg> args,
+                                        const LaunchOptions &options) {
+  if (absl::Status s = validateLaunchArgs(kernel, args); !s.ok())
+    return s;
+  if (absl::Status s = refuseGlobalAccessChecks(kernel, options, device_->backendName()); !s.ok())
+    return s;
+  return state_->launch(program, kernel, args, options);
+}
+
+absl::StatusOr<const KernelSizing *> AcceleratorBackend::adStackSizing(const Kernel &kernel) {
+  return &state_->sizings.of(kernel);
+}
+
+absl::StatusOr<DeviceKernel *> AcceleratorBackend::heapCode(const Kernel &kernel,
+                                                            bool boundsChecked, bool stopChecks) {
+  absl::StatusOr<State::Variant *> v =
+      state_->variant(kernel, boundsChecked, stopChecks, {}, nullptr);
+  if (!v.ok())
+    return v.status();
+  return (*v)->code.get();
+}
+
+int64_t AcceleratorBackend::lastLaunchThreads() const {
+  std::lock_guard<std::mutex> lock(state_->launchMutex);
+  return state_->lastThreads;
+}
+
+std::vector<AdStackPlacement> AcceleratorBackend::lastAdStackPlacement() const {
+  std::lock_guard<std::mutex> lock(state_->launchMutex);
+  return state_->lastPlacement;
+}
+
+int64_t AcceleratorBackend::lastAdStackHeapBytes() const {
+  std::lock_guard<std::mutex> lock(state_->launchMutex);
+  return state_->lastHeapBytes;
+}
+
+absl::Status AcceleratorBackend::timeKernels(bool on) {
+  std::lock_guard<std::mutex> lock(state_->launchMutex);
+  state_->lastKernelMs = -1;
+  if (absl::Status s = device_->timeKernels(on); !s.ok())
+    return s;
+  state_->timing = on;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<double> AcceleratorBackend::lastKernelMs() const {
+  std::lock_guard<std::mutex> lock(state_->launchMutex);
+  if (!state_->timing)
+    return absl::FailedPreconditionError(
+        fmt::format("{} backend: kernel timing is off; call timeKernels(true) before the launches",
+                    device_->backendName()));
+  if (state_->lastKernelMs < 0)
+    return absl::FailedPreconditionError(
+        fmt::format("{} backend: no launch has run its kernels since timing was turned on",
+                    device_->backendName()));
+  return state_->lastKernelMs;
+}
+
+} // namespace qd
