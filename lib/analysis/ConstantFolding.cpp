@@ -61,12 +61,13 @@ std::optional<ConstantValue> foldBinary(BinaryOp op, const ConstantValue &a,
 }
 
 std::optional<ConstantValue> foldUnary(UnaryOp op, const ConstantValue &a) {
-  if (a.isFloat()) {
-    if (foldOf(op) == OpFold::Libm) // transcendental functions differ between libms
-      return std::nullopt;
-  } else if (op != UnaryOp::Not && (a.type == ScalarType::I1 || isFloatOnly(op))) {
+  OpDomain domain = domainOf(op);
+  if (domain != OpDomain::Any && (domain == OpDomain::Float) != a.isFloat())
+    return std::nullopt;                         // outside its domain
+  if (a.isFloat() && foldOf(op) == OpFold::Libm) // transcendentals differ between libms
     return std::nullopt;
-  }
+  if (a.type == ScalarType::I1 && op != UnaryOp::Not) // neg and abs are not defined on i1
+    return std::nullopt;
   return evalUnary(op, a);
 }
 
