@@ -247,13 +247,13 @@ TEST(IRBuilderTest, EveryOperatorHasAShorthand) {
   Value *x = b.f32(0.5f), *i = b.add(n, b.i32(1));
   auto operand = [&](OpDomain d) { return d == OpDomain::Integer ? i : x; };
   size_t built = 0;
-#define QD_BINARY_OP(NAME, SPELLING, DOMAIN, BUILDER)                                              \
+#define QD_BINARY_OP(NAME, SPELLING, DOMAIN, BUILDER, ...)                                         \
   {                                                                                                \
     BinaryStmt *s = b.BUILDER(operand(OpDomain::DOMAIN), operand(OpDomain::DOMAIN));               \
     EXPECT_EQ(s->op(), BinaryOp::NAME) << SPELLING;                                                \
     ++built;                                                                                       \
   }
-#define QD_UNARY_OP(NAME, SPELLING, DOMAIN, BUILDER)                                               \
+#define QD_UNARY_OP(NAME, SPELLING, DOMAIN, BUILDER, ...)                                          \
   {                                                                                                \
     UnaryStmt *s = b.BUILDER(operand(OpDomain::DOMAIN));                                           \
     EXPECT_EQ(s->op(), UnaryOp::NAME) << SPELLING;                                                 \

@@ -310,10 +310,8 @@ void shadowWrittenMemory(Kernel &k, const Argument *need, AdStackCounting &out) 
       copy = b.load(ref, idx);
     else if (auto *st = dyn_cast<GlobalStoreStmt>(g))
       copy = b.store(ref, idx, st->value());
-    else if (isa<AtomicAddStmt>(g))
-      copy = b.atomicAdd(ref, idx, cast<AtomicRmwStmt>(g)->value());
     else
-      copy = b.atomicMax(ref, idx, cast<AtomicRmwStmt>(g)->value());
+      copy = b.atomic(cast<AtomicRmwStmt>(g)->op(), ref, idx, cast<AtomicRmwStmt>(g)->value());
     g->replaceAndErase(copy);
   }
   out.shadowArgs.assign(args.begin(), args.end());

@@ -19,18 +19,26 @@ int64_t minOf(ScalarType t) {
 /// is undefined); the runtime semantics themselves come from evalBinary.
 bool declineBinary(BinaryOp op, const Scalar &a, const Scalar &b) {
   if (a.isFloat()) {
+    if (foldOf(op) == OpFold::Libm) // each backend's math library rounds its own way
+      return true;
     switch (op) {
     case BinaryOp::Div:
     case BinaryOp::Rem:
       return b.f == 0;
-    case BinaryOp::Pow:
-    case BinaryOp::Atan2:
-      return true; // libm-dependent
     case BinaryOp::Min:
     case BinaryOp::Max:
       return std::isnan(a.f) || std::isnan(b.f) ||
              (a.f == 0 && b.f == 0 && std::signbit(a.f) != std::signbit(b.f));
-    default:
+    case BinaryOp::Add:
+    case BinaryOp::Sub:
+    case BinaryOp::Mul:
+    case BinaryOp::Pow:
+    case BinaryOp::Atan2:
+    case BinaryOp::And:
+    case BinaryOp::Or:
+    case BinaryOp::Xor:
+    case BinaryOp::Shl:
+    case BinaryOp::Shr:
       return false;
     }
   }
@@ -53,14 +61,13 @@ std::optional<ConstantValue> foldBinary(BinaryOp op, const ConstantValue &a,
 }
 
 std::optional<ConstantValue> foldUnary(UnaryOp op, const ConstantValue &a) {
-  if (a.isFloat()) {
-    // Transcendental functions differ between libms; these are exact.
-    if (op != UnaryOp::Neg && op != UnaryOp::Abs && op != UnaryOp::Sqrt && op != UnaryOp::Floor &&
-        op != UnaryOp::Ceil)
-      return std::nullopt;
-  } else if (op != UnaryOp::Not && (a.type == ScalarType::I1 || isFloatOnly(op))) {
+  OpDomain domain = domainOf(op);
+  if (domain != OpDomain::Any && (domain == OpDomain::Float) != a.isFloat())
+    return std::nullopt;                         // outside its domain
+  if (a.isFloat() && foldOf(op) == OpFold::Libm) // transcendentals differ between libms
     return std::nullopt;
-  }
+  if (a.type == ScalarType::I1 && op != UnaryOp::Not) // neg and abs are not defined on i1
+    return std::nullopt;
   return evalUnary(op, a);
 }
 

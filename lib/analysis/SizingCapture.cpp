@@ -114,10 +114,17 @@ E StructuralSizer::captureUncached(const Value *v) {
       return SizeExpr::div(l, r);
     case BinaryOp::Rem:
       return SizeExpr::rem(l, r);
-    default:
-      return reject(v, fmt::format("'{}' at {} is not one of add, sub, mul, max, min, div, rem",
-                                   toString(b.op()), where));
+    case BinaryOp::Pow:
+    case BinaryOp::Atan2:
+    case BinaryOp::And:
+    case BinaryOp::Or:
+    case BinaryOp::Xor:
+    case BinaryOp::Shl:
+    case BinaryOp::Shr:
+      break;
     }
+    return reject(v, fmt::format("'{}' at {} is not one of add, sub, mul, max, min, div, rem",
+                                 toString(b.op()), where));
   }
   case StmtKind::Cast: {
     auto &c = cast<CastStmt>(*s);

@@ -369,11 +369,21 @@ private:
       reg(&g) = buf->get(flat);
     else if (auto *st = dyn_cast<GlobalStoreStmt>(&g))
       buf->set(flat, reg(st->value()));
-    else if (auto *mx = dyn_cast<AtomicMaxStmt>(&g))
-      buf->set(flat, std::get<Scalar>(evalBinary(BinaryOp::Max, buf->get(flat), reg(mx->value()))));
     else
-      buf->set(flat, evalAdd(buf->get(flat), reg(cast<AtomicAddStmt>(g).value())));
+      buf->set(flat, evalAtomic(cast<AtomicRmwStmt>(g), buf->get(flat)));
     return Flow::Normal;
+  }
+
+  /// The element's new value after atomic `rmw` on `old`.
+  Scalar evalAtomic(const AtomicRmwStmt &rmw, const Scalar &old) {
+    const Scalar &v = reg(rmw.value());
+    switch (rmw.op()) {
+    case AtomicOp::Add:
+      return evalAdd(old, v);
+    case AtomicOp::Max:
+      return std::get<Scalar>(evalBinary(BinaryOp::Max, old, v));
+    }
+    return old;
   }
 
   Program &program_;

@@ -84,6 +84,16 @@ AtomicMaxStmt *IRBuilder::atomicMax(const GlobalRef &ref, std::span<Value *const
                                     Value *value) {
   return insert(std::make_unique<AtomicMaxStmt>(ref, indices, value, elementOf(ref)));
 }
+AtomicRmwStmt *IRBuilder::atomic(AtomicOp op, const GlobalRef &ref, std::span<Value *const> indices,
+                                 Value *value) {
+  switch (op) {
+  case AtomicOp::Add:
+    return atomicAdd(ref, indices, value);
+  case AtomicOp::Max:
+    return atomicMax(ref, indices, value);
+  }
+  return nullptr;
+}
 ShapeStmt *IRBuilder::shape(Value *ndarray, unsigned axis, ScalarType type) {
   return insert(std::make_unique<ShapeStmt>(ndarray, axis, Type::scalar(type)));
 }

@@ -75,7 +75,11 @@ ScalarResult evalBinary(BinaryOp op, const Scalar &a, const Scalar &b) {
       return floatOp(t, a.f, b.f, [](auto x, auto y) { return std::pow(x, y); });
     case BinaryOp::Atan2:
       return floatOp(t, a.f, b.f, [](auto x, auto y) { return std::atan2(x, y); });
-    default:
+    case BinaryOp::And:
+    case BinaryOp::Or:
+    case BinaryOp::Xor:
+    case BinaryOp::Shl:
+    case BinaryOp::Shr:
       return std::string("bitwise operation on a float");
     }
   }
@@ -111,53 +115,46 @@ ScalarResult evalBinary(BinaryOp op, const Scalar &a, const Scalar &b) {
       return "shift amount " + std::to_string(b.i) + " is outside [0, " + std::to_string(width) +
              ")";
     return makeInt(t, op == BinaryOp::Shl ? ua << b.i : static_cast<uint64_t>(a.i >> b.i));
-  default:
-    return std::string("float operation on an integer");
+  case BinaryOp::Pow:
+  case BinaryOp::Atan2:
+    break;
   }
+  return std::string("float operation on an integer");
 }
 
 Scalar evalUnary(UnaryOp op, const Scalar &a) {
   ScalarType t = a.type;
-  if (a.isFloat()) {
-    switch (op) {
-    case UnaryOp::Neg:
-      return Scalar::ofFloat(t, -a.f);
-    case UnaryOp::Abs:
-      return Scalar::ofFloat(t, std::fabs(a.f));
-    case UnaryOp::Sin:
-      return floatOp1(t, a.f, [](auto x) { return std::sin(x); });
-    case UnaryOp::Cos:
-      return floatOp1(t, a.f, [](auto x) { return std::cos(x); });
-    case UnaryOp::Tan:
-      return floatOp1(t, a.f, [](auto x) { return std::tan(x); });
-    case UnaryOp::Exp:
-      return floatOp1(t, a.f, [](auto x) { return std::exp(x); });
-    case UnaryOp::Log:
-      return floatOp1(t, a.f, [](auto x) { return std::log(x); });
-    case UnaryOp::Sqrt:
-      return floatOp1(t, a.f, [](auto x) { return std::sqrt(x); });
-    case UnaryOp::Tanh:
-      return floatOp1(t, a.f, [](auto x) { return std::tanh(x); });
-    case UnaryOp::Floor:
-      return floatOp1(t, a.f, [](auto x) { return std::floor(x); });
-    case UnaryOp::Ceil:
-      return floatOp1(t, a.f, [](auto x) { return std::ceil(x); });
-    case UnaryOp::Not:
-      break;
-    }
-    return a;
-  }
+  OpDomain domain = domainOf(op);
+  if (domain != OpDomain::Any && (domain == OpDomain::Float) != a.isFloat())
+    return a; // outside its domain: the verifier rejects it
   uint64_t ua = static_cast<uint64_t>(a.i);
   switch (op) {
   case UnaryOp::Neg:
-    return makeInt(t, 0 - ua);
+    return a.isFloat() ? Scalar::ofFloat(t, -a.f) : makeInt(t, 0 - ua);
   case UnaryOp::Abs:
-    return makeInt(t, a.i < 0 ? 0 - ua : ua);
+    return a.isFloat() ? Scalar::ofFloat(t, std::fabs(a.f)) : makeInt(t, a.i < 0 ? 0 - ua : ua);
+  case UnaryOp::Sin:
+    return floatOp1(t, a.f, [](auto x) { return std::sin(x); });
+  case UnaryOp::Cos:
+    return floatOp1(t, a.f, [](auto x) { return std::cos(x); });
+  case UnaryOp::Tan:
+    return floatOp1(t, a.f, [](auto x) { return std::tan(x); });
+  case UnaryOp::Exp:
+    return floatOp1(t, a.f, [](auto x) { return std::exp(x); });
+  case UnaryOp::Log:
+    return floatOp1(t, a.f, [](auto x) { return std::log(x); });
+  case UnaryOp::Sqrt:
+    return floatOp1(t, a.f, [](auto x) { return std::sqrt(x); });
+  case UnaryOp::Tanh:
+    return floatOp1(t, a.f, [](auto x) { return std::tanh(x); });
+  case UnaryOp::Floor:
+    return floatOp1(t, a.f, [](auto x) { return std::floor(x); });
+  case UnaryOp::Ceil:
+    return floatOp1(t, a.f, [](auto x) { return std::ceil(x); });
   case UnaryOp::Not:
     return makeInt(t, ~ua);
-  default:
-    return a;
   }
+  return a;
 }
 
 bool evalCmp(CmpPredicate pred, const Scalar &a, const Scalar &b) {

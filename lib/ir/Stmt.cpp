@@ -16,36 +16,6 @@
 namespace qd {
 
 namespace {
-/// Maps an enum to its text spelling through a table indexed by the enum.
-template <typename Enum, size_t N>
-std::optional<Enum> lookupByName(const std::string_view (&names)[N], std::string_view text) {
-  for (size_t i = 0; i < N; ++i)
-    if (names[i] == text)
-      return static_cast<Enum>(i);
-  return std::nullopt;
-}
-
-constexpr std::string_view kBinaryNames[] = {
-#define QD_BINARY_OP(NAME, SPELLING, ...) SPELLING,
-#include "qd/ir/Ops.def"
-};
-constexpr OpDomain kBinaryDomains[] = {
-#define QD_BINARY_OP(NAME, SPELLING, DOMAIN, ...) OpDomain::DOMAIN,
-#include "qd/ir/Ops.def"
-};
-constexpr std::string_view kUnaryNames[] = {
-#define QD_UNARY_OP(NAME, SPELLING, ...) SPELLING,
-#include "qd/ir/Ops.def"
-};
-constexpr OpDomain kUnaryDomains[] = {
-#define QD_UNARY_OP(NAME, SPELLING, DOMAIN, ...) OpDomain::DOMAIN,
-#include "qd/ir/Ops.def"
-};
-constexpr std::string_view kCmpNames[] = {
-#define QD_CMP_PREDICATE(NAME, SPELLING, ...) SPELLING,
-#include "qd/ir/Ops.def"
-};
-
 /// True when kind `k`'s class derives from `Base` (classof of the
 /// intermediate classes, kept true to StmtKinds.def).
 template <typename Base> bool kindDerivesFrom(StmtKind k) {
@@ -59,33 +29,6 @@ template <typename Base> bool kindDerivesFrom(StmtKind k) {
 }
 } // namespace
 
-std::string_view toString(BinaryOp op) {
-  return kBinaryNames[static_cast<size_t>(op)];
-}
-std::optional<BinaryOp> parseBinaryOp(std::string_view text) {
-  return lookupByName<BinaryOp>(kBinaryNames, text);
-}
-bool isBitwise(BinaryOp op) {
-  return kBinaryDomains[static_cast<size_t>(op)] == OpDomain::Integer;
-}
-bool isFloatOnly(BinaryOp op) {
-  return kBinaryDomains[static_cast<size_t>(op)] == OpDomain::Float;
-}
-std::string_view toString(UnaryOp op) {
-  return kUnaryNames[static_cast<size_t>(op)];
-}
-std::optional<UnaryOp> parseUnaryOp(std::string_view text) {
-  return lookupByName<UnaryOp>(kUnaryNames, text);
-}
-bool isFloatOnly(UnaryOp op) {
-  return kUnaryDomains[static_cast<size_t>(op)] == OpDomain::Float;
-}
-std::string_view toString(CmpPredicate p) {
-  return kCmpNames[static_cast<size_t>(p)];
-}
-std::optional<CmpPredicate> parseCmpPredicate(std::string_view text) {
-  return lookupByName<CmpPredicate>(kCmpNames, text);
-}
 std::string_view toString(Component c) {
   switch (c) {
   case Component::Primal:

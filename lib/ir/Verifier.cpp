@@ -270,10 +270,14 @@ public:
                           elem.str(), toString(rmw->valueType())));
       else if (elem.element() == ScalarType::I1)
         error(fmt::format("'{}' is not defined on i1 ('{}')", op, target));
-      else if (s.kind() == StmtKind::AtomicMax && isFloat(elem.element()))
-        error(fmt::format("'atomic_max' is defined on i32 and i64 elements, not on {} ('{}'); "
-                          "keep the maximum in an integer field",
-                          elem.str(), target));
+      else if (domainOf(rmw->op()) == OpDomain::Integer && isFloat(elem.element()))
+        error(fmt::format("'{}' is defined on i32 and i64 elements, not on {} ('{}'); "
+                          "keep the result in an integer field",
+                          op, elem.str(), target));
+      else if (domainOf(rmw->op()) == OpDomain::Float && !isFloat(elem.element()))
+        error(fmt::format("'{}' is defined on f32 and f64 elements, not on {} ('{}'); "
+                          "keep the result in a float field",
+                          op, elem.str(), target));
       expectType(s, rmw->value(), elem, "the element type of '" + target + "'");
     }
   }

@@ -10,11 +10,25 @@ bool hasDerivativeRule(const Stmt &s) {
          (isa<UnaryStmt>(&s) || isa<BinaryStmt>(&s) || isa<SelectStmt>(&s) || isa<CastStmt>(&s));
 }
 
+namespace {
+bool hasPartials(OpDiff d) {
+  switch (d) {
+  case OpDiff::Smooth:
+  case OpDiff::Piecewise:
+    return true;
+  case OpDiff::Rejected:
+  case OpDiff::Integer:
+    return false;
+  }
+  return false;
+}
+} // namespace
+
 bool isDifferentiable(const Stmt &s) {
   if (auto *u = dyn_cast<UnaryStmt>(&s))
-    return u->op() != UnaryOp::Floor && u->op() != UnaryOp::Ceil && u->op() != UnaryOp::Not;
+    return hasPartials(diffOf(u->op()));
   if (auto *b = dyn_cast<BinaryStmt>(&s))
-    return b->op() != BinaryOp::Rem && !isBitwise(b->op());
+    return hasPartials(diffOf(b->op()));
   return true;
 }
 
@@ -37,9 +51,17 @@ bool hasDerivativeFactor(const Stmt &s) {
   case UnaryOp::Exp:
   case UnaryOp::Tanh:
     return true;
-  default:
+  case UnaryOp::Neg:
+  case UnaryOp::Abs:
+  case UnaryOp::Tan:
+  case UnaryOp::Log:
+  case UnaryOp::Sqrt:
+  case UnaryOp::Floor:
+  case UnaryOp::Ceil:
+  case UnaryOp::Not:
     return false;
   }
+  return false;
 }
 
 Value *derivativeFactor(const Stmt &s, IRBuilder &b, const PrimalFn &p) {
@@ -60,9 +82,17 @@ Value *derivativeFactor(const Stmt &s, IRBuilder &b, const PrimalFn &p) {
     Value *y = p(&u);
     return b.sub(b.constFloat(u.type().element(), 1), b.mul(y, y));
   }
-  default:
+  case UnaryOp::Neg:
+  case UnaryOp::Abs:
+  case UnaryOp::Tan:
+  case UnaryOp::Log:
+  case UnaryOp::Sqrt:
+  case UnaryOp::Floor:
+  case UnaryOp::Ceil:
+  case UnaryOp::Not: // no factor (hasDerivativeFactor)
     return nullptr;
   }
+  return nullptr;
 }
 
 namespace {
@@ -110,9 +140,16 @@ std::vector<Partial> unaryPartials(const UnaryStmt &u, IRBuilder &b, const Prima
   case UnaryOp::Sqrt: // 1 / (2 sqrt(x))
     return {scaled(
         0, [=](IRBuilder &b, Value *s) { return b.div(s, b.mul(b.constFloat(t, 2), p(self))); })};
-  default:
+  case UnaryOp::Sin:
+  case UnaryOp::Cos:
+  case UnaryOp::Exp:
+  case UnaryOp::Tanh: // the factor above
+  case UnaryOp::Floor:
+  case UnaryOp::Ceil:
+  case UnaryOp::Not: // no partials: Rejected or Integer in Ops.def
     return {};
   }
+  return {};
 }
 
 std::vector<Partial> binaryPartials(const BinaryStmt &bin, IRBuilder &b, const PrimalFn &p) {
@@ -162,9 +199,15 @@ std::vector<Partial> binaryPartials(const BinaryStmt &bin, IRBuilder &b, const P
               return b.div(b.mul(s, b.neg(xv)), r2); // the sign on the factor
             })};
   }
-  default:
+  case BinaryOp::Rem:
+  case BinaryOp::And:
+  case BinaryOp::Or:
+  case BinaryOp::Xor:
+  case BinaryOp::Shl:
+  case BinaryOp::Shr: // no partials: Rejected or Integer in Ops.def
     return {};
   }
+  return {};
 }
 
 } // namespace
@@ -200,9 +243,17 @@ void primalReads(const Stmt &s, const std::function<bool(const Value *)> &active
       need(u); // the derivative is written with the result
       break;
     case UnaryOp::Neg:
+    case UnaryOp::Floor:
+    case UnaryOp::Ceil:
+    case UnaryOp::Not: // no partials
       break;
-    default:
+    case UnaryOp::Abs:
+    case UnaryOp::Sin:
+    case UnaryOp::Cos:
+    case UnaryOp::Tan:
+    case UnaryOp::Log:
       need(u->input());
+      break;
     }
   } else if (auto *b = dyn_cast<BinaryStmt>(&s)) {
     switch (b->op()) {
@@ -224,7 +275,14 @@ void primalReads(const Stmt &s, const std::function<bool(const Value *)> &active
       need(b->lhs());
       need(b->rhs());
       break;
-    default:
+    case BinaryOp::Add:
+    case BinaryOp::Sub:
+    case BinaryOp::Rem:
+    case BinaryOp::And:
+    case BinaryOp::Or:
+    case BinaryOp::Xor:
+    case BinaryOp::Shl:
+    case BinaryOp::Shr: // constant partials, or none
       break;
     }
   } else if (auto *sel = dyn_cast<SelectStmt>(&s)) {

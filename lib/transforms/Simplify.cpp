@@ -88,7 +88,11 @@ Value *simplifyBinary(BinaryStmt &s, std::optional<int64_t> &constant) {
     if (a == b && s.type().isIntegerScalar())
       constant = 0;
     break;
-  default:
+  case BinaryOp::Rem:
+  case BinaryOp::Pow:
+  case BinaryOp::Atan2:
+  case BinaryOp::Shl:
+  case BinaryOp::Shr: // no identity that holds for every input
     break;
   }
   return nullptr;
@@ -111,9 +115,12 @@ std::optional<int64_t> simplifyCmp(CmpStmt &s) {
   case CmpPredicate::Le:
   case CmpPredicate::Ge:
     return 1;
-  default:
+  case CmpPredicate::Ne:
+  case CmpPredicate::Lt:
+  case CmpPredicate::Gt:
     return 0;
   }
+  return std::nullopt;
 }
 
 /// Whether the statements of `chosen` can replace the if in its block:

@@ -288,6 +288,7 @@ public:
     field("bit", "i1[3]");
     field("flag", fmt::format("i1[{}]", cfg_.threads));
     field("ci", fmt::format("i32[{}]", cfg_.threads));
+    field("cx", "i32");
     field("cm", "i64");
     field("out", "f32");
     field("oi", "i32");
@@ -1168,6 +1169,8 @@ private:
       line(fmt::format("{} = load {} : i32", r, ic_));
       fields_.insert("ci");
       line(fmt::format("store @ci[{}], {}", outputIndex(), r));
+      fields_.insert("cx"); // the largest over the threads
+      line(fmt::format("atomic_max @cx[], {} : i32", r));
     }
     if (cfg_.integerOutputs && usesIm_) {
       std::string r = fresh();

@@ -38,6 +38,7 @@
 #include <map>
 #include <memory>
 #include <ostream>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -114,7 +115,7 @@ struct GenConfig {
   bool ndarrays = true;        // %a, %m (i32 bounds data), %u (f64 input), %w (f64 output)
   bool f32 = true;             // f64 -> f32 -> f64 round trips
   bool dualCompanions = false; // float globals with `grad` also get `dual`
-  bool integerOutputs = true;  // @ci / @cm receive the integer locals
+  bool integerOutputs = true;  // @ci, @cx (atomic_max) and @cm receive the integer locals
   bool bands = true;           // parallel tasks may be 2-D bands with an extent-1 dimension
   // Data.
   int xLen = 4;          // @x
@@ -182,6 +183,20 @@ rc::Gen<GenProgram> genAnyProgram();
 
 /// The simpler programs RapidCheck tries when `p` fails.
 std::vector<GenProgram> shrinks(const GenProgram &p);
+
+/// The Ops.def rows a set of programs uses: what the operator coverage test
+/// asks of the generator.
+struct OperatorUse {
+  std::set<BinaryOp> binary;
+  std::set<UnaryOp> unary;
+  std::set<CmpPredicate> cmp;
+  std::set<AtomicOp> atomic;
+};
+/// Adds the operators of every kernel of `m` to `use`.
+void collectOperators(const Module &m, OperatorUse &use);
+/// The operators of `count` random programs of every preset (from `seed`,
+/// so the same each run), of sizes up to RapidCheck's default maximum.
+OperatorUse generatedOperators(int count, uint64_t seed);
 
 /// RapidCheck's display of a program: its text and inputs.
 void showValue(const GenProgram &p, std::ostream &os);

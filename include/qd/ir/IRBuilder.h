@@ -67,11 +67,11 @@ public:
   // b.eq(x, y) ... b.ge(x, y).
   BinaryStmt *binary(BinaryOp op, Value *lhs, Value *rhs);
   UnaryStmt *unary(UnaryOp op, Value *v);
-#define QD_BINARY_OP(NAME, SPELLING, DOMAIN, BUILDER)                                              \
+#define QD_BINARY_OP(NAME, SPELLING, DOMAIN, BUILDER, ...)                                         \
   BinaryStmt *BUILDER(Value *lhs, Value *rhs) {                                                    \
     return binary(BinaryOp::NAME, lhs, rhs);                                                       \
   }
-#define QD_UNARY_OP(NAME, SPELLING, DOMAIN, BUILDER)                                               \
+#define QD_UNARY_OP(NAME, SPELLING, DOMAIN, BUILDER, ...)                                          \
   UnaryStmt *BUILDER(Value *v) {                                                                   \
     return unary(UnaryOp::NAME, v);                                                                \
   }
@@ -99,6 +99,9 @@ public:
                            Value *value);
   AtomicAddStmt *atomicAdd(const GlobalRef &ref, std::span<Value *const> indices, Value *value);
   AtomicMaxStmt *atomicMax(const GlobalRef &ref, std::span<Value *const> indices, Value *value);
+  /// The atomic statement of `op` (atomicAdd, atomicMax, ...).
+  AtomicRmwStmt *atomic(AtomicOp op, const GlobalRef &ref, std::span<Value *const> indices,
+                        Value *value);
   ShapeStmt *shape(Value *ndarray, unsigned axis, ScalarType type = ScalarType::I32);
 
   // --- adstacks ------------------------------------------------------------

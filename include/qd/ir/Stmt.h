@@ -316,8 +316,33 @@ private:
   double float_ = 0;
 };
 
-/// The scalar types an operator is defined on (qd/ir/Ops.def).
+/// The scalar types an operator is defined on (qd/ir/Ops.def's DOMAIN).
 enum class OpDomain : uint8_t { Any, Float, Integer };
+/// How derivatives flow through an operator (Ops.def's DIFF column).
+enum class OpDiff : uint8_t {
+  Smooth,    // partials everywhere in its domain
+  Piecewise, // partials except at kinks (abs at 0, min/max on ties)
+  Rejected,  // a float operator without a usable derivative (floor, rem)
+  Integer,   // integer-only: no derivative is ever asked
+};
+/// What the constant folder does with an operator (Ops.def's FOLD column).
+enum class OpFold : uint8_t {
+  Exact, // evaluates it where it is defined
+  Libm,  // leaves it: the result depends on the math library
+};
+
+/// The math functions a backend implements its own way (Ops.def's
+/// QD_MATH_FN rows): LLVM targets call a math library, SPIR-V inlines qd's
+/// own code. One id for every backend.
+enum class MathFn : uint8_t {
+#define QD_MATH_FN(NAME, ...) NAME,
+#include "qd/ir/Ops.def"
+};
+/// The C library's name of `fn` on doubles (`sin`; `sinf` on floats), the
+/// stem of the vendor libraries' names (libmvec, libdevice, ocml).
+std::string_view libmName(MathFn fn);
+/// Its number of arguments.
+unsigned arity(MathFn fn);
 
 enum class BinaryOp : uint8_t {
 #define QD_BINARY_OP(NAME, ...) NAME,
@@ -329,6 +354,11 @@ std::optional<BinaryOp> parseBinaryOp(std::string_view text);
 bool isBitwise(BinaryOp op);
 /// Ops defined only on floats: pow, atan2.
 bool isFloatOnly(BinaryOp op);
+OpDomain domainOf(BinaryOp op);
+/// The math function a float `op` is lowered to; none when it is inline.
+std::optional<MathFn> mathFn(BinaryOp op);
+OpDiff diffOf(BinaryOp op);
+OpFold foldOf(BinaryOp op);
 
 /// `%r = add %a, %b : f32`; both operands have the result type.
 class BinaryStmt : public Stmt {
@@ -351,6 +381,11 @@ std::string_view toString(UnaryOp op);
 std::optional<UnaryOp> parseUnaryOp(std::string_view text);
 /// Ops defined only on floats (everything except neg, abs and not).
 bool isFloatOnly(UnaryOp op);
+OpDomain domainOf(UnaryOp op);
+/// The math function a float `op` is lowered to; none when it is inline.
+std::optional<MathFn> mathFn(UnaryOp op);
+OpDiff diffOf(UnaryOp op);
+OpFold foldOf(UnaryOp op);
 
 /// `%r = sin %a : f32`; the operand has the result type.
 class UnaryStmt : public Stmt {
@@ -502,9 +537,20 @@ public:
   static bool classof(const Value *v) { return ConstStmt::isKindOf(v, StmtKind::GlobalStore); }
 };
 
-/// An atomic read-modify-write of one element: `atomic_add` or `atomic_max`.
+/// The operation of an atomic read-modify-write (Ops.def's QD_ATOMIC_OP).
+enum class AtomicOp : uint8_t {
+#define QD_ATOMIC_OP(NAME, ...) NAME,
+#include "qd/ir/Ops.def"
+};
+/// The statement kind of `op` (its spelling: mnemonic(kindOf(op))).
+StmtKind kindOf(AtomicOp op);
+OpDomain domainOf(AtomicOp op);
+
+/// An atomic read-modify-write of one element, one per QD_ATOMIC_OP row:
+/// `atomic_add` or `atomic_max`.
 class AtomicRmwStmt : public GlobalAccessStmt {
 public:
+  AtomicOp op() const;
   Value *value() const { return operand(numOperands() - 1); }
   /// The type written after the colon in the text form.
   ScalarType valueType() const { return valueType_; }

@@ -69,7 +69,7 @@ protected:
   }
 
   std::string mathSymbol(MathFn fn, ScalarType type) const override {
-    return fmt::format("__ocml_{}_f{}", mathFnName(fn), type == ScalarType::F32 ? 32 : 64);
+    return fmt::format("__ocml_{}_f{}", libmName(fn), type == ScalarType::F32 ? 32 : 64);
   }
 
   llvm::SyncScope::ID atomicScope(EmitContext &c) const override {

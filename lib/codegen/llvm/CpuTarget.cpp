@@ -239,7 +239,7 @@ LV *CpuTarget::vectorMath(EmitContext &c, MathFn fn, ScalarType t, llvm::ArrayRe
   VectorMathIsa isa = c.opts.vectorMath;
   if (isa == VectorMathIsa::None || !vt)
     return nullptr;
-  const char *base = mathFnName(fn);
+  std::string_view base = libmName(fn);
   // The widest variant of the ISA that fits the vector: 128-bit ('b'),
   // 256-bit ('d') or 512-bit ('e') registers.
   unsigned width = vt->getNumElements(), elemBits = t == ScalarType::F32 ? 32 : 64;
@@ -297,8 +297,10 @@ LV *CpuTarget::mathCall(EmitContext &c, MathFn fn, ScalarType type, llvm::ArrayR
     return b.CreateCall(c.intrinsic(id, {ty}), args);
   };
   // libm, once per lane in vector code.
-  auto libm = [&](const char *name) -> LV * {
-    std::string symbol = type == ScalarType::F32 ? std::string(name) + "f" : std::string(name);
+  auto libm = [&]() -> LV * {
+    std::string symbol(libmName(fn));
+    if (type == ScalarType::F32)
+      symbol += 'f';
     llvm::Type *t = c.typeOf(type);
     std::vector<llvm::Type *> params(args.size(), t);
     llvm::FunctionCallee f =
@@ -317,11 +319,9 @@ LV *CpuTarget::mathCall(EmitContext &c, MathFn fn, ScalarType type, llvm::ArrayR
   case MathFn::Pow:
     return intrinsic(llvm::Intrinsic::pow);
   case MathFn::Tan:
-    return libm("tan");
   case MathFn::Tanh:
-    return libm("tanh");
   case MathFn::Atan2:
-    return libm("atan2");
+    return libm();
   }
   return args[0];
 }

@@ -51,12 +51,16 @@ LV *ArithLowering::binary(BinaryStmt &s) {
   case BinaryOp::Max:
     return floatMinMax(x, y, t, s.op() == BinaryOp::Min);
   case BinaryOp::Pow:
-    return c_.target.mathCall(c_, MathFn::Pow, t, {x, y});
   case BinaryOp::Atan2:
-    return c_.target.mathCall(c_, MathFn::Atan2, t, {x, y});
-  default: // the verifier allows no other float operation
+    return c_.target.mathCall(c_, *mathFn(s.op()), t, {x, y});
+  case BinaryOp::And:
+  case BinaryOp::Or:
+  case BinaryOp::Xor:
+  case BinaryOp::Shl:
+  case BinaryOp::Shr: // integer-only: the verifier rejects them on floats
     return x;
   }
+  return x;
 }
 
 LV *ArithLowering::integerBinary(BinaryStmt &s, LV *x, LV *y, bool vec) {
@@ -111,9 +115,11 @@ LV *ArithLowering::integerBinary(BinaryStmt &s, LV *x, LV *y, bool vec) {
     return s.op() == BinaryOp::Shl ? b.CreateShl(x, y)
                                    : (isBool ? b.CreateLShr(x, y) : b.CreateAShr(x, y));
   }
-  default: // the verifier allows no other integer operation
+  case BinaryOp::Pow:
+  case BinaryOp::Atan2: // float-only: the verifier rejects them on integers
     return x;
   }
+  return x;
 }
 
 LV *ArithLowering::floatMinMax(LV *x, LV *y, ScalarType t, bool isMin) {
@@ -143,47 +149,34 @@ LV *ArithLowering::unary(UnaryStmt &s) {
   auto intrinsic = [&](llvm::Intrinsic::ID id) -> LV * {
     return b.CreateCall(c_.intrinsic(id, {ty}), {x});
   };
-  auto math = [&](MathFn fn) { return c_.target.mathCall(c_, fn, t, {x}); };
-  if (isFloat(t)) {
-    switch (s.op()) {
-    case UnaryOp::Neg:
-      return b.CreateFNeg(x);
-    case UnaryOp::Abs:
-      return intrinsic(llvm::Intrinsic::fabs);
-    case UnaryOp::Sin:
-      return math(MathFn::Sin);
-    case UnaryOp::Cos:
-      return math(MathFn::Cos);
-    case UnaryOp::Exp:
-      return math(MathFn::Exp);
-    case UnaryOp::Log:
-      return math(MathFn::Log);
-    case UnaryOp::Sqrt:
-      return intrinsic(llvm::Intrinsic::sqrt);
-    case UnaryOp::Floor:
-      return intrinsic(llvm::Intrinsic::floor);
-    case UnaryOp::Ceil:
-      return intrinsic(llvm::Intrinsic::ceil);
-    case UnaryOp::Tan:
-      return math(MathFn::Tan);
-    case UnaryOp::Tanh:
-      return math(MathFn::Tanh);
-    case UnaryOp::Not:
-      return x;
-    }
-  }
+  // One case per operator, on the types of its domain (the verifier's).
+  bool f = isFloat(t);
   switch (s.op()) {
   case UnaryOp::Neg:
-    return b.CreateSub(llvm::ConstantInt::get(ty, 0), x);
+    return f ? b.CreateFNeg(x) : b.CreateSub(llvm::ConstantInt::get(ty, 0), x);
   case UnaryOp::Abs:
+    if (f)
+      return intrinsic(llvm::Intrinsic::fabs);
     if (t == ScalarType::I1)
       return x;
     return b.CreateBinaryIntrinsic(llvm::Intrinsic::abs, x, b.getFalse());
+  case UnaryOp::Sin:
+  case UnaryOp::Cos:
+  case UnaryOp::Tan:
+  case UnaryOp::Exp:
+  case UnaryOp::Log:
+  case UnaryOp::Tanh:
+    return c_.target.mathCall(c_, *mathFn(s.op()), t, {x});
+  case UnaryOp::Sqrt:
+    return intrinsic(llvm::Intrinsic::sqrt);
+  case UnaryOp::Floor:
+    return intrinsic(llvm::Intrinsic::floor);
+  case UnaryOp::Ceil:
+    return intrinsic(llvm::Intrinsic::ceil);
   case UnaryOp::Not:
     return b.CreateNot(x);
-  default: // the verifier allows no other integer operation
-    return x;
   }
+  return x;
 }
 
 LV *ArithLowering::compare(CmpStmt &s) {

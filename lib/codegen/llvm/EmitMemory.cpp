@@ -14,11 +14,15 @@ namespace {
 /// form): for `atomic_add` float add, i1 xor, wrapping integer add; for
 /// `atomic_max` (integers only) signed max.
 llvm::AtomicRMWInst::BinOp atomicOp(const AtomicRmwStmt &s, ScalarType elem) {
-  if (s.kind() == StmtKind::AtomicMax)
+  switch (s.op()) {
+  case AtomicOp::Add:
+    return isFloat(elem)            ? llvm::AtomicRMWInst::FAdd
+           : elem == ScalarType::I1 ? llvm::AtomicRMWInst::Xor
+                                    : llvm::AtomicRMWInst::Add;
+  case AtomicOp::Max:
     return llvm::AtomicRMWInst::Max;
-  return isFloat(elem)            ? llvm::AtomicRMWInst::FAdd
-         : elem == ScalarType::I1 ? llvm::AtomicRMWInst::Xor
-                                  : llvm::AtomicRMWInst::Add;
+  }
+  return llvm::AtomicRMWInst::BAD_BINOP;
 }
 
 } // namespace

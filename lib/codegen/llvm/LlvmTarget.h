@@ -29,18 +29,6 @@ class KernelEmitter;
 struct AdStackFrame;
 struct StackRef;
 
-/// The math functions whose implementation is the target's choice (the
-/// others are LLVM intrinsics every target lowers natively: fabs, sqrt,
-/// floor, ceil).
-enum class MathFn { Sin, Cos, Exp, Log, Tan, Tanh, Pow, Atan2 };
-/// The C library's name of `fn` on doubles (`sin`; `sinf` on floats), the
-/// stem of the vendor libraries' names (libmvec, libdevice).
-inline const char *mathFnName(MathFn fn) {
-  static constexpr const char *kNames[] = {"sin", "cos",  "exp", "log",
-                                           "tan", "tanh", "pow", "atan2"};
-  return kNames[static_cast<int>(fn)];
-}
-
 class LlvmTarget {
 public:
   virtual ~LlvmTarget() = default;

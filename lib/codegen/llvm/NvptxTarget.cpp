@@ -54,7 +54,7 @@ protected:
   }
 
   std::string mathSymbol(MathFn fn, ScalarType type) const override {
-    return fmt::format("__nv_{}{}", mathFnName(fn), type == ScalarType::F32 ? "f" : "");
+    return fmt::format("__nv_{}{}", libmName(fn), type == ScalarType::F32 ? "f" : "");
   }
 
   llvm::SyncScope::ID atomicScope(EmitContext &) const override { return llvm::SyncScope::System; }

@@ -10,6 +10,7 @@
 
 #include "SpirvModule.h"
 
+#include "qd/ir/Stmt.h"
 #include "qd/ir/Type.h"
 
 #include <functional>
@@ -82,11 +83,10 @@ public:
   void ifThen(Id cond, const std::function<void()> &then);
 };
 
-/// The math functions qd implements itself for Vulkan (MathFn of the LLVM
-/// emitter plus the shared argument reduction): accurate to a few ulp in
-/// the ranges docs/runtime.md gives, for 32- and 64-bit floats.
-enum class SpirvMathFn { Sin, Cos, Tan, Exp, Log, Tanh, Pow, Atan2 };
-/// `fn` applied to `args` (one, or two for pow/atan2) of float `width`.
-Id emitMath(SpirvBuilder &b, SpirvMathFn fn, unsigned width, std::initializer_list<Id> args);
+/// The math functions of Ops.def (MathFn, the ids the LLVM targets use
+/// too), implemented by qd itself for Vulkan: accurate to a few ulp in the
+/// ranges docs/runtime.md gives, for 32- and 64-bit floats. `fn` applied to
+/// `args` (arity(fn) of them) of float `width`.
+Id emitMath(SpirvBuilder &b, MathFn fn, unsigned width, std::initializer_list<Id> args);
 
 } // namespace qd::spirv

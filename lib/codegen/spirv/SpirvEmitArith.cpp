@@ -72,12 +72,14 @@ void SpirvEmitter::visitBinaryStmt(BinaryStmt &s) {
     v = floatMinMax(x, y, t, s.op() == BinaryOp::Min);
     break;
   case BinaryOp::Pow:
-    v = emitMath(b_, SpirvMathFn::Pow, width, {x, y});
-    break;
   case BinaryOp::Atan2:
-    v = emitMath(b_, SpirvMathFn::Atan2, width, {x, y});
+    v = emitMath(b_, *mathFn(s.op()), width, {x, y});
     break;
-  default: // the verifier allows no other float operation
+  case BinaryOp::And:
+  case BinaryOp::Or:
+  case BinaryOp::Xor:
+  case BinaryOp::Shl:
+  case BinaryOp::Shr: // integer-only: the verifier rejects them on floats
     break;
   }
   set(&s, v);
@@ -107,7 +109,8 @@ Id SpirvEmitter::integerBinary(BinaryStmt &s, Id x, Id y) {
     case BinaryOp::Shr:
       raiseIf(y, site(s, "shift amount is outside [0, 1)"));
       return x;
-    default:
+    case BinaryOp::Pow:
+    case BinaryOp::Atan2: // float-only: the verifier rejects them on integers
       return x;
     }
   }
@@ -155,9 +158,11 @@ Id SpirvEmitter::integerBinary(BinaryStmt &s, Id x, Id y) {
     return b_.op(s.op() == BinaryOp::Shl ? Op::OpShiftLeftLogical : Op::OpShiftRightArithmetic, ty,
                  {x, y});
   }
-  default:
+  case BinaryOp::Pow:
+  case BinaryOp::Atan2: // float-only: the verifier rejects them on integers
     return x;
   }
+  return x;
 }
 
 Id SpirvEmitter::floatMinMax(Id x, Id y, ScalarType t, bool isMin) {
@@ -181,62 +186,38 @@ void SpirvEmitter::visitUnaryStmt(UnaryStmt &s) {
   Id x = get(s.input());
   Id ty = b_.typeOf(t);
   using spv::Op;
-  if (isFloat(t)) {
-    unsigned w = bitWidth(t);
-    Id v = x;
-    switch (s.op()) {
-    case UnaryOp::Neg:
-      v = b_.fneg(ty, x);
-      break;
-    case UnaryOp::Abs:
-      v = b_.ext(GLSLstd450FAbs, ty, {x});
-      break;
-    case UnaryOp::Sin:
-      v = emitMath(b_, SpirvMathFn::Sin, w, {x});
-      break;
-    case UnaryOp::Cos:
-      v = emitMath(b_, SpirvMathFn::Cos, w, {x});
-      break;
-    case UnaryOp::Tan:
-      v = emitMath(b_, SpirvMathFn::Tan, w, {x});
-      break;
-    case UnaryOp::Exp:
-      v = emitMath(b_, SpirvMathFn::Exp, w, {x});
-      break;
-    case UnaryOp::Log:
-      v = emitMath(b_, SpirvMathFn::Log, w, {x});
-      break;
-    case UnaryOp::Tanh:
-      v = emitMath(b_, SpirvMathFn::Tanh, w, {x});
-      break;
-    case UnaryOp::Sqrt:
-      v = b_.ext(GLSLstd450Sqrt, ty, {x});
-      break;
-    case UnaryOp::Floor:
-      v = b_.ext(GLSLstd450Floor, ty, {x});
-      break;
-    case UnaryOp::Ceil:
-      v = b_.ext(GLSLstd450Ceil, ty, {x});
-      break;
-    case UnaryOp::Not:
-      break;
-    }
-    set(&s, v);
-    return;
-  }
+  // One case per operator, on the types of its domain (the verifier's).
+  bool f = isFloat(t), isBool = t == ScalarType::I1;
   Id v = x;
   switch (s.op()) {
   case UnaryOp::Neg:
-    v = t == ScalarType::I1 ? x : b_.op(Op::OpSNegate, ty, {x});
+    v = f ? b_.fneg(ty, x) : isBool ? x : b_.op(Op::OpSNegate, ty, {x});
     break;
   case UnaryOp::Abs:
-    if (t != ScalarType::I1)
+    if (f)
+      v = b_.ext(GLSLstd450FAbs, ty, {x});
+    else if (!isBool)
       v = b_.select(ty, b_.cmp(Op::OpSLessThan, x, zeroOf(t)), b_.op(Op::OpSNegate, ty, {x}), x);
     break;
-  case UnaryOp::Not:
-    v = t == ScalarType::I1 ? b_.lnot(x) : b_.op(Op::OpNot, ty, {x});
+  case UnaryOp::Sin:
+  case UnaryOp::Cos:
+  case UnaryOp::Tan:
+  case UnaryOp::Exp:
+  case UnaryOp::Log:
+  case UnaryOp::Tanh:
+    v = emitMath(b_, *mathFn(s.op()), bitWidth(t), {x});
     break;
-  default:
+  case UnaryOp::Sqrt:
+    v = b_.ext(GLSLstd450Sqrt, ty, {x});
+    break;
+  case UnaryOp::Floor:
+    v = b_.ext(GLSLstd450Floor, ty, {x});
+    break;
+  case UnaryOp::Ceil:
+    v = b_.ext(GLSLstd450Ceil, ty, {x});
+    break;
+  case UnaryOp::Not:
+    v = isBool ? b_.lnot(x) : b_.op(Op::OpNot, ty, {x});
     break;
   }
   set(&s, v);

@@ -93,11 +93,17 @@ void SpirvEmitter::globalAccess(GlobalAccessStmt &g) {
     set(&g, v);
   } else if (auto *st = dyn_cast<GlobalStoreStmt>(&g)) {
     b_.store(ptr, toStorage(get(st->value())));
-  } else if (g.kind() == StmtKind::AtomicMax) {
-    b_.op(Op::OpAtomicSMax, slot.storage,
-          {ptr, b_.u32(kScopeDevice), b_.u32(0), get(cast<AtomicMaxStmt>(g).value())});
   } else {
-    atomicAdd(cast<AtomicAddStmt>(g), slot, ptr, get(cast<AtomicAddStmt>(g).value()));
+    auto &rmw = cast<AtomicRmwStmt>(g);
+    switch (rmw.op()) {
+    case AtomicOp::Add:
+      atomicAdd(cast<AtomicAddStmt>(g), slot, ptr, get(rmw.value()));
+      break;
+    case AtomicOp::Max:
+      b_.op(Op::OpAtomicSMax, slot.storage,
+            {ptr, b_.u32(kScopeDevice), b_.u32(0), get(rmw.value())});
+      break;
+    }
   }
 }
 

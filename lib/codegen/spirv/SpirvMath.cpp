@@ -305,21 +305,21 @@ Id powOf(F &f, Id x, Id y) {
 
 } // namespace
 
-Id emitMath(SpirvBuilder &b, SpirvMathFn fn, unsigned width, std::initializer_list<Id> args) {
+Id emitMath(SpirvBuilder &b, MathFn fn, unsigned width, std::initializer_list<Id> args) {
   F f(b, width);
   Id x = *args.begin();
   switch (fn) {
-  case SpirvMathFn::Exp:
+  case MathFn::Exp:
     return expOf(f, x);
-  case SpirvMathFn::Log:
+  case MathFn::Log:
     return logOf(f, x);
-  case SpirvMathFn::Sin:
+  case MathFn::Sin:
     return sinOrCos(f, x, false);
-  case SpirvMathFn::Cos:
+  case MathFn::Cos:
     return sinOrCos(f, x, true);
-  case SpirvMathFn::Tan:
+  case MathFn::Tan:
     return tanOf(f, x);
-  case SpirvMathFn::Tanh: {
+  case MathFn::Tanh: {
     Id em1 = expm1Small(f, f.add(x, x));
     Id small = f.div(em1, f.add(em1, f.c(2)));
     Id a = f.abs(x);
@@ -327,9 +327,9 @@ Id emitMath(SpirvBuilder &b, SpirvMathFn fn, unsigned width, std::initializer_li
     Id v = f.sel(f.lt(a, f.c(0.35)), small, f.copySign(large, x));
     return f.sel(b.isNan(x), x, v);
   }
-  case SpirvMathFn::Pow:
+  case MathFn::Pow:
     return powOf(f, x, *(args.begin() + 1));
-  case SpirvMathFn::Atan2:
+  case MathFn::Atan2:
     return atan2Of(f, x, *(args.begin() + 1));
   }
   return x;
