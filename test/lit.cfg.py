@@ -41,6 +41,14 @@ for name, directory in [("qd-opt", config.qd_tools_dir),
     config.substitutions.append(
         (r"(?<![\w/.-])" + name.replace("-", r"\-") + r"(?![\w/.-])", tool(name, directory)))
 
+# The backends this build has: tests that use one say `REQUIRES: cuda-backend`,
+# `amdgpu-backend` or `vulkan-backend` (or `%if ... %{ %}` on a RUN line);
+# SPIR-V code generation comes with the Vulkan backend (`spirv`).
+for backend in config.qd_backends:
+    config.available_features.add(backend + "-backend")
+if "vulkan" in config.qd_backends:
+    config.available_features.add("spirv")
+
 # The Vulkan device the loader finds (lavapipe in CI, a GPU's driver
 # elsewhere): tests that run kernels on it say `REQUIRES: vulkan`.
 for var in ["QD_VULKAN_DEVICE", "VK_ICD_FILENAMES", "VK_DRIVER_FILES", "VK_LOADER_DEBUG"]:

@@ -40,6 +40,9 @@ public:
   int64_t lastLaunchThreads() const;
   /// Adstack heap bytes the last launch used.
   int64_t lastAdStackHeapBytes() const;
+  std::optional<AdStackHeapUsage> lastAdStackHeapUsage() const override {
+    return AdStackHeapUsage{lastAdStackHeapBytes(), lastLaunchThreads(), "GPU threads"};
+  }
   /// Times the kernels of every launch on the GPU from now on (`on`), or
   /// stops timing. CUDA records an event before the first kernel of a
   /// launch and after the last; the time between them excludes what the
