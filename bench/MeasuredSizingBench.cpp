@@ -22,10 +22,10 @@
 #include "BenchMain.h"
 #include "qd/analysis/KernelSizing.h"
 #include "qd/ir/Parser.h"
+#include "qd/runtime/AllBackends.h"
+#include "qd/runtime/BackendRegistry.h"
 #include "qd/runtime/CpuBackend.h"
-#include "qd/runtime/CudaBackend.h"
 #include "qd/runtime/Program.h"
-#include "qd/runtime/VulkanBackend.h"
 #include "qd/transforms/AutoDiff.h"
 
 #include <fmt/format.h>
@@ -112,39 +112,22 @@ int run(int argc, char **argv) {
   check(qd::buildGradientKernel(*module, *module->findKernel("k")).status());
   const qd::Kernel &grad = *module->findKernel("k_grad");
 
-  std::unique_ptr<qd::Backend> backend;
-  std::string where;
-  if (backendName == "cuda") {
-    auto cuda = qd::CudaBackend::create();
-    if (!cuda.ok()) {
-      fmt::print("qd-bench-measured: no CUDA device ({}); nothing measured\n",
-                 std::string(cuda.status().message()));
-      return 0;
-    }
-    where = (*cuda)->deviceInfo().name;
-    backend = *std::move(cuda);
-  } else if (backendName == "vulkan") {
-    auto vk = qd::VulkanBackend::create();
-    if (!vk.ok()) {
-      fmt::print("qd-bench-measured: no Vulkan device ({}); nothing measured\n",
-                 std::string(vk.status().message()));
-      return 0;
-    }
-    where = (*vk)->deviceInfo().name + " (Vulkan)";
-    backend = *std::move(vk);
-  } else if (backendName == "cpu") {
-    auto cpu = check(qd::CpuBackend::create());
-    where = fmt::format("cpu, {} threads", cpu->numThreads());
-    backend = std::move(cpu);
-  } else {
-    die("unknown backend " + backendName + " (cpu, cuda or vulkan)");
+  // Any backend of the build (qd/runtime/BackendRegistry.h); a GPU backend
+  // without its device measures nothing.
+  qd::registerAllBackends();
+  auto created = qd::createBackend(backendName);
+  if (!created.ok()) {
+    if (created.status().code() != absl::StatusCode::kFailedPrecondition)
+      die(std::string(created.status().message()));
+    fmt::print("qd-bench-measured: no {} device ({}); nothing measured\n", backendName,
+               std::string(created.status().message()));
+    return 0;
   }
+  std::unique_ptr<qd::Backend> backend = *std::move(created);
+  std::string where(backend->name());
   auto heapBytes = [&]() -> int64_t {
-    if (auto *c = dynamic_cast<qd::CpuBackend *>(backend.get()))
-      return c->lastAdStackHeapBytes();
-    if (auto *v = dynamic_cast<qd::VulkanBackend *>(backend.get()))
-      return v->lastAdStackHeapBytes();
-    return static_cast<qd::CudaBackend *>(backend.get())->lastAdStackHeapBytes();
+    std::optional<qd::AdStackHeapUsage> heap = backend->lastAdStackHeapUsage();
+    return heap ? heap->bytes : 0;
   };
 
   auto program = check(qd::Program::create(*module));

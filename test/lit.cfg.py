@@ -41,6 +41,14 @@ for name, directory in [("qd-opt", config.qd_tools_dir),
     config.substitutions.append(
         (r"(?<![\w/.-])" + name.replace("-", r"\-") + r"(?![\w/.-])", tool(name, directory)))
 
+# The backends this build has: tests that use one say `REQUIRES: cuda-backend`,
+# `amdgpu-backend` or `vulkan-backend` (or `%if ... %{ %}` on a RUN line);
+# SPIR-V code generation comes with the Vulkan backend (`spirv`).
+for backend in config.qd_backends:
+    config.available_features.add(backend + "-backend")
+if "vulkan" in config.qd_backends:
+    config.available_features.add("spirv")
+
 # The Vulkan device the loader finds (lavapipe in CI, a GPU's driver
 # elsewhere): tests that run kernels on it say `REQUIRES: vulkan`.
 for var in ["QD_VULKAN_DEVICE", "VK_ICD_FILENAMES", "VK_DRIVER_FILES", "VK_LOADER_DEBUG"]:
@@ -69,9 +77,13 @@ def vulkan_device_available():
 if vulkan_device_available():
     config.available_features.add("vulkan")
 
-# NVIDIA's assembler, where the CUDA toolkit is installed: tests that check
-# the PTX qd-translate writes say `%if ptxas %{ ... %}`.
+# NVIDIA's assembler, where the CUDA toolkit is installed (its usual place,
+# else on PATH): tests that assemble the PTX qd-translate writes say
+# `REQUIRES: ptxas` (reported UNSUPPORTED without it) or `%if ptxas %{ ... %}`.
+import shutil
 _ptxas = "/usr/local/cuda/bin/ptxas"
-if os.path.exists(_ptxas):
+if not os.path.exists(_ptxas):
+    _ptxas = shutil.which("ptxas")
+if _ptxas:
     config.available_features.add("ptxas")
     config.substitutions.append((r"(?<![\w/.-])ptxas(?![\w/.-])", _ptxas))

@@ -159,11 +159,6 @@ TEST(CudaBackendTest, ALaunchWithoutHeapRunsOneThreadPerIteration) {
   }
 }
 
-TEST(CudaBackendTest, OverflowIsAnErrorAndTheNextLaunchWorks) {
-  REQUIRE_GPU();
-  expectOverflowIsAnErrorAndTheNextLaunchWorks(*gpu());
-}
-
 TEST(CudaBackendTest, MoreThan256KiBOfAdstackPerThread) {
   REQUIRE_GPU();
   SinLoop k;

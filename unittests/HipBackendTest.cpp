@@ -184,11 +184,6 @@ TEST(HipBackendTest, BoundsThatGrowBetweenLaunchesResizeTheHeap) {
       [] { return gpu()->lastLaunchThreads(); }, [] { return gpu()->lastAdStackHeapBytes(); });
 }
 
-TEST(HipBackendTest, OverflowIsAnErrorAndTheNextLaunchWorks) {
-  REQUIRE_AMD_GPU();
-  expectOverflowIsAnErrorAndTheNextLaunchWorks(*gpu());
-}
-
 TEST(HipBackendTest, ReportsWhatItIs) {
   REQUIRE_AMD_GPU();
   EXPECT_FALSE(gpu()->deviceInfo().name.empty());

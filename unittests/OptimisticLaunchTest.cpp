@@ -17,9 +17,9 @@
 #include "qd/ir/Parser.h"
 #include "qd/ir/Printer.h"
 #include "qd/ir/Verifier.h"
+#include "qd/runtime/AllBackends.h"
+#include "qd/runtime/BackendRegistry.h"
 #include "qd/runtime/CpuBackend.h"
-#include "qd/runtime/CudaBackend.h"
-#include "qd/runtime/VulkanBackend.h"
 #include "qd/transforms/AutoDiff.h"
 
 #include "ProgramGen.h"
@@ -107,29 +107,27 @@ CpuBackend &cpu(unsigned lanes) {
   return *b;
 }
 
-/// The CUDA backend, or null (saying why once) on a machine without one.
+/// Registered backend `name` with its defaults, or null (saying why) on a
+/// machine without its device or in a build without it.
+std::unique_ptr<Backend> registered(const char *name) {
+  registerAllBackends();
+  auto b = createBackend(name);
+  if (!b.ok()) {
+    std::cout << "[" << name << "] " << b.status().message() << "\n";
+    return nullptr;
+  }
+  return *std::move(b);
+}
+
+/// The CUDA backend, or null.
 Backend *cuda() {
-  static std::unique_ptr<CudaBackend> backend = [] {
-    auto b = CudaBackend::create();
-    if (!b.ok()) {
-      std::cout << "[cuda] " << b.status().message() << "\n";
-      return std::unique_ptr<CudaBackend>();
-    }
-    return *std::move(b);
-  }();
+  static std::unique_ptr<Backend> backend = registered("cuda");
   return backend.get();
 }
 
 /// The Vulkan backend (lavapipe where that is the only device), or null.
 Backend *vulkan() {
-  static std::unique_ptr<VulkanBackend> backend = [] {
-    auto b = VulkanBackend::create();
-    if (!b.ok()) {
-      std::cout << "[vulkan] " << b.status().message() << "\n";
-      return std::unique_ptr<VulkanBackend>();
-    }
-    return *std::move(b);
-  }();
+  static std::unique_ptr<Backend> backend = registered("vulkan");
   return backend.get();
 }
 

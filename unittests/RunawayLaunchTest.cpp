@@ -13,8 +13,9 @@
 #include "qd/interp/Interpreter.h"
 #include "qd/ir/Parser.h"
 #include "qd/ir/Verifier.h"
+#include "qd/runtime/AllBackends.h"
+#include "qd/runtime/BackendRegistry.h"
 #include "qd/runtime/CpuBackend.h"
-#include "qd/runtime/CudaBackend.h"
 #include "qd/runtime/LaunchWatchdog.h"
 
 #include <fmt/format.h>
@@ -98,7 +99,8 @@ std::vector<BackendCase> &backends() {
     cpu("cpu serial", 1, 0, 1);
     cpu("cpu 2 threads", 2, 1, 1);
     cpu("cpu 8 lanes", 1, 0, 8);
-    if (auto cuda = CudaBackend::create(); cuda.ok())
+    registerAllBackends();
+    if (auto cuda = createBackend("cuda"); cuda.ok())
       v.push_back({"cuda", *std::move(cuda)});
     else
       std::cout << "[runaway] no CUDA backend: " << cuda.status().message() << "\n";

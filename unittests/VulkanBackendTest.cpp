@@ -269,11 +269,6 @@ TEST_F(VulkanBackendTest, StacksThatFitRunFromLocalTapesAndTheRestFromTheHeap) {
   expectLocalTapesWhereStacksFit(*gpu(), [] { return gpu()->lastAdStackHeapBytes(); });
 }
 
-TEST_F(VulkanBackendTest, OverflowIsAnErrorAndTheNextLaunchWorks) {
-  REQUIRE_DEVICE();
-  expectOverflowIsAnErrorAndTheNextLaunchWorks(*gpu());
-}
-
 // A heap the whole grid's stacks would overflow (one storage buffer holds
 // at most maxStorageBufferRange bytes, 128 MiB on lavapipe; here a 64 KiB
 // cap) runs the launch on fewer invocations, with the same results; only
@@ -323,56 +318,6 @@ TEST_F(VulkanBackendTest, AHeapTooLargeForOneBufferRunsOnFewerInvocations) {
   EXPECT_NEAR(out[100], ref[100], 1e-5);
   expectValidatedAndClean(**capped, "the 64 KiB heap");
   expectValidatedAndClean(**tiny, "the 1000-byte heap");
-}
-
-/// Error sites decode to the interpreter's message.
-TEST_F(VulkanBackendTest, ErrorSitesReadAsTheInterpretersErrors) {
-  REQUIRE_DEVICE();
-  auto module = *parseModule(R"(field @x : i32[8]
-field @y : f32[4]
-kernel @div(%d: i32) {
-  parallel for %i = 0 to 8 {
-    %v = load @x[%i] : i32
-    %q = div %v, %d : i32
-    store @x[%i], %q
-  }
-}
-kernel @index(%k: i32) {
-  serial {
-    %z = const 1 : i32
-    %j = add %k, %z : i32
-    %v = load @y[%j] : f32
-    store @y[%k], %v
-  }
-}
-kernel @under() {
-  serial {
-    %s = adstack.alloca f32, capacity 4
-    adstack.pop %s
-  }
-}
-)",
-                             {"errors.qd", 1});
-  auto program = *Program::create(*module);
-  Interpreter interp;
-  LaunchOptions checked;
-  checked.boundsChecked = true;
-  struct Case {
-    const char *kernel;
-    std::vector<LaunchArg> args;
-  };
-  for (const Case &c :
-       {Case{"div", {LaunchArg::i32(0)}}, Case{"index", {LaunchArg::i32(3)}}, Case{"under", {}}}) {
-    absl::Status want = program->launch(c.kernel, c.args, interp, checked);
-    absl::Status got = program->launch(c.kernel, c.args, *gpu(), checked);
-    ASSERT_FALSE(want.ok()) << c.kernel;
-    ASSERT_FALSE(got.ok()) << c.kernel;
-    EXPECT_EQ(got.code(), want.code()) << c.kernel;
-    EXPECT_EQ(got.message(), want.message()) << c.kernel;
-  }
-  // The backend stays usable.
-  std::vector<LaunchArg> two{LaunchArg::i32(2)};
-  EXPECT_TRUE(program->launch("div", two, *gpu(), checked).ok());
 }
 
 /// The repro of lavapipe's loop limit: one invocation incrementing @s[0]
@@ -529,78 +474,6 @@ kernel @lanes(%n: i32) {{
   }
 }
 
-// A parallel task on a grid of 64 invocations: 64 x 70000 iterations are
-// 70000 passes of each invocation's grid-stride loop, which lavapipe ends;
-// the error names the task and says to give it more invocations, which
-// (the default grid of 65536: 69 passes each) runs it to its end.
-// A launch with a timeout or a cancel flag runs code with stop checks
-// (SpirvOptions::stopChecks) and stops with the error naming the loop; the
-// next launch works. Where the driver ends long loops itself (lavapipe,
-// after 65535 iterations of an invocation), an endless loop is that error
-// instead, so there the launch that is stopped is a finite one too long for
-// the timeout: 2^21 invocations of 1000 iterations, seconds of work.
-TEST_F(VulkanBackendTest, ATimeoutOrACancelFlagStopsALaunchNamingTheLoop) {
-  REQUIRE_DEVICE();
-  using namespace std::chrono_literals;
-  auto module =
-      *parseModule(std::string("field @x : f32[64]\n") + kShortLoopsKernel, {"short.qd", 1});
-  auto program = *Program::create(*module);
-  const int32_t endless = gpu()->deviceInfo().endsLongLoops ? 1000 : -1;
-  auto run = [&](int32_t n, const LaunchOptions &o) {
-    LaunchArg args[] = {LaunchArg::i32(1 << 21), LaunchArg::i32(n)};
-    return program->launch("short", args, *gpu(), o);
-  };
-  auto finiteRunWorks = [&](const LaunchOptions &o) {
-    absl::Status ran = run(7, o);
-    ASSERT_TRUE(ran.ok()) << message(ran);
-    for (int i = 0; i < 64; ++i)
-      ASSERT_EQ(program->field("x")->get(i).f, 7) << "element " << i;
-  };
-
-  LaunchOptions o;
-  o.timeout = 100ms;
-  auto start = std::chrono::steady_clock::now();
-  absl::Status s = run(endless, o);
-  auto took = std::chrono::steady_clock::now() - start;
-  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s.message();
-  // Whichever loop the first invocation to see the word was in: the task
-  // (its trip count is given at launch) or the `while`.
-  EXPECT_TRUE(message(s).find("short.qd:8:5: error: the launch ran past its timeout of 100 ms "
-                              "and was stopped in this loop") == 0 ||
-              message(s).find("short.qd:4:3: error: the launch ran past its timeout of 100 ms "
-                              "and was stopped in this loop") == 0)
-      << message(s);
-  EXPECT_NE(message(s).find("(in kernel @short, task at short.qd:4:3: `"), std::string::npos)
-      << message(s);
-  EXPECT_GE(took, 100ms);
-  EXPECT_LT(took, 20s); // compiles included
-  // The same code (with stop checks) runs a finite launch to its end.
-  o.timeout = 60s;
-  finiteRunWorks(o);
-  finiteRunWorks({});
-
-  std::atomic<bool> cancel{false};
-  LaunchOptions c;
-  c.cancel = &cancel;
-  std::thread canceller([&] {
-    std::this_thread::sleep_for(50ms);
-    cancel.store(true);
-  });
-  s = run(endless, c);
-  canceller.join();
-  EXPECT_EQ(s.code(), absl::StatusCode::kCancelled) << s.message();
-  EXPECT_TRUE(message(s).find("short.qd:8:5: error: the launch was cancelled "
-                              "(LaunchOptions::cancel) while in this loop") == 0 ||
-              message(s).find("short.qd:4:3: error: the launch was cancelled "
-                              "(LaunchOptions::cancel) while in this loop") == 0)
-      << message(s);
-  // A flag that is already set stops a launch at its first checks.
-  s = run(endless, c);
-  EXPECT_EQ(s.code(), absl::StatusCode::kCancelled) << s.message();
-  cancel.store(false);
-  finiteRunWorks(c);
-}
-
 // Loops with constant bounds stop too when they can run long
 // (StopCheckPlan): on lavapipe a task of 2^31 - 1 iterations (32768 passes
 // of each of the default 65536 invocations, which lavapipe allows; its
@@ -645,6 +518,10 @@ TEST_F(VulkanBackendTest, LongLoopsWithConstantBoundsStop) {
   EXPECT_EQ(program->field("count")->get(0).i, 64 * 128 * 256);
 }
 
+// A parallel task on a grid of 64 invocations: 64 x 70000 iterations are
+// 70000 passes of each invocation's grid-stride loop, which lavapipe ends;
+// the error names the task and says to give it more invocations, which
+// (the default grid of 65536: 69 passes each) runs it to its end.
 TEST_F(VulkanBackendTest, AParallelTaskWithTooManyIterationsPerInvocationIsAnError) {
   REQUIRE_LAVAPIPE();
   auto module = *parseModule(R"(field @c : i32[64]
@@ -794,68 +671,6 @@ TEST_F(VulkanBackendTest, ALaunchWithoutHeapRunsOneInvocationPerIteration) {
     ASSERT_NEAR(local[i], ref[i % kPeriod], 1e-4) << i;
     ASSERT_EQ(local[i], fixedGrid[i]) << i;
     ASSERT_EQ(local[i], heap[i]) << i;
-  }
-}
-
-// C's truncated remainders (and quotients) for every sign, i32 and i64, by
-// a divisor from memory and by a constant. NVIDIA's driver (580) returned
-// the dividend for OpSRem by a negative divisor: qd's SPIR-V computes
-// x - (x / y) y instead.
-TEST_F(VulkanBackendTest, SignedRemaindersByNegativeDivisors) {
-  REQUIRE_DEVICE();
-  auto module = *parseModule(R"(field @a : i64[8]
-field @d : i64[8]
-field @r : i64[8]
-field @q : i64[8]
-field @rc : i64[8]
-field @a32 : i32[8]
-field @d32 : i32[8]
-field @r32 : i32[8]
-field @rc32 : i32[8]
-
-kernel @k() {
-  parallel for %i = 0 to 8 {
-    %x = load @a[%i] : i64
-    %y = load @d[%i] : i64
-    %r = rem %x, %y : i64
-    store @r[%i], %r
-    %q = div %x, %y : i64
-    store @q[%i], %q
-    %m3 = const -3 : i64
-    %rc = rem %x, %m3 : i64
-    store @rc[%i], %rc
-    %x32 = load @a32[%i] : i32
-    %y32 = load @d32[%i] : i32
-    %r32 = rem %x32, %y32 : i32
-    store @r32[%i], %r32
-    %m7 = const -7 : i32
-    %rc32 = rem %x32, %m7 : i32
-    store @rc32[%i], %rc32
-  }
-}
-)",
-                             {"rem.qd", 1});
-  auto program = *Program::create(*module);
-  const int64_t a[8] = {5154, -5154, 7, -7, 5155, INT64_MAX, INT64_MIN, 0};
-  const int64_t d[8] = {-3, -3, -3, -3, 3, -3, -1, -5};
-  const int32_t a32[8] = {5154, -5154, 7, -7, 5155, INT32_MAX, INT32_MIN, 0};
-  const int32_t d32[8] = {-3, -3, -3, -3, 3, -3, -1, -5};
-  for (int i = 0; i < 8; ++i) {
-    program->field("a")->set(i, Scalar::ofInt(ScalarType::I64, a[i]));
-    program->field("d")->set(i, Scalar::ofInt(ScalarType::I64, d[i]));
-    program->field("a32")->set(i, Scalar::ofInt(ScalarType::I32, a32[i]));
-    program->field("d32")->set(i, Scalar::ofInt(ScalarType::I32, d32[i]));
-  }
-  absl::Status s = program->launch("k", {}, *gpu());
-  ASSERT_TRUE(s.ok()) << s.message();
-  for (int i = 0; i < 8; ++i) {
-    bool wraps = d[i] == -1; // INT_MIN / -1 wraps, remainder 0
-    EXPECT_EQ(program->field("r")->get(i).i, wraps ? 0 : a[i] % d[i]) << i;
-    EXPECT_EQ(program->field("q")->get(i).i, wraps ? int64_t(0 - uint64_t(a[i])) : a[i] / d[i])
-        << i;
-    EXPECT_EQ(program->field("rc")->get(i).i, a[i] % -3) << i;
-    EXPECT_EQ(program->field("r32")->get(i).i, d32[i] == -1 ? 0 : a32[i] % d32[i]) << i;
-    EXPECT_EQ(program->field("rc32")->get(i).i, a32[i] % -7) << i;
   }
 }
 

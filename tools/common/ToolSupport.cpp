@@ -3,6 +3,7 @@
 
 #include "qd/ir/Parser.h"
 #include "qd/ir/Verifier.h"
+#include "qd/runtime/AllBackends.h"
 
 #include <fmt/format.h>
 
@@ -19,6 +20,18 @@ std::unique_ptr<Module> readModule(const std::string &path) {
   if (absl::Status v = verify(**parsed); !v.ok())
     die(std::string(v.message()));
   return *std::move(parsed);
+}
+
+std::unique_ptr<Backend> createBackendOrDie(const std::string &name,
+                                            const BackendOptions &options) {
+  registerAllBackends();
+  return orDie(createBackend(name, options));
+}
+
+std::string backendUsage() {
+  registerAllBackends();
+  return "backends (--backend=NAME) and their options (--backend-option KEY=VALUE):\n" +
+         backendHelp(2);
 }
 
 std::string onlyKernel(const Module &module) {

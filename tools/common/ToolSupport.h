@@ -4,7 +4,8 @@
 // arguments as JSON (nested arrays for fields and ndarrays, numbers or
 // booleans for scalars, "nan"/"inf"/"-inf" strings), an inputs file
 // {"fields": {...}, "args": {...}} overridden by --set/--arg values, and
-// integer options; and main's error handling: errors are thrown as Failure
+// integer options; backends by name (qd/runtime/BackendRegistry.h); and
+// main's error handling: errors are thrown as Failure
 // and printed by toolMain.
 //
 //===----------------------------------------------------------------------===//
@@ -12,6 +13,7 @@
 
 #include "Values.h"
 #include "qd/ir/Module.h"
+#include "qd/runtime/BackendRegistry.h"
 #include "qd/runtime/Buffer.h"
 
 #include <absl/status/statusor.h>
@@ -55,6 +57,16 @@ void fillBuffer(Buffer &buf, const json &j, const std::string &what);
 /// The whole of `text` as a decimal integer in [lo, hi], or a failure
 /// naming `flag`.
 int64_t integerOption(const std::string &flag, const std::string &text, int64_t lo, int64_t hi);
+
+/// Backend `name` with `options`, from the registry with every backend of
+/// this build registered (qd/runtime/AllBackends.h), or a failure saying
+/// why (an unknown name lists the backends there are).
+std::unique_ptr<Backend> createBackendOrDie(const std::string &name,
+                                            const BackendOptions &options = {});
+
+/// The --help text of --backend and --backend-option: every backend of
+/// this build with its options.
+std::string backendUsage();
 
 /// Field and argument values by name (`x`, `x.grad`).
 struct JsonInputs {

@@ -1,7 +1,8 @@
 //===- qd-check-grad.cpp - Check a kernel's derivatives -------------------===//
 //
 //   qd-check-grad kernel.qd [--kernel=NAME] [--inputs=in.json] [--set FIELD=JSON]...
-//                 [--arg NAME=JSON]... [--backend=interp|cpu|cuda|amdgpu] [--rtol=X] [--atol=X]
+//                 [--arg NAME=JSON]... [--backend=NAME] [--backend-option KEY=VALUE]...
+//                 [--list-backends] [--rtol=X] [--atol=X]
 //                 [--wrt=a,b] [--outputs=y,z] [--max-elements=N] [--seed=N]
 //                 [--fd-step=X] [--mode=both|reverse|forward]
 //                 [--grad-kernel=NAME] [--dual-kernel=NAME] [--timeout-ms=N|none]
@@ -17,9 +18,6 @@
 #include "qd/check/GradCheck.h"
 #include "qd/ir/Parser.h"
 #include "qd/ir/Verifier.h"
-#include "qd/runtime/CpuBackend.h"
-#include "qd/runtime/CudaBackend.h"
-#include "qd/runtime/HipBackend.h"
 
 #include "ToolSupport.h"
 
@@ -52,8 +50,13 @@ constexpr const char *kUsage =
     "  --set NAME=JSON      initial value of a field (fields not set start at 0)\n"
     "  --arg NAME=JSON      kernel argument: number or nested array (every argument\n"
     "                       needs one; an ndarray's value gives its shape)\n"
-    "  --backend=NAME       interp (the reference interpreter, the default), cpu,\n"
-    "                       cuda or amdgpu\n"
+    "  --backend=NAME       a backend of this build (--list-backends): interp (the\n"
+    "                       reference interpreter, the default), cpu, and where\n"
+    "                       built cuda, amdgpu and vulkan\n"
+    "  --backend-option KEY=VALUE\n"
+    "                       an option of the backend (repeatable; --list-backends\n"
+    "                       lists them), e.g. --backend-option threads=4\n"
+    "  --list-backends      print the backends of this build and their options\n"
     "  --wrt=A,B            inputs to differentiate with respect to (default: every\n"
     "                       float field and ndarray the kernel reads and every float\n"
     "                       scalar argument it uses); @x or %x when a field and an\n"
@@ -163,6 +166,7 @@ constexpr int64_t kDefaultTimeoutMs = 60000;
 
 int run(int argc, char **argv) {
   std::string file, kernel, backendName = "interp", inputsFile;
+  qd::BackendOptions backendOptions;
   std::vector<std::pair<std::string, std::string>> sets, argValues;
   bool verbose = false;
   qd::GradCheckOptions options;
@@ -180,6 +184,11 @@ int run(int argc, char **argv) {
       {"--set", [&](const std::string &v) { sets.push_back(pair("--set", v)); }},
       {"--arg", [&](const std::string &v) { argValues.push_back(pair("--arg", v)); }},
       {"--backend", [&](const std::string &v) { backendName = v; }},
+      {"--backend-option",
+       [&](const std::string &v) {
+         if (absl::Status s = backendOptions.add(v); !s.ok())
+           die("--backend-option: " + std::string(s.message()));
+       }},
       {"--rtol", [&](const std::string &v) { options.rtol = positiveOption("--rtol", v); }},
       {"--atol", [&](const std::string &v) { options.atol = positiveOption("--atol", v); }},
       {"--fd-step", [&](const std::string &v) { options.fdStep = positiveOption("--fd-step", v); }},
@@ -216,6 +225,10 @@ int run(int argc, char **argv) {
       std::cout << kUsage;
       return 0;
     }
+    if (a == "--list-backends") {
+      std::cout << backendUsage();
+      return 0;
+    }
     if (a == "--verbose") {
       verbose = true;
       continue;
@@ -247,16 +260,12 @@ int run(int argc, char **argv) {
   qd::GradCheckInputs inputs =
       checkerInputs(module, *k, readJsonInputs(inputsFile, sets, argValues), file);
 
+  // The interpreter by default: the checker's own (null) unless options
+  // were given for it.
   std::unique_ptr<qd::Backend> backend;
-  if (backendName == "cpu")
-    backend = orDie(qd::CpuBackend::create());
-  else if (backendName == "cuda")
-    backend = orDie(qd::CudaBackend::create());
-  else if (backendName == "amdgpu")
-    backend = orDie(qd::HipBackend::create());
-  else if (backendName != "interp")
-    die("unknown backend '" + backendName + "'; available backends: interp, cpu, cuda, amdgpu");
-  options.backend = backend.get(); // null: the checker's interpreter
+  if (backendName != "interp" || !backendOptions.entries().empty())
+    backend = createBackendOrDie(backendName, backendOptions);
+  options.backend = backend.get();
 
   qd::GradCheckReport report = orDie(qd::checkGradient(module, kernel, inputs, options));
   std::cout << qd::formatGradCheckReport(report, verbose);

@@ -1,7 +1,8 @@
 //===- qd-run.cpp - Run kernels from a .qd file ---------------------------===//
 //
 //   qd-run kernel.qd [--kernel=NAME]... [--script=FILE]
-//          [--backend=cpu|cuda|amdgpu|vulkan|interp] [--amdgpu-arch=gfx90a|gfx942|gfx1100]
+//          [--backend=NAME] [--backend-option KEY=VALUE]... [--list-backends]
+//          [--amdgpu-arch=gfx90a|gfx942|gfx1100]
 //          [--inputs=in.json] [--set FIELD=JSON]... [--arg [KERNEL:]NAME=JSON]...
 //          [--print=a,b.grad,...] [--no-bounds-check] [--adstack-capacity=N]
 //          [--report-adstacks] [--no-adstack-sizing] [--[no-]optimistic-adstacks]
@@ -18,7 +19,9 @@
 // strings "nan", "inf", "-inf"). A launch script (Script.h) lists launches
 // with their own arguments, values to set, values to print and expected
 // errors; each launch that prints or fails as expected prints one JSON
-// object on its own line.
+// object on its own line. Backends come from the registry
+// (qd/runtime/BackendRegistry.h); the backend flags (--vector-width,
+// --vulkan-device, ...) set its options.
 //
 //===----------------------------------------------------------------------===//
 #include "Script.h"
@@ -29,18 +32,16 @@
 #include "qd/ir/Printer.h"
 #include "qd/ir/Verifier.h"
 #include "qd/ir/Visitor.h"
-#include "qd/runtime/CpuBackend.h"
-#include "qd/runtime/CudaBackend.h"
-#include "qd/runtime/HipBackend.h"
-#include "qd/runtime/VulkanBackend.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <iostream>
 #include <map>
 #include <set>
 #include <sstream>
+#include <variant>
 
 using namespace qdrun;
 using namespace qd::tool;
@@ -64,13 +65,14 @@ constexpr const char *kUsage =
     "                         per line for each launch that prints or fails as\n"
     "                         expected, and stops at the first unexpected error\n"
     "                         or expected error that did not happen\n"
-    "  --backend=NAME         execution backend: cpu (LLVM JIT, the default), cuda (an\n"
-    "                         NVIDIA GPU through the CUDA driver), amdgpu (an AMD\n"
-    "                         GPU through HIP; untested on hardware so far), vulkan\n"
-    "                         (SPIR-V on a Vulkan device; QD_VULKAN_DEVICE picks one\n"
-    "                         by index or name) or interp (the reference\n"
-    "                         interpreter; the default with\n"
-    "                         --check-global-accesses)\n"
+    "  --backend=NAME         execution backend (the list below): cpu (the default),\n"
+    "                         or interp (the default with --check-global-accesses),\n"
+    "                         and where built cuda, amdgpu and vulkan\n"
+    "  --backend-option KEY=VALUE\n"
+    "                         an option of the backend (repeatable; listed below),\n"
+    "                         e.g. --backend-option threads=4; the flags below\n"
+    "                         that name a backend set one of them\n"
+    "  --list-backends        print the backends of this build and their options\n"
     "  --amdgpu-arch=NAME     architecture the amdgpu backend compiles for: gfx90a,\n"
     "                         gfx942 or gfx1100 (default: the GPU's own)\n"
     "  --vulkan-device=NAME   vulkan: the device, by index or a substring of its name\n"
@@ -114,7 +116,9 @@ constexpr const char *kUsage =
     "                         loop it was in (every backend)\n"
     "  --max-loop-iterations=N\n"
     "                         interp: stop a launch after N loop iterations in all\n"
-    "  --report-adstacks      print each adstack's capacity and maximum depth\n"
+    "  --report-adstacks      print each adstack's capacity, where it lived (the heap,\n"
+    "                         or a GPU thread's local tape) and its bytes per thread,\n"
+    "                         or its maximum depth on the interpreter\n"
     "  --vector-width=N       cpu: SIMD lanes of vectorised parallel tasks (a power of\n"
     "                         two up to 64; default: 32 with AVX2 or AVX-512, else\n"
     "                         8; 1: scalar code only)\n"
@@ -127,20 +131,6 @@ constexpr const char *kUsage =
     "  --light                cpu: compile every kernel with the light tier (few\n"
     "                         passes, unoptimised code generation: what very large or\n"
     "                         deeply nested kernels get, docs/performance.md)\n";
-
-/// The value named `value` among `names`, or a usage error naming `flag`
-/// and the names it accepts.
-template <typename T>
-T namedOption(const std::string &flag, const std::string &value,
-              std::initializer_list<std::pair<const char *, T>> names) {
-  std::string accepted;
-  for (const auto &[name, v] : names) {
-    if (value == name)
-      return v;
-    accepted += (accepted.empty() ? "" : ", ") + std::string(name);
-  }
-  die(flag + " expects one of " + accepted + ", got '" + value + "'");
-}
 
 /// An ndarray argument's buffers, kept by name from launch to launch.
 struct Ndarray {
@@ -180,26 +170,15 @@ void addCompanions(Ndarray &nd, const qd::Argument &param, const std::string &wh
 /// for each launch that prints or fails as expected.
 class Runner {
 public:
-  struct Backends {
-    qd::Interpreter *interp = nullptr;
-    qd::CpuBackend *cpu = nullptr;
-    qd::GpuBackend *gpu = nullptr; // cuda or amdgpu
-    qd::VulkanBackend *vulkan = nullptr;
-  };
-  Runner(qd::Program &program, Backends backends, const qd::LaunchOptions &options, bool script,
+  Runner(qd::Program &program, qd::Backend &backend, const qd::LaunchOptions &options, bool script,
          bool reportAdStacks)
-      : program_(program), backends_(backends), options_(options), script_(script),
+      : program_(program), backend_(backend), options_(options), script_(script),
         reportAdStacks_(reportAdStacks) {}
 
   void run(Launch &launch);
 
 private:
-  qd::Backend &backend() {
-    return backends_.cpu      ? static_cast<qd::Backend &>(*backends_.cpu)
-           : backends_.gpu    ? static_cast<qd::Backend &>(*backends_.gpu)
-           : backends_.vulkan ? static_cast<qd::Backend &>(*backends_.vulkan)
-                              : *backends_.interp;
-  }
+  qd::Backend &backend() { return backend_; }
   qd::Buffer &buffer(const Slot &slot) {
     return slot.ndarray ? *ndarrays_.at(slot.base)->arg.component(slot.component)
                         : *program_.field(slot.base, slot.component);
@@ -209,7 +188,7 @@ private:
   void print(const Launch &launch, const std::optional<std::string> &error);
 
   qd::Program &program_;
-  Backends backends_;
+  qd::Backend &backend_;
   const qd::LaunchOptions &options_;
   bool script_, reportAdStacks_;
   std::map<std::string, std::unique_ptr<Ndarray>> ndarrays_;
@@ -299,15 +278,26 @@ void Runner::reportAdStacks(const Launch &launch) {
   // capacity it got, and the depth it reached (interpreter) or the heap
   // the launch used (cpu, cuda, amdgpu, vulkan).
   const qd::Kernel &k = *launch.kernel;
-  auto [interp, cpu, gpu, vulkan] = backends_;
-  bool compiled = cpu || gpu || vulkan;
+  auto *interp = dynamic_cast<qd::Interpreter *>(&backend_);
+  bool compiled = !interp;
   qd::ValueNamer names(k);
+  // Where each stack lived in the launch (keyed by location: an optimistic
+  // launch ran a variant of the kernel, whose stacks are clones).
+  std::map<std::string, qd::AdStackPlacement> placed;
+  for (const qd::AdStackPlacement &p : backend_.lastAdStackPlacement())
+    placed.emplace(p.stack->loc().str(), p);
   std::vector<std::pair<std::string, std::string>> rows;
   auto row = [&](const qd::AdStackAllocaStmt *stack, int64_t cap, const std::string &more) {
+    std::string where;
+    if (auto it = placed.find(stack->loc().str()); it != placed.end())
+      where = it->second.memory == qd::AdStackPlacement::Memory::LocalTape
+                  ? fmt::format(", local tape of {} entries ({} bytes per thread)",
+                                it->second.entries, it->second.bytesPerThread)
+                  : fmt::format(", heap ({} bytes per thread)", it->second.bytesPerThread);
     rows.emplace_back(stack->loc().str(),
-                      fmt::format("kernel @{}: adstack {} ({}) at {}: capacity {}{}", k.name(),
+                      fmt::format("kernel @{}: adstack {} ({}) at {}: capacity {}{}{}", k.name(),
                                   names[stack], qd::toString(stack->elementType()),
-                                  stack->loc().str(), cap, more));
+                                  stack->loc().str(), cap, more, where));
   };
   if (compiled && !options_.sizeAdStacks) {
     // Unsized: what the launch was given (declared, or the default).
@@ -332,21 +322,13 @@ void Runner::reportAdStacks(const Launch &launch) {
   std::sort(rows.begin(), rows.end());
   for (auto &r : rows)
     report_.push_back(r.second);
-  if (cpu && !rows.empty()) // kernels without adstacks use no heap
-    report_.push_back("kernel @" + k.name() + ": adstack heap " +
-                      std::to_string(cpu->lastAdStackHeapBytes()) + " bytes (" +
-                      std::to_string(cpu->numThreads()) + " workers)");
-  // (The threads the last launch laid its heap out for: fewer than the
-  // grid where the task bounds are fixed and short.)
-  if (gpu && !rows.empty()) {
-    report_.push_back("kernel @" + k.name() + ": adstack heap " +
-                      std::to_string(gpu->lastAdStackHeapBytes()) + " bytes (" +
-                      std::to_string(gpu->lastLaunchThreads()) + " GPU threads)");
-  }
-  if (vulkan && !rows.empty())
-    report_.push_back("kernel @" + k.name() + ": adstack heap " +
-                      std::to_string(vulkan->lastAdStackHeapBytes()) + " bytes (" +
-                      std::to_string(vulkan->lastLaunchThreads()) + " invocations)");
+  // Kernels without adstacks use no heap. (The threads are those the last
+  // launch laid its heap out for: fewer than the grid where the task
+  // bounds are fixed and short.)
+  if (std::optional<qd::AdStackHeapUsage> heap = backend_.lastAdStackHeapUsage();
+      heap && !rows.empty())
+    report_.push_back(fmt::format("kernel @{}: adstack heap {} bytes ({} {})", k.name(),
+                                  heap->bytes, heap->threads, heap->threadKind));
 }
 
 void Runner::print(const Launch &launch, const std::optional<std::string> &error) {
@@ -369,228 +351,270 @@ void Runner::print(const Launch &launch, const std::optional<std::string> &error
   std::cout << record << "}" << std::endl;
 }
 
-int run(int argc, char **argv) {
-  std::string file, backendName, amdgpuArch, inputsFile, scriptFile;
-  qd::VulkanBackendOptions vulkanOptions;
-  bool vulkanOptionGiven = false;
-  // The validation layer's messages, printed as they come and counted.
-  auto validationMessages = std::make_shared<std::atomic<int64_t>>(0);
+/// A backend flag of qd-run: the registry option it sets on its backend
+/// (qd/runtime/BackendRegistry.h).
+struct BackendFlag {
+  const char *flag;
+  const char *backend;
+  const char *option;
+  const char *fixed; // the value of a flag that takes none, else null
+};
+
+constexpr BackendFlag kBackendFlags[] = {
+    {"--amdgpu-arch", "amdgpu", "arch", nullptr},
+    {"--vulkan-device", "vulkan", "device", nullptr},
+    {"--vulkan-validation", "vulkan", "validation", nullptr},
+    {"--vulkan-loop-checks", "vulkan", "loop-checks", nullptr},
+    {"--vector-width", "cpu", "vector-width", nullptr},
+    {"--threads", "cpu", "threads", nullptr},
+    {"--vector-isa", "cpu", "vector-isa", nullptr},
+    {"--no-vector-math", "cpu", "vector-math", "false"},
+    {"--light", "cpu", "light", "true"},
+};
+
+/// What the command line asks for.
+struct Config {
+  std::string file, backendName, inputsFile, scriptFile;
   std::vector<std::string> kernels, printList;
   std::vector<std::pair<std::string, std::string>> sets, argValues;
   bool printGiven = false, reportAdStacks = false;
-  qd::CpuBackendOptions cpuOptions;
   qd::LaunchOptions options;
-  options.boundsChecked = true; // a command-line run reports bad indices; --no-bounds-check
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto value = [&](const std::string &flag) -> std::optional<std::string> {
-      if (a.rfind(flag + "=", 0) == 0)
-        return a.substr(flag.size() + 1);
-      if (a == flag) {
-        if (i + 1 >= argc)
-          die(flag + " needs a value");
-        return std::string(argv[++i]);
-      }
+  /// --backend-option items, then the backend flags given (kBackendFlags)
+  /// with their values.
+  qd::BackendOptions backendOptions;
+  std::vector<std::pair<const BackendFlag *, std::string>> backendFlags;
+};
+
+/// Reads the command line's arguments one at a time.
+class ArgReader {
+public:
+  ArgReader(int argc, char **argv) : argc_(argc), argv_(argv) {}
+  bool next() { return ++i_ < argc_ ? (arg_ = argv_[i_], true) : false; }
+  const std::string &arg() const { return arg_; }
+  /// The value of `flag` (`--flag=V` or `--flag V`) if this is it.
+  std::optional<std::string> value(const std::string &flag) {
+    if (arg_.rfind(flag + "=", 0) == 0)
+      return arg_.substr(flag.size() + 1);
+    if (arg_ != flag)
       return std::nullopt;
-    };
-    auto keyValue = [&](const std::string &v, const std::string &flag) {
-      size_t eq = v.find('=');
-      if (eq == std::string::npos || eq == 0)
-        die(flag + " expects NAME=JSON, got '" + v + "'");
-      return std::pair(v.substr(0, eq), v.substr(eq + 1));
-    };
-    if (a == "-h" || a == "--help") {
-      std::cout << kUsage;
+    if (i_ + 1 >= argc_)
+      die(flag + " needs a value");
+    return std::string(argv_[++i_]);
+  }
+
+private:
+  int argc_, i_ = 0;
+  char **argv_;
+  std::string arg_;
+};
+
+std::pair<std::string, std::string> keyValue(const std::string &v, const std::string &flag) {
+  size_t eq = v.find('=');
+  if (eq == std::string::npos || eq == 0)
+    die(flag + " expects NAME=JSON, got '" + v + "'");
+  return std::pair(v.substr(0, eq), v.substr(eq + 1));
+}
+
+/// Takes the current argument if it is a backend flag (kBackendFlags).
+bool backendFlag(ArgReader &args, Config &c) {
+  for (const BackendFlag &f : kBackendFlags) {
+    if (f.fixed && args.arg() == f.flag) {
+      c.backendFlags.emplace_back(&f, f.fixed);
+      return true;
+    }
+    if (!f.fixed)
+      if (std::optional<std::string> v = args.value(f.flag)) {
+        c.backendFlags.emplace_back(&f, *v);
+        return true;
+      }
+  }
+  return false;
+}
+
+/// Takes the current argument if it is a flag without a value that sets a
+/// launch option.
+bool launchSwitch(const std::string &a, qd::LaunchOptions &o) {
+  if (a == "--bounds-check" || a == "--no-bounds-check")
+    o.boundsChecked = a == "--bounds-check";
+  else if (a == "--no-adstack-sizing")
+    o.sizeAdStacks = false;
+  else if (a == "--optimistic-adstacks" || a == "--no-optimistic-adstacks")
+    o.optimisticAdStacks = a == "--optimistic-adstacks";
+  else if (a == "--check-global-accesses")
+    o.checkGlobalAccesses = true;
+  else
+    return false;
+  return true;
+}
+
+/// Takes the current argument if it is a flag with a value that sets a
+/// launch option.
+bool launchValue(ArgReader &args, qd::LaunchOptions &o) {
+  if (auto v = args.value("--adstack-capacity")) {
+    o.defaultAdStackCapacity = integerOption("--adstack-capacity", *v, 0, INT64_MAX);
+  } else if (auto v = args.value("--timeout-ms")) {
+    // Nanoseconds in 64 bits: about 292 years.
+    o.timeout =
+        std::chrono::milliseconds(integerOption("--timeout-ms", *v, 1, INT64_MAX / 1000000));
+  } else if (auto v = args.value("--max-loop-iterations")) {
+    o.maxLoopIterations = integerOption("--max-loop-iterations", *v, 1, INT64_MAX);
+  } else {
+    return false;
+  }
+  return true;
+}
+
+/// Takes the current argument if it says what to run or print.
+bool runValue(ArgReader &args, Config &c) {
+  if (auto v = args.value("--kernel")) {
+    c.kernels.push_back(*v);
+  } else if (auto v = args.value("--script")) {
+    c.scriptFile = *v;
+  } else if (auto v = args.value("--backend")) {
+    c.backendName = *v;
+  } else if (auto v = args.value("--backend-option")) {
+    if (absl::Status s = c.backendOptions.add(*v); !s.ok())
+      die("--backend-option: " + std::string(s.message()));
+  } else if (auto v = args.value("--inputs")) {
+    c.inputsFile = *v;
+  } else if (auto v = args.value("--set")) {
+    c.sets.push_back(keyValue(*v, "--set"));
+  } else if (auto v = args.value("--arg")) {
+    c.argValues.push_back(keyValue(*v, "--arg"));
+  } else if (auto v = args.value("--print")) {
+    c.printGiven = true;
+    std::stringstream ss(*v);
+    for (std::string item; std::getline(ss, item, ',');)
+      if (!item.empty() &&
+          std::find(c.printList.begin(), c.printList.end(), item) == c.printList.end())
+        c.printList.push_back(item); // each key once
+  } else {
+    return false;
+  }
+  return true;
+}
+
+/// The command line, or the exit status of --help or --list-backends.
+std::variant<Config, int> parseArgs(int argc, char **argv) {
+  Config c;
+  c.options.boundsChecked = true; // a command-line run reports bad indices; --no-bounds-check
+  ArgReader args(argc, argv);
+  while (args.next()) {
+    const std::string &a = args.arg();
+    if (a == "-h" || a == "--help" || a == "--list-backends") {
+      std::cout << (a == "--list-backends" ? "" : std::string(kUsage) + "\n") << backendUsage();
       return 0;
     }
-    if (auto v = value("--kernel"))
-      kernels.push_back(*v);
-    else if (auto v = value("--script"))
-      scriptFile = *v;
-    else if (auto v = value("--backend"))
-      backendName = *v;
-    else if (auto v = value("--amdgpu-arch"))
-      amdgpuArch = *v;
-    else if (auto v = value("--vulkan-device")) {
-      vulkanOptions.device = *v;
-      vulkanOptionGiven = true;
-    } else if (auto v = value("--vulkan-validation")) {
-      using V = qd::VulkanBackendOptions::Validation;
-      vulkanOptions.validation = namedOption<V>(
-          "--vulkan-validation", *v,
-          {{"off", V::Off}, {"if-installed", V::IfInstalled}, {"required", V::Required}});
-      vulkanOptionGiven = true;
-    } else if (auto v = value("--vulkan-loop-checks")) {
-      using C = qd::VulkanLoopExitChecks;
-      vulkanOptions.loopExitChecks = namedOption<C>(
-          "--vulkan-loop-checks", *v, {{"auto", C::Auto}, {"on", C::On}, {"off", C::Off}});
-      vulkanOptionGiven = true;
-    } else if (auto v = value("--inputs"))
-      inputsFile = *v;
-    else if (auto v = value("--set"))
-      sets.push_back(keyValue(*v, "--set"));
-    else if (auto v = value("--arg"))
-      argValues.push_back(keyValue(*v, "--arg"));
-    else if (auto v = value("--print")) {
-      printGiven = true;
-      std::stringstream ss(*v);
-      for (std::string item; std::getline(ss, item, ',');)
-        if (!item.empty() && std::find(printList.begin(), printList.end(), item) == printList.end())
-          printList.push_back(item); // each key once
-    } else if (auto v = value("--adstack-capacity")) {
-      options.defaultAdStackCapacity = integerOption("--adstack-capacity", *v, 0, INT64_MAX);
-    } else if (auto v = value("--timeout-ms")) {
-      // Nanoseconds in 64 bits: about 292 years.
-      int64_t ms = integerOption("--timeout-ms", *v, 1, INT64_MAX / 1000000);
-      options.timeout = std::chrono::milliseconds(ms);
-    } else if (auto v = value("--max-loop-iterations")) {
-      options.maxLoopIterations = integerOption("--max-loop-iterations", *v, 1, INT64_MAX);
-    } else if (auto v = value("--vector-width")) {
-      cpuOptions.vectorWidth = static_cast<unsigned>(integerOption("--vector-width", *v, 1, 64));
-    } else if (auto v = value("--threads")) {
-      cpuOptions.threads = static_cast<unsigned>(integerOption("--threads", *v, 0, 1024));
-    } else if (auto v = value("--vector-isa")) {
-      cpuOptions.vectorIsa = *v;
-    } else if (a == "--no-vector-math")
-      cpuOptions.vectorMath = false;
-    else if (a == "--light")
-      cpuOptions.fullOptimizationLimit = 0;
-    else if (a == "--bounds-check")
-      options.boundsChecked = true;
-    else if (a == "--no-bounds-check")
-      options.boundsChecked = false;
-    else if (a == "--report-adstacks")
-      reportAdStacks = true;
-    else if (a == "--no-adstack-sizing")
-      options.sizeAdStacks = false;
-    else if (a == "--optimistic-adstacks")
-      options.optimisticAdStacks = true;
-    else if (a == "--no-optimistic-adstacks")
-      options.optimisticAdStacks = false;
-    else if (a == "--check-global-accesses")
-      options.checkGlobalAccesses = true;
+    if (runValue(args, c) || backendFlag(args, c) || launchValue(args, c.options) ||
+        launchSwitch(a, c.options))
+      continue;
+    if (a == "--report-adstacks")
+      c.reportAdStacks = true;
     else if (a.size() > 1 && a[0] == '-')
       die("unknown option '" + a + "' (see --help)");
-    else if (file.empty())
-      file = a;
+    else if (c.file.empty())
+      c.file = a;
     else
-      die("more than one input file given ('" + file + "' and '" + a + "')");
+      die("more than one input file given ('" + c.file + "' and '" + a + "')");
   }
-  if (file.empty())
+  return c;
+}
+
+/// Checks the options against each other, chooses the default backend and
+/// gives it the options of its flags.
+void checkConfig(Config &c) {
+  if (c.file.empty())
     die("no input file (see --help)");
-  bool script = !scriptFile.empty();
-  if (script && !kernels.empty())
+  bool script = !c.scriptFile.empty();
+  if (script && !c.kernels.empty())
     die("--kernel does not go with --script: the script names the kernel of each launch");
-  if (script && printGiven)
+  if (script && c.printGiven)
     die("--print does not go with --script: list what to print in a launch's \"print\"");
-  if (backendName.empty()) // the exact access check is the interpreter's
-    backendName = options.checkGlobalAccesses ? "interp" : "cpu";
-  if (backendName != "interp" && backendName != "cpu" && backendName != "cuda" &&
-      backendName != "amdgpu" && backendName != "vulkan")
-    die("unknown backend '" + backendName +
-        "'; available backends: interp, cpu, cuda, amdgpu, vulkan");
-  if (vulkanOptionGiven && backendName != "vulkan")
-    die("the --vulkan-* options need --backend=vulkan");
-  if (!amdgpuArch.empty()) {
-    if (backendName != "amdgpu")
-      die("--amdgpu-arch goes with --backend=amdgpu");
-    if (auto known = qd::findAmdgpuArch(amdgpuArch); !known.ok())
-      die(std::string(known.status().message()));
+  if (c.backendName.empty()) // the exact access check is the interpreter's
+    c.backendName = c.options.checkGlobalAccesses ? "interp" : "cpu";
+  for (const auto &[flag, value] : c.backendFlags) {
+    if (flag->backend == c.backendName)
+      c.backendOptions.set(flag->option, value);
+    else if (std::string_view(flag->backend) == "vulkan")
+      die("the --vulkan-* options need --backend=vulkan");
+    else if (std::string_view(flag->backend) == "amdgpu")
+      die(std::string(flag->flag) + " goes with --backend=amdgpu");
+    // The cpu flags do nothing on another backend (scripts pass them to
+    // every backend alike).
   }
+}
 
-  auto parsed = qd::parseModule(readFile(file), {file, 1});
-  if (!parsed.ok())
-    die(std::string(parsed.status().message()));
-  qd::Module &module = **parsed;
-  if (absl::Status v = qd::verify(module); !v.ok())
-    die(std::string(v.message()));
-
-  // The launches: a script's, or one per --kernel with the output after
-  // the last.
+/// The launches: a script's, or one per --kernel with the output after the
+/// last.
+std::vector<LaunchSpec> launchSpecs(Config &c, const qd::Module &module) {
+  if (!c.scriptFile.empty())
+    return readScript(c.scriptFile);
+  if (c.kernels.empty()) {
+    if (module.kernels().size() != 1)
+      die("the module has " + std::to_string(module.kernels().size()) +
+          " kernels; choose with --kernel=NAME");
+    c.kernels.push_back(module.kernels()[0]->name());
+  }
   std::vector<LaunchSpec> specs;
-  if (script) {
-    specs = readScript(scriptFile);
-  } else {
-    if (kernels.empty()) {
-      if (module.kernels().size() != 1)
-        die("the module has " + std::to_string(module.kernels().size()) +
-            " kernels; choose with --kernel=NAME");
-      kernels.push_back(module.kernels()[0]->name());
-    }
-    for (size_t i = 0; i < kernels.size(); ++i) {
-      LaunchSpec spec;
-      spec.index = static_cast<int>(i);
-      spec.kernel = kernels[i];
-      specs.push_back(std::move(spec));
-    }
-    specs.back().prints = true;
-    specs.back().printAll = !printGiven;
-    specs.back().print = printList;
+  for (size_t i = 0; i < c.kernels.size(); ++i) {
+    LaunchSpec spec;
+    spec.index = static_cast<int>(i);
+    spec.kernel = c.kernels[i];
+    specs.push_back(std::move(spec));
   }
+  specs.back().prints = true;
+  specs.back().printAll = !c.printGiven;
+  specs.back().print = c.printList;
+  return specs;
+}
 
-  auto program = qd::Program::create(module);
-  if (!program.ok())
-    die(std::string(program.status().message()));
-
-  // Gather inputs: the file first, then command-line values override.
+/// The launches with their inputs: the inputs file first, then the
+/// command line's values override it.
+std::vector<Launch> planFromConfig(const Config &c, const std::vector<LaunchSpec> &specs,
+                                   qd::Program &program) {
   json fieldInputs = json::object();
   ArgDefaults argInputs;
-  if (!inputsFile.empty()) {
-    JsonInputs file = readInputsFile(inputsFile);
+  if (!c.inputsFile.empty()) {
+    JsonInputs file = readInputsFile(c.inputsFile);
     for (auto &[name, v] : file.fields)
       fieldInputs[name] = v;
     for (auto &[name, v] : file.args) {
-      auto [kernel, arg] = parseArgKey(name, "\"args\" in '" + inputsFile + "'");
+      auto [kernel, arg] = parseArgKey(name, "\"args\" in '" + c.inputsFile + "'");
       argInputs[kernel][arg] = v;
     }
   }
-  for (auto &[name, text] : sets)
+  for (auto &[name, text] : c.sets)
     fieldInputs[name] = parseJson(text, "--set " + name);
-  for (auto &[key, text] : argValues) {
+  for (auto &[key, text] : c.argValues) {
     auto [kernel, arg] = parseArgKey(key, "--arg");
     argInputs[kernel][arg] = parseJson(text, "--arg " + key);
   }
-  std::vector<Launch> launches = planLaunches(specs, fieldInputs, argInputs, **program, file);
+  return planLaunches(specs, fieldInputs, argInputs, program, c.file);
+}
 
-  qd::Interpreter interp;
-  std::unique_ptr<qd::CpuBackend> cpu;
-  if (backendName == "cpu") {
-    auto created = qd::CpuBackend::create(cpuOptions);
-    if (!created.ok())
-      die(std::string(created.status().message()));
-    cpu = *std::move(created);
-  }
-  std::unique_ptr<qd::GpuBackend> gpu;
-  if (backendName == "cuda") {
-    auto created = qd::CudaBackend::create();
-    if (!created.ok())
-      die(std::string(created.status().message()));
-    gpu = *std::move(created);
-  }
-  if (backendName == "amdgpu") {
-    qd::HipBackendOptions hip;
-    hip.arch = amdgpuArch;
-    auto created = qd::HipBackend::create(hip);
-    if (!created.ok())
-      die(std::string(created.status().message()));
-    gpu = *std::move(created);
-  }
-  std::unique_ptr<qd::VulkanBackend> vulkan;
-  if (backendName == "vulkan") {
-    vulkanOptions.onValidationMessage = [validationMessages](const std::string &m) {
-      ++*validationMessages;
-      std::cerr << "qd-run: vulkan validation: " << m << "\n";
-    };
-    auto created = qd::VulkanBackend::create(vulkanOptions);
-    if (!created.ok())
-      die(std::string(created.status().message()));
-    vulkan = *std::move(created);
-  }
-  Runner runner(**program, {&interp, cpu.get(), gpu.get(), vulkan.get()}, options, script,
-                reportAdStacks);
+int run(int argc, char **argv) {
+  std::variant<Config, int> parsed = parseArgs(argc, argv);
+  if (const int *exitCode = std::get_if<int>(&parsed))
+    return *exitCode;
+  Config &c = std::get<Config>(parsed);
+  checkConfig(c);
+  std::unique_ptr<qd::Module> module = readModule(c.file);
+  std::vector<LaunchSpec> specs = launchSpecs(c, *module);
+  std::unique_ptr<qd::Program> program = orDie(qd::Program::create(*module));
+  std::vector<Launch> launches = planFromConfig(c, specs, *program);
+
+  // Diagnostics the backend reports while it runs (the Vulkan validation
+  // layer's messages): printed as they come, and counted.
+  auto diagnostics = std::make_shared<std::atomic<int64_t>>(0);
+  c.backendOptions.onDiagnostic = [diagnostics, name = c.backendName](const std::string &m) {
+    ++*diagnostics;
+    std::cerr << "qd-run: " << name << " validation: " << m << "\n";
+  };
+  std::unique_ptr<qd::Backend> backend = createBackendOrDie(c.backendName, c.backendOptions);
+  Runner runner(*program, *backend, c.options, !c.scriptFile.empty(), c.reportAdStacks);
   for (Launch &launch : launches)
     runner.run(launch);
-  if (int64_t n = *validationMessages; n > 0)
+  if (int64_t n = *diagnostics; n > 0)
     die("the Vulkan validation layer reported " + std::to_string(n) +
         " message(s) (above); the launches' results were printed");
   return 0;

@@ -29,7 +29,9 @@
 #include "qd/codegen/llvm/KernelCodegen.h"
 #include "qd/codegen/llvm/Optimize.h"
 #include "qd/codegen/llvm/Ptx.h"
+#if QD_HAVE_SPIRV
 #include "qd/codegen/spirv/SpirvCodegen.h"
+#endif
 #include "qd/ir/Parser.h"
 #include "qd/ir/Verifier.h"
 #include "qd/ir/Visitor.h"
@@ -244,12 +246,19 @@ std::string extensionOf(const Options &opts) {
   return "ll";
 }
 
+/// Why --target=spirv fails in a build without SPIR-V code generation.
+[[maybe_unused]] constexpr const char *kNoSpirv =
+    "--target=spirv: this qd was built without SPIR-V code generation "
+    "(-DQD_ENABLE_VULKAN=OFF); reconfigure with -DQD_ENABLE_VULKAN=ON";
+
 /// Checks the options against each other; an error message, or "".
 std::string checkOptions(Options &opts) {
   bool amdgpuOutput = opts.emit == "amdgcn" || opts.emit == "hsaco";
   if (!opts.targetGiven && (opts.emit == "ptx" || amdgpuOutput))
     opts.target = opts.emit == "ptx" ? "nvptx" : "amdgpu";
   bool spirv = opts.target == "spirv";
+  if (spirv && !QD_HAVE_SPIRV)
+    return kNoSpirv;
   if (spirv && opts.emit != "llvm")
     return "--emit=" + opts.emit + " does not go with --target=spirv (spirv prints SPIR-V)";
   if (!spirv && (opts.atomicFloatAdd || opts.checkLoopExits))
@@ -309,6 +318,10 @@ std::unique_ptr<qd::Module> loadModule(const Options &opts, const std::string &f
 /// The SPIR-V disassembly of each kernel; an error message, or "".
 std::string emitSpirvOutputs(const Options &opts, const std::vector<const qd::Kernel *> &kernels,
                              Outputs &out) {
+#if !QD_HAVE_SPIRV
+  (void)opts, (void)kernels, (void)out;
+  return kNoSpirv; // checkOptions refuses --target=spirv first
+#else
   qd::SpirvOptions options;
   options.boundsChecked = opts.boundsCheck;
   options.optimize = opts.optimize;
@@ -330,6 +343,7 @@ std::string emitSpirvOutputs(const Options &opts, const std::vector<const qd::Ke
     out.push_back({kernel->name(), "; kernel @" + kernel->name() + "\n" + *text});
   }
   return "";
+#endif
 }
 
 /// The LLVM IR, PTX, AMDGPU assembly or code object of each kernel; an

@@ -48,4 +48,9 @@ private:
   std::unordered_map<const AdStackAllocaStmt *, int64_t> capacities_;
 };
 
+/// Registers the interpreter as the backend `interp`
+/// (qd/runtime/BackendRegistry.h; it takes no options). AlreadyExists when
+/// it is registered.
+absl::Status registerInterpreterBackend();
+
 } // namespace qd

@@ -99,6 +99,10 @@ public:
   /// (docs/performance.md, "Measured sizing").
   bool optimisticAdStacks() const override { return true; }
 
+  std::optional<AdStackHeapUsage> lastAdStackHeapUsage() const override {
+    return AdStackHeapUsage{lastAdStackHeapBytes(), numThreads(), "workers"};
+  }
+
   unsigned numThreads() const;
   unsigned vectorWidth() const;
   /// Whether vectorised tasks call libmvec (see CpuBackendOptions).
@@ -139,5 +143,9 @@ private:
   explicit CpuBackend(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
+
+/// Registers the CPU backend as `cpu` (qd/runtime/BackendRegistry.h; its
+/// options set CpuBackendOptions). AlreadyExists when it is registered.
+absl::Status registerCpuBackend();
 
 } // namespace qd

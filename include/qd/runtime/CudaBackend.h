@@ -100,4 +100,8 @@ private:
   Impl &impl() const;
 };
 
+/// Registers the backend as `cuda` (qd/runtime/BackendRegistry.h; its
+/// options set CudaBackendOptions). AlreadyExists when it is registered.
+absl::Status registerCudaBackend();
+
 } // namespace qd

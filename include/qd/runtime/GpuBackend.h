@@ -36,6 +36,9 @@ public:
   /// iterations or a local-tape launch under
   /// CudaBackendOptions::localTapeBytesPerSm).
   absl::StatusOr<int64_t> gridThreads(const Kernel &kernel, bool boundsChecked = false);
+  std::optional<AdStackHeapUsage> lastAdStackHeapUsage() const override {
+    return AdStackHeapUsage{lastAdStackHeapBytes(), lastLaunchThreads(), "GPU threads"};
+  }
   /// Launches whose launch block (context, buffer addresses, shapes, heap
   /// layout, error record) the device held already, so it was not copied.
   int64_t skippedLaunchUploads() const;

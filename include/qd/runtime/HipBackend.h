@@ -74,4 +74,8 @@ private:
   Impl &impl() const;
 };
 
+/// Registers the backend as `amdgpu` (qd/runtime/BackendRegistry.h; its
+/// options set HipBackendOptions). AlreadyExists when it is registered.
+absl::Status registerHipBackend();
+
 } // namespace qd

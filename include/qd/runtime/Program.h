@@ -158,6 +158,29 @@ struct AdStackPlacement {
   int64_t threads = 0;
 };
 
+/// What a backend's device runs: every kernel, unless a backend says a
+/// device lacks a type or an operation (a Vulkan device without
+/// shaderInt64, say), where launching a kernel that needs it fails with
+/// FailedPrecondition naming the feature.
+struct BackendCapabilities {
+  bool int64 = true;        ///< i64 values
+  bool float64 = true;      ///< f64 values
+  bool int64Atomics = true; ///< atomics on i64 elements
+  /// Loops of any length; false where the driver ends an invocation's
+  /// loops after a number of iterations (lavapipe), which a launch then
+  /// reports as an error naming the loop.
+  bool longLoops = true;
+};
+
+/// The adstack heap a backend's last launch used, for reports.
+struct AdStackHeapUsage {
+  int64_t bytes = 0;
+  /// The threads it was laid out for, and what they are ("workers", "GPU
+  /// threads", "invocations").
+  int64_t threads = 0;
+  std::string_view threadKind;
+};
+
 /// A way of executing kernels (the interpreter, the CPU JIT, ...).
 class Backend {
 public:
@@ -179,6 +202,11 @@ public:
   /// code's stacks (empty for a backend without a memory layout, the
   /// interpreter, or before a launch). Read it while no launch runs.
   virtual std::vector<AdStackPlacement> lastAdStackPlacement() const { return {}; }
+  /// What the device runs (BackendCapabilities: everything by default).
+  virtual BackendCapabilities capabilities() const { return {}; }
+  /// The adstack heap of the last launch; nullopt for a backend without
+  /// one (the interpreter keeps each stack apart).
+  virtual std::optional<AdStackHeapUsage> lastAdStackHeapUsage() const { return std::nullopt; }
 };
 
 /// A module instantiated in memory: zero-initialised storage for every field

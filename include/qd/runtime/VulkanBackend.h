@@ -172,6 +172,15 @@ public:
   /// lavapipe, and it refines upper bounds).
   bool optimisticAdStacks() const override { return true; }
 
+  /// The device's SPIR-V features (VulkanDeviceInfo::features).
+  BackendCapabilities capabilities() const override {
+    const SpirvFeatures &f = deviceInfo().features;
+    return {f.int64, f.float64, f.int64Atomics, !deviceInfo().endsLongLoops};
+  }
+  std::optional<AdStackHeapUsage> lastAdStackHeapUsage() const override {
+    return AdStackHeapUsage{lastAdStackHeapBytes(), lastLaunchThreads(), "invocations"};
+  }
+
   const VulkanDeviceInfo &deviceInfo() const;
   /// The SPIR-V of a kernel as the backend runs it (compiles it if needed).
   absl::StatusOr<const SpirvKernel *> spirv(const Kernel &kernel, bool boundsChecked = false);
@@ -204,5 +213,11 @@ private:
   explicit VulkanBackend(std::unique_ptr<Impl> impl);
   Impl &impl_;
 };
+
+/// Registers the Vulkan backend as `vulkan` (qd/runtime/BackendRegistry.h;
+/// its options set VulkanBackendOptions, and BackendOptions::onDiagnostic
+/// receives the validation layer's messages). AlreadyExists when it is
+/// registered.
+absl::Status registerVulkanBackend();
 
 } // namespace qd

@@ -1,0 +1,37 @@
+//===- CudaRegistration.cpp - The CUDA backend in the backend registry ----===//
+#include "qd/runtime/BackendRegistry.h"
+#include "qd/runtime/CudaBackend.h"
+
+namespace qd {
+
+absl::Status registerCudaBackend() {
+  BackendInfo info;
+  info.name = "cuda";
+  info.summary = "an NVIDIA GPU through the CUDA driver (PTX from LLVM's NVPTX target)";
+  info.options = {
+      {"device", "N", "the CUDA device ordinal (default 0)"},
+      {"arch", "sm_N", "the PTX architecture (default: the device's own)"},
+      {"block-size", "1..1024", "threads per block of parallel tasks (default 128)"},
+      {"max-threads", "N", "upper bound of the grid's threads (0: from the occupancy)"},
+      {"max-registers", "N", "registers per thread the JIT may use (0: its choice)"},
+      {"local-tape-bytes", "N", "adstacks up to N bytes per thread in local memory (0: heap)"},
+      {"local-tape-bytes-per-sm", "N", "local tapes resident per multiprocessor (0: no cap)"},
+  };
+  info.create = [](const BackendOptions &given) -> absl::StatusOr<std::unique_ptr<Backend>> {
+    CudaBackendOptions o;
+    BackendOptionReader read("cuda", given);
+    read.integer("device", o.device, 0, INT32_MAX);
+    read.string("arch", o.arch);
+    read.integer("block-size", o.blockSize, 1, 1024);
+    read.integer("max-threads", o.maxThreads, 0);
+    read.integer("max-registers", o.maxRegisters, 0, 255);
+    read.integer("local-tape-bytes", o.localTapeBytes, 0);
+    read.integer("local-tape-bytes-per-sm", o.localTapeBytesPerSm, 0);
+    if (!read.status().ok())
+      return read.status();
+    return CudaBackend::create(o);
+  };
+  return registerBackend(std::move(info));
+}
+
+} // namespace qd
