@@ -38,6 +38,14 @@ inline std::vector<std::string> splitList(std::string_view s) {
   return out;
 }
 
+/// The value of option argv[i], which is argv[i + 1] (`i` moves onto it);
+/// dies when the command line ends first.
+inline std::string optionValue(int argc, char **argv, int &i) {
+  if (i + 1 >= argc)
+    die("missing value after " + std::string(argv[i]));
+  return argv[++i];
+}
+
 /// Runs `body(argc, argv)`; a `die` anywhere below prints `tool: error: msg`
 /// and gives exit status 1.
 template <typename Body> int benchMain(const char *tool, int argc, char **argv, Body body) {

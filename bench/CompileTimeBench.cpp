@@ -66,6 +66,7 @@
 namespace {
 
 using qdbench::die;
+using qdbench::optionValue;
 using Clock = std::chrono::steady_clock;
 
 double since(Clock::time_point t) {
@@ -366,11 +367,7 @@ int run(int argc, char **argv) {
   std::string only = "statements,nesting,carried,chain,mpm";
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    auto next = [&] {
-      if (i + 1 >= argc)
-        die("missing value after " + a);
-      return std::atoi(argv[++i]);
-    };
+    auto next = [&] { return std::atoi(optionValue(argc, argv, i).c_str()); };
     if (a == "--max-statements")
       maxStatements = next();
     else if (a == "--max-compile")

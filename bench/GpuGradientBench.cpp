@@ -73,6 +73,8 @@
 //
 //===----------------------------------------------------------------------===//
 #include "BenchMain.h"
+#include "GpuBenchOptions.h"
+#include "GpuPeers.h"
 #include "GradientKernels.h"
 #include "GradientReference.h"
 #include "GradientWorkloads.h"
@@ -84,25 +86,21 @@
 #include "qd/transforms/AutoDiff.h"
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <bit>
 #include <chrono>
 #include <cmath>
 #include <cstring>
-#include <fstream>
 #include <functional>
 #include <map>
 #include <memory>
 #include <optional>
 #include <set>
 #include <string>
-#include <tuple>
 #include <vector>
 
 using namespace qdbench;
-using json = nlohmann::json;
 
 namespace {
 
@@ -156,97 +154,7 @@ double relErr(double a, double ref, double floor) {
   return std::isnan(e) ? INFINITY : e;
 }
 
-//===--- peers --------------------------------------------------------------===//
-
-const std::vector<std::string> kPeerImpls = {"local_tape", "global_tape", "jax", "torch_eager",
-                                             "torch_compile"};
-
-struct PeerRow {
-  double medianMs = 0, minMs = 0;
-  std::optional<double> gradSum, compileS;
-  std::string note;
-};
-
-struct Peers {
-  std::map<std::tuple<std::string, int64_t, std::string>, PeerRow> rows;
-  std::map<std::string, std::string> unavailable; // impl -> reason
-  std::vector<std::string> info;                  // lines printed above the table
-
-  const PeerRow *find(const std::string &key, int64_t n, const std::string &impl) const {
-    auto it = rows.find({key, n, impl});
-    return it == rows.end() ? nullptr : &it->second;
-  }
-};
-
-void addPeerObject(Peers &peers, const json &o, const std::string &file) {
-  if (!o.is_object())
-    return;
-  std::string source = o.value("source", file);
-  if (o.contains("available") && !o.value("available", true)) {
-    std::string reason = o.value("reason", std::string("not available"));
-    if (o.contains("impls") && o["impls"].is_array())
-      for (const auto &i : o["impls"])
-        if (i.is_string())
-          peers.unavailable.emplace(i.get<std::string>(), reason);
-    peers.info.push_back(fmt::format("{}: not available: {}", source, reason));
-    return;
-  }
-  if (o.contains("info") && o["info"].is_string())
-    peers.info.push_back(fmt::format("{}: {}", source, o["info"].get<std::string>()));
-  if (o.contains("status") && o["status"].is_object())
-    for (const auto &[impl, st] : o["status"].items())
-      if (st.is_object() && !st.value("available", true))
-        peers.unavailable.emplace(impl, st.value("reason", std::string("not available")));
-  if (!o.contains("rows") || !o["rows"].is_array())
-    return;
-  for (const json &r : o["rows"]) {
-    if (!r.is_object() || !r.contains("workload") || !r.contains("n") || !r.contains("impl") ||
-        !r.contains("ms_median"))
-      continue;
-    PeerRow row;
-    row.medianMs = r["ms_median"].get<double>();
-    row.minMs = r.value("ms_min", row.medianMs);
-    if (r.contains("grad_sum") && r["grad_sum"].is_number())
-      row.gradSum = r["grad_sum"].get<double>();
-    if (r.contains("compile_s") && r["compile_s"].is_number())
-      row.compileS = r["compile_s"].get<double>();
-    row.note = r.value("note", std::string());
-    peers.rows[{r["workload"].get<std::string>(), r["n"].get<int64_t>(),
-                r["impl"].get<std::string>()}] = row;
-  }
-}
-
-void loadPeers(Peers &peers, const std::string &file) {
-  std::ifstream in(file);
-  json j = in ? json::parse(in, nullptr, false) : json(nullptr);
-  if (!in || j.is_discarded()) {
-    peers.info.push_back(fmt::format("{}: unreadable (missing or not JSON)", file));
-    return;
-  }
-  if (j.is_array())
-    for (const json &o : j)
-      addPeerObject(peers, o, file);
-  else
-    addPeerObject(peers, j, file);
-}
-
 //===--- qd backends --------------------------------------------------------===//
-
-struct Options {
-  int reps = 20, warmup = 3, device = 0;
-  int64_t maxN = 0, timeoutMs = 0;
-  std::string only = "a,b,c";
-  /// The kernel shapes (GradientKernels.h); the first is the others' baseline.
-  std::vector<KernelShape> shapes = {KernelShape::Fields, KernelShape::Ndarray};
-  /// In table order; the first that runs is the one the others are compared with.
-  std::vector<std::string> backends = {"cuda", "vulkan"};
-  bool backendsGiven = false; // --backends: a Vulkan CPU device runs too
-  unsigned blockSize = qd::CudaBackendOptions().blockSize, maxRegisters = 0;
-  std::string vulkanDevice;           // empty: QD_VULKAN_DEVICE, else the backend's choice
-  std::vector<int64_t> vulkanThreads; // one Vulkan row each; empty: by the device
-  unsigned vulkanWorkgroup = qd::VulkanBackendOptions().workgroupSize;
-  std::vector<std::string> peerFiles;
-};
 
 /// The Vulkan grid on a GPU: about one full wave of an H100 (132 SMs x 2048
 /// resident invocations = 270336), where the backend's default (65536)
@@ -584,94 +492,18 @@ std::string fmtMs(double v) {
   return fmt::format("{:.1f}", v);
 }
 
-const char *kUsage =
-    "usage: qd-bench-gpu [--reps N] [--warmup N] [--only a,b,c] [--shapes fields,ndarray] "
-    "[--peers FILE]... [--max-n N] "
-    "[--backends cuda,vulkan,cpu] [--device N] [--block-size N] [--max-registers N] "
-    "[--vulkan-device NAME] [--vulkan-threads N[,N...]] [--vulkan-workgroup N] [--timeout-ms N]";
-
-Options parseOptions(int argc, char **argv) {
-  Options o;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= argc)
-        die("missing value after " + a);
-      return argv[++i];
-    };
-    if (a == "--reps") {
-      o.reps = std::max(1, std::stoi(next()));
-    } else if (a == "--warmup") {
-      o.warmup = std::max(0, std::stoi(next()));
-    } else if (a == "--only") {
-      o.only = next();
-    } else if (a == "--shapes") {
-      o.shapes = parseShapes(next());
-      if (o.shapes.empty())
-        die("--shapes takes at least one of fields, ndarray, ndarray-n");
-    } else if (a == "--peers") {
-      o.peerFiles.push_back(next());
-    } else if (a == "--device") {
-      o.device = std::stoi(next());
-    } else if (a == "--max-n") {
-      o.maxN = std::stoll(next());
-    } else if (a == "--backends" || a == "--backend") {
-      o.backends = splitList(next());
-      o.backendsGiven = true;
-    } else if (a == "--block-size") {
-      o.blockSize = unsigned(std::stoul(next()));
-    } else if (a == "--max-registers") {
-      o.maxRegisters = unsigned(std::stoul(next()));
-    } else if (a == "--vulkan-device") {
-      o.vulkanDevice = next();
-    } else if (a == "--vulkan-threads") {
-      o.vulkanThreads.clear();
-      for (const std::string &t : splitList(next()))
-        o.vulkanThreads.push_back(std::max<int64_t>(1, std::stoll(t)));
-    } else if (a == "--vulkan-workgroup") {
-      o.vulkanWorkgroup = unsigned(std::stoul(next()));
-    } else if (a == "--timeout-ms") {
-      o.timeoutMs = std::stoll(next());
-    } else {
-      die(kUsage);
-    }
-  }
-  std::set<std::string> seen;
-  for (const std::string &b : o.backends)
-    if ((b != "cuda" && b != "vulkan" && b != "cpu") || !seen.insert(b).second)
-      die("--backends: a list of cuda, vulkan and cpu, each at most once");
-  if (o.backends.empty())
-    die("--backends: a list of cuda, vulkan and cpu, each at most once");
-  return o;
+/// Why no target runs: each unavailable one's reason.
+std::string whyNoTarget(const std::vector<Target> &targets) {
+  std::string why;
+  for (const Target &t : targets) // the backends' messages begin with their names
+    why +=
+        fmt::format("{}{}{}", why.empty() ? "" : "; ",
+                    t.unavailable.starts_with(t.kind + ":") ? "" : t.label + ": ", t.unavailable);
+  return why;
 }
 
-} // namespace
-
-static int runBench(int argc, char **argv) {
-  const Options o = parseOptions(argc, argv);
-  std::vector<Target> targets = makeTargets(o);
-  std::vector<size_t> running; // indices of the targets that run
-  for (size_t t = 0; t < targets.size(); ++t)
-    if (targets[t].backend)
-      running.push_back(t);
-  if (running.empty()) {
-    std::string why;
-    for (const Target &t : targets) // the backends' messages begin with their names
-      why +=
-          fmt::format("{}{}{}", why.empty() ? "" : "; ",
-                      t.unavailable.starts_with(t.kind + ":") ? "" : t.label + ": ", t.unavailable);
-    fmt::print("qd-bench-gpu: no GPU to run on: {}\n"
-               "qd-bench-gpu: nothing measured (run it on a machine with an NVIDIA GPU and its "
-               "driver; see bench/run-gpu.sh)\n",
-               why);
-    return 0;
-  }
-  const Target &base = targets[running.front()]; // the others' qd/<base> ratio
-
-  Peers peers;
-  for (const auto &f : o.peerFiles)
-    loadPeers(peers, f);
-
+/// The cases --only and --shapes select, each size capped by --max-n.
+std::vector<Case> makeCases(const Options &o) {
   std::vector<Case> cases;
   for (Case c : {Case{"a", int64_t(1) << 20}, Case{"a", int64_t(1) << 24},
                  Case{"b", int64_t(1) << 22}, Case{"c", int64_t(1) << 20}}) {
@@ -685,16 +517,11 @@ static int runBench(int argc, char **argv) {
         cases.push_back(c);
     }
   }
+  return cases;
+}
 
-  double start = nowMs();
-  for (const Target &t : targets)
-    if (t.backend)
-      fmt::print("qd-bench-gpu: {}: {}\n", t.label, t.machine);
-    else
-      fmt::print("qd-bench-gpu: {}: n/a ({})\n", t.label, t.unavailable);
-  fmt::print("  gradient of y (out) with adjoint 1 into zeroed input adjoints; median (min) of "
-             "{} Program::launch calls after {} warm-up, wall-clock ms\n",
-             o.reps, o.warmup);
+/// Prints the sizes of the cases, once per workload and size.
+void printSizes(const std::vector<Case> &cases) {
   std::string sizes;
   for (size_t i = 0; i < cases.size(); ++i) {
     const Case &c = cases[i];
@@ -704,6 +531,11 @@ static int runBench(int argc, char **argv) {
                          sizeName(c.n), c.n, c.key == "c" ? " chains" : "");
   }
   fmt::print("  sizes: {}\n", sizes);
+}
+
+/// Measures and prints each running target's launch overhead (into a field
+/// and into an ndarray); returns the medians for the last line.
+std::string measureOverheads(std::vector<Target> &targets, const std::vector<size_t> &running) {
   std::string overheads, overheadMedians;
   for (size_t t : running)
     for (bool nd : {false, true}) {
@@ -719,24 +551,100 @@ static int runBench(int argc, char **argv) {
   fmt::print("  launch overhead: trivial kernel storing 1 element (into a field; into an ndarray "
              "argument), median per Program::launch over 200 launches: {}\n",
              overheads);
-  for (const auto &l : peers.info)
-    fmt::print("  peers: {}\n", l);
+  return overheadMedians;
+}
 
-  std::map<std::string, Reference> refs;
-  std::vector<QdRow> rows;
-  for (const Case &c : cases) {
-    if (!refs.count(c.key))
-      refs.emplace(c.key, reference(c.key));
-    for (size_t t : running) {
-      fmt::print(stderr, "qd-bench-gpu: {} N = {} on {} ...\n", title(c), sizeName(c.n),
-                 targets[t].label);
-      rows.push_back(runCase(c, t, targets[t], refs.at(c.key), o.warmup, o.reps));
+/// What the table prints below itself: notes on the peers' results, and
+/// the targets each row is judged against.
+struct TableNotes {
+  std::vector<std::string> notes, goals;
+  std::set<std::string> peerNotes;
+};
+
+/// The peers' cells of a row (kPeerImpls order); a case's first row notes
+/// a peer's wrong gradient sum and its compile time.
+std::vector<std::string> peerCells(const QdRow &r, const Peers &peers, bool firstOfCase,
+                                   TableNotes &tn) {
+  std::vector<std::string> cells;
+  for (const auto &impl : kPeerImpls) {
+    const PeerRow *pr = peers.find(r.c.key, r.c.n, impl);
+    if (!pr) {
+      cells.push_back("-");
+      continue;
     }
+    std::string cell = fmtMs(pr->medianMs);
+    if (pr->gradSum && relErr(*pr->gradSum, r.refSum, 0) > kTolerance) {
+      cell += "!";
+      if (firstOfCase)
+        tn.notes.push_back(fmt::format("{} N = {}: {} grad sum {:.9g} is off the reference {:.9g} "
+                                       "(rel err {:.1e})",
+                                       title(r.c.key), sizeName(r.c.n), impl, *pr->gradSum,
+                                       r.refSum, relErr(*pr->gradSum, r.refSum, 0)));
+    }
+    if (pr->compileS && firstOfCase)
+      tn.notes.push_back(fmt::format("{} N = {}: {} compile (first call) {:.1f} s", title(r.c.key),
+                                     sizeName(r.c.n), impl, *pr->compileS));
+    if (!pr->note.empty())
+      tn.peerNotes.insert(fmt::format("{} {}: {}", title(r.c.key), impl, pr->note));
+    cells.push_back(cell);
   }
+  return cells;
+}
 
-  // The table: one row per case and backend, the peers' cells on each.
+/// The targets a row is judged against, with its numbers: CUDA (a) within
+/// 1.3x of the local tape, 5x faster than JAX, its heap at 2^24 under
+/// 128 MiB; Vulkan within 1.5x of the local tape on every workload; every
+/// other shape within 1.05x of the first. Ends in ';' when there is one.
+std::string goalsOf(const QdRow &r, const Target &t, const std::vector<QdRow> &rows,
+                    const Options &o, const PeerRow *local, const PeerRow *jax) {
+  const bool timed = r.gradKernel.medianMs > 0;
+  std::string g = fmt::format("{} N = {}, {}:", title(r.c), sizeName(r.c.n), t.label);
+  double vsLocal = local ? r.grad.medianMs / local->medianMs : 0;
+  if (t.kind == "cuda" && r.c.key == "a") {
+    // The peer's time is its kernel alone (cudaEvents): so is qd's where
+    // the backend timed it, the launch overhead being reported apart.
+    double kernVsLocal = timed && local ? r.gradKernel.medianMs / local->medianMs : vsLocal;
+    if (local)
+      g += fmt::format(" qd/local tape {:.2f}x{} (target <= 1.3x{});", kernVsLocal,
+                       timed ? fmt::format(" kernel, {:.2f}x per launch", vsLocal) : "",
+                       kernVsLocal <= 1.3 ? "" : ", MISSED");
+    if (jax)
+      g += fmt::format(" JAX/qd {:.1f}x (target >= 5x{});", jax->medianMs / r.grad.medianMs,
+                       jax->medianMs / r.grad.medianMs >= 5 ? "" : ", MISSED");
+    if (r.c.n == int64_t(1) << 24)
+      g += fmt::format(" heap {:.1f} MiB (target < 128 MiB{});", double(r.heapBytes) / 1048576.0,
+                       r.heapBytes < (int64_t(128) << 20) ? "" : ", MISSED");
+  } else if (t.kind == "vulkan" && local) {
+    double kernVsLocal = timed ? r.gradKernel.medianMs / local->medianMs : vsLocal;
+    g += fmt::format(" qd/local tape {:.2f}x{} (target <= 1.5x{});", kernVsLocal,
+                     timed ? fmt::format(" kernel, {:.2f}x per launch", vsLocal) : "",
+                     kernVsLocal <= 1.5 ? "" : ", MISSED");
+  }
+  // Kernel time, and the launch overhead on top of it, against the first
+  // shape on the same backend.
+  for (const QdRow &f : rows)
+    if (r.c.shape != o.shapes.front() && f.target == r.target && f.c.key == r.c.key &&
+        f.c.n == r.c.n && f.c.shape == o.shapes.front()) {
+      double ratio =
+          timed ? r.gradKernel.medianMs / f.gradKernel.medianMs : r.grad.medianMs / f.grad.medianMs;
+      g += fmt::format(" {}/{} {:.2f}x{} (target <= 1.05x{});", shapeName(r.c.shape),
+                       shapeName(f.c.shape), ratio, timed ? " kernel" : "",
+                       ratio <= 1.05 ? "" : ", MISSED");
+      if (timed) // what a launch costs beyond its kernels
+        g += fmt::format(" launch overhead {:.0f} us ({} {:.0f} us);",
+                         1e3 * (r.grad.medianMs - r.gradKernel.medianMs), shapeName(f.c.shape),
+                         1e3 * (f.grad.medianMs - f.gradKernel.medianMs));
+    }
+  return g;
+}
+
+/// The table: one row per case and backend, the peers' cells on each
+/// (`running.front()`: the target the others are compared with).
+TableNotes printTable(const Options &o, const std::vector<Target> &targets,
+                      const std::vector<size_t> &running, const std::vector<QdRow> &rows,
+                      const Peers &peers) {
   const std::vector<std::string> heads = {"local", "global", "JAX", "torch", "t.compile"};
-  const std::string baseHead = "qd/" + base.label;
+  const std::string baseHead = "qd/" + targets[running.front()].label;
   size_t labelWidth = 7, baseWidth = std::max<size_t>(8, baseHead.size());
   for (size_t t : running)
     labelWidth = std::max(labelWidth, targets[t].label.size());
@@ -745,37 +653,12 @@ static int runBench(int argc, char **argv) {
              "workload", "N", "backend", labelWidth, "check", "qd fwd", "qd grad (min)", "kernel",
              heads[0], heads[1], heads[2], heads[3], heads[4], "qd/local", "kern/local", baseHead,
              baseWidth, "JAX/qd", "heap MiB", "grid thr");
-  std::vector<std::string> notes, goals;
-  std::set<std::string> peerNotes;
-  bool allPass = true;
+  TableNotes tn;
   for (size_t i = 0; i < rows.size(); ++i) {
     const QdRow &r = rows[i];
     const Target &t = targets[r.target];
     const bool firstOfCase = i == 0 || rows[i - 1].c.key != r.c.key || rows[i - 1].c.n != r.c.n;
-    allPass = allPass && r.pass;
-    std::vector<std::string> cells;
-    for (const auto &impl : kPeerImpls) {
-      const PeerRow *pr = peers.find(r.c.key, r.c.n, impl);
-      if (!pr) {
-        cells.push_back("-");
-        continue;
-      }
-      std::string cell = fmtMs(pr->medianMs);
-      if (pr->gradSum && relErr(*pr->gradSum, r.refSum, 0) > kTolerance) {
-        cell += "!";
-        if (firstOfCase)
-          notes.push_back(fmt::format("{} N = {}: {} grad sum {:.9g} is off the reference {:.9g} "
-                                      "(rel err {:.1e})",
-                                      title(r.c.key), sizeName(r.c.n), impl, *pr->gradSum, r.refSum,
-                                      relErr(*pr->gradSum, r.refSum, 0)));
-      }
-      if (pr->compileS && firstOfCase)
-        notes.push_back(fmt::format("{} N = {}: {} compile (first call) {:.1f} s", title(r.c.key),
-                                    sizeName(r.c.n), impl, *pr->compileS));
-      if (!pr->note.empty())
-        peerNotes.insert(fmt::format("{} {}: {}", title(r.c.key), impl, pr->note));
-      cells.push_back(cell);
-    }
+    std::vector<std::string> cells = peerCells(r, peers, firstOfCase, tn);
     const PeerRow *local = peers.find(r.c.key, r.c.n, "local_tape");
     const PeerRow *jax = peers.find(r.c.key, r.c.n, "jax");
     const QdRow *baseRow = nullptr;
@@ -798,48 +681,9 @@ static int runBench(int argc, char **argv) {
                fmt::format("{} ({})", fmtMs(r.grad.medianMs), fmtMs(r.grad.minMs)), kernelCell,
                cells[0], cells[1], cells[2], cells[3], cells[4], qdLocal, kernLocal, qdBase,
                baseWidth, jaxQd, double(r.heapBytes) / 1048576.0, r.gridThreads);
-    // The targets: CUDA (a) within 1.3x of the local tape, 5x faster than
-    // JAX, its heap at 2^24 under 128 MiB; Vulkan within 1.5x of the local
-    // tape on every workload.
-    std::string g = fmt::format("{} N = {}, {}:", title(r.c), sizeName(r.c.n), t.label);
-    double vsLocal = local ? r.grad.medianMs / local->medianMs : 0;
-    if (t.kind == "cuda" && r.c.key == "a") {
-      // The peer's time is its kernel alone (cudaEvents): so is qd's where
-      // the backend timed it, the launch overhead being reported apart.
-      double kernVsLocal = timed && local ? r.gradKernel.medianMs / local->medianMs : vsLocal;
-      if (local)
-        g += fmt::format(" qd/local tape {:.2f}x{} (target <= 1.3x{});", kernVsLocal,
-                         timed ? fmt::format(" kernel, {:.2f}x per launch", vsLocal) : "",
-                         kernVsLocal <= 1.3 ? "" : ", MISSED");
-      if (jax)
-        g += fmt::format(" JAX/qd {:.1f}x (target >= 5x{});", jax->medianMs / r.grad.medianMs,
-                         jax->medianMs / r.grad.medianMs >= 5 ? "" : ", MISSED");
-      if (r.c.n == int64_t(1) << 24)
-        g += fmt::format(" heap {:.1f} MiB (target < 128 MiB{});", double(r.heapBytes) / 1048576.0,
-                         r.heapBytes < (int64_t(128) << 20) ? "" : ", MISSED");
-    } else if (t.kind == "vulkan" && local) {
-      double kernVsLocal = timed ? r.gradKernel.medianMs / local->medianMs : vsLocal;
-      g += fmt::format(" qd/local tape {:.2f}x{} (target <= 1.5x{});", kernVsLocal,
-                       timed ? fmt::format(" kernel, {:.2f}x per launch", vsLocal) : "",
-                       kernVsLocal <= 1.5 ? "" : ", MISSED");
-    }
-    // Every other shape within 1.05x of the first (fields) on the same
-    // backend: kernel time, and the launch overhead on top of it.
-    for (const QdRow &f : rows)
-      if (r.c.shape != o.shapes.front() && f.target == r.target && f.c.key == r.c.key &&
-          f.c.n == r.c.n && f.c.shape == o.shapes.front()) {
-        double ratio = timed ? r.gradKernel.medianMs / f.gradKernel.medianMs
-                             : r.grad.medianMs / f.grad.medianMs;
-        g += fmt::format(" {}/{} {:.2f}x{} (target <= 1.05x{});", shapeName(r.c.shape),
-                         shapeName(f.c.shape), ratio, timed ? " kernel" : "",
-                         ratio <= 1.05 ? "" : ", MISSED");
-        if (timed) // what a launch costs beyond its kernels
-          g += fmt::format(" launch overhead {:.0f} us ({} {:.0f} us);",
-                           1e3 * (r.grad.medianMs - r.gradKernel.medianMs), shapeName(f.c.shape),
-                           1e3 * (f.grad.medianMs - f.gradKernel.medianMs));
-      }
+    std::string g = goalsOf(r, t, rows, o, local, jax);
     if (g.back() == ';')
-      goals.push_back(g);
+      tn.goals.push_back(g);
   }
   fmt::print("\n  (ms: median over the reps; qd: per Program::launch on the backend of the row, "
              "kernel: the gradient's kernels alone on the GPU (CUDA events, Vulkan timestamps), "
@@ -847,7 +691,14 @@ static int runBench(int argc, char **argv) {
              "over the local tape, whose time is its kernel's; "
              "peers: their own timing, see bench/run-gpu.sh; '-': not run, '!': gradient sum off "
              "the reference; {}: the row's gradient time over the {} row's)\n",
-             baseHead, base.label);
+             baseHead, targets[running.front()].label);
+  return tn;
+}
+
+/// Below the table: each row's check and resources, the notes, what did
+/// not run, and the targets.
+void printDetails(const std::vector<Target> &targets, const std::vector<QdRow> &rows,
+                  const Peers &peers, const TableNotes &tn) {
   for (const QdRow &r : rows) {
     fmt::print("  {} N = {}, {}: {}; grad sum {:.9g} (ref {:.9g}, rel err {:.1e}), max element "
                "rel err {:.1e}; {}\n",
@@ -861,9 +712,9 @@ static int runBench(int argc, char **argv) {
                r.firstLaunchMs, r.heapBytes, r.gridThreads,
                r.gridThreads ? r.heapBytes / r.gridThreads : 0, double(r.hostBytes) / 1048576.0);
   }
-  for (const auto &n : notes)
+  for (const auto &n : tn.notes)
     fmt::print("  {}\n", n);
-  for (const auto &n : peerNotes)
+  for (const auto &n : tn.peerNotes)
     fmt::print("  {}\n", n);
   for (const auto &impl : kPeerImpls)
     if (auto it = peers.unavailable.find(impl); it != peers.unavailable.end())
@@ -871,11 +722,62 @@ static int runBench(int argc, char **argv) {
   for (const Target &t : targets)
     if (!t.backend)
       fmt::print("  qd {}: n/a ({})\n", t.label, t.unavailable);
-  if (!goals.empty()) {
+  if (!tn.goals.empty()) {
     fmt::print("\ntargets:\n");
-    for (const auto &g : goals)
+    for (const auto &g : tn.goals)
       fmt::print("  {}\n", g);
   }
+}
+
+} // namespace
+
+static int runBench(int argc, char **argv) {
+  const Options o = parseOptions(argc, argv);
+  std::vector<Target> targets = makeTargets(o);
+  std::vector<size_t> running; // indices of the targets that run
+  for (size_t t = 0; t < targets.size(); ++t)
+    if (targets[t].backend)
+      running.push_back(t);
+  if (running.empty()) {
+    fmt::print("qd-bench-gpu: no GPU to run on: {}\n"
+               "qd-bench-gpu: nothing measured (run it on a machine with an NVIDIA GPU and its "
+               "driver; see bench/run-gpu.sh)\n",
+               whyNoTarget(targets));
+    return 0;
+  }
+  Peers peers;
+  for (const auto &f : o.peerFiles)
+    loadPeers(peers, f);
+  std::vector<Case> cases = makeCases(o);
+
+  double start = nowMs();
+  for (const Target &t : targets)
+    if (t.backend)
+      fmt::print("qd-bench-gpu: {}: {}\n", t.label, t.machine);
+    else
+      fmt::print("qd-bench-gpu: {}: n/a ({})\n", t.label, t.unavailable);
+  fmt::print("  gradient of y (out) with adjoint 1 into zeroed input adjoints; median (min) of "
+             "{} Program::launch calls after {} warm-up, wall-clock ms\n",
+             o.reps, o.warmup);
+  printSizes(cases);
+  std::string overheadMedians = measureOverheads(targets, running);
+  for (const auto &l : peers.info)
+    fmt::print("  peers: {}\n", l);
+
+  std::map<std::string, Reference> refs;
+  std::vector<QdRow> rows;
+  for (const Case &c : cases) {
+    if (!refs.count(c.key))
+      refs.emplace(c.key, reference(c.key));
+    for (size_t t : running) {
+      fmt::print(stderr, "qd-bench-gpu: {} N = {} on {} ...\n", title(c), sizeName(c.n),
+                 targets[t].label);
+      rows.push_back(runCase(c, t, targets[t], refs.at(c.key), o.warmup, o.reps));
+    }
+  }
+  TableNotes tn = printTable(o, targets, running, rows, peers);
+  printDetails(targets, rows, peers, tn);
+  bool allPass = std::all_of(rows.begin(), rows.end(), [](const QdRow &r) { return r.pass; });
   fmt::print("launch overhead {} (median); total benchmark time {:.1f} s; {}\n", overheadMedians,
              (nowMs() - start) / 1e3, allPass ? "all gradients PASS" : "SOME GRADIENTS FAIL");
   return allPass ? 0 : 1;

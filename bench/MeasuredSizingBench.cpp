@@ -90,10 +90,8 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-int run(int argc, char **argv) {
-  std::string backendName = "cpu";
-  int64_t n = 1 << 16;
-  int reps = 7;
+// The options: --backend=cpu|cuda|vulkan --n=N --reps=R.
+void parseArgs(int argc, char **argv, std::string &backendName, int64_t &n, int &reps) {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a.rfind("--backend=", 0) == 0)
@@ -105,6 +103,106 @@ int run(int argc, char **argv) {
     else
       die("unknown option " + a + " (--backend=cpu|cuda|vulkan --n=N --reps=R)");
   }
+}
+
+// The adstack heaps against the exact need (none on a GPU running local
+// tapes).
+void printHeaps(int64_t exactHeap, int64_t steadyHeap, int64_t shrunkHeap, int64_t shrunkExact) {
+  if (exactHeap == 0 || shrunkExact == 0) {
+    // The GPU backends run stacks that fit from local tapes: no heap.
+    fmt::print("  heap: none (the stacks ran from local tapes)\n");
+    return;
+  }
+  fmt::print("  heap: exact {} bytes; optimistic steady state {} bytes ({:.3f}x); the launch "
+             "after needs shrank {} bytes against {} exact ({:.2f}x, once)\n",
+             exactHeap, steadyHeap,
+             static_cast<double>(steadyHeap) / static_cast<double>(exactHeap), shrunkHeap,
+             shrunkExact, static_cast<double>(shrunkHeap) / static_cast<double>(shrunkExact));
+}
+
+// Opens the backend named on the command line and says where it runs;
+// false (with a message) when its device is missing.
+bool openBackend(const std::string &name, std::unique_ptr<qd::Backend> &backend,
+                 std::string &where) {
+  // Any backend of the build (qd/runtime/BackendRegistry.h); a GPU backend
+  // without its device measures nothing.
+  qd::registerAllBackends();
+  auto created = qd::createBackend(name);
+  if (!created.ok()) {
+    if (created.status().code() != absl::StatusCode::kFailedPrecondition)
+      die(std::string(created.status().message()));
+    fmt::print("qd-bench-measured: no {} device ({}); nothing measured\n", name,
+               std::string(created.status().message()));
+    return false;
+  }
+  backend = *std::move(created);
+  where = std::string(backend->name());
+  return true;
+}
+
+// The adstack heap of the backend's last launch.
+int64_t heapBytesOf(const qd::Backend &backend) {
+  std::optional<qd::AdStackHeapUsage> heap = backend.lastAdStackHeapUsage();
+  return heap ? heap->bytes : 0;
+}
+
+// Each case: `before` runs untimed, then `run` is timed. The cases take
+// turns within each round, so that a machine busy with other work slows
+// them alike; ratios are taken per round.
+struct Case {
+  Case(std::string w, std::function<void()> b, std::function<void()> r)
+      : what(std::move(w)), before(std::move(b)), run(std::move(r)) {}
+  std::string what;
+  std::function<void()> before, run;
+  std::vector<double> ms;
+  int64_t reruns = 0;
+};
+
+// Times every case `reps` times, the cases taking turns within each round.
+void timeRounds(std::vector<Case> &cases, int reps, qd::Program &program,
+                const std::function<void()> &seed) {
+  using Clock = std::chrono::steady_clock;
+  for (int r = 0; r < reps; ++r)
+    for (Case &c : cases) {
+      c.before();
+      seed();
+      auto t0 = Clock::now();
+      c.run();
+      c.ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+      c.reruns = program.lastMeasuredLaunch().rerunIterations;
+    }
+}
+
+// Per case, the median time and the median of its per-round ratio to the
+// first case.
+void printCases(const std::vector<Case> &cases, int reps) {
+  for (const Case &c : cases) {
+    std::vector<double> ratio;
+    for (int r = 0; r < reps; ++r)
+      ratio.push_back(c.ms[r] / cases[0].ms[r]);
+    fmt::print("  {:<44} {:>10.3f} ms   {:.2f}x of by hand", c.what, median(c.ms), median(ratio));
+    if (c.what.rfind("optimistic", 0) == 0)
+      fmt::print(", {} iterations rerun", c.reruns);
+    fmt::print("\n");
+  }
+}
+
+// On the CPU backend, the SIMD lanes of the gradient and its variants.
+void printLanes(qd::Backend &backend, const qd::Kernel &grad, const qd::KernelSizing &sizing) {
+  if (auto *cpu = dynamic_cast<qd::CpuBackend *>(&backend))
+    for (const qd::Kernel *kk : std::vector<const qd::Kernel *>{
+             &grad, sizing.optimistic()->tryKernel.get(), sizing.optimistic()->rerunKernel.get(),
+             sizing.countKernel()}) {
+      const qd::KernelLayout &l = *check(cpu->layout(*kk));
+      fmt::print("  @{}: {} lanes{}\n", kk->name(), l.tasks.at(0).lanes, l.tasks.at(0).whyScalar);
+    }
+}
+
+int run(int argc, char **argv) {
+  std::string backendName = "cpu";
+  int64_t n = 1 << 16;
+  int reps = 7;
+  parseArgs(argc, argv, backendName, n, reps);
   std::string text = kKernel;
   for (size_t p; (p = text.find("%N%")) != std::string::npos;)
     text.replace(p, 3, std::to_string(n));
@@ -112,23 +210,11 @@ int run(int argc, char **argv) {
   check(qd::buildGradientKernel(*module, *module->findKernel("k")).status());
   const qd::Kernel &grad = *module->findKernel("k_grad");
 
-  // Any backend of the build (qd/runtime/BackendRegistry.h); a GPU backend
-  // without its device measures nothing.
-  qd::registerAllBackends();
-  auto created = qd::createBackend(backendName);
-  if (!created.ok()) {
-    if (created.status().code() != absl::StatusCode::kFailedPrecondition)
-      die(std::string(created.status().message()));
-    fmt::print("qd-bench-measured: no {} device ({}); nothing measured\n", backendName,
-               std::string(created.status().message()));
+  std::unique_ptr<qd::Backend> backend;
+  std::string where;
+  if (!openBackend(backendName, backend, where))
     return 0;
-  }
-  std::unique_ptr<qd::Backend> backend = *std::move(created);
-  std::string where(backend->name());
-  auto heapBytes = [&]() -> int64_t {
-    std::optional<qd::AdStackHeapUsage> heap = backend->lastAdStackHeapUsage();
-    return heap ? heap->bytes : 0;
-  };
+  auto heapBytes = [&] { return heapBytesOf(*backend); };
 
   auto program = check(qd::Program::create(*module));
   // Targets spread so that the trip counts run from 1 to about 105.
@@ -170,7 +256,6 @@ int run(int argc, char **argv) {
   byHand.adStackCapacities[tape->stack] = need;
   counted.optimisticAdStacks = false;
   optimistic.optimisticAdStacks = true;
-  using Clock = std::chrono::steady_clock;
   // A launch whose targets stop at `cap` (smaller needs), then the real ones.
   auto shrinkTo = [&](float cap) {
     return [&, cap] {
@@ -194,17 +279,6 @@ int run(int argc, char **argv) {
   auto gradient = [&](const qd::LaunchOptions &o) {
     return [&] { check(program->launch("k_grad", {}, *backend, o)); };
   };
-  // Each case: `before` runs untimed, then `run` is timed. The cases take
-  // turns within each round, so that a machine busy with other work slows
-  // them alike; ratios are taken per round.
-  struct Case {
-    Case(std::string w, std::function<void()> b, std::function<void()> r)
-        : what(std::move(w)), before(std::move(b)), run(std::move(r)) {}
-    std::string what;
-    std::function<void()> before, run;
-    std::vector<double> ms;
-    int64_t reruns = 0;
-  };
   auto nothing = [] {};
   std::vector<Case> cases = {
       {"capacity given by hand", nothing, gradient(byHand)},
@@ -220,15 +294,7 @@ int run(int argc, char **argv) {
       {"optimistic, needs grew for all (rerun)", shrinkTo(0.0f), gradient(optimistic)},
   };
   check(program->launch("k_grad", {}, *backend, optimistic)); // counts: the first launch
-  for (int r = 0; r < reps; ++r)
-    for (Case &c : cases) {
-      c.before();
-      seed();
-      auto t0 = Clock::now();
-      c.run();
-      c.ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
-      c.reruns = program->lastMeasuredLaunch().rerunIterations;
-    }
+  timeRounds(cases, reps, *program, seed);
   check(program->launch("k_grad", {}, *backend, optimistic));
   int64_t steadyHeap = heapBytes();
   // Needs that shrank: the launch after one with the real targets, with
@@ -241,36 +307,13 @@ int run(int argc, char **argv) {
   int64_t shrunkExact = heapBytes();
   setTargets(1.0f);
 
-  if (auto *cpu = dynamic_cast<qd::CpuBackend *>(backend.get()))
-    for (const qd::Kernel *kk : std::vector<const qd::Kernel *>{
-             &grad, sizing.optimistic()->tryKernel.get(), sizing.optimistic()->rerunKernel.get(),
-             sizing.countKernel()}) {
-      const qd::KernelLayout &l = *check(cpu->layout(*kk));
-      fmt::print("  @{}: {} lanes{}\n", kk->name(), l.tasks.at(0).lanes, l.tasks.at(0).whyScalar);
-    }
+  printLanes(*backend, grad, sizing);
   fmt::print("qd-bench-measured: gradient of a relaxation loop until convergence, {} elements, "
              "{} ({} rounds, median)\n",
              n, where, reps);
   fmt::print("  tape need (largest trip count): {} entries\n", need);
-  for (const Case &c : cases) {
-    std::vector<double> ratio;
-    for (int r = 0; r < reps; ++r)
-      ratio.push_back(c.ms[r] / cases[0].ms[r]);
-    fmt::print("  {:<44} {:>10.3f} ms   {:.2f}x of by hand", c.what, median(c.ms), median(ratio));
-    if (c.what.rfind("optimistic", 0) == 0)
-      fmt::print(", {} iterations rerun", c.reruns);
-    fmt::print("\n");
-  }
-  if (exactHeap == 0 || shrunkExact == 0) {
-    // The GPU backends run stacks that fit from local tapes: no heap.
-    fmt::print("  heap: none (the stacks ran from local tapes)\n");
-    return 0;
-  }
-  fmt::print("  heap: exact {} bytes; optimistic steady state {} bytes ({:.3f}x); the launch "
-             "after needs shrank {} bytes against {} exact ({:.2f}x, once)\n",
-             exactHeap, steadyHeap,
-             static_cast<double>(steadyHeap) / static_cast<double>(exactHeap), shrunkHeap,
-             shrunkExact, static_cast<double>(shrunkHeap) / static_cast<double>(shrunkExact));
+  printCases(cases, reps);
+  printHeaps(exactHeap, steadyHeap, shrunkHeap, shrunkExact);
   return 0;
 }
 

@@ -11,7 +11,11 @@ strings included) are blanked first, then braces are matched. Prints every
 violation as `path:line: what` and exits 1 when there is one.
 
   scripts/check-sizes.py [--max-file N] [--max-class N] [--max-function N]
-                         [PATH...]   (default: the source directories)
+                         [--exclude PATH]... [PATH...]
+                         (default: the source directories)
+
+--exclude leaves out a file or directory (relative to the repository root)
+that is being split elsewhere.
 """
 import argparse
 import os
@@ -143,6 +147,7 @@ def main():
     ap.add_argument("--max-file", type=int, default=800)
     ap.add_argument("--max-class", type=int, default=500)
     ap.add_argument("--max-function", type=int, default=120)
+    ap.add_argument("--exclude", action="append", default=[], metavar="PATH")
     ap.add_argument("paths", nargs="*")
     limits = ap.parse_args()
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -154,6 +159,10 @@ def main():
                 files += [os.path.join(d, n) for n in sorted(names) if n.endswith(EXTENSIONS)]
         else:
             files.append(p)
+    excluded = [os.path.normpath(os.path.join(root, e)) for e in limits.exclude]
+    files = [f for f in files
+             if not any(os.path.abspath(f) == e or os.path.abspath(f).startswith(e + os.sep)
+                        for e in excluded)]
     found = []
 
     def report(path, line, what):

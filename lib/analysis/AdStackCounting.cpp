@@ -371,13 +371,18 @@ void stopLoopsWhenStopped(Stmt &task, AllocaStmt &stopped) {
   }
 }
 
-} // namespace
+/// Which measured stacks' values each count reads (its slice with every
+/// stack kept where it is read), and so which stacks the counting kernel
+/// keeps as real stacks and which it bounds.
+struct CountSlices {
+  CountSlices(const Kernel &kernel, std::span<const AdStackAllocaStmt *const> stacks);
+  std::unordered_set<const Value *> counted;
+  std::unordered_set<const Stmt *> kept;
+  std::unordered_set<const Value *> materialised, bounded;
+};
 
-AdStackCounting buildAdStackCounting(const Kernel &kernel,
-                                     std::span<const AdStackAllocaStmt *const> stacks) {
-  AdStackCounting out;
-  if (stacks.empty())
-    return out;
+CountSlices::CountSlices(const Kernel &kernel, std::span<const AdStackAllocaStmt *const> stacks)
+    : counted(stacks.begin(), stacks.end()) {
   KernelIndex index(kernel);
   LazyValueNamer names(kernel); // (only a count that cannot be made names values)
   // Which measured stacks' values each count reads (its slice with every
@@ -386,9 +391,6 @@ AdStackCounting buildAdStackCounting(const Kernel &kernel,
   // reading is acyclic (T read by S: S's slice holds T's, so T reads less
   // than S), which is what ends the recursion of counting kernels (a
   // bounded stack is sized by its bound argument there, not counted).
-  std::unordered_set<const Value *> counted(stacks.begin(), stacks.end());
-  std::unordered_set<const Stmt *> kept;
-  std::unordered_set<const Value *> materialised, bounded;
   // Most counts read no measured stack: one slice each, as they are. Only
   // the others are sliced again, with every stack they read kept as a real
   // stack; a stack whose slice then reads itself is *bounded* (below).
@@ -412,6 +414,111 @@ AdStackCounting buildAdStackCounting(const Kernel &kernel,
       materialised.insert(reads.begin(), reads.end());
     }
   }
+}
+
+/// Counts the pushes and pops of `stack` in `count`, raising `peak`; a
+/// stack the slice does not read (not `real`) goes, with its operations.
+void countPushesAndPops(AdStackAllocaStmt &stack, AllocaStmt &count, AllocaStmt &peak, bool real) {
+  std::vector<Stmt *> ops;
+  for (const Use &u : stack.uses())
+    ops.push_back(u.user());
+  for (Stmt *op : ops) {
+    if (op->kind() != StmtKind::AdStackPush && op->kind() != StmtKind::AdStackPop)
+      continue; // a read of a materialised stack
+    IRBuilder b = IRBuilder::before(*op);
+    b.setLocation(op->loc());
+    if (op->kind() == StmtKind::AdStackPush) {
+      Value *old = b.load(&count);
+      Value *low = b.min(old, b.i32(kAdStackCountSaturated - 1));
+      Value *c = b.add(low, b.i32(1));
+      b.store(&count, c);
+      b.store(&peak, b.max(b.load(&peak), c));
+    } else if (op->kind() == StmtKind::AdStackPop) {
+      Value *old = b.load(&count);
+      b.store(&count, b.sub(old, b.i32(1)));
+    }
+    if (!real) {
+      op->dropAllReferences();
+      op->erase();
+    }
+  }
+  if (!real)
+    stack.erase();
+}
+
+/// Raises `need` to the peaks of `task`'s counted stacks where each of its
+/// iterations ends.
+void raiseNeedAtExits(Stmt &task, const std::vector<std::pair<AllocaStmt *, int>> &peaks,
+                      Argument *need) {
+  // (A body that ends in its own `continue` has no other end: the
+  // `continue` is its exit.)
+  Block &body = task.block(0);
+  std::vector<std::pair<Block *, Block::iterator>> exits;
+  if (body.empty() || !isa<ContinueStmt>(body.back()))
+    exits.push_back({&body, body.end()});
+  walk(body, [&](Stmt &s) {
+    if (isa<ContinueStmt>(s) && jumpTarget(s) == &task)
+      exits.push_back({s.parent(), Block::iteratorTo(&s)});
+  });
+  for (auto &[block, pos] : exits) {
+    IRBuilder b(*block);
+    b.setInsertionPoint(*block, pos);
+    b.setLocation(task.loc());
+    constexpr int64_t spread = KernelSizing::kCountSpread;
+    static_assert((spread & (spread - 1)) == 0, "the lane mask needs a power of two");
+    // Consecutive iterations raise different elements: of a band, those
+    // of one row, so its innermost index.
+    Value *index = &task;
+    if (auto *band = dyn_cast<ForStmt>(&task); band && band->numDims() > 1)
+      index = b.insert(std::make_unique<TaskIndexStmt>(band->numDims() - 1));
+    Value *lane = isa<ForStmt>(&task) ? b.binary(BinaryOp::And, index, b.i32(spread - 1))
+                                      : static_cast<Value *>(b.i32(0));
+    for (auto &[peak, slot] : peaks) {
+      Value *idx[] = {b.add(b.i32(static_cast<int32_t>(slot * spread)), lane)};
+      b.atomicMax(GlobalRef::ofNdarray(need), idx, b.cast(b.load(peak), ScalarType::I64));
+    }
+  }
+}
+
+/// A counted stack the counting kernel keeps with a bound.
+struct BoundedSlot {
+  size_t slot;
+  AdStackAllocaStmt *stack;
+  AllocaStmt *count;
+};
+
+/// Bounds the bounded stacks (boundStack) and stops the loops of their
+/// tasks once one of them skipped a push.
+void boundStacks(Kernel &k, const std::vector<BoundedSlot> &boundedSlots, AdStackCounting &out) {
+  out.boundArgs.assign(out.counted.size(), -1);
+  std::unordered_map<Stmt *, AllocaStmt *> stoppedOfTask;
+  for (const BoundedSlot &b : boundedSlots) {
+    Stmt *task = taskOf(b.stack);
+    AllocaStmt *&stopped = stoppedOfTask[task];
+    if (!stopped) {
+      IRBuilder top(task->block(0));
+      top.setInsertionPoint(task->block(0), task->block(0).begin());
+      top.setLocation(task->loc());
+      stopped = top.alloca(ScalarType::I32);
+    }
+    boundStack(k, b.slot, *b.stack, *b.count, *stopped, out);
+  }
+  for (auto &[task, stopped] : stoppedOfTask)
+    stopLoopsWhenStopped(*task, *stopped);
+}
+
+} // namespace
+
+AdStackCounting buildAdStackCounting(const Kernel &kernel,
+                                     std::span<const AdStackAllocaStmt *const> stacks) {
+  AdStackCounting out;
+  if (stacks.empty())
+    return out;
+  CountSlices slices(kernel, stacks);
+  const std::unordered_set<const Value *> &counted = slices.counted;
+  const std::unordered_set<const Stmt *> &kept = slices.kept;
+  const std::unordered_set<const Value *> &materialised = slices.materialised;
+  const std::unordered_set<const Value *> &bounded = slices.bounded;
   for (const AdStackAllocaStmt *s : stacks)
     if (counted.count(s))
       out.counted.push_back(s);
@@ -446,11 +553,6 @@ AdStackCounting buildAdStackCounting(const Kernel &kernel,
   Argument *need = k->addArgument(std::make_unique<Argument>(freshArgumentName(*k, "adstack_need"),
                                                              Type::ndarray(ScalarType::I64, 1)));
   std::unordered_map<Stmt *, std::vector<std::pair<AllocaStmt *, int>>> peaksOfTask;
-  struct BoundedSlot {
-    size_t slot;
-    AdStackAllocaStmt *stack;
-    AllocaStmt *count;
-  };
   std::vector<BoundedSlot> boundedSlots;
   for (size_t slot = 0; slot < out.counted.size(); ++slot) {
     auto *stack = cast<AdStackAllocaStmt>(toClone.at(out.counted[slot]));
@@ -466,31 +568,7 @@ AdStackCounting buildAdStackCounting(const Kernel &kernel,
     bool real = materialised.count(out.counted[slot]) > 0;
     if (bounded.count(out.counted[slot]))
       boundedSlots.push_back({slot, stack, count});
-    std::vector<Stmt *> ops;
-    for (const Use &u : stack->uses())
-      ops.push_back(u.user());
-    for (Stmt *op : ops) {
-      if (op->kind() != StmtKind::AdStackPush && op->kind() != StmtKind::AdStackPop)
-        continue; // a read of a materialised stack
-      IRBuilder b = IRBuilder::before(*op);
-      b.setLocation(op->loc());
-      if (op->kind() == StmtKind::AdStackPush) {
-        Value *old = b.load(count);
-        Value *low = b.min(old, b.i32(kAdStackCountSaturated - 1));
-        Value *c = b.add(low, b.i32(1));
-        b.store(count, c);
-        b.store(peak, b.max(b.load(peak), c));
-      } else if (op->kind() == StmtKind::AdStackPop) {
-        Value *old = b.load(count);
-        b.store(count, b.sub(old, b.i32(1)));
-      }
-      if (!real) {
-        op->dropAllReferences();
-        op->erase();
-      }
-    }
-    if (!real)
-      stack->erase();
+    countPushesAndPops(*stack, *count, *peak, real);
   }
   for (Stmt *s : droppedRoots)
     s->erase();
@@ -499,52 +577,10 @@ AdStackCounting buildAdStackCounting(const Kernel &kernel,
   // 0): at the end of the body and before a `continue` of the task loop.
   // Spreading the maximum over `spread` elements keeps a GPU's threads off
   // one address; the runtime takes the maximum of the range.
-  for (auto &[task, peaks] : peaksOfTask) {
-    // (A body that ends in its own `continue` has no other end: the
-    // `continue` is its exit.)
-    Block &body = task->block(0);
-    std::vector<std::pair<Block *, Block::iterator>> exits;
-    if (body.empty() || !isa<ContinueStmt>(body.back()))
-      exits.push_back({&body, body.end()});
-    walk(body, [&](Stmt &s) {
-      if (isa<ContinueStmt>(s) && jumpTarget(s) == task)
-        exits.push_back({s.parent(), Block::iteratorTo(&s)});
-    });
-    for (auto &[block, pos] : exits) {
-      IRBuilder b(*block);
-      b.setInsertionPoint(*block, pos);
-      b.setLocation(task->loc());
-      constexpr int64_t spread = KernelSizing::kCountSpread;
-      static_assert((spread & (spread - 1)) == 0, "the lane mask needs a power of two");
-      // Consecutive iterations raise different elements: of a band, those
-      // of one row, so its innermost index.
-      Value *index = task;
-      if (auto *band = dyn_cast<ForStmt>(task); band && band->numDims() > 1)
-        index = b.insert(std::make_unique<TaskIndexStmt>(band->numDims() - 1));
-      Value *lane = isa<ForStmt>(task) ? b.binary(BinaryOp::And, index, b.i32(spread - 1))
-                                       : static_cast<Value *>(b.i32(0));
-      for (auto &[peak, slot] : peaks) {
-        Value *idx[] = {b.add(b.i32(static_cast<int32_t>(slot * spread)), lane)};
-        b.atomicMax(GlobalRef::ofNdarray(need), idx, b.cast(b.load(peak), ScalarType::I64));
-      }
-    }
-  }
+  for (auto &[task, peaks] : peaksOfTask)
+    raiseNeedAtExits(*task, peaks, need);
   shadowWrittenMemory(*k, need, out);
-  out.boundArgs.assign(out.counted.size(), -1);
-  std::unordered_map<Stmt *, AllocaStmt *> stoppedOfTask;
-  for (const BoundedSlot &b : boundedSlots) {
-    Stmt *task = taskOf(b.stack);
-    AllocaStmt *&stopped = stoppedOfTask[task];
-    if (!stopped) {
-      IRBuilder top(task->block(0));
-      top.setInsertionPoint(task->block(0), task->block(0).begin());
-      top.setLocation(task->loc());
-      stopped = top.alloca(ScalarType::I32);
-    }
-    boundStack(*k, b.slot, *b.stack, *b.count, *stopped, out);
-  }
-  for (auto &[task, stopped] : stoppedOfTask)
-    stopLoopsWhenStopped(*task, *stopped);
+  boundStacks(*k, boundedSlots, out);
   out.kernel = std::move(k);
   return out;
 }

@@ -102,98 +102,58 @@ template <typename T> int64_t scanMax(const std::byte *data, int64_t begin, int6
   return best;
 }
 
-class Evaluator {
+/// A body that uses its variable `%t` only as `%t / D` and `%t % D` (one
+/// divisor that does not use `%t`): an index flattened from two. For
+/// `D > 0` and `%t >= 0`, the range of `%t` is a run of rows `q = %t / D`
+/// of `D` columns `r = %t % D` (the first and last rows partial), and the
+/// maximum over it is the maximum over those rectangles of the body with
+/// `q` and `r` as variables of their own, which the usual plans then
+/// handle (a body monotone in `r`: one evaluation per rectangle).
+struct RowsPlan {
+  SizeExprRef divisor;
+  /// max(q in [qa, qb)): max(r in [ra, rb)): body with q and r
+  SizeExprRef rectangle;
+  unsigned qa, qb, ra, rb; // fresh variables: a rectangle's ranges
+};
+
+/// What evalMaxOverRange does with a node, decided once per node.
+enum class Plan : uint8_t { Once, AtEnd, AtBegin, ReadMax, Rows, Iterate };
+struct RangePlan {
+  Plan plan;
+  const SizeExpr *read = nullptr; // Plan::ReadMax: a representative read
+  std::shared_ptr<const RowsPlan> rows;
+};
+
+// How evalMaxOverRange takes the maximum of each range node: the direction
+// of its body in its variable, a read that stands for the body, or rows of
+// a flattened index. Depends on the expression alone, not on the inputs,
+// and is memoised per node.
+class RangePlanner {
 public:
-  Evaluator(const SizeExprInputs &in, int64_t stepLimit) : in_(in), stepsLeft_(stepLimit) {}
-
-  // nullopt only when the evaluation failed (see error()). The recursion
-  // keeps its frame small (the rarer kinds are evaluated out of line):
-  // expressions nest up to 4096 deep, and a sanitized build's frames are
-  // large.
-  std::optional<int64_t> eval(const SizeExpr &e) {
-    if (failed_)
-      return std::nullopt;
-    if (--stepsLeft_ < 0)
-      return stepLimitExceeded();
-    switch (e.kind()) {
-    case SizeExprKind::Const:
-      return e.value();
-    case SizeExprKind::BoundVar:
-      if (const Binding *b = binding(e.var()))
-        return b->value;
-      return unboundVar(e);
-    case SizeExprKind::Add:
-    case SizeExprKind::Sub:
-    case SizeExprKind::Mul:
-    case SizeExprKind::Max:
-    case SizeExprKind::Min:
-    case SizeExprKind::Div:
-    case SizeExprKind::Rem: {
-      auto a = eval(*e.operands()[0]);
-      if (!a)
-        return std::nullopt;
-      auto b = eval(*e.operands()[1]);
-      if (!b)
-        return std::nullopt;
-      return arith(e.kind(), *a, *b);
+  /// The plan of MaxOverRange `e`, decided once per node.
+  const RangePlan &planFor(const SizeExpr &e) {
+    if (auto it = plans_.find(&e); it != plans_.end())
+      return it->second;
+    const SizeExpr &body = *e.operands()[2];
+    RangePlan p{Plan::Iterate, nullptr, nullptr};
+    if (!body.usesVar(e.var())) {
+      p.plan = Plan::Once;
+    } else if (Dir d = direction(body, {e.var(), nullptr}); d == kInc || d == kConst) {
+      p.plan = Plan::AtEnd;
+    } else if (d == kDec) {
+      p.plan = Plan::AtBegin;
+    } else if (const SizeExpr *r = findReadAt(body, e.var());
+               r && (direction(body, {e.var(), r}) & kDec) == 0) {
+      p.plan = Plan::ReadMax;
+      p.read = r;
+    } else if (auto rows = rowsPlanFor(e)) {
+      p.plan = Plan::Rows;
+      p.rows = std::move(rows);
     }
-    case SizeExprKind::Trunc32: {
-      auto a = eval(*e.operands()[0]);
-      if (!a)
-        return std::nullopt;
-      return static_cast<int32_t>(*a);
-    }
-    case SizeExprKind::MaxOverRange:
-    case SizeExprKind::SumOverRange:
-      return evalRange(e);
-    default:
-      return evalLeaf(e);
-    }
+    return plans_.emplace(&e, p).first->second;
   }
-
-  bool failed() const { return failed_; }
-  bool saturated() const { return saturated_; }
-  const std::string &error() const { return error_; }
 
 private:
-  /// A variable bound by an enclosing MaxOverRange. When `readMaxOf` is
-  /// set, the body is being evaluated once for the whole range and every
-  /// `buffer[%var]` read of that buffer stands for `readMax`.
-  struct Binding {
-    unsigned var;
-    int64_t value;
-    const SizeExpr *readMaxOf = nullptr;
-    int64_t readMax = 0;
-  };
-  const Binding *binding(unsigned var) const {
-    for (auto it = bindings_.rbegin(); it != bindings_.rend(); ++it)
-      if (it->var == var)
-        return &*it;
-    return nullptr;
-  }
-
-  /// A body that uses its variable `%t` only as `%t / D` and `%t % D` (one
-  /// divisor that does not use `%t`): an index flattened from two. For
-  /// `D > 0` and `%t >= 0`, the range of `%t` is a run of rows `q = %t / D`
-  /// of `D` columns `r = %t % D` (the first and last rows partial), and the
-  /// maximum over it is the maximum over those rectangles of the body with
-  /// `q` and `r` as variables of their own, which the usual plans then
-  /// handle (a body monotone in `r`: one evaluation per rectangle).
-  struct RowsPlan {
-    SizeExprRef divisor;
-    /// max(q in [qa, qb)): max(r in [ra, rb)): body with q and r
-    SizeExprRef rectangle;
-    unsigned qa, qb, ra, rb; // fresh variables: a rectangle's ranges
-  };
-
-  /// What evalMaxOverRange does with a node, decided once per node.
-  enum class Plan : uint8_t { Once, AtEnd, AtBegin, ReadMax, Rows, Iterate };
-  struct RangePlan {
-    Plan plan;
-    const SizeExpr *read = nullptr; // Plan::ReadMax: a representative read
-    std::shared_ptr<const RowsPlan> rows;
-  };
-
   /// `e` with `%var / D` and `%var % D` replaced by variables `q` and `r`;
   /// null when `%var` is used any other way or with another divisor.
   SizeExprRef splitRows(const SizeExprRef &e, unsigned var, SizeExprRef &divisor, unsigned q,
@@ -247,40 +207,6 @@ private:
     };
     plan->rectangle = range(q, plan->qa, plan->qb, range(r, plan->ra, plan->rb, std::move(body)));
     return plan;
-  }
-
-  /// The maximum of the body of `e` over [begin, end) by rows (RowsPlan);
-  /// nullopt with no failure when the range is not one of rows.
-  std::optional<int64_t> maxByRows(const RowsPlan &p, int64_t begin, int64_t end, bool &applies) {
-    auto d = eval(*p.divisor);
-    if (!d)
-      return std::nullopt;
-    int64_t D = *d;
-    applies = D > 0 && begin >= 0;
-    if (!applies)
-      return std::nullopt;
-    int64_t q0 = begin / D, r0 = begin % D, qLast = (end - 1) / D, rLast = (end - 1) % D;
-    auto rectangle = [&](int64_t qa, int64_t qb, int64_t ra, int64_t rb) {
-      bindings_.push_back({p.qa, qa});
-      bindings_.push_back({p.qb, qb});
-      bindings_.push_back({p.ra, ra});
-      bindings_.push_back({p.rb, rb});
-      auto v = eval(*p.rectangle);
-      bindings_.resize(bindings_.size() - 4);
-      return v;
-    };
-    if (q0 == qLast)
-      return rectangle(q0, q0 + 1, r0, rLast + 1);
-    auto best = rectangle(q0, q0 + 1, r0, D);
-    if (best && qLast > q0 + 1)
-      if (auto middle = rectangle(q0 + 1, qLast, 0, D))
-        best = std::max(*best, *middle);
-    if (!best || failed_)
-      return std::nullopt;
-    auto last = rectangle(qLast, qLast + 1, 0, rLast + 1);
-    if (!last)
-      return std::nullopt;
-    return std::max(*best, *last);
   }
 
   /// The subject a direction is taken against: the variable `var` itself,
@@ -367,26 +293,133 @@ private:
     return found;
   }
 
-  const RangePlan &planFor(const SizeExpr &e) {
-    if (auto it = plans_.find(&e); it != plans_.end())
-      return it->second;
-    const SizeExpr &body = *e.operands()[2];
-    RangePlan p{Plan::Iterate, nullptr, nullptr};
-    if (!body.usesVar(e.var())) {
-      p.plan = Plan::Once;
-    } else if (Dir d = direction(body, {e.var(), nullptr}); d == kInc || d == kConst) {
-      p.plan = Plan::AtEnd;
-    } else if (d == kDec) {
-      p.plan = Plan::AtBegin;
-    } else if (const SizeExpr *r = findReadAt(body, e.var());
-               r && (direction(body, {e.var(), r}) & kDec) == 0) {
-      p.plan = Plan::ReadMax;
-      p.read = r;
-    } else if (auto rows = rowsPlanFor(e)) {
-      p.plan = Plan::Rows;
-      p.rows = std::move(rows);
+  struct KeyHash {
+    size_t operator()(const std::tuple<const SizeExpr *, unsigned, const SizeExpr *> &k) const {
+      return std::hash<const SizeExpr *>()(std::get<0>(k)) ^
+             (size_t(std::get<1>(k)) * 0x9e3779b97f4a7c15ull) ^
+             (std::hash<const SizeExpr *>()(std::get<2>(k)) << 1);
     }
-    return plans_.emplace(&e, p).first->second;
+  };
+
+  /// Variables the planner introduces (RowsPlan), above every variable of
+  /// a kernel or a deserialised expression (at most 2^20).
+  unsigned freshVar_ = 1u << 24;
+  /// Ranges the planner built that are never empty (RowsPlan).
+  std::unordered_set<const SizeExpr *> nonEmpty_;
+  std::unordered_map<std::tuple<const SizeExpr *, unsigned, const SizeExpr *>, Dir, KeyHash>
+      directions_;
+  std::unordered_map<const SizeExpr *, RangePlan> plans_;
+  struct NodeVarHash {
+    size_t operator()(const std::pair<const SizeExpr *, unsigned> &k) const {
+      return std::hash<const SizeExpr *>()(k.first) ^ (size_t(k.second) * 0x9e3779b97f4a7c15ull);
+    }
+  };
+  std::unordered_map<std::pair<const SizeExpr *, unsigned>, const SizeExpr *, NodeVarHash> readsAt_;
+};
+
+// Evaluates a SizeExpr on a launch's inputs, ranges by RangePlanner's plans.
+class Evaluator {
+public:
+  Evaluator(const SizeExprInputs &in, int64_t stepLimit) : in_(in), stepsLeft_(stepLimit) {}
+
+  // nullopt only when the evaluation failed (see error()). The recursion
+  // keeps its frame small (the rarer kinds are evaluated out of line):
+  // expressions nest up to 4096 deep, and a sanitized build's frames are
+  // large.
+  std::optional<int64_t> eval(const SizeExpr &e) {
+    if (failed_)
+      return std::nullopt;
+    if (--stepsLeft_ < 0)
+      return stepLimitExceeded();
+    switch (e.kind()) {
+    case SizeExprKind::Const:
+      return e.value();
+    case SizeExprKind::BoundVar:
+      if (const Binding *b = binding(e.var()))
+        return b->value;
+      return unboundVar(e);
+    case SizeExprKind::Add:
+    case SizeExprKind::Sub:
+    case SizeExprKind::Mul:
+    case SizeExprKind::Max:
+    case SizeExprKind::Min:
+    case SizeExprKind::Div:
+    case SizeExprKind::Rem: {
+      auto a = eval(*e.operands()[0]);
+      if (!a)
+        return std::nullopt;
+      auto b = eval(*e.operands()[1]);
+      if (!b)
+        return std::nullopt;
+      return arith(e.kind(), *a, *b);
+    }
+    case SizeExprKind::Trunc32: {
+      auto a = eval(*e.operands()[0]);
+      if (!a)
+        return std::nullopt;
+      return static_cast<int32_t>(*a);
+    }
+    case SizeExprKind::MaxOverRange:
+    case SizeExprKind::SumOverRange:
+      return evalRange(e);
+    default:
+      return evalLeaf(e);
+    }
+  }
+
+  bool failed() const { return failed_; }
+  bool saturated() const { return saturated_; }
+  const std::string &error() const { return error_; }
+
+private:
+  /// A variable bound by an enclosing MaxOverRange. When `readMaxOf` is
+  /// set, the body is being evaluated once for the whole range and every
+  /// `buffer[%var]` read of that buffer stands for `readMax`.
+  struct Binding {
+    unsigned var;
+    int64_t value;
+    const SizeExpr *readMaxOf = nullptr;
+    int64_t readMax = 0;
+  };
+  const Binding *binding(unsigned var) const {
+    for (auto it = bindings_.rbegin(); it != bindings_.rend(); ++it)
+      if (it->var == var)
+        return &*it;
+    return nullptr;
+  }
+
+  /// The maximum of the body of `e` over [begin, end) by rows (RowsPlan);
+  /// nullopt with no failure when the range is not one of rows.
+  std::optional<int64_t> maxByRows(const RowsPlan &p, int64_t begin, int64_t end, bool &applies) {
+    auto d = eval(*p.divisor);
+    if (!d)
+      return std::nullopt;
+    int64_t D = *d;
+    applies = D > 0 && begin >= 0;
+    if (!applies)
+      return std::nullopt;
+    int64_t q0 = begin / D, r0 = begin % D, qLast = (end - 1) / D, rLast = (end - 1) % D;
+    auto rectangle = [&](int64_t qa, int64_t qb, int64_t ra, int64_t rb) {
+      bindings_.push_back({p.qa, qa});
+      bindings_.push_back({p.qb, qb});
+      bindings_.push_back({p.ra, ra});
+      bindings_.push_back({p.rb, rb});
+      auto v = eval(*p.rectangle);
+      bindings_.resize(bindings_.size() - 4);
+      return v;
+    };
+    if (q0 == qLast)
+      return rectangle(q0, q0 + 1, r0, rLast + 1);
+    auto best = rectangle(q0, q0 + 1, r0, D);
+    if (best && qLast > q0 + 1)
+      if (auto middle = rectangle(q0 + 1, qLast, 0, D))
+        best = std::max(*best, *middle);
+    if (!best || failed_)
+      return std::nullopt;
+    auto last = rectangle(qLast, qLast + 1, 0, rLast + 1);
+    if (!last)
+      return std::nullopt;
+    return std::max(*best, *last);
   }
 
   [[gnu::noinline]] std::optional<int64_t> stepLimitExceeded() {
@@ -562,7 +595,7 @@ private:
   /// The largest value of the body of range `e` over [begin, end), which is
   /// not empty.
   std::optional<int64_t> maxOfBody(const SizeExpr &e, int64_t begin, int64_t end) {
-    const RangePlan &p = planFor(e);
+    const RangePlan &p = planner_.planFor(e);
     switch (p.plan) {
     case Plan::Once:
     case Plan::AtEnd:
@@ -630,31 +663,10 @@ private:
     }
   }
 
-  struct KeyHash {
-    size_t operator()(const std::tuple<const SizeExpr *, unsigned, const SizeExpr *> &k) const {
-      return std::hash<const SizeExpr *>()(std::get<0>(k)) ^
-             (size_t(std::get<1>(k)) * 0x9e3779b97f4a7c15ull) ^
-             (std::hash<const SizeExpr *>()(std::get<2>(k)) << 1);
-    }
-  };
-
   const SizeExprInputs &in_;
   int64_t stepsLeft_;
-  /// Variables the evaluator introduces (RowsPlan), above every variable of
-  /// a kernel or a deserialised expression (at most 2^20).
-  unsigned freshVar_ = 1u << 24;
-  /// Ranges the evaluator built that are never empty (RowsPlan).
-  std::unordered_set<const SizeExpr *> nonEmpty_;
+  RangePlanner planner_;
   std::vector<Binding> bindings_;
-  std::unordered_map<std::tuple<const SizeExpr *, unsigned, const SizeExpr *>, Dir, KeyHash>
-      directions_;
-  std::unordered_map<const SizeExpr *, RangePlan> plans_;
-  struct NodeVarHash {
-    size_t operator()(const std::pair<const SizeExpr *, unsigned> &k) const {
-      return std::hash<const SizeExpr *>()(k.first) ^ (size_t(k.second) * 0x9e3779b97f4a7c15ull);
-    }
-  };
-  std::unordered_map<std::pair<const SizeExpr *, unsigned>, const SizeExpr *, NodeVarHash> readsAt_;
   std::unordered_map<const SizeExpr *, std::optional<SizeExprBufferView>> views_;
   bool failed_ = false;
   bool saturated_ = false;

@@ -252,6 +252,26 @@ Summary StructuralSizer::whileLoop(WhileStmt &w) {
   return {b.brk, nullptr, nullptr, b.peak, b.exact && !b.cont};
 }
 
+// The begin, end and trip count of `loop`: in symbolic mode through the
+// cache shared by the stacks of a kernel (a nest's bounds are captured once).
+std::array<E, 3> StructuralSizer::tripBounds(ForStmt &loop, std::optional<int64_t> constantTrip) {
+  if (!symbolic_) {
+    E trip = cst(*constantTrip);
+    return {cst(0), trip, trip};
+  }
+  auto cached = trips_ ? trips_->find(&loop) : TripCache::iterator();
+  if (trips_ && cached != trips_->end())
+    return cached->second;
+  E begin = bound(loop.begin(), loop);
+  E end = bound(loop.end(), loop);
+  if (failed_)
+    return {};
+  std::array<E, 3> bounds{begin, end, SizeExpr::tripCount(begin, end)};
+  if (trips_)
+    trips_->emplace(&loop, bounds);
+  return bounds;
+}
+
 Summary StructuralSizer::forLoop(ForStmt &loop) {
   if (loop.numDims() > 1) { // a task: stacks live inside its iterations
     fail(fmt::format("the adstack is used across the iterations of the parallel for at {}",
@@ -273,7 +293,6 @@ Summary StructuralSizer::forLoop(ForStmt &loop) {
   Summary b = block(loop.body(), 0);
   if (failed_)
     return b;
-  E begin, end, trip;
   E it = maxOpt(b.fall, b.cont); // net change of one iteration
   bool nonPositive = !it || (it->isConst() && it->value() <= 0);
   // (Symbolic mode only: with constant trip counts the tier-1 structural
@@ -290,26 +309,10 @@ Summary StructuralSizer::forLoop(ForStmt &loop) {
     r.exact = false;
     return r;
   }
-  if (symbolic_) {
-    auto cached = trips_ ? trips_->find(&loop) : TripCache::iterator();
-    if (trips_ && cached != trips_->end()) {
-      begin = cached->second[0];
-      end = cached->second[1];
-      trip = cached->second[2];
-    } else {
-      begin = bound(loop.begin(), loop);
-      end = bound(loop.end(), loop);
-      if (failed_)
-        return b;
-      trip = SizeExpr::tripCount(begin, end);
-      if (trips_)
-        trips_->emplace(&loop, std::array<E, 3>{begin, end, trip});
-    }
-  } else {
-    trip = cst(*constantTrip);
-    begin = cst(0);
-    end = trip;
-  }
+  std::array<E, 3> bounds = tripBounds(loop, constantTrip);
+  if (failed_)
+    return b;
+  E begin = bounds[0], end = bounds[1], trip = bounds[2];
   unsigned v = facts_.varOf.at(&loop);
   if (symbolic_ && it && it->usesVar(v) && !b.brk && !b.cont && it->isNonNegative() &&
       b.peak->equals(*it)) {

@@ -127,6 +127,7 @@ private:
   Summary stmt(Stmt &s);
   Summary whileLoop(WhileStmt &w);
   Summary forLoop(ForStmt &loop);
+  std::array<E, 3> tripBounds(ForStmt &loop, std::optional<int64_t> constantTrip);
 
   // SizingCapture.cpp
   E bound(Bound b, const ForStmt &loop);

@@ -221,20 +221,11 @@ std::vector<int64_t> sample(int64_t n, int64_t count, Random &random) {
   return {picked.begin(), picked.end()};
 }
 
-} // namespace
-
-absl::StatusOr<Plan> makePlan(const Module &module, const Kernel &k, const GradCheckInputs &inputs,
-                              const GradCheckOptions &options) {
-  if (options.maxElements < 0 || !(options.fdStep > 0) || options.rtol < 0 || options.atol < 0)
-    return absl::InvalidArgumentError(
-        "maxElements, rtol and atol must not be negative, and fdStep must be positive");
-  Plan plan;
-  plan.kernel = k.name();
-  plan.globals = discover(module, k);
-  bool explicitKernel = !options.gradientKernel.empty() || !options.dualKernel.empty();
-
-  // Launch values: every field value names a field of its shape; every
-  // argument has a value of its rank.
+// Launch values: every field value names a field of its shape; every
+// argument has a value of its rank. Fills the plan's values and the shapes
+// and sizes of its globals.
+absl::Status bindLaunchValues(const Module &module, const Kernel &k, const GradCheckInputs &inputs,
+                              Plan &plan) {
   for (auto &[name, value] : inputs.fields) {
     const Field *f = module.findField(name);
     if (!f)
@@ -278,6 +269,23 @@ absl::StatusOr<Plan> makePlan(const Module &module, const Kernel &k, const GradC
     for (int64_t e : g.shape)
       g.elements *= e;
   }
+  return absl::OkStatus();
+}
+
+} // namespace
+
+absl::StatusOr<Plan> makePlan(const Module &module, const Kernel &k, const GradCheckInputs &inputs,
+                              const GradCheckOptions &options) {
+  if (options.maxElements < 0 || !(options.fdStep > 0) || options.rtol < 0 || options.atol < 0)
+    return absl::InvalidArgumentError(
+        "maxElements, rtol and atol must not be negative, and fdStep must be positive");
+  Plan plan;
+  plan.kernel = k.name();
+  plan.globals = discover(module, k);
+  bool explicitKernel = !options.gradientKernel.empty() || !options.dualKernel.empty();
+
+  if (absl::Status st = bindLaunchValues(module, k, inputs, plan); !st.ok())
+    return st;
 
   // Inputs and outputs.
   std::vector<size_t> readable, writable;

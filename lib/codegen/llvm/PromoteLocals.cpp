@@ -256,18 +256,10 @@ size_t removeUselessPhis(const std::vector<llvm::PHINode *> &phis) {
   return live.size();
 }
 
-void promoteAll(llvm::Function &f, std::vector<Local> &locals,
-                const llvm::DenseMap<llvm::AllocaInst *, unsigned> &index, PromoteStats &stats) {
-  BlockGraph g(f);
-  size_t numBlocks = g.blocks.size();
-  auto localOf = [&](llvm::Value *ptr) -> int {
-    auto *a = llvm::dyn_cast<llvm::AllocaInst>(ptr);
-    auto it = a ? index.find(a) : index.end();
-    return it == index.end() ? -1 : static_cast<int>(it->second);
-  };
-
-  // Def blocks, once each (stamp: the last local that listed the block).
-  std::vector<unsigned> stamp(numBlocks, ~0u);
+// Records each local's def blocks, once each, and its scope (stamp: the
+// last local that listed the block).
+void findDefBlocks(BlockGraph &g, std::vector<Local> &locals) {
+  std::vector<unsigned> stamp(g.blocks.size(), ~0u);
   for (unsigned k = 0; k < locals.size(); ++k) {
     Local &l = locals[k];
     for (llvm::User *u : l.slot->users())
@@ -279,16 +271,21 @@ void promoteAll(llvm::Function &f, std::vector<Local> &locals,
         }
     l.scope = scopeOf(l, g);
   }
+}
 
-  // Phi placement, per local: the iterated frontier of its stores, within
-  // its scope.
-  struct Phi {
-    llvm::PHINode *node;
-    unsigned local;
-  };
+// A phi placed for a local.
+struct Phi {
+  llvm::PHINode *node;
+  unsigned local;
+};
+
+// Phi placement, per local: the iterated frontier of its stores, within its
+// scope. Returns the phis of each block; `allPhis` gets every one.
+std::vector<std::vector<Phi>> placePhis(BlockGraph &g, std::vector<Local> &locals,
+                                        std::vector<llvm::PHINode *> &allPhis) {
+  size_t numBlocks = g.blocks.size();
   std::vector<std::vector<Phi>> phisAt(numBlocks);
-  std::vector<llvm::PHINode *> allPhis;
-  std::fill(stamp.begin(), stamp.end(), ~0u);
+  std::vector<unsigned> stamp(numBlocks, ~0u);
   std::vector<unsigned> work;
   for (unsigned k = 0; k < locals.size(); ++k) {
     Local &l = locals[k];
@@ -315,6 +312,22 @@ void promoteAll(llvm::Function &f, std::vector<Local> &locals,
       }
     }
   }
+  return phisAt;
+}
+
+void promoteAll(llvm::Function &f, std::vector<Local> &locals,
+                const llvm::DenseMap<llvm::AllocaInst *, unsigned> &index, PromoteStats &stats) {
+  BlockGraph g(f);
+  size_t numBlocks = g.blocks.size();
+  auto localOf = [&](llvm::Value *ptr) -> int {
+    auto *a = llvm::dyn_cast<llvm::AllocaInst>(ptr);
+    auto it = a ? index.find(a) : index.end();
+    return it == index.end() ? -1 : static_cast<int>(it->second);
+  };
+
+  findDefBlocks(g, locals);
+  std::vector<llvm::PHINode *> allPhis;
+  std::vector<std::vector<Phi>> phisAt = placePhis(g, locals, allPhis);
 
   // Renaming: one walk of the dominator tree for every local.
   llvm::DenseMap<llvm::LoadInst *, llvm::Value *> value; // a load's replacement

@@ -69,6 +69,7 @@ public:
 
 private:
   void need(const Value *v);
+  void needDirectReads(Stmt &s);
 
   const Activity &activity_;
   const std::unordered_set<const Stmt *> *tapedFactors_ = nullptr;

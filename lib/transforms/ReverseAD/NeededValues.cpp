@@ -40,6 +40,42 @@ void NeededValues::need(const Value *v) {
     work_.push_back(v);
 }
 
+// Needs what the reverse of `s` reads itself: conditions, loop bounds,
+// indices and the operands of its partials.
+void NeededValues::needDirectReads(Stmt &s) {
+  switch (s.kind()) {
+  case StmtKind::If:
+    need(cast<IfStmt>(&s)->cond());
+    break;
+  case StmtKind::For: {
+    auto *f = cast<ForStmt>(&s);
+    need(f->beginValue());
+    need(f->endValue());
+    break;
+  }
+  case StmtKind::GlobalLoad:
+  case StmtKind::GlobalStore:
+  case StmtKind::AtomicAdd: {
+    auto &g = cast<GlobalAccessStmt>(s);
+    for (unsigned i = 0; i < g.numIndices(); ++i)
+      need(g.index(i));
+    break;
+  }
+  case StmtKind::Binary:
+  case StmtKind::Unary:
+  case StmtKind::Select:
+    // What the partials read (DerivativeRules.h); nothing where the
+    // factor is taped.
+    if (activity_.isActive(&s) && !(tapedFactors_ && tapedFactors_->count(&s)))
+      ad::primalReads(
+          s, [&](const Value *v) { return activity_.isActive(v); },
+          [&](const Value *v) { need(v); });
+    break;
+  default:
+    break;
+  }
+}
+
 void NeededValues::compute(const std::vector<Stmt *> &stmts,
                            const std::unordered_set<const Stmt *> *scope,
                            std::unordered_set<const Value *> &values,
@@ -56,37 +92,7 @@ void NeededValues::compute(const std::vector<Stmt *> &stmts,
   for (Stmt *s : stmts) {
     if (auto *st = dyn_cast<LocalStoreStmt>(s))
       storesTo[st->local()].inOrder.push_back(st);
-    switch (s->kind()) {
-    case StmtKind::If:
-      need(cast<IfStmt>(s)->cond());
-      break;
-    case StmtKind::For: {
-      auto *f = cast<ForStmt>(s);
-      need(f->beginValue());
-      need(f->endValue());
-      break;
-    }
-    case StmtKind::GlobalLoad:
-    case StmtKind::GlobalStore:
-    case StmtKind::AtomicAdd: {
-      auto &g = cast<GlobalAccessStmt>(*s);
-      for (unsigned i = 0; i < g.numIndices(); ++i)
-        need(g.index(i));
-      break;
-    }
-    case StmtKind::Binary:
-    case StmtKind::Unary:
-    case StmtKind::Select:
-      // What the partials read (DerivativeRules.h); nothing where the
-      // factor is taped.
-      if (activity_.isActive(s) && !(tapedFactors_ && tapedFactors_->count(s)))
-        ad::primalReads(
-            *s, [&](const Value *v) { return activity_.isActive(v); },
-            [&](const Value *v) { need(v); });
-      break;
-    default:
-      break;
-    }
+    needDirectReads(*s);
   }
   // Within one iteration of the loop `scope` covers, a store reaches a
   // load if it comes first, or if both sit in a loop nested in the scope
