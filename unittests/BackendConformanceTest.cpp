@@ -59,9 +59,24 @@ struct Made {
   std::vector<std::string> diagnostics; // since the last case
 };
 
-Made &made(const Subject &s) {
+std::map<std::string, std::unique_ptr<Made>> &allMade() {
   static std::map<std::string, std::unique_ptr<Made>> all;
-  std::unique_ptr<Made> &m = all[s.label];
+  return all;
+}
+
+/// Destroys the backends when the tests end, before the process exits: a
+/// GPU driver loaded after `allMade` was constructed tears itself down at
+/// exit before that map's destructor would run, and destroying a device
+/// after that crashes (NVIDIA's Vulkan driver, H200, driver 580).
+class ReleaseBackends : public ::testing::Environment {
+public:
+  void TearDown() override { allMade().clear(); }
+};
+[[maybe_unused]] ::testing::Environment *const kReleaseBackends =
+    ::testing::AddGlobalTestEnvironment(new ReleaseBackends);
+
+Made &made(const Subject &s) {
+  std::unique_ptr<Made> &m = allMade()[s.label];
   if (m)
     return *m;
   m = std::make_unique<Made>();
