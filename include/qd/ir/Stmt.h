@@ -10,6 +10,7 @@
 
 #include "qd/ir/Casting.h"
 #include "qd/ir/Location.h"
+#include "qd/ir/Ops.h"
 #include "qd/ir/Scalar.h"
 #include "qd/ir/Value.h"
 
@@ -316,50 +317,6 @@ private:
   double float_ = 0;
 };
 
-/// The scalar types an operator is defined on (qd/ir/Ops.def's DOMAIN).
-enum class OpDomain : uint8_t { Any, Float, Integer };
-/// How derivatives flow through an operator (Ops.def's DIFF column).
-enum class OpDiff : uint8_t {
-  Smooth,    // partials everywhere in its domain
-  Piecewise, // partials except at kinks (abs at 0, min/max on ties)
-  Rejected,  // a float operator without a usable derivative (floor, rem)
-  Integer,   // integer-only: no derivative is ever asked
-};
-/// What the constant folder does with an operator (Ops.def's FOLD column).
-enum class OpFold : uint8_t {
-  Exact, // evaluates it where it is defined
-  Libm,  // leaves it: the result depends on the math library
-};
-
-/// The math functions a backend implements its own way (Ops.def's
-/// QD_MATH_FN rows): LLVM targets call a math library, SPIR-V inlines qd's
-/// own code. One id for every backend.
-enum class MathFn : uint8_t {
-#define QD_MATH_FN(NAME, ...) NAME,
-#include "qd/ir/Ops.def"
-};
-/// The C library's name of `fn` on doubles (`sin`; `sinf` on floats), the
-/// stem of the vendor libraries' names (libmvec, libdevice, ocml).
-std::string_view libmName(MathFn fn);
-/// Its number of arguments.
-unsigned arity(MathFn fn);
-
-enum class BinaryOp : uint8_t {
-#define QD_BINARY_OP(NAME, ...) NAME,
-#include "qd/ir/Ops.def"
-};
-std::string_view toString(BinaryOp op);
-std::optional<BinaryOp> parseBinaryOp(std::string_view text);
-/// Ops defined only on integers (and i1): and, or, xor, shl, shr.
-bool isBitwise(BinaryOp op);
-/// Ops defined only on floats: pow, atan2.
-bool isFloatOnly(BinaryOp op);
-OpDomain domainOf(BinaryOp op);
-/// The math function a float `op` is lowered to; none when it is inline.
-std::optional<MathFn> mathFn(BinaryOp op);
-OpDiff diffOf(BinaryOp op);
-OpFold foldOf(BinaryOp op);
-
 /// `%r = add %a, %b : f32`; both operands have the result type.
 class BinaryStmt : public Stmt {
 public:
@@ -373,20 +330,6 @@ private:
   BinaryOp op_;
 };
 
-enum class UnaryOp : uint8_t {
-#define QD_UNARY_OP(NAME, ...) NAME,
-#include "qd/ir/Ops.def"
-};
-std::string_view toString(UnaryOp op);
-std::optional<UnaryOp> parseUnaryOp(std::string_view text);
-/// Ops defined only on floats (everything except neg, abs and not).
-bool isFloatOnly(UnaryOp op);
-OpDomain domainOf(UnaryOp op);
-/// The math function a float `op` is lowered to; none when it is inline.
-std::optional<MathFn> mathFn(UnaryOp op);
-OpDiff diffOf(UnaryOp op);
-OpFold foldOf(UnaryOp op);
-
 /// `%r = sin %a : f32`; the operand has the result type.
 class UnaryStmt : public Stmt {
 public:
@@ -398,13 +341,6 @@ public:
 private:
   UnaryOp op_;
 };
-
-enum class CmpPredicate : uint8_t {
-#define QD_CMP_PREDICATE(NAME, ...) NAME,
-#include "qd/ir/Ops.def"
-};
-std::string_view toString(CmpPredicate p);
-std::optional<CmpPredicate> parseCmpPredicate(std::string_view text);
 
 /// `%c = cmp lt %a, %b : f32`; the type is the operand type, the result i1.
 /// Float comparisons are ordered (false on NaN) except `ne` (true on NaN).
@@ -537,14 +473,8 @@ public:
   static bool classof(const Value *v) { return ConstStmt::isKindOf(v, StmtKind::GlobalStore); }
 };
 
-/// The operation of an atomic read-modify-write (Ops.def's QD_ATOMIC_OP).
-enum class AtomicOp : uint8_t {
-#define QD_ATOMIC_OP(NAME, ...) NAME,
-#include "qd/ir/Ops.def"
-};
 /// The statement kind of `op` (its spelling: mnemonic(kindOf(op))).
 StmtKind kindOf(AtomicOp op);
-OpDomain domainOf(AtomicOp op);
 
 /// An atomic read-modify-write of one element, one per QD_ATOMIC_OP row:
 /// `atomic_add` or `atomic_max`.
