@@ -45,7 +45,7 @@ absl::Status prefixed(const Kernel &kernel, const absl::Status &s) {
 } // namespace
 
 struct AcceleratorBackend::State {
-  explicit State(accel::AcceleratorDevice &d) : device(d) {}
+  explicit State(accel::AcceleratorDevice &d) : device(d), limits(d.limits()) {}
 
   struct Variant {
     std::unique_ptr<DeviceKernel> code;
@@ -56,6 +56,9 @@ struct AcceleratorBackend::State {
   static constexpr size_t kMaxLocalVariants = 4;
 
   accel::AcceleratorDevice &device;
+  /// The device's limits, fixed when it was created (read once, not per
+  /// launch).
+  const accel::DeviceLimits limits;
   KernelSizingCache sizings;
   std::mutex compileMutex;
   /// Keyed by (kernel, bounds checks, stop checks, local array entries per
@@ -115,8 +118,8 @@ absl::StatusOr<AcceleratorBackend::State::Variant *> AcceleratorBackend::State::
   // run from there (code compiled for those array sizes), the rest of the
   // kernel unchanged.
   std::vector<int64_t> local =
-      localTapeEntries(heapCode.code->layout(), plan->heap().capacities,
-                       device.limits().localTapeBytes, heapCode.localVariants, kMaxLocalVariants);
+      localTapeEntries(heapCode.code->layout(), plan->heap().capacities, limits.localTapeBytes,
+                       heapCode.localVariants, kMaxLocalVariants);
   if (local.empty())
     return &heapCode;
   absl::StatusOr<Variant *> v =
@@ -136,7 +139,6 @@ absl::StatusOr<AcceleratorBackend::State::Variant *> AcceleratorBackend::State::
 
 absl::StatusOr<int64_t> AcceleratorBackend::State::grid(const DeviceKernel &code,
                                                         const LaunchPlan &plan) const {
-  const accel::DeviceLimits limits = device.limits();
   const int64_t group = std::max<int64_t>(limits.groupSize, 1);
   int64_t threads = code.gridThreads();
   // Tasks with fewer iterations than the grid has threads run on whole
@@ -179,7 +181,7 @@ std::vector<uint32_t> AcceleratorBackend::State::groups(const DeviceKernel &code
   // A parallel task whose extent is known now and fits the grid needs only
   // the groups that have an iteration.
   const KernelLayout &layout = code.layout();
-  const int64_t group = std::max<unsigned>(device.limits().groupSize, 1);
+  const int64_t group = std::max<unsigned>(limits.groupSize, 1);
   const int64_t full = (threads + group - 1) / group;
   std::vector<uint32_t> groups;
   for (const KernelLayout::Launch &l : layout.launches) {
@@ -199,7 +201,7 @@ absl::Status AcceleratorBackend::State::growHeap(const Kernel &kernel, int64_t b
   if (heapAllocated && size_t(bytes) <= heapBytes)
     return absl::OkStatus();
   size_t grown = std::max<size_t>(size_t(bytes), 2 * heapBytes);
-  if (uint64_t most = device.limits().maxHeapBytes)
+  if (uint64_t most = limits.maxHeapBytes)
     grown = std::min<size_t>(grown, std::max<size_t>(size_t(bytes), most));
   heapAllocated = false;
   if (absl::Status s = device.allocateHeap(grown); !s.ok())

@@ -121,6 +121,7 @@ public:
   virtual const char *backendName() const = 0;
   virtual const char *optionsName() const = 0;
   virtual std::string deviceName() const = 0;
+  /// Read once, when the backend is created: fixed for the device's life.
   virtual DeviceLimits limits() const = 0;
 
   /// Compiles and loads a variant of `kernel`.
