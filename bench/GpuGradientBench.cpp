@@ -52,8 +52,11 @@
 // Usage: qd-bench-gpu [--reps 20] [--warmup 3] [--only a,b,c] [--peers FILE]...
 //                     [--shapes fields,ndarray] [--max-n N] [--backends cuda,vulkan,cpu]
 //                     [--device 0] [--block-size 128] [--max-registers 0]
+//                     [--cuda-threads 0] [--cuda-tape-bytes-per-sm 0]
 //                     [--vulkan-device NAME] [--vulkan-threads N[,N...]]
 //                     [--vulkan-workgroup 64] [--timeout-ms 0]
+// --cuda-threads and --cuda-tape-bytes-per-sm: CudaBackendOptions::maxThreads
+// and localTapeBytesPerSm (0: the backend's default grid).
 // --backends (or --backend): the qd backends, one table row each per
 // workload, in this order; the ratio column compares each with the first
 // that runs. Default cuda,vulkan: every GPU backend that can be created; one
@@ -210,6 +213,8 @@ Target cudaTarget(const Options &o) {
   options.device = o.device;
   options.blockSize = o.blockSize;
   options.maxRegisters = o.maxRegisters;
+  options.maxThreads = o.cudaThreads;
+  options.localTapeBytesPerSm = o.cudaTapeBytesPerSm;
   auto created = qd::CudaBackend::create(options);
   if (!created.ok()) {
     t.unavailable = creationFailure(created.status(), "CudaBackend::create");
