@@ -145,7 +145,7 @@ absl::StatusOr<int64_t> AcceleratorBackend::State::grid(const DeviceKernel &code
   // groups enough for them: the heap is laid out for the threads that run.
   // A launch without heap whose iterations are known may run one thread
   // per iteration: the device then hands groups to its multiprocessors as
-  // they free up (docs/performance.md, "Grid").
+  // they free up (docs/runtime.md, "Grid").
   if (std::optional<int64_t> most = plan.fixedParallelIterations()) {
     int64_t cap = threads;
     if (limits.perIterationThreads > 0 && plan.heap().stride == 0)

@@ -22,7 +22,7 @@ accel::DeviceLimits GpuRuntime::limits() const {
   accel::DeviceLimits l;
   l.groupSize = blockSize_;
   // One thread per iteration beat the resident grid by 1.03x-1.12x on the
-  // gradient benchmarks without heap (docs/performance.md, "Grid"); a
+  // gradient benchmarks without heap (docs/runtime.md, "Grid"); a
   // thread cap or a budget of local tape bytes per SM keeps the resident
   // grid. At most 2^31 - 1 threads: HIP's limit of a grid (the grid-stride
   // loops run the rest).

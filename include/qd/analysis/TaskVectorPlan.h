@@ -1,7 +1,7 @@
 //===- qd/analysis/TaskVectorPlan.h - Lanes of a parallel task --*- C++ -*-===//
 //
 // The CPU code of a parallel task can run `W` consecutive iterations at once,
-// one per SIMD lane (docs/codegen.md, "Vectorised tasks"). The plan combines
+// one per SIMD lane (docs/runtime.md, "Vectorised tasks"). The plan combines
 // the two analyses that decide it: ElementOwnership.h (may lanes run
 // together at all; which atomics are private) and Uniformity.h (what varies
 // between lanes, what runs under a partial mask). See docs/analyses.md.

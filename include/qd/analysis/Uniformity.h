@@ -1,7 +1,7 @@
 //===- qd/analysis/Uniformity.h - What differs between lanes ----*- C++ -*-===//
 //
 // Lanes are consecutive iterations of a parallel task run together: the SIMD
-// lanes of the CPU's vector code (docs/codegen.md, "Vectorised tasks"), and
+// lanes of the CPU's vector code (docs/runtime.md, "Vectorised tasks"), and
 // the same notion serves the threads of a GPU warp. For each statement of a
 // task this analysis says whether it is
 //

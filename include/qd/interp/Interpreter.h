@@ -1,7 +1,7 @@
 //===- qd/interp/Interpreter.h - Reference interpreter ----------*- C++ -*-===//
 //
 // The oracle every backend and transform is checked against. It executes
-// every statement with the semantics of docs/ir.md ("Semantics"), checks
+// every statement with the semantics of docs/ir.md ("Statements"), checks
 // every index, and stops a launch with an error naming the kernel, task and
 // statement on anything undefined (integer division by zero, shifts by the
 // bit width or more, adstack overflow or underflow, out-of-range indices).
