@@ -17,7 +17,7 @@ const char *kUsage =
     "usage: qd-bench-gpu [--reps N] [--warmup N] [--only a,b,c] [--shapes fields,ndarray] "
     "[--peers FILE]... [--max-n N] "
     "[--backends cuda,vulkan,cpu] [--device N] [--block-size N] [--max-registers N] "
-    "[--cuda-threads N] [--cuda-tape-bytes-per-sm N] "
+    "[--cuda-threads N] [--cuda-tape-bytes-per-sm N] [--json FILE] "
     "[--vulkan-device NAME] [--vulkan-threads N[,N...]] [--vulkan-workgroup N] [--timeout-ms N]";
 
 } // namespace
@@ -50,6 +50,8 @@ Options parseOptions(int argc, char **argv) {
       o.blockSize = unsigned(std::stoul(next()));
     } else if (a == "--max-registers") {
       o.maxRegisters = unsigned(std::stoul(next()));
+    } else if (a == "--json") {
+      o.json = next();
     } else if (a == "--cuda-threads") {
       o.cudaThreads = std::stoll(next());
     } else if (a == "--cuda-tape-bytes-per-sm") {

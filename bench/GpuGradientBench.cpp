@@ -52,7 +52,7 @@
 // Usage: qd-bench-gpu [--reps 20] [--warmup 3] [--only a,b,c] [--peers FILE]...
 //                     [--shapes fields,ndarray] [--max-n N] [--backends cuda,vulkan,cpu]
 //                     [--device 0] [--block-size 128] [--max-registers 0]
-//                     [--cuda-threads 0] [--cuda-tape-bytes-per-sm 0]
+//                     [--cuda-threads 0] [--cuda-tape-bytes-per-sm 0] [--json FILE]
 //                     [--vulkan-device NAME] [--vulkan-threads N[,N...]]
 //                     [--vulkan-workgroup 64] [--timeout-ms 0]
 // --cuda-threads and --cuda-tape-bytes-per-sm: CudaBackendOptions::maxThreads
@@ -76,16 +76,15 @@
 //
 //===----------------------------------------------------------------------===//
 #include "BenchMain.h"
+#include "BenchRecord.h"
 #include "GpuBenchOptions.h"
 #include "GpuPeers.h"
+#include "GpuTargets.h"
 #include "GradientKernels.h"
 #include "GradientReference.h"
 #include "GradientWorkloads.h"
 
 #include "qd/ir/Parser.h"
-#include "qd/runtime/CpuBackend.h"
-#include "qd/runtime/CudaBackend.h"
-#include "qd/runtime/VulkanBackend.h"
 #include "qd/transforms/AutoDiff.h"
 
 #include <fmt/format.h>
@@ -123,10 +122,6 @@ double nowMs() {
       .count();
 }
 
-struct Timing {
-  double medianMs = 0, minMs = 0;
-};
-
 /// Median and min of `ms` (zeros when empty).
 Timing summarize(std::vector<double> ms) {
   if (ms.empty())
@@ -155,176 +150,6 @@ double relErr(double a, double ref, double floor) {
   double den = std::max(std::fabs(ref), floor);
   double e = den > 0 ? d / den : d;
   return std::isnan(e) ? INFINITY : e;
-}
-
-//===--- qd backends --------------------------------------------------------===//
-
-/// The Vulkan grid on a GPU: about one full wave of an H100 (132 SMs x 2048
-/// resident invocations = 270336), where the backend's default (65536)
-/// would fill a quarter of it. A CPU device (lavapipe) keeps the default.
-constexpr int64_t kVulkanGpuThreads = int64_t(1) << 18;
-
-/// A backend the gradients run on: a GPU (cuda, vulkan), or the CPU backend
-/// (a check of this program where there is no GPU, and the baseline of
-/// Vulkan on a CPU device).
-struct Target {
-  std::string kind;        // cuda, vulkan, cpu
-  std::string label;       // in the table: the kind, or vulkan:64K with several grids
-  std::string machine;     // what it runs on
-  std::string unavailable; // why it did not run (n/a), else empty
-  std::unique_ptr<qd::Backend> owned;
-  qd::Backend *backend = nullptr;
-  /// Of every timed launch (--timeout-ms: the code with stop checks).
-  qd::LaunchOptions launchOptions;
-  std::function<int64_t()> heapBytes;
-  /// The invocations of the last launch's grid (the CPU: its worker threads).
-  std::function<int64_t(const qd::Kernel &)> gridThreads;
-  /// The GPU time of the last launch's kernels (CUDA: events), or none.
-  std::function<std::optional<double>()> kernelMs;
-  Timing overhead; // launchOverhead()
-};
-
-/// Why a backend could not be created (its row reads n/a); a bad option
-/// stops the benchmark.
-std::string creationFailure(const absl::Status &s, const std::string &what) {
-  if (s.code() == absl::StatusCode::kInvalidArgument)
-    die(fmt::format("{}: {}", what, s.ToString()));
-  return std::string(s.message());
-}
-
-/// Kernel time apart from the launch's host work and copies: CUDA events,
-/// Vulkan timestamp queries around the launch's kernels (about 1 us more
-/// per launch). A device that cannot time them has no kernel column.
-template <typename B> void timeKernelsOf(Target &t, B *backend) {
-  if (absl::Status s = backend->timeKernels(true); !s.ok()) {
-    t.machine += fmt::format("; kernels not timed: {}", std::string(s.message()));
-    return;
-  }
-  t.kernelMs = [backend]() -> std::optional<double> {
-    absl::StatusOr<double> ms = backend->lastKernelMs();
-    return ms.ok() ? std::optional<double>(*ms) : std::nullopt;
-  };
-}
-
-Target cudaTarget(const Options &o) {
-  Target t;
-  t.kind = t.label = "cuda";
-  qd::CudaBackendOptions options;
-  options.device = o.device;
-  options.blockSize = o.blockSize;
-  options.maxRegisters = o.maxRegisters;
-  options.maxThreads = o.cudaThreads;
-  options.localTapeBytesPerSm = o.cudaTapeBytesPerSm;
-  auto created = qd::CudaBackend::create(options);
-  if (!created.ok()) {
-    t.unavailable = creationFailure(created.status(), "CudaBackend::create");
-    return t;
-  }
-  qd::CudaBackend *cuda = created->get();
-  t.owned = *std::move(created);
-  const qd::cuda::DeviceInfo &info = cuda->deviceInfo();
-  t.machine = fmt::format(
-      "{} (device {}, compute {}.{}, {} SMs), PTX for {}, {} threads per block, {}", info.name,
-      info.ordinal, info.computeMajor, info.computeMinor, info.multiprocessors, cuda->arch(),
-      options.blockSize,
-      options.maxRegisters ? fmt::format("at most {} registers per thread", options.maxRegisters)
-                           : std::string("registers: the JIT's choice"));
-  if (o.timeoutMs > 0)
-    t.machine += fmt::format(", launches with a {} ms timeout (stop checks)", o.timeoutMs);
-  t.heapBytes = [cuda] { return cuda->lastAdStackHeapBytes(); };
-  // The last launch's grid: a local-tape launch may run on fewer threads
-  // than gridThreads (CudaBackendOptions::localTapeBytesPerSm).
-  t.gridThreads = [cuda](const qd::Kernel &) { return cuda->lastLaunchThreads(); };
-  timeKernelsOf(t, cuda);
-  return t;
-}
-
-std::string countName(int64_t n) {
-  return n % 1024 == 0 ? fmt::format("{}K", n / 1024) : std::to_string(n);
-}
-
-/// `threads`: the grid (VulkanBackendOptions::maxThreads); 0: by the device.
-Target vulkanTarget(const Options &o, int64_t threads, bool labelGrid) {
-  Target t;
-  t.kind = "vulkan";
-  t.label = labelGrid ? "vulkan:" + countName(threads) : t.kind;
-  qd::VulkanBackendOptions options;
-  options.device = o.vulkanDevice;
-  options.workgroupSize = o.vulkanWorkgroup;
-  options.maxThreads = threads ? threads : kVulkanGpuThreads;
-  auto created = qd::VulkanBackend::create(options);
-  if (created.ok() && (*created)->deviceInfo().cpu) {
-    if (!o.backendsGiven) {
-      t.unavailable = fmt::format("the Vulkan device is '{}', which runs on the CPU, not a GPU "
-                                  "(--backends ...,vulkan runs it anyway)",
-                                  (*created)->deviceInfo().name);
-      return t;
-    }
-    if (!threads) {
-      options.maxThreads = qd::VulkanBackendOptions().maxThreads;
-      created = qd::VulkanBackend::create(options);
-    }
-  }
-  if (!created.ok()) {
-    t.unavailable = creationFailure(created.status(), "VulkanBackend::create");
-    return t;
-  }
-  qd::VulkanBackend *vulkan = created->get();
-  t.owned = *std::move(created);
-  const qd::VulkanDeviceInfo &info = vulkan->deviceInfo();
-  uint32_t v = info.apiVersion;
-  t.machine = fmt::format(
-      "{} (device {}, {}, Vulkan {}.{}.{}), SPIR-V, workgroups of {}, a grid of {} invocations "
-      "(--vulkan-threads; fewer where the adstack heap would not fit one storage buffer of {} "
-      "MiB)",
-      info.name, info.index,
-      info.discrete ? "discrete GPU"
-      : info.cpu    ? "CPU device"
-                    : "GPU",
-      (v >> 22) & 0x7f, (v >> 12) & 0x3ff, v & 0xfff, options.workgroupSize, vulkan->gridThreads(),
-      info.maxStorageBufferRange >> 20);
-  t.heapBytes = [vulkan] { return vulkan->lastAdStackHeapBytes(); };
-  t.gridThreads = [vulkan](const qd::Kernel &) { return vulkan->lastLaunchThreads(); };
-  timeKernelsOf(t, vulkan);
-  return t;
-}
-
-Target cpuTarget() {
-  Target t;
-  t.kind = t.label = "cpu";
-  std::unique_ptr<qd::CpuBackend> created = check(qd::CpuBackend::create({}), "CpuBackend::create");
-  qd::CpuBackend *cpu = created.get();
-  t.owned = std::move(created);
-  t.machine = fmt::format("the CPU backend, {} threads (a check of this program and a baseline, "
-                          "not a GPU measurement; 'grid thr' are its worker threads)",
-                          cpu->numThreads());
-  t.heapBytes = [cpu] { return cpu->lastAdStackHeapBytes(); };
-  t.gridThreads = [cpu](const qd::Kernel &) { return int64_t(cpu->numThreads()); };
-  return t;
-}
-
-/// The backends of --backends, in their order (one Vulkan target per
-/// --vulkan-threads value).
-std::vector<Target> makeTargets(const Options &o) {
-  std::vector<Target> targets;
-  for (const std::string &b : o.backends) {
-    if (b == "cuda") {
-      targets.push_back(cudaTarget(o));
-    } else if (b == "vulkan") {
-      if (o.vulkanThreads.empty())
-        targets.push_back(vulkanTarget(o, 0, false));
-      for (int64_t threads : o.vulkanThreads)
-        targets.push_back(vulkanTarget(o, threads, o.vulkanThreads.size() > 1));
-    } else {
-      targets.push_back(cpuTarget());
-    }
-  }
-  for (Target &t : targets)
-    if (t.unavailable.empty()) {
-      t.backend = t.owned.get();
-      t.launchOptions.timeout = std::chrono::milliseconds(o.timeoutMs);
-    }
-  return targets;
 }
 
 //===--- qd runs ----------------------------------------------------------===//
@@ -736,6 +561,38 @@ void printDetails(const std::vector<Target> &targets, const std::vector<QdRow> &
 
 } // namespace
 
+/// The rows of `--json` (BenchRecord.h): per qd row workload, n, shape,
+/// impl (qd-cuda, qd-vulkan, ...), grad_ms and grad_min_ms (per
+/// Program::launch), kernel_ms (the kernels alone, where timed), fwd_ms,
+/// heap_bytes, grid_threads, pass; per peer result workload, n, impl,
+/// grad_ms; per target its launch overhead (impl "overhead:<label>", ms).
+void recordRows(BenchRecord &record, const std::vector<Target> &targets,
+                const std::vector<QdRow> &rows, const Peers &peers) {
+  for (const QdRow &r : rows) {
+    nlohmann::json row = {{"workload", r.c.key},
+                          {"n", r.c.n},
+                          {"shape", std::string(shapeName(r.c.shape))},
+                          {"impl", "qd-" + targets[r.target].label},
+                          {"grad_ms", r.grad.medianMs},
+                          {"grad_min_ms", r.grad.minMs},
+                          {"fwd_ms", r.fwd.medianMs},
+                          {"heap_bytes", r.heapBytes},
+                          {"grid_threads", r.gridThreads},
+                          {"pass", r.pass}};
+    if (r.gradKernel.medianMs > 0)
+      row["kernel_ms"] = r.gradKernel.medianMs;
+    record.add(std::move(row));
+  }
+  for (const auto &[key, p] : peers.rows)
+    record.add({{"workload", std::get<0>(key)},
+                {"n", std::get<1>(key)},
+                {"impl", std::get<2>(key)},
+                {"grad_ms", p.medianMs}});
+  for (const Target &t : targets)
+    if (t.backend)
+      record.add({{"impl", "overhead:" + t.label}, {"ms", t.overhead.medianMs}});
+}
+
 static int runBench(int argc, char **argv) {
   const Options o = parseOptions(argc, argv);
   std::vector<Target> targets = makeTargets(o);
@@ -781,6 +638,15 @@ static int runBench(int argc, char **argv) {
     }
   }
   TableNotes tn = printTable(o, targets, running, rows, peers);
+  BenchRecord record("gpu", argc, argv);
+  record.setPath(o.json);
+  std::string machines;
+  for (size_t t : running)
+    machines +=
+        fmt::format("{}{}: {}", machines.empty() ? "" : "; ", targets[t].label, targets[t].machine);
+  record.setMachine(machines);
+  recordRows(record, targets, rows, peers);
+  record.write();
   printDetails(targets, rows, peers, tn);
   bool allPass = std::all_of(rows.begin(), rows.end(), [](const QdRow &r) { return r.pass; });
   fmt::print("launch overhead {} (median); total benchmark time {:.1f} s; {}\n", overheadMedians,

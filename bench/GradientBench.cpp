@@ -32,6 +32,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "BenchMain.h"
+#include "BenchRecord.h"
 #include "GradientKernels.h"
 #include "GradientOptions.h"
 #include "GradientReference.h"
@@ -275,10 +276,25 @@ std::string fmtMs(std::optional<double> v) {
   return *v >= 100 ? fmt::format("{:.0f}", *v) : fmt::format("{:.1f}", *v);
 }
 
-void printTable(const std::vector<Row> &rows, double qdGrad) {
+/// Prints a workload's table, and records its rows (`--json`): workload, n,
+/// impl, shape (qd's rows), threads, fwd_ms, grad_ms, max_rel_err.
+void printTable(const Workload &w, const std::vector<Row> &rows, double qdGrad,
+                BenchRecord &record) {
   fmt::print("  {:<30} {:>3} {:>10} {:>11} {:>9} {:>12}  {}\n", "implementation", "thr", "fwd ms",
              "grad ms", "grad/qd", "max rel err", "note");
+  const std::string qdPrefix = "qd-cpu (LLVM JIT) ";
   for (const Row &r : rows) {
+    nlohmann::json row = {{"workload", w.key}, {"n", w.n}, {"impl", r.impl}};
+    if (r.impl.rfind(qdPrefix, 0) == 0)
+      row["shape"] = r.impl.substr(qdPrefix.size());
+    row["threads"] = std::atoi(r.threads.c_str());
+    if (r.fwdMs)
+      row["fwd_ms"] = *r.fwdMs;
+    if (r.gradMs)
+      row["grad_ms"] = *r.gradMs;
+    if (r.err)
+      row["max_rel_err"] = *r.err;
+    record.add(std::move(row));
     std::string ratio = r.gradMs ? fmt::format("{:.2f}x", *r.gradMs / qdGrad) : "n/a";
     std::string err = r.err ? fmt::format("{:.1e}", *r.err) : "-";
     fmt::print("  {:<30} {:>3} {:>10} {:>11} {:>9} {:>12}  {}\n", r.impl, r.threads, fmtMs(r.fwdMs),
@@ -595,7 +611,8 @@ std::vector<float> referenceGradient(const Workload &w, const Options &o, HostDa
 
 /// Runs one workload on every implementation, prints its table and
 /// returns its summary line.
-std::string benchWorkload(Workload w, const Options &o, Backends &b, const json &torch) {
+std::string benchWorkload(Workload w, const Options &o, Backends &b, const json &torch,
+                          BenchRecord &record) {
   w.shape = o.shapes.front();
   const int64_t n = w.n, per = w.spec->gradElemsPerItem;
   const size_t fields = w.arrays();
@@ -648,7 +665,7 @@ std::string benchWorkload(Workload w, const Options &o, Backends &b, const json 
       fmt::format("qd/vectorised {}, {} (target <= 1.15x){}", vecRatio(qr.gradMs, vec),
                   vecRatio(q1.gradMs, vec1), shapeRatios);
   if (o.quick) {
-    printTable(rows, qr.gradMs);
+    printTable(w, rows, qr.gradMs, record);
     return fmt::format("  ({}) {}", w.key, vecRatios);
   }
   rows.push_back(adolcRow(w, d, ref, o.reps));
@@ -669,7 +686,7 @@ std::string benchWorkload(Workload w, const Options &o, Backends &b, const json 
   for (Row &r : rows)
     if (r.err && *r.err > 1e-3)
       r.note = "WRONG GRADIENT" + (r.note.empty() ? "" : "; " + r.note);
-  printTable(rows, qr.gradMs);
+  printTable(w, rows, qr.gradMs, record);
   int64_t exact = ir.exactPerWorker(qr.lanes) * b.cpu->numThreads();
   fmt::print("  adstack heap: {} bytes for {} stacks (capacities sum {}), exact need {} bytes "
              "(max depths sum {}, x {} lanes, x {} workers): {:.2f}x\n",
@@ -705,6 +722,8 @@ static int runBench(int argc, char **argv) {
   if (!parseOptions(argc, argv, o))
     return 0;
   gCpuTime = o.cpuTime;
+  BenchRecord record("gradients", argc, argv);
+  record.setPath(o.json);
   json torch = loadTorch(o.torchFile);
   std::vector<Workload> workloads = makeWorkloads();
   if (!o.dump.empty())
@@ -738,11 +757,12 @@ static int runBench(int argc, char **argv) {
   std::vector<std::string> summary;
   for (const Workload &w : workloads)
     if (o.only.find(w.key) != std::string::npos)
-      summary.push_back(benchWorkload(w, o, b, torch));
+      summary.push_back(benchWorkload(w, o, b, torch, record));
   fmt::print("\nsummary (gradient times):\n");
   for (const auto &s : summary)
     fmt::print("{}\n", s);
   fmt::print("total benchmark time {:.1f} s\n", (nowMs() - start) / 1e3);
+  record.write();
   return 0;
 }
 

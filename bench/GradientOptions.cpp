@@ -34,6 +34,7 @@ constexpr const char *kUsage =
     "  --cpu-time         time process CPU time (all threads: a run on T threads counts\n"
     "                     about T times its wall time) instead of the wall clock, which\n"
     "                     other work on a shared machine inflates\n"
+    "  --json FILE        also write the tables' rows to FILE (BenchRecord.h)\n"
     "  --dump-ir a|b|c    print the module, its gradient kernel and the gradient's\n"
     "                     optimised LLVM IR at --dump-n N elements (1024), and exit\n";
 
@@ -57,6 +58,8 @@ bool parseOptions(int argc, char **argv, Options &o) {
       o.only = next();
     else if (a == "--shapes")
       o.shapes = parseShapes(next());
+    else if (a == "--json")
+      o.json = next();
     else if (a == "--dump-ir")
       o.dump = next();
     else if (a == "--dump-n")

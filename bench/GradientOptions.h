@@ -21,7 +21,7 @@ struct Options {
   unsigned width = 0; // the backend's choice
   int reps = 3;
   bool quick = false;
-  std::string torchFile, only = "a,b,c", dump;
+  std::string torchFile, only = "a,b,c", dump, json;
   int64_t dumpN = 1024;
   size_t fullLimit = qd::CpuBackendOptions().fullOptimizationLimit;
   std::string isa = "auto";
