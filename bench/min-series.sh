@@ -3,7 +3,7 @@
 # `qd-bench-gradients --quick --only W --reps 3 --threads T` RUNS times and
 # prints, per side, the four smallest gradient times and the ratio of the
 # two minima (a single run's ratio moves by +-15% on a shared 2-core VM;
-# docs/performance.md, session 21).
+# docs/performance.md, "CPU gradients").
 #   bench/min-series.sh [WORKLOAD=b] [THREADS=1] [RUNS=10]
 #   QD_BENCH_GRADIENTS   the executable (default: build/bench/qd-bench-gradients)
 set -euo pipefail

@@ -452,7 +452,7 @@ absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::create(const CpuBackendO
   // independent libmvec calls in flight; 8 otherwise. A task whose loops
   // carry many values gets fewer lanes, down to one register's
   // (CodegenOptions::fitLanesToRegisters): measured on the three gradient
-  // benchmarks (docs/performance.md, "Vector width" and "Session 19").
+  // benchmarks (docs/performance.md, "Vector width").
   unsigned width = options.vectorWidth;
   bool wide = *isa == VectorMathIsa::Avx512 || *isa == VectorMathIsa::Avx2;
   if (width == 0)

@@ -34,7 +34,7 @@ Value *zeroAdjoint(IRBuilder &b, ScalarType t) {
 /// `continue` were lowered to flags before (JumpLowering.cpp). Where the
 /// zeroing lands then changes no result; on a GPU, a store between an
 /// iteration's forward and reverse loops made the H100 up to 35% slower
-/// (docs/performance.md, "GPU benchmark").
+/// (docs/performance.md, "Design decisions").
 std::unordered_set<const Stmt *> deferrableZeroings(ForStmt &task) {
   std::unordered_map<const Field *, int> uses;
   walk(task.body(), [&](Stmt &s) {
