@@ -19,6 +19,10 @@ namespace qdbench {
 
 BenchRecord::BenchRecord(std::string bench, int argc, char **argv)
     : bench_(std::move(bench)), machine_(hostMachine()) {
+  // The 1-minute load average when the benchmark starts: other work on a
+  // shared machine moves wall times by tens of percent.
+  std::ifstream loadavg("/proc/loadavg");
+  loadavg >> load_;
   for (int i = 0; i < argc; ++i) {
     std::string arg = argv[i];
     if (i == 0)

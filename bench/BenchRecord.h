@@ -4,7 +4,9 @@
 // show there as well: one object per run,
 //
 //   {"bench": "gradients", "command": "qd-bench-gradients --quick ...",
-//    "date": "2026-11-27", "machine": "...", "rows": [ROW, ...]}
+//    "date": "2026-11-27", "machine": "...", "load": 0.4, "rows": [ROW, ...]}
+//
+// (`load`: the host's 1-minute load average when the run started)
 //
 // where each ROW is an object of string and number fields (the workload,
 // the shape, the implementation, sizes and times; the keys each benchmark
@@ -42,6 +44,7 @@ public:
 
 private:
   std::string bench_, command_, machine_, path_;
+  double load_ = 0;
   nlohmann::json rows_ = nlohmann::json::array();
 };
 

@@ -34,7 +34,7 @@
 //                         [--max-compile-depth 32] [--full-limit N]
 //                         [--vector-width W] [--reps N] [--time-passes]
 //                         [--max-chain 300000] [--max-mpm-steps 64]
-//                         [--only statements,nesting,carried,chain,mpm]
+//                         [--only statements,nesting,carried,chain,mpm] [--json FILE]
 //   --max-compile*: the largest kernels whose gradient is also compiled on
 //   the CPU backend (LLVM's time dominates above them: see
 //   docs/performance.md, "Compile time").
@@ -46,6 +46,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "BenchMain.h"
+#include "BenchRecord.h"
 #include "MpmKernel.h"
 
 #include "qd/analysis/AdStackSizing.h"
@@ -65,6 +66,7 @@
 
 namespace {
 
+using qdbench::BenchRecord;
 using qdbench::die;
 using qdbench::optionValue;
 using Clock = std::chrono::steady_clock;
@@ -326,8 +328,9 @@ MpmRow measureMpm(int steps) {
 }
 
 /// The mpm series: S = 4, 8, ... up to `maxSteps`, each column the minimum
-/// of --reps runs.
-void mpmSeries(int maxSteps) {
+/// of --reps runs. Rows of `--json`: series "mpm", steps, tasks, stacks,
+/// and build, verify, reverse, sizing, emit, opt, mc and first_launch in ms.
+void mpmSeries(int maxSteps, BenchRecord &record) {
   fmt::print("\nmpm series (3S + 2 tasks; {} particles for the launch)\n{:>5} {:>6} {:>9} {:>9} "
              "{:>10} {:>6} {:>8} {:>8} {:>8} {:>8} {:>10} {:>8} {:>6} {:>6} {:>6} {:>6}\n",
              kMpmParticles, "S", "tasks", "build ms", "verify ms", "reverse ms", "stacks",
@@ -357,11 +360,24 @@ void mpmSeries(int maxSteps) {
                g([](const MpmRow &x) { return x.compile.emit; }),
                g([](const MpmRow &x) { return x.launch; }));
     std::fflush(stdout);
+    record.add({{"series", "mpm"},
+                {"steps", steps},
+                {"tasks", 3 * steps + 2},
+                {"stacks", r.stacks},
+                {"build_ms", r.build * 1e3},
+                {"verify_ms", r.verify * 1e3},
+                {"reverse_ms", r.reverse * 1e3},
+                {"sizing_ms", r.sizing * 1e3},
+                {"emit_ms", r.compile.emit * 1e3},
+                {"opt_ms", r.compile.optimize * 1e3},
+                {"mc_ms", r.compile.codegen * 1e3},
+                {"first_launch_ms", r.launch * 1e3}});
     prev = r;
   }
 }
 
 int run(int argc, char **argv) {
+  BenchRecord record("compile", argc, argv);
   int maxStatements = 100000, maxCompile = 4000, maxCarried = 1000, maxCompileCarried = 400;
   int maxCompileDepth = 32, maxChain = 300000, maxMpmSteps = 64;
   std::string only = "statements,nesting,carried,chain,mpm";
@@ -392,11 +408,13 @@ int run(int argc, char **argv) {
       fullLimit = static_cast<size_t>(next());
     else if (a == "--only" && i + 1 < argc)
       only = argv[++i];
+    else if (a == "--json" && i + 1 < argc)
+      record.setPath(argv[++i]);
     else
       die("usage: qd-bench-compile [--max-statements N] [--max-compile N] [--max-carried N] "
           "[--max-compile-carried N] [--max-compile-depth N] [--full-limit N] [--vector-width W] "
           "[--reps N] [--time-passes] [--max-chain N] [--max-mpm-steps N] "
-          "[--only statements,nesting,carried,chain,mpm]");
+          "[--only statements,nesting,carried,chain,mpm] [--json FILE]");
   }
   fmt::print("qd-bench-compile: wall seconds, the minimum of --reps runs per row; growth g = (time "
              "ratio) / "
@@ -425,8 +443,9 @@ int run(int argc, char **argv) {
   if (wanted("chain"))
     series("chain", "stmts", chain, maxChain, chainKernel);
   if (wanted("mpm"))
-    mpmSeries(maxMpmSteps);
+    mpmSeries(maxMpmSteps, record);
   qd::reportLlvmPassTimes();
+  record.write();
   return 0;
 }
 
