@@ -146,6 +146,9 @@ private:
   Id get(const Value *v);
   void set(const Value *v, Id id) { fn_->values[v] = id; }
   Id boundValue(Bound b);
+  /// A bound of loop `s`: boundValue, made opaque where a constant would
+  /// hurt (see the definition).
+  Id loopBound(const ForStmt &s, Bound b);
   /// A word of the launch data (loaded once, in the prologue).
   Id controlWord(uint32_t index);
   /// A pointer to word `index` (an id of a u32) of the launch data / heap.

@@ -114,6 +114,9 @@ struct SpirvLaunchData {
   static constexpr uint32_t kErrorSite = 0; // QdErrorRecord::site
   static constexpr uint32_t kErrorData = 2; // QdErrorRecord::data, 2 words each
   static constexpr uint32_t kThreads = 2 + 2 * abi::kMaxErrorData; // T
+  /// Always 0: what a loop bound that must not be a compile-time constant
+  /// adds (SpirvEmitter::loopBound).
+  static constexpr uint32_t kZero = kThreads + 1;
   uint32_t needed = 0;     // per stack: pushes past the capacity (u32, atomic max)
   uint32_t capacities = 0; // per stack (u32)
   uint32_t offsets = 0;    // per stack: its offset in an invocation's slice, in words
