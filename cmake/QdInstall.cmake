@@ -37,3 +37,7 @@ write_basic_package_version_file(${PROJECT_BINARY_DIR}/qdConfigVersion.cmake
 install(FILES ${PROJECT_BINARY_DIR}/qdConfig.cmake ${PROJECT_BINARY_DIR}/qdConfigVersion.cmake
   DESTINATION ${qd_cmake_dir})
 
+# The front-end example, built by a consumer against the installed package
+# (docs/getting-started.md, "Embedding qd in a front-end").
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/examples/frontend
+  DESTINATION ${CMAKE_INSTALL_DATADIR}/qd/examples)

@@ -1,7 +1,7 @@
 # Installs qd from QD_BUILD_DIR, checks that the package is relocatable,
 # moves it to another prefix and builds consumers against it there:
-# examples/consumer (all of it, then its CPU part without SPIRV-Tools).
-# Run with cmake -P; QD_FORBIDDEN_PATHS
+# examples/consumer (all of it, then its CPU part without SPIRV-Tools) and
+# the installed front-end example. Run with cmake -P; QD_FORBIDDEN_PATHS
 # ('|'-separated) are directories of this machine the package must not name
 # (dependencies' that the package's config finds anew), QD_BACKENDS
 # ('|'-separated) the backends of the build.
@@ -93,6 +93,21 @@ run_step("run the CPU backend consumer" ${consumer_build}/qd-consumer-cpu)
 expect_output(qd-consumer-cpu "${step_output}" "y = 1 3 5 7 9 11 13 15")
 run_step("run the registry consumer" ${consumer_build}/qd-consumer-registry)
 expect_output(qd-consumer-registry "${step_output}" "backends: interp cpu" "x = 0 1 4 9")
+
+# The front-end example, from where the package installs it, on two
+# backends picked by name: loss = 0.25 * (1 + 4 + 9 + 16 + 25 + 36) and
+# x.grad = 2 * 0.25 * x.
+set(frontend_build ${QD_WORK_DIR}/frontend)
+configure_consumer("the front-end example" ${prefix}/share/qd/examples/frontend ${frontend_build})
+run_step("build the front-end example" ${CMAKE_COMMAND} --build ${frontend_build})
+foreach(backend cpu interp)
+  run_step("run the front-end example on ${backend}" ${frontend_build}/qd-frontend ${backend})
+  expect_output("qd-frontend ${backend}" "${step_output}"
+    "parallel for (%i, %j) = (0, 0) to (%rows, %cols) {"
+    "@energy_grad adds into %x.grad, reads %loss.grad"
+    "loss = 22.75\nloss = 22.75\nx.grad = 0.5 1 1.5 2 2.5 3\n"
+    "row_sums rejected:\nmodel.py:10:18: error: '%x' has 2 dimensions but 1 index was given")
+endforeach()
 
 # A consumer of the CPU backend alone configures and builds where
 # SPIRV-Tools cannot be found; qd::backends, optional there, is left out
