@@ -27,9 +27,23 @@ function(qd_set_flags target)
   endif()
 endfunction()
 
-# qd_add_library(<name> SOURCES ... DEPS ...): a qd library exported as qd::<name>.
+# The export sets, in the order a consumer loads them.
+set(QD_EXPORT_SETS core llvm vulkan backends)
+
+# qd_add_library(<name> [EXPORT_SET <set>] SOURCES ... DEPS ... PRIVATE_DEPS ...):
+# a qd library exported as qd::<name>. The export set groups the targets by
+# what a consumer must find to use them (cmake/QdInstall.cmake): `core`
+# (the default; absl, fmt and threads only), `llvm` (LLVM's shared library),
+# `vulkan` (SPIRV-Tools) or `backends` (all of them).
 function(qd_add_library name)
-  cmake_parse_arguments(ARG "" "" "SOURCES;DEPS;PRIVATE_DEPS" ${ARGN})
+  cmake_parse_arguments(ARG "" "EXPORT_SET" "SOURCES;DEPS;PRIVATE_DEPS" ${ARGN})
+  if(NOT ARG_EXPORT_SET)
+    set(ARG_EXPORT_SET core)
+  endif()
+  if(NOT ARG_EXPORT_SET IN_LIST QD_EXPORT_SETS)
+    message(FATAL_ERROR "qd_add_library(${name}): unknown EXPORT_SET '${ARG_EXPORT_SET}' "
+                        "(one of: ${QD_EXPORT_SETS})")
+  endif()
   add_library(qd_${name} ${ARG_SOURCES})
   add_library(qd::${name} ALIAS qd_${name})
   set_target_properties(qd_${name} PROPERTIES EXPORT_NAME ${name} OUTPUT_NAME qd_${name})
@@ -38,7 +52,15 @@ function(qd_add_library name)
     $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
   target_link_libraries(qd_${name} PUBLIC ${ARG_DEPS} PRIVATE ${ARG_PRIVATE_DEPS})
   qd_set_flags(qd_${name})
-  set_property(GLOBAL APPEND PROPERTY QD_EXPORTED_TARGETS qd_${name})
+  set_property(GLOBAL APPEND PROPERTY QD_EXPORTED_TARGETS_${ARG_EXPORT_SET} qd_${name})
+endfunction()
+
+# Links LLVM's shared library into the qd library `target`, privately: in the
+# build tree LLVM's own target (through qd_llvm); in the installed package
+# qd::llvm, which qdConfig.cmake creates from the library it finds on the
+# consumer's machine, so that the package names no path of this one.
+function(qd_link_llvm target)
+  target_link_libraries(${target} PRIVATE $<BUILD_INTERFACE:qd_llvm> $<INSTALL_INTERFACE:qd::llvm>)
 endfunction()
 
 function(qd_add_tool name)

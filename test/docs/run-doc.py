@@ -14,6 +14,11 @@ fenced block is for:
   <!-- test: stdout -->          the next block is exactly what the last
   <!-- test: stderr -->          command printed there (trailing spaces and
                                  blank lines aside)
+  <!-- test: excerpt PATH -->    the next block is a quote of the source
+                                 file PATH (relative to the repository
+                                 root, the page's directory's parent): its
+                                 lines appear there consecutively, each
+                                 with the same text (indentation aside)
 
 The working directory starts empty except for `build`, a link to the build
 tree, so `./build/tools/...` in the page runs the tools under test. A page
@@ -83,6 +88,19 @@ def commands(text):
     return out
 
 
+def excerpt_mismatch(text, path):
+    """Why `text` is not a quote of the file at `path`, or None."""
+    if not os.path.isfile(path):
+        return f"no file {path}"
+    want = [line.strip() for line in normalise(text).splitlines()]
+    with open(path) as f:
+        have = [line.strip() for line in f.read().splitlines()]
+    for start in range(len(have) - len(want) + 1):
+        if have[start:start + len(want)] == want:
+            return None
+    return f"{path} has no lines\n{normalise(text)}"
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("page")
@@ -124,6 +142,12 @@ def main():
             if normalise(got) != normalise(text):
                 raise DocMismatch(f"{at}: the page shows\n{normalise(text)}\nbut the command "
                                   f"printed on {marker}\n{normalise(got)}")
+            checked += 1
+        elif marker.startswith("excerpt "):
+            source = os.path.dirname(os.path.dirname(os.path.abspath(args.page)))
+            why = excerpt_mismatch(text, os.path.join(source, marker[8:].strip()))
+            if why:
+                raise DocMismatch(f"{at}: the page quotes what is not in the source: {why}")
             checked += 1
         else:
             raise DocMismatch(f"{at}: unknown marker '{marker}'")
