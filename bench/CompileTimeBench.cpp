@@ -19,7 +19,9 @@
 //               grid scatter with atomic adds, grid update, grid to
 //               particle gather; bench/MpmKernel.h), 3S + 2 tasks over
 //               nine ndarrays, built with IRBuilder, S = 4 ... 64
-//               (--max-mpm-steps): a kernel of many tasks.
+//               (--max-mpm-steps): a kernel of many tasks; `fns` is
+//               the task functions compiled for its gradient's tasks
+//               (CpuBackend::taskFunctions).
 //
 // Each row prints the wall time of every step (the compile also split
 // into the optimisation pipeline and machine code, CpuBackend::
@@ -34,7 +36,8 @@
 //                         [--max-compile-depth 32] [--full-limit N]
 //                         [--vector-width W] [--reps N] [--time-passes]
 //                         [--max-chain 300000] [--max-mpm-steps 64]
-//                         [--only statements,nesting,carried,chain,mpm] [--json FILE]
+//                         [--only statements,nesting,carried,chain,mpm]
+//                         [--no-merge-tasks] [--json FILE]
 //   --max-compile*: the largest kernels whose gradient is also compiled on
 //   the CPU backend (LLVM's time dominates above them: see
 //   docs/performance.md, "Compile time").
@@ -43,6 +46,8 @@
 //   `tier` says which one each gradient got).
 //   --reps: runs per row, the minimum of each column is shown (1).
 //   --time-passes: LLVM's pass timers on stderr (qd::timeLlvmPasses).
+//   --no-merge-tasks: a function per task (CpuBackendOptions::mergeTasks
+//   off), to compare with the merged compile.
 //
 //===----------------------------------------------------------------------===//
 #include "BenchMain.h"
@@ -135,6 +140,7 @@ struct Row {
 std::optional<size_t> fullLimit; // --full-limit
 unsigned vectorWidth = 0;        // --vector-width (0: the backend's choice)
 int reps = 1;                    // --reps: runs per row, the minimum is shown
+bool mergeTasks = true;          // --no-merge-tasks: CpuBackendOptions::mergeTasks off
 int tripCount = 16;              // @m of the generated kernels (timeGradient)
 
 /// The run time the tier buys: one launch of the compiled gradient (the
@@ -185,6 +191,7 @@ Row measure(const std::string &text, int size, bool compile) {
     qd::CpuBackendOptions o;
     o.threads = 1;
     o.vectorWidth = vectorWidth;
+    o.mergeTasks = mergeTasks;
     if (fullLimit)
       o.fullOptimizationLimit = *fullLimit;
     auto cpu = qd::CpuBackend::create(o);
@@ -249,6 +256,7 @@ void series(const char *name, const char *unit, const std::vector<int> &sizes, i
 struct MpmRow {
   int steps = 0;
   size_t stacks = 0;
+  size_t functions = 0; // task functions compiled for @k_grad's tasks
   double build = 0, verify = 0, reverse = 0, sizing = 0, launch = 0;
   qd::CompileTimes compile; // of @k_grad, by its first launch
 };
@@ -263,6 +271,7 @@ constexpr int kMpmParticles = 64;
 void launchMpmGradient(qd::Module &m, const qd::Kernel &grad, int steps, MpmRow &r) {
   qd::CpuBackendOptions o;
   o.threads = 1;
+  o.mergeTasks = mergeTasks;
   auto cpu = qd::CpuBackend::create(o);
   if (!cpu.ok())
     die(std::string(cpu.status().message()));
@@ -302,6 +311,7 @@ void launchMpmGradient(qd::Module &m, const qd::Kernel &grad, int steps, MpmRow 
     die(std::string(st.message()));
   r.launch = since(t);
   r.compile = (*cpu)->compileTimes(grad);
+  r.functions = (*cpu)->taskFunctions(grad).value_or(qd::TaskMergeStats()).functions;
 }
 
 MpmRow measureMpm(int steps) {
@@ -332,10 +342,10 @@ MpmRow measureMpm(int steps) {
 /// and build, verify, reverse, sizing, emit, opt, mc and first_launch in ms.
 void mpmSeries(int maxSteps, BenchRecord &record) {
   fmt::print("\nmpm series (3S + 2 tasks; {} particles for the launch)\n{:>5} {:>6} {:>9} {:>9} "
-             "{:>10} {:>6} {:>8} {:>8} {:>8} {:>8} {:>10} {:>8} {:>6} {:>6} {:>6} {:>6}\n",
+             "{:>10} {:>6} {:>8} {:>8} {:>8} {:>8} {:>5} {:>10} {:>8} {:>6} {:>6} {:>6} {:>6}\n",
              kMpmParticles, "S", "tasks", "build ms", "verify ms", "reverse ms", "stacks",
-             "size ms", "emit ms", "opt ms", "mc ms", "launch ms", "g.verify", "g.rev", "g.size",
-             "g.emit", "g.lnch");
+             "size ms", "emit ms", "opt ms", "mc ms", "fns", "launch ms", "g.verify", "g.rev",
+             "g.size", "g.emit", "g.lnch");
   std::optional<MpmRow> prev;
   for (int steps = 4; steps <= maxSteps; steps *= 2) {
     MpmRow r = measureMpm(steps);
@@ -350,15 +360,15 @@ void mpmSeries(int maxSteps, BenchRecord &record) {
     auto g = [&](auto get) {
       return prev ? growth(get(r), get(*prev), r.steps, prev->steps) : std::string("-");
     };
-    fmt::print("{:>5} {:>6} {:>9.1f} {:>9.1f} {:>10.1f} {:>6} {:>8.1f} {:>8.1f} {:>8.0f} {:>8.0f} "
-               "{:>10.0f} {:>8} {:>6} {:>6} {:>6} {:>6}\n",
-               steps, 3 * steps + 2, r.build * 1e3, r.verify * 1e3, r.reverse * 1e3, r.stacks,
-               r.sizing * 1e3, r.compile.emit * 1e3, r.compile.optimize * 1e3,
-               r.compile.codegen * 1e3, r.launch * 1e3, g([](const MpmRow &x) { return x.verify; }),
-               g([](const MpmRow &x) { return x.reverse; }),
-               g([](const MpmRow &x) { return x.sizing; }),
-               g([](const MpmRow &x) { return x.compile.emit; }),
-               g([](const MpmRow &x) { return x.launch; }));
+    fmt::print(
+        "{:>5} {:>6} {:>9.1f} {:>9.1f} {:>10.1f} {:>6} {:>8.1f} {:>8.1f} {:>8.0f} {:>8.0f} "
+        "{:>5} {:>10.0f} {:>8} {:>6} {:>6} {:>6} {:>6}\n",
+        steps, 3 * steps + 2, r.build * 1e3, r.verify * 1e3, r.reverse * 1e3, r.stacks,
+        r.sizing * 1e3, r.compile.emit * 1e3, r.compile.optimize * 1e3, r.compile.codegen * 1e3,
+        r.functions, r.launch * 1e3, g([](const MpmRow &x) { return x.verify; }),
+        g([](const MpmRow &x) { return x.reverse; }), g([](const MpmRow &x) { return x.sizing; }),
+        g([](const MpmRow &x) { return x.compile.emit; }),
+        g([](const MpmRow &x) { return x.launch; }));
     std::fflush(stdout);
     record.add({{"series", "mpm"},
                 {"steps", steps},
@@ -392,6 +402,8 @@ int run(int argc, char **argv) {
       vectorWidth = static_cast<unsigned>(next());
     else if (a == "--reps")
       reps = std::max(1, next());
+    else if (a == "--no-merge-tasks")
+      mergeTasks = false;
     else if (a == "--time-passes")
       qd::timeLlvmPasses(true); // LLVM reports the timings on stderr
     else if (a == "--max-carried")
@@ -413,7 +425,7 @@ int run(int argc, char **argv) {
     else
       die("usage: qd-bench-compile [--max-statements N] [--max-compile N] [--max-carried N] "
           "[--max-compile-carried N] [--max-compile-depth N] [--full-limit N] [--vector-width W] "
-          "[--reps N] [--time-passes] [--max-chain N] [--max-mpm-steps N] "
+          "[--reps N] [--time-passes] [--max-chain N] [--max-mpm-steps N] [--no-merge-tasks] "
           "[--only statements,nesting,carried,chain,mpm] [--json FILE]");
   }
   fmt::print("qd-bench-compile: wall seconds, the minimum of --reps runs per row; growth g = (time "

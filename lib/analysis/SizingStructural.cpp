@@ -17,18 +17,33 @@ KernelFacts::KernelFacts(const Kernel &kernel) {
   // Positions are compared only within a stack's scope: they are kept for
   // the top-level statements and inside the tasks that hold a stack (the
   // numbers of a whole-kernel preorder), not for every statement of a
-  // kernel of many tasks.
+  // kernel of many tasks. A task's numbers wait in `pending` until its walk
+  // has seen whether it holds a stack.
+  std::vector<std::pair<const Stmt *, uint32_t>> pending;
   bool inStackTask = false;
+  std::unordered_set<const Stmt *> marked; // statements a jump leaves through
   auto visit = [&](Stmt &s) {
-    if (inStackTask || !s.parentStmt())
-      preorder[&s] = n;
-    ++n;
-    if (s.kind() == StmtKind::Break || s.kind() == StmtKind::Continue ||
-        s.kind() == StmtKind::While)
+    pending.emplace_back(&s, n++);
+    switch (s.kind()) {
+    case StmtKind::Break:
+    case StmtKind::Continue: {
       fallsThrough = false;
-    if (auto *a = dyn_cast<AdStackAllocaStmt>(&s))
+      const Stmt *target = jumpTarget(s);
+      for (Stmt *p = &s; p && p != target; p = p->parentStmt())
+        if (marked.insert(p).second)
+          jumpChildren[p->parent()].push_back(p);
+      return;
+    }
+    case StmtKind::While:
+      fallsThrough = false;
+      return;
+    default:
+      break;
+    }
+    if (auto *a = dyn_cast<AdStackAllocaStmt>(&s)) {
       allocas.push_back(a);
-    else if (auto *op = dyn_cast<AdStackOpStmt>(&s))
+      inStackTask = true;
+    } else if (auto *op = dyn_cast<AdStackOpStmt>(&s))
       ops[op->stack()].push_back(op);
     else if (auto *f = dyn_cast<ForStmt>(&s)) {
       varOf[f] = static_cast<unsigned>(loops.size()); // a band's dimensions follow
@@ -49,27 +64,14 @@ KernelFacts::KernelFacts(const Kernel &kernel) {
   };
   for (Stmt &top : body) {
     inStackTask = false;
-    for (unsigned i = 0; i < top.numBlocks(); ++i)
-      walk(top.block(i), [&](Stmt &s) { inStackTask |= s.kind() == StmtKind::AdStackAlloca; });
+    pending.clear();
     visit(top);
     for (unsigned i = 0; i < top.numBlocks(); ++i)
       walk(top.block(i), visit);
+    if (!inStackTask)
+      pending.resize(1); // the top-level statement's own number
+    preorder.insert(pending.begin(), pending.end());
   }
-  markJumps(body);
-}
-
-// Records, per block, the statements a break or continue leaves through: the
-// jump itself and every if or serial around it inside the loop it targets.
-void KernelFacts::markJumps(Block &body) {
-  std::unordered_set<const Stmt *> marked;
-  walk(body, [&](Stmt &s) {
-    if (s.kind() != StmtKind::Break && s.kind() != StmtKind::Continue)
-      return;
-    const Stmt *target = jumpTarget(s);
-    for (Stmt *p = &s; p && p != target; p = p->parentStmt())
-      if (marked.insert(p).second)
-        jumpChildren[p->parent()].push_back(p);
-  });
 }
 
 E StructuralSizer::size(const AdStackAllocaStmt &a) {

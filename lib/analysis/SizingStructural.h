@@ -27,6 +27,8 @@
 #include "qd/ir/Module.h"
 #include "qd/ir/Stmt.h"
 
+#include <absl/container/flat_hash_map.h>
+
 #include <array>
 #include <optional>
 #include <string>
@@ -75,7 +77,8 @@ inline Summary seq(const Summary &a, const Summary &b) {
 struct KernelFacts {
   std::vector<AdStackAllocaStmt *> allocas;
   std::unordered_map<const Value *, std::vector<AdStackOpStmt *>> ops; // program order
-  std::unordered_map<const Stmt *, uint32_t> preorder;
+  /// Open addressing: a gradient of many tasks numbers tens of thousands.
+  absl::flat_hash_map<const Stmt *, uint32_t> preorder;
   std::unordered_map<const Block *, std::vector<Stmt *>> jumpChildren;
   /// The SizeExpr variable of each loop index: a for's own value, and a
   /// parallel band's task_index statements (one variable per dimension).
@@ -95,9 +98,6 @@ struct KernelFacts {
   std::unordered_set<const Value *> writtenNdarrays;
 
   explicit KernelFacts(const Kernel &kernel);
-
-private:
-  void markJumps(Block &body);
 };
 
 /// Sizes one stack: the structural algebra in constant or symbolic mode

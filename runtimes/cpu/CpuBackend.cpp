@@ -210,6 +210,7 @@ struct CpuBackend::Impl {
     KernelLayout layout;
     CompileTimes times;
     OptimizationTier tier = OptimizationTier::Full;
+    TaskMergeStats merge;
     uint64_t frameBytes = 0; // the largest frame of its functions
   };
 
@@ -224,6 +225,7 @@ struct CpuBackend::Impl {
   VectorMathIsa vectorMath = VectorMathIsa::None;
   /// CodegenOptions::fitLanesToRegisters (the automatic width).
   bool fitLanes = false;
+  bool mergeTasks = true;
   TierLimits tierLimits;
   /// Keyed by Kernel::uniqueId(), never by address: a destroyed kernel's
   /// address may be reused by a new one.
@@ -252,6 +254,15 @@ struct CpuBackend::Impl {
   std::vector<AdStackPlacement> lastPlacement;
   std::vector<int32_t> lastTaskLanes;
 
+  /// The first of `kernel`'s compilations in the cache, or null; with the
+  /// compile mutex held.
+  const Compiled *firstCompiled(const Kernel &kernel) const {
+    for (auto &[key, c] : cache)
+      if (std::get<0>(key) == kernel.uniqueId())
+        return &c;
+    return nullptr;
+  }
+
   absl::StatusOr<Compiled *> compile(const Kernel &kernel, bool boundsChecked,
                                      bool stopChecks = false) {
     std::lock_guard<std::mutex> lock(compileMutex);
@@ -264,7 +275,7 @@ struct CpuBackend::Impl {
     c.times.sizing = watch.lap();
     auto context = std::make_unique<llvm::LLVMContext>();
     auto module = emitOptimized(kernel, boundsChecked, stopChecks, *context, c.layout, c.tier,
-                                watch, c.times);
+                                watch, c.times, &c.merge);
     if (!module.ok())
       return module.status();
     llvm::Module &m = **module;
@@ -294,7 +305,7 @@ struct CpuBackend::Impl {
   absl::StatusOr<std::unique_ptr<llvm::Module>>
   emitOptimized(const Kernel &kernel, bool boundsChecked, bool stopChecks,
                 llvm::LLVMContext &context, KernelLayout &layout, OptimizationTier &tier,
-                Stopwatch &watch, CompileTimes &times) {
+                Stopwatch &watch, CompileTimes &times, TaskMergeStats *merge = nullptr) {
     CodegenOptions opts;
     opts.boundsChecked = boundsChecked;
     opts.vectorWidth = vectorWidth;
@@ -307,6 +318,11 @@ struct CpuBackend::Impl {
     llvm::Module &m = **module;
     m.setDataLayout(jit->getDataLayout());
     m.setTargetTriple(jit->getTargetTriple().str());
+    TaskMergeStats merged;
+    if (mergeTasks)
+      merged = mergeEquivalentTasks(m);
+    if (merge)
+      *merge = merged;
     tier = chooseTier(m, tierLimits);
     times.emit = watch.lap();
     auto tm = hostTargetMachine(); // without one, target-independent cost models
@@ -463,6 +479,7 @@ absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::create(const CpuBackendO
   impl->vectorMath = impl->vectorWidth > 1 ? *isa : VectorMathIsa::None;
   impl->fitLanes = options.vectorWidth == 0 && wide && impl->vectorWidth > 1;
   impl->tierLimits = {options.fullOptimizationLimit, options.fullOptimizationDepth};
+  impl->mergeTasks = options.mergeTasks;
   unsigned threads = options.threads ? options.threads : std::thread::hardware_concurrency();
   impl->pool =
       std::make_unique<ThreadPool>(std::max(1u, threads), options.chunk, options.workerStackBytes);
@@ -515,10 +532,14 @@ int64_t CpuBackend::adStackHeapCapacityBytes() const {
 
 std::optional<OptimizationTier> CpuBackend::compileTier(const Kernel &kernel) const {
   std::lock_guard<std::mutex> lock(impl_->compileMutex);
-  for (auto &[key, c] : impl_->cache)
-    if (std::get<0>(key) == kernel.uniqueId())
-      return c.tier;
-  return std::nullopt;
+  const Impl::Compiled *c = impl_->firstCompiled(kernel);
+  return c ? std::optional(c->tier) : std::nullopt;
+}
+
+std::optional<TaskMergeStats> CpuBackend::taskFunctions(const Kernel &kernel) const {
+  std::lock_guard<std::mutex> lock(impl_->compileMutex);
+  const Impl::Compiled *c = impl_->firstCompiled(kernel);
+  return c ? std::optional(c->merge) : std::nullopt;
 }
 
 CompileTimes CpuBackend::compileTimes(const Kernel &kernel) const {

@@ -10,11 +10,12 @@
 // pipeline, and prints the LLVM IR the code generator emits for one kernel
 // or for every kernel (one LLVM module each, in module order). Without
 // --optimize the IR is exactly what the code generator produced; with it,
-// the IR after the O3 pipeline the CPU backend runs before JIT compilation
-// (for nvptx: the pipeline of the NVPTX target machine; for amdgpu: ocml
-// linked and the pipeline of the AMDGPU target machine, the IR the code
-// object is made of). --emit=ptx prints the PTX of each kernel (nvptx only:
-// libdevice linked, optimised); --emit=amdgcn the AMDGPU ISA assembly and
+// the IR after the O3 pipeline the CPU backend runs before JIT compilation,
+// with its tasks that differ only in integer constants merged into one
+// function as the backend merges them (mergeEquivalentTasks) (for nvptx: the pipeline of the NVPTX
+// target machine; for amdgpu: ocml linked and the pipeline of the AMDGPU target machine, the IR the
+// code object is made of). --emit=ptx prints the PTX of each kernel (nvptx only: libdevice linked,
+// optimised); --emit=amdgcn the AMDGPU ISA assembly and
 // --emit=hsaco the code object (an ELF file, linked with ld.lld; one
 // kernel per module) of the amdgpu target; `-o DIR/` writes a file per
 // kernel, which PTX and code objects of several kernels need. --target=spirv prints the disassembly
@@ -27,6 +28,7 @@
 //===----------------------------------------------------------------------===//
 #include "qd/codegen/llvm/Hsaco.h"
 #include "qd/codegen/llvm/KernelCodegen.h"
+#include "qd/codegen/llvm/MergeTasks.h"
 #include "qd/codegen/llvm/Optimize.h"
 #include "qd/codegen/llvm/Ptx.h"
 #if QD_HAVE_SPIRV
@@ -112,7 +114,8 @@ constexpr const char *kUsage =
     "  --vector-isa=<name>    libmvec variants to call: sse4, avx2 (the default,\n"
     "                         whatever the host) or avx512\n"
     "  --optimize             print the IR after the O3 pipeline of the CPU backend,\n"
-    "                         tuned for the host (nvptx: of the NVPTX target;\n"
+    "                         tuned for the host, its equivalent tasks merged (nvptx: of the NVPTX "
+    "target;\n"
     "                         amdgpu: ocml linked, of the AMDGPU target)\n"
     "  --light                with --optimize: the light tier's pipeline instead\n"
     "                         of O3 (what the CPU backend runs for very large or\n"
@@ -396,6 +399,8 @@ std::string emitLlvmOutputs(const Options &opts, qd::CodegenTarget target,
       } else if (machine) {
         m.setDataLayout(machine->createDataLayout());
         m.setTargetTriple(machine->getTargetTriple().str());
+        if (target == qd::CodegenTarget::Cpu)
+          qd::mergeEquivalentTasks(m);
         qd::optimizeModule(m, machine.get(),
                            opts.light ? qd::OptimizationTier::Light : qd::OptimizationTier::Full);
       }

@@ -19,6 +19,7 @@
 #pragma once
 
 #include "qd/abi/KernelLayout.h"
+#include "qd/codegen/llvm/MergeTasks.h"
 #include "qd/codegen/llvm/Optimize.h"
 #include "qd/runtime/Program.h"
 
@@ -82,6 +83,11 @@ struct CpuBackendOptions {
   /// lanes, vectorWidth, or split the kernel). Threads get the frame plus
   /// 256 KB for the runtime and the math library below it.
   size_t maxStackBytes = size_t(1) << 30;
+  /// Parallel tasks whose code differs only in integer constants (the
+  /// steps of an unrolled loop) share one compiled function, the constants
+  /// passed at run time (mergeEquivalentTasks); false: a function per task.
+  /// The results are the same either way.
+  bool mergeTasks = true;
 };
 
 class CpuBackend : public Backend {
@@ -122,6 +128,10 @@ public:
   /// The tier `kernel` was compiled with (CpuBackendOptions::
   /// fullOptimizationLimit), or nullopt if it was not compiled yet.
   std::optional<OptimizationTier> compileTier(const Kernel &kernel) const;
+  /// The parallel tasks of a compilation of `kernel` and the functions
+  /// compiled for them (CpuBackendOptions::mergeTasks), or nullopt if it was
+  /// not compiled yet.
+  std::optional<TaskMergeStats> taskFunctions(const Kernel &kernel) const;
   /// The launch layout of a compiled kernel (compiles it if needed): its
   /// parallel tasks with their lanes (and why a task has none), stacks,
   /// global slots and error sites.
