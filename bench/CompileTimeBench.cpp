@@ -339,7 +339,8 @@ MpmRow measureMpm(int steps) {
 
 /// The mpm series: S = 4, 8, ... up to `maxSteps`, each column the minimum
 /// of --reps runs. Rows of `--json`: series "mpm", steps, tasks, stacks,
-/// and build, verify, reverse, sizing, emit, opt, mc and first_launch in ms.
+/// functions (compiled for the gradient's tasks), and build, verify, reverse, sizing, emit, opt, mc
+/// and first_launch in ms.
 void mpmSeries(int maxSteps, BenchRecord &record) {
   fmt::print("\nmpm series (3S + 2 tasks; {} particles for the launch)\n{:>5} {:>6} {:>9} {:>9} "
              "{:>10} {:>6} {:>8} {:>8} {:>8} {:>8} {:>5} {:>10} {:>8} {:>6} {:>6} {:>6} {:>6}\n",
@@ -374,6 +375,7 @@ void mpmSeries(int maxSteps, BenchRecord &record) {
                 {"steps", steps},
                 {"tasks", 3 * steps + 2},
                 {"stacks", r.stacks},
+                {"functions", r.functions},
                 {"build_ms", r.build * 1e3},
                 {"verify_ms", r.verify * 1e3},
                 {"reverse_ms", r.reverse * 1e3},
