@@ -44,11 +44,8 @@ void BenchRecord::write() const {
   gmtime_r(&now, &utc);
   char date[16];
   std::strftime(date, sizeof date, "%Y-%m-%d", &utc);
-  nlohmann::json out = {{"bench", bench_},
-                        {"command", command_},
-                        {"date", date},
-                        {"machine", machine_},
-                        {"rows", rows_}};
+  nlohmann::json out = {{"bench", bench_},     {"command", command_}, {"date", date},
+                        {"machine", machine_}, {"load", load_},       {"rows", rows_}};
   std::ofstream file(path_);
   file << out.dump(1) << "\n";
   if (!file)
