@@ -52,9 +52,12 @@ struct AdStackSize {
   int64_t capacity = 0;
   /// The bound for LaunchTime stacks (the capacity is max(value, 1)).
   SizeExprRef expr;
-  /// True when the bound equals the largest depth an execution that runs
-  /// the alloca reaches (no approximation was made; a launch that never
-  /// runs it needs no stack); false for a sound upper bound.
+  /// True when the capacity the bound gives, max(bound, 1), is max(1, the
+  /// largest depth an execution that runs the alloca reaches): no
+  /// approximation was made, or none that matters (a bound of 1, a bound
+  /// the code after the alloca reaches on every path); a launch that never
+  /// runs the alloca needs no stack. False for a sound upper bound, and for
+  /// a declared capacity.
   bool exact = false;
   /// Measured stacks: the stack's element of the counting kernel's `need`
   /// argument.
