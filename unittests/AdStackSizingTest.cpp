@@ -105,7 +105,8 @@ kernel @k(%n: i32) {
   EXPECT_EQ(s.tier, SizingTier::Constant);
   EXPECT_EQ(s.method, SizingMethod::BellmanFord);
   EXPECT_EQ(s.capacity, 1);
-  EXPECT_FALSE(s.exact);
+  // Exact: no stack gets less than 1, whatever %n is (0 runs need none).
+  EXPECT_TRUE(s.exact);
   EXPECT_EQ(bellmanFordDepth(h.kernel(), *s.stack), 1);
   KernelSizing bf = sizeAdStacks(h.kernel(), onlyTier1(false, true));
   EXPECT_EQ(bf.stacks()[0].method, SizingMethod::BellmanFord);

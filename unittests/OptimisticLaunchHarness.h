@@ -18,6 +18,7 @@
 #include "qd/transforms/AutoDiff.h"
 
 #include "ProgramGen.h"
+#include "VerifiedModule.h"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -66,17 +67,6 @@ kernel @k() {
   }
 }
 )";
-
-/// `text` as a module that verifies, or null (the failure reported).
-inline std::unique_ptr<Module> parseVerified(const std::string &text) {
-  auto m = parseModule(text, {"t.qd", 1});
-  EXPECT_TRUE(m.ok()) << m.status().message();
-  if (!m.ok())
-    return nullptr;
-  absl::Status v = verify(**m);
-  EXPECT_TRUE(v.ok()) << v.message();
-  return v.ok() ? *std::move(m) : nullptr;
-}
 
 inline std::unique_ptr<Module> parseWithGradient(const char *text) {
   std::unique_ptr<Module> m = parseVerified(text);

@@ -195,6 +195,52 @@ bool StaticTiers::symbolic(AdStackAllocaStmt &a, AdStackSize &r) {
   return false;
 }
 
+// The depth every execution of `a` reaches: its pushes and pops in the
+// alloca's own block, up to the first statement that may leave the block
+// (a break or continue, or an if around one) or that holds an operation on
+// the stack in a nested block (whose effect depends on the path taken).
+int64_t guaranteedDepth(const KernelFacts &facts, const AdStackAllocaStmt &a,
+                        const std::vector<AdStackOpStmt *> &ops) {
+  Block *scope = a.parent();
+  // Per statement of the scope: whether it is an operation on the stack
+  // (true) or holds one nested (false).
+  std::unordered_map<const Stmt *, bool> holders;
+  for (AdStackOpStmt *op : ops) {
+    Stmt *s = op;
+    while (s->parent() != scope)
+      s = s->parentStmt();
+    holders.emplace(s, s == op);
+  }
+  auto jumps = facts.jumpChildren.find(scope);
+  int64_t depth = 0, deepest = 0;
+  for (auto it = std::next(Block::iteratorTo(const_cast<AdStackAllocaStmt *>(&a)));
+       it != scope->end(); ++it) {
+    Stmt *s = &*it;
+    if (jumps != facts.jumpChildren.end() &&
+        std::find(jumps->second.begin(), jumps->second.end(), s) != jumps->second.end())
+      break;
+    auto held = holders.find(s);
+    if (held == holders.end())
+      continue;
+    if (!held->second)
+      break;
+    depth += s->kind() == StmtKind::AdStackPush ? 1 : s->kind() == StmtKind::AdStackPop ? -1 : 0;
+    deepest = std::max(deepest, depth);
+  }
+  return deepest;
+}
+
+// A compile-time bound is exact where no execution of the alloca can need
+// less: a capacity of 1 (every stack gets at least that), or a bound that
+// the straight-line code after the alloca reaches on every path (the CFG
+// tier is path-insensitive, and the structural one gives up exactness at
+// an if or a break even where the peak comes before it).
+bool provablyTight(const KernelFacts &facts, const AdStackSize &r,
+                   const std::vector<AdStackOpStmt *> &ops) {
+  return r.tier == SizingTier::Constant &&
+         (r.capacity <= 1 || guaranteedDepth(facts, *r.stack, ops) == r.capacity);
+}
+
 // Most kernels (every forward kernel) have no stacks: one walk that
 // allocates nothing says so, before the facts map every statement.
 bool hasAdStack(const Kernel &kernel) {
@@ -343,7 +389,10 @@ KernelSizing sizeAdStacks(const Kernel &kernel, const SizingOptions &options) {
     r.stack = a;
     r.name = namer[a];
     auto opsIt = facts.ops.find(a);
-    if (!tiers.size(*a, opsIt == facts.ops.end() ? none : opsIt->second, r)) {
+    const StaticTiers::Ops &ops = opsIt == facts.ops.end() ? none : opsIt->second;
+    if (tiers.size(*a, ops, r)) {
+      r.exact = r.exact || provablyTight(facts, r, ops);
+    } else {
       // Measured at launch, or tier 3: decided below for all of them at once.
       r.tier = SizingTier::Default;
       r.method = SizingMethod::Default;

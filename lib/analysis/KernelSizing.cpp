@@ -59,13 +59,25 @@ std::string KernelSizing::describe(const AdStackSize &s) const {
   std::string out =
       fmt::format("adstack {} ({}) at {}: {} [{}] = {}", s.name, toString(s.stack->elementType()),
                   s.stack->loc().str(), toString(s.tier), toString(s.method), bound);
-  if (s.tier == SizingTier::Constant || s.tier == SizingTier::LaunchTime ||
-      s.tier == SizingTier::Measured)
+  if (s.method != SizingMethod::Declared &&
+      (s.tier == SizingTier::Constant || s.tier == SizingTier::LaunchTime ||
+       s.tier == SizingTier::Measured))
     out += s.exact ? " (exact)" : " (upper bound)";
   if (s.refined)
     out += fmt::format(", refined at launch [count-kernel] = need[{}]", s.countSlot);
   if (!s.reason.empty())
     out += ": " + s.reason;
+  return out;
+}
+
+std::string KernelSizing::report(std::string_view kernelName, const StackNote &note) const {
+  std::string out;
+  for (const AdStackSize &s : stacks_) {
+    out += fmt::format("@{}: {}", kernelName, describe(s));
+    if (note)
+      out += note(s);
+    out += '\n';
+  }
   return out;
 }
 

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 namespace qd {
 using namespace gradcheck;
@@ -41,7 +42,8 @@ private:
   absl::StatusOr<double> forwardAlong(const Global &g, const Direction &d);
   absl::StatusOr<std::vector<double>> outputsAt(const Global &g, const Direction &d, double delta);
   absl::StatusOr<FiniteDifference> finiteDifference(const Global &g, const Direction &d,
-                                                    double scale);
+                                                    double scale, double atol);
+  double roundingAllowance(size_t input, const Direction &d) const;
   absl::StatusOr<GradCheckEntry> check(size_t input, const Direction &d, GradCheckEntry e);
   double initial(const Global &g, int64_t flat) const;
   /// sum_j w_j * values_j over the outputs, values concatenated.
@@ -169,7 +171,7 @@ std::pair<double, double> richardson(const double (&d)[3], int order) {
 }
 
 absl::StatusOr<FiniteDifference> Checker::finiteDifference(const Global &g, const Direction &d,
-                                                           double scale) {
+                                                           double scale, double atol) {
   FiniteDifference best;
   for (int attempt = 0; attempt < 3; ++attempt) {
     double h = options_.fdStep * scale * std::pow(10.0, -attempt);
@@ -198,7 +200,7 @@ absl::StatusOr<FiniteDifference> Checker::finiteDifference(const Global &g, cons
     fd.step = h;
     // Trusted when the estimates agree well within the tolerance.
     fd.reliable = std::isfinite(fd.value) && std::isfinite(fd.error) &&
-                  fd.error <= 0.25 * std::max(plan_.atol, plan_.rtol * std::abs(fd.value));
+                  fd.error <= 0.25 * std::max(atol, plan_.rtol * std::abs(fd.value));
     if (fd.reliable)
       return fd;
     if (std::isfinite(fd.value) && !(best.error <= fd.error))
@@ -210,6 +212,24 @@ absl::StatusOr<FiniteDifference> Checker::finiteDifference(const Global &g, cons
 /// |a - b| relative to the larger of them (or `floor`).
 double symmetricError(double a, double b, double floor) {
   return gradCheckRelativeError(a, b, std::max(floor, std::abs(a)));
+}
+
+/// The rounding error a sum of the terms t_k = c_k * dJ/dx_k of direction
+/// `d` may carry in the kernel's precision, with reverse mode's dJ/dx:
+/// gamma_n * sum |t_k|, gamma_n = n u / (1 - n u), the bound of a recursive
+/// sum of n terms (Higham, "Accuracy and Stability of Numerical
+/// Algorithms", 4.2), u the unit roundoff. 0 without reverse mode.
+double Checker::roundingAllowance(size_t input, const Direction &d) const {
+  if (reverse_.empty())
+    return 0;
+  double u = plan_.precision == ScalarType::F32 ? std::ldexp(1.0, -24) : std::ldexp(1.0, -53);
+  double nu = static_cast<double>(d.size()) * u;
+  if (nu >= 1)
+    return std::numeric_limits<double>::infinity();
+  double terms = 0;
+  for (auto [flat, coefficient] : d)
+    terms += std::abs(coefficient * reverse_[input][static_cast<size_t>(flat)]);
+  return nu / (1 - nu) * terms;
 }
 
 absl::StatusOr<GradCheckEntry> Checker::check(size_t input, const Direction &d, GradCheckEntry e) {
@@ -228,14 +248,16 @@ absl::StatusOr<GradCheckEntry> Checker::check(size_t input, const Direction &d, 
       return t.status();
     e.forward = *t;
   }
-  absl::StatusOr<FiniteDifference> fd = finiteDifference(g, d, scale);
+  e.roundingAllowance = roundingAllowance(input, d);
+  double atol = std::max(plan_.atol, e.roundingAllowance);
+  absl::StatusOr<FiniteDifference> fd = finiteDifference(g, d, scale, atol);
   if (!fd.ok())
     return fd.status();
   e.finiteDifference = fd->value;
   e.fdError = fd->error;
   e.fdStep = fd->step;
   e.fdReliable = fd->reliable;
-  double floor = plan_.atol / plan_.rtol;
+  double floor = atol / plan_.rtol;
   if (!modules_.gradient.empty() && !modules_.dual.empty()) {
     e.modesError = symmetricError(e.reverse, e.forward, floor);
     e.modesAgree = e.modesError <= plan_.rtol;

@@ -127,6 +127,17 @@ std::string formatGradCheckReport(const GradCheckReport &r, bool verbose) {
                      fmt::join(outputs, ", "));
   out += fmt::format("  agreement: |a - b| <= max(rtol * |b|, atol), rtol {:g}, atol {:g}\n",
                      r.rtol, r.atol);
+  // Where a sum's rounding allowance (GradCheckEntry::roundingAllowance)
+  // replaced atol: the largest.
+  const GradCheckEntry *rounding = nullptr;
+  for (const GradCheckEntry &e : r.entries)
+    if (e.roundingAllowance > r.atol &&
+        (!rounding || e.roundingAllowance > rounding->roundingAllowance))
+      rounding = &e;
+  if (rounding)
+    out += fmt::format("  rounding: atol raised to the error bound of a sum in {}, n u / (1 - n u) "
+                       "* sum |terms|, up to {:.2g} at {}\n",
+                       toString(r.precision), rounding->roundingAllowance, rounding->name());
   for (const GradCheckInput &in : r.inputs)
     out += inputLine(r, in);
   auto at = [&](int entry) {

@@ -227,8 +227,7 @@ bool processChunk(std::string_view text, unsigned firstLine, const std::string &
       qd::KernelSizing result = qd::sizeAdStacks(*kernel, sizing);
       for (const std::string &w : result.warnings())
         std::cerr << w << '\n';
-      for (const qd::AdStackSize &stack : result.stacks())
-        out << "@" << kernel->name() << ": " << result.describe(stack) << '\n';
+      out << result.report(kernel->name());
       if (const qd::Kernel *counter = result.countKernel())
         out << "// the counting kernel of @" << kernel->name() << ":\n"
             << qd::printKernel(*counter) << "\n";

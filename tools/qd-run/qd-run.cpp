@@ -275,29 +275,19 @@ std::optional<std::string> Runner::outcome(const Launch &launch, const absl::Sta
 
 void Runner::reportAdStacks(const Launch &launch) {
   // One line per stack, in source order, named as qd-opt names it: the
-  // capacity it got, and the depth it reached (interpreter) or the heap
-  // the launch used (cpu, cuda, amdgpu, vulkan).
+  // capacity it got, and the depth it reached (interpreter); then the
+  // sizing report (Backend::sizingReport), with where each stack lived
+  // (cpu, cuda, amdgpu, vulkan), and the heap the launch used.
   const qd::Kernel &k = *launch.kernel;
   auto *interp = dynamic_cast<qd::Interpreter *>(&backend_);
   bool compiled = !interp;
   qd::ValueNamer names(k);
-  // Where each stack lived in the launch (keyed by location: an optimistic
-  // launch ran a variant of the kernel, whose stacks are clones).
-  std::map<std::string, qd::AdStackPlacement> placed;
-  for (const qd::AdStackPlacement &p : backend_.lastAdStackPlacement())
-    placed.emplace(p.stack->loc().str(), p);
   std::vector<std::pair<std::string, std::string>> rows;
   auto row = [&](const qd::AdStackAllocaStmt *stack, int64_t cap, const std::string &more) {
-    std::string where;
-    if (auto it = placed.find(stack->loc().str()); it != placed.end())
-      where = it->second.memory == qd::AdStackPlacement::Memory::LocalTape
-                  ? fmt::format(", local tape of {} entries ({} bytes per thread)",
-                                it->second.entries, it->second.bytesPerThread)
-                  : fmt::format(", heap ({} bytes per thread)", it->second.bytesPerThread);
     rows.emplace_back(stack->loc().str(),
-                      fmt::format("kernel @{}: adstack {} ({}) at {}: capacity {}{}{}", k.name(),
+                      fmt::format("kernel @{}: adstack {} ({}) at {}: capacity {}{}", k.name(),
                                   names[stack], qd::toString(stack->elementType()),
-                                  stack->loc().str(), cap, more, where));
+                                  stack->loc().str(), cap, more));
   };
   if (compiled && !options_.sizeAdStacks) {
     // Unsized: what the launch was given (declared, or the default).
@@ -322,6 +312,18 @@ void Runner::reportAdStacks(const Launch &launch) {
   std::sort(rows.begin(), rows.end());
   for (auto &r : rows)
     report_.push_back(r.second);
+  // What sizing says about each stack and where the launch placed it: the
+  // library's report, from the sizing the backend keeps with the kernel.
+  if (!rows.empty()) {
+    absl::StatusOr<std::string> sizing = backend_.sizingReport(k);
+    if (!sizing.ok())
+      die("qd-run: error: " + std::string(sizing.status().message()));
+    for (std::string_view lines = *sizing; !lines.empty();) {
+      size_t end = lines.find('\n');
+      report_.emplace_back(lines.substr(0, end));
+      lines.remove_prefix(end == std::string_view::npos ? lines.size() : end + 1);
+    }
+  }
   // Kernels without adstacks use no heap. (The threads are those the last
   // launch laid its heap out for: fewer than the grid where the task
   // bounds are fixed and short.)

@@ -12,6 +12,7 @@
 #include "qd/analysis/SizeExpr.h"
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -51,9 +52,12 @@ struct AdStackSize {
   int64_t capacity = 0;
   /// The bound for LaunchTime stacks (the capacity is max(value, 1)).
   SizeExprRef expr;
-  /// True when the bound equals the largest depth an execution that runs
-  /// the alloca reaches (no approximation was made; a launch that never
-  /// runs it needs no stack); false for a sound upper bound.
+  /// True when the capacity the bound gives, max(bound, 1), is max(1, the
+  /// largest depth an execution that runs the alloca reaches): no
+  /// approximation was made, or none that matters (a bound of 1, a bound
+  /// the code after the alloca reaches on every path); a launch that never
+  /// runs the alloca needs no stack. False for a sound upper bound, and for
+  /// a declared capacity.
   bool exact = false;
   /// Measured stacks: the stack's element of the counting kernel's `need`
   /// argument.
@@ -140,8 +144,23 @@ public:
   const std::string &optimisticRefusal() const { return optimisticRefusal_; }
   /// Names for printing the SizeExprs of this kernel (`%n`, `%i`).
   const SizeExprNames &names() const { return names_; }
-  /// `= 5`, `= max(%n, 0)`, with the tier and method; one line per stack.
+  /// One line on stack `s`, its name, type and location, its tier and
+  /// method, its bound, and whether the bound is exact:
+  ///   adstack %s (f32) at k.qd:7:5: tier 1 constant [structural] = 5 (exact)
+  ///   adstack %t (f32) at k.qd:9:5: tier 2 launch-time [size-expr] = max(%n, 0) (upper bound)
+  ///   adstack %c (f32) at k.qd:11:5: declared [declared] = 7
+  /// then, where they apply, `, refined at launch [count-kernel] = need[k]`
+  /// and `: ` with the reason it is outside the grammar. A declared
+  /// capacity (a constant or a capacity argument) is neither exact nor an
+  /// upper bound: it is what the IR asks for.
   std::string describe(const AdStackSize &s) const;
+  /// Says where a stack lives, for `report`: text appended to its line
+  /// (empty: nothing to add).
+  using StackNote = std::function<std::string(const AdStackSize &)>;
+  /// The report of kernel `kernelName`'s stacks, as `qd-opt
+  /// --report-ad-stacks` prints it: `@k: ` and `describe(s)`, then
+  /// `note(s)`, one line (ending with a newline) per stack, in program order.
+  std::string report(std::string_view kernelName, const StackNote &note = {}) const;
 
 private:
   // Filled by the sizing computation (AdStackSizing.h).

@@ -84,9 +84,13 @@ struct GradCheckOptions {
   /// Tolerances; 0 picks the default of the kernel's precision: f64
   /// rtol 1e-6, atol 1e-9; f32 (any f32 in the kernel) rtol 1e-3, atol
   /// 1e-5. A value a agrees with a reference b when
-  ///   |a - b| <= max(rtol * |b|, atol),
-  /// that is, when relativeError(a, b) = |a - b| / max(|b|, atol / rtol)
-  /// is at most rtol.
+  ///   |a - b| <= max(rtol * |b|, atol, r),
+  /// that is, when relativeError(a, b) = |a - b| / max(|b|, max(atol, r)
+  /// / rtol) is at most rtol, where r is the entry's rounding allowance
+  /// (GradCheckEntry::roundingAllowance): a directional derivative is a
+  /// sum over every element of an input, whose terms may cancel, and the
+  /// error of such a sum in f32 scales with the sum of |terms|, not with
+  /// its value (1024 elements: up to 6e-5 of that sum).
   double rtol = 0;
   double atol = 0;
   /// Elements checked one by one per input; a larger input is sampled
@@ -162,6 +166,14 @@ struct GradCheckEntry {
   /// a jump or a non-finite value within the step); such an entry is
   /// checked only for the agreement of the two modes.
   bool fdReliable = false;
+  /// The rounding the kernel's precision allows this derivative, absolute:
+  /// a derivative is a sum of n terms t_k = c_k * dJ/dx_k over the
+  /// elements of its direction (n = 1 for one element), and a sum in
+  /// floating point may be off by gamma_n * sum |t_k| (gamma_n = n u /
+  /// (1 - n u), u = 2^-24 in f32, 2^-53 in f64). The entry agrees when
+  /// |a - b| <= max(rtol * |b|, atol, roundingAllowance). Computed from
+  /// reverse mode's dJ/dx (0 when reverse mode is not checked).
+  double roundingAllowance = 0;
   /// relativeError(reverse, finiteDifference) etc.; NaN when not compared.
   double reverseError = kNone;
   double forwardError = kNone;

@@ -202,6 +202,15 @@ public:
   /// code's stacks (empty for a backend without a memory layout, the
   /// interpreter, or before a launch). Read it while no launch runs.
   virtual std::vector<AdStackPlacement> lastAdStackPlacement() const { return {}; }
+  /// The sizing report of `kernel` (KernelSizing::report: per stack its
+  /// bound, exact or upper bound, tier and method) from the sizing this
+  /// backend keeps for it (adStackSizing; nothing is sized again), with,
+  /// on the line of each stack the last launch placed, where it lived:
+  ///   @k: adstack %s (f32) at k.qd:7:5: tier 1 constant [structural] = 5 (exact); last
+  ///   launch: capacity 5, heap (24 bytes per thread)
+  /// (one line; `local tape of 8 entries` for a GPU thread's local array).
+  /// Read it while no launch runs.
+  absl::StatusOr<std::string> sizingReport(const Kernel &kernel);
   /// What the device runs (BackendCapabilities: everything by default).
   virtual BackendCapabilities capabilities() const { return {}; }
   /// The adstack heap of the last launch; nullopt for a backend without
