@@ -65,10 +65,25 @@ foreach(file IN LISTS package_files)
     endif()
   endif()
 endforeach()
-list(LENGTH exported count)
-if(count LESS 15)
-  message(FATAL_ERROR "the package exports only ${exported}")
+# Every library of the build is exported: the core ones always, a
+# backend's where the build enabled it (QD_ENABLE_* of its cache).
+set(expected qd::ir qd::sizeexpr qd::analysis qd::abi qd::transforms qd::interp qd::check
+    qd::codegen qd::codegen_llvm qd::runtime qd::runtime_cpu qd::backends qd::llvm)
+file(STRINGS ${QD_BUILD_DIR}/CMakeCache.txt enabled REGEX "^QD_ENABLE_(CUDA|HIP|VULKAN):BOOL=ON")
+if(enabled MATCHES "CUDA")
+  list(APPEND expected qd::runtime_cuda qd::runtime_gpu qd::runtime_accel)
 endif()
+if(enabled MATCHES "HIP")
+  list(APPEND expected qd::runtime_hip qd::runtime_gpu qd::runtime_accel)
+endif()
+if(enabled MATCHES "VULKAN")
+  list(APPEND expected qd::runtime_vulkan qd::codegen_spirv qd::runtime_accel)
+endif()
+foreach(target IN LISTS expected)
+  if(NOT target IN_LIST exported)
+    message(FATAL_ERROR "the package does not export ${target}; it exports ${exported}")
+  endif()
+endforeach()
 
 # README.md names every exported target.
 file(READ ${QD_SOURCE_DIR}/README.md readme)
