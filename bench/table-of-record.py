@@ -84,11 +84,9 @@ def cpu_peers_table(run):
            "| workload | implementation | thr | grad ms | peer/qd |", "|---|---|---|---|---|"]
     most = max(r["threads"] for r in rows if "shape" in r)
     for r in others:
-        qd = [q["grad_ms"] for q in rows if q["workload"] == r["workload"] and
-              q.get("shape") == "fields" and q["threads"] in (r["threads"], most)]
-        match = [q["grad_ms"] for q in rows if q["workload"] == r["workload"] and
-                 q.get("shape") == "fields" and q["threads"] == r["threads"]]
-        qd_ms = match[0] if match else (qd[0] if qd else None)
+        qd = {q["threads"]: q["grad_ms"] for q in rows
+              if q["workload"] == r["workload"] and q.get("shape") == "fields"}
+        qd_ms = qd.get(r["threads"], qd.get(most))
         out.append(f"| {WORKLOADS[r['workload']]} {size(r['n'])} | {r['impl']} | "
                    f"{r['threads'] or '-'} | {ms(r['grad_ms'])} | {ratio(r['grad_ms'], qd_ms)} |")
     return out
@@ -112,12 +110,13 @@ def gpu_table(run):
         cells = [f"{WORKLOADS[key]} {size(n)}"]
         for b in backends:
             base = None
-            for s in shapes:
+            for i, s in enumerate(shapes):
                 hit = [r for r in qd if (r["workload"], r["n"], r["impl"], r["shape"]) ==
                        (key, n, b, s)]
                 t = hit[0].get("kernel_ms", hit[0]["grad_ms"]) if hit else None
-                base = t if base is None else base
-                cells.append(ms(t) if t is None or t is base else f"{ms(t)} ({ratio(t, base)})")
+                if i == 0:
+                    base = t
+                cells.append(ms(t) if t is None or i == 0 else f"{ms(t)} ({ratio(t, base)})")
         for p in peers:
             hit = [r["grad_ms"] for r in rows if (r.get("workload"), r.get("n"), r["impl"]) ==
                    (key, n, p)]
