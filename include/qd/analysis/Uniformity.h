@@ -44,9 +44,10 @@
 #include "qd/analysis/ElementOwnership.h"
 #include "qd/ir/Stmt.h"
 
+#include <absl/container/flat_hash_map.h>
+#include <absl/container/flat_hash_set.h>
+
 #include <ostream>
-#include <unordered_map>
-#include <unordered_set>
 
 namespace qd {
 
@@ -73,21 +74,15 @@ public:
     return it == descendingCounters_.end() ? nullptr : it->second;
   }
 
-  const std::unordered_set<const Value *> &varying() const { return varying_; }
-  const std::unordered_set<const Stmt *> &divergent() const { return divergent_; }
-  const std::unordered_set<const Stmt *> &maskedLoops() const { return maskedLoops_; }
-  const std::unordered_set<const Value *> &laneStacks() const { return laneStacks_; }
-  const std::unordered_set<const Stmt *> &allLanesStores() const { return allLanesStores_; }
-
 private:
   friend class UniformityBuilder;
-  std::unordered_set<const Value *> varying_;
-  std::unordered_set<const Stmt *> divergent_;
-  std::unordered_set<const Stmt *> maskedLoops_;
-  std::unordered_set<const Value *> laneStacks_;
-  std::unordered_set<const Stmt *> allLanesStores_;
-  std::unordered_set<const Stmt *> descendingLoops_;
-  std::unordered_map<const Value *, const ForStmt *> descendingCounters_;
+  absl::flat_hash_set<const Value *> varying_;
+  absl::flat_hash_set<const Stmt *> divergent_;
+  absl::flat_hash_set<const Stmt *> maskedLoops_;
+  absl::flat_hash_set<const Value *> laneStacks_;
+  absl::flat_hash_set<const Stmt *> allLanesStores_;
+  absl::flat_hash_set<const Stmt *> descendingLoops_;
+  absl::flat_hash_map<const Value *, const ForStmt *> descendingCounters_;
 };
 
 /// Prints, for every parallel task of `kernel`, each statement of the task

@@ -117,7 +117,7 @@ void CpuTarget::emitParallelTask(KernelEmitter &e, ForStmt &task) {
   // A band's chunk sizes are not a task bound the runtime reads: it keeps
   // the lanes (Unknown bounds).
   c.layout.tasks.push_back(
-      {&task, lanes, width > 1 ? plan.refused(c.valueNames.get()) : "",
+      {&task, lanes, width > 1 && !plan.ok() ? plan.refused(c.valueNames.get()) : "",
        band ? KernelLayout::TaskBound() : KernelEmitter::taskBound(task.begin()),
        band ? KernelLayout::TaskBound() : KernelEmitter::taskBound(task.end())});
   if (band) {

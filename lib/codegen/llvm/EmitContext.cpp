@@ -2,6 +2,7 @@
 #include "EmitContext.h"
 
 #include "AbiTypes.h"
+#include "qd/ir/Visitor.h"
 
 #include <llvm/IR/MDBuilder.h>
 #include <llvm/IR/Module.h>
@@ -19,6 +20,18 @@ EmitContext::EmitContext(const Kernel &k, llvm::LLVMContext &c, const CodegenOpt
   errorTy = errorRecordType(c);
   if (o.stopChecks)
     stopPlan = StopCheckPlan(k, abi::kStopCheckMinWork);
+  walk(const_cast<Kernel &>(k).body(), [&](Stmt &s) {
+    if (s.kind() != StmtKind::Alloca)
+      return;
+    for (const Use &u : s.uses()) {
+      const Stmt *user = u.user();
+      bool access = user->kind() == StmtKind::LocalLoad ||
+                    (user->kind() == StmtKind::LocalStore && u.index() == 0);
+      if (!access || user->parent() != s.parent())
+        return;
+    }
+    blockLocals.insert(&s);
+  });
 }
 
 void EmitContext::beginFunction(FunctionState &state, llvm::Function *f, LV *ctxArg, LV *thread) {
@@ -371,14 +384,18 @@ LV *Lanes::perLane(llvm::FunctionCallee fn, llvm::ArrayRef<LV *> args) {
   return r;
 }
 
+LV *Lanes::storedLocal(llvm::Type *t, LV *v, const Stmt *s, llvm::function_ref<LV *()> old) {
+  if (!t->isVectorTy())
+    return v;
+  v = splat(v);
+  if (mask() && !(s && plan().storesAllLanes(s)))
+    v = c_.b.CreateSelect(mask(), v, old());
+  return v;
+}
+
 void Lanes::storeLocal(LV *slot, LV *v, const Stmt *s) {
   llvm::Type *t = llvm::cast<llvm::AllocaInst>(slot)->getAllocatedType();
-  if (t->isVectorTy()) {
-    v = splat(v);
-    if (mask() && !(s && plan().storesAllLanes(s)))
-      v = c_.b.CreateSelect(mask(), v, c_.b.CreateLoad(t, slot));
-  }
-  c_.b.CreateStore(v, slot);
+  c_.b.CreateStore(storedLocal(t, v, s, [&] { return c_.b.CreateLoad(t, slot); }), slot);
 }
 
 void Lanes::noteAffine(const Stmt &s) {

@@ -19,6 +19,7 @@
 #include "qd/ir/Printer.h"
 
 #include <llvm/ADT/DenseMap.h>
+#include <llvm/ADT/DenseSet.h>
 #include <llvm/IR/IRBuilder.h>
 
 #include <array>
@@ -208,6 +209,11 @@ public:
   /// The loops that read the stop word (empty without
   /// CodegenOptions::stopChecks).
   StopCheckPlan stopPlan;
+  /// Locals whose every load and store is a statement of the block that
+  /// declares them (the adjoints of straight-line code, most of a
+  /// gradient's statements): emitted as the value they hold, never as
+  /// memory, which LLVM would only promote back (MemoryLowering).
+  llvm::DenseSet<const Value *> blockLocals;
 
   /// Makes `state` the current function: `f` with an entry block (for
   /// allocas and cached loads) that falls through to a body block, where
@@ -319,6 +325,10 @@ public:
   /// Stores `v` to local `slot`, only in the active lanes of a vector local
   /// unless statement `s` may write them all (TaskVectorPlan).
   void storeLocal(LV *slot, LV *v, const Stmt *s = nullptr);
+  /// What a local of type `t` (a vector when varying) holds after `s`
+  /// stores `v` to it, where `old` reads what it held: `v`, in the active
+  /// lanes only (storeLocal's rule).
+  LV *storedLocal(llvm::Type *t, LV *v, const Stmt *s, llvm::function_ref<LV *()> old);
   /// Records `s` as lane-affine when it adds a uniform value to, or
   /// converts, a lane-affine integer: accesses at such an index in the last
   /// dimension are contiguous.

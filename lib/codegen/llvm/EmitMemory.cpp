@@ -27,9 +27,14 @@ llvm::AtomicRMWInst::BinOp atomicOp(const AtomicRmwStmt &s, ScalarType elem) {
 
 } // namespace
 
+// A local of EmitContext::blockLocals is the value it holds: its loads and
+// stores come after it in its own block, which nothing else enters, so its
+// value, carried from statement to statement, is what memory would hold.
 void MemoryLowering::alloca(AllocaStmt &a) {
   llvm::Type *t = c_.typeOf(a.elementType());
   llvm::Type *slotType = lanes_.varying(&a) ? lanes_.vecOf(t) : t;
+  if (c_.blockLocals.contains(&a))
+    return c_.set(&a, llvm::Constant::getNullValue(slotType));
   // A body emitted twice (a masked loop's two versions) shares its locals.
   auto known = c_.fn->values.find(&a);
   auto *slot =
@@ -42,11 +47,17 @@ void MemoryLowering::alloca(AllocaStmt &a) {
 
 void MemoryLowering::localLoad(LocalLoadStmt &ld) {
   LV *slot = c_.get(ld.local());
+  if (c_.blockLocals.contains(ld.local()))
+    return c_.set(&ld, slot);
   c_.set(&ld, c_.b.CreateLoad(llvm::cast<llvm::AllocaInst>(slot)->getAllocatedType(), slot));
 }
 
 void MemoryLowering::localStore(LocalStoreStmt &st) {
-  lanes_.storeLocal(c_.get(st.local()), c_.get(st.value()), &st);
+  LV *slot = c_.get(st.local());
+  if (c_.blockLocals.contains(st.local()))
+    return c_.set(st.local(), lanes_.storedLocal(slot->getType(), c_.get(st.value()), &st,
+                                                 [&] { return slot; }));
+  lanes_.storeLocal(slot, c_.get(st.value()), &st);
 }
 
 void MemoryLowering::shape(ShapeStmt &sh) {
