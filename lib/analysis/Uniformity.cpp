@@ -70,11 +70,9 @@ public:
       out_.varying_.insert(&task_);
     // The jumps of each loop, found once: asking each loop's body for them
     // walked a nest once per level (quadratic in its depth).
-    bool loops = false;
     walk(const_cast<ForStmt &>(task_).body(), [&](Stmt &s) {
       if (s.kind() == StmtKind::Break || s.kind() == StmtKind::Continue)
         jumpsTo_[jumpTarget(s)].push_back(&s);
-      loops |= s.kind() == StmtKind::For || s.kind() == StmtKind::While;
     });
     do {
       changed_ = false;
@@ -86,12 +84,11 @@ public:
       if (masked)
         mark<const Stmt *>(out_.maskedLoops_, &task_);
       visitBlock(task_.body(), masked);
-      // Without loops or jumps in the body, what a statement sees was
-      // decided before it (a local's later stores reach no earlier load):
-      // one pass is the fixed point, and no loop needs all-lanes stores.
-    } while (changed_ && (loops || !jumpsTo_.empty()));
-    if (loops)
-      findAllLanesStores();
+      // Until nothing changes: a load of a local that a later store makes
+      // varying (in program order, as in every gradient's adjoints) is
+      // varying too, as the local's storage is per lane.
+    } while (changed_);
+    findAllLanesStores();
   }
 
 private:
