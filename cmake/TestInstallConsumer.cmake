@@ -68,7 +68,7 @@ endforeach()
 # Every library of the build is exported: the core ones always, a
 # backend's where the build enabled it (QD_ENABLE_* of its cache).
 set(expected qd::ir qd::sizeexpr qd::analysis qd::abi qd::transforms qd::interp qd::check
-    qd::codegen qd::codegen_llvm qd::runtime qd::runtime_cpu qd::backends qd::llvm)
+    qd::codegen qd::codegen_llvm qd::runtime qd::runtime_cpu qd::backends qd::llvm qd::c)
 file(STRINGS ${QD_BUILD_DIR}/CMakeCache.txt enabled REGEX "^QD_ENABLE_(CUDA|HIP|VULKAN):BOOL=ON")
 if(enabled MATCHES "CUDA")
   list(APPEND expected qd::runtime_cuda qd::runtime_gpu qd::runtime_accel)
@@ -108,6 +108,8 @@ run_step("run the CPU backend consumer" ${consumer_build}/qd-consumer-cpu)
 expect_output(qd-consumer-cpu "${step_output}" "y = 1 3 5 7 9 11 13 15")
 run_step("run the registry consumer" ${consumer_build}/qd-consumer-registry)
 expect_output(qd-consumer-registry "${step_output}" "backends: interp cpu" "x = 0 1 4 9")
+run_step("run the C API consumer" ${consumer_build}/qd-consumer-capi)
+expect_output(qd-consumer-capi "${step_output}" "qd 0.1.0: y = 2 4 6")
 
 # The front-end example, from where the package installs it, on two
 # backends picked by name: loss = 0.25 * (1 + 4 + 9 + 16 + 25 + 36) and
