@@ -12,6 +12,7 @@ Built on libqd-c with ctypes: nothing is compiled against Python. Errors
 are qd.Error carrying qd's message.
 """
 import ctypes
+import struct
 
 from . import _arrays
 from ._arrays import DTYPE_NAMES
@@ -237,9 +238,8 @@ class Buffer(_Handle):
         if n == 0:
             return np.zeros(shape, dtype)
         raw = (ctypes.c_byte * (n * np.dtype(dtype).itemsize)).from_address(self.data_ptr)
-        view = np.frombuffer(raw, dtype).reshape(shape)
-        view.base._qd_owner = self  # keeps the buffer alive with the view
-        return view
+        raw._qd_owner = self  # the view keeps `raw`, which keeps the buffer
+        return np.frombuffer(raw, dtype).reshape(shape)
 
 
 class Ndarray:
@@ -270,10 +270,14 @@ class Program(_Handle):
         adjoints the gradient adds into and seeding those it reads ({"loss": 1.0})."""
         seed_array = (Seed * len(seeds))(*[Seed(k.encode(), float(v)) for k, v in seeds.items()])
         kernel = self.kernel(forward)
-        with _Launch(kernel, args) as launch:
-            check(lib.qd_program_launch_with_gradient(
-                self.handle, self.backend.handle, kernel._name, gradient.encode(), launch.count,
-                launch.args, len(seeds), seed_array, int(bounds_checked)))
+        packed, owned = _pack(kernel, args)
+        try:
+            check(_launch_with_gradient(self.handle, self.backend.handle, kernel._name,
+                                        gradient.encode(), len(args), packed, len(seeds),
+                                        seed_array, int(bounds_checked)))
+        finally:
+            for handle in owned:
+                lib.qd_buffer_free(handle)
 
 
 class Kernel:
@@ -285,68 +289,97 @@ class Kernel:
         self.name = name
         self._name = name.encode()
         self.arguments = _kernel_args(program.module._kernel_handle(name))
-        self._by_name = {a.name: a for a in self.arguments}
+        self._names = {}  # argument name -> (its bytes, kept alive, and their address)
+        for a in self.arguments:
+            self._name_address(a.name)
 
     def __call__(self, bounds_checked=False, **args):
-        with _Launch(self, args) as launch:
-            check(lib.qd_program_launch(self.program.handle, self.program.backend.handle,
-                                        self._name, launch.count, launch.args,
-                                        int(bounds_checked)))
+        packed, owned = _pack(self, args)
+        try:
+            check(_launch(self.program.handle, self.program.backend.handle, self._name,
+                          len(args), packed, int(bounds_checked)))
+        finally:
+            for handle in owned:
+                lib.qd_buffer_free(handle)
+
+    def _name_address(self, name):
+        entry = self._names.get(name)
+        if entry is None:
+            data = name.encode()
+            entry = (data, ctypes.cast(ctypes.c_char_p(data), ctypes.c_void_p).value)
+            if len(self._names) < 1024:  # names the kernel does not take are an error anyway
+                self._names[name] = entry
+        return entry
 
     def __repr__(self):
         return f"@{self.name}({', '.join(map(repr, self.arguments))})"
 
 
-class _Launch:
-    """The qd_arg array of one launch, with the buffers it borrowed freed on exit."""
+# qd_program_launch and qd_program_launch_with_gradient taking the qd_arg array as bytes
+# that _pack laid out (a qd_arg is {char *, int, double, int64_t, 3 handles}: 56 bytes).
+_launch = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p,
+                           ctypes.c_size_t, ctypes.c_char_p,
+                           ctypes.c_uint)(("qd_program_launch", lib))
+_launch_with_gradient = ctypes.CFUNCTYPE(
+    ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p,
+    ctypes.c_size_t, ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(Seed),
+    ctypes.c_uint)(("qd_program_launch_with_gradient", lib))
+_LAYOUTS = {}
 
-    def __init__(self, kernel, values):
-        self.count = len(values)
-        self.args = (Arg * self.count)()
-        self._owned = []
-        self._kernel = kernel
-        self._values = values
 
-    def __enter__(self):
-        try:
-            for slot, (name, value) in zip(self.args, self._values.items()):
-                self._fill(slot, name, value)
-        except BaseException:
-            self.__exit__()
-            raise
-        return self
+def _layout(n):
+    layout = _LAYOUTS.get(n)
+    if layout is None:
+        layout = _LAYOUTS[n] = struct.Struct("@" + "PidqPPP" * n)
+        assert layout.size == n * ctypes.sizeof(Arg)
+    return layout
 
-    def __exit__(self, *exc):
-        for handle in self._owned:
+
+def _pack(kernel, values):
+    """The qd_arg array of a launch of `kernel` with `values` as bytes, and the buffer handles
+    made for this launch alone (the caller frees them)."""
+    fields, owned = [], []
+    backend = kernel.program.backend
+    try:
+        for name, value in values.items():
+            address = kernel._name_address(name)[1]
+            kind = type(value)
+            if kind is float:
+                fields += (address, ARG_FLOAT, value, 0, 0, 0, 0)
+            elif kind is int or kind is bool:
+                fields += (address, ARG_INT, 0.0, int(value), 0, 0, 0)
+            elif kind is Ndarray:
+                fields += (address, ARG_NDARRAY, 0.0, 0,
+                           _handle(kernel, name, value.primal, backend, owned),
+                           _handle(kernel, name + ".grad", value.grad, backend, owned),
+                           _handle(kernel, name + ".dual", value.dual, backend, owned))
+            elif isinstance(value, (int, float)) or (kind.__module__ == "numpy" and
+                                                     getattr(value, "shape", None) == ()):
+                item = value.item() if hasattr(value, "item") else value
+                integral = isinstance(item, int)
+                fields += (address, ARG_INT if integral else ARG_FLOAT,
+                           0.0 if integral else float(item), int(item) if integral else 0,
+                           0, 0, 0)
+            else:
+                fields += (address, ARG_NDARRAY, 0.0, 0,
+                           _handle(kernel, name, value, backend, owned), 0, 0)
+    except BaseException:
+        for handle in owned:
             lib.qd_buffer_free(handle)
-        self._owned.clear()
+        raise
+    return _layout(len(values)).pack(*fields), owned
 
-    def _fill(self, slot, name, value):
-        slot.name = name.encode()
-        if isinstance(value, bool) or isinstance(value, int):
-            slot.kind, slot.i = ARG_INT, int(value)
-        elif isinstance(value, float):
-            slot.kind, slot.f = ARG_FLOAT, value
-        elif isinstance(value, Ndarray):
-            slot.kind = ARG_NDARRAY
-            slot.primal = self._buffer(name, value.primal)
-            slot.grad = self._buffer(name + ".grad", value.grad)
-            slot.dual = self._buffer(name + ".dual", value.dual)
-        elif hasattr(value, "dtype") and getattr(value, "shape", None) == () and \
-                type(value).__module__ == "numpy":
-            self._fill(slot, name, value.item())  # a NumPy scalar
-        else:
-            slot.kind, slot.primal = ARG_NDARRAY, self._buffer(name, value)
 
-    def _buffer(self, what, value):
-        if value is None:
-            return None
-        if isinstance(value, Buffer):
-            return value.handle
-        handle = _arrays.borrow(f"kernel @{self._kernel.name}: argument %{what}", value,
-                                self._kernel.program.backend)
-        self._owned.append(handle)
-        return handle
+def _handle(kernel, what, value, backend, owned):
+    if value is None:
+        return 0
+    if type(value) is Buffer:
+        return value.handle or 0
+    handle, mine = _arrays.cache.handle(lambda: f"kernel @{kernel.name}: argument %{what}",
+                                        value, backend)
+    if mine:
+        owned.append(handle)
+    return handle
 
 
 def check_gradient(module, kernel, backend=None, rtol=0.0, atol=0.0, max_elements=64, seed=0,

@@ -7,7 +7,7 @@ from ._lib import CheckValue, check, lib, take_string
 def _value(name, value, is_field, keep):
     try:
         import numpy as np
-        array = np.ascontiguousarray(value, dtype=np.float64)
+        array = np.asarray(value, dtype=np.float64)
         shape, flat = array.shape, array.ravel().tolist()
     except ImportError:  # numbers and nested lists without NumPy
         shape, flat = (), [float(value)]
