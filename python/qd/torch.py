@@ -20,6 +20,15 @@ _DTYPES = {"f32": torch.float32, "f64": torch.float64, "i32": torch.int32,
            "i64": torch.int64, "i1": torch.bool}
 
 
+def _companions(arg, value):
+    """`value` with the zeroed companions its argument declares (a launch needs them; the
+    kernel itself does not use them)."""
+    if not isinstance(value, torch.Tensor) or not (arg.has_grad or arg.has_dual):
+        return value
+    return Ndarray(value, grad=torch.zeros_like(value) if arg.has_grad else None,
+                   dual=torch.zeros_like(value) if arg.has_dual else None)
+
+
 def function(module, kernel, outputs, backend=None, gradient=None):
     """A torch.autograd.Function subclass running `kernel` of `module`.
 
@@ -65,7 +74,8 @@ def function(module, kernel, outputs, backend=None, gradient=None):
                 dims = shape(**given) if callable(shape) else shape
                 made[name] = torch.zeros(tuple(dims), dtype=_DTYPES[info[name].dtype],
                                          device=device)
-            kernels(device)[0](**given, **made)
+            launch = {n: _companions(info[n], v) for n, v in {**given, **made}.items()}
+            kernels(device)[0](**launch)
             ctx.device = device
             ctx.scalars = {n: v for n, v in given.items() if not isinstance(v, torch.Tensor)}
             ctx.tensor_inputs = [n for n in inputs if n not in ctx.scalars]
@@ -81,15 +91,13 @@ def function(module, kernel, outputs, backend=None, gradient=None):
             args = dict(ctx.scalars)
             grads = {}
             for name, value in zip(ctx.tensor_inputs, saved[:k]):
+                args[name] = _companions(info[name], value)
                 if info[name].has_grad:
-                    grads[name] = torch.zeros_like(value, memory_format=torch.contiguous_format)
-                    args[name] = Ndarray(value.contiguous(), grad=grads[name])
-                else:
-                    args[name] = value
+                    grads[name] = args[name].grad
             for name, value, g in zip(outputs, saved[k:], grad_outputs):
-                seed = torch.zeros_like(value) if g is None else \
-                    g.detach().to(value.dtype).contiguous().clone()
-                args[name] = Ndarray(value, grad=seed) if info[name].has_grad else value
+                args[name] = _companions(info[name], value)
+                if info[name].has_grad and g is not None:
+                    args[name].grad = g.detach().to(value.dtype).contiguous().clone()
             kernels(ctx.device)[1](**args)
             return tuple(grads.get(n) for n in inputs)
 
