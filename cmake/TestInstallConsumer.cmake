@@ -111,6 +111,18 @@ expect_output(qd-consumer-registry "${step_output}" "backends: interp cpu" "x = 
 run_step("run the C API consumer" ${consumer_build}/qd-consumer-capi)
 expect_output(qd-consumer-capi "${step_output}" "qd 0.1.0: y = 2 4 6")
 
+# The Python package, from where the package installs it, finds the
+# library next to it (no QD_C_LIBRARY, no build tree) and runs a kernel.
+run_step("run the installed Python package" ${CMAKE_COMMAND} -E env --unset=QD_C_LIBRARY
+  --unset=QD_LIBRARY_DIR QD_BUILD_DIR=${QD_WORK_DIR}/none PYTHONPATH=${prefix}/lib/python
+  ${QD_PYTHON} -c "import qd
+m = qd.Module.parse('field @r : i32\\nkernel @k(%n: i32) {\\n  serial {\\n    store @r[], %n\\n  }\\n}\\n')
+p = m.program(qd.backend('cpu'))
+p.kernel('k')(n=42)
+print(qd.version(), qd._lib.lib._name, int(p.field('r').numpy()))")
+expect_output("the installed Python package" "${step_output}"
+              "0.1.0 ${prefix}/lib/libqd-c.so 42")
+
 # The front-end example, from where the package installs it, on two
 # backends picked by name: loss = 0.25 * (1 + 4 + 9 + 16 + 25 + 36) and
 # x.grad = 2 * 0.25 * x.

@@ -1,6 +1,7 @@
 """The Python package over libqd-c: modules, backends, launches with NumPy arrays in place,
 and errors as qd.Error carrying qd's message."""
 import gc
+import os
 
 import pytest
 
@@ -8,18 +9,8 @@ import qd
 
 np = pytest.importorskip("numpy", reason="NumPy is not installed (Debian: python3-numpy)")
 
-SAXPY = """kernel @saxpy(%a: f32, %x: ndarray<f32, 1>, %y: ndarray<f32, 1>,
-              %out: ndarray<f32, 1>) {
-  %n = shape %x, 0 : i32
-  parallel for %i = 0 to %n {
-    %xi = load %x[%i] : f32
-    %yi = load %y[%i] : f32
-    %ax = mul %a, %xi : f32
-    %r = add %ax, %yi : f32
-    store %out[%i], %r
-  }
-}
-"""
+SAXPY = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples",
+                          "kernels", "saxpy.qd")).read()
 
 ENERGY = """field @count : i32
 kernel @energy(%x: ndarray<f64, 2> grad, %w: f64, %loss: ndarray<f64, 1> grad) {
