@@ -241,6 +241,15 @@ TEST_F(CApiTest, BuilderErrors) {
   ASSERT_EQ(message(qd_build_binary(b, "add", c, i, &s)), "");
   std::string text = message(qd_module_verify(m));
   EXPECT_NE(text.find("front.py:7:3"), std::string::npos) << text;
+  // A value of another kernel is the verifier's error too, not a crash.
+  qd_kernel other = nullptr;
+  qd_builder ob = nullptr;
+  ASSERT_EQ(message(qd_module_add_kernel(m, "other", &other)), "");
+  ASSERT_EQ(message(qd_builder_create(other, &ob)), "");
+  ASSERT_EQ(message(qd_build_unary(ob, "neg", c, &v)), "");
+  text = message(qd_module_verify(m));
+  EXPECT_NE(text.find("it belongs to kernel @k"), std::string::npos) << text;
+  qd_builder_free(ob);
   qd_builder_free(b);
   qd_module_free(m);
 }

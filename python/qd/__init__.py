@@ -289,6 +289,7 @@ class Kernel:
         self.name = name
         self._name = name.encode()
         self.arguments = _kernel_args(program.module._kernel_handle(name))
+        self._scalars = {a.name: a.dtype for a in self.arguments if not a.is_ndarray}
         self._names = {}  # argument name -> (its bytes, kept alive, and their address)
         for a in self.arguments:
             self._name_address(a.name)
@@ -360,6 +361,10 @@ def _pack(kernel, values):
                 fields += (address, ARG_INT if integral else ARG_FLOAT,
                            0.0 if integral else float(item), int(item) if integral else 0,
                            0, 0, 0)
+            elif name in kernel._scalars:
+                raise Error(f"kernel @{kernel.name}: argument %{name} is a scalar "
+                            f"{kernel._scalars[name]}; pass a number, not a value of type "
+                            f"{type(value).__name__}", 3)
             else:
                 fields += (address, ARG_NDARRAY, 0.0, 0,
                            _handle(kernel, name, value, backend, owned), 0, 0)

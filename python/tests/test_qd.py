@@ -101,6 +101,8 @@ def test_argument_errors(backend):
     assert "dtype int16" in error(x=x.astype(np.int16))
     assert "no argument named %z" in error(z=1)
     assert "is no array" in error(y=[1, 2])
+    assert "argument %a is a scalar f32; pass a number, not a value of type list" in error(a=[1])
+    assert "%a" in error(a=np.ones(2, np.float32))
     with pytest.raises(qd.Error, match="argument %out of kernel @saxpy is missing"):
         saxpy(a=1.0, x=x, y=y)
 
