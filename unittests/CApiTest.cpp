@@ -149,6 +149,15 @@ TEST_F(CApiTest, WrongArgumentNamesAndTypes) {
   EXPECT_EQ(take(qd_program_launch(program, backend, "nope", 0, nullptr, 0)).first, QD_NOT_FOUND);
 }
 
+TEST_F(CApiTest, DeviceMemoryNeedsAGpuBackend) {
+  int64_t n = 4;
+  qd_buffer b = nullptr;
+  auto [code, text] = take(qd_buffer_borrow_device(backend, QD_F32, 1, &n, 0x1000, &b));
+  EXPECT_EQ(code, QD_FAILED_PRECONDITION);
+  EXPECT_NE(text.find("backend 'interp' has no device memory"), std::string::npos) << text;
+  EXPECT_EQ(b, nullptr);
+}
+
 TEST_F(CApiTest, FreedBufferIsAnError) {
   auto a = args(1);
   qd_buffer_free(bx);
