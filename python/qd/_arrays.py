@@ -66,6 +66,9 @@ def _numpy(what, a):
     if not a.flags.c_contiguous:
         raise Error(f"{what}: the NumPy array is not contiguous (strides {a.strides}); pass "
                     "np.ascontiguousarray(a)", 3)
+    if not a.flags.writeable:
+        raise Error(f"{what}: the NumPy array is read-only, and a kernel may write its "
+                    "ndarray arguments; pass a writeable copy (a.copy())", 3)
     return _borrow_host(what, dtype, a.shape, a.__array_interface__["data"][0])
 
 
@@ -135,7 +138,8 @@ class BufferCache:
         if cls is _ndarray:
             entry = self._arrays.get(id(value))
             if entry is not None and entry[0]() is value and entry[1] == value.shape and \
-                    entry[2] == value.dtype.num and value.flags.c_contiguous:
+                    entry[2] == value.dtype.num and value.flags.c_contiguous and \
+                    value.flags.writeable:
                 return entry[3], False
             return self._array(describe(), value), False
         if cls.__module__.startswith("torch") and hasattr(value, "data_ptr"):

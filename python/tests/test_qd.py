@@ -99,6 +99,9 @@ def test_argument_errors(backend):
     assert "2 dimensions" in error(x=np.zeros((2, 2), np.float32))
     assert "not contiguous" in error(x=np.zeros(8, np.float32)[::2])
     assert "dtype int16" in error(x=x.astype(np.int16))
+    frozen = np.zeros(4, np.float32)
+    frozen.flags.writeable = False
+    assert "read-only" in error(out=frozen)
     assert "no argument named %z" in error(z=1)
     assert "is no array" in error(y=[1, 2])
     assert "argument %a is a scalar f32; pass a number, not a value of type list" in error(a=[1])
