@@ -204,3 +204,23 @@ def test_check_gradient():
     assert "%x" in report
     with pytest.raises(qd.Error, match="has no argument %nope"):
         qd.check_gradient(module, "energy", nope=1.0)
+
+
+class Foreign:
+    """An array of another library, known to qd through DLPack alone."""
+
+    def __init__(self, array):
+        self.array = array
+
+    def __dlpack__(self, stream=None):
+        return self.array.__dlpack__()
+
+
+def test_dlpack_objects_in_place():
+    saxpy = qd.Module.parse(SAXPY).kernel("saxpy", qd.backend("cpu"))
+    x, y, out = np.arange(3, dtype=np.float32), np.ones(3, np.float32), np.zeros(3, np.float32)
+    for _ in range(2):  # the buffer made for each launch releases the tensor
+        saxpy(a=3.0, x=Foreign(x), y=Foreign(y), out=Foreign(out))
+        np.testing.assert_array_equal(out, [1, 4, 7])
+    with pytest.raises(qd.Error, match="not contiguous"):
+        saxpy(a=3.0, x=x, y=y, out=Foreign(np.zeros(6, np.float32)[::2]))
