@@ -19,7 +19,7 @@ import timeit
 import qd
 from qd._lib import Arg, lib
 
-SAXPY = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples", "kernels",
+SAXPY = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python", "tests",
                           "saxpy.qd")).read()
 
 

@@ -9,8 +9,7 @@ import qd
 
 np = pytest.importorskip("numpy", reason="NumPy is not installed (Debian: python3-numpy)")
 
-SAXPY = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples",
-                          "kernels", "saxpy.qd")).read()
+SAXPY = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "saxpy.qd")).read()
 
 ENERGY = """field @count : i32
 kernel @energy(%x: ndarray<f64, 2> grad, %w: f64, %loss: ndarray<f64, 1> grad) {
