@@ -24,11 +24,13 @@ foreach(set IN LISTS QD_EXPORT_SETS)
     RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
   install(EXPORT qd${name}Targets NAMESPACE qd:: DESTINATION ${qd_cmake_dir})
 endforeach()
-install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/qd DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/qd ${PROJECT_SOURCE_DIR}/include/qd-c
+  DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 
 # The components: core, one per backend besides the interpreter (which is in
-# core), and backends (qd::backends, every backend of the build).
-set(QD_PACKAGE_COMPONENTS core ${QD_BACKENDS} backends)
+# core), backends (qd::backends, every backend of the build) and c (qd::c,
+# the C API's shared library).
+set(QD_PACKAGE_COMPONENTS core ${QD_BACKENDS} backends c)
 list(REMOVE_ITEM QD_PACKAGE_COMPONENTS interp)
 configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/qdConfig.cmake.in
   ${PROJECT_BINARY_DIR}/qdConfig.cmake INSTALL_DESTINATION ${qd_cmake_dir})

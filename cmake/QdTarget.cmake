@@ -28,15 +28,17 @@ function(qd_set_flags target)
 endfunction()
 
 # The export sets, in the order a consumer loads them.
-set(QD_EXPORT_SETS core llvm vulkan backends)
+set(QD_EXPORT_SETS core llvm vulkan backends c)
 
-# qd_add_library(<name> [EXPORT_SET <set>] SOURCES ... DEPS ... PRIVATE_DEPS ...):
-# a qd library exported as qd::<name>. The export set groups the targets by
-# what a consumer must find to use them (cmake/QdInstall.cmake): `core`
-# (the default; absl, fmt and threads only), `llvm` (LLVM's shared library),
-# `vulkan` (SPIRV-Tools) or `backends` (all of them).
+# qd_add_library(<name> [SHARED] [EXPORT_SET <set>] SOURCES ... DEPS ...
+#                PRIVATE_DEPS ...):
+# a qd library exported as qd::<name>, static unless SHARED. The export set
+# groups the targets by what a consumer must find to use them
+# (cmake/QdInstall.cmake): `core` (the default; absl, fmt and threads only),
+# `llvm` (LLVM's shared library), `vulkan` (SPIRV-Tools), `backends` (all of
+# them) or `c` (nothing: the C API's shared library links the rest in).
 function(qd_add_library name)
-  cmake_parse_arguments(ARG "" "EXPORT_SET" "SOURCES;DEPS;PRIVATE_DEPS" ${ARGN})
+  cmake_parse_arguments(ARG "SHARED" "EXPORT_SET" "SOURCES;DEPS;PRIVATE_DEPS" ${ARGN})
   if(NOT ARG_EXPORT_SET)
     set(ARG_EXPORT_SET core)
   endif()
@@ -44,7 +46,11 @@ function(qd_add_library name)
     message(FATAL_ERROR "qd_add_library(${name}): unknown EXPORT_SET '${ARG_EXPORT_SET}' "
                         "(one of: ${QD_EXPORT_SETS})")
   endif()
-  add_library(qd_${name} ${ARG_SOURCES})
+  set(type STATIC)
+  if(ARG_SHARED)
+    set(type SHARED)
+  endif()
+  add_library(qd_${name} ${type} ${ARG_SOURCES})
   add_library(qd::${name} ALIAS qd_${name})
   set_target_properties(qd_${name} PROPERTIES EXPORT_NAME ${name} OUTPUT_NAME qd_${name})
   target_include_directories(qd_${name} PUBLIC

@@ -1,10 +1,11 @@
 # Installs qd from QD_BUILD_DIR, checks that the package is relocatable,
 # moves it to another prefix and builds consumers against it there:
-# examples/consumer (all of it, then its CPU part without SPIRV-Tools) and
-# the installed front-end example. Run with cmake -P; QD_FORBIDDEN_PATHS
-# ('|'-separated) are directories of this machine the package must not name
-# (dependencies' that the package's config finds anew), QD_BACKENDS
-# ('|'-separated) the backends of the build.
+# examples/consumer (all of it, then its CPU part without SPIRV-Tools), the
+# installed front-end example and the installed Python package. Run with
+# cmake -P; QD_FORBIDDEN_PATHS ('|'-separated) are directories of this
+# machine the package must not name (dependencies' that the package's config
+# finds anew), QD_BACKENDS ('|'-separated) the backends of the build,
+# QD_PYTHON the Python that runs the Python package (empty: not run).
 cmake_policy(VERSION 3.25)
 set(staging ${QD_WORK_DIR}/staging)
 set(prefix ${QD_WORK_DIR}/prefix)
@@ -68,7 +69,7 @@ endforeach()
 # Every library of the build is exported: the core ones always, a
 # backend's where the build enabled it (QD_ENABLE_* of its cache).
 set(expected qd::ir qd::sizeexpr qd::analysis qd::abi qd::transforms qd::interp qd::check
-    qd::codegen qd::codegen_llvm qd::runtime qd::runtime_cpu qd::backends qd::llvm)
+    qd::codegen qd::codegen_llvm qd::runtime qd::runtime_cpu qd::backends qd::llvm qd::c)
 file(STRINGS ${QD_BUILD_DIR}/CMakeCache.txt enabled REGEX "^QD_ENABLE_(CUDA|HIP|VULKAN):BOOL=ON")
 if(enabled MATCHES "CUDA")
   list(APPEND expected qd::runtime_cuda qd::runtime_gpu qd::runtime_accel)
@@ -108,6 +109,23 @@ run_step("run the CPU backend consumer" ${consumer_build}/qd-consumer-cpu)
 expect_output(qd-consumer-cpu "${step_output}" "y = 1 3 5 7 9 11 13 15")
 run_step("run the registry consumer" ${consumer_build}/qd-consumer-registry)
 expect_output(qd-consumer-registry "${step_output}" "backends: interp cpu" "x = 0 1 4 9")
+run_step("run the C API consumer" ${consumer_build}/qd-consumer-capi)
+expect_output(qd-consumer-capi "${step_output}" "qd 0.1.0: y = 2 4 6")
+
+# The Python package, from where the package installs it, finds the
+# library next to it (no QD_C_LIBRARY, no build tree) and runs a kernel
+# (QD_PYTHON is empty in sanitized builds).
+if(QD_PYTHON)
+  run_step("run the installed Python package" ${CMAKE_COMMAND} -E env --unset=QD_C_LIBRARY
+    --unset=QD_LIBRARY_DIR QD_BUILD_DIR=${QD_WORK_DIR}/none PYTHONPATH=${prefix}/lib/python
+    ${QD_PYTHON} -c "import qd
+m = qd.Module.parse('field @r : i32\\nkernel @k(%n: i32) {\\n  serial {\\n    store @r[], %n\\n  }\\n}\\n')
+p = m.program(qd.backend('cpu'))
+p.kernel('k')(n=42)
+print(qd.version(), qd._lib.lib._name, int(p.field('r').numpy()))")
+  expect_output("the installed Python package" "${step_output}"
+                "0.1.0 ${prefix}/lib/libqd-c.so 42")
+endif()
 
 # The front-end example, from where the package installs it, on two
 # backends picked by name: loss = 0.25 * (1 + 4 + 9 + 16 + 25 + 36) and

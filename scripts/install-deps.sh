@@ -10,6 +10,7 @@ packages=(
   libgtest-dev libgmock-dev librapidcheck-dev libbenchmark-dev
   zlib1g-dev libzstd-dev libedit-dev libxml2-dev libffi-dev libncurses-dev
   libadolc-dev python3-torch  # peers of bench/run-gradients.sh
+  libdlpack-dev python3-numpy python3-pytest  # the C API's DLPack buffers, the Python package's tests
   spirv-tools spirv-headers libvulkan-dev mesa-vulkan-drivers vulkan-validationlayers  # SPIR-V/Vulkan
   rocm-device-libs libamdhip64-dev lld-19  # AMDGPU: ocml/ockl bitcode, HIP headers, ld.lld
 )

@@ -87,3 +87,22 @@ if not os.path.exists(_ptxas):
 if _ptxas:
     config.available_features.add("ptxas")
     config.substitutions.append((r"(?<![\w/.-])ptxas(?![\w/.-])", _ptxas))
+
+# The Python package over libqd-c (python/qd, docs/python.md): pages that use
+# it run with QD_PYTHON (%qd_python) and say `REQUIRES: python-torch`, which
+# holds where that Python has NumPy and PyTorch. A sanitized libqd-c cannot
+# be loaded into an uninstrumented Python, so sanitized builds leave them out.
+config.substitutions.append(("%qd_python", config.qd_python))
+
+
+def python_has_torch():
+    import subprocess
+    try:
+        return subprocess.run([config.qd_python, "-c", "import numpy, torch"],
+                              capture_output=True, timeout=120).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+if not config.qd_sanitize and python_has_torch():
+    config.available_features.add("python-torch")

@@ -21,7 +21,9 @@ fenced block is for:
                                  with the same text (indentation aside)
 
 The working directory starts empty except for `build`, a link to the build
-tree, so `./build/tools/...` in the page runs the tools under test. A page
+tree, so `./build/tools/...` in the page runs the tools under test, and the
+links `--link NAME=PATH` asks for (`python`, the source tree's package).
+`--python PATH` makes `python3` in the page's commands that interpreter. A page
 that is not followed exactly raises DocMismatch, whose message (the page's
 line and what differs) is all that is printed.
 """
@@ -106,10 +108,23 @@ def main():
     ap.add_argument("page")
     ap.add_argument("--build", required=True)
     ap.add_argument("--workdir", required=True)
+    ap.add_argument("--link", action="append", default=[], metavar="NAME=PATH")
+    ap.add_argument("--python")
     args = ap.parse_args()
     shutil.rmtree(args.workdir, ignore_errors=True)
     os.makedirs(args.workdir)
     os.symlink(os.path.abspath(args.build), os.path.join(args.workdir, "build"))
+    for link in args.link:
+        name, _, path = link.partition("=")
+        os.symlink(os.path.abspath(path), os.path.join(args.workdir, name))
+    env = dict(os.environ)
+    if args.python:
+        # Outside the working directory, which the page's commands may list.
+        bin_dir = args.workdir.rstrip("/") + ".bin"
+        shutil.rmtree(bin_dir, ignore_errors=True)
+        os.makedirs(bin_dir)
+        os.symlink(os.path.abspath(args.python), os.path.join(bin_dir, "python3"))
+        env["PATH"] = bin_dir + os.pathsep + env.get("PATH", "")
     with open(args.page) as f:
         lines = f.readlines()
     last = None
@@ -128,7 +143,7 @@ def main():
             cmds = commands(text)
             for n, cmd in enumerate(cmds):
                 last = subprocess.run(cmd, shell=True, cwd=args.workdir, capture_output=True,
-                                      text=True)
+                                      text=True, env=env)
                 expected = want if n + 1 == len(cmds) else 0
                 if last.returncode != expected:
                     raise DocMismatch(f"{at}: '{cmd}' returned status {last.returncode}, the page "

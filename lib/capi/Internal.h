@@ -1,0 +1,112 @@
+//===- lib/capi/Internal.h - What the C API's files share ------*- C++ -*-===//
+//
+// The structs behind the C API's opaque handles and the conversions at its
+// boundary: absl::Status to qd_status, C++ exceptions to error statuses
+// (none crosses the API), NULL handles to INVALID_ARGUMENT errors naming
+// the call and the parameter.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "qd-c/qd.h"
+
+#include "qd/ir/IRBuilder.h"
+#include "qd/runtime/Buffer.h"
+#include "qd/runtime/Program.h"
+
+#include <absl/status/status.h>
+
+#include <memory>
+#include <new>
+#include <optional>
+#include <string>
+#include <vector>
+
+struct qd_status_s {
+  qd_status_code code;
+  std::string message;
+};
+
+struct qd_module_s {
+  std::shared_ptr<qd::Module> module;
+};
+
+struct qd_backend_s {
+  std::unique_ptr<qd::Backend> backend;
+  std::string name;
+};
+
+struct qd_program_s {
+  /// Deleting the program releases the module it refers to.
+  std::shared_ptr<qd::Program> program;
+  std::shared_ptr<qd::Module> module;
+};
+
+struct qd_builder_s {
+  explicit qd_builder_s(qd::Kernel &k) : kernel(&k), builder(k) {}
+  qd::Kernel *kernel;
+  qd::IRBuilder builder;
+  /// The loops and branches begun and not yet ended, innermost last.
+  struct Open {
+    std::optional<qd::IRBuilder::LoopScope> loop;
+    std::optional<qd::IRBuilder::IfScope> branch;
+    bool inElse = false;
+  };
+  std::vector<Open> open;
+};
+
+namespace qd::capi {
+
+inline qd::Kernel *unwrap(qd_kernel k) {
+  return reinterpret_cast<qd::Kernel *>(k);
+}
+inline qd_kernel wrap(qd::Kernel *k) {
+  return reinterpret_cast<qd_kernel>(k);
+}
+inline qd::Value *unwrap(qd_value v) {
+  return reinterpret_cast<qd::Value *>(v);
+}
+inline qd_value wrap(qd::Value *v) {
+  return reinterpret_cast<qd_value>(v);
+}
+
+/// NULL for OK, else a status object with its code and message.
+qd_status toStatus(const absl::Status &status);
+qd_status error(qd_status_code code, std::string message);
+/// INVALID_ARGUMENT: "<call>: <what> is NULL".
+qd_status nullArgument(const char *call, const char *what);
+
+/// Runs `body` (which returns a qd_status), turning an exception into an
+/// error status naming `call`.
+template <typename F> qd_status guard(const char *call, F &&body) noexcept {
+  try {
+    return body();
+  } catch (const std::bad_alloc &) {
+    return error(QD_RESOURCE_EXHAUSTED, std::string(call) + ": out of memory");
+  } catch (const std::exception &e) {
+    return error(QD_INTERNAL, std::string(call) + ": " + e.what());
+  } catch (...) {
+    return error(QD_INTERNAL, std::string(call) + ": unknown exception");
+  }
+}
+
+/// A copy of `text` the caller frees with qd_string_free.
+char *copyString(const std::string &text);
+
+/// The ScalarType of `dtype`; InvalidArgument naming `call` when it is none.
+absl::StatusOr<qd::ScalarType> scalarType(const char *call, qd_dtype dtype);
+qd_dtype toDtype(qd::ScalarType type);
+
+/// `ndim` extents from `shape`; InvalidArgument for a negative ndim or a
+/// NULL shape with ndim > 0.
+absl::StatusOr<std::vector<int64_t>> shapeOf(const char *call, int ndim, const int64_t *shape);
+
+/// Buffers are handles into a registry, so that a freed handle is an error
+/// rather than a use of freed memory: registers `buffer` and returns its
+/// handle; the shared_ptr may alias storage something else owns.
+qd_buffer registerBuffer(std::shared_ptr<qd::Buffer> buffer);
+/// The buffer of a live handle; FailedPrecondition for a freed one,
+/// InvalidArgument for NULL or a value that never was a handle.
+absl::StatusOr<std::shared_ptr<qd::Buffer>> lookupBuffer(const char *call, qd_buffer handle);
+
+} // namespace qd::capi

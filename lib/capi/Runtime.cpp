@@ -1,0 +1,386 @@
+//===- lib/capi/Runtime.cpp - Backends, buffers, programs, launches ------===//
+#include "Internal.h"
+
+#include "qd/runtime/AllBackends.h"
+#include "qd/runtime/BackendRegistry.h"
+#include "qd/runtime/GradientLaunch.h"
+#if QD_C_HAS_GPU
+#include "qd/runtime/GpuBackend.h"
+#endif
+
+#include <absl/strings/str_join.h>
+#include <fmt/format.h>
+
+#include <cstring>
+
+using namespace qd::capi;
+
+namespace qd::capi {
+
+absl::StatusOr<Buffer> borrowDevice(const char *call, qd_backend backend, ScalarType elem,
+                                    std::vector<int64_t> shape, uint64_t pointer) {
+  if (!backend)
+    return absl::InvalidArgumentError(fmt::format("{}: backend is NULL", call));
+#if QD_C_HAS_GPU
+  if (auto *gpu = dynamic_cast<GpuBackend *>(backend->backend.get()))
+    return gpu->borrowDeviceArray(elem, std::move(shape), pointer);
+#endif
+  return absl::FailedPreconditionError(fmt::format(
+      "{}: backend '{}' has no device memory to borrow; pass host memory (qd_buffer_borrow) or "
+      "use a GPU backend (cuda, amdgpu)",
+      call, backend->name));
+}
+
+} // namespace qd::capi
+
+namespace {
+
+/// The launch arguments of `args` for `kernel`, by name; `keep` holds the
+/// buffers and `ndarrays` the NdarrayArgs they point to.
+struct LaunchArgs {
+  std::vector<std::shared_ptr<qd::Buffer>> keep;
+  std::vector<qd::NdarrayArg> ndarrays;
+  std::vector<qd::NamedLaunchArg> named;
+};
+
+absl::StatusOr<qd::Buffer *> argBuffer(const char *call, LaunchArgs &out, qd_buffer handle) {
+  if (!handle)
+    return nullptr;
+  auto buffer = lookupBuffer(call, handle);
+  if (!buffer.ok())
+    return buffer.status();
+  out.keep.push_back(*buffer);
+  return buffer->get();
+}
+
+/// A scalar argument's value, converted to the type `kernel` declares.
+absl::StatusOr<qd::Scalar> scalarArg(const char *call, const qd::Kernel &kernel,
+                                     const qd_arg &arg) {
+  const qd::Argument *a = kernel.findArgument(arg.name);
+  if (!a || !a->type().isScalar()) // orderLaunchArgs and validation report these
+    return arg.kind == QD_ARG_FLOAT ? qd::Scalar::ofFloat(qd::ScalarType::F64, arg.f)
+                                    : qd::Scalar::ofInt(qd::ScalarType::I64, arg.i);
+  qd::ScalarType t = a->type().element();
+  if (qd::isFloat(t))
+    return qd::Scalar::ofFloat(t, arg.kind == QD_ARG_FLOAT ? arg.f : double(arg.i));
+  if (arg.kind == QD_ARG_FLOAT)
+    return absl::InvalidArgumentError(
+        fmt::format("{}: kernel @{}: argument %{} is {}; pass an integer, not the float {}", call,
+                    kernel.name(), arg.name, qd::toString(t), arg.f));
+  return qd::Scalar::ofInt(t, arg.i);
+}
+
+absl::StatusOr<LaunchArgs> launchArgs(const char *call, const qd::Kernel &kernel, size_t nargs,
+                                      const qd_arg *args) {
+  if (nargs > 0 && !args)
+    return absl::InvalidArgumentError(fmt::format("{}: args is NULL", call));
+  LaunchArgs out;
+  out.ndarrays.reserve(nargs); // NdarrayArg pointers stay valid
+  for (size_t i = 0; i < nargs; ++i) {
+    const qd_arg &arg = args[i];
+    if (!arg.name)
+      return absl::InvalidArgumentError(fmt::format("{}: args[{}].name is NULL", call, i));
+    if (arg.kind == QD_ARG_NDARRAY) {
+      qd::NdarrayArg nd;
+      for (auto [slot, handle] : {std::pair{&nd.primal, arg.primal}, std::pair{&nd.grad, arg.grad},
+                                  std::pair{&nd.dual, arg.dual}}) {
+        auto buffer = argBuffer(call, out, handle);
+        if (!buffer.ok())
+          return absl::Status(buffer.status().code(),
+                              fmt::format("kernel @{}: argument %{}: {}", kernel.name(), arg.name,
+                                          std::string(buffer.status().message())));
+        *slot = *buffer;
+      }
+      if (!nd.primal)
+        return absl::InvalidArgumentError(
+            fmt::format("{}: kernel @{}: argument %{} is an ndarray without a primal buffer", call,
+                        kernel.name(), arg.name));
+      out.ndarrays.push_back(nd);
+      out.named.push_back({arg.name, qd::LaunchArg::ndarray(&out.ndarrays.back())});
+      continue;
+    }
+    if (arg.kind != QD_ARG_FLOAT && arg.kind != QD_ARG_INT)
+      return absl::InvalidArgumentError(fmt::format("{}: args[{}] (%{}) has kind {}, which is "
+                                                    "none of QD_ARG_NDARRAY, FLOAT, INT",
+                                                    call, i, arg.name, int(arg.kind)));
+    auto value = scalarArg(call, kernel, arg);
+    if (!value.ok())
+      return value.status();
+    out.named.push_back({arg.name, qd::LaunchArg::scalar(*value)});
+  }
+  return out;
+}
+
+absl::StatusOr<qd::Kernel *> programKernel(const char *call, qd_program program, const char *name) {
+  if (!name)
+    return absl::InvalidArgumentError(fmt::format("{}: kernel name is NULL", call));
+  if (qd::Kernel *k = program->module->findKernel(name))
+    return k;
+  return absl::NotFoundError(fmt::format("{}: the program's module has no kernel @{}", call, name));
+}
+
+qd::LaunchOptions launchOptions(unsigned flags) {
+  qd::LaunchOptions options;
+  options.boundsChecked = (flags & QD_LAUNCH_BOUNDS_CHECKED) != 0;
+  return options;
+}
+
+/// A new buffer handle from `make(type, extents)` after checking the
+/// element type, the shape and `out`.
+template <typename Make>
+qd_status newBuffer(const char *call, qd_dtype dtype, int ndim, const int64_t *shape,
+                    qd_buffer *out, Make &&make) {
+  return guard(call, [&]() -> qd_status {
+    if (!out)
+      return nullArgument(call, "out");
+    auto type = scalarType(call, dtype);
+    auto extents = shapeOf(call, ndim, shape);
+    if (!type.ok() || !extents.ok())
+      return toStatus(!type.ok() ? type.status() : extents.status());
+    absl::StatusOr<qd::Buffer> buffer = make(*type, std::move(*extents));
+    if (!buffer.ok())
+      return toStatus(buffer.status());
+    *out = registerBuffer(std::make_shared<qd::Buffer>(std::move(*buffer)));
+    return nullptr;
+  });
+}
+
+} // namespace
+
+extern "C" {
+
+char *qd_backend_names(void) {
+  qd::registerAllBackends();
+  return copyString(absl::StrJoin(qd::registeredBackends(), " "));
+}
+
+qd_status qd_backend_create(const char *name, const char *options, qd_backend *out) {
+  constexpr const char *call = "qd_backend_create";
+  return guard(call, [&]() -> qd_status {
+    if (!name)
+      return nullArgument(call, "name");
+    if (!out)
+      return nullArgument(call, "out");
+    qd::registerAllBackends();
+    auto parsed = qd::BackendOptions::parse(options ? options : "");
+    if (!parsed.ok())
+      return toStatus(parsed.status());
+    auto backend = qd::createBackend(name, *parsed);
+    if (!backend.ok())
+      return toStatus(backend.status());
+    *out = new qd_backend_s{std::move(*backend), name};
+    return nullptr;
+  });
+}
+
+void qd_backend_free(qd_backend backend) {
+  delete backend;
+}
+
+const char *qd_backend_name(qd_backend backend) {
+  return backend ? backend->name.c_str() : "";
+}
+
+qd_status qd_backend_sizing_report(qd_backend backend, qd_kernel kernel, char **out) {
+  constexpr const char *call = "qd_backend_sizing_report";
+  return guard(call, [&]() -> qd_status {
+    if (!backend || !kernel || !out)
+      return nullArgument(call, !backend ? "backend" : !kernel ? "kernel" : "out");
+    auto report = backend->backend->sizingReport(*unwrap(kernel));
+    if (!report.ok())
+      return toStatus(report.status());
+    *out = copyString(*report);
+    return nullptr;
+  });
+}
+
+qd_status qd_buffer_create(qd_dtype dtype, int ndim, const int64_t *shape, qd_buffer *out) {
+  return newBuffer("qd_buffer_create", dtype, ndim, shape, out,
+                   [](qd::ScalarType t, std::vector<int64_t> extents) {
+                     return qd::Buffer::create(t, std::move(extents));
+                   });
+}
+
+qd_status qd_buffer_borrow(qd_dtype dtype, int ndim, const int64_t *shape, void *data,
+                           qd_buffer *out) {
+  return newBuffer("qd_buffer_borrow", dtype, ndim, shape, out,
+                   [&](qd::ScalarType t, std::vector<int64_t> extents) {
+                     return qd::Buffer::borrow(t, std::move(extents), data);
+                   });
+}
+
+qd_status qd_buffer_borrow_device(qd_backend backend, qd_dtype dtype, int ndim,
+                                  const int64_t *shape, uint64_t device_pointer, qd_buffer *out) {
+  constexpr const char *call = "qd_buffer_borrow_device";
+  return newBuffer(call, dtype, ndim, shape, out,
+                   [&](qd::ScalarType t, std::vector<int64_t> extents) {
+                     return borrowDevice(call, backend, t, std::move(extents), device_pointer);
+                   });
+}
+
+qd_status qd_buffer_dtype(qd_buffer buffer, qd_dtype *out) {
+  return guard("qd_buffer_dtype", [&]() -> qd_status {
+    auto b = lookupBuffer("qd_buffer_dtype", buffer);
+    if (!b.ok())
+      return toStatus(b.status());
+    if (!out)
+      return nullArgument("qd_buffer_dtype", "out");
+    *out = toDtype((*b)->elementType());
+    return nullptr;
+  });
+}
+
+qd_status qd_buffer_shape(qd_buffer buffer, int *ndim, int64_t *shape, int max) {
+  return guard("qd_buffer_shape", [&]() -> qd_status {
+    auto b = lookupBuffer("qd_buffer_shape", buffer);
+    if (!b.ok())
+      return toStatus(b.status());
+    if (!ndim)
+      return nullArgument("qd_buffer_shape", "ndim");
+    *ndim = static_cast<int>((*b)->ndim());
+    for (int d = 0; shape && d < max && d < *ndim; ++d)
+      shape[d] = (*b)->shape()[d];
+    return nullptr;
+  });
+}
+
+qd_status qd_buffer_data(qd_buffer buffer, void **out) {
+  return guard("qd_buffer_data", [&]() -> qd_status {
+    auto b = lookupBuffer("qd_buffer_data", buffer);
+    if (!b.ok())
+      return toStatus(b.status());
+    if (!out)
+      return nullArgument("qd_buffer_data", "out");
+    if (absl::Status s = (*b)->syncToHost(); !s.ok())
+      return toStatus(s);
+    *out = (*b)->data();
+    return nullptr;
+  });
+}
+
+/// Copies between a buffer and host memory of the buffer's size.
+static qd_status copyBuffer(const char *call, qd_buffer buffer, void *to, const void *from,
+                            size_t bytes) {
+  return guard(call, [&]() -> qd_status {
+    auto b = lookupBuffer(call, buffer);
+    if (!b.ok())
+      return toStatus(b.status());
+    if (bytes != (*b)->sizeInBytes())
+      return error(QD_INVALID_ARGUMENT, fmt::format("{}: the buffer holds {} bytes; {} were given",
+                                                    call, (*b)->sizeInBytes(), bytes));
+    if (bytes == 0)
+      return nullptr;
+    if (!to && !from)
+      return nullArgument(call, "data");
+    if (absl::Status s = (*b)->syncToHost(); !s.ok())
+      return toStatus(s);
+    if (to)
+      std::memcpy(to, static_cast<const qd::Buffer &>(**b).data(), bytes);
+    else
+      std::memcpy((*b)->data(), from, bytes);
+    return nullptr;
+  });
+}
+
+qd_status qd_buffer_read(qd_buffer buffer, void *data, size_t bytes) {
+  return copyBuffer("qd_buffer_read", buffer, data, nullptr, bytes);
+}
+
+qd_status qd_buffer_write(qd_buffer buffer, const void *data, size_t bytes) {
+  return copyBuffer("qd_buffer_write", buffer, nullptr, data, bytes);
+}
+
+qd_status qd_program_create(qd_module module, qd_program *out) {
+  constexpr const char *call = "qd_program_create";
+  return guard(call, [&]() -> qd_status {
+    if (!module || !out)
+      return nullArgument(call, !module ? "module" : "out");
+    auto program = qd::Program::create(*module->module);
+    if (!program.ok())
+      return toStatus(program.status());
+    std::shared_ptr<qd::Module> keep = module->module;
+    auto shared = std::shared_ptr<qd::Program>(program->release(), [keep](qd::Program *p) mutable {
+      delete p;
+      keep.reset();
+    });
+    *out = new qd_program_s{std::move(shared), module->module};
+    return nullptr;
+  });
+}
+
+void qd_program_free(qd_program program) {
+  delete program;
+}
+
+qd_status qd_program_field(qd_program program, const char *name, qd_component component,
+                           qd_buffer *out) {
+  constexpr const char *call = "qd_program_field";
+  return guard(call, [&]() -> qd_status {
+    if (!program || !name || !out)
+      return nullArgument(call, !program ? "program" : !name ? "name" : "out");
+    if (component != QD_PRIMAL && component != QD_GRAD && component != QD_DUAL)
+      return error(QD_INVALID_ARGUMENT,
+                   fmt::format("{}: component {} is none of QD_PRIMAL, QD_GRAD, QD_DUAL", call,
+                               int(component)));
+    auto c = static_cast<qd::Component>(component);
+    qd::Buffer *b = program->program->field(name, c);
+    if (!b)
+      return error(QD_NOT_FOUND,
+                   program->module->findField(name)
+                       ? fmt::format("{}: field @{} has no {} companion (declare it `{}`)", call,
+                                     name, qd::toString(c), qd::toString(c))
+                       : fmt::format("{}: the module has no field @{}", call, name));
+    *out = registerBuffer(std::shared_ptr<qd::Buffer>(program->program, b));
+    return nullptr;
+  });
+}
+
+qd_status qd_program_launch(qd_program program, qd_backend backend, const char *kernel,
+                            size_t nargs, const qd_arg *args, unsigned flags) {
+  constexpr const char *call = "qd_program_launch";
+  return guard(call, [&]() -> qd_status {
+    if (!program || !backend)
+      return nullArgument(call, !program ? "program" : "backend");
+    auto k = programKernel(call, program, kernel);
+    if (!k.ok())
+      return toStatus(k.status());
+    auto launch = launchArgs(call, **k, nargs, args);
+    if (!launch.ok())
+      return toStatus(launch.status());
+    return toStatus(program->program->launchByName(kernel, launch->named, *backend->backend,
+                                                   launchOptions(flags)));
+  });
+}
+
+qd_status qd_program_launch_with_gradient(qd_program program, qd_backend backend,
+                                          const char *forward, const char *gradient, size_t nargs,
+                                          const qd_arg *args, size_t nseeds, const qd_seed *seeds,
+                                          unsigned flags) {
+  constexpr const char *call = "qd_program_launch_with_gradient";
+  return guard(call, [&]() -> qd_status {
+    if (!program || !backend)
+      return nullArgument(call, !program ? "program" : "backend");
+    if (nseeds > 0 && !seeds)
+      return nullArgument(call, "seeds");
+    auto fwd = programKernel(call, program, forward);
+    auto grad = fwd.ok() ? programKernel(call, program, gradient) : fwd.status();
+    if (!grad.ok())
+      return toStatus(grad.status());
+    auto launch = launchArgs(call, **fwd, nargs, args);
+    if (!launch.ok())
+      return toStatus(launch.status());
+    auto ordered = qd::orderLaunchArgs(**fwd, launch->named);
+    if (!ordered.ok())
+      return toStatus(ordered.status());
+    std::vector<qd::AdjointSeed> adjointSeeds;
+    for (size_t i = 0; i < nseeds; ++i) {
+      if (!seeds[i].name)
+        return error(QD_INVALID_ARGUMENT, fmt::format("{}: seeds[{}].name is NULL", call, i));
+      adjointSeeds.push_back({seeds[i].name, seeds[i].value});
+    }
+    return toStatus(qd::launchWithGradient(*program->program, **fwd, **grad, *ordered, adjointSeeds,
+                                           *backend->backend, launchOptions(flags)));
+  });
+}
+
+} // extern "C"

@@ -1,0 +1,397 @@
+"""qd from Python: parse kernels, differentiate them, run them on a backend
+with NumPy arrays and PyTorch tensors used in place (docs/python.md).
+
+    import qd, numpy as np
+    module = qd.Module.parse(text)
+    grad = module.gradient("k")               # "k_grad"
+    cpu = qd.backend("cpu")
+    k = module.kernel("k", cpu)
+    k(x=np.ones(4, np.float32), y=np.zeros(4, np.float32), a=2.0)
+
+Built on libqd-c with ctypes: nothing is compiled against Python. Errors
+are qd.Error carrying qd's message.
+"""
+import ctypes
+import struct
+
+from . import _arrays
+from ._arrays import DTYPE_NAMES
+from ._lib import ARG_FLOAT, ARG_INT, ARG_NDARRAY, Arg, ArgInfo, Error, Seed, check, lib, \
+    take_string
+
+__all__ = ["Error", "Module", "Backend", "Program", "Kernel", "Ndarray", "Buffer", "backend",
+           "backends", "version", "check_gradient"]
+
+_GRAD, _DUAL = 1, 2
+
+
+def version():
+    """The version of the loaded libqd-c ("0.1.0")."""
+    return lib.qd_version().decode()
+
+
+def backends():
+    """The backends of the loaded libqd-c: ["interp", "cpu", ...]."""
+    return take_string(lib.qd_backend_names()).split()
+
+
+def _out(call, *args):
+    out = ctypes.c_void_p()
+    check(call(*args, ctypes.byref(out)))
+    return out.value
+
+
+def _string(call, *args):
+    out = ctypes.c_void_p()
+    check(call(*args, ctypes.byref(out)))
+    return take_string(out.value)
+
+
+class _Handle:
+    """Owns a C handle and frees it once."""
+    _free = None
+
+    def __init__(self, handle):
+        self.handle = handle
+
+    def __del__(self):
+        if getattr(self, "handle", None):
+            type(self)._free(self.handle)
+            self.handle = None
+
+
+class ArgumentInfo:
+    """A kernel argument: name, is_ndarray, dtype ("f32"), rank, has_grad, has_dual."""
+
+    def __init__(self, info):
+        self.name = info.name.decode()
+        self.is_ndarray = bool(info.is_ndarray)
+        self.dtype = DTYPE_NAMES[info.dtype]
+        self.rank = info.rank
+        self.has_grad = bool(info.has_grad)
+        self.has_dual = bool(info.has_dual)
+
+    def __repr__(self):
+        kind = f"ndarray<{self.dtype}, {self.rank}>" if self.is_ndarray else self.dtype
+        return f"%{self.name}: {kind}"
+
+
+def _kernel_args(kernel_handle):
+    args = []
+    for i in range(lib.qd_kernel_num_args(kernel_handle)):
+        info = ArgInfo()
+        check(lib.qd_kernel_arg(kernel_handle, i, ctypes.byref(info)))
+        args.append(ArgumentInfo(info))
+    return args
+
+
+class Module(_Handle):
+    """A module of fields and kernels (docs/ir.md)."""
+    _free = lib.qd_module_free
+
+    def __init__(self, handle):
+        super().__init__(handle)
+        self._programs = {}
+
+    @classmethod
+    def parse(cls, text, filename="<string>"):
+        """Parses the text format; errors carry filename:line:col."""
+        return cls(_out(lib.qd_module_parse, text.encode(), filename.encode()))
+
+    def __str__(self):
+        return _string(lib.qd_module_print, self.handle)
+
+    def verify(self):
+        check(lib.qd_module_verify(self.handle))
+
+    def run_passes(self, pipeline, verify_each=True):
+        """Runs a pass pipeline ("fold,dce", docs/passes.md)."""
+        check(lib.qd_module_run_passes(self.handle, pipeline.encode(), int(verify_each)))
+
+    @property
+    def kernels(self):
+        """The names of the module's kernels."""
+        n = lib.qd_module_num_kernels(self.handle)
+        return [lib.qd_kernel_name(lib.qd_module_kernel(self.handle, i)).decode()
+                for i in range(n)]
+
+    def _kernel_handle(self, name):
+        return _out(lib.qd_module_find_kernel, self.handle, name.encode())
+
+    def arguments(self, name):
+        """The arguments of kernel `name`, as ArgumentInfo."""
+        return _kernel_args(self._kernel_handle(name))
+
+    def gradient(self, name, grad_name=None, tape_nested_loops=True, tape_factors=True):
+        """Adds the reverse-mode gradient kernel of `name` and returns its name."""
+        flags = (0 if tape_nested_loops else 1) | (0 if tape_factors else 2)
+        handle = _out(lib.qd_module_gradient, self.handle, name.encode(),
+                      grad_name.encode() if grad_name else None, flags)
+        return lib.qd_kernel_name(handle).decode()
+
+    def forward(self, name, dual_name=None):
+        """Adds the forward-mode (dual) kernel of `name` and returns its name."""
+        handle = _out(lib.qd_module_forward, self.handle, name.encode(),
+                      dual_name.encode() if dual_name else None)
+        return lib.qd_kernel_name(handle).decode()
+
+    def gradient_adjoints(self, grad_name):
+        """(accumulated, consumed): the adjoints a gradient kernel adds into and reads, as
+        names ("%x", "@y")."""
+        acc, con = ctypes.c_void_p(), ctypes.c_void_p()
+        check(lib.qd_kernel_gradient_adjoints(self._kernel_handle(grad_name), ctypes.byref(acc),
+                                              ctypes.byref(con)))
+        return take_string(acc.value).split(), take_string(con.value).split()
+
+    def program(self, backend):
+        """This module's program for `backend` (one per backend, made once)."""
+        key = id(backend)
+        if key not in self._programs:
+            self._programs[key] = (backend, Program(self, backend))
+        return self._programs[key][1]
+
+    def kernel(self, name, backend):
+        """Kernel `name`, launched on `backend` by calling it (see Program.kernel)."""
+        return self.program(backend).kernel(name)
+
+
+class Backend(_Handle):
+    """A backend by name (docs/runtime.md); see qd.backend."""
+    _free = lib.qd_backend_free
+
+    def __init__(self, name, **options):
+        text = ",".join(f"{k}={_option(v)}" for k, v in options.items())
+        super().__init__(_out(lib.qd_backend_create, name.encode(), text.encode()))
+        self.name = name
+
+    def sizing_report(self, module, kernel):
+        """The adstack sizing report of `kernel` (docs/sizing.md)."""
+        return _string(lib.qd_backend_sizing_report, self.handle, module._kernel_handle(kernel))
+
+    def __repr__(self):
+        return f"qd.backend({self.name!r})"
+
+
+def _option(value):
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def backend(name, **options):
+    """Creates backend `name` ("cpu", "interp", "cuda", "vulkan", "amdgpu") with options
+    (threads=4); qd.Error says what is missing where a device or driver is."""
+    return Backend(name, **options)
+
+
+class Buffer(_Handle):
+    """An array qd owns (zeroed), or a program's field; `.numpy()` views its memory."""
+    _free = lib.qd_buffer_free
+
+    def __init__(self, handle, keep=None):
+        super().__init__(handle)
+        self._keep = keep  # what the memory belongs to
+
+    @classmethod
+    def zeros(cls, shape, dtype="f32"):
+        dims = tuple(shape)
+        array = (ctypes.c_int64 * len(dims))(*dims) if dims else None
+        return cls(_out(lib.qd_buffer_create, DTYPE_NAMES.index(dtype), len(dims), array))
+
+    @classmethod
+    def borrow(cls, array, backend=None):
+        """A buffer over a NumPy array's or tensor's memory (kept alive with it)."""
+        return cls(_arrays.borrow("qd.Buffer.borrow", array, backend), keep=array)
+
+    def free(self):
+        """Frees the handle now; using the buffer afterwards raises qd.Error."""
+        lib.qd_buffer_free(self.handle)
+
+    @property
+    def dtype(self):
+        out = ctypes.c_int()
+        check(lib.qd_buffer_dtype(self.handle, ctypes.byref(out)))
+        return DTYPE_NAMES[out.value]
+
+    @property
+    def shape(self):
+        ndim, dims = ctypes.c_int(), (ctypes.c_int64 * 8)()
+        check(lib.qd_buffer_shape(self.handle, ctypes.byref(ndim), dims, 8))
+        return tuple(dims[:ndim.value])
+
+    @property
+    def data_ptr(self):
+        """The address of its host memory (a borrowed array's own)."""
+        out = ctypes.c_void_p()
+        check(lib.qd_buffer_data(self.handle, ctypes.byref(out)))
+        return out.value or 0
+
+    def numpy(self):
+        """A NumPy view of the host memory (valid while the buffer lives)."""
+        import numpy as np
+        dtype = {"i1": np.bool_, "i32": np.int32, "i64": np.int64, "f32": np.float32,
+                 "f64": np.float64}[self.dtype]
+        shape = self.shape
+        n = 1
+        for d in shape:
+            n *= d
+        if n == 0:
+            return np.zeros(shape, dtype)
+        raw = (ctypes.c_byte * (n * np.dtype(dtype).itemsize)).from_address(self.data_ptr)
+        raw._qd_owner = self  # the view keeps `raw`, which keeps the buffer
+        return np.frombuffer(raw, dtype).reshape(shape)
+
+
+class Ndarray:
+    """An ndarray argument with companions: Ndarray(x, grad=x_grad, dual=None)."""
+
+    def __init__(self, primal, grad=None, dual=None):
+        self.primal, self.grad, self.dual = primal, grad, dual
+
+
+class Program(_Handle):
+    """A module's field storage on one backend; kernels launch on it."""
+    _free = lib.qd_program_free
+
+    def __init__(self, module, backend):
+        super().__init__(_out(lib.qd_program_create, module.handle))
+        self.module, self.backend = module, backend
+
+    def field(self, name, component="primal"):
+        """Field `name`'s storage ("primal", "grad" or "dual") as a qd.Buffer."""
+        c = ("primal", "grad", "dual").index(component)
+        return Buffer(_out(lib.qd_program_field, self.handle, name.encode(), c), keep=self)
+
+    def kernel(self, name):
+        return Kernel(self, name)
+
+    def launch_with_gradient(self, forward, gradient, seeds, bounds_checked=False, **args):
+        """Launches `forward`, then `gradient` with the same arguments, after zeroing the
+        adjoints the gradient adds into and seeding those it reads ({"loss": 1.0})."""
+        seed_array = (Seed * len(seeds))(*[Seed(k.encode(), float(v)) for k, v in seeds.items()])
+        kernel = self.kernel(forward)
+        packed, owned = _pack(kernel, args)
+        try:
+            check(_launch_with_gradient(self.handle, self.backend.handle, kernel._name,
+                                        gradient.encode(), len(args), packed, len(seeds),
+                                        seed_array, int(bounds_checked)))
+        finally:
+            for handle in owned:
+                lib.qd_buffer_free(handle)
+
+
+class Kernel:
+    """Kernel `name` of a program: call it with its arguments by name. Arrays are used in
+    place; a scalar is a Python int or float."""
+
+    def __init__(self, program, name):
+        self.program = program
+        self.name = name
+        self._name = name.encode()
+        self.arguments = _kernel_args(program.module._kernel_handle(name))
+        self._scalars = {a.name: a.dtype for a in self.arguments if not a.is_ndarray}
+        self._names = {}  # argument name -> (its bytes, kept alive, and their address)
+        for a in self.arguments:
+            self._name_address(a.name)
+
+    def __call__(self, bounds_checked=False, **args):
+        packed, owned = _pack(self, args)
+        try:
+            check(_launch(self.program.handle, self.program.backend.handle, self._name,
+                          len(args), packed, int(bounds_checked)))
+        finally:
+            for handle in owned:
+                lib.qd_buffer_free(handle)
+
+    def _name_address(self, name):
+        entry = self._names.get(name)
+        if entry is None:
+            data = name.encode()
+            entry = (data, ctypes.cast(ctypes.c_char_p(data), ctypes.c_void_p).value)
+            if len(self._names) < 1024:  # names the kernel does not take are an error anyway
+                self._names[name] = entry
+        return entry
+
+    def __repr__(self):
+        return f"@{self.name}({', '.join(map(repr, self.arguments))})"
+
+
+# qd_program_launch and qd_program_launch_with_gradient taking the qd_arg array as bytes
+# that _pack laid out (a qd_arg is {char *, int, double, int64_t, 3 handles}: 56 bytes).
+_launch = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p,
+                           ctypes.c_size_t, ctypes.c_char_p,
+                           ctypes.c_uint)(("qd_program_launch", lib))
+_launch_with_gradient = ctypes.CFUNCTYPE(
+    ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p,
+    ctypes.c_size_t, ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(Seed),
+    ctypes.c_uint)(("qd_program_launch_with_gradient", lib))
+_LAYOUTS = {}
+
+
+def _layout(n):
+    layout = _LAYOUTS.get(n)
+    if layout is None:
+        layout = _LAYOUTS[n] = struct.Struct("@" + "PidqPPP" * n)
+        assert layout.size == n * ctypes.sizeof(Arg)
+    return layout
+
+
+def _pack(kernel, values):
+    """The qd_arg array of a launch of `kernel` with `values` as bytes, and the buffer handles
+    made for this launch alone (the caller frees them)."""
+    fields, owned = [], []
+    backend = kernel.program.backend
+    try:
+        for name, value in values.items():
+            address = kernel._name_address(name)[1]
+            kind = type(value)
+            if kind is float:
+                fields += (address, ARG_FLOAT, value, 0, 0, 0, 0)
+            elif kind is int or kind is bool:
+                fields += (address, ARG_INT, 0.0, int(value), 0, 0, 0)
+            elif kind is Ndarray:
+                fields += (address, ARG_NDARRAY, 0.0, 0,
+                           _handle(kernel, name, value.primal, backend, owned),
+                           _handle(kernel, name + ".grad", value.grad, backend, owned),
+                           _handle(kernel, name + ".dual", value.dual, backend, owned))
+            elif isinstance(value, (int, float)) or (kind.__module__ == "numpy" and
+                                                     getattr(value, "shape", None) == ()):
+                item = value.item() if hasattr(value, "item") else value
+                integral = isinstance(item, int)
+                fields += (address, ARG_INT if integral else ARG_FLOAT,
+                           0.0 if integral else float(item), int(item) if integral else 0,
+                           0, 0, 0)
+            elif name in kernel._scalars:
+                raise Error(f"kernel @{kernel.name}: argument %{name} is a scalar "
+                            f"{kernel._scalars[name]}; pass a number, not a value of type "
+                            f"{type(value).__name__}", 3)
+            else:
+                fields += (address, ARG_NDARRAY, 0.0, 0,
+                           _handle(kernel, name, value, backend, owned), 0, 0)
+    except BaseException:
+        for handle in owned:
+            lib.qd_buffer_free(handle)
+        raise
+    return _layout(len(values)).pack(*fields), owned
+
+
+def _handle(kernel, what, value, backend, owned):
+    if value is None:
+        return 0
+    if type(value) is Buffer:
+        return value.handle or 0
+    handle, mine = _arrays.cache.handle(lambda: f"kernel @{kernel.name}: argument %{what}",
+                                        value, backend)
+    if mine:
+        owned.append(handle)
+    return handle
+
+
+def check_gradient(module, kernel, backend=None, rtol=0.0, atol=0.0, max_elements=64, seed=0,
+                   reverse=True, forward=True, fields=None, **args):
+    """Checks kernel's reverse- and forward-mode derivatives against finite differences
+    (docs/autodiff.md) with argument values `args` and initial field contents `fields`
+    (NumPy arrays or numbers). Returns (passed, report)."""
+    from ._check import check_gradient as run
+    return run(module, kernel, backend, rtol, atol, max_elements, seed, reverse, forward,
+               fields or {}, args)

@@ -1,0 +1,15 @@
+"""Runs the Python package's tests with pytest, as CTest does (test `python`):
+exits 77 (CTest's skip) with a message when pytest is missing, so a machine without it
+skips them rather than failing."""
+import os
+import sys
+
+try:
+    import pytest
+except ImportError:
+    print("skipped: pytest is not installed for", sys.executable,
+          "(Debian: apt-get install python3-pytest)")
+    sys.exit(77)
+
+sys.exit(pytest.main(["-q", "-rs", "-p", "no:cacheprovider",
+                      os.path.dirname(os.path.abspath(__file__))] + sys.argv[1:]))
