@@ -130,8 +130,14 @@ TEST_P(SimulationsTest, F64GradientMatchesFiniteDifferences) {
   std::unique_ptr<Simulation> s = makeSimulation(sim, SimSize::Small);
   auto r = SimRun::create(*s, testSteps(sim), qd::ScalarType::F64);
   ASSERT_TRUE(r.ok()) << r.status();
+  // Every launch checked for the rule reverse mode relies on: no element
+  // written after it was read.
+  qd::LaunchOptions checked;
+  checked.checkGlobalAccesses = true;
+  (*r)->setLaunchOptions(checked);
   std::unique_ptr<qd::Backend> interp = backend("interp");
-  ASSERT_TRUE((*r)->forwardAndGradient(*interp).ok());
+  absl::Status status = (*r)->forwardAndGradient(*interp);
+  ASSERT_TRUE(status.ok()) << status;
   const std::vector<double> grad = (*r)->read(s->parameter(), qd::Component::Grad);
   const size_t n = (*r)->initial(s->parameter())->size();
   // Each element checked, then a seeded random direction over all.
@@ -150,6 +156,8 @@ TEST_P(SimulationsTest, F64GradientMatchesFiniteDifferences) {
       analytic += dir[k] * grad[k];
     auto fd = (*r)->lossDerivative(*interp, s->parameter(), dir, 1e-4, &error);
     ASSERT_TRUE(fd.ok()) << fd.status();
+    EXPECT_GT(std::abs(*fd), 1e-6)
+        << sim << ", direction " << d << ": the loss does not depend on it";
     const double scale = std::max(std::abs(*fd), 1e-3 * maxAbs(grad));
     EXPECT_LE(std::abs(analytic - *fd), kFdRtol * scale)
         << sim << ", direction " << d << ": reverse " << analytic << ", finite differences " << *fd
@@ -162,6 +170,38 @@ TEST_P(SimulationsTest, F32GradientMatchesF64) {
   Result f64 = run(GetParam(), "interp", qd::ScalarType::F64);
   EXPECT_LE(relativeDifference(f32.grad, f64.grad), kPrecisionRtol) << GetParam();
   EXPECT_NEAR(f32.loss, f64.loss, 1e-3 * std::abs(f64.loss)) << GetParam();
+}
+
+// The Newton solve's trip counts differ between elements and steps, and its
+// gradient's adstacks (one entry per iteration) live in the CPU backend's
+// heap, sized at launch.
+TEST(SimulationsShapesTest, NewtonIterationsDependOnTheData) {
+  std::unique_ptr<Simulation> s = makeSimulation("newton", SimSize::Small);
+  auto r = SimRun::create(*s, testSteps("newton"));
+  ASSERT_TRUE(r.ok()) << r.status();
+  std::unique_ptr<qd::Backend> cpu = backend("cpu");
+  ASSERT_TRUE((*r)->forwardAndGradient(*cpu).ok());
+  std::vector<double> iters = (*r)->read("iters");
+  iters.resize(iters.size() - iters.size() / (testSteps("newton") + 1)); // slices 0 .. T - 1
+  auto [lo, hi] = std::minmax_element(iters.begin(), iters.end());
+  EXPECT_GE(*lo, 1);
+  EXPECT_GT(*hi, *lo);
+  EXPECT_LT(*hi, 30) << "a Newton solve did not converge";
+  EXPECT_GT((*r)->maxAdStackHeapBytes(), 0);
+}
+
+// The cue ball reaches the rack and the collisions reach the last ball:
+// impulses in several steps, and a loss that depends on the shot.
+TEST(SimulationsShapesTest, BilliardsCollide) {
+  std::unique_ptr<Simulation> s = makeSimulation("billiards", SimSize::Small);
+  auto r = SimRun::create(*s, testSteps("billiards"));
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_TRUE((*r)->forwardAndGradient(*backend("cpu")).ok());
+  std::vector<double> impulse = (*r)->read("impulse");
+  EXPECT_GT(std::count_if(impulse.begin(), impulse.end(), [](double v) { return v != 0; }), 10);
+  std::vector<double> grad = (*r)->read("v", qd::Component::Grad);
+  EXPECT_NE(grad[0], 0.0);
+  EXPECT_NE(grad[1], 0.0);
 }
 
 INSTANTIATE_TEST_SUITE_P(All, SimulationsTest, ::testing::ValuesIn(simulationNames()),

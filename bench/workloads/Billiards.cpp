@@ -36,7 +36,7 @@ public:
 
   std::vector<SimArray> arrays(int steps) const override {
     const int64_t t1 = steps + 1, n = balls();
-    std::vector<double> x0 = {0.4, 0.5 + 0.004}, v0 = {2.0, 0.05};
+    std::vector<double> x0 = {0.4, 0.5 - 0.004}, v0 = {2.0, 0.05};
     // The rack's balls 2% further apart than touching: at rest and touching
     // (distance 2r, no relative velocity) a ball sits on the kinks of the
     // collision's `if`s.

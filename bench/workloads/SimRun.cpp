@@ -111,7 +111,7 @@ absl::Status SimRun::launch(const qd::Kernel &kernel, int t, qd::Backend &backen
     args.push_back(qd::LaunchArg::ndarray(&a.arg));
   const bool first = !firstLaunch_.contains(&kernel);
   auto start = std::chrono::steady_clock::now();
-  absl::Status status = program_->launch(kernel.name(), args, backend);
+  absl::Status status = program_->launch(kernel.name(), args, backend, options_);
   if (first)
     firstLaunch_[&kernel] =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

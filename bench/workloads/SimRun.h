@@ -42,6 +42,9 @@ public:
   qd::Program &program() { return *program_; }
   const qd::Kernel &kernel(std::string_view name) const;
 
+  /// The options of every launch (default: LaunchOptions{}).
+  void setLaunchOptions(qd::LaunchOptions options) { options_ = std::move(options); }
+
   /// Every array back to its initial contents, every adjoint to zero.
   void reset();
   /// Runs the steps and the loss from the current contents.
@@ -102,6 +105,7 @@ private:
   const qd::Kernel *step_ = nullptr, *loss_ = nullptr, *stepGrad_ = nullptr, *lossGrad_ = nullptr;
   std::vector<Array> arrays_;
   std::vector<qd::LaunchArg> scalars_;
+  qd::LaunchOptions options_;
   std::map<const qd::Kernel *, double> firstLaunch_;
   int64_t maxHeapBytes_ = 0;
 };
