@@ -139,13 +139,12 @@ absl::Status SimRun::sequence(qd::Backend &backend, bool reverse) {
   return absl::OkStatus();
 }
 
-absl::Status SimRun::runGradient(qd::Backend &backend) {
+void SimRun::seedAdjoints() {
   for (Array &a : arrays_)
     if (a.grad)
       a.grad->fill(qd::Scalar::ofFloat(a.grad->elementType(), 0.0));
   qd::Buffer &lossGrad = *array("loss")->grad;
   lossGrad.fill(qd::Scalar::ofFloat(lossGrad.elementType(), 1.0));
-  return sequence(backend, true);
 }
 
 absl::Status SimRun::forward(qd::Backend &backend) {

@@ -49,9 +49,15 @@ public:
   void reset();
   /// Runs the steps and the loss from the current contents.
   absl::Status runForward(qd::Backend &backend) { return sequence(backend, false); }
-  /// Zeroes the adjoints, seeds loss.grad with 1 and runs the gradient
-  /// kernels (after runForward, on its data).
-  absl::Status runGradient(qd::Backend &backend);
+  /// Zeroes every adjoint and seeds loss.grad with 1.
+  void seedAdjoints();
+  /// Runs the gradient kernels (after runForward and seedAdjoints).
+  absl::Status runReverse(qd::Backend &backend) { return sequence(backend, true); }
+  /// seedAdjoints() then runReverse().
+  absl::Status runGradient(qd::Backend &backend) {
+    seedAdjoints();
+    return runReverse(backend);
+  }
   /// reset() then runForward().
   absl::Status forward(qd::Backend &backend);
   /// forward() then runGradient().
