@@ -50,7 +50,7 @@ public:
             {"impulse", ScalarType::F32, {t1, n, 2}, true, {}},
             {"x_inc", ScalarType::F32, {t1, n, 2}, true, {}},
             {"goal", ScalarType::F32, {2}, false, {0.9, 0.75}},
-            {"loss", ScalarType::F32, {1}, true, {}}};
+            lossArray()};
   }
 
 protected:

@@ -82,7 +82,7 @@ public:
             {"w2", ScalarType::F32, {s, hidden_}, true, w2},
             {"b2", ScalarType::F32, {s}, true, {}},
             {"goal", ScalarType::F32, {2}, false, {0.9, 0.2}},
-            {"loss", ScalarType::F32, {1}, true, {}}};
+            lossArray()};
   }
 
 protected:

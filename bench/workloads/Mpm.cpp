@@ -45,7 +45,7 @@ public:
             {"grid_m", ScalarType::F32, {t1, g, g}, true, {}},
             {"grid_o", ScalarType::F32, {t1, g, g, 2}, true, {}},
             {"target", ScalarType::F32, {2}, false, {0.7, 0.6}},
-            {"loss", ScalarType::F32, {1}, true, {}}};
+            lossArray()};
   }
 
 protected:

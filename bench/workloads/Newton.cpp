@@ -54,7 +54,7 @@ public:
             {"k", ScalarType::F32, {n}, true, k},
             {"amp", ScalarType::F32, {n}, true, amp},
             {"target", ScalarType::F32, {n}, false, target},
-            {"loss", ScalarType::F32, {1}, true, {}}};
+            lossArray()};
   }
 
 protected:

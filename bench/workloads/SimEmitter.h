@@ -59,6 +59,16 @@ protected:
     return b_->parallelBand(begins, ends);
   }
 
+  /// A task adding the mean over the n x n cells of (target - field[t])^2
+  /// into loss[0].
+  void meanSquaredLoss(qd::Argument *field, qd::Argument *target, qd::Argument *loss, qd::Value *t,
+                       int n) {
+    auto cells = grid2(n, n);
+    qd::Value *r = cells.index(0), *c = cells.index(1);
+    qd::Value *e = sq(b_->sub(ld(target, {r, c}), ld(field, {t, r, c})));
+    acc(loss, {i(0)}, b_->mul(f(1.0 / (double(n) * n)), e));
+  }
+
   qd::IRBuilder *b_ = nullptr;
 };
 

@@ -49,6 +49,11 @@ struct SimArray {
   std::vector<double> init;
 };
 
+/// `loss`: f32[1] with a grad companion, what @loss adds into.
+inline SimArray lossArray() {
+  return {"loss", qd::ScalarType::F32, {1}, true, {}};
+}
+
 /// A scalar argument: its value in the f32 kernels and in their f64 copy
 /// (a tolerance can be tighter in f64).
 struct SimScalar {

@@ -59,7 +59,7 @@ public:
             {"p", ScalarType::F32, {t1, jacobi_ + 1, n, n}, true, {}},
             {"s", ScalarType::F32, {t1, n, n}, true, s0},
             {"target", ScalarType::F32, {n, n}, false, target},
-            {"loss", ScalarType::F32, {1}, true, {}}};
+            lossArray()};
   }
 
 protected:
@@ -112,10 +112,7 @@ protected:
 
   void emitLoss(qd::IRBuilder &b, const SimKernelArgs &a) override {
     b_ = &b;
-    auto cells = grid2(n_, n_);
-    Value *r = cells.index(0), *c = cells.index(1);
-    Value *e = sq(b.sub(ld(a["target"], {r, c}), ld(a["s"], {a.t(), r, c})));
-    acc(a["loss"], {i(0)}, b.mul(f(1.0 / (double(n_) * n_)), e));
+    meanSquaredLoss(a["s"], a["target"], a["loss"], a.t(), n_);
   }
 
 private:
