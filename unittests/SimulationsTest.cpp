@@ -175,7 +175,7 @@ TEST_P(SimulationsTest, F32GradientMatchesF64) {
 // The Newton solve's trip counts differ between elements and steps, and its
 // gradient's adstacks (one entry per iteration) live in the CPU backend's
 // heap, sized at launch.
-TEST(SimulationsShapesTest, NewtonIterationsDependOnTheData) {
+TEST(SimulationsTestShapes, NewtonIterationsDependOnTheData) {
   std::unique_ptr<Simulation> s = makeSimulation("newton", SimSize::Small);
   auto r = SimRun::create(*s, testSteps("newton"));
   ASSERT_TRUE(r.ok()) << r.status();
@@ -192,7 +192,7 @@ TEST(SimulationsShapesTest, NewtonIterationsDependOnTheData) {
 
 // The cue ball reaches the rack and the collisions reach the last ball:
 // impulses in several steps, and a loss that depends on the shot.
-TEST(SimulationsShapesTest, BilliardsCollide) {
+TEST(SimulationsTestShapes, BilliardsCollide) {
   std::unique_ptr<Simulation> s = makeSimulation("billiards", SimSize::Small);
   auto r = SimRun::create(*s, testSteps("billiards"));
   ASSERT_TRUE(r.ok()) << r.status();
