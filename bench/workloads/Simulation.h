@@ -18,7 +18,8 @@
 // (x[t, i]): @step(t) reads slice t (and t - 1) and writes slice t + 1,
 // so no launch writes what an earlier launch of the sequence read, and the
 // gradient of the whole run is the gradient kernels launched in reverse
-// step order (SimRun). @loss(T) adds the loss into `loss[0]`.
+// step order (SimRun). @loss(T) writes the loss into `loss[0]` (or adds
+// into it, from zero).
 //
 //===----------------------------------------------------------------------===//
 #pragma once
