@@ -1,0 +1,119 @@
+//===- SimRun.h - Running a simulation and its gradient ----------*- C++ -*-===//
+//
+// The driver every simulation shares, what a front-end does around its
+// kernels: it builds the module (f32, or its copy widened to f64), the
+// gradient kernels @step_grad and @loss_grad, a Program and the buffers of
+// every array with their grad companions, and runs
+//
+//   forward:   step(0), step(1), ..., step(T - 1), loss(T)
+//   gradient:  loss_grad(T), step_grad(T - 1), ..., step_grad(0)
+//
+// after zeroing every adjoint and seeding loss.grad with 1, so that each
+// array's grad holds dLoss/d(its initial contents). The order lives in
+// one function (SimRun::sequence); a launch tape can replace it.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "Simulation.h"
+
+#include "qd/runtime/Program.h"
+
+#include <absl/status/statusor.h>
+
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace qdsim {
+
+class SimRun {
+public:
+  /// `precision` F32 runs the kernels as built; F64 runs the module's copy
+  /// with every f32 widened to f64 (qd::cloneModuleWidenedToF64).
+  static absl::StatusOr<std::unique_ptr<SimRun>>
+  create(Simulation &sim, int steps, qd::ScalarType precision = qd::ScalarType::F32);
+
+  const Simulation &simulation() const { return sim_; }
+  int steps() const { return steps_; }
+  const qd::Module &module() const { return *module_; }
+  qd::Program &program() { return *program_; }
+  const qd::Kernel &kernel(std::string_view name) const;
+
+  /// The options of every launch (default: LaunchOptions{}).
+  void setLaunchOptions(qd::LaunchOptions options) { options_ = std::move(options); }
+
+  /// Every array back to its initial contents, every adjoint to zero.
+  void reset();
+  /// Runs the steps and the loss from the current contents.
+  absl::Status runForward(qd::Backend &backend) { return sequence(backend, false); }
+  /// Zeroes every adjoint and seeds loss.grad with 1.
+  void seedAdjoints();
+  /// Runs the gradient kernels (after runForward and seedAdjoints).
+  absl::Status runReverse(qd::Backend &backend) { return sequence(backend, true); }
+  /// seedAdjoints() then runReverse().
+  absl::Status runGradient(qd::Backend &backend) {
+    seedAdjoints();
+    return runReverse(backend);
+  }
+  /// reset() then runForward().
+  absl::Status forward(qd::Backend &backend);
+  /// forward() then runGradient().
+  absl::Status forwardAndGradient(qd::Backend &backend);
+
+  double loss() const;
+  /// The contents of an array or of its grad companion, as doubles.
+  std::vector<double> read(std::string_view array, qd::Component c = qd::Component::Primal) const;
+  /// What reset() writes into `array` (row-major; an array's `init` and
+  /// zeros after it): change it to perturb an input. Null for a name the
+  /// simulation does not have (read() then gives nothing).
+  std::vector<double> *initial(std::string_view array);
+
+  /// The derivative of the loss along `direction` of `array`'s initial
+  /// contents, by central differences at steps h and h/2 combined by
+  /// Richardson extrapolation (h = step * max(1, |the input|)); `error` gets
+  /// the difference between the two levels.
+  absl::StatusOr<double> lossDerivative(qd::Backend &backend, std::string_view array,
+                                        std::span<const double> direction, double step,
+                                        double *error = nullptr);
+
+  /// How long the first launch of `kernel` took (on a compiled backend:
+  /// its compilation and one run), in seconds; 0 before it ran. A run is
+  /// meant for one backend.
+  double firstLaunchSeconds(std::string_view kernel) const;
+  /// The largest adstack heap (bytes) a launch of this run reported.
+  int64_t maxAdStackHeapBytes() const { return maxHeapBytes_; }
+
+private:
+  struct Array {
+    SimArray spec;
+    std::vector<double> initial;
+    std::unique_ptr<qd::Buffer> primal, grad;
+    qd::NdarrayArg arg;
+  };
+  SimRun(Simulation &sim, int steps) : sim_(sim), steps_(steps) {}
+  absl::Status init(qd::ScalarType precision);
+  /// The launch sequence of a forward or a reverse pass.
+  absl::Status sequence(qd::Backend &backend, bool reverse);
+  absl::Status launch(const qd::Kernel &kernel, int t, qd::Backend &backend);
+  Array *array(std::string_view name);
+  const Array *array(std::string_view name) const;
+  absl::StatusOr<double> lossAt(qd::Backend &backend, std::string_view array,
+                                std::span<const double> direction, double h);
+
+  Simulation &sim_;
+  int steps_;
+  qd::ScalarType precision_ = qd::ScalarType::F32;
+  std::unique_ptr<qd::Module> module_;
+  std::unique_ptr<qd::Program> program_;
+  const qd::Kernel *step_ = nullptr, *loss_ = nullptr, *stepGrad_ = nullptr, *lossGrad_ = nullptr;
+  std::vector<Array> arrays_;
+  std::vector<qd::LaunchArg> scalars_;
+  qd::LaunchOptions options_;
+  std::map<const qd::Kernel *, double> firstLaunch_;
+  int64_t maxHeapBytes_ = 0;
+};
+
+} // namespace qdsim
