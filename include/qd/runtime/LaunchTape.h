@@ -10,10 +10,12 @@
 //
 //   qd::LaunchTape tape(*program, backend);
 //   for (int t = 0; t < steps; ++t)
-//     QD_RETURN_IF_ERROR(tape.launch("step", args[t]));   // runs @step, records it
-//   QD_RETURN_IF_ERROR(tape.launch("loss", {}));
+//     if (absl::Status s = tape.launch("step", args[t]); !s.ok()) // runs @step
+//       return s;
+//   if (absl::Status s = tape.launch("loss", {}); !s.ok())
+//     return s;
 //   qd::TapeSeed seed{.field = "loss"};
-//   QD_RETURN_IF_ERROR(tape.backward({&seed, 1}));      // runs @loss_grad, @step_grad, ...
+//   absl::Status s = tape.backward({&seed, 1}); // @loss_grad, @step_grad, ...
 //
 //===----------------------------------------------------------------------===//
 #pragma once
