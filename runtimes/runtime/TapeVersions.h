@@ -36,8 +36,15 @@ struct TapeUse {
   std::string name;
 };
 
-/// One recorded launch.
+/// One recorded launch. Moved, never copied: `args` point into
+/// `ndarrays`.
 struct TapeRecord {
+  TapeRecord() = default;
+  TapeRecord(TapeRecord &&) noexcept = default;
+  TapeRecord &operator=(TapeRecord &&) noexcept = default;
+  TapeRecord(const TapeRecord &) = delete;
+  TapeRecord &operator=(const TapeRecord &) = delete;
+
   size_t index = 0;
   TapeKernels kernels;
   /// The ndarray arguments, copied (`args` points into them).
