@@ -1,6 +1,8 @@
 //===- GradientLaunch.cpp - A kernel and its gradient ---------------------===//
 #include "qd/runtime/GradientLaunch.h"
 
+#include "AdjointFill.h"
+
 #include "qd/ir/Visitor.h"
 
 #include <fmt/format.h>
@@ -37,10 +39,9 @@ GradientAdjoints gradientAdjoints(const Kernel &gradient) {
   return out;
 }
 
-namespace {
+namespace runtime_detail {
 
-/// Sets every element of `b` (a float or integer buffer) to `value`.
-void fill(Buffer &b, double value) {
+void fillWith(Buffer &b, double value) {
   std::byte *d = b.data();
   int64_t n = b.numElements();
   if (value == 0.0) {
@@ -59,7 +60,7 @@ void fill(Buffer &b, double value) {
   }
 }
 
-} // namespace
+} // namespace runtime_detail
 
 absl::Status launchWithGradient(Program &program, const Kernel &forward, const Kernel &gradient,
                                 std::span<const LaunchArg> args, std::span<const AdjointSeed> seeds,
@@ -121,7 +122,7 @@ absl::Status launchWithGradient(Program &program, const Kernel &forward, const K
   if (absl::Status s = validateLaunchArgs(forward, args); !s.ok())
     return s;
   for (auto &[b, value] : writes)
-    fill(*b, value);
+    runtime_detail::fillWith(*b, value);
   if (absl::Status s = program.launch(forward.name(), args, backend, options); !s.ok())
     return s;
   return program.launch(gradient.name(), args, backend, options);

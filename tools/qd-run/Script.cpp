@@ -52,12 +52,27 @@ LaunchSpec readLaunch(const json &entry, const std::string &where, int index) {
       else if (!value.is_boolean())
         die(at + " must be true (any error) or a text the error message contains, got " +
             brief(value));
+    } else if (key == "tape") {
+      if (!value.is_boolean())
+        die(at + " must be true (record the launch on the launch tape) or false, got " +
+            brief(value));
+      spec.tape = value.get<bool>();
+    } else if (key == "backward") {
+      if (!value.is_object() || value.empty())
+        die(at + " must be an object {NAME: SEED, ...} naming the outputs whose adjoints it " +
+            "seeds, got " + brief(value));
+      spec.backward = value;
     } else {
       die(where + ": unknown key \"" + key +
-          "\" (a launch has kernel, args, set, print and expect_error)");
+          "\" (a launch has kernel, args, set, print, expect_error and tape; a backward entry " +
+          "has backward, print and expect_error)");
     }
   }
-  if (spec.kernel.empty())
+  if (spec.backward &&
+      (!spec.kernel.empty() || spec.tape || !spec.args.empty() || !spec.set.empty()))
+    die(where + ": a backward entry runs the recorded launches' gradients and takes no " +
+        "\"kernel\", \"tape\", \"args\" or \"set\"");
+  if (spec.kernel.empty() && !spec.backward)
     die(where + ": no \"kernel\": name the kernel to launch");
   return spec;
 }
@@ -118,7 +133,7 @@ public:
         defaults_(defaults) {}
 
   void checkDefaults(const std::vector<const qd::Kernel *> &launched) const;
-  Launch plan(const LaunchSpec &spec, const qd::Kernel &k);
+  Launch plan(const LaunchSpec &spec, const qd::Kernel *k);
   void planSets(const json &set, const std::string &prefix,
                 std::vector<std::pair<Slot, Value>> &out) const;
 
@@ -131,6 +146,10 @@ private:
   };
 
   void checkOwnArgs(const LaunchSpec &spec, const qd::Kernel &k, const std::string &prefix) const;
+  void planArgs(const LaunchSpec &spec, const qd::Kernel &k, Launch &launch,
+                const std::string &prefix);
+  /// The seeds of a backward entry.
+  void planBackward(const LaunchSpec &spec, Launch &launch, const std::string &prefix) const;
   /// The value a launch of `kernel` takes for `name` without one of its own.
   const json *defaultValue(const std::string &kernel, const std::string &name) const;
   /// A new ndarray for `p` from `values` ({NAME: JSON} holding p's name).
@@ -147,9 +166,14 @@ private:
   std::string file_;
   const ArgDefaults &defaults_;
   std::map<std::string, NdarrayInfo> ndarrays_;
+  /// Whether an earlier launch is recorded on the tape.
+  bool taped_ = false;
 };
 
-void Planner::checkDefaults(const std::vector<const qd::Kernel *> &launched) const {
+void Planner::checkDefaults(const std::vector<const qd::Kernel *> &given) const {
+  std::vector<const qd::Kernel *> launched; // backward entries have none
+  std::copy_if(given.begin(), given.end(), std::back_inserter(launched),
+               [](const qd::Kernel *k) { return k; });
   for (const auto &[kname, values] : defaults_) {
     for (const auto &[name, value] : values.items()) {
       auto [base, comp] = splitName(name);
@@ -305,13 +329,9 @@ void Planner::planSets(const json &set, const std::string &prefix,
   }
 }
 
-Launch Planner::plan(const LaunchSpec &spec, const qd::Kernel &k) {
+void Planner::planArgs(const LaunchSpec &spec, const qd::Kernel &k, Launch &launch,
+                       const std::string &prefix) {
   bool script = !spec.where.empty();
-  Launch launch;
-  launch.index = spec.index;
-  launch.kernel = &k;
-  launch.label = script ? spec.where + " (kernel @" + k.name() + ")" : "kernel @" + k.name();
-  std::string prefix = script ? launch.label + ": " : "";
   std::string pass = script ? "give it in the launch's \"args\" or pass --arg " : "pass --arg ";
   checkOwnArgs(spec, k, prefix);
 
@@ -343,6 +363,45 @@ Launch Planner::plan(const LaunchSpec &spec, const qd::Kernel &k) {
     }
   }
   planSets(spec.set, prefix, launch.sets);
+  if (spec.tape) {
+    if (!module_.findKernel(k.name() + "_grad"))
+      die(prefix + (script ? "\"tape\"" : "--backward") + ": the module has no gradient kernel @" +
+          k.name() + "_grad to run backward (run qd-opt --passes=reverse-ad first)");
+    launch.tape = taped_ = true;
+  }
+}
+
+void Planner::planBackward(const LaunchSpec &spec, Launch &launch,
+                           const std::string &prefix) const {
+  std::string key = spec.where.empty() ? "--backward" : "\"backward\"";
+  if (!taped_)
+    die(prefix + key + ": no earlier launch is recorded on the tape; mark the launches " +
+        "to differentiate with \"tape\": true");
+  launch.backward.emplace();
+  for (const auto &[name, value] : spec.backward->items()) {
+    if (!value.is_number())
+      die(prefix + key + ": the seed of '" + name + "' must be a number, got " + brief(value));
+    auto [base, comp] = splitName(name);
+    std::optional<Slot> slot = resolve(base + ".grad");
+    if (comp != qd::Component::Primal || !slot)
+      die(prefix + key + ": '" + name + "' must name a field or ndarray with a grad " +
+          "companion (the output, such as \"loss\", whose adjoint it seeds)");
+    launch.backward->emplace_back(*slot, value.get<double>());
+  }
+}
+
+Launch Planner::plan(const LaunchSpec &spec, const qd::Kernel *k) {
+  bool script = !spec.where.empty();
+  Launch launch;
+  launch.index = spec.index;
+  launch.kernel = k;
+  std::string what = k ? "kernel @" + k->name() : "backward";
+  launch.label = script ? spec.where + " (" + what + ")" : what;
+  std::string prefix = script ? launch.label + ": " : "";
+  if (k)
+    planArgs(spec, *k, launch, prefix);
+  else
+    planBackward(spec, launch, prefix);
 
   launch.prints = spec.prints;
   if (spec.printAll)
@@ -366,6 +425,10 @@ std::vector<Launch> planLaunches(const std::vector<LaunchSpec> &specs, const jso
   std::vector<const qd::Kernel *> kernels;
   for (const LaunchSpec &spec : specs) {
     const qd::Kernel *k = module.findKernel(spec.kernel);
+    if (!k && spec.backward) {
+      kernels.push_back(nullptr);
+      continue;
+    }
     if (!k) {
       std::string known;
       for (const auto &other : module.kernels())
@@ -382,7 +445,7 @@ std::vector<Launch> planLaunches(const std::vector<LaunchSpec> &specs, const jso
   planner.planSets(initialSets, "", initial);
   std::vector<Launch> launches;
   for (size_t i = 0; i < specs.size(); ++i)
-    launches.push_back(planner.plan(specs[i], *kernels[i]));
+    launches.push_back(planner.plan(specs[i], kernels[i]));
   auto &first = launches.front().sets;
   first.insert(first.begin(), std::make_move_iterator(initial.begin()),
                std::make_move_iterator(initial.end()));

@@ -39,6 +39,11 @@ struct LaunchSpec {
   /// The launch must fail: with any error (""), or one whose message
   /// contains this text.
   std::optional<std::string> expectError;
+  /// Record the launch on the run's launch tape (`"tape": true`).
+  bool tape = false;
+  /// Instead of a kernel, run the tape backward with these seeds
+  /// (`"backward": {NAME: number}`).
+  std::optional<json> backward;
 };
 
 /// Reads the launch script at `path`, checking its structure: every key
@@ -87,6 +92,11 @@ struct Launch {
   bool prints = false;
   std::vector<Slot> print;
   std::optional<std::string> expectError;
+  /// Recorded on the run's launch tape.
+  bool tape = false;
+  /// A backward entry (`kernel` null): the adjoints (`NAME.grad` slots) it
+  /// seeds, with their values.
+  std::optional<std::vector<std::pair<Slot, double>>> backward;
 };
 
 /// Checks `specs` against the module of `program` (kernels, argument and

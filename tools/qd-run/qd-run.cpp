@@ -5,6 +5,7 @@
 //          [--amdgpu-arch=gfx90a|gfx942|gfx1100]
 //          [--inputs=in.json] [--set FIELD=JSON]... [--arg [KERNEL:]NAME=JSON]...
 //          [--print=a,b.grad,...] [--no-bounds-check] [--adstack-capacity=N]
+//          [--backward NAME[=SEED]]... [--checkpoint-budget=BYTES]
 //          [--report-adstacks] [--no-adstack-sizing] [--[no-]optimistic-adstacks]
 //          [--vector-width=N]
 //          [--no-vector-math] [--threads=N] [--light] [--timeout-ms=N] [--max-loop-iterations=N]
@@ -32,6 +33,7 @@
 #include "qd/ir/Printer.h"
 #include "qd/ir/Verifier.h"
 #include "qd/ir/Visitor.h"
+#include "qd/runtime/LaunchTape.h"
 
 #include <fmt/format.h>
 
@@ -60,8 +62,10 @@ constexpr const char *kUsage =
     "                         {\"launches\": [LAUNCH, ...]}, each LAUNCH an object\n"
     "                         {\"kernel\": NAME, \"args\": {NAME: JSON}, \"set\": {NAME: JSON},\n"
     "                          \"print\": [NAME, ...] or true,\n"
-    "                          \"expect_error\": true or TEXT}\n"
-    "                         (only \"kernel\" is required); prints one JSON object\n"
+    "                          \"expect_error\": true or TEXT, \"tape\": true}\n"
+    "                         (only \"kernel\" is required), or a backward entry\n"
+    "                         {\"backward\": {NAME: SEED}, \"print\": ...}; prints one JSON "
+    "object\n"
     "                         per line for each launch that prints or fails as\n"
     "                         expected, and stops at the first unexpected error\n"
     "                         or expected error that did not happen\n"
@@ -91,6 +95,14 @@ constexpr const char *kUsage =
     "                         number, boolean or nested array (an ndarray, shared\n"
     "                         by name by all launches)\n"
     "  --arg KERNEL:NAME=JSON scalar argument of kernel KERNEL only (wins over NAME)\n"
+    "  --backward NAME[=SEED] record every --kernel launch on a launch tape, then run\n"
+    "                         their gradient kernels (@K_grad) backward with NAME's\n"
+    "                         adjoint seeded (default 1; repeatable); the output\n"
+    "                         follows the backward pass. A script says\n"
+    "                         \"tape\": true per launch and {\"backward\": {NAME: SEED}}\n"
+    "  --checkpoint-budget=BYTES\n"
+    "                         bytes the launch tape may keep; it recomputes\n"
+    "                         segments of launches to stay within them\n"
     "  --print=A,B.grad,...   what to print after the last launch (default: every\n"
     "                         field and ndarray; a script says it per launch)\n"
     "  --no-bounds-check      cpu: do not check field/ndarray indices (faster; an\n"
@@ -171,9 +183,10 @@ void addCompanions(Ndarray &nd, const qd::Argument &param, const std::string &wh
 class Runner {
 public:
   Runner(qd::Program &program, qd::Backend &backend, const qd::LaunchOptions &options, bool script,
-         bool reportAdStacks)
+         bool reportAdStacks, uint64_t checkpointBudget)
       : program_(program), backend_(backend), options_(options), script_(script),
-        reportAdStacks_(reportAdStacks) {}
+        reportAdStacks_(reportAdStacks),
+        tape_(program, backend, {.launch = options, .checkpointBudget = checkpointBudget}) {}
 
   void run(Launch &launch);
 
@@ -186,6 +199,8 @@ private:
   std::optional<std::string> outcome(const Launch &launch, const absl::Status &status) const;
   void reportAdStacks(const Launch &launch);
   void print(const Launch &launch, const std::optional<std::string> &error);
+  /// A backward entry: the recorded launches' gradients.
+  void backward(const Launch &launch);
 
   qd::Program &program_;
   qd::Backend &backend_;
@@ -194,9 +209,28 @@ private:
   std::map<std::string, std::unique_ptr<Ndarray>> ndarrays_;
   std::set<const qd::Kernel *> warned_;
   std::vector<std::string> report_;
+  /// The launches marked "tape" (every --kernel with --backward).
+  qd::LaunchTape tape_;
 };
 
+void Runner::backward(const Launch &launch) {
+  std::vector<qd::TapeSeed> seeds;
+  for (const auto &[slot, value] : *launch.backward) {
+    qd::TapeSeed seed{.value = value};
+    if (slot.ndarray)
+      seed.buffer = ndarrays_.at(slot.base)->arg.grad;
+    else
+      seed.field = slot.base;
+    seeds.push_back(seed);
+  }
+  std::optional<std::string> error = outcome(launch, tape_.backward(seeds));
+  if (launch.prints || error)
+    print(launch, error);
+}
+
 void Runner::run(Launch &launch) {
+  if (launch.backward)
+    return backward(launch);
   const qd::Kernel &k = *launch.kernel;
   for (NewNdarray &n : launch.newNdarrays) {
     std::string what = launch.label + ": ndarray '" + n.param->name() + "'";
@@ -235,7 +269,8 @@ void Runner::run(Launch &launch) {
     for (const std::string &w : (*sizing)->warnings())
       std::cerr << w << '\n';
   }
-  absl::Status status = program_.launch(k.name(), args, backend(), options_);
+  absl::Status status = launch.tape ? tape_.launch(k.name(), args)
+                                    : program_.launch(k.name(), args, backend(), options_);
   std::optional<std::string> error = outcome(launch, status);
   if (reportAdStacks_ && !error)
     reportAdStacks(launch);
@@ -343,8 +378,9 @@ void Runner::print(const Launch &launch, const std::optional<std::string> &error
     std::cout << values << '\n';
     return;
   }
-  std::string record =
-      fmt::format("{{\"launch\": {}, \"kernel\": {}", launch.index, quoted(launch.kernel->name()));
+  std::string record = fmt::format("{{\"launch\": {}, {}", launch.index,
+                                   launch.kernel ? "\"kernel\": " + quoted(launch.kernel->name())
+                                                 : std::string("\"backward\": true"));
   if (error)
     record += ", \"error\": " + quoted(*error);
   if (launch.prints)
@@ -379,6 +415,9 @@ struct Config {
   std::string file, backendName, inputsFile, scriptFile;
   std::vector<std::string> kernels, printList;
   std::vector<std::pair<std::string, std::string>> sets, argValues;
+  /// --backward seeds (NAME, JSON value) and --checkpoint-budget.
+  std::vector<std::pair<std::string, std::string>> backward;
+  uint64_t checkpointBudget = 0;
   bool printGiven = false, reportAdStacks = false;
   qd::LaunchOptions options;
   /// --backend-option items, then the backend flags given (kBackendFlags)
@@ -483,6 +522,11 @@ bool runValue(ArgReader &args, Config &c) {
     c.sets.push_back(keyValue(*v, "--set"));
   } else if (auto v = args.value("--arg")) {
     c.argValues.push_back(keyValue(*v, "--arg"));
+  } else if (auto v = args.value("--backward")) {
+    c.backward.push_back(v->find('=') == std::string::npos ? std::pair(*v, std::string("1"))
+                                                           : keyValue(*v, "--backward"));
+  } else if (auto v = args.value("--checkpoint-budget")) {
+    c.checkpointBudget = integerOption("--checkpoint-budget", *v, 1, INT64_MAX);
   } else if (auto v = args.value("--print")) {
     c.printGiven = true;
     std::stringstream ss(*v);
@@ -532,6 +576,9 @@ void checkConfig(Config &c) {
     die("--kernel does not go with --script: the script names the kernel of each launch");
   if (script && c.printGiven)
     die("--print does not go with --script: list what to print in a launch's \"print\"");
+  if (script && !c.backward.empty())
+    die("--backward does not go with --script: run the tape backward in an entry "
+        "{\"backward\": {NAME: SEED}}");
   if (c.backendName.empty()) // the exact access check is the interpreter's
     c.backendName = c.options.checkGlobalAccesses ? "interp" : "cpu";
   for (const auto &[flag, value] : c.backendFlags) {
@@ -563,6 +610,16 @@ std::vector<LaunchSpec> launchSpecs(Config &c, const qd::Module &module) {
     spec.index = static_cast<int>(i);
     spec.kernel = c.kernels[i];
     specs.push_back(std::move(spec));
+  }
+  if (!c.backward.empty()) { // every launch on the tape, then backward
+    LaunchSpec back;
+    back.index = static_cast<int>(specs.size());
+    back.backward = json::object();
+    for (auto &[name, text] : c.backward)
+      (*back.backward)[name] = parseJson(text, "--backward " + name);
+    for (LaunchSpec &spec : specs)
+      spec.tape = true;
+    specs.push_back(std::move(back));
   }
   specs.back().prints = true;
   specs.back().printAll = !c.printGiven;
@@ -613,7 +670,8 @@ int run(int argc, char **argv) {
     std::cerr << "qd-run: " << name << " validation: " << m << "\n";
   };
   std::unique_ptr<qd::Backend> backend = createBackendOrDie(c.backendName, c.backendOptions);
-  Runner runner(*program, *backend, c.options, !c.scriptFile.empty(), c.reportAdStacks);
+  Runner runner(*program, *backend, c.options, !c.scriptFile.empty(), c.reportAdStacks,
+                c.checkpointBudget);
   for (Launch &launch : launches)
     runner.run(launch);
   if (int64_t n = *diagnostics; n > 0)

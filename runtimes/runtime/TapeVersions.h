@@ -1,0 +1,109 @@
+//===- TapeVersions.h - What a launch tape keeps of each launch -*- C++ -*-===//
+//
+// Private to qd::runtime (LaunchTape.cpp): the recorded launches, the
+// buffers each one touches, and the versions of those buffers each
+// gradient reads (snapshots taken before a later launch overwrites them).
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "qd/runtime/LaunchTape.h"
+
+#include <absl/status/status.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace qd::runtime_detail {
+
+using Bytes = std::vector<std::byte>;
+
+/// A cheap content hash (not cryptographic): tells whether a buffer changed.
+uint64_t contentHash(const Buffer &b);
+/// The host contents of `b`, and putting them back.
+Bytes copyOf(const Buffer &b);
+void restore(Buffer &b, const Bytes &bytes);
+
+/// A primal buffer a recorded launch touches, with its name there (`@x`,
+/// `%a`).
+struct TapeUse {
+  Buffer *buffer = nullptr;
+  std::string name;
+};
+
+/// One recorded launch. Moved, never copied: `args` point into
+/// `ndarrays`.
+struct TapeRecord {
+  TapeRecord() = default;
+  TapeRecord(TapeRecord &&) noexcept = default;
+  TapeRecord &operator=(TapeRecord &&) noexcept = default;
+  TapeRecord(const TapeRecord &) = delete;
+  TapeRecord &operator=(const TapeRecord &) = delete;
+
+  size_t index = 0;
+  TapeKernels kernels;
+  /// The ndarray arguments, copied (`args` points into them).
+  std::vector<NdarrayArg> ndarrays;
+  std::vector<LaunchArg> args;
+  /// Primal buffers its gradient reads (the forward's values it replays).
+  std::vector<TapeUse> gradientReads;
+  /// Primal buffers the forward kernel writes, and those it reads or
+  /// writes.
+  std::vector<TapeUse> writes, touched;
+
+  /// "launch 3 (@step)".
+  std::string label() const;
+  /// The name `b` has in this launch, or "".
+  std::string nameOf(const Buffer *b) const;
+};
+
+/// The uses of `component` buffers in `kernel` (a launch of it with
+/// `args`): its reads (loads, atomics), writes (stores, atomics) or both,
+/// each buffer once. Ndarrays without that companion are left out.
+std::vector<TapeUse> kernelUses(const Kernel &kernel, Program &program,
+                                std::span<const LaunchArg> args, Component component, bool reads,
+                                bool writes);
+
+/// The versions of buffers the recorded gradients read: a buffer's live
+/// contents, or a snapshot taken when a later launch was about to
+/// overwrite it.
+class VersionLog {
+public:
+  /// Before `writer` runs: snapshots each buffer it writes whose live
+  /// contents a recorded gradient reads. With `allowCopies` false, or
+  /// where a copy cannot be allocated, refuses instead, naming both
+  /// launches and the buffer; nothing is copied then.
+  absl::Status beforeLaunch(const TapeRecord &writer, const std::vector<TapeRecord> &records,
+                            bool allowCopies);
+  /// After `r` ran: its gradient reads the live contents of its reads.
+  void afterLaunch(const TapeRecord &r);
+  /// Whether a recorded gradient reads the live contents of `b`.
+  bool readsLive(const Buffer *b) const;
+  /// Puts into every buffer `r`'s gradient reads the version `r` left,
+  /// saving live contents first (finish() puts them back).
+  void restoreFor(const TapeRecord &r);
+  /// Puts the live contents back into every buffer restoreFor changed.
+  void finish();
+  /// Bytes of the snapshots, and of the live contents saved while a
+  /// snapshot is restored.
+  uint64_t snapshotBytes() const { return snapshotBytes_; }
+  uint64_t savedLiveBytes() const { return savedLiveBytes_; }
+
+private:
+  using Snapshot = std::shared_ptr<const Bytes>;
+  /// Per buffer, the launches whose gradient reads its live contents.
+  std::map<const Buffer *, std::vector<size_t>> liveReaders_;
+  /// Per (launch, buffer), the snapshot its gradient reads.
+  std::map<std::pair<size_t, const Buffer *>, Snapshot> snapshots_;
+  /// Live contents saved while a buffer holds a snapshot, and which.
+  std::map<Buffer *, Bytes> savedLive_;
+  std::map<Buffer *, const Bytes *> holds_;
+  uint64_t snapshotBytes_ = 0, savedLiveBytes_ = 0;
+};
+
+} // namespace qd::runtime_detail
