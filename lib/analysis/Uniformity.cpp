@@ -70,10 +70,17 @@ public:
       out_.varying_.insert(&task_);
     // The jumps of each loop, found once: asking each loop's body for them
     // walked a nest once per level (quadratic in its depth).
+    bool loops = false;
+    size_t statements = 0;
     walk(const_cast<ForStmt &>(task_).body(), [&](Stmt &s) {
       if (s.kind() == StmtKind::Break || s.kind() == StmtKind::Continue)
         jumpsTo_[jumpTarget(s)].push_back(&s);
+      loops |= s.kind() == StmtKind::For || s.kind() == StmtKind::While;
+      ++statements;
     });
+    // Most statements of a task vary (those of a gradient, all but its
+    // constants): room for them all, not a rehash per doubling.
+    out_.varying_.reserve(statements);
     do {
       changed_ = false;
       // Recomputed on every pass: a begin found varying later undoes them.
@@ -88,7 +95,8 @@ public:
       // varying (in program order, as in every gradient's adjoints) is
       // varying too, as the local's storage is per lane.
     } while (changed_);
-    findAllLanesStores();
+    if (loops) // else no loop to find: a walk less of a huge straight-line task
+      findAllLanesStores();
   }
 
 private:

@@ -77,7 +77,8 @@ void CpuTarget::emitParallelTask(KernelEmitter &e, ForStmt &task) {
   EmitContext &c = e.context();
   llvm::IRBuilder<> &b = c.b;
   // The caller packs the top-level values the task uses into i64 slots.
-  std::vector<const Value *> captures = e.capturesOf(task);
+  size_t statements = 0;
+  std::vector<const Value *> captures = e.capturesOf(task, &statements);
   bool band = task.numDims() > 1;
   // A band runs its iterations numbered row-major: [0, count).
   LV *begin = band ? b.getInt64(0) : b.CreateSExt(c.boundValue(task.begin()), c.i64);
@@ -97,6 +98,9 @@ void CpuTarget::emitParallelTask(KernelEmitter &e, ForStmt &task) {
   llvm::IRBuilderBase::InsertPoint callerIP = b.saveIP();
   FunctionState state;
   c.beginFunction(state, taskFn, taskFn->getArg(0), taskFn->getArg(4));
+  // A value per statement: room for them all (a huge task's map would
+  // otherwise be rehashed at every doubling).
+  state.values.reserve(statements + captures.size());
   for (size_t i = 0; i < captures.size(); ++i) {
     LV *raw = b.CreateLoad(c.i64, b.CreateGEP(c.i64, taskFn->getArg(1), b.getInt64(i)));
     c.set(captures[i], c.fromSlot(raw, captures[i]->type().element()));

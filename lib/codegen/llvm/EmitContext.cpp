@@ -2,7 +2,6 @@
 #include "EmitContext.h"
 
 #include "AbiTypes.h"
-#include "qd/ir/Visitor.h"
 
 #include <llvm/IR/MDBuilder.h>
 #include <llvm/IR/Module.h>
@@ -20,18 +19,17 @@ EmitContext::EmitContext(const Kernel &k, llvm::LLVMContext &c, const CodegenOpt
   errorTy = errorRecordType(c);
   if (o.stopChecks)
     stopPlan = StopCheckPlan(k, abi::kStopCheckMinWork);
-  walk(const_cast<Kernel &>(k).body(), [&](Stmt &s) {
-    if (s.kind() != StmtKind::Alloca)
-      return;
-    for (const Use &u : s.uses()) {
-      const Stmt *user = u.user();
-      bool access = user->kind() == StmtKind::LocalLoad ||
-                    (user->kind() == StmtKind::LocalStore && u.index() == 0);
-      if (!access || user->parent() != s.parent())
-        return;
-    }
-    blockLocals.insert(&s);
-  });
+}
+
+bool EmitContext::isBlockLocal(const AllocaStmt &a) {
+  for (const Use &u : a.uses()) {
+    const Stmt *user = u.user();
+    bool access = user->kind() == StmtKind::LocalLoad ||
+                  (user->kind() == StmtKind::LocalStore && u.index() == 0);
+    if (!access || user->parent() != a.parent())
+      return false;
+  }
+  return true;
 }
 
 void EmitContext::beginFunction(FunctionState &state, llvm::Function *f, LV *ctxArg, LV *thread) {

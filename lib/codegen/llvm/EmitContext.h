@@ -210,10 +210,12 @@ public:
   /// CodegenOptions::stopChecks).
   StopCheckPlan stopPlan;
   /// Locals whose every load and store is a statement of the block that
-  /// declares them (the adjoints of straight-line code, most of a
-  /// gradient's statements): emitted as the value they hold, never as
-  /// memory, which LLVM would only promote back (MemoryLowering).
+  /// declares them (isBlockLocal: the adjoints of straight-line code, most
+  /// of a gradient's statements), added as their allocas are emitted: each
+  /// is emitted as the value it holds, never as memory, which LLVM would
+  /// only promote back (MemoryLowering).
   llvm::DenseSet<const Value *> blockLocals;
+  static bool isBlockLocal(const AllocaStmt &a);
 
   /// Makes `state` the current function: `f` with an entry block (for
   /// allocas and cached loads) that falls through to a body block, where

@@ -33,8 +33,10 @@ llvm::AtomicRMWInst::BinOp atomicOp(const AtomicRmwStmt &s, ScalarType elem) {
 void MemoryLowering::alloca(AllocaStmt &a) {
   llvm::Type *t = c_.typeOf(a.elementType());
   llvm::Type *slotType = lanes_.varying(&a) ? lanes_.vecOf(t) : t;
-  if (c_.blockLocals.contains(&a))
+  if (EmitContext::isBlockLocal(a)) {
+    c_.blockLocals.insert(&a);
     return c_.set(&a, llvm::Constant::getNullValue(slotType));
+  }
   // A body emitted twice (a masked loop's two versions) shares its locals.
   auto known = c_.fn->values.find(&a);
   auto *slot =

@@ -71,10 +71,12 @@ void KernelEmitter::emitBlock(Block &block) {
   }
 }
 
-std::vector<const Value *> KernelEmitter::capturesOf(ForStmt &task) {
+std::vector<const Value *> KernelEmitter::capturesOf(ForStmt &task, size_t *statements) {
   std::vector<const Value *> captures;
   std::unordered_set<const Value *> seen;
+  size_t count = 0;
   auto note = [&](Stmt &s) {
+    ++count;
     for (unsigned i = 0; i < s.numOperands(); ++i) {
       auto *def = dyn_cast<Stmt>(s.operand(i));
       if (def && !def->parentStmt() && !def->isTask() && c_.fn->values.count(def) &&
@@ -85,6 +87,8 @@ std::vector<const Value *> KernelEmitter::capturesOf(ForStmt &task) {
   if (task.numDims() > 1) // its task function computes the band's shape
     note(task);
   walk(task.body(), note);
+  if (statements)
+    *statements = count;
   return captures;
 }
 

@@ -221,7 +221,8 @@ public:
   /// it for each function it emits.
   void finishFunction() { adstacks_.finishFunction(); }
   /// The top-level values task `task` uses, in order of first use.
-  std::vector<const Value *> capturesOf(ForStmt &task);
+  /// (`statements`, when given, counts the statements of the task's body.)
+  std::vector<const Value *> capturesOf(ForStmt &task, size_t *statements = nullptr);
   /// What the runtime can read of a task bound before the launch.
   static KernelLayout::TaskBound taskBound(Bound b);
 

@@ -168,7 +168,8 @@ void optimizeModule(llvm::Module &module, llvm::TargetMachine *machine, Optimiza
     // (NVPTX: libdevice's __nvvm_reflect calls are folded by the target's
     // code generation, which runs NVVMReflect itself.)
     fpm.addPass(llvm::SROAPass(llvm::SROAOptions::ModifyCFG));
-    fpm.addPass(llvm::EarlyCSEPass());
+    if (largestFunctionSize(module) <= kLightCseInstructions)
+      fpm.addPass(llvm::EarlyCSEPass());
     fpm.addPass(llvm::InstCombinePass());
     fpm.addPass(llvm::SimplifyCFGPass());
     llvm::ModulePassManager mpm;

@@ -31,8 +31,15 @@ absl::StatusOr<std::unique_ptr<llvm::TargetMachine>> hostTargetMachine();
 ///    2000 instructions (splitLongBlocks), and code generation at
 ///    CodeGenOptLevel::None (the fast register allocator, no machine
 ///    scheduling). Compiles the gradient of a loop carrying 500 values 14x
-///    faster than Full (0.6 s) for 10-20% more run time.
+///    faster than Full (0.6 s) for 10-20% more run time. A function of more
+///    than kLightCseInstructions instructions skips EarlyCSE, the most
+///    costly of the four (72% of them on a straight-line gradient of 450 000
+///    instructions), which finds little there once locals are values.
 enum class OptimizationTier { Full, Light };
+
+/// Above this many instructions in its largest function, the light tier's
+/// pipeline has no EarlyCSE.
+inline constexpr size_t kLightCseInstructions = 250000;
 
 /// Where the light tier starts (chooseTier).
 struct TierLimits {
