@@ -3,7 +3,7 @@
  * Everything of the C API (docs/c-api.md): status objects and element
  * types (Core.h), modules, the builder, passes and autodiff (IR.h),
  * backends, buffers, programs and launches (Runtime.h), the gradient
- * checker (Check.h). Link libqd-c (CMake: qd::c).
+ * checker (Check.h), launch tapes (Tape.h). Link libqd-c (CMake: qd::c).
  *
  *===----------------------------------------------------------------------===*/
 #ifndef QD_C_QD_H
@@ -13,5 +13,6 @@
 #include "qd-c/Core.h"
 #include "qd-c/IR.h"
 #include "qd-c/Runtime.h"
+#include "qd-c/Tape.h"
 
 #endif /* QD_C_QD_H */

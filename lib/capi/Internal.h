@@ -109,4 +109,26 @@ qd_buffer registerBuffer(std::shared_ptr<qd::Buffer> buffer);
 /// InvalidArgument for NULL or a value that never was a handle.
 absl::StatusOr<std::shared_ptr<qd::Buffer>> lookupBuffer(const char *call, qd_buffer handle);
 
+/// The launch arguments of a qd_arg array, by name: `keep` holds the
+/// buffers and `ndarrays` the NdarrayArgs `named` points to.
+struct LaunchArgs {
+  std::vector<std::shared_ptr<qd::Buffer>> keep;
+  std::vector<qd::NdarrayArg> ndarrays;
+  std::vector<qd::NamedLaunchArg> named;
+  /// `named` in the kernel's order (orderedLaunchArgs only).
+  std::vector<qd::LaunchArg> ordered;
+};
+/// `nargs` qd_args for `kernel` (scalars converted to the declared types);
+/// InvalidArgument naming `call`, the kernel and the argument.
+absl::StatusOr<LaunchArgs> launchArgs(const char *call, const qd::Kernel &kernel, size_t nargs,
+                                      const qd_arg *args);
+/// launchArgs, with `ordered` filled (orderLaunchArgs's errors).
+absl::StatusOr<LaunchArgs> orderedLaunchArgs(const char *call, const qd::Kernel &kernel,
+                                             size_t nargs, const qd_arg *args);
+/// Kernel `name` of `module`; NotFound naming `call` and the kernel.
+absl::StatusOr<qd::Kernel *> moduleKernel(const char *call, const qd::Module &module,
+                                          const char *name);
+/// The LaunchOptions of QD_LAUNCH_* `flags`.
+qd::LaunchOptions launchOptions(unsigned flags);
+
 } // namespace qd::capi

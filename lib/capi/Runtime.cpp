@@ -31,17 +31,7 @@ absl::StatusOr<Buffer> borrowDevice(const char *call, qd_backend backend, Scalar
       call, backend->name));
 }
 
-} // namespace qd::capi
-
 namespace {
-
-/// The launch arguments of `args` for `kernel`, by name; `keep` holds the
-/// buffers and `ndarrays` the NdarrayArgs they point to.
-struct LaunchArgs {
-  std::vector<std::shared_ptr<qd::Buffer>> keep;
-  std::vector<qd::NdarrayArg> ndarrays;
-  std::vector<qd::NamedLaunchArg> named;
-};
 
 absl::StatusOr<qd::Buffer *> argBuffer(const char *call, LaunchArgs &out, qd_buffer handle) {
   if (!handle)
@@ -69,6 +59,8 @@ absl::StatusOr<qd::Scalar> scalarArg(const char *call, const qd::Kernel &kernel,
                     kernel.name(), arg.name, qd::toString(t), arg.f));
   return qd::Scalar::ofInt(t, arg.i);
 }
+
+} // namespace
 
 absl::StatusOr<LaunchArgs> launchArgs(const char *call, const qd::Kernel &kernel, size_t nargs,
                                       const qd_arg *args) {
@@ -111,10 +103,23 @@ absl::StatusOr<LaunchArgs> launchArgs(const char *call, const qd::Kernel &kernel
   return out;
 }
 
-absl::StatusOr<qd::Kernel *> programKernel(const char *call, qd_program program, const char *name) {
+absl::StatusOr<LaunchArgs> orderedLaunchArgs(const char *call, const qd::Kernel &kernel,
+                                             size_t nargs, const qd_arg *args) {
+  auto launch = launchArgs(call, kernel, nargs, args);
+  if (!launch.ok())
+    return launch.status();
+  auto ordered = qd::orderLaunchArgs(kernel, launch->named);
+  if (!ordered.ok())
+    return ordered.status();
+  launch->ordered = std::move(*ordered);
+  return launch;
+}
+
+absl::StatusOr<qd::Kernel *> moduleKernel(const char *call, const qd::Module &module,
+                                          const char *name) {
   if (!name)
     return absl::InvalidArgumentError(fmt::format("{}: kernel name is NULL", call));
-  if (qd::Kernel *k = program->module->findKernel(name))
+  if (qd::Kernel *k = module.findKernel(name))
     return k;
   return absl::NotFoundError(fmt::format("{}: the program's module has no kernel @{}", call, name));
 }
@@ -124,6 +129,10 @@ qd::LaunchOptions launchOptions(unsigned flags) {
   options.boundsChecked = (flags & QD_LAUNCH_BOUNDS_CHECKED) != 0;
   return options;
 }
+
+} // namespace qd::capi
+
+namespace {
 
 /// A new buffer handle from `make(type, extents)` after checking the
 /// element type, the shape and `out`.
@@ -341,7 +350,7 @@ qd_status qd_program_launch(qd_program program, qd_backend backend, const char *
   return guard(call, [&]() -> qd_status {
     if (!program || !backend)
       return nullArgument(call, !program ? "program" : "backend");
-    auto k = programKernel(call, program, kernel);
+    auto k = moduleKernel(call, *program->module, kernel);
     if (!k.ok())
       return toStatus(k.status());
     auto launch = launchArgs(call, **k, nargs, args);
@@ -362,24 +371,21 @@ qd_status qd_program_launch_with_gradient(qd_program program, qd_backend backend
       return nullArgument(call, !program ? "program" : "backend");
     if (nseeds > 0 && !seeds)
       return nullArgument(call, "seeds");
-    auto fwd = programKernel(call, program, forward);
-    auto grad = fwd.ok() ? programKernel(call, program, gradient) : fwd.status();
+    auto fwd = moduleKernel(call, *program->module, forward);
+    auto grad = fwd.ok() ? moduleKernel(call, *program->module, gradient) : fwd.status();
     if (!grad.ok())
       return toStatus(grad.status());
-    auto launch = launchArgs(call, **fwd, nargs, args);
+    auto launch = orderedLaunchArgs(call, **fwd, nargs, args);
     if (!launch.ok())
       return toStatus(launch.status());
-    auto ordered = qd::orderLaunchArgs(**fwd, launch->named);
-    if (!ordered.ok())
-      return toStatus(ordered.status());
     std::vector<qd::AdjointSeed> adjointSeeds;
     for (size_t i = 0; i < nseeds; ++i) {
       if (!seeds[i].name)
         return error(QD_INVALID_ARGUMENT, fmt::format("{}: seeds[{}].name is NULL", call, i));
       adjointSeeds.push_back({seeds[i].name, seeds[i].value});
     }
-    return toStatus(qd::launchWithGradient(*program->program, **fwd, **grad, *ordered, adjointSeeds,
-                                           *backend->backend, launchOptions(flags)));
+    return toStatus(qd::launchWithGradient(*program->program, **fwd, **grad, launch->ordered,
+                                           adjointSeeds, *backend->backend, launchOptions(flags)));
   });
 }
 

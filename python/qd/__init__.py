@@ -16,11 +16,11 @@ import struct
 
 from . import _arrays
 from ._arrays import DTYPE_NAMES
-from ._lib import ARG_FLOAT, ARG_INT, ARG_NDARRAY, Arg, ArgInfo, Error, Seed, check, lib, \
-    take_string
+from ._lib import ARG_FLOAT, ARG_INT, ARG_NDARRAY, Arg, ArgInfo, Error, Seed, TapeMemory, \
+    TapeOptions, TapeSeed, check, lib, take_string
 
-__all__ = ["Error", "Module", "Backend", "Program", "Kernel", "Ndarray", "Buffer", "backend",
-           "backends", "version", "check_gradient"]
+__all__ = ["Error", "Module", "Backend", "Program", "Kernel", "Ndarray", "Buffer", "Tape",
+           "backend", "backends", "version", "check_gradient"]
 
 _GRAD, _DUAL = 1, 2
 
@@ -316,6 +316,109 @@ class Kernel:
         return f"@{self.name}({', '.join(map(repr, self.arguments))})"
 
 
+class Tape(_Handle):
+    """A launch tape (docs/python.md, "Launch tapes"): records launches on one program and
+    backend and runs their gradients backward, or their tangents forward (jvp).
+
+        tape = qd.Tape(module, cpu)               # or qd.Tape(program), qd.Tape(kernel)
+        tape.launch("step", src=qd.Ndarray(a, grad=a_grad), dst=..., c=0.5)
+        tape.backward({"loss": 1.0})              # a_grad = dloss/da
+    """
+    _free = lib.qd_tape_free
+
+    def __init__(self, source, backend=None, snapshots=True, checkpoint_budget=0,
+                 keep_initial_state=False, check_unchanged=True, bounds_checked=False):
+        if isinstance(source, Kernel):
+            source = source.program
+        if isinstance(source, Module):
+            if backend is None:
+                raise Error("qd.Tape: a module needs a backend (qd.Tape(module, backend))", 3)
+            source = source.program(backend)
+        if not isinstance(source, Program):
+            raise Error(f"qd.Tape: a {type(source).__name__} is no qd.Program, qd.Module or "
+                        "qd.Kernel", 3)
+        if backend is not None and backend is not source.backend:
+            raise Error(f"qd.Tape: the program runs on {source.backend!r}, not {backend!r}", 3)
+        options = TapeOptions(int(snapshots), int(checkpoint_budget), int(keep_initial_state),
+                              int(check_unchanged), int(bounds_checked))
+        super().__init__(_out(lib.qd_tape_create, source.handle, source.backend.handle,
+                              ctypes.byref(options)))
+        self.program = source  # the backend and the arrays must outlive the C tape
+        self._kernels, self._arrays = {}, []
+
+    def launch(self, kernel, **args):
+        """Runs kernel `kernel` with `args` (as a Kernel call takes them) and records it. The
+        tape keeps the arrays: pass the same array object for the same state in every launch."""
+        k = self._kernels.get(kernel)
+        if k is None:
+            k = self._kernels[kernel] = self.program.kernel(kernel)
+        packed, owned = _pack(k, args)
+        try:
+            check(_tape_launch(self.handle, k._name, len(args), packed))
+        finally:
+            for handle in owned:
+                lib.qd_buffer_free(handle)
+        self._arrays.append(args)
+
+    def backward(self, seeds, zero_adjoints=True):
+        """Runs the recorded gradients in reverse order with the adjoints `seeds` set: a dict
+        {"field": value} or pairs (field name or grad array, value); a value is a number or
+        one value per element."""
+        array, keep = self._seeds("qd.Tape.backward", seeds)
+        check(lib.qd_tape_backward(self.handle, len(array), array, int(zero_adjoints)))
+
+    def jvp(self, tangents):
+        """Forward mode from the state the tape started from (keep_initial_state=True or a
+        checkpoint budget): `tangents` as backward's seeds, naming dual arrays."""
+        array, keep = self._seeds("qd.Tape.jvp", tangents)
+        check(lib.qd_tape_jvp(self.handle, len(array), array))
+
+    def memory(self):
+        """{"held_bytes", "peak_bytes", "checkpoint_interval", "checkpoints"}."""
+        out = TapeMemory()
+        check(lib.qd_tape_memory_report(self.handle, ctypes.byref(out)))
+        return {name: getattr(out, name) for name, _ in TapeMemory._fields_}
+
+    def __len__(self):
+        out = ctypes.c_size_t()
+        check(lib.qd_tape_size(self.handle, ctypes.byref(out)))
+        return out.value
+
+    def clear(self):
+        """Forgets every launch and copy (the arrays keep their contents)."""
+        check(lib.qd_tape_clear(self.handle))
+        self._arrays = []
+
+    def _seeds(self, what, seeds):
+        items = list(seeds.items() if isinstance(seeds, dict) else seeds)
+        array, keep = (TapeSeed * len(items))(), []
+        for i, (target, value) in enumerate(items):
+            seed = array[i]
+            if isinstance(target, str):
+                seed.field = target.encode()
+            else:
+                seed.buffer = _handle_of(f"{what}: seed {i}", target, self.program.backend, keep)
+            if isinstance(value, (int, float)):
+                seed.value = float(value)
+            else:
+                flat = [float(v) for v in getattr(value, "flat", value)]
+                values = (ctypes.c_double * len(flat))(*flat)
+                seed.values, seed.nvalues = values, len(flat)
+                keep.append(values)
+            keep.append(target)
+        return array, keep  # `keep` holds the handles made here while the call runs
+
+
+def _handle_of(what, value, backend, keep):
+    """A buffer handle over `value` (a qd.Buffer or an array) that lives while `keep` does."""
+    if type(value) is Buffer:
+        return value.handle or 0
+    handle, mine = _arrays.cache.handle(lambda: what, value, backend)
+    if mine:
+        keep.append(Buffer(handle))
+    return handle
+
+
 # qd_program_launch and qd_program_launch_with_gradient taking the qd_arg array as bytes
 # that _pack laid out (a qd_arg is {char *, int, double, int64_t, 3 handles}: 56 bytes).
 _launch = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p,
@@ -325,6 +428,8 @@ _launch_with_gradient = ctypes.CFUNCTYPE(
     ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p,
     ctypes.c_size_t, ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(Seed),
     ctypes.c_uint)(("qd_program_launch_with_gradient", lib))
+_tape_launch = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p,
+                               ctypes.c_size_t, ctypes.c_char_p)(("qd_tape_launch", lib))
 _LAYOUTS = {}
 
 

@@ -60,6 +60,22 @@ class Seed(ctypes.Structure):
     _fields_ = [("name", c_str), ("value", ctypes.c_double)]
 
 
+class TapeOptions(ctypes.Structure):
+    _fields_ = [("snapshots", ctypes.c_int), ("checkpoint_budget", ctypes.c_uint64),
+                ("keep_initial_state", ctypes.c_int), ("check_unchanged", ctypes.c_int),
+                ("launch_flags", ctypes.c_uint)]
+
+
+class TapeSeed(ctypes.Structure):
+    _fields_ = [("field", c_str), ("buffer", c_handle), ("value", ctypes.c_double),
+                ("values", ctypes.POINTER(ctypes.c_double)), ("nvalues", ctypes.c_size_t)]
+
+
+class TapeMemory(ctypes.Structure):
+    _fields_ = [("held_bytes", ctypes.c_uint64), ("peak_bytes", ctypes.c_uint64),
+                ("checkpoint_interval", ctypes.c_int64), ("checkpoints", ctypes.c_int64)]
+
+
 class CheckValue(ctypes.Structure):
     _fields_ = [("name", c_str), ("is_field", ctypes.c_int), ("ndim", ctypes.c_int),
                 ("shape", ctypes.POINTER(ctypes.c_int64)),
@@ -121,6 +137,14 @@ _SIGNATURES = {
                                                    ctypes.c_size_t, ctypes.POINTER(Arg),
                                                    ctypes.c_size_t, ctypes.POINTER(Seed),
                                                    ctypes.c_uint]),
+    "qd_tape_create": (c_status, [c_handle, c_handle, ctypes.POINTER(TapeOptions), OUT]),
+    "qd_tape_free": (None, [c_handle]),
+    "qd_tape_backward": (c_status, [c_handle, ctypes.c_size_t, ctypes.POINTER(TapeSeed),
+                                    ctypes.c_int]),
+    "qd_tape_jvp": (c_status, [c_handle, ctypes.c_size_t, ctypes.POINTER(TapeSeed)]),
+    "qd_tape_memory_report": (c_status, [c_handle, ctypes.POINTER(TapeMemory)]),
+    "qd_tape_size": (c_status, [c_handle, ctypes.POINTER(ctypes.c_size_t)]),
+    "qd_tape_clear": (c_status, [c_handle]),
     "qd_check_options_default": (CheckOptions, []),
     "qd_check_gradient": (c_status, [c_handle, c_str, ctypes.c_size_t,
                                      ctypes.POINTER(CheckValue), ctypes.POINTER(CheckOptions),
