@@ -148,3 +148,17 @@ def test_cuda_tensors():
     want, want_grad = energy_and_grad(x.detach(), 0.5)
     torch.testing.assert_close(loss, want.reshape(1))
     torch.testing.assert_close(x.grad, want_grad)
+
+
+def test_gradcheck_f64_cuda():
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device for PyTorch here")
+    try:
+        cuda = qd.backend("cuda")
+    except qd.Error as e:
+        pytest.skip(f"qd has no CUDA device here: {e}")
+    module = qd.Module.parse(PRODUCT)
+    fn = qd.torch.function(module, "product", outputs={"out": lambda a, b: a.shape}, backend=cuda)
+    a = torch.linspace(-1, 1, 7, dtype=torch.float64, device="cuda", requires_grad=True)
+    b = torch.linspace(0.5, 2, 7, dtype=torch.float64, device="cuda", requires_grad=True)
+    assert torch.autograd.gradcheck(fn.apply, (a, b), eps=1e-6, atol=1e-8)
