@@ -102,13 +102,37 @@ void SimRun::reset() {
   }
 }
 
-absl::Status SimRun::launch(const qd::Kernel &kernel, int t, qd::Backend &backend) {
+std::vector<qd::LaunchArg> SimRun::argsAt(int t) const {
   std::vector<qd::LaunchArg> args;
   args.reserve(1 + scalars_.size() + arrays_.size());
   args.push_back(qd::LaunchArg::i32(t));
   args.insert(args.end(), scalars_.begin(), scalars_.end());
   for (const Array &a : arrays_)
     args.push_back(qd::LaunchArg::ndarray(&a.arg));
+  return args;
+}
+
+absl::Status SimRun::forwardAndGradientOnTape(qd::Backend &backend, qd::TapeMemory *memory) {
+  reset();
+  qd::LaunchTapeOptions options;
+  options.launch = options_;
+  qd::LaunchTape tape(*program_, backend, options);
+  for (int t = 0; t <= steps_; ++t) {
+    const bool last = t == steps_;
+    qd::TapeKernels kernels{last ? loss_ : step_, last ? lossGrad_ : stepGrad_};
+    if (absl::Status s = tape.launch(kernels, argsAt(t)); !s.ok())
+      return absl::Status(s.code(), fmt::format("simulation '{}' on a tape, step {}: {}",
+                                                sim_.name(), t, std::string(s.message())));
+  }
+  qd::TapeSeed seed{{}, array("loss")->grad.get(), 1.0};
+  absl::Status status = tape.backward({&seed, 1});
+  if (memory)
+    *memory = tape.memory();
+  return status;
+}
+
+absl::Status SimRun::launch(const qd::Kernel &kernel, int t, qd::Backend &backend) {
+  std::vector<qd::LaunchArg> args = argsAt(t);
   const bool first = !firstLaunch_.contains(&kernel);
   auto start = std::chrono::steady_clock::now();
   absl::Status status = program_->launch(kernel.name(), args, backend, options_);

@@ -17,6 +17,7 @@
 
 #include "Simulation.h"
 
+#include "qd/runtime/LaunchTape.h"
 #include "qd/runtime/Program.h"
 
 #include <absl/status/statusor.h>
@@ -58,6 +59,11 @@ public:
     seedAdjoints();
     return runReverse(backend);
   }
+  /// reset(), the forward launches recorded on a qd::LaunchTape, and the
+  /// tape's backward seeded with loss.grad = 1 (zeroing the other
+  /// adjoints): what a front-end runs; the same launches in the same order
+  /// as forwardAndGradient. `memory` gets the tape's report.
+  absl::Status forwardAndGradientOnTape(qd::Backend &backend, qd::TapeMemory *memory = nullptr);
   /// reset() then runForward().
   absl::Status forward(qd::Backend &backend);
   /// forward() then runGradient().
@@ -98,6 +104,8 @@ private:
   /// The launch sequence of a forward or a reverse pass.
   absl::Status sequence(qd::Backend &backend, bool reverse);
   absl::Status launch(const qd::Kernel &kernel, int t, qd::Backend &backend);
+  /// The arguments of a launch at step `t`.
+  std::vector<qd::LaunchArg> argsAt(int t) const;
   Array *array(std::string_view name);
   const Array *array(std::string_view name) const;
   absl::StatusOr<double> lossAt(qd::Backend &backend, std::string_view array,
