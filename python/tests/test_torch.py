@@ -133,13 +133,18 @@ def test_function_errors():
         fn.apply(torch.zeros(3, dtype=torch.float64))
 
 
-def test_cuda_tensors():
+def cuda_backend():
+    """qd's CUDA backend, or a skip saying which of PyTorch and qd has no CUDA device."""
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device for PyTorch here")
     try:
-        cuda = qd.backend("cuda")
+        return qd.backend("cuda")
     except qd.Error as e:
         pytest.skip(f"qd has no CUDA device here: {e}")
+
+
+def test_cuda_tensors():
+    cuda = cuda_backend()
     module = qd.Module.parse(ENERGY)
     fn = qd.torch.function(module, "energy", outputs={"loss": (1,)}, backend=cuda)
     x = torch.linspace(-1, 1, 9, dtype=torch.float64, device="cuda", requires_grad=True)
@@ -151,12 +156,7 @@ def test_cuda_tensors():
 
 
 def test_gradcheck_f64_cuda():
-    if not torch.cuda.is_available():
-        pytest.skip("no CUDA device for PyTorch here")
-    try:
-        cuda = qd.backend("cuda")
-    except qd.Error as e:
-        pytest.skip(f"qd has no CUDA device here: {e}")
+    cuda = cuda_backend()
     module = qd.Module.parse(PRODUCT)
     fn = qd.torch.function(module, "product", outputs={"out": lambda a, b: a.shape}, backend=cuda)
     a = torch.linspace(-1, 1, 7, dtype=torch.float64, device="cuda", requires_grad=True)
