@@ -55,6 +55,13 @@ public:
   TapeMemory memory() const;
 
 private:
+  /// kernelGlobals of `k`, walked at its first launch on this tape.
+  const std::vector<KernelGlobal> &globalsOf(const Kernel &k) const {
+    auto it = globals_.find(&k);
+    if (it == globals_.end())
+      it = globals_.emplace(&k, kernelGlobals(k)).first;
+    return it->second;
+  }
   bool checkpointing() const { return options_.checkpointBudget > 0; }
   bool keepsInitial() const { return checkpointing() || options_.keepInitialState; }
   uint64_t heldBytes() const { return log_.snapshotBytes() + initialBytes_ + checkpointBytes_; }
@@ -85,6 +92,9 @@ private:
   Backend &backend_;
   LaunchTapeOptions options_;
   std::vector<TapeRecord> records_;
+  /// globalsOf's: a kernel's globals, found once (kernels do not change
+  /// while a tape records them).
+  mutable std::map<const Kernel *, std::vector<KernelGlobal>> globals_;
   /// Why the tape refuses everything (a launch that failed), until clear().
   absl::Status broken_;
   VersionLog log_;
@@ -142,11 +152,11 @@ absl::StatusOr<TapeRecord> LaunchTape::Impl::makeRecord(const TapeKernels &kerne
     if (absl::Status s = checkArgs(r, k); !s.ok())
       return s;
   const Kernel &fwd = *kernels.forward;
-  r.writes = kernelUses(fwd, program_, r.args, Component::Primal, false, true);
-  r.touched = kernelUses(fwd, program_, r.args, Component::Primal, true, true);
+  r.writes = kernelUses(globalsOf(fwd), program_, r.args, Component::Primal, false, true);
+  r.touched = kernelUses(globalsOf(fwd), program_, r.args, Component::Primal, true, true);
   if (kernels.gradient)
     r.gradientReads =
-        kernelUses(*kernels.gradient, program_, r.args, Component::Primal, true, false);
+        kernelUses(globalsOf(*kernels.gradient), program_, r.args, Component::Primal, true, false);
   return r;
 }
 
@@ -285,7 +295,7 @@ absl::StatusOr<std::vector<Companion>> LaunchTape::Impl::companions(Component c)
           "recording, or give it in TapeKernels",
           r.label(), c == Component::Grad ? "gradient" : "tangent", r.kernels.forward->name(),
           toString(c)));
-    for (TapeUse &u : kernelUses(*k, program_, r.args, c, true, true))
+    for (TapeUse &u : kernelUses(globalsOf(*k), program_, r.args, c, true, true))
       if (std::none_of(out.begin(), out.end(),
                        [&](const Companion &o) { return o.buffer == u.buffer; }))
         out.push_back({u.buffer, u.name.front() == '@'

@@ -47,34 +47,57 @@ std::string TapeRecord::nameOf(const Buffer *b) const {
   return "";
 }
 
-std::vector<TapeUse> kernelUses(const Kernel &kernel, Program &program,
-                                std::span<const LaunchArg> args, Component component, bool reads,
-                                bool writes) {
-  std::vector<TapeUse> out;
+std::vector<KernelGlobal> kernelGlobals(const Kernel &kernel) {
+  std::vector<KernelGlobal> out;
+  size_t position = 0;
   walk(const_cast<Kernel &>(kernel).body(), [&](Stmt &s) {
     auto *g = dyn_cast<GlobalAccessStmt>(&s);
-    if (!g || g->component() != component)
+    if (!g)
       return;
-    bool isRead = isa<GlobalLoadStmt>(g) || isa<AtomicRmwStmt>(g);
-    bool isWrite = !isa<GlobalLoadStmt>(g);
-    if (!((reads && isRead) || (writes && isWrite)))
-      return;
+    const Field *field = g->isField() ? g->field() : nullptr;
+    const Argument *ndarray = g->isField() ? nullptr : cast<Argument>(g->ndarray());
+    auto it = std::find_if(out.begin(), out.end(), [&](const KernelGlobal &k) {
+      return k.field == field && k.ndarray == ndarray && k.component == g->component();
+    });
+    if (it == out.end())
+      it = out.insert(out.end(), {field, ndarray, g->component()});
+    size_t at = position++;
+    if (isa<GlobalLoadStmt>(g) || isa<AtomicRmwStmt>(g))
+      it->firstRead = std::min(it->firstRead, at);
+    if (!isa<GlobalLoadStmt>(g))
+      it->firstWrite = std::min(it->firstWrite, at);
+  });
+  return out;
+}
+
+std::vector<TapeUse> kernelUses(std::span<const KernelGlobal> globals, Program &program,
+                                std::span<const LaunchArg> args, Component component, bool reads,
+                                bool writes) {
+  std::vector<std::pair<size_t, const KernelGlobal *>> used;
+  for (const KernelGlobal &g : globals) {
+    size_t first = std::min(reads ? g.firstRead : SIZE_MAX, writes ? g.firstWrite : SIZE_MAX);
+    if (g.component == component && first != SIZE_MAX)
+      used.emplace_back(first, &g);
+  }
+  std::sort(used.begin(), used.end());
+  std::vector<TapeUse> out;
+  for (auto [first, g] : used) {
     TapeUse use;
-    if (g->isField()) {
-      use.buffer = program.field(*g->field(), component);
-      use.name = "@" + g->field()->name();
+    if (g->field) {
+      use.buffer = program.field(*g->field, component);
+      use.name = "@" + g->field->name();
     } else {
-      unsigned i = cast<Argument>(g->ndarray())->index();
+      unsigned i = g->ndarray->index();
       if (i < args.size() && args[i].isNdarray())
         use.buffer = args[i].ndarrayValue().component(component);
-      use.name = "%" + cast<Argument>(g->ndarray())->name();
+      use.name = "%" + g->ndarray->name();
     }
     if (component != Component::Primal)
       use.name += fmt::format(".{}", toString(component));
     if (use.buffer && std::none_of(out.begin(), out.end(),
                                    [&](const TapeUse &u) { return u.buffer == use.buffer; }))
       out.push_back(std::move(use));
-  });
+  }
   return out;
 }
 

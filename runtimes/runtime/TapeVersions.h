@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -62,10 +63,24 @@ struct TapeRecord {
   std::string nameOf(const Buffer *b) const;
 };
 
-/// The uses of `component` buffers in `kernel` (a launch of it with
-/// `args`): its reads (loads, atomics), writes (stores, atomics) or both,
-/// each buffer once. Ndarrays without that companion are left out.
-std::vector<TapeUse> kernelUses(const Kernel &kernel, Program &program,
+/// A field or ndarray component a kernel accesses, and where in program
+/// order it first reads it (loads, atomics) and first writes it (stores,
+/// atomics); SIZE_MAX for never.
+struct KernelGlobal {
+  const Field *field = nullptr;
+  const Argument *ndarray = nullptr;
+  Component component = Component::Primal;
+  size_t firstRead = SIZE_MAX, firstWrite = SIZE_MAX;
+};
+/// Every global `kernel` accesses, one walk of it: what its launches use
+/// does not change from launch to launch (kernelUses maps it to buffers).
+std::vector<KernelGlobal> kernelGlobals(const Kernel &kernel);
+
+/// The uses of `component` buffers by a kernel whose globals are `globals`
+/// (a launch of it with `args`): its reads, writes or both, each buffer
+/// once, in program order of their first such access. Ndarrays without
+/// that companion are left out.
+std::vector<TapeUse> kernelUses(std::span<const KernelGlobal> globals, Program &program,
                                 std::span<const LaunchArg> args, Component component, bool reads,
                                 bool writes);
 
