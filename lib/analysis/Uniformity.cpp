@@ -73,8 +73,13 @@ public:
     bool loops = false;
     size_t statements = 0;
     walk(const_cast<ForStmt &>(task_).body(), [&](Stmt &s) {
-      if (s.kind() == StmtKind::Break || s.kind() == StmtKind::Continue)
-        jumpsTo_[jumpTarget(s)].push_back(&s);
+      if (s.kind() == StmtKind::Break || s.kind() == StmtKind::Continue) {
+        const Stmt *loop = jumpTarget(s);
+        jumpsTo_[loop].push_back(&s);
+        for (const Stmt *p = s.parentStmt(); p && p != loop; p = p->parentStmt())
+          if (p->kind() == StmtKind::If)
+            ifsAroundJumps_.insert(p);
+      }
       loops |= s.kind() == StmtKind::For || s.kind() == StmtKind::While;
       ++statements;
     });
@@ -82,7 +87,7 @@ public:
     // constants): room for them all, not a rehash per doubling.
     out_.varying_.reserve(statements);
     do {
-      changed_ = false;
+      needPass_ = false;
       // Recomputed on every pass: a begin found varying later undoes them.
       out_.descendingLoops_.clear();
       out_.descendingCounters_.clear();
@@ -91,18 +96,70 @@ public:
       if (masked)
         mark<const Stmt *>(out_.maskedLoops_, &task_);
       visitBlock(task_.body(), masked);
-      // Until nothing changes: a load of a local that a later store makes
-      // varying (in program order, as in every gradient's adjoints) is
-      // varying too, as the local's storage is per lane.
-    } while (changed_);
+      // Until a pass ends that left no control flow to revisit: what a
+      // statement reads is defined before it, so only a value marked after
+      // its definition was visited (a local a later store makes varying, as
+      // every gradient's adjoints) can change what an earlier statement
+      // concluded, and markLater revisits the data that reads it at once.
+    } while (needPass_);
     if (loops) // else no loop to find: a walk less of a huge straight-line task
       findAllLanesStores();
   }
 
 private:
-  template <typename T> void mark(absl::flat_hash_set<T> &set, T v) {
-    if (set.insert(v).second)
-      changed_ = true;
+  template <typename T> void mark(absl::flat_hash_set<T> &set, T v) { set.insert(v); }
+
+  /// Marks varying `v`, defined before the statement being visited, and
+  /// everything that reads it as data, through its uses (a pass visited some
+  /// of them already). Control flow that reads it needs another pass.
+  void markLater(const Value *v) {
+    if (!out_.varying_.insert(v).second)
+      return;
+    work_.push_back(v);
+    while (!work_.empty()) {
+      const Value *w = work_.back();
+      work_.pop_back();
+      for (const Use &u : w->uses())
+        if (const Value *next = madeVarying(*u.user(), u);
+            next && out_.varying_.insert(next).second)
+          work_.push_back(next);
+    }
+  }
+
+  /// What `user` makes varying when its operand `u` becomes varying (null:
+  /// nothing), as visit concludes; null and another pass for control flow
+  /// and for arithmetic on a loop index (descending counters are found per
+  /// pass).
+  const Value *madeVarying(const Stmt &user, const Use &u) {
+    if (user.numBlocks() > 0) {
+      needPass_ = true;
+      return nullptr;
+    }
+    switch (user.kind()) {
+    case StmtKind::Alloca:
+    case StmtKind::AdStackAlloca:
+    case StmtKind::AdStackPush:
+    case StmtKind::AdStackPop:
+    case StmtKind::AdStackAccAdjoint:
+    case StmtKind::AdStackLoadTop:
+    case StmtKind::AdStackLoadTopAdj:
+    case StmtKind::TaskIndex:
+      return nullptr; // decided by the mask, or varying anyway
+    case StmtKind::LocalStore: {
+      auto &st = cast<LocalStoreStmt>(user);
+      return u.get() == st.value() ? st.local() : nullptr;
+    }
+    case StmtKind::LocalLoad:
+    case StmtKind::GlobalLoad:
+      return &user;
+    default:
+      for (unsigned i = 0; i < user.numOperands(); ++i)
+        if (isa<ForStmt>(user.operand(i))) {
+          needPass_ = true;
+          return nullptr;
+        }
+      return &user;
+    }
   }
   bool varying(const Value *v) const { return v && out_.isVarying(v); }
   bool anyOperandVarying(const Stmt &s) const {
@@ -141,6 +198,10 @@ private:
     case StmtKind::If: {
       auto &i = cast<IfStmt>(s);
       bool d = div || varying(i.cond());
+      // A jump inside now diverges: the loops it leaves, visited before
+      // this if, are masked after all.
+      if (varying(i.cond()) && ifsAroundJumps_.contains(&i) && varyingJumpIfs_.insert(&i).second)
+        needPass_ = true;
       visitBlock(i.thenBlock(), d);
       visitBlock(i.elseBlock(), d);
       return;
@@ -178,7 +239,7 @@ private:
     case StmtKind::LocalStore: {
       auto &st = cast<LocalStoreStmt>(s);
       if (div || varying(st.value()))
-        mark<const Value *>(out_.varying_, st.local());
+        markLater(st.local());
       return;
     }
     case StmtKind::LocalLoad:
@@ -316,7 +377,10 @@ private:
   std::unordered_map<const Stmt *, std::vector<const Stmt *>> jumpsTo_;
   const ElementOwnership &ownership_;
   Uniformity &out_;
-  bool changed_ = false;
+  absl::flat_hash_set<const Stmt *> ifsAroundJumps_; // ifs with a jump out of a loop inside
+  absl::flat_hash_set<const Stmt *> varyingJumpIfs_; // those of them found with a varying condition
+  bool needPass_ = false;
+  std::vector<const Value *> work_; // markLater's
 };
 
 Uniformity Uniformity::compute(const ForStmt &task, const ElementOwnership &ownership) {

@@ -112,11 +112,7 @@ void Stmt::dropAllReferences() {
 
 std::unique_ptr<Stmt> Stmt::remove() {
   assert(parent_ && "removing a detached statement");
-  Block *b = parent_;
-  std::unique_ptr<Stmt> owned = std::move(*self_);
-  b->stmts_.erase(self_);
-  parent_ = nullptr;
-  return owned;
+  return parent_->unlink(this);
 }
 
 void Stmt::erase() {
@@ -141,39 +137,62 @@ Kernel *Block::kernel() const {
 
 Stmt *Block::insert(iterator pos, std::unique_ptr<Stmt> stmt) {
   assert(stmt && !stmt->parent_ && "inserting a statement that already has a block");
-  Stmt *raw = stmt.get();
-  raw->self_ = stmts_.insert(pos.raw(), std::move(stmt));
+  Stmt *raw = stmt.release();
+  Stmt *next = pos.get();
+  Stmt *prev = next ? next->prev_ : tail_;
+  raw->prev_ = prev;
+  raw->next_ = next;
+  (prev ? prev->next_ : head_) = raw;
+  (next ? next->prev_ : tail_) = raw;
   raw->parent_ = this;
+  ++size_;
   return raw;
 }
 
+std::unique_ptr<Stmt> Block::unlink(Stmt *s) {
+  assert(s->parent_ == this);
+  (s->prev_ ? s->prev_->next_ : head_) = s->next_;
+  (s->next_ ? s->next_->prev_ : tail_) = s->prev_;
+  s->prev_ = s->next_ = nullptr;
+  s->parent_ = nullptr;
+  --size_;
+  return std::unique_ptr<Stmt>(s);
+}
+
 void Block::splice(iterator pos, Block &other) {
-  for (auto &s : other.stmts_)
+  if (other.empty())
+    return;
+  for (Stmt *s = other.head_; s; s = s->next_)
     s->parent_ = this;
-  stmts_.splice(pos.raw(), other.stmts_);
+  Stmt *next = pos.get();
+  Stmt *prev = next ? next->prev_ : tail_;
+  other.head_->prev_ = prev;
+  other.tail_->next_ = next;
+  (prev ? prev->next_ : head_) = other.head_;
+  (next ? next->prev_ : tail_) = other.tail_;
+  size_ += other.size_;
+  other.head_ = other.tail_ = nullptr;
+  other.size_ = 0;
 }
 
 void Block::clear() {
-  for (auto &s : stmts_)
-    s->dropAllReferences();
+  for (Stmt &s : *this)
+    s.dropAllReferences();
   // With every reference inside the subtree dropped, the order no longer
   // matters for uses; destroy without recursion by moving each statement's
   // nested statements out before it goes, so ~Stmt only sees empty blocks.
   // Back to front, so later statements (the users) go first.
   std::vector<std::unique_ptr<Stmt>> doomed;
-  auto take = [&doomed](List &list) {
-    while (!list.empty()) {
-      doomed.push_back(std::move(list.front()));
-      list.pop_front();
-    }
+  auto take = [&doomed](Block &b) {
+    while (b.head_)
+      doomed.push_back(b.unlink(b.head_));
   };
-  take(stmts_);
+  take(*this);
   while (!doomed.empty()) {
     std::unique_ptr<Stmt> s = std::move(doomed.back());
     doomed.pop_back();
     for (auto &b : s->blocks_)
-      take(b->stmts_);
-    s->parent_ = nullptr;
+      take(*b);
   }
 }
 

@@ -202,7 +202,10 @@ private:
   StmtKind kind_;
   Location loc_;
   Block *parent_ = nullptr;
-  std::list<std::unique_ptr<Stmt>>::iterator self_;
+  // Neighbours in parent_, which owns the statement: an intrusive list, so a
+  // walk reads each statement once rather than a list node and then it.
+  Stmt *prev_ = nullptr;
+  Stmt *next_ = nullptr;
   unsigned numOperands_;
   std::unique_ptr<Use[]> operands_;
   std::vector<std::unique_ptr<Block>> blocks_;
@@ -215,8 +218,6 @@ inline bool isRecomputable(const Stmt &s) {
 /// An ordered list of statements. Owned by a container statement or, for the
 /// kernel's top level, by the kernel.
 class Block {
-  using List = std::list<std::unique_ptr<Stmt>>;
-
 public:
   class iterator {
   public:
@@ -226,24 +227,34 @@ public:
     using pointer = Stmt *;
     using reference = Stmt &;
     iterator() = default;
-    explicit iterator(List::iterator it) : it_(it) {}
-    Stmt &operator*() const { return **it_; }
-    Stmt *operator->() const { return it_->get(); }
+    iterator(const Block *block, Stmt *at) : block_(block), at_(at) {}
+    Stmt &operator*() const { return *at_; }
+    Stmt *operator->() const { return at_; }
     iterator &operator++() {
-      ++it_;
+      at_ = at_->next_;
       return *this;
     }
-    iterator operator++(int) { return iterator(it_++); }
-    iterator &operator--() {
-      --it_;
+    iterator operator++(int) {
+      iterator old = *this;
+      ++*this;
+      return old;
+    }
+    iterator &operator--() { // from end(): the last statement
+      at_ = at_ ? at_->prev_ : block_->tail_;
       return *this;
     }
-    iterator operator--(int) { return iterator(it_--); }
-    friend bool operator==(iterator a, iterator b) { return a.it_ == b.it_; }
-    List::iterator raw() const { return it_; }
+    iterator operator--(int) {
+      iterator old = *this;
+      --*this;
+      return old;
+    }
+    friend bool operator==(iterator a, iterator b) { return a.at_ == b.at_; }
+    /// The statement, or null at end().
+    Stmt *get() const { return at_; }
 
   private:
-    List::iterator it_;
+    const Block *block_ = nullptr;
+    Stmt *at_ = nullptr;
   };
 
   explicit Block(Stmt *owner, Kernel *kernel) : owner_(owner), kernel_(kernel) {}
@@ -254,13 +265,13 @@ public:
   Stmt *owner() const { return owner_; }
   Kernel *kernel() const;
 
-  iterator begin() { return iterator(stmts_.begin()); }
-  iterator end() { return iterator(stmts_.end()); }
-  bool empty() const { return stmts_.empty(); }
-  size_t size() const { return stmts_.size(); }
-  Stmt &front() { return *stmts_.front(); }
-  Stmt &back() { return *stmts_.back(); }
-  static iterator iteratorTo(Stmt *s) { return iterator(s->self_); }
+  iterator begin() { return iterator(this, head_); }
+  iterator end() { return iterator(this, nullptr); }
+  bool empty() const { return !head_; }
+  size_t size() const { return size_; }
+  Stmt &front() { return *head_; }
+  Stmt &back() { return *tail_; }
+  static iterator iteratorTo(Stmt *s) { return iterator(s->parent_, s); }
 
   /// Inserts `stmt` before `pos` and returns the raw pointer.
   Stmt *insert(iterator pos, std::unique_ptr<Stmt> stmt);
@@ -279,9 +290,14 @@ public:
 private:
   friend class Stmt;
   friend class Kernel;
+  /// Unlinks `s` (one of this block's statements) and hands it back.
+  std::unique_ptr<Stmt> unlink(Stmt *s);
+
   Stmt *owner_;
   Kernel *kernel_;
-  List stmts_;
+  Stmt *head_ = nullptr; // owned, with every statement after it
+  Stmt *tail_ = nullptr;
+  size_t size_ = 0;
 };
 
 //===----------------------------------------------------------------------===//

@@ -9,6 +9,7 @@
 #include "KernelEmitter.h"
 
 #include <fmt/format.h>
+#include <llvm/IR/PatternMatch.h>
 
 namespace qd::codegen {
 
@@ -38,6 +39,12 @@ LV *ArithLowering::binary(BinaryStmt &s) {
   llvm::IRBuilder<> &b = c_.b;
   switch (s.op()) {
   case BinaryOp::Add:
+    // -0.0 + y is y for every y: the first contribution to a gradient's
+    // zeroed adjoint costs no instruction for LLVM to fold away later.
+    if (llvm::PatternMatch::match(x, llvm::PatternMatch::m_NegZeroFP()))
+      return y;
+    if (llvm::PatternMatch::match(y, llvm::PatternMatch::m_NegZeroFP()))
+      return x;
     return b.CreateFAdd(x, y);
   case BinaryOp::Sub:
     return b.CreateFSub(x, y);
