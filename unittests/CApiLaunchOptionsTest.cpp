@@ -11,78 +11,33 @@
 //===----------------------------------------------------------------------===//
 #include "qd-c/qd.h"
 
+#include "capi/CApiStatus.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstddef>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <tuple>
 #include <vector>
 
 namespace {
 
-std::string message(qd_status status) {
-  std::string text = qd_status_message(status);
-  qd_status_free(status);
-  return text;
-}
+using qd::capitest::message;
+using qd::capitest::take;
 
-std::pair<qd_status_code, std::string> take(qd_status status) {
-  qd_status_code code = qd_status_get_code(status);
-  return {code, message(status)};
+/// The kernels (unittests/capi/launch-options.qd, shared with
+/// CudaStreamTest and python/tests/test_launch_options.py).
+std::string kernels() {
+  std::ifstream in(QD_SOURCE_DIR "/unittests/capi/launch-options.qd");
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
-
-// @scale: y = a * x; @poke: x[k] = 1 (out of range for k >= 4); @spin
-// counts until %n (forever for n = -1); @sinloop: y = sin^n(x), whose
-// gradient needs an adstack.
-constexpr const char *kKernels =
-    R"(kernel @scale(%a: f32, %x: ndarray<f32, 1>, %y: ndarray<f32, 1>) {
-  %n = shape %x, 0 : i32
-  parallel for %i = 0 to %n {
-    %xi = load %x[%i] : f32
-    %r = mul %a, %xi : f32
-    store %y[%i], %r
-  }
-}
-kernel @poke(%x: ndarray<f32, 1>, %k: i32) {
-  %one = const 1 : f32
-  store %x[%k], %one
-}
-kernel @spin(%n: i32) {
-  %c = alloca i32
-  %zero = const 0 : i32
-  store %c, %zero
-  while {
-    %v = load %c : i32
-    %one = const 1 : i32
-    %w = add %v, %one : i32
-    store %c, %w
-    %done = cmp eq %w, %n : i32
-    if %done {
-      break
-    }
-  }
-}
-kernel @sinloop(%x: ndarray<f32, 1> grad, %n: i32, %y: ndarray<f32, 1> grad) {
-  %len = shape %x, 0 : i32
-  parallel for %i = 0 to %len {
-    %xi = load %x[%i] : f32
-    %v = alloca f32
-    store %v, %xi
-    for %j = 0 to %n {
-      %a = load %v : f32
-      %s = sin %a : f32
-      store %v, %s
-    }
-    %r = load %v : f32
-    store %y[%i], %r
-  }
-}
-)";
 
 struct CApiLaunchOptionsTest : ::testing::TestWithParam<const char *> {
   void SetUp() override {
-    ASSERT_EQ(message(qd_module_parse(kKernels, "options.qd", &module)), "");
+    ASSERT_EQ(message(qd_module_parse(kernels().c_str(), "launch-options.qd", &module)), "");
     qd_kernel grad = nullptr;
     ASSERT_EQ(message(qd_module_gradient(module, "sinloop", nullptr, 0, &grad)), "");
     ASSERT_EQ(message(qd_program_create(module, &program)), "");
@@ -172,8 +127,9 @@ TEST_P(CApiLaunchOptionsTest, BoundsChecksNameTheStatement) {
   o.flags = QD_LAUNCH_BOUNDS_CHECKED;
   auto [code, text] = take(launch("poke", args, &o));
   EXPECT_EQ(code, QD_FAILED_PRECONDITION) << text;
-  EXPECT_NE(text.find("options.qd:11:3: error: index [7] is out of range for '%x' of shape [4]"),
-            std::string::npos)
+  EXPECT_NE(
+      text.find("launch-options.qd:25:3: error: index [7] is out of range for '%x' of shape [4]"),
+      std::string::npos)
       << text;
   EXPECT_EQ(x, (std::vector<float>{1, 2, 3, 4}));
   args[1].i = 2;
@@ -232,7 +188,7 @@ TEST_P(CApiLaunchOptionsTest, AsyncIsSynchronousWithoutStreams) {
 
 TEST_P(CApiLaunchOptionsTest, GradientLaunchWithOptions) {
   x = {0.5f, 1.0f, 1.5f, 2.0f};
-  std::vector<qd_arg> args = {{"x", QD_ARG_NDARRAY, 0, 0, bx, bgx, nullptr},
+  std::vector<qd_arg> args = {{"seeds", QD_ARG_NDARRAY, 0, 0, bx, bgx, nullptr},
                               {"n", QD_ARG_INT, 0, 1, nullptr, nullptr, nullptr},
                               {"y", QD_ARG_NDARRAY, 0, 0, by, bgy, nullptr}};
   qd_seed seed = {"y", 1.0};
@@ -261,7 +217,7 @@ TEST_P(CApiLaunchOptionsTest, TapeReportsTheAdStackHeap) {
   EXPECT_EQ(code, QD_INVALID_ARGUMENT);
   EXPECT_NE(text.find("a tape launches synchronously"), std::string::npos) << text;
   ASSERT_EQ(message(qd_tape_create(program, backend, nullptr, &tape)), "");
-  std::vector<qd_arg> args = {{"x", QD_ARG_NDARRAY, 0, 0, bx, bgx, nullptr},
+  std::vector<qd_arg> args = {{"seeds", QD_ARG_NDARRAY, 0, 0, bx, bgx, nullptr},
                               {"n", QD_ARG_INT, 0, 3, nullptr, nullptr, nullptr},
                               {"y", QD_ARG_NDARRAY, 0, 0, by, bgy, nullptr}};
   ASSERT_EQ(message(qd_tape_launch(tape, "sinloop", args.size(), args.data())), "");

@@ -21,7 +21,9 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <fstream>
 #include <iostream>
+#include <iterator>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -66,34 +68,12 @@ DONE:
 }
 )";
 
-constexpr const char *kKernels = R"(kernel @twice(%x: ndarray<f32, 1>, %y: ndarray<f32, 1>) {
-  %n = shape %x, 0 : i32
-  parallel for %i = 0 to %n {
-    %v = load %x[%i] : f32
-    %r = add %v, %v : f32
-    store %y[%i], %r
-  }
+/// The kernels (unittests/capi/launch-options.qd, shared with
+/// CApiLaunchOptionsTest).
+std::string kernels() {
+  std::ifstream in(QD_SOURCE_DIR "/unittests/capi/launch-options.qd");
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
-kernel @poke(%x: ndarray<f32, 1>, %k: i32) {
-  %one = const 1 : f32
-  store %x[%k], %one
-}
-kernel @sinloop(%x: ndarray<f32, 1> grad, %n: i32, %y: ndarray<f32, 1> grad) {
-  %len = shape %x, 0 : i32
-  parallel for %i = 0 to %len {
-    %xi = load %x[%i] : f32
-    %v = alloca f32
-    store %v, %xi
-    for %j = 0 to %n {
-      %a = load %v : f32
-      %s = sin %a : f32
-      store %v, %s
-    }
-    %r = load %v : f32
-    store %y[%i], %r
-  }
-}
-)";
 
 constexpr int64_t kN = 1000;
 
@@ -134,7 +114,7 @@ struct Fixture {
         return s;
       *buf = *backend->borrowDeviceArray(ScalarType::F32, {kN}, mem->get());
     }
-    module = *parseModule(kKernels, {"streams.qd", 1});
+    module = *parseModule(kernels(), {"launch-options.qd", 1});
     program = *Program::create(*module);
     return absl::OkStatus();
   }
@@ -279,7 +259,7 @@ TEST(CudaStreamTest, ADeferredIndexErrorSurfacesAtSynchronizeWithItsOwnMessage) 
   absl::Status direct = f.program->launch("poke", bad, *f.backend, sync);
   ASSERT_FALSE(direct.ok());
   EXPECT_NE(std::string(direct.message())
-                .find("streams.qd:11:3: error: index [1005] is out of "
+                .find("launch-options.qd:25:3: error: index [1005] is out of "
                       "range for '%x' of shape [1000]"),
             std::string::npos)
       << direct.message();

@@ -1,59 +1,18 @@
 """qd.LaunchOptions: launch options passed positionally, so that kernel arguments of any
 name (`seeds`, `bounds_checked`, `options`, `kernel`) are kernel arguments; streams refused
 by backends without them; Backend.synchronize; the tape's adstack heap report."""
+import os
+
 import pytest
 
 import qd
 
 np = pytest.importorskip("numpy", reason="NumPy is not installed (Debian: python3-numpy)")
 
-# Arguments named like the launch options of earlier releases.
-NAMES = """kernel @names(%seeds: ndarray<f32, 1>, %bounds_checked: i32, %options: f32,
-                %kernel: ndarray<f32, 1>) {
-  %n = shape %seeds, 0 : i32
-  parallel for %i = 0 to %n {
-    %v = load %seeds[%i] : f32
-    %b = cast %bounds_checked : i32 to f32
-    %w = mul %v, %options : f32
-    %r = add %w, %b : f32
-    store %kernel[%i], %r
-  }
-}
-kernel @poke(%x: ndarray<f32, 1>, %k: i32) {
-  %one = const 1 : f32
-  store %x[%k], %one
-}
-kernel @spin(%n: i32) {
-  %c = alloca i32
-  %zero = const 0 : i32
-  store %c, %zero
-  while {
-    %v = load %c : i32
-    %one = const 1 : i32
-    %w = add %v, %one : i32
-    store %c, %w
-    %done = cmp eq %w, %n : i32
-    if %done {
-      break
-    }
-  }
-}
-kernel @sinloop(%seeds: ndarray<f64, 1> grad, %n: i32, %y: ndarray<f64, 1> grad) {
-  %len = shape %seeds, 0 : i32
-  parallel for %i = 0 to %len {
-    %xi = load %seeds[%i] : f64
-    %v = alloca f64
-    store %v, %xi
-    for %j = 0 to %n {
-      %a = load %v : f64
-      %s = sin %a : f64
-      store %v, %s
-    }
-    %r = load %v : f64
-    store %y[%i], %r
-  }
-}
-"""
+# The kernels (unittests/capi/launch-options.qd, shared with CApiLaunchOptionsTest):
+# @names takes arguments named like launch options of releases before 0.2.
+KERNELS = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "unittests",
+                            "capi", "launch-options.qd")).read()
 
 
 @pytest.fixture(params=["cpu", "interp"])
@@ -62,7 +21,7 @@ def backend(request):
 
 
 def test_arguments_named_like_launch_options(backend):
-    k = qd.Module.parse(NAMES).kernel("names", backend)
+    k = qd.Module.parse(KERNELS).kernel("names", backend)
     seeds = np.arange(4, dtype=np.float32)
     out = np.zeros(4, np.float32)
     k(seeds=seeds, bounds_checked=10, options=2.0, kernel=out)
@@ -73,7 +32,7 @@ def test_arguments_named_like_launch_options(backend):
 
 
 def test_options_object(backend):
-    poke = qd.Module.parse(NAMES).kernel("poke", backend)
+    poke = qd.Module.parse(KERNELS).kernel("poke", backend)
     x = np.zeros(4, np.float32)
     with pytest.raises(qd.Error) as e:
         poke(qd.LaunchOptions(bounds_checked=True), x=x, k=6)
@@ -91,7 +50,7 @@ def test_options_object(backend):
 
 
 def test_streams_are_refused_without_them(backend):
-    poke = qd.Module.parse(NAMES).kernel("poke", backend)
+    poke = qd.Module.parse(KERNELS).kernel("poke", backend)
     x = np.zeros(4, np.float32)
     name = {"cpu": "CPU", "interp": "interpreter"}[backend.name]
     with pytest.raises(qd.Error) as e:
@@ -105,7 +64,7 @@ def test_streams_are_refused_without_them(backend):
 
 
 def test_timeout():
-    spin = qd.Module.parse(NAMES).kernel("spin", qd.backend("interp"))
+    spin = qd.Module.parse(KERNELS).kernel("spin", qd.backend("interp"))
     with pytest.raises(qd.Error) as e:
         spin(qd.LaunchOptions(timeout=0.05), n=-1)
     assert "ran past its timeout of 50 ms" in str(e.value) and e.value.code == 4
@@ -113,35 +72,36 @@ def test_timeout():
 
 
 def test_gradient_launch_with_an_argument_named_seeds(backend):
-    module = qd.Module.parse(NAMES)
+    module = qd.Module.parse(KERNELS)
     module.gradient("sinloop")
     program = qd.Program(module, backend)
-    x = np.linspace(0.1, 1.0, 4)
-    x_grad, y, y_grad = np.zeros(4), np.zeros(4), np.zeros(4)
+    x = np.linspace(0.1, 1.0, 4, dtype=np.float32)
+    x_grad, y, y_grad = (np.zeros(4, np.float32) for _ in range(3))
     program.launch_with_gradient("sinloop", "sinloop_grad", {"y": 1.0},
                                  qd.LaunchOptions(bounds_checked=True),
                                  seeds=qd.Ndarray(x, grad=x_grad), n=1,
                                  y=qd.Ndarray(y, grad=y_grad))
-    np.testing.assert_allclose(y, np.sin(x), rtol=1e-12)
-    np.testing.assert_allclose(x_grad, np.cos(x), rtol=1e-12)
+    np.testing.assert_allclose(y, np.sin(x), rtol=1e-6)
+    np.testing.assert_allclose(x_grad, np.cos(x), rtol=1e-6)
 
 
 def test_tape_launch_with_an_argument_named_kernel_and_heap_report(backend):
-    module = qd.Module.parse(NAMES)
+    module = qd.Module.parse(KERNELS)
     tape = qd.Tape(module, backend)
     seeds = np.arange(4, dtype=np.float32)
     out = np.zeros(4, np.float32)
     tape.launch("names", seeds=seeds, bounds_checked=1, options=2.0, kernel=out)
     np.testing.assert_array_equal(out, 2 * seeds + 1)
-    module2 = qd.Module.parse(NAMES)
+    module2 = qd.Module.parse(KERNELS)
     module2.gradient("sinloop")
     tape2 = qd.Tape(module2, backend)
-    x, xg, y, yg = np.linspace(0.1, 1.0, 4), np.zeros(4), np.zeros(4), np.zeros(4)
+    x = np.linspace(0.1, 1.0, 4, dtype=np.float32)
+    xg, y, yg = (np.zeros(4, np.float32) for _ in range(3))
     tape2.launch("sinloop", seeds=qd.Ndarray(x, grad=xg), n=3, y=qd.Ndarray(y, grad=yg))
     tape2.backward([(yg, 1.0)])
     memory = tape2.memory()
     if backend.name == "interp":
         assert memory["adstack_heap_bytes"] is None and memory["adstack_heap_threads"] is None
-    else:  # three pushes of 8 bytes per thread at least
+    else:  # three pushes of 4 bytes per thread at least
         assert memory["adstack_heap_threads"] >= 1
-        assert memory["adstack_heap_bytes"] >= 24 * memory["adstack_heap_threads"]
+        assert memory["adstack_heap_bytes"] >= 12 * memory["adstack_heap_threads"]

@@ -69,6 +69,10 @@ public:
         blockSize_(blockSize), maxThreads_(maxThreads), localTapeBytes_(localTapeBytes),
         localTapeBytesPerSm_(localTapeBytesPerSm) {}
 
+  /// Waits for the launches in flight: they use the heap and the launch
+  /// block freed with the runtime.
+  ~GpuRuntime() override { (void)queue_->waitAll(); }
+
   const Device &device() const { return *device_; }
   /// Launch-block uploads skipped because the device held them already.
   int64_t skippedUploads() const;
