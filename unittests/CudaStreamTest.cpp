@@ -41,28 +41,28 @@ constexpr const char *kGatePtx = R"(.version 6.0
 .address_size 64
 .visible .entry qd_test_gate(.param .u64 flag, .param .u64 out, .param .u64 n,
                              .param .u64 value) {
-  .reg .pred %p;
-  .reg .b32 %v, %w;
-  .reg .b64 %f, %o, %n, %i, %a, %x;
-  ld.param.u64 %f, [flag];
-  ld.param.u64 %o, [out];
-  ld.param.u64 %n, [n];
-  ld.param.u64 %x, [value];
-  cvt.u32.u64 %w, %x;
+  .reg .pred %gp;
+  .reg .b32 %gv, %gw;
+  .reg .b64 %gf, %go, %gn, %gi, %ga, %gx;
+  ld.param.u64 %gf, [flag];
+  ld.param.u64 %go, [out];
+  ld.param.u64 %gn, [n];
+  ld.param.u64 %gx, [value];
+  cvt.u32.u64 %gw, %gx;
 WAIT:
-  ld.volatile.global.u32 %v, [%f];
-  setp.eq.u32 %p, %v, 0;
-  @%p bra WAIT;
-  mov.u64 %i, 0;
-  setp.ge.u64 %p, %i, %n;
-  @%p bra DONE;
+  ld.volatile.global.u32 %gv, [%gf];
+  setp.eq.u32 %gp, %gv, 0;
+  @%gp bra WAIT;
+  mov.u64 %gi, 0;
+  setp.ge.u64 %gp, %gi, %gn;
+  @%gp bra DONE;
 LOOP:
-  shl.b64 %a, %i, 2;
-  add.u64 %a, %o, %a;
-  st.global.u32 [%a], %w;
-  add.u64 %i, %i, 1;
-  setp.lt.u64 %p, %i, %n;
-  @%p bra LOOP;
+  shl.b64 %ga, %gi, 2;
+  add.u64 %ga, %go, %ga;
+  st.global.u32 [%ga], %gw;
+  add.u64 %gi, %gi, 1;
+  setp.lt.u64 %gp, %gi, %gn;
+  @%gp bra LOOP;
 DONE:
   ret;
 }

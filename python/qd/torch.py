@@ -31,7 +31,7 @@ _lock = threading.Lock()
 
 def backend(device):
     """The qd backend qd.torch runs tensors of torch `device` on, made once: "cpu" for CPU
-    tensors, "cuda" on the tensor's GPU for CUDA tensors."""
+    tensors, "cuda" on the tensor's GPU for CUDA tensors ("amdgpu" under ROCm's PyTorch)."""
     device = torch.device(device)
     if device.type == "cuda" and device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())
@@ -39,8 +39,9 @@ def backend(device):
     with _lock:
         b = _backends.get(key)
         if b is None:
+            gpu = "amdgpu" if getattr(torch.version, "hip", None) else "cuda"  # ROCm's torch
             b = _backends[key] = make_backend("cpu") if device.type == "cpu" else \
-                make_backend("cuda", device=device.index)
+                make_backend(gpu, device=device.index)
     return b
 
 
