@@ -8,6 +8,8 @@
 //===----------------------------------------------------------------------===//
 #include "qd-c/qd.h"
 
+#include "capi/CApiStatus.h"
+
 #include <dlpack/dlpack.h>
 #include <gtest/gtest.h>
 
@@ -16,18 +18,8 @@
 
 namespace {
 
-/// The message of `status` (which it frees), "" for success.
-std::string message(qd_status status) {
-  std::string text = qd_status_message(status);
-  qd_status_free(status);
-  return text;
-}
-
-/// The code of `status` and its message, freeing it.
-std::pair<qd_status_code, std::string> take(qd_status status) {
-  qd_status_code code = qd_status_get_code(status);
-  return {code, message(status)};
-}
+using qd::capitest::message;
+using qd::capitest::take;
 
 constexpr const char *kScale = R"(kernel @scale(%a: f32, %x: ndarray<f32, 1>, %y: ndarray<f32, 1>) {
   %n = shape %x, 0 : i32

@@ -9,8 +9,9 @@
  * call. A program keeps its module alive; a buffer of a program's field
  * keeps the program alive. Using a freed buffer handle is detected: the
  * call fails with FAILED_PRECONDITION ("buffer #7 was freed"), it does not
- * touch freed memory. Launches are synchronous: a launch returns once the
- * kernel has finished and its results are readable.
+ * touch freed memory. Launches are synchronous (a launch returns once the
+ * kernel has finished and its results are readable) unless they ask for
+ * QD_LAUNCH_ASYNC on a GPU backend: see qd_launch_options.
  *
  *===----------------------------------------------------------------------===*/
 #ifndef QD_C_RUNTIME_H
@@ -43,6 +44,11 @@ QD_C_API const char *qd_backend_name(qd_backend backend);
 /* The adstack sizing report of `kernel` on this backend (docs/sizing.md):
  * per stack its bound, tier and method, and where the last launch put it. */
 QD_C_API qd_status qd_backend_sizing_report(qd_backend backend, qd_kernel kernel, char **out);
+/* Waits for the backend's asynchronous launches (QD_LAUNCH_ASYNC) and
+ * returns the first error one of them reported, with the message the
+ * launch would have returned, marked as reported late. NULL when all
+ * succeeded, and on backends whose launches are all synchronous. */
+QD_C_API qd_status qd_backend_synchronize(qd_backend backend);
 
 /* ---- buffers ------------------------------------------------------------- */
 
@@ -113,6 +119,45 @@ typedef struct qd_arg {
 
 /* Flags of a launch (LaunchOptions). */
 #define QD_LAUNCH_BOUNDS_CHECKED 1u /* out-of-range indices are errors */
+/* Return once the launch is queued, without waiting for its kernels (GPU
+ * backends; others run the launch synchronously). What the kernels report
+ * (an index out of range, an adstack overflow) is returned later, with
+ * the same message, by the first call on the backend that waits for the
+ * launch: qd_backend_synchronize, a launch without the flag, or a launch
+ * that must wait (docs/runtime.md, "Asynchronous launches"). */
+#define QD_LAUNCH_ASYNC 2u
+
+/* Launch options beyond the flags (qd::LaunchOptions). Start from
+ * qd_launch_options_default(), which sets `size`, and change what you
+ * need: `size` says which version of the struct the caller was compiled
+ * with (a later minor version may append fields and reads only those the
+ * size covers). */
+typedef struct qd_launch_options {
+  uint32_t size;  /* sizeof(qd_launch_options) */
+  uint32_t flags; /* QD_LAUNCH_* */
+  /* The stream the launch goes on, after the caller's work queued there:
+   * a CUstream (cuda) or hipStream_t (amdgpu); NULL: the backend's own.
+   * Other backends refuse a non-NULL stream (INVALID_ARGUMENT). */
+  void *stream;
+  /* Stop the launch after this many nanoseconds (0: no limit), with
+   * QD_DEADLINE_EXCEEDED naming the loop; such a launch is synchronous. */
+  uint64_t timeout_ns;
+  /* Capacity of capacity-0 adstacks the sizing gives none (0: 256). */
+  int64_t default_adstack_capacity;
+  /* Capacity of stacks measured at launch at a kernel's first optimistic
+   * launch (0: that launch counts first). */
+  int64_t optimistic_initial_capacity;
+  /* Stacks measured at launch: -1 the backend's choice, 0 count before
+   * every launch, 1 the optimistic launch (docs/sizing.md). */
+  int32_t optimistic_adstacks;
+  /* Non-zero (the default): size capacity-0 adstacks before the launch;
+   * 0: every such stack gets default_adstack_capacity. */
+  int32_t size_adstacks;
+} qd_launch_options;
+
+/* The defaults: size set, no flags, no stream, no timeout, the sizing's
+ * default capacity, the backend's choice of measuring, sizing on. */
+QD_C_API qd_launch_options qd_launch_options_default(void);
 
 /* Launches kernel `kernel` with `nargs` arguments by name on `backend`:
  * every argument once, in any order. Errors name the kernel and the
@@ -121,6 +166,12 @@ typedef struct qd_arg {
  * index out of range). */
 QD_C_API qd_status qd_program_launch(qd_program program, qd_backend backend, const char *kernel,
                                      size_t nargs, const qd_arg *args, unsigned flags);
+/* qd_program_launch with `options` (NULL: qd_launch_options_default()).
+ * INVALID_ARGUMENT for a `size` this library does not know. */
+QD_C_API qd_status qd_program_launch_with_options(qd_program program, qd_backend backend,
+                                                  const char *kernel, size_t nargs,
+                                                  const qd_arg *args,
+                                                  const qd_launch_options *options);
 
 /* A consumed adjoint (see qd_kernel_gradient_adjoints) and its seed. */
 typedef struct qd_seed {
@@ -135,6 +186,12 @@ QD_C_API qd_status qd_program_launch_with_gradient(qd_program program, qd_backen
                                                    const char *forward, const char *gradient,
                                                    size_t nargs, const qd_arg *args, size_t nseeds,
                                                    const qd_seed *seeds, unsigned flags);
+/* qd_program_launch_with_gradient with `options` (NULL: the defaults). The
+ * adjoints are zeroed and seeded on the host first, which waits for the
+ * launches before; the two launches may then be asynchronous. */
+QD_C_API qd_status qd_program_launch_with_gradient_options(
+    qd_program program, qd_backend backend, const char *forward, const char *gradient, size_t nargs,
+    const qd_arg *args, size_t nseeds, const qd_seed *seeds, const qd_launch_options *options);
 
 #ifdef __cplusplus
 }

@@ -43,7 +43,8 @@ typedef struct qd_tape_options {
   /* Non-zero: a buffer the tape needs that changed from outside the tape
    * is an error naming it and the launch. */
   int check_unchanged;
-  /* Flags of every launch the tape makes (QD_LAUNCH_BOUNDS_CHECKED). */
+  /* Flags of every launch the tape makes (QD_LAUNCH_BOUNDS_CHECKED; a tape
+   * launches synchronously, so QD_LAUNCH_ASYNC is refused). */
   unsigned launch_flags;
 } qd_tape_options;
 
@@ -101,6 +102,11 @@ typedef struct qd_tape_memory {
 } qd_tape_memory;
 
 QD_C_API qd_status qd_tape_memory_report(qd_tape tape, qd_tape_memory *out);
+/* The adstack heap of the backend's last launch (TapeMemory::adStackHeap):
+ * its bytes and the threads it was laid out for (GPU threads, CPU
+ * workers); both -1 for a backend without one (the interpreter). Either
+ * pointer may be NULL. */
+QD_C_API qd_status qd_tape_adstack_heap(qd_tape tape, int64_t *bytes, int64_t *threads);
 /* The number of launches recorded. */
 QD_C_API qd_status qd_tape_size(qd_tape tape, size_t *out);
 /* Forgets every launch and copy (the buffers keep their contents). */

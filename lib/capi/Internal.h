@@ -17,6 +17,7 @@
 #include <absl/status/status.h>
 
 #include <memory>
+#include <mutex>
 #include <new>
 #include <optional>
 #include <string>
@@ -32,8 +33,14 @@ struct qd_module_s {
 };
 
 struct qd_backend_s {
+  qd_backend_s(std::unique_ptr<qd::Backend> b, std::string n)
+      : backend(std::move(b)), name(std::move(n)) {}
   std::unique_ptr<qd::Backend> backend;
   std::string name;
+  /// The modules of asynchronous launches not synchronised yet: decoding
+  /// their reports names their kernels and statements (guarded by `mutex`).
+  std::mutex mutex;
+  std::vector<std::shared_ptr<qd::Module>> asyncModules;
 };
 
 struct qd_program_s {
@@ -130,5 +137,12 @@ absl::StatusOr<qd::Kernel *> moduleKernel(const char *call, const qd::Module &mo
                                           const char *name);
 /// The LaunchOptions of QD_LAUNCH_* `flags`.
 qd::LaunchOptions launchOptions(unsigned flags);
+/// The LaunchOptions of `options` (NULL: the defaults); InvalidArgument
+/// naming `call` for a size this library does not know.
+absl::StatusOr<qd::LaunchOptions> launchOptions(const char *call, const qd_launch_options *options);
+/// Keeps `module` alive on `backend` until qd_backend_synchronize when
+/// `options` is asynchronous.
+void keepForAsync(qd_backend backend, const std::shared_ptr<qd::Module> &module,
+                  const qd::LaunchOptions &options);
 
 } // namespace qd::capi

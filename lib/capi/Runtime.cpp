@@ -11,6 +11,8 @@
 #include <absl/strings/str_join.h>
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstring>
 
 using namespace qd::capi;
@@ -127,7 +129,49 @@ absl::StatusOr<qd::Kernel *> moduleKernel(const char *call, const qd::Module &mo
 qd::LaunchOptions launchOptions(unsigned flags) {
   qd::LaunchOptions options;
   options.boundsChecked = (flags & QD_LAUNCH_BOUNDS_CHECKED) != 0;
+  options.async = (flags & QD_LAUNCH_ASYNC) != 0;
   return options;
+}
+
+absl::StatusOr<qd::LaunchOptions> launchOptions(const char *call,
+                                                const qd_launch_options *options) {
+  if (!options)
+    return qd::LaunchOptions();
+  const qd_launch_options &o = *options;
+  if (o.size != sizeof(qd_launch_options))
+    return absl::InvalidArgumentError(fmt::format(
+        "{}: options->size is {}, but this library ({}) takes a qd_launch_options of {} bytes; "
+        "start from qd_launch_options_default(), which sets it",
+        call, o.size, qd_version(), sizeof(qd_launch_options)));
+  if (o.optimistic_adstacks < -1 || o.optimistic_adstacks > 1)
+    return absl::InvalidArgumentError(
+        fmt::format("{}: options->optimistic_adstacks is {}; pass -1 (the backend's choice), 0 "
+                    "(count) or 1 (optimistic)",
+                    call, o.optimistic_adstacks));
+  if (o.default_adstack_capacity < 0 || o.optimistic_initial_capacity < 0)
+    return absl::InvalidArgumentError(fmt::format("{}: options->{} is negative", call,
+                                                  o.default_adstack_capacity < 0
+                                                      ? "default_adstack_capacity"
+                                                      : "optimistic_initial_capacity"));
+  qd::LaunchOptions l = launchOptions(o.flags);
+  l.stream = o.stream;
+  l.timeout = std::chrono::nanoseconds(int64_t(std::min<uint64_t>(o.timeout_ns, INT64_MAX)));
+  l.defaultAdStackCapacity = o.default_adstack_capacity;
+  l.optimisticInitialCapacity = o.optimistic_initial_capacity;
+  if (o.optimistic_adstacks >= 0)
+    l.optimisticAdStacks = o.optimistic_adstacks == 1;
+  l.sizeAdStacks = o.size_adstacks != 0;
+  return l;
+}
+
+void keepForAsync(qd_backend backend, const std::shared_ptr<qd::Module> &module,
+                  const qd::LaunchOptions &options) {
+  if (!options.async)
+    return;
+  std::lock_guard<std::mutex> lock(backend->mutex);
+  auto &kept = backend->asyncModules;
+  if (std::find(kept.begin(), kept.end(), module) == kept.end())
+    kept.push_back(module);
 }
 
 } // namespace qd::capi
@@ -344,29 +388,37 @@ qd_status qd_program_field(qd_program program, const char *name, qd_component co
   });
 }
 
-qd_status qd_program_launch(qd_program program, qd_backend backend, const char *kernel,
-                            size_t nargs, const qd_arg *args, unsigned flags) {
-  constexpr const char *call = "qd_program_launch";
+} // extern "C"
+
+namespace {
+
+qd_status launchProgram(const char *call, qd_program program, qd_backend backend,
+                        const char *kernel, size_t nargs, const qd_arg *args,
+                        const absl::StatusOr<qd::LaunchOptions> &options) {
   return guard(call, [&]() -> qd_status {
     if (!program || !backend)
       return nullArgument(call, !program ? "program" : "backend");
+    if (!options.ok())
+      return toStatus(options.status());
     auto k = moduleKernel(call, *program->module, kernel);
     if (!k.ok())
       return toStatus(k.status());
     auto launch = launchArgs(call, **k, nargs, args);
     if (!launch.ok())
       return toStatus(launch.status());
-    return toStatus(program->program->launchByName(kernel, launch->named, *backend->backend,
-                                                   launchOptions(flags)));
+    keepForAsync(backend, program->module, *options);
+    return toStatus(
+        program->program->launchByName(kernel, launch->named, *backend->backend, *options));
   });
 }
 
-qd_status qd_program_launch_with_gradient(qd_program program, qd_backend backend,
-                                          const char *forward, const char *gradient, size_t nargs,
-                                          const qd_arg *args, size_t nseeds, const qd_seed *seeds,
-                                          unsigned flags) {
-  constexpr const char *call = "qd_program_launch_with_gradient";
+qd_status launchWithGradient(const char *call, qd_program program, qd_backend backend,
+                             const char *forward, const char *gradient, size_t nargs,
+                             const qd_arg *args, size_t nseeds, const qd_seed *seeds,
+                             const absl::StatusOr<qd::LaunchOptions> &options) {
   return guard(call, [&]() -> qd_status {
+    if (!options.ok())
+      return toStatus(options.status());
     if (!program || !backend)
       return nullArgument(call, !program ? "program" : "backend");
     if (nseeds > 0 && !seeds)
@@ -384,9 +436,65 @@ qd_status qd_program_launch_with_gradient(qd_program program, qd_backend backend
         return error(QD_INVALID_ARGUMENT, fmt::format("{}: seeds[{}].name is NULL", call, i));
       adjointSeeds.push_back({seeds[i].name, seeds[i].value});
     }
+    keepForAsync(backend, program->module, *options);
     return toStatus(qd::launchWithGradient(*program->program, **fwd, **grad, launch->ordered,
-                                           adjointSeeds, *backend->backend, launchOptions(flags)));
+                                           adjointSeeds, *backend->backend, *options));
   });
+}
+
+} // namespace
+
+extern "C" {
+
+qd_launch_options qd_launch_options_default(void) {
+  qd_launch_options o{};
+  o.size = sizeof(qd_launch_options);
+  o.optimistic_adstacks = -1;
+  o.size_adstacks = 1;
+  return o;
+}
+
+qd_status qd_backend_synchronize(qd_backend backend) {
+  constexpr const char *call = "qd_backend_synchronize";
+  return guard(call, [&]() -> qd_status {
+    if (!backend)
+      return nullArgument(call, "backend");
+    qd_status s = toStatus(backend->backend->synchronize());
+    std::lock_guard<std::mutex> lock(backend->mutex);
+    backend->asyncModules.clear();
+    return s;
+  });
+}
+
+qd_status qd_program_launch(qd_program program, qd_backend backend, const char *kernel,
+                            size_t nargs, const qd_arg *args, unsigned flags) {
+  return launchProgram("qd_program_launch", program, backend, kernel, nargs, args,
+                       launchOptions(flags));
+}
+
+qd_status qd_program_launch_with_options(qd_program program, qd_backend backend, const char *kernel,
+                                         size_t nargs, const qd_arg *args,
+                                         const qd_launch_options *options) {
+  constexpr const char *call = "qd_program_launch_with_options";
+  return launchProgram(call, program, backend, kernel, nargs, args, launchOptions(call, options));
+}
+
+qd_status qd_program_launch_with_gradient(qd_program program, qd_backend backend,
+                                          const char *forward, const char *gradient, size_t nargs,
+                                          const qd_arg *args, size_t nseeds, const qd_seed *seeds,
+                                          unsigned flags) {
+  return launchWithGradient("qd_program_launch_with_gradient", program, backend, forward, gradient,
+                            nargs, args, nseeds, seeds, launchOptions(flags));
+}
+
+qd_status qd_program_launch_with_gradient_options(qd_program program, qd_backend backend,
+                                                  const char *forward, const char *gradient,
+                                                  size_t nargs, const qd_arg *args, size_t nseeds,
+                                                  const qd_seed *seeds,
+                                                  const qd_launch_options *options) {
+  constexpr const char *call = "qd_program_launch_with_gradient_options";
+  return launchWithGradient(call, program, backend, forward, gradient, nargs, args, nseeds, seeds,
+                            launchOptions(call, options));
 }
 
 } // extern "C"

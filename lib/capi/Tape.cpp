@@ -93,6 +93,12 @@ qd_status qd_tape_create(qd_program program, qd_backend backend, const qd_tape_o
     if (!program || !backend || !out)
       return nullArgument(call, !program ? "program" : !backend ? "backend" : "out");
     qd_tape_options o = options ? *options : qd_tape_options_default();
+    if (o.launch_flags & QD_LAUNCH_ASYNC)
+      return error(QD_INVALID_ARGUMENT,
+                   fmt::format("{}: options->launch_flags has QD_LAUNCH_ASYNC, but a tape "
+                               "launches synchronously (it reads and copies buffers between "
+                               "launches); leave the flag out",
+                               call));
     qd::LaunchTapeOptions opts;
     opts.launch = launchOptions(o.launch_flags);
     opts.snapshots = o.snapshots != 0;
@@ -143,6 +149,18 @@ qd_status qd_tape_memory_report(qd_tape tape, qd_tape_memory *out) {
       return nullArgument(call, "out");
     qd::TapeMemory m = t.tape->memory();
     *out = {m.heldBytes, m.peakBytes, m.checkpointInterval, m.checkpoints};
+    return nullptr;
+  });
+}
+
+qd_status qd_tape_adstack_heap(qd_tape tape, int64_t *bytes, int64_t *threads) {
+  constexpr const char *call = "qd_tape_adstack_heap";
+  return withTape(call, tape, [&](qd_tape_s &t) -> qd_status {
+    std::optional<qd::AdStackHeapUsage> heap = t.tape->memory().adStackHeap;
+    if (bytes)
+      *bytes = heap ? heap->bytes : -1;
+    if (threads)
+      *threads = heap ? heap->threads : -1;
     return nullptr;
   });
 }

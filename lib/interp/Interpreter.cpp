@@ -420,6 +420,8 @@ absl::Status Interpreter::launch(Program &program, const Kernel &kernel,
   capacities_.clear();
   if (absl::Status s = validateLaunchArgs(kernel, args); !s.ok())
     return s;
+  if (absl::Status s = refuseLaunchStream(kernel, options, "interpreter"); !s.ok())
+    return s;
   if (absl::Status s = syncLaunchBuffersToHost(program, kernel, args); !s.ok())
     return s;
   Execution execution(program, kernel, args, options, maxDepths_, capacities_);

@@ -16,17 +16,18 @@ import struct
 
 from . import _arrays
 from ._arrays import DTYPE_NAMES
-from ._lib import ARG_FLOAT, ARG_INT, ARG_NDARRAY, Arg, ArgInfo, Error, Seed, TapeMemory, \
-    TapeOptions, TapeSeed, check, lib, take_string
+from ._lib import ARG_FLOAT, ARG_INT, ARG_NDARRAY, LAUNCH_ASYNC, LAUNCH_BOUNDS_CHECKED, Arg, \
+    ArgInfo, Error, LaunchOptionsC, Seed, TapeMemory, TapeOptions, TapeSeed, check, lib, \
+    take_string
 
 __all__ = ["Error", "Module", "Backend", "Program", "Kernel", "Ndarray", "Buffer", "Tape",
-           "backend", "backends", "version", "check_gradient"]
+           "LaunchOptions", "backend", "backends", "version", "check_gradient"]
 
 _GRAD, _DUAL = 1, 2
 
 
 def version():
-    """The version of the loaded libqd-c ("0.1.0")."""
+    """The version of the loaded libqd-c ("0.2.0")."""
     return lib.qd_version().decode()
 
 
@@ -168,6 +169,11 @@ class Backend(_Handle):
         """The adstack sizing report of `kernel` (docs/sizing.md)."""
         return _string(lib.qd_backend_sizing_report, self.handle, module._kernel_handle(kernel))
 
+    def synchronize(self):
+        """Waits for the backend's asynchronous launches and raises the first error one of
+        them reported (its own message, marked as reported late)."""
+        check(lib.qd_backend_synchronize(self.handle))
+
     def __repr__(self):
         return f"qd.backend({self.name!r})"
 
@@ -242,6 +248,87 @@ class Buffer(_Handle):
         return np.frombuffer(raw, dtype).reshape(shape)
 
 
+class LaunchOptions:
+    """Options of one launch, passed before the kernel's arguments (positionally, so that
+    no kernel argument name collides with them): k(qd.LaunchOptions(bounds_checked=True),
+    x=..., seeds=...).
+
+    bounds_checked: out-of-range indices are errors naming the statement.
+    stream: the stream the launch goes on, after the work queued there: a
+      torch.cuda.Stream (or anything with .cuda_stream) or a raw CUstream/hipStream_t
+      handle (0: the backend's own). None: for CUDA tensors on a GPU backend, PyTorch's
+      current stream of their device; else the backend's own.
+    asynchronous: return without waiting for the kernels (GPU backends); errors they report
+      are raised by the next call that waits (Backend.synchronize, or a synchronous
+      launch). None: asynchronous when the launch has a stream (CUDA tensors, or one given).
+    timeout: seconds after which the launch stops (None: no limit); such a launch waits.
+    default_adstack_capacity, optimistic_adstacks (None: the backend's choice),
+    optimistic_initial_capacity, size_adstacks: adstack sizing (docs/sizing.md).
+    """
+
+    __slots__ = ("bounds_checked", "stream", "asynchronous", "timeout",
+                 "default_adstack_capacity", "optimistic_adstacks",
+                 "optimistic_initial_capacity", "size_adstacks")
+
+    def __init__(self, bounds_checked=False, stream=None, asynchronous=None, timeout=None,
+                 default_adstack_capacity=0, optimistic_adstacks=None,
+                 optimistic_initial_capacity=0, size_adstacks=True):
+        self.bounds_checked, self.stream, self.asynchronous = bounds_checked, stream, asynchronous
+        self.timeout, self.default_adstack_capacity = timeout, default_adstack_capacity
+        self.optimistic_adstacks = optimistic_adstacks
+        self.optimistic_initial_capacity = optimistic_initial_capacity
+        self.size_adstacks = size_adstacks
+
+    def _c(self, device):
+        """The qd_launch_options of a launch whose CUDA tensors are on torch `device` (None:
+        it has none)."""
+        c = lib.qd_launch_options_default()
+        stream = self.stream
+        if stream is None and device is not None:
+            import torch
+            stream = torch.cuda.current_stream(device).cuda_stream
+        stream = getattr(stream, "cuda_stream", stream)
+        asynchronous = self.asynchronous
+        if asynchronous is None:
+            asynchronous = stream is not None
+        c.flags = (LAUNCH_BOUNDS_CHECKED if self.bounds_checked else 0) | \
+            (LAUNCH_ASYNC if asynchronous else 0)
+        c.stream = stream or None
+        c.timeout_ns = 0 if self.timeout is None else max(1, int(self.timeout * 1e9))
+        c.default_adstack_capacity = self.default_adstack_capacity
+        c.optimistic_initial_capacity = self.optimistic_initial_capacity
+        c.optimistic_adstacks = -1 if self.optimistic_adstacks is None else \
+            int(bool(self.optimistic_adstacks))
+        c.size_adstacks = int(bool(self.size_adstacks))
+        return c
+
+
+_DEFAULT_OPTIONS = LaunchOptions()
+
+
+def _launch_options(what, options, device):
+    """A pointer to the qd_launch_options of `options` (None: the defaults) for a launch
+    whose CUDA tensors are on `device`, or None for the C API's defaults."""
+    if options is None:
+        if device is None:
+            return None
+        options = _DEFAULT_OPTIONS
+    elif not isinstance(options, LaunchOptions):
+        raise Error(f"{what}: launch options must be a qd.LaunchOptions, not a "
+                    f"{type(options).__name__}; pass kernel arguments by name", 3)
+    return ctypes.byref(options._c(device))
+
+
+def _option_hint(kernel, error, args):
+    """`error` with a hint where a keyword that used to be a launch option was given."""
+    old = [n for n in ("bounds_checked", "seeds") if n in args and
+           n not in {a.name for a in kernel.arguments}]
+    if not old:
+        return error
+    return Error(f"{error} (launch options are no keyword arguments: pass "
+                 f"qd.LaunchOptions({old[0]}=...) before the kernel's arguments)", error.code)
+
+
 class Ndarray:
     """An ndarray argument with companions: Ndarray(x, grad=x_grad, dual=None)."""
 
@@ -265,16 +352,18 @@ class Program(_Handle):
     def kernel(self, name):
         return Kernel(self, name)
 
-    def launch_with_gradient(self, forward, gradient, seeds, bounds_checked=False, **args):
+    def launch_with_gradient(self, forward, gradient, seeds, options=None, /, **args):
         """Launches `forward`, then `gradient` with the same arguments, after zeroing the
-        adjoints the gradient adds into and seeding those it reads ({"loss": 1.0})."""
+        adjoints the gradient adds into and seeding those it reads ({"loss": 1.0}); `options`
+        a qd.LaunchOptions."""
         seed_array = (Seed * len(seeds))(*[Seed(k.encode(), float(v)) for k, v in seeds.items()])
         kernel = self.kernel(forward)
-        packed, owned = _pack(kernel, args)
+        packed, owned, device = _pack(kernel, args)
         try:
+            c = _launch_options("launch_with_gradient", options, device)
             check(_launch_with_gradient(self.handle, self.backend.handle, kernel._name,
                                         gradient.encode(), len(args), packed, len(seeds),
-                                        seed_array, int(bounds_checked)))
+                                        seed_array, c))
         finally:
             for handle in owned:
                 lib.qd_buffer_free(handle)
@@ -294,11 +383,17 @@ class Kernel:
         for a in self.arguments:
             self._name_address(a.name)
 
-    def __call__(self, bounds_checked=False, **args):
-        packed, owned = _pack(self, args)
+    def __call__(self, options=None, /, **args):
+        """Launches the kernel with `args` by name; `options` a qd.LaunchOptions (CUDA
+        tensors: asynchronous on PyTorch's current stream by default)."""
+        packed, owned, device = _pack(self, args)
         try:
+            c = None if options is None and device is None else \
+                _launch_options(f"kernel @{self.name}", options, device)
             check(_launch(self.program.handle, self.program.backend.handle, self._name,
-                          len(args), packed, int(bounds_checked)))
+                          len(args), packed, c))
+        except Error as e:
+            raise _option_hint(self, e, args) from None
         finally:
             for handle in owned:
                 lib.qd_buffer_free(handle)
@@ -346,13 +441,13 @@ class Tape(_Handle):
         self.program = source  # the backend and the arrays must outlive the C tape
         self._kernels, self._arrays = {}, []
 
-    def launch(self, kernel, **args):
+    def launch(self, kernel, /, **args):
         """Runs kernel `kernel` with `args` (as a Kernel call takes them) and records it. The
         tape keeps the arrays: pass the same array object for the same state in every launch."""
         k = self._kernels.get(kernel)
         if k is None:
             k = self._kernels[kernel] = self.program.kernel(kernel)
-        packed, owned = _pack(k, args)
+        packed, owned, _ = _pack(k, args)
         try:
             check(_tape_launch(self.handle, k._name, len(args), packed))
         finally:
@@ -374,10 +469,17 @@ class Tape(_Handle):
         check(lib.qd_tape_jvp(self.handle, len(array), array))
 
     def memory(self):
-        """{"held_bytes", "peak_bytes", "checkpoint_interval", "checkpoints"}."""
+        """{"held_bytes", "peak_bytes", "checkpoint_interval", "checkpoints",
+        "adstack_heap_bytes", "adstack_heap_threads"}: the last two describe the backend's last
+        launch (None for a backend without an adstack heap, the interpreter)."""
         out = TapeMemory()
         check(lib.qd_tape_memory_report(self.handle, ctypes.byref(out)))
-        return {name: getattr(out, name) for name, _ in TapeMemory._fields_}
+        report = {name: getattr(out, name) for name, _ in TapeMemory._fields_}
+        heap, threads = ctypes.c_int64(), ctypes.c_int64()
+        check(lib.qd_tape_adstack_heap(self.handle, ctypes.byref(heap), ctypes.byref(threads)))
+        report["adstack_heap_bytes"] = heap.value if heap.value >= 0 else None
+        report["adstack_heap_threads"] = threads.value if threads.value >= 0 else None
+        return report
 
     def __len__(self):
         out = ctypes.c_size_t()
@@ -419,15 +521,16 @@ def _handle_of(what, value, backend, keep):
     return handle
 
 
-# qd_program_launch and qd_program_launch_with_gradient taking the qd_arg array as bytes
-# that _pack laid out (a qd_arg is {char *, int, double, int64_t, 3 handles}: 56 bytes).
+# qd_program_launch_with_options and qd_program_launch_with_gradient_options taking the
+# qd_arg array as bytes that _pack laid out (a qd_arg is {char *, int, double, int64_t,
+# 3 handles}: 56 bytes) and the options as a pointer (None: the defaults).
 _launch = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p,
                            ctypes.c_size_t, ctypes.c_char_p,
-                           ctypes.c_uint)(("qd_program_launch", lib))
+                           ctypes.c_void_p)(("qd_program_launch_with_options", lib))
 _launch_with_gradient = ctypes.CFUNCTYPE(
     ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p,
     ctypes.c_size_t, ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(Seed),
-    ctypes.c_uint)(("qd_program_launch_with_gradient", lib))
+    ctypes.c_void_p)(("qd_program_launch_with_gradient_options", lib))
 _tape_launch = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p,
                                ctypes.c_size_t, ctypes.c_char_p)(("qd_tape_launch", lib))
 _LAYOUTS = {}
@@ -442,10 +545,13 @@ def _layout(n):
 
 
 def _pack(kernel, values):
-    """The qd_arg array of a launch of `kernel` with `values` as bytes, and the buffer handles
-    made for this launch alone (the caller frees them)."""
+    """The qd_arg array of a launch of `kernel` with `values` as bytes, the buffer handles
+    made for this launch alone (the caller frees them) and the torch device of its first CUDA
+    tensor on a GPU backend (None: it has none)."""
     fields, owned = [], []
     backend = kernel.program.backend
+    device = None
+    gpu = backend.name in _GPU_BACKENDS
     try:
         for name, value in values.items():
             address = kernel._name_address(name)[1]
@@ -455,6 +561,8 @@ def _pack(kernel, values):
             elif kind is int or kind is bool:
                 fields += (address, ARG_INT, 0.0, int(value), 0, 0, 0)
             elif kind is Ndarray:
+                if gpu and device is None:
+                    device = _cuda_device(value.primal)
                 fields += (address, ARG_NDARRAY, 0.0, 0,
                            _handle(kernel, name, value.primal, backend, owned),
                            _handle(kernel, name + ".grad", value.grad, backend, owned),
@@ -471,13 +579,23 @@ def _pack(kernel, values):
                             f"{kernel._scalars[name]}; pass a number, not a value of type "
                             f"{type(value).__name__}", 3)
             else:
+                if gpu and device is None:
+                    device = _cuda_device(value)
                 fields += (address, ARG_NDARRAY, 0.0, 0,
                            _handle(kernel, name, value, backend, owned), 0, 0)
     except BaseException:
         for handle in owned:
             lib.qd_buffer_free(handle)
         raise
-    return _layout(len(values)).pack(*fields), owned
+    return _layout(len(values)).pack(*fields), owned, device
+
+
+_GPU_BACKENDS = ("cuda", "amdgpu")
+
+
+def _cuda_device(value):
+    """The torch device of a CUDA tensor, else None."""
+    return value.device if getattr(value, "is_cuda", False) else None
 
 
 def _handle(kernel, what, value, backend, owned):

@@ -76,6 +76,17 @@ class TapeMemory(ctypes.Structure):
                 ("checkpoint_interval", ctypes.c_int64), ("checkpoints", ctypes.c_int64)]
 
 
+class LaunchOptionsC(ctypes.Structure):
+    _fields_ = [("size", ctypes.c_uint32), ("flags", ctypes.c_uint32),
+                ("stream", ctypes.c_void_p), ("timeout_ns", ctypes.c_uint64),
+                ("default_adstack_capacity", ctypes.c_int64),
+                ("optimistic_initial_capacity", ctypes.c_int64),
+                ("optimistic_adstacks", ctypes.c_int32), ("size_adstacks", ctypes.c_int32)]
+
+
+LAUNCH_BOUNDS_CHECKED, LAUNCH_ASYNC = 1, 2
+
+
 class CheckValue(ctypes.Structure):
     _fields_ = [("name", c_str), ("is_field", ctypes.c_int), ("ndim", ctypes.c_int),
                 ("shape", ctypes.POINTER(ctypes.c_int64)),
@@ -119,6 +130,8 @@ _SIGNATURES = {
     "qd_backend_free": (None, [c_handle]),
     "qd_backend_name": (c_str, [c_handle]),
     "qd_backend_sizing_report": (c_status, [c_handle, c_handle, STR_OUT]),
+    "qd_backend_synchronize": (c_status, [c_handle]),
+    "qd_launch_options_default": (LaunchOptionsC, []),
     "qd_buffer_create": (c_status, [ctypes.c_int, ctypes.c_int, I64P, OUT]),
     "qd_buffer_borrow": (c_status, [ctypes.c_int, ctypes.c_int, I64P, ctypes.c_void_p, OUT]),
     "qd_buffer_borrow_device": (c_status, [c_handle, ctypes.c_int, ctypes.c_int, I64P,
@@ -143,6 +156,7 @@ _SIGNATURES = {
                                     ctypes.c_int]),
     "qd_tape_jvp": (c_status, [c_handle, ctypes.c_size_t, ctypes.POINTER(TapeSeed)]),
     "qd_tape_memory_report": (c_status, [c_handle, ctypes.POINTER(TapeMemory)]),
+    "qd_tape_adstack_heap": (c_status, [c_handle, I64P, I64P]),
     "qd_tape_size": (c_status, [c_handle, ctypes.POINTER(ctypes.c_size_t)]),
     "qd_tape_clear": (c_status, [c_handle]),
     "qd_check_options_default": (CheckOptions, []),

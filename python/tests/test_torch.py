@@ -162,3 +162,90 @@ def test_gradcheck_f64_cuda():
     a = torch.linspace(-1, 1, 7, dtype=torch.float64, device="cuda", requires_grad=True)
     b = torch.linspace(0.5, 2, 7, dtype=torch.float64, device="cuda", requires_grad=True)
     assert torch.autograd.gradcheck(fn.apply, (a, b), eps=1e-6, atol=1e-8)
+
+
+POKE = """kernel @poke(%x: ndarray<f64, 1>, %k: i32) {
+  %one = const 1 : f64
+  store %x[%k], %one
+}
+"""
+
+
+def test_cuda_stream_gradients_match_cpu():
+    cuda_backend()
+    module = qd.Module.parse(PRODUCT)
+    fn = qd.torch.function(module, "product", outputs={"out": lambda a, b: a.shape})
+    a_cpu = torch.linspace(-1, 1, 257, dtype=torch.float64, requires_grad=True)
+    b_cpu = torch.linspace(0.5, 2, 257, dtype=torch.float64, requires_grad=True)
+    weights = torch.linspace(1, 3, 257, dtype=torch.float64)
+    out_cpu = fn.apply(a_cpu, b_cpu)
+    (out_cpu * weights).sum().backward()
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        a = a_cpu.detach().cuda().requires_grad_()
+        b = b_cpu.detach().cuda().requires_grad_()
+        out = fn.apply(a, b)  # on `stream`, asynchronously
+        (out * weights.cuda()).sum().backward()
+    stream.synchronize()
+    qd.torch.synchronize()  # no launch reported an error
+    torch.testing.assert_close(out.cpu(), out_cpu.detach())
+    torch.testing.assert_close(a.grad.cpu(), a_cpu.grad)
+    torch.testing.assert_close(b.grad.cpu(), b_cpu.grad)
+
+
+def test_cuda_launch_waits_for_its_stream_on_the_gpu_not_the_host():
+    cuda_backend()
+    if not hasattr(torch.cuda, "_sleep"):
+        pytest.skip("this PyTorch has no torch.cuda._sleep")
+    k = qd.Module.parse(PRODUCT).kernel("product", qd.torch.backend("cuda"))
+    n = 1000
+    a = torch.zeros(n, dtype=torch.float64, device="cuda")
+    b = torch.full((n,), 0.5, dtype=torch.float64, device="cuda")
+    out = torch.zeros(n, dtype=torch.float64, device="cuda")
+    args = {name: qd.Ndarray(t, grad=torch.zeros_like(t)) for name, t in
+            (("a", a), ("b", b), ("out", out))}
+    k(**args)  # compiled once first
+    torch.cuda.synchronize()
+    new = torch.linspace(0, 2, n, dtype=torch.float64, device="cuda")
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        torch.cuda._sleep(4_000_000_000)  # a few seconds of GPU clock cycles on `stream`
+        a.copy_(new)  # queued behind the sleep
+        k(**args)  # reads the copied `a`: ordered on `stream`
+        busy = not stream.query()  # the host did not wait for the sleep
+    assert busy, "the launch waited on the host for the stream"
+    stream.synchronize()
+    qd.torch.synchronize()
+    torch.testing.assert_close(out, torch.sin(new * 0.5))
+
+
+def test_cuda_deferred_error_surfaces_at_synchronize():
+    cuda_backend()
+    backend = qd.torch.backend("cuda")
+    poke = qd.Module.parse(POKE).kernel("poke", backend)
+    x = torch.zeros(4, dtype=torch.float64, device="cuda")
+    with pytest.raises(qd.Error) as direct:
+        poke(qd.LaunchOptions(bounds_checked=True, asynchronous=False), x=x, k=9)
+    assert "index [9] is out of range for '%x' of shape [4]" in str(direct.value)
+    assert "reported by a later call" not in str(direct.value)
+    poke(qd.LaunchOptions(bounds_checked=True), x=x, k=9)  # returns before the kernel ran
+    with pytest.raises(qd.Error) as late:
+        qd.torch.synchronize()
+    assert str(late.value).startswith(str(direct.value))
+    assert "reported by a later call: the launch was asynchronous" in str(late.value)
+    qd.torch.synchronize()  # reported once
+    poke(qd.LaunchOptions(bounds_checked=True), x=x, k=2)
+    qd.torch.synchronize()
+    torch.testing.assert_close(x.cpu(), torch.tensor([0.0, 0.0, 1.0, 0.0], dtype=torch.float64))
+
+
+def test_gradcheck_f64_cuda_on_a_stream():
+    cuda_backend()
+    module = qd.Module.parse(ENERGY)
+    fn = qd.torch.function(module, "energy", outputs={"loss": (1,)})
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        x = torch.linspace(-1, 1, 9, dtype=torch.float64, device="cuda", requires_grad=True)
+        assert torch.autograd.gradcheck(lambda t: fn.apply(t, 1.25), (x,), eps=1e-6, atol=1e-8)
+    qd.torch.synchronize()

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <deque>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -26,6 +27,12 @@ absl::Status accel::AcceleratorDevice::checkFrame(const DeviceKernel &, const La
   return absl::OkStatus();
 }
 
+absl::Status accel::AcceleratorDevice::collect(uint64_t ticket, LaunchReport &) {
+  return absl::InternalError(
+      fmt::format("{} backend: asked for the report of asynchronous launch {}, but it runs none",
+                  backendName(), ticket));
+}
+
 namespace {
 
 /// "field @x", "argument %a.grad": a global slot in messages.
@@ -40,6 +47,21 @@ std::string slotName(const KernelLayout::GlobalSlot &slot) {
 absl::Status prefixed(const Kernel &kernel, const absl::Status &s) {
   return absl::Status(s.code(),
                       fmt::format("kernel @{}: {}", kernel.name(), std::string(s.message())));
+}
+
+/// The error an asynchronous launch reported, returned by a later call:
+/// its own message, then why it comes late (and how many later
+/// asynchronous launches failed too, which it stands for).
+absl::Status deferredError(const absl::Status &s, size_t laterFailures) {
+  return absl::Status(s.code(),
+                      fmt::format("{} (reported by a later call: the launch was asynchronous, "
+                                  "LaunchOptions::async{})",
+                                  std::string(s.message()),
+                                  laterFailures
+                                      ? fmt::format("; {} later asynchronous launch{} failed "
+                                                    "too",
+                                                    laterFailures, laterFailures > 1 ? "es" : "")
+                                      : std::string()));
 }
 
 } // namespace
@@ -71,6 +93,14 @@ struct AcceleratorBackend::State {
   std::vector<AdStackPlacement> lastPlacement;
   bool timing = false;
   double lastKernelMs = -1;
+  /// Asynchronous launches not collected yet, oldest first (guarded by
+  /// launchMutex): the device's ticket and the plan that decodes the
+  /// report.
+  struct Pending {
+    uint64_t ticket;
+    LaunchPlan plan;
+  };
+  std::deque<Pending> pending;
 
   absl::StatusOr<Variant *> variant(const Kernel &kernel, bool boundsChecked, bool stopChecks,
                                     const std::vector<int64_t> &local,
@@ -87,6 +117,14 @@ struct AcceleratorBackend::State {
                                                           const LaunchPlan &plan);
   absl::Status launch(Program &program, const Kernel &kernel, std::span<const LaunchArg> args,
                       const LaunchOptions &options);
+  /// Runs `frame` (the stop word and the watchdog of `options`), brings the
+  /// bound buffers' states up to date and decodes the outcome, or keeps
+  /// the plan of an asynchronous frame for later.
+  absl::Status run(DeviceKernel &code, accel::LaunchFrame &frame, const LaunchPlan &plan,
+                   const LaunchOptions &options);
+  /// Collects asynchronous launches, oldest first, until at most `keep`
+  /// are in flight; the first error one reported (deferredError).
+  absl::Status drain(size_t keep);
 };
 
 absl::StatusOr<AcceleratorBackend::State::Variant *>
@@ -246,6 +284,11 @@ absl::Status AcceleratorBackend::State::launch(Program &program, const Kernel &k
   if (!heapCode.ok())
     return heapCode.status();
   std::lock_guard<std::mutex> lock(launchMutex);
+  // A synchronous launch reports the asynchronous ones before it first; an
+  // asynchronous one collects the oldest when the device has no room.
+  bool async = options.async && device.streams() && !options.stoppable() && !timing;
+  if (absl::Status s = drain(async ? device.maxInFlight() - 1 : 0); !s.ok())
+    return s;
   absl::StatusOr<LaunchPlan> plan =
       LaunchPlan::bind(program, kernel, (*heapCode)->code->layout(), args, options);
   if (!plan.ok())
@@ -262,6 +305,8 @@ absl::Status AcceleratorBackend::State::launch(Program &program, const Kernel &k
 
   accel::LaunchFrame frame;
   frame.plan = &*plan;
+  frame.stream = options.stream;
+  frame.async = async;
   absl::StatusOr<int64_t> threads = grid(code, *plan);
   if (!threads.ok())
     return threads.status();
@@ -282,6 +327,12 @@ absl::Status AcceleratorBackend::State::launch(Program &program, const Kernel &k
     return slots.status();
   frame.slots = *std::move(slots);
 
+  return run(code, frame, *plan, options);
+}
+
+absl::Status AcceleratorBackend::State::run(DeviceKernel &code, accel::LaunchFrame &frame,
+                                            const LaunchPlan &plan, const LaunchOptions &options) {
+  const Kernel &kernel = plan.kernel();
   std::optional<std::atomic_ref<int32_t>> stop;
   if (options.stoppable() && code.readsStopWord()) {
     absl::StatusOr<int32_t *> word = device.stopWord();
@@ -296,7 +347,7 @@ absl::Status AcceleratorBackend::State::launch(Program &program, const Kernel &k
   frame.timed = timing;
   lastKernelMs = -1;
   accel::LaunchReport report;
-  report.needed = plan->zeroNeeded();
+  report.needed = plan.zeroNeeded();
   absl::Status ran;
   {
     // Watches the dispatches and the copy back, which waits for them.
@@ -306,9 +357,11 @@ absl::Status AcceleratorBackend::State::launch(Program &program, const Kernel &k
     });
     ran = device.execute(code, frame, report);
   }
+  if (ran.ok() && report.ticket)
+    pending.push_back({report.ticket, plan.detached()});
   // What the code stores to is newer on the device now, even when the
   // launch stopped early or failed (borrowed host memory comes back now).
-  const std::vector<Buffer *> &buffers = plan->slotBuffers();
+  const std::vector<Buffer *> &buffers = plan.slotBuffers();
   for (size_t i = 0; i < buffers.size(); ++i)
     if (absl::Status s = buffers[i]->finishOnDevice(code.layout().slots[i].written);
         !s.ok() && ran.ok())
@@ -317,9 +370,34 @@ absl::Status AcceleratorBackend::State::launch(Program &program, const Kernel &k
     return absl::Status(ran.code(),
                         fmt::format("kernel @{}: the launch failed on {}: {}", kernel.name(),
                                     device.deviceName(), std::string(ran.message())));
+  if (report.ticket)
+    return absl::OkStatus();
   if (frame.timed)
     lastKernelMs = report.kernelMs;
-  return plan->finish(report.record, report.needed);
+  return plan.finish(report.record, report.needed);
+}
+
+absl::Status AcceleratorBackend::State::drain(size_t keep) {
+  absl::Status first;
+  size_t laterFailures = 0;
+  while (pending.size() > keep) {
+    Pending p = std::move(pending.front());
+    pending.pop_front();
+    accel::LaunchReport report;
+    report.needed = p.plan.zeroNeeded();
+    absl::Status s = device.collect(p.ticket, report);
+    s = s.ok() ? p.plan.finish(report.record, report.needed)
+               : absl::Status(s.code(), fmt::format("kernel @{}: the launch failed on {}: {}",
+                                                    p.plan.kernel().name(), device.deviceName(),
+                                                    std::string(s.message())));
+    if (s.ok())
+      continue;
+    if (first.ok())
+      first = s;
+    else
+      ++laterFailures;
+  }
+  return first.ok() ? first : deferredError(first, laterFailures);
 }
 
 AcceleratorBackend::AcceleratorBackend(std::unique_ptr<accel::AcceleratorDevice> device)
@@ -334,7 +412,20 @@ absl::Status AcceleratorBackend::launch(Program &program, const Kernel &kernel,
     return s;
   if (absl::Status s = refuseGlobalAccessChecks(kernel, options, device_->backendName()); !s.ok())
     return s;
+  if (!device_->streams())
+    if (absl::Status s = refuseLaunchStream(kernel, options, device_->backendName()); !s.ok())
+      return s;
   return state_->launch(program, kernel, args, options);
+}
+
+absl::Status AcceleratorBackend::synchronize() {
+  std::lock_guard<std::mutex> lock(state_->launchMutex);
+  return state_->drain(0);
+}
+
+size_t AcceleratorBackend::pendingLaunches() const {
+  std::lock_guard<std::mutex> lock(state_->launchMutex);
+  return state_->pending.size();
 }
 
 absl::StatusOr<const KernelSizing *> AcceleratorBackend::adStackSizing(const Kernel &kernel) {

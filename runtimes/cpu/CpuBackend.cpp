@@ -595,6 +595,8 @@ absl::Status CpuBackend::launch(Program &program, const Kernel &kernel,
     return s;
   if (absl::Status s = refuseGlobalAccessChecks(kernel, options, "CPU"); !s.ok())
     return s;
+  if (absl::Status s = refuseLaunchStream(kernel, options, "CPU"); !s.ok())
+    return s;
   // A launch that may be stopped runs code that checks (CodegenOptions::stopChecks).
   auto compiled = impl_->compile(kernel, options.boundsChecked, options.stoppable());
   if (!compiled.ok())

@@ -52,6 +52,8 @@ Loaded openDriver(const std::string &library) {
   resolve(a.cuMemFree, "cuMemFree_v2");
   resolve(a.cuMemcpyHtoD, "cuMemcpyHtoD_v2");
   resolve(a.cuMemcpyDtoH, "cuMemcpyDtoH_v2");
+  resolve(a.cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2");
+  resolve(a.cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2");
   resolve(a.cuMemsetD8, "cuMemsetD8_v2");
   resolve(a.cuMemGetAddressRange, "cuMemGetAddressRange_v2");
   resolve(a.cuMemHostAlloc, "cuMemHostAlloc");
@@ -67,10 +69,13 @@ Loaded openDriver(const std::string &library) {
   resolve(a.cuStreamCreate, "cuStreamCreate");
   resolve(a.cuStreamDestroy, "cuStreamDestroy_v2");
   resolve(a.cuStreamSynchronize, "cuStreamSynchronize");
+  resolve(a.cuStreamQuery, "cuStreamQuery");
+  resolve(a.cuStreamWaitEvent, "cuStreamWaitEvent");
   resolve(a.cuEventCreate, "cuEventCreate");
   resolve(a.cuEventDestroy, "cuEventDestroy_v2");
   resolve(a.cuEventRecord, "cuEventRecord");
   resolve(a.cuEventElapsedTime, "cuEventElapsedTime");
+  resolve(a.cuEventSynchronize, "cuEventSynchronize");
   resolve(a.cuGetErrorName, "cuGetErrorName");
   resolve(a.cuGetErrorString, "cuGetErrorString");
   l.status = resolve.status();
@@ -172,7 +177,64 @@ absl::Status Device::copyToDevice(CUdeviceptr dst, const void *src, size_t bytes
     return absl::OkStatus();
   if (absl::Status s = makeCurrent(); !s.ok())
     return s;
+  noteDefaultStreamWork();
   return check(api_->cuMemcpyHtoD(dst, src, bytes), "cuMemcpyHtoD");
+}
+
+absl::Status Device::copyToDeviceAsync(CUdeviceptr dst, const void *src, size_t bytes,
+                                       gpu::Stream stream) const {
+  if (bytes == 0)
+    return absl::OkStatus();
+  if (absl::Status s = makeCurrent(); !s.ok())
+    return s;
+  return check(api_->cuMemcpyHtoDAsync(dst, src, bytes, static_cast<CUstream>(stream)),
+               "cuMemcpyHtoDAsync");
+}
+
+absl::Status Device::copyToHostAsync(void *dst, CUdeviceptr src, size_t bytes,
+                                     gpu::Stream stream) const {
+  if (bytes == 0)
+    return absl::OkStatus();
+  if (absl::Status s = makeCurrent(); !s.ok())
+    return s;
+  return check(api_->cuMemcpyDtoHAsync(dst, src, bytes, static_cast<CUstream>(stream)),
+               "cuMemcpyDtoHAsync");
+}
+
+absl::StatusOr<gpu::Event> Device::createEvent() const {
+  constexpr unsigned kDisableTiming = 0x2; // CU_EVENT_DISABLE_TIMING
+  if (absl::Status s = makeCurrent(); !s.ok())
+    return s;
+  CUevent e = nullptr;
+  if (absl::Status s = check(api_->cuEventCreate(&e, kDisableTiming), "cuEventCreate"); !s.ok())
+    return s;
+  return static_cast<gpu::Event>(e);
+}
+
+void Device::destroyEvent(gpu::Event event) const {
+  if (event && makeCurrent().ok())
+    api_->cuEventDestroy(static_cast<CUevent>(event));
+}
+
+absl::Status Device::recordEvent(gpu::Event event, gpu::Stream stream) const {
+  if (absl::Status s = makeCurrent(); !s.ok())
+    return s;
+  return check(api_->cuEventRecord(static_cast<CUevent>(event), static_cast<CUstream>(stream)),
+               "cuEventRecord");
+}
+
+absl::Status Device::streamWaitEvent(gpu::Stream stream, gpu::Event event) const {
+  if (absl::Status s = makeCurrent(); !s.ok())
+    return s;
+  return check(
+      api_->cuStreamWaitEvent(static_cast<CUstream>(stream), static_cast<CUevent>(event), 0),
+      "cuStreamWaitEvent");
+}
+
+absl::Status Device::waitEvent(gpu::Event event) const {
+  if (absl::Status s = makeCurrent(); !s.ok())
+    return s;
+  return check(api_->cuEventSynchronize(static_cast<CUevent>(event)), "cuEventSynchronize");
 }
 
 absl::StatusOr<std::pair<void *, CUdeviceptr>> Device::allocMapped(size_t bytes) const {
@@ -201,14 +263,17 @@ void Device::freeMapped(void *host) const {
 }
 
 absl::Status Device::launch(gpu::Function f, unsigned grid, unsigned block,
-                            std::span<const uint64_t> args, std::string_view what) const {
+                            std::span<const uint64_t> args, std::string_view what,
+                            gpu::Stream stream) const {
   if (absl::Status s = makeCurrent(); !s.ok())
     return s;
+  if (!stream)
+    noteDefaultStreamWork();
   std::vector<void *> params;
   for (const uint64_t &a : args)
     params.push_back(const_cast<uint64_t *>(&a));
-  return check(api_->cuLaunchKernel(static_cast<CUfunction>(f), grid, 1, 1, block, 1, 1, 0, nullptr,
-                                    params.data(), nullptr),
+  return check(api_->cuLaunchKernel(static_cast<CUfunction>(f), grid, 1, 1, block, 1, 1, 0,
+                                    static_cast<CUstream>(stream), params.data(), nullptr),
                fmt::format("cuLaunchKernel({})", what));
 }
 
@@ -245,8 +310,8 @@ public:
         return s;
     return absl::OkStatus();
   }
-  absl::Status start() override { return record(0); }
-  absl::Status stop() override { return record(1); }
+  absl::Status start(gpu::Stream stream) override { return record(0, stream); }
+  absl::Status stop(gpu::Stream stream) override { return record(1, stream); }
   absl::StatusOr<double> elapsedMs() override {
     if (absl::Status s = device_.makeCurrent(); !s.ok())
       return s;
@@ -259,10 +324,11 @@ public:
   }
 
 private:
-  absl::Status record(int which) {
+  absl::Status record(int which, gpu::Stream stream) {
     if (absl::Status s = device_.makeCurrent(); !s.ok())
       return s;
-    return device_.check(device_.api().cuEventRecord(events_[which], nullptr), "cuEventRecord");
+    return device_.check(device_.api().cuEventRecord(events_[which], static_cast<CUstream>(stream)),
+                         "cuEventRecord");
   }
   const Device &device_;
   CUevent events_[2] = {nullptr, nullptr};
@@ -301,6 +367,7 @@ absl::Status Device::zero(CUdeviceptr dst, size_t bytes) const {
     return absl::OkStatus();
   if (absl::Status s = makeCurrent(); !s.ok())
     return s;
+  noteDefaultStreamWork();
   return check(api_->cuMemsetD8(dst, 0, bytes), "cuMemsetD8");
 }
 

@@ -10,6 +10,37 @@ absl::StatusOr<std::unique_ptr<StreamTimer>> Device::createTimer() const {
       fmt::format("{}: timing GPU work is not implemented for this driver API", apiName()));
 }
 
+absl::Status Device::noStreams(std::string_view call) const {
+  return absl::UnimplementedError(
+      fmt::format("{}: {} is not implemented for this driver API (no streams)", apiName(), call));
+}
+
+absl::Status Device::copyToDeviceAsync(DevicePtr, const void *, size_t, Stream) const {
+  return noStreams("copyToDeviceAsync");
+}
+
+absl::Status Device::copyToHostAsync(void *, DevicePtr, size_t, Stream) const {
+  return noStreams("copyToHostAsync");
+}
+
+absl::StatusOr<Event> Device::createEvent() const {
+  return noStreams("createEvent");
+}
+
+void Device::destroyEvent(Event) const {}
+
+absl::Status Device::recordEvent(Event, Stream) const {
+  return noStreams("recordEvent");
+}
+
+absl::Status Device::streamWaitEvent(Stream, Event) const {
+  return noStreams("streamWaitEvent");
+}
+
+absl::Status Device::waitEvent(Event) const {
+  return noStreams("waitEvent");
+}
+
 absl::StatusOr<std::unique_ptr<MappedHostMemory>> MappedHostMemory::allocate(const Device &device,
                                                                              size_t bytes) {
   auto mapped = device.allocMapped(bytes);

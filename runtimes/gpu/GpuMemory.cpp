@@ -53,52 +53,61 @@ absl::StatusOr<int64_t> Reducer::max(DevicePtr data, ScalarType elem, int64_t be
   return elem == ScalarType::I1 ? (best != 0 ? 1 : 0) : best;
 }
 
-absl::StatusOr<std::unique_ptr<GpuMirror>> GpuMirror::allocate(const void *owner,
-                                                               std::shared_ptr<const Device> device,
-                                                               std::shared_ptr<Reducer> reducer,
-                                                               size_t bytes) {
-  auto buf = DeviceBuffer::allocate(*device, std::max<size_t>(bytes, 8));
+absl::StatusOr<std::unique_ptr<GpuMirror>>
+GpuMirror::allocate(const void *owner, const MirrorContext &context, size_t bytes) {
+  auto buf = DeviceBuffer::allocate(*context.device, std::max<size_t>(bytes, 8));
   if (!buf.ok())
     return buf.status();
-  std::unique_ptr<GpuMirror> m(new GpuMirror(owner, std::move(device), std::move(reducer)));
+  std::unique_ptr<GpuMirror> m(new GpuMirror(owner, context));
   m->owned_ = *std::move(buf);
   m->ptr_ = m->owned_.get();
   return m;
 }
 
-absl::StatusOr<std::unique_ptr<GpuMirror>> GpuMirror::borrow(const void *owner,
-                                                             std::shared_ptr<const Device> device,
-                                                             std::shared_ptr<Reducer> reducer,
-                                                             DevicePtr ptr, size_t bytes) {
+absl::StatusOr<std::unique_ptr<GpuMirror>>
+GpuMirror::borrow(const void *owner, const MirrorContext &context, DevicePtr ptr, size_t bytes) {
+  const Device &device = *context.device;
   if (ptr == 0)
     return absl::InvalidArgumentError("device pointer is null");
-  auto range = device->addressRange(ptr);
+  auto range = device.addressRange(ptr);
   if (!range.ok())
     return absl::InvalidArgumentError(fmt::format(
         "0x{:x} is not device memory of GPU {} ({}); pass a pointer from {} "
         "or a framework's tensor on that GPU",
-        ptr, device->ordinal(), std::string(range.status().message()), device->allocCall()));
+        ptr, device.ordinal(), std::string(range.status().message()), device.allocCall()));
   auto [base, size] = *range;
   if (ptr + bytes > base + size)
     return absl::InvalidArgumentError(
         fmt::format("the allocation at 0x{:x} holds {} bytes from 0x{:x}, but the array needs {}",
                     base, base + size - ptr, ptr, bytes));
-  std::unique_ptr<GpuMirror> m(new GpuMirror(owner, std::move(device), std::move(reducer)));
+  std::unique_ptr<GpuMirror> m(new GpuMirror(owner, context));
   m->ptr_ = ptr;
   return m;
 }
 
+GpuMirror::~GpuMirror() {
+  // A launch in flight may still use the memory freed now.
+  if (owned_.get())
+    (void)settle();
+}
+
 absl::Status GpuMirror::download(std::byte *host, size_t bytes) {
+  if (absl::Status s = settle(); !s.ok())
+    return s;
   return device_->copyToHost(host, ptr_, bytes);
 }
 
 absl::Status GpuMirror::upload(const std::byte *host, size_t bytes) {
+  if (absl::Status s = settle(); !s.ok())
+    return s;
   return device_->copyToDevice(ptr_, host, bytes);
 }
 
 absl::StatusOr<int64_t> GpuMirror::readInteger(ScalarType elem, int64_t flat) {
   unsigned bytes = storageBytes(elem);
   unsigned char raw[8] = {};
+  if (absl::Status s = settle(); !s.ok())
+    return s;
   if (absl::Status s = device_->copyToHost(raw, ptr_ + uint64_t(flat) * bytes, bytes); !s.ok())
     return s;
   switch (elem) {
@@ -118,6 +127,8 @@ absl::StatusOr<int64_t> GpuMirror::readInteger(ScalarType elem, int64_t flat) {
 }
 
 absl::StatusOr<int64_t> GpuMirror::maxInteger(ScalarType elem, int64_t begin, int64_t end) {
+  if (absl::Status s = settle(); !s.ok())
+    return s;
   return reducer_->max(ptr_, elem, begin, end);
 }
 
@@ -145,24 +156,23 @@ absl::Status LaunchArena::reserve(const Device &device) {
   return absl::OkStatus();
 }
 
-absl::Status LaunchArena::upload(const Device &device) {
-  if (!onDevice_.empty() && onDevice_ == host_) {
+bool LaunchArena::held(bool mayKeep) {
+  if (mayKeep && !onDevice_.empty() && onDevice_ == host_) {
     ++skipped_;
-    return absl::OkStatus();
+    return true;
   }
-  onDevice_.clear();
-  if (absl::Status s = device.copyToDevice(block_.get(), host_.data(), host_.size()); !s.ok())
-    return s;
   onDevice_ = host_;
-  return absl::OkStatus();
+  return false;
 }
 
-absl::Status LaunchArena::download(const Device &device, size_t offset, void *dst, size_t bytes) {
-  absl::Status s = device.copyToHost(dst, block_.get() + offset, bytes);
-  if (!s.ok() || offset + bytes > onDevice_.size() ||
-      std::memcmp(onDevice_.data() + offset, dst, bytes) != 0)
+absl::Status LaunchArena::upload(const Device &device, std::byte *staging, Stream stream) const {
+  std::memcpy(staging, host_.data(), host_.size());
+  return device.copyToDeviceAsync(block_.get(), staging, host_.size(), stream);
+}
+
+void LaunchArena::readBack(size_t offset, const void *got, size_t bytes) {
+  if (offset + bytes > onDevice_.size() || std::memcmp(onDevice_.data() + offset, got, bytes) != 0)
     onDevice_.clear();
-  return s;
 }
 
 } // namespace qd::gpu

@@ -13,10 +13,13 @@
 //    on CUDA, a code object on AMD; loaded on first use).
 //  - LaunchArena: the per-launch arrays (context, slot pointers, shapes,
 //    scalars, heap layout, error record, overflow counters) packed into one
-//    device block, so a launch costs one copy there and one copy back.
+//    device block, so a launch costs one copy there and one copy back
+//    (both through pinned staging memory of the LaunchQueue).
 //
 //===----------------------------------------------------------------------===//
 #pragma once
+
+#include "LaunchQueue.h"
 
 #include "qd/runtime/Buffer.h"
 #include "qd/runtime/GpuDevice.h"
@@ -54,19 +57,25 @@ private:
   DeviceBuffer result_;
 };
 
+/// What a mirror shares with its runtime: the device, the reductions and
+/// the launches in flight (copies and frees on the default stream wait for
+/// them first: they may use the memory).
+struct MirrorContext {
+  std::shared_ptr<const Device> device;
+  std::shared_ptr<Reducer> reducer;
+  std::shared_ptr<LaunchQueue> queue;
+};
+
 class GpuMirror : public DeviceMirror {
 public:
   /// Device memory of `bytes` bytes owned by the mirror.
-  static absl::StatusOr<std::unique_ptr<GpuMirror>> allocate(const void *owner,
-                                                             std::shared_ptr<const Device> device,
-                                                             std::shared_ptr<Reducer> reducer,
-                                                             size_t bytes);
+  static absl::StatusOr<std::unique_ptr<GpuMirror>>
+  allocate(const void *owner, const MirrorContext &context, size_t bytes);
   /// Caller memory at `ptr` (checked to be an allocation of the device's
   /// context holding `bytes` bytes from `ptr`).
-  static absl::StatusOr<std::unique_ptr<GpuMirror>> borrow(const void *owner,
-                                                           std::shared_ptr<const Device> device,
-                                                           std::shared_ptr<Reducer> reducer,
-                                                           DevicePtr ptr, size_t bytes);
+  static absl::StatusOr<std::unique_ptr<GpuMirror>>
+  borrow(const void *owner, const MirrorContext &context, DevicePtr ptr, size_t bytes);
+  ~GpuMirror() override;
 
   const void *owner() const override { return owner_; }
   uint64_t address() const override { return ptr_; }
@@ -78,12 +87,14 @@ public:
   bool reducesOnDevice() const override { return true; }
 
 private:
-  GpuMirror(const void *owner, std::shared_ptr<const Device> device,
-            std::shared_ptr<Reducer> reducer)
-      : owner_(owner), device_(std::move(device)), reducer_(std::move(reducer)) {}
+  GpuMirror(const void *owner, const MirrorContext &context)
+      : owner_(owner), device_(context.device), reducer_(context.reducer), queue_(context.queue) {}
+  /// Waits for the launches in flight.
+  absl::Status settle() const { return queue_ ? queue_->waitAll() : absl::OkStatus(); }
   const void *owner_;
   std::shared_ptr<const Device> device_; // declared first: outlives owned_
   std::shared_ptr<Reducer> reducer_;
+  std::shared_ptr<LaunchQueue> queue_;
   DeviceBuffer owned_;
   DevicePtr ptr_ = 0;
 };
@@ -105,17 +116,27 @@ public:
     write(off, v.data(), v.size_bytes());
     return off;
   }
+  /// Whether the device block is too small for the layout (reserve then
+  /// frees it: the launches in flight must have finished).
+  bool mustGrow() const { return host_.size() > block_.size(); }
   /// Makes the device block at least as large as the layout (it may move,
   /// so call before computing device addresses).
   absl::Status reserve(const Device &device);
   DevicePtr base() const { return block_.get(); }
-  /// Uploads the layout unless the device block already holds it.
-  absl::Status upload(const Device &device);
-  /// Copies [offset, offset + bytes) of the device block back to `dst`.
-  /// Where the copy differs from the layout the kernel wrote there, and
-  /// the next upload copies again. Regions the kernel writes before it
-  /// reads them (placed with nothing put there) may differ freely.
-  absl::Status download(const Device &device, size_t offset, void *dst, size_t bytes);
+  size_t size() const { return host_.size(); }
+  /// Whether the device block holds the layout already (counted as a
+  /// skipped upload when `mayKeep`); otherwise the layout is now taken to
+  /// be on the device, and the caller uploads it with upload().
+  bool held(bool mayKeep);
+  /// Copies the layout to `staging` (pinned) and queues its copy into the
+  /// device block on `stream`.
+  absl::Status upload(const Device &device, std::byte *staging, Stream stream) const;
+  /// What the code left in [offset, offset + bytes) of the device block,
+  /// read back as `got`: where it differs from the layout the kernel wrote
+  /// there, and the next upload copies again. Regions the kernel writes
+  /// before it reads them (placed with nothing put there) may differ
+  /// freely.
+  void readBack(size_t offset, const void *got, size_t bytes);
   /// The device block may differ from the layout (a failed launch).
   void forget() { onDevice_.clear(); }
   /// Uploads skipped since the arena was created (for tests).

@@ -196,7 +196,7 @@ absl::StatusOr<Buffer> GpuRuntime::borrowDeviceArray(ScalarType elem, std::vecto
   absl::StatusOr<size_t> bytes = Buffer::byteSize(elem, shape);
   if (!bytes.ok())
     return bytes.status();
-  auto mirror = GpuMirror::borrow(owner(), device_, reducer_, devicePointer, *bytes);
+  auto mirror = GpuMirror::borrow(owner(), mirrorContext(), devicePointer, *bytes);
   if (!mirror.ok())
     return absl::Status(mirror.status().code(),
                         fmt::format("{} backend: cannot borrow device memory for a {} array: {}",
@@ -206,13 +206,16 @@ absl::StatusOr<Buffer> GpuRuntime::borrowDeviceArray(ScalarType elem, std::vecto
 }
 
 absl::StatusOr<std::unique_ptr<DeviceMirror>> GpuRuntime::mirror(const Buffer &buffer) {
-  auto m = GpuMirror::allocate(owner(), device_, reducer_, buffer.sizeInBytes());
+  auto m = GpuMirror::allocate(owner(), mirrorContext(), buffer.sizeInBytes());
   if (!m.ok())
     return m.status();
   return std::unique_ptr<DeviceMirror>(*std::move(m));
 }
 
 absl::Status GpuRuntime::allocateHeap(size_t bytes) {
+  // Launches in flight may use the heap freed now.
+  if (absl::Status s = queue_->waitAll(); !s.ok())
+    return s;
   heap_.reset();
   if (bytes == 0)
     return absl::OkStatus();
@@ -235,21 +238,16 @@ absl::StatusOr<int32_t *> GpuRuntime::stopWord() {
   return static_cast<int32_t *>(stopWord_->host());
 }
 
-absl::Status GpuRuntime::execute(accel::DeviceKernel &kernel, const accel::LaunchFrame &frame,
-                                 accel::LaunchReport &report) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  GpuKernel &c = static_cast<GpuKernel &>(kernel);
-  const LaunchPlan &plan = *frame.plan;
-  std::vector<DevicePtr> slots;
-  for (DeviceMirror *m : frame.slots)
-    slots.push_back(m->address());
-  slots.push_back(0);
-
+size_t GpuRuntime::layoutArena(const GpuKernel &c, const accel::LaunchFrame &frame,
+                               std::span<const DevicePtr> slots, size_t neededCount,
+                               size_t &recordOff, size_t &reportBytes) {
   // Every per-launch array in one block: one copy there, one copy back.
+  const LaunchPlan &plan = *frame.plan;
   arena_.clear();
   std::vector<int32_t> lanes(c.kernelLayout.tasks.size() + 1, 1);
+  std::vector<int64_t> zeros(neededCount, 0);
   size_t ctxOff = arena_.place(sizeof(QdLaunchContext));
-  size_t globalsOff = arena_.put(std::span<const DevicePtr>(slots));
+  size_t globalsOff = arena_.put(slots);
   size_t shapesOff = arena_.put(std::span<const int64_t>(plan.shapes()));
   size_t scalarsOff = arena_.put(std::span<const int64_t>(plan.scalars()));
   size_t offsetsOff = arena_.put(std::span<const int64_t>(plan.heap().offsets));
@@ -257,11 +255,12 @@ absl::Status GpuRuntime::execute(accel::DeviceKernel &kernel, const accel::Launc
   size_t lanesOff = arena_.put(std::span<const int32_t>(lanes));
   size_t valuesOff = arena_.place(size_t(c.kernelLayout.numValues + 1) * 8);
   // The record and the counters last and adjacent: they come back in one copy.
-  size_t recordOff = arena_.place(sizeof(QdErrorRecord));
-  size_t neededOff = arena_.put(std::span<const int64_t>(report.needed));
-  size_t reportBytes = neededOff + report.needed.size() * 8 - recordOff;
-  if (absl::Status s = arena_.reserve(*device_); !s.ok())
-    return s;
+  recordOff = arena_.place(sizeof(QdErrorRecord));
+  size_t neededOff = arena_.put(std::span<const int64_t>(zeros));
+  reportBytes = neededOff + neededCount * 8 - recordOff;
+  // The block's address is known once it is large enough.
+  if (arena_.mustGrow())
+    return SIZE_MAX;
   auto at = [&](size_t off) { return reinterpret_cast<void *>(uintptr_t(arena_.base() + off)); };
   QdLaunchContext ctx{
       .globals = static_cast<void **>(at(globalsOff)),
@@ -280,49 +279,123 @@ absl::Status GpuRuntime::execute(accel::DeviceKernel &kernel, const accel::Launc
       .stop = frame.stopWord ? reinterpret_cast<const int32_t *>(uintptr_t(stopWord_->device()))
                              : nullptr};
   arena_.write(ctxOff, &ctx, sizeof(ctx));
-  if (absl::Status s = arena_.upload(*device_); !s.ok())
+  return ctxOff;
+}
+
+absl::Status GpuRuntime::enqueue(GpuKernel &c, const accel::LaunchFrame &frame, size_t slot,
+                                 size_t ctxOff, std::span<const DevicePtr> slots, size_t recordOff,
+                                 size_t reportBytes, size_t reportAt) {
+  Stream stream = frame.stream;
+  std::byte *staging = queue_->staging(slot);
+  if (absl::Status s = queue_->order(stream); !s.ok())
     return s;
+  // An asynchronous launch cannot tell whether the code wrote the record,
+  // so the next launch uploads again.
+  if (!arena_.held(!frame.async))
+    if (absl::Status s = arena_.upload(*device_, staging, stream); !s.ok())
+      return s;
   if (c.launchWords) {
     std::vector<int64_t> words = launchWords(c, frame, slots);
     if (words != c.wordsOnDevice) {
       c.wordsOnDevice.clear();
-      if (absl::Status s = device_->copyToDevice(c.launchWords, words.data(), words.size() * 8);
+      size_t at = (arena_.size() + 15) & ~size_t(15);
+      std::memcpy(staging + at, words.data(), words.size() * 8);
+      if (absl::Status s =
+              device_->copyToDeviceAsync(c.launchWords, staging + at, words.size() * 8, stream);
           !s.ok())
         return s;
       c.wordsOnDevice = std::move(words);
     }
   }
-
   uint64_t ctxArg[] = {arena_.base() + ctxOff};
   StreamTimer *timer = frame.timed ? timer_.get() : nullptr;
-  absl::Status launched = timer ? timer->start() : absl::OkStatus();
+  absl::Status launched = timer ? timer->start(stream) : absl::OkStatus();
   for (size_t i = 0; i < c.kernelLayout.launches.size() && launched.ok(); ++i) {
     if (frame.groups[i] == 0)
       continue;
     bool parallel = c.kernelLayout.launches[i].kind == KernelLayout::Launch::Parallel;
     launched = device_->launch(c.functions[i], frame.groups[i], parallel ? blockSize_ : 1, ctxArg,
-                               c.kernelLayout.launches[i].function);
+                               c.kernelLayout.launches[i].function, stream);
   }
   if (launched.ok() && timer)
-    launched = timer->stop();
-  if (!launched.ok()) {
-    arena_.forget();
-    return launched;
+    launched = timer->stop(stream);
+  if (launched.ok())
+    launched = device_->copyToHostAsync(staging + reportAt, arena_.base() + recordOff, reportBytes,
+                                        stream);
+  return launched;
+}
+
+void GpuRuntime::readReport(size_t slot, accel::LaunchReport &report) const {
+  const std::byte *at = queue_->staging(slot) + slotReports_[slot].offset;
+  std::memcpy(&report.record, at, sizeof(report.record));
+  size_t n = std::min(report.needed.size(), slotReports_[slot].neededCount);
+  std::memcpy(report.needed.data(), at + sizeof(QdErrorRecord), n * 8);
+}
+
+absl::Status GpuRuntime::execute(accel::DeviceKernel &kernel, const accel::LaunchFrame &frame,
+                                 accel::LaunchReport &report) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  GpuKernel &c = static_cast<GpuKernel &>(kernel);
+  std::vector<DevicePtr> slots;
+  for (DeviceMirror *m : frame.slots)
+    slots.push_back(m->address());
+  slots.push_back(0);
+  size_t recordOff = 0, reportBytes = 0;
+  size_t ctxOff = layoutArena(c, frame, slots, report.needed.size(), recordOff, reportBytes);
+  if (ctxOff == SIZE_MAX) {
+    // Growing the block frees it: launches in flight may still read it.
+    if (absl::Status s = queue_->waitAll(); !s.ok())
+      return s;
+    if (absl::Status s = arena_.reserve(*device_); !s.ok())
+      return s;
+    ctxOff = layoutArena(c, frame, slots, report.needed.size(), recordOff, reportBytes);
   }
-  // The copy back waits for the launches (the default stream).
-  std::vector<std::byte> back(reportBytes);
-  if (absl::Status s = arena_.download(*device_, recordOff, back.data(), reportBytes); !s.ok())
-    return s;
-  if (timer) {
-    absl::StatusOr<double> ms = timer->elapsedMs();
+  // The slot's staging memory: the launch block, the launch words, the report.
+  size_t wordsAt = (arena_.size() + 15) & ~size_t(15);
+  size_t reportAt = (wordsAt + c.kernelLayout.launchWords.size() * 8 + 15) & ~size_t(15);
+  absl::StatusOr<size_t> slot = queue_->acquire(reportAt + reportBytes);
+  if (!slot.ok())
+    return slot.status();
+  slotReports_[*slot] = {reportAt, report.needed.size()};
+  absl::Status s = enqueue(c, frame, *slot, ctxOff, slots, recordOff, reportBytes, reportAt);
+  // The event goes after whatever was queued, so that the staging memory is
+  // reused only once the stream has read it, even after a failure.
+  absl::Status submitted = queue_->submit(*slot, frame.stream);
+  if (s.ok())
+    s = submitted;
+  if (s.ok() && frame.async) {
+    arena_.forget();
+    report.ticket = *slot + 1;
+    return absl::OkStatus();
+  }
+  absl::Status waited = submitted.ok() ? queue_->wait(*slot) : submitted;
+  if (s.ok())
+    s = waited;
+  if (s.ok()) {
+    readReport(*slot, report);
+    arena_.readBack(recordOff, queue_->staging(*slot) + reportAt, reportBytes);
+  } else {
+    arena_.forget();
+    c.wordsOnDevice.clear();
+  }
+  queue_->release(*slot);
+  if (s.ok() && frame.timed) {
+    absl::StatusOr<double> ms = timer_->elapsedMs();
     if (!ms.ok())
       return ms.status();
     report.kernelMs = *ms;
   }
-  std::memcpy(&report.record, back.data(), sizeof(report.record));
-  std::memcpy(report.needed.data(), back.data() + (neededOff - recordOff),
-              report.needed.size() * 8);
-  return absl::OkStatus();
+  return s;
+}
+
+absl::Status GpuRuntime::collect(uint64_t ticket, accel::LaunchReport &report) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  size_t slot = size_t(ticket - 1);
+  absl::Status s = queue_->wait(slot);
+  if (s.ok())
+    readReport(slot, report);
+  queue_->release(slot);
+  return s;
 }
 
 } // namespace qd::gpu

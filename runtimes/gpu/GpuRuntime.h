@@ -7,8 +7,11 @@
 // the code, sizes the resident grid from the occupancy of the entries,
 // keeps the bound buffers resident (GpuMirror), packs each launch's arrays
 // into one device block (LaunchArena), launches the entries in
-// KernelLayout::launches order and copies the error record and overflow
-// counters back in one copy (see qd/runtime/CudaBackend.h). A backend
+// KernelLayout::launches order on the launch's stream and copies the error
+// record and overflow counters back in one copy, through pinned staging
+// memory of a LaunchQueue slot; a synchronous launch waits for the slot's
+// event, an asynchronous one leaves the report there for collect() (see
+// qd/runtime/CudaBackend.h). A backend
 // supplies the code (PTX, a code object) and how its driver loads it.
 //
 //===----------------------------------------------------------------------===//
@@ -20,6 +23,7 @@
 #include "qd/codegen/llvm/KernelCodegen.h"
 #include "qd/runtime/AcceleratorBackend.h"
 
+#include <array>
 #include <mutex>
 
 namespace llvm {
@@ -61,8 +65,13 @@ public:
              std::shared_ptr<Reducer> reducer, unsigned blockSize, int64_t maxThreads,
              int64_t localTapeBytes = 0, int64_t localTapeBytesPerSm = 0)
       : backend_(backend), options_(options), device_(std::move(device)),
-        reducer_(std::move(reducer)), blockSize_(blockSize), maxThreads_(maxThreads),
-        localTapeBytes_(localTapeBytes), localTapeBytesPerSm_(localTapeBytesPerSm) {}
+        reducer_(std::move(reducer)), queue_(std::make_shared<LaunchQueue>(device_)),
+        blockSize_(blockSize), maxThreads_(maxThreads), localTapeBytes_(localTapeBytes),
+        localTapeBytesPerSm_(localTapeBytesPerSm) {}
+
+  /// Waits for the launches in flight: they use the heap and the launch
+  /// block freed with the runtime.
+  ~GpuRuntime() override { (void)queue_->waitAll(); }
 
   const Device &device() const { return *device_; }
   /// Launch-block uploads skipped because the device held them already.
@@ -86,6 +95,9 @@ public:
   absl::Status timeKernels(bool on) override;
   absl::Status execute(accel::DeviceKernel &kernel, const accel::LaunchFrame &frame,
                        accel::LaunchReport &report) override;
+  bool streams() const override { return device_->hasStreams(); }
+  size_t maxInFlight() const override { return LaunchQueue::kSlots; }
+  absl::Status collect(uint64_t ticket, accel::LaunchReport &report) override;
 
 protected:
   /// The LLVM target kernels are emitted for.
@@ -106,10 +118,33 @@ private:
   /// at `slots`.
   std::vector<int64_t> launchWords(const GpuKernel &c, const accel::LaunchFrame &frame,
                                    std::span<const DevicePtr> slots) const;
+  /// Where a launch's report lies in its queue slot, and what it holds.
+  struct SlotReport {
+    size_t offset = 0, neededCount = 0;
+  };
+  /// Lays out `frame`'s launch block in the arena; returns the offset of
+  /// the context and sets `record`, the offset of the record and the
+  /// counters (the report, last), and `reportBytes`.
+  size_t layoutArena(const GpuKernel &c, const accel::LaunchFrame &frame,
+                     std::span<const DevicePtr> slots, size_t neededCount, size_t &record,
+                     size_t &reportBytes);
+  /// Queues `frame` in queue slot `slot`: the launch block's copy (unless
+  /// the device holds it), the launch words', the entries and the report's
+  /// copy back into the slot at `reportAt`, then the slot's event.
+  absl::Status enqueue(GpuKernel &c, const accel::LaunchFrame &frame, size_t slot, size_t ctxOff,
+                       std::span<const DevicePtr> slots, size_t recordOff, size_t reportBytes,
+                       size_t reportAt);
+  /// Fills `report` from the report in `slot` (the launch has finished).
+  void readReport(size_t slot, accel::LaunchReport &report) const;
+  MirrorContext mirrorContext() const { return {device_, reducer_, queue_}; }
 
   const char *backend_, *options_;
   std::shared_ptr<const Device> device_;
   std::shared_ptr<Reducer> reducer_;
+  /// The launches in flight and their staging memory (shared with the
+  /// buffers' device copies, which wait for them).
+  std::shared_ptr<LaunchQueue> queue_;
+  std::array<SlotReport, LaunchQueue::kSlots> slotReports_;
   unsigned blockSize_;
   int64_t maxThreads_;
   int64_t localTapeBytes_, localTapeBytesPerSm_;

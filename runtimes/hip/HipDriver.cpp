@@ -51,6 +51,13 @@ Loaded openHip(const std::string &library) {
   resolve(a.hipFree, "hipFree");
   resolve(a.hipMemcpyHtoD, "hipMemcpyHtoD");
   resolve(a.hipMemcpyDtoH, "hipMemcpyDtoH");
+  resolve(a.hipMemcpyHtoDAsync, "hipMemcpyHtoDAsync");
+  resolve(a.hipMemcpyDtoHAsync, "hipMemcpyDtoHAsync");
+  resolve(a.hipEventCreateWithFlags, "hipEventCreateWithFlags");
+  resolve(a.hipEventDestroy, "hipEventDestroy");
+  resolve(a.hipEventRecord, "hipEventRecord");
+  resolve(a.hipEventSynchronize, "hipEventSynchronize");
+  resolve(a.hipStreamWaitEvent, "hipStreamWaitEvent");
   resolve(a.hipMemsetD8, "hipMemsetD8");
   resolve(a.hipMemGetAddressRange, "hipMemGetAddressRange");
   resolve(a.hipHostMalloc, "hipHostMalloc");
@@ -214,6 +221,7 @@ absl::Status Device::copyToDevice(gpu::DevicePtr dst, const void *src, size_t by
     return absl::OkStatus();
   if (absl::Status s = makeCurrent(); !s.ok())
     return s;
+  noteDefaultStreamWork();
   return check(api_->hipMemcpyHtoD(ptr(dst), const_cast<void *>(src), bytes), "hipMemcpyHtoD");
 }
 
@@ -230,6 +238,7 @@ absl::Status Device::zero(gpu::DevicePtr dst, size_t bytes) const {
     return absl::OkStatus();
   if (absl::Status s = makeCurrent(); !s.ok())
     return s;
+  noteDefaultStreamWork();
   return check(api_->hipMemsetD8(ptr(dst), 0, bytes), "hipMemsetD8");
 }
 
@@ -271,17 +280,80 @@ void Device::freeMapped(void *host) const {
 }
 
 absl::Status Device::launch(gpu::Function f, unsigned grid, unsigned block,
-                            std::span<const uint64_t> args, std::string_view what) const {
+                            std::span<const uint64_t> args, std::string_view what,
+                            gpu::Stream stream) const {
   if (absl::Status s = makeCurrent(); !s.ok())
     return s;
+  if (!stream)
+    noteDefaultStreamWork();
   // Every argument is 8 bytes and 8-byte aligned in the kernarg segment.
   std::vector<uint64_t> buffer(args.begin(), args.end());
   size_t bytes = buffer.size() * sizeof(uint64_t);
   void *extra[] = {kLaunchParamBufferPointer, buffer.data(), kLaunchParamBufferSize, &bytes,
                    kLaunchParamEnd};
   return check(api_->hipModuleLaunchKernel(static_cast<hipFunction_t>(f), grid, 1, 1, block, 1, 1,
-                                           0, nullptr, nullptr, extra),
+                                           0, static_cast<hipStream_t>(stream), nullptr, extra),
                fmt::format("hipModuleLaunchKernel({})", what));
+}
+
+absl::Status Device::copyToDeviceAsync(gpu::DevicePtr dst, const void *src, size_t bytes,
+                                       gpu::Stream stream) const {
+  if (bytes == 0)
+    return absl::OkStatus();
+  if (absl::Status s = makeCurrent(); !s.ok())
+    return s;
+  return check(api_->hipMemcpyHtoDAsync(ptr(dst), const_cast<void *>(src), bytes,
+                                        static_cast<hipStream_t>(stream)),
+               "hipMemcpyHtoDAsync");
+}
+
+absl::Status Device::copyToHostAsync(void *dst, gpu::DevicePtr src, size_t bytes,
+                                     gpu::Stream stream) const {
+  if (bytes == 0)
+    return absl::OkStatus();
+  if (absl::Status s = makeCurrent(); !s.ok())
+    return s;
+  return check(api_->hipMemcpyDtoHAsync(dst, ptr(src), bytes, static_cast<hipStream_t>(stream)),
+               "hipMemcpyDtoHAsync");
+}
+
+absl::StatusOr<gpu::Event> Device::createEvent() const {
+  constexpr unsigned kDisableTiming = 0x2; // hipEventDisableTiming
+  if (absl::Status s = makeCurrent(); !s.ok())
+    return s;
+  hipEvent_t e = nullptr;
+  if (absl::Status s =
+          check(api_->hipEventCreateWithFlags(&e, kDisableTiming), "hipEventCreateWithFlags");
+      !s.ok())
+    return s;
+  return static_cast<gpu::Event>(e);
+}
+
+void Device::destroyEvent(gpu::Event event) const {
+  if (event && makeCurrent().ok())
+    api_->hipEventDestroy(static_cast<hipEvent_t>(event));
+}
+
+absl::Status Device::recordEvent(gpu::Event event, gpu::Stream stream) const {
+  if (absl::Status s = makeCurrent(); !s.ok())
+    return s;
+  return check(
+      api_->hipEventRecord(static_cast<hipEvent_t>(event), static_cast<hipStream_t>(stream)),
+      "hipEventRecord");
+}
+
+absl::Status Device::streamWaitEvent(gpu::Stream stream, gpu::Event event) const {
+  if (absl::Status s = makeCurrent(); !s.ok())
+    return s;
+  return check(
+      api_->hipStreamWaitEvent(static_cast<hipStream_t>(stream), static_cast<hipEvent_t>(event), 0),
+      "hipStreamWaitEvent");
+}
+
+absl::Status Device::waitEvent(gpu::Event event) const {
+  if (absl::Status s = makeCurrent(); !s.ok())
+    return s;
+  return check(api_->hipEventSynchronize(static_cast<hipEvent_t>(event)), "hipEventSynchronize");
 }
 
 absl::StatusOr<int> Device::residentBlocks(gpu::Function f, unsigned block) const {

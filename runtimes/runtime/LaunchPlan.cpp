@@ -244,16 +244,36 @@ QdLaunchContext LaunchPlan::hostContext(std::vector<void *> &globals, char *heap
 
 std::string LaunchPlan::indexErrorText(const GlobalAccessStmt &g,
                                        std::span<const int64_t, abi::kMaxErrorData> data) const {
-  const Buffer *buf =
-      g.field()
-          ? program_->field(*g.field(), g.component())
-          : args_[cast<Argument>(g.ndarray())->index()].ndarrayValue().component(g.component());
+  const std::vector<int64_t> *shape = nullptr;
+  if (!program_) {
+    const Argument *nd = g.field() ? nullptr : cast<Argument>(g.ndarray());
+    for (size_t i = 0; i < layout_->slots.size() && i < slotShapes_.size(); ++i) {
+      const KernelLayout::GlobalSlot &slot = layout_->slots[i];
+      if (slot.field == g.field() && slot.ndarray == nd && slot.component == g.component())
+        shape = &slotShapes_[i];
+    }
+  } else if (const Buffer *buf =
+                 g.field() ? program_->field(*g.field(), g.component())
+                           : args_[cast<Argument>(g.ndarray())->index()].ndarrayValue().component(
+                                 g.component())) {
+    shape = &buf->shape();
+  }
   size_t shown = std::min<size_t>(g.numIndices(), abi::kMaxErrorData);
   std::string name = globalAccessName(g);
-  if (!buf)
+  if (!shape)
     return fmt::format("index is out of range for '{}'", name);
-  return indexOutOfRangeText(name, data.first(shown), buf->shape(),
-                             g.numIndices() > abi::kMaxErrorData);
+  return indexOutOfRangeText(name, data.first(shown), *shape, g.numIndices() > abi::kMaxErrorData);
+}
+
+LaunchPlan LaunchPlan::detached() const {
+  LaunchPlan d;
+  d.kernel_ = kernel_;
+  d.layout_ = layout_;
+  d.heap_ = heap_;
+  d.slotShapes_.reserve(buffers_.size());
+  for (const Buffer *b : buffers_)
+    d.slotShapes_.push_back(b ? b->shape() : std::vector<int64_t>());
+  return d;
 }
 
 absl::Status LaunchPlan::finish(const QdErrorRecord &record,
@@ -277,7 +297,7 @@ absl::Status LaunchPlan::finish(const QdErrorRecord &record,
   if (site.stopCheck) {
     auto reason = static_cast<StopReason>(record.data[0]);
     return launchStoppedError(*kernel_, *site.stmt, taskOf(site.stmt), reason,
-                              stopLimit(*options_, reason));
+                              stopLimit(options_ ? *options_ : LaunchOptions(), reason));
   }
   if (site.loopExitCheck)
     return loopEndedEarlyError(*kernel_, *site.stmt, taskOf(site.stmt));

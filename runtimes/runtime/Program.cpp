@@ -105,6 +105,16 @@ absl::Status refuseGlobalAccessChecks(const Kernel &kernel, const LaunchOptions 
       kernel.name(), backend));
 }
 
+absl::Status refuseLaunchStream(const Kernel &kernel, const LaunchOptions &options,
+                                std::string_view backend) {
+  if (!options.stream)
+    return absl::OkStatus();
+  return absl::InvalidArgumentError(fmt::format(
+      "kernel @{}: the {} backend has no streams, so it cannot launch on the one given "
+      "(LaunchOptions::stream); pass a null stream, or launch on a GPU backend (cuda, amdgpu)",
+      kernel.name(), backend));
+}
+
 absl::Status validateLaunchArgs(const Kernel &kernel, std::span<const LaunchArg> args) {
   if (args.size() != kernel.numArguments())
     return absl::InvalidArgumentError(fmt::format(
@@ -269,6 +279,9 @@ absl::Status Program::launchSized(const Kernel &k, std::span<const LaunchArg> ar
       optimistic = &state;
   }
   LaunchOptions sized = options;
+  // Measuring reads what the device counted: the host waits for it.
+  if (measure || refine)
+    sized.async = false;
   if (optimistic && optimistic->capacity.empty() && options.optimisticInitialCapacity > 0)
     optimistic->capacity.assign(sz.numCounted(), options.optimisticInitialCapacity);
   if (optimistic && optimistic->capacity.empty() && !measure) {
@@ -288,7 +301,7 @@ absl::Status Program::launchSized(const Kernel &k, std::span<const LaunchArg> ar
   int countingRuns = 0;
   if (measure) {
     absl::StatusOr<std::vector<int64_t>> need =
-        countAdStacks(k, sz, args, backend, options, countingRuns);
+        countAdStacks(k, sz, args, backend, sized, countingRuns);
     if (!need.ok())
       return need.status();
     for (const AdStackSize &s : sz.stacks())

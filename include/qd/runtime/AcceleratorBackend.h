@@ -22,8 +22,11 @@
 // A device supplies only what differs: compiling a variant to its code and
 // loading it, allocating memory, and running one frame (upload the launch
 // data, dispatch the entries in order, wait, read the error record and the
-// overflow counters back). A new accelerator is one AcceleratorDevice plus
-// one code generator.
+// overflow counters back). A device with streams may also queue a frame on
+// a caller's stream and return before it ran (LaunchOptions::async): the
+// backend then keeps the launch's plan, detached, and decodes its report
+// when it collects it (synchronize(), or a launch that waits). A new
+// accelerator is one AcceleratorDevice plus one code generator.
 //
 //===----------------------------------------------------------------------===//
 #pragma once
@@ -84,6 +87,12 @@ struct LaunchFrame {
   int32_t *stopWord = nullptr;
   /// Time the dispatches (AcceleratorBackend::timeKernels is on).
   bool timed = false;
+  /// The stream the frame's copies and dispatches go on (LaunchOptions::
+  /// stream; null: the device's own). Only for a device with streams().
+  void *stream = nullptr;
+  /// Return once the work is queued: the report comes from collect().
+  /// Never with a stop word or timing. Only for a device with streams().
+  bool async = false;
 };
 
 /// What a frame's code reported.
@@ -93,6 +102,9 @@ struct LaunchReport {
   std::vector<int64_t> needed;
   /// The dispatches' time on the device (timed frames).
   double kernelMs = -1;
+  /// An asynchronous frame's ticket for collect(): the report is not
+  /// filled yet.
+  uint64_t ticket = 0;
 };
 
 /// How a device bounds a launch.
@@ -149,6 +161,16 @@ public:
   /// may then have been written.
   virtual absl::Status execute(DeviceKernel &kernel, const LaunchFrame &frame,
                                LaunchReport &report) = 0;
+
+  /// Whether frames may go on a caller's stream and be asynchronous
+  /// (LaunchFrame::stream, ::async); false by default.
+  virtual bool streams() const { return false; }
+  /// Asynchronous frames the device keeps in flight at most: collect one
+  /// before executing another beyond that.
+  virtual size_t maxInFlight() const { return 0; }
+  /// Waits for the asynchronous frame of `ticket` and fills `report`'s
+  /// record and `needed` (sized as for execute). Each ticket once.
+  virtual absl::Status collect(uint64_t ticket, LaunchReport &report);
 };
 
 } // namespace accel
@@ -178,6 +200,11 @@ public:
   /// Milliseconds the last launch's dispatches took on the device (timing
   /// on); an error while timing is off or before a launch ran them.
   absl::StatusOr<double> lastKernelMs() const;
+  /// Waits for the asynchronous launches and returns the first error one
+  /// reported (see LaunchOptions::async).
+  absl::Status synchronize() override;
+  /// Asynchronous launches whose report the host has not collected.
+  size_t pendingLaunches() const;
 
 protected:
   explicit AcceleratorBackend(std::unique_ptr<accel::AcceleratorDevice> device);

@@ -24,7 +24,10 @@
 // copies its small arrays (context, shapes, scalars, heap layout) in one
 // block and its error record and overflow counters back in one copy.
 // Launch-time sizing reads device data element by element, and a max over
-// a range on the GPU. Launches are serialised per backend.
+// a range on the GPU. Launches are serialised per backend, on the device
+// too; one may go on the caller's stream and return before its kernels ran
+// (LaunchOptions::stream and ::async; docs/runtime.md, "Asynchronous
+// launches and streams").
 //
 //===----------------------------------------------------------------------===//
 #pragma once

@@ -52,6 +52,8 @@ struct DriverApi {
   CUresult (*cuMemFree)(CUdeviceptr);
   CUresult (*cuMemcpyHtoD)(CUdeviceptr, const void *, size_t);
   CUresult (*cuMemcpyDtoH)(void *, CUdeviceptr, size_t);
+  CUresult (*cuMemcpyHtoDAsync)(CUdeviceptr, const void *, size_t, CUstream);
+  CUresult (*cuMemcpyDtoHAsync)(void *, CUdeviceptr, size_t, CUstream);
   CUresult (*cuMemsetD8)(CUdeviceptr, unsigned char, size_t);
   CUresult (*cuMemGetAddressRange)(CUdeviceptr *, size_t *, CUdeviceptr);
   CUresult (*cuMemHostAlloc)(void **, size_t, unsigned);
@@ -67,10 +69,13 @@ struct DriverApi {
   CUresult (*cuStreamCreate)(CUstream *, unsigned);
   CUresult (*cuStreamDestroy)(CUstream);
   CUresult (*cuStreamSynchronize)(CUstream);
+  CUresult (*cuStreamQuery)(CUstream);
+  CUresult (*cuStreamWaitEvent)(CUstream, CUevent, unsigned);
   CUresult (*cuEventCreate)(CUevent *, unsigned);
   CUresult (*cuEventDestroy)(CUevent);
   CUresult (*cuEventRecord)(CUevent, CUstream);
   CUresult (*cuEventElapsedTime)(float *, CUevent, CUevent);
+  CUresult (*cuEventSynchronize)(CUevent);
   CUresult (*cuGetErrorName)(CUresult, const char **);
   CUresult (*cuGetErrorString)(CUresult, const char **);
 };
@@ -122,10 +127,22 @@ public:
   absl::StatusOr<std::pair<void *, CUdeviceptr>> allocMapped(size_t bytes) const override;
   void freeMapped(void *host) const override;
   absl::Status launch(gpu::Function f, unsigned grid, unsigned block,
-                      std::span<const uint64_t> args, std::string_view what) const override;
+                      std::span<const uint64_t> args, std::string_view what,
+                      gpu::Stream stream = nullptr) const override;
   absl::StatusOr<int> residentBlocks(gpu::Function f, unsigned block) const override;
-  /// Two CUDA events on the default stream.
+  /// Two CUDA events on the stream timed.
   absl::StatusOr<std::unique_ptr<gpu::StreamTimer>> createTimer() const override;
+
+  bool hasStreams() const override { return true; }
+  absl::Status copyToDeviceAsync(CUdeviceptr dst, const void *src, size_t bytes,
+                                 gpu::Stream stream) const override;
+  absl::Status copyToHostAsync(void *dst, CUdeviceptr src, size_t bytes,
+                               gpu::Stream stream) const override;
+  absl::StatusOr<gpu::Event> createEvent() const override;
+  void destroyEvent(gpu::Event event) const override;
+  absl::Status recordEvent(gpu::Event event, gpu::Stream stream) const override;
+  absl::Status streamWaitEvent(gpu::Stream stream, gpu::Event event) const override;
+  absl::Status waitEvent(gpu::Event event) const override;
 
 private:
   Device() = default;

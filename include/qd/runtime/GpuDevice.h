@@ -16,6 +16,7 @@
 #include <absl/status/status.h>
 #include <absl/status/statusor.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -30,6 +31,10 @@ namespace qd::gpu {
 using DevicePtr = unsigned long long;
 /// A loaded kernel (a CUfunction, a hipFunction_t).
 using Function = void *;
+/// A stream (a CUstream, a hipStream_t); null is the default stream.
+using Stream = void *;
+/// An event (a CUevent, a hipEvent_t).
+using Event = void *;
 
 class StreamTimer;
 
@@ -62,27 +67,61 @@ public:
   virtual absl::StatusOr<std::pair<void *, DevicePtr>> allocMapped(size_t bytes) const = 0;
   virtual void freeMapped(void *host) const = 0;
 
-  /// Launches `f` on `grid` blocks of `block` threads on the default stream
-  /// (ordered with the copies), passing `args` (8 bytes each: addresses and
-  /// 64-bit integers). `what` names the kernel in errors.
+  /// Launches `f` on `grid` blocks of `block` threads on `stream` (null:
+  /// the default stream, ordered with the copies above), passing `args` (8
+  /// bytes each: addresses and 64-bit integers). `what` names the kernel
+  /// in errors.
   virtual absl::Status launch(Function f, unsigned grid, unsigned block,
-                              std::span<const uint64_t> args, std::string_view what) const = 0;
+                              std::span<const uint64_t> args, std::string_view what,
+                              Stream stream = nullptr) const = 0;
+
+  // Streams and events. The calls below return Unimplemented, naming the
+  // API, where hasStreams() is false (the default).
+  virtual bool hasStreams() const { return false; }
+  /// Queues a copy on `stream` from or to pinned host memory (allocMapped):
+  /// the host does not wait for it.
+  virtual absl::Status copyToDeviceAsync(DevicePtr dst, const void *src, size_t bytes,
+                                         Stream stream) const;
+  virtual absl::Status copyToHostAsync(void *dst, DevicePtr src, size_t bytes, Stream stream) const;
+  /// An event without timing (destroyed with destroyEvent).
+  virtual absl::StatusOr<Event> createEvent() const;
+  virtual void destroyEvent(Event event) const;
+  /// Marks the point of `stream` reached so far.
+  virtual absl::Status recordEvent(Event event, Stream stream) const;
+  /// Work queued on `stream` from now on starts after `event`'s point, with
+  /// no wait on the host.
+  virtual absl::Status streamWaitEvent(Stream stream, Event event) const;
+  /// The host waits until `event`'s point is reached.
+  virtual absl::Status waitEvent(Event event) const;
+  /// Whether a copy, a fill or a launch went on the default stream since the
+  /// last call (which clears it): work on a caller's stream that needs it
+  /// must then wait for the default stream.
+  bool takeDefaultStreamWork() const { return defaultStreamWork_.exchange(false); }
   /// Blocks of `block` threads of `f` one multiprocessor keeps resident.
   virtual absl::StatusOr<int> residentBlocks(Function f, unsigned block) const = 0;
   /// A pair of marks on the default stream that time the GPU work between
   /// them (kernels, copies). The default: an Unimplemented error naming the
   /// API.
   virtual absl::StatusOr<std::unique_ptr<StreamTimer>> createTimer() const;
+
+protected:
+  /// Notes work queued on the default stream (takeDefaultStreamWork).
+  void noteDefaultStreamWork() const { defaultStreamWork_.store(true); }
+  /// The error of a stream call on an API without streams.
+  absl::Status noStreams(std::string_view call) const;
+
+private:
+  mutable std::atomic<bool> defaultStreamWork_{false};
 };
 
-/// Times the device work between two points of the default stream: call
-/// start() before the work, stop() after it, and elapsedMs() once the host
-/// has waited for the work (e.g. by a copy back).
+/// Times the device work between two points of a stream: call start()
+/// before the work, stop() after it, and elapsedMs() once the host has
+/// waited for the work (e.g. by a copy back).
 class StreamTimer {
 public:
   virtual ~StreamTimer() = default;
-  virtual absl::Status start() = 0;
-  virtual absl::Status stop() = 0;
+  virtual absl::Status start(Stream stream = nullptr) = 0;
+  virtual absl::Status stop(Stream stream = nullptr) = 0;
   /// Milliseconds between start() and stop() on the GPU; waits for stop().
   virtual absl::StatusOr<double> elapsedMs() = 0;
 };

@@ -28,6 +28,7 @@ using hipDeviceptr_t = void *;
 using hipModule_t = struct ihipModule_t *;
 using hipFunction_t = struct ihipModuleSymbol_t *;
 using hipStream_t = struct ihipStream_t *;
+using hipEvent_t = struct ihipEvent_t *;
 
 /// The entry points qd calls, resolved by name from libamdhip64.
 struct HipApi {
@@ -40,6 +41,13 @@ struct HipApi {
   hipError_t (*hipFree)(void *);
   hipError_t (*hipMemcpyHtoD)(hipDeviceptr_t, void *, size_t);
   hipError_t (*hipMemcpyDtoH)(void *, hipDeviceptr_t, size_t);
+  hipError_t (*hipMemcpyHtoDAsync)(hipDeviceptr_t, void *, size_t, hipStream_t);
+  hipError_t (*hipMemcpyDtoHAsync)(void *, hipDeviceptr_t, size_t, hipStream_t);
+  hipError_t (*hipEventCreateWithFlags)(hipEvent_t *, unsigned);
+  hipError_t (*hipEventDestroy)(hipEvent_t);
+  hipError_t (*hipEventRecord)(hipEvent_t, hipStream_t);
+  hipError_t (*hipEventSynchronize)(hipEvent_t);
+  hipError_t (*hipStreamWaitEvent)(hipStream_t, hipEvent_t, unsigned);
   hipError_t (*hipMemsetD8)(hipDeviceptr_t, unsigned char, size_t);
   hipError_t (*hipMemGetAddressRange)(hipDeviceptr_t *, size_t *, hipDeviceptr_t);
   hipError_t (*hipHostMalloc)(void **, size_t, unsigned);
@@ -114,8 +122,20 @@ public:
   void freeMapped(void *host) const override;
   /// Passes `args` packed in one kernel-argument buffer (HIP_LAUNCH_PARAM_*).
   absl::Status launch(gpu::Function f, unsigned grid, unsigned block,
-                      std::span<const uint64_t> args, std::string_view what) const override;
+                      std::span<const uint64_t> args, std::string_view what,
+                      gpu::Stream stream = nullptr) const override;
   absl::StatusOr<int> residentBlocks(gpu::Function f, unsigned block) const override;
+
+  bool hasStreams() const override { return true; }
+  absl::Status copyToDeviceAsync(gpu::DevicePtr dst, const void *src, size_t bytes,
+                                 gpu::Stream stream) const override;
+  absl::Status copyToHostAsync(void *dst, gpu::DevicePtr src, size_t bytes,
+                               gpu::Stream stream) const override;
+  absl::StatusOr<gpu::Event> createEvent() const override;
+  void destroyEvent(gpu::Event event) const override;
+  absl::Status recordEvent(gpu::Event event, gpu::Stream stream) const override;
+  absl::Status streamWaitEvent(gpu::Stream stream, gpu::Event event) const override;
+  absl::Status waitEvent(gpu::Event event) const override;
 
 private:
   Device() = default;

@@ -110,6 +110,12 @@ public:
   /// (a nonzero `needed` count: pushes past the capacity) first, then the
   /// first error site (a loop's stop site: launchStoppedError).
   absl::Status finish(const QdErrorRecord &record, std::span<const int64_t> needed) const;
+  /// A copy for decoding what an asynchronous launch reported after the
+  /// launch call returned (`finish`): it keeps the kernel, its layout, the
+  /// heap layout and the bound buffers' shapes, and refers to neither the
+  /// program, the arguments, their buffers nor the options. The kernel and
+  /// the layout must outlive it.
+  LaunchPlan detached() const;
 
 private:
   LaunchPlan() = default;
@@ -124,6 +130,8 @@ private:
   std::vector<Buffer *> buffers_;
   std::vector<int64_t> shapes_, scalars_;
   AdStackHeapLayout heap_;
+  /// A detached plan's shapes of the bound buffers, in slot order.
+  std::vector<std::vector<int64_t>> slotShapes_;
 };
 
 /// Local tapes (CudaBackendOptions::localTapeBytes,

@@ -115,6 +115,24 @@ struct LaunchOptions {
   /// `timeout`. Compiled backends refuse a launch that sets it.
   int64_t maxLoopIterations = 0;
 
+  /// The stream of the caller's device work the launch joins (a CUstream
+  /// on CUDA, a hipStream_t on AMDGPU; null: the backend's own, the
+  /// default stream). The launch's copies and kernels go on it, after the
+  /// work the caller queued there, with no wait on the host or on the
+  /// whole device. Backends without streams (CPU, interpreter, Vulkan)
+  /// refuse a non-null stream (InvalidArgument naming the backend).
+  void *stream = nullptr;
+  /// Return once the launch's work is queued, without waiting for the
+  /// kernels (docs/runtime.md, "Asynchronous launches"). What the code
+  /// reports (an adstack overflow, an index out of range) is decoded
+  /// later and returned, with the same message, by the next call on the
+  /// backend that waits for the launch: Backend::synchronize(), a
+  /// synchronous launch, or a launch that has to wait. Launches that need
+  /// the host anyway run synchronously: a timeout or cancel flag, stacks
+  /// measured at launch, kernel timing. Backends without streams run every
+  /// launch synchronously.
+  bool async = false;
+
   /// Whether the host may stop the launch while it runs (a timeout or a
   /// cancel flag): compiled backends then run code with stop checks.
   bool stoppable() const { return timeout.count() > 0 || cancel; }
@@ -129,6 +147,11 @@ absl::Status validateLaunchArgs(const Kernel &kernel, std::span<const LaunchArg>
 /// asks for the check (LaunchOptions::checkGlobalAccesses).
 absl::Status refuseGlobalAccessChecks(const Kernel &kernel, const LaunchOptions &options,
                                       std::string_view backend);
+
+/// For a backend without streams: InvalidArgument naming `backend` when
+/// `options` gives one (LaunchOptions::stream).
+absl::Status refuseLaunchStream(const Kernel &kernel, const LaunchOptions &options,
+                                std::string_view backend);
 
 class Program;
 
@@ -216,6 +239,11 @@ public:
   /// The adstack heap of the last launch; nullopt for a backend without
   /// one (the interpreter keeps each stack apart).
   virtual std::optional<AdStackHeapUsage> lastAdStackHeapUsage() const { return std::nullopt; }
+  /// Waits for every asynchronous launch (LaunchOptions::async) and returns
+  /// the first error one of them reported (the message it would have had,
+  /// marked as deferred), or OK. A backend whose launches are all
+  /// synchronous returns OK.
+  virtual absl::Status synchronize() { return absl::OkStatus(); }
 };
 
 /// A module instantiated in memory: zero-initialised storage for every field
