@@ -88,14 +88,18 @@ absl::StatusOr<int64_t> Program::setCheckpointInterval(const Kernel &k, const Ke
     for (const AdStackSize &s : sizing.stacks()) {
       auto it = caps->find(s.stack);
       int64_t cap = it != caps->end() ? it->second : std::max<int64_t>(s.stack->capacity(), 1);
-      int64_t bytes = adStackBytes(*s.stack, cap);
+      // A stack's bytes are rounded up to 8 (adStackBytes): 7 more for
+      // each that depends on k keeps the model an upper bound.
+      int64_t entry = adStackEntryBytes(*s.stack);
       if (hasNameHint(s.stack->name(), kCheckpointStackName)) {
         costs.tripCount = std::max(costs.tripCount, cap);
-        costs.checkpointBytes += adStackEntryBytes(*s.stack);
+        costs.checkpointBytes += entry;
+        costs.otherBytes += 7;
       } else if (hasNameHint(s.stack->name(), kSegmentStackName)) {
-        costs.tapeBytesPerIteration += bytes;
+        costs.tapeBytesPerIteration += entry * cap;
+        costs.otherBytes += 7;
       } else {
-        costs.otherBytes += bytes;
+        costs.otherBytes += adStackBytes(entry, cap);
       }
     }
     return absl::OkStatus();

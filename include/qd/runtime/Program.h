@@ -282,8 +282,10 @@ public:
   /// Read it while no launch runs.
   const MeasuredLaunch &lastMeasuredLaunch() const { return lastMeasured_; }
   /// The checkpoint interval k the last sized launch of a kernel with
-  /// checkpointed loops ran with (0: none checkpointed: every loop fully
-  /// taped, or no such kernel). Read it while no launch runs.
+  /// checkpointed loops ran with: LaunchOptions::checkpointInterval when it
+  /// was given, else the one chosen from the budget; 0 when the loops ran
+  /// fully taped without a given k (no budget, or their tapes fit it), or
+  /// for a kernel without checkpointed loops. Read it while no launch runs.
   int64_t lastCheckpointInterval() const { return lastCheckpointInterval_; }
 
 private:
