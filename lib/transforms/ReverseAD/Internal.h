@@ -9,7 +9,8 @@
 //     iteration, saved once at entry, and which nested loops are taped;
 //  4. PrimalReplay.cpp (forward code: frames, Record, Plain) and
 //     AdjointSweep.cpp (reverse code: adjoints and Rev) build the gradient
-//     kernel.
+//     kernel; Checkpointing.cpp the forward and reverse code of
+//     checkpointed loops.
 //
 // Terms used (see also qd/transforms/AutoDiff.h):
 //  - a *frame* is a block of the gradient kernel that runs the forward code
