@@ -83,6 +83,7 @@ std::unique_ptr<Pass> createReverseAdPass(const PassOptionValues &options) {
   ReverseADOptions ad;
   ad.tapeNestedLoops = options.getBool("tape-nested-loops");
   ad.tapeFactors = options.getBool("tape-factors");
+  ad.checkpointLoops = options.getBool("checkpoint");
   return std::make_unique<DerivedKernelPass>(
       "reverse-ad", [ad](Module &m, const Kernel &k, std::string name) {
         return buildGradientKernel(m, k, ad, std::move(name));

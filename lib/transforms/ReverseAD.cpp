@@ -10,11 +10,14 @@
 #include "DerivativeRules.h"
 #include "ReverseAD/Internal.h"
 
+#include "qd/ir/Checkpointing.h"
 #include "qd/ir/Clone.h"
 #include "qd/ir/Printer.h"
 #include "qd/ir/Visitor.h"
 
 #include <fmt/format.h>
+
+#include <algorithm>
 
 namespace qd {
 namespace {
@@ -52,6 +55,29 @@ absl::Status checkDifferentiable(Kernel &src, const Activity &activity) {
   return status;
 }
 
+/// The field the checkpointed loops of `plan` read their interval from
+/// (qd/ir/Checkpointing.h): added to the module, or taken where it has one
+/// of that name already (a gradient built before under this name).
+absl::Status addCheckpointField(Module &module, const std::string &gradName,
+                                reverse::ReversePlan &plan) {
+  bool any = std::any_of(plan.loops.begin(), plan.loops.end(),
+                         [](const auto &l) { return l.second.checkpointed; });
+  if (!any)
+    return absl::OkStatus();
+  std::string name = checkpointIntervalField(gradName);
+  Field *f = module.findField(name);
+  if (f && (f->elementType() != ScalarType::I32 || !f->shape().empty()))
+    return absl::AlreadyExistsError(fmt::format(
+        "reverse-ad: the module has a field '@{}' that is not a 0-d i32; the checkpointed "
+        "gradient @{} reads its checkpoint interval from a field of that name; rename it",
+        name, gradName));
+  if (!f)
+    f = module.addField(std::make_unique<Field>(name, ScalarType::I32, std::vector<int64_t>{},
+                                                /*grad=*/false, /*dual=*/false));
+  plan.checkpointInterval = f;
+  return absl::OkStatus();
+}
+
 } // namespace
 
 absl::StatusOr<Kernel *> buildGradientKernel(Module &module, const Kernel &kernel,
@@ -87,6 +113,8 @@ absl::StatusOr<Kernel *> buildGradientKernel(Module &module, const Kernel &kerne
     grad->addArgument(std::move(copy));
   }
   reverse::ReversePlan plan = reverse::planReverse(*source, activity, breaking, options);
+  if (absl::Status s = addCheckpointField(module, gradName, plan); !s.ok())
+    return s;
   reverse::GradientBuilder builder(*source, *grad, plan, activity);
   builder.countWork(options.work);
   builder.run();

@@ -25,6 +25,12 @@ public:
       : program_(program), args_(args) {}
 
   const absl::Status &error() const { return error_; }
+  /// Reads of the 0-d field `name` give `value` instead of its contents
+  /// (the interval of a checkpointed gradient, tried before it is chosen).
+  void overrideField(std::string name, int64_t value) {
+    overridden_ = std::move(name);
+    overrideValue_ = value;
+  }
 
   std::optional<int64_t> scalarArg(unsigned i) const override {
     if (i >= args_.size() || args_[i].isNdarray() || isFloat(args_[i].scalarValue().type))
@@ -33,6 +39,8 @@ public:
   }
   std::optional<int64_t> fieldElement(const std::string &name,
                                       std::span<const int64_t> idx) const override {
+    if (overridden_ && name == *overridden_)
+      return overrideValue_;
     return element(program_.field(name), idx);
   }
   std::optional<int64_t> ndarrayShape(unsigned i, unsigned axis) const override {
@@ -45,6 +53,8 @@ public:
     return element(ndarray(i), idx);
   }
   std::optional<SizeExprBufferView> fieldView(const std::string &name) const override {
+    if (overridden_ && name == *overridden_)
+      return std::nullopt;
     return view(program_.field(name));
   }
   std::optional<SizeExprBufferView> ndarrayView(unsigned i) const override {
@@ -106,6 +116,8 @@ private:
   Program &program_;
   std::span<const LaunchArg> args_;
   mutable absl::Status error_;
+  std::optional<std::string> overridden_;
+  int64_t overrideValue_ = 0;
 };
 
 } // namespace qd::runtime_detail

@@ -244,6 +244,13 @@ absl::Status Program::launchSized(const Kernel &k, std::span<const LaunchArg> ar
   absl::StatusOr<const KernelSizing *> sizing = backend.adStackSizing(k);
   if (!sizing.ok())
     return sizing.status();
+  absl::StatusOr<int64_t> interval = setCheckpointInterval(k, **sizing, args, options);
+  if (!interval.ok())
+    return interval.status();
+  if (record) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    lastCheckpointInterval_ = *interval;
+  }
   auto capacities = adStackCapacities(k, **sizing, args, options.defaultAdStackCapacity);
   if (!capacities.ok())
     return capacities.status();
@@ -512,8 +519,14 @@ Program::countAdStacksOnce(const Kernel &kernel, const KernelSizing &sizing,
 absl::StatusOr<std::unordered_map<const AdStackAllocaStmt *, int64_t>>
 Program::adStackCapacities(const Kernel &kernel, const KernelSizing &sizing,
                            std::span<const LaunchArg> args, int64_t defaultCapacity) {
+  return evaluateCapacities(kernel, sizing, runtime_detail::LaunchInputs(*this, args),
+                            defaultCapacity);
+}
+
+absl::StatusOr<std::unordered_map<const AdStackAllocaStmt *, int64_t>>
+Program::evaluateCapacities(const Kernel &kernel, const KernelSizing &sizing,
+                            const runtime_detail::LaunchInputs &inputs, int64_t defaultCapacity) {
   std::unordered_map<const AdStackAllocaStmt *, int64_t> out;
-  runtime_detail::LaunchInputs inputs(*this, args);
   for (const AdStackSize &s : sizing.stacks()) {
     switch (s.tier) {
     case SizingTier::Declared:

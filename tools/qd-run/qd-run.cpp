@@ -6,6 +6,7 @@
 //          [--inputs=in.json] [--set FIELD=JSON]... [--arg [KERNEL:]NAME=JSON]...
 //          [--print=a,b.grad,...] [--no-bounds-check] [--adstack-capacity=N]
 //          [--backward NAME[=SEED]]... [--checkpoint-budget=BYTES]
+//          [--checkpoint-interval=K] [--adstack-memory-budget=BYTES]
 //          [--report-adstacks] [--no-adstack-sizing] [--[no-]optimistic-adstacks]
 //          [--vector-width=N]
 //          [--no-vector-math] [--threads=N] [--light] [--timeout-ms=N] [--max-loop-iterations=N]
@@ -103,6 +104,13 @@ constexpr const char *kUsage =
     "  --checkpoint-budget=BYTES\n"
     "                         bytes the launch tape may keep; it recomputes\n"
     "                         segments of launches to stay within them\n"
+    "  --checkpoint-interval=K\n"
+    "                         checkpointed loops (reverse-ad{checkpoint}) store their\n"
+    "                         state every K iterations (default: chosen at launch)\n"
+    "  --adstack-memory-budget=BYTES\n"
+    "                         the bytes one iteration's adstacks may take; a\n"
+    "                         checkpointed loop whose full tape does not fit gets\n"
+    "                         an interval that fits (default: no budget)\n"
     "  --print=A,B.grad,...   what to print after the last launch (default: every\n"
     "                         field and ndarray; a script says it per launch)\n"
     "  --no-bounds-check      cpu: do not check field/ndarray indices (faster; an\n"
@@ -497,6 +505,10 @@ bool launchValue(ArgReader &args, qd::LaunchOptions &o) {
     // Nanoseconds in 64 bits: about 292 years.
     o.timeout =
         std::chrono::milliseconds(integerOption("--timeout-ms", *v, 1, INT64_MAX / 1000000));
+  } else if (auto v = args.value("--checkpoint-interval")) {
+    o.checkpointInterval = integerOption("--checkpoint-interval", *v, 1, INT32_MAX);
+  } else if (auto v = args.value("--adstack-memory-budget")) {
+    o.adStackMemoryBudget = integerOption("--adstack-memory-budget", *v, 1, INT64_MAX);
   } else if (auto v = args.value("--max-loop-iterations")) {
     o.maxLoopIterations = integerOption("--max-loop-iterations", *v, 1, INT64_MAX);
   } else {

@@ -20,6 +20,10 @@
 
 namespace qd {
 
+namespace runtime_detail {
+class LaunchInputs;
+} // namespace runtime_detail
+
 /// An ndarray passed to a launch: the primal buffer and optional grad/dual
 /// companions (required when the kernel argument declares them).
 struct NdarrayArg {
@@ -100,6 +104,16 @@ struct LaunchOptions {
   int64_t optimisticInitialCapacity = 0;
   /// Per-launch capacities, overriding the declared and sized capacity.
   std::unordered_map<const AdStackAllocaStmt *, int64_t> adStackCapacities;
+  /// The most bytes of adstack heap this launch may lay out (0: no budget).
+  /// Checkpointed loops (reverse-ad{checkpoint}) compare it with the bytes
+  /// of one iteration's stacks when Program::launch chooses their interval
+  /// (docs/autodiff.md, "Checkpointing long loops").
+  int64_t adStackMemoryBudget = 0;
+  /// The interval k of a gradient's checkpointed loops: iterations between
+  /// stored states (0: Program::launch chooses it from
+  /// adStackMemoryBudget; k >= a loop's trip count tapes it fully). A
+  /// kernel without checkpointed loops ignores it.
+  int64_t checkpointInterval = 0;
   /// Stop the launch once it has run this long (zero: no limit), with a
   /// DeadlineExceeded error naming the loop a thread was in. Loops check
   /// at their back edges (compiled code: every kStopCheckInterval-th back
@@ -295,6 +309,12 @@ public:
   };
   /// Read it while no launch runs.
   const MeasuredLaunch &lastMeasuredLaunch() const { return lastMeasured_; }
+  /// The checkpoint interval k the last sized launch of a kernel with
+  /// checkpointed loops ran with: LaunchOptions::checkpointInterval when it
+  /// was given, else the one chosen from the budget; 0 when the loops ran
+  /// fully taped without a given k (no budget, or their tapes fit it), or
+  /// for a kernel without checkpointed loops. Read it while no launch runs.
+  int64_t lastCheckpointInterval() const { return lastCheckpointInterval_; }
 
 private:
   /// What the optimistic launches of one kernel keep between launches.
@@ -355,12 +375,24 @@ private:
                                 const LaunchOptions &sized, OptimisticState &state);
   OptimisticState &optimisticState(const Kernel &k);
   void recordLaunch(const LaunchOptions &sized, MeasuredLaunch measured);
+  /// Sets the field of `k`'s checkpoint interval (qd/ir/Checkpointing.h), if
+  /// it has one, for this launch: `options.checkpointInterval`, or chosen
+  /// from the budget (Checkpointing.cpp). Returns the interval (0: fully
+  /// taped).
+  absl::StatusOr<int64_t> setCheckpointInterval(const Kernel &k, const KernelSizing &sizing,
+                                                std::span<const LaunchArg> args,
+                                                const LaunchOptions &options);
+  /// adStackCapacities against `inputs`.
+  absl::StatusOr<std::unordered_map<const AdStackAllocaStmt *, int64_t>>
+  evaluateCapacities(const Kernel &kernel, const KernelSizing &sizing,
+                     const runtime_detail::LaunchInputs &inputs, int64_t defaultCapacity);
   const Module &module_;
   /// Guards lastCapacities_: launches from several threads may size
   /// stacks at once (field storage is never reallocated after create()).
   mutable std::mutex mutex_;
   std::unordered_map<const AdStackAllocaStmt *, int64_t> lastCapacities_;
   MeasuredLaunch lastMeasured_;
+  int64_t lastCheckpointInterval_ = 0;
   std::map<const Kernel *, std::unique_ptr<OptimisticState>> optimistic_;
   std::map<const Kernel *, std::unique_ptr<CountState>> counting_;
   std::map<std::pair<const Field *, Component>, Buffer> fields_;

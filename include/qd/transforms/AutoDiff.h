@@ -65,6 +65,18 @@ struct ReverseADOptions {
   /// than before (the locals it no longer needs make room). Gradients are
   /// bit for bit the same. See docs/autodiff.md.
   bool tapeFactors = true;
+  /// Checkpoint long loops: every range-for without a break that the
+  /// forward sweep records (not taped inside another loop) and that pushes
+  /// onto adstacks is compiled so that a launch can run it with an interval
+  /// k: the forward sweep then tapes nothing and stores the locals the loop
+  /// carries every k iterations, and the reverse sweep records and reverses
+  /// one segment of k iterations at a time. k is read at launch from the
+  /// field `checkpointIntervalField(<gradient>)` (qd/ir/Checkpointing.h),
+  /// which the runtime sets (LaunchOptions::checkpointInterval and
+  /// ::adStackMemoryBudget); k >= the trip count runs the fully taped loop.
+  /// Gradients are bit for bit those of the taped loop. See
+  /// docs/autodiff.md, "Checkpointing long loops".
+  bool checkpointLoops = false;
   /// Filled in when set (added to what it holds).
   ReverseADWork *work = nullptr;
 };

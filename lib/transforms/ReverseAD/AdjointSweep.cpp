@@ -165,7 +165,10 @@ void GradientBuilder::reverse(Block &block, IRBuilder &b, Frame &f) {
     }
     case StmtKind::For:
     case StmtKind::While:
-      reverseLoop(s, b, f);
+      if (plan_.loops.at(&s).checkpointed)
+        reverseCheckpointed(cast<ForStmt>(s), b, f);
+      else
+        reverseLoop(s, b, f);
       break;
     default:
       adjoint(s, b, f);
@@ -174,7 +177,7 @@ void GradientBuilder::reverse(Block &block, IRBuilder &b, Frame &f) {
 }
 
 /// Rev(L).
-void GradientBuilder::reverseLoop(Stmt &loop, IRBuilder &b, Frame &f) {
+void GradientBuilder::reverseLoop(Stmt &loop, IRBuilder &b, Frame &f, Range range) {
   const LoopPlan &plan = plan_.loops.at(&loop);
   for (AllocaStmt *a : plan.atEntry)
     b.store(primal(a, f, b), b.load(entrySaves_.at({&loop, a})));
@@ -192,7 +195,8 @@ void GradientBuilder::reverseLoop(Stmt &loop, IRBuilder &b, Frame &f) {
       last = b.sub(b.add(value(bound(l->begin(), f, b)), count), b.i32(1));
     scope.emplace(b.forRange(b.i32(0), count));
   } else {
-    Bound lo = bound(l->begin(), f, b), hi = bound(l->end(), f, b);
+    Bound lo = range ? range->first : bound(l->begin(), f, b);
+    Bound hi = range ? range->second : bound(l->end(), f, b);
     last = b.sub(b.add(value(lo), value(hi)), b.i32(1));
     scope.emplace(b.forRange(lo, hi));
   }

@@ -9,7 +9,8 @@
 //     iteration, saved once at entry, and which nested loops are taped;
 //  4. PrimalReplay.cpp (forward code: frames, Record, Plain) and
 //     AdjointSweep.cpp (reverse code: adjoints and Rev) build the gradient
-//     kernel.
+//     kernel; Checkpointing.cpp the forward and reverse code of
+//     checkpointed loops.
 //
 // Terms used (see also qd/transforms/AutoDiff.h):
 //  - a *frame* is a block of the gradient kernel that runs the forward code
@@ -31,6 +32,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -100,6 +102,14 @@ struct LoopPlan {
   /// everything the forward sweep computes.
   std::vector<const Stmt *> tapedFactors;
   std::unordered_set<const Value *> replayValues, replayLocals;
+  /// Checkpointed (ReverseADOptions::checkpointLoops; see Checkpointing.cpp):
+  /// Record(L) tapes no iteration unless the launch's interval k covers the
+  /// trip count; it stores `checkpointState` every k iterations instead, and
+  /// Rev(L) records and reverses one segment of k iterations at a time.
+  bool checkpointed = false;
+  /// The locals declared outside the loop that it writes and reads: the
+  /// state a segment starts from.
+  std::vector<AllocaStmt *> checkpointState;
 };
 
 /// What the gradient builder keeps of the source kernel.
@@ -108,6 +118,9 @@ struct ReversePlan {
   std::unordered_set<const Value *> needed, neededLocals;
   /// Every non-task loop of the source.
   std::unordered_map<const Stmt *, LoopPlan> loops;
+  /// The field checkpointed loops read their interval from (null: none is
+  /// checkpointed; qd/ir/Checkpointing.h).
+  Field *checkpointInterval = nullptr;
 };
 
 /// Plans the gradient of `source`. `breaking`: the loops that may break.
@@ -212,9 +225,26 @@ protected:
   AllocaStmt *counterOf(const Stmt &loop, Frame &f);
   void saveAtEntry(Stmt &loop, IRBuilder &b, Frame &f);
   void allocateStacks(Stmt &loop, Frame &f);
-  /// Record(L).
-  void record(Stmt &loop, IRBuilder &b, Frame &f);
+  /// Bounds that replace a range-for's own in Record(L) and Rev(L): values
+  /// of the gradient kernel (a segment of a checkpointed loop).
+  using Range = std::optional<std::pair<Bound, Bound>>;
+  /// Record(L), over `range` when given.
+  void record(Stmt &loop, IRBuilder &b, Frame &f, Range range = {});
   static const IfStmt *exitGuard(const Stmt &loop);
+
+  /// A checkpointed loop's bounds and segments for this launch
+  /// (Checkpointing.cpp).
+  struct Segments {
+    Value *begin, *end, *interval;
+    Value *fullEnd; // `end` when the interval covers the trip count, else `begin`
+    Value *count;   // segments of the checkpointed path (0 on the full path)
+  };
+  Segments segments(const ForStmt &loop, Frame &f, IRBuilder &b);
+  /// The bounds of segment `s` (0-based, in forward order).
+  std::pair<Bound, Bound> segmentRange(const Segments &g, Value *s, IRBuilder &b);
+  /// Record(L) of a checkpointed loop: the fully taped loop, then the
+  /// untaped segments that store their start states.
+  void recordCheckpointed(ForStmt &loop, IRBuilder &b, Frame &f);
 
   Kernel &src_;
   Kernel &grad_;
@@ -228,6 +258,8 @@ protected:
   /// The stack of each taped derivative factor.
   std::unordered_map<const Stmt *, AdStackAllocaStmt *> factorStacks_;
   std::unordered_map<const Stmt *, AllocaStmt *> counters_;
+  /// The checkpoint stacks of each checkpointed loop (LoopPlan::checkpointState order).
+  std::unordered_map<const Stmt *, std::vector<AdStackAllocaStmt *>> checkpoints_;
   /// Record(L) of a while loop that leaves at its top: the guard whose
   /// block starts each completed iteration, and what to emit there.
   const Stmt *pushGuard_ = nullptr;
@@ -251,8 +283,12 @@ private:
   /// The adjoint of `s` if anything accumulated into it, else null.
   Value *adjointValue(const Stmt &s, IRBuilder &b);
   void reverse(Block &block, IRBuilder &b, Frame &f);
-  /// Rev(L).
-  void reverseLoop(Stmt &loop, IRBuilder &b, Frame &f);
+  /// Rev(L), over `range` when given.
+  void reverseLoop(Stmt &loop, IRBuilder &b, Frame &f, Range range = {});
+  /// Rev(L) of a checkpointed loop: the fully taped loop's reverse, then
+  /// the segments, last first, each restored, recorded and reversed in a
+  /// frame of its own (Checkpointing.cpp).
+  void reverseCheckpointed(ForStmt &loop, IRBuilder &b, Frame &f);
   /// One frame: Fwd(B) then Adj(B), appended at the end of the frame block.
   void frame(Block &src, Frame &f, IRBuilder *at = nullptr);
   void adjoint(Stmt &s, IRBuilder &b, Frame &f);

@@ -29,6 +29,8 @@ public:
     scan(src_.body(), nullptr, nullptr);
     needs_.compute(order_, nullptr, plan_.needed, plan_.neededLocals);
     planLoops();
+    if (options_.checkpointLoops)
+      planCheckpoints();
     return std::move(plan_);
   }
 
@@ -255,6 +257,47 @@ private:
       plan.replayLocals = std::move(read);
     }
     return plan;
+  }
+
+  /// Checkpoints every range-for that Record(L) runs (not taped, no break)
+  /// and whose record pushes: per-iteration locals, factors, or the tapes of
+  /// loops taped inside it. Its state is what it writes and reads of the
+  /// locals declared outside it that the gradient replays.
+  void planCheckpoints() {
+    for (auto &[loop, plan] : plan_.loops) {
+      if (loop->kind() != StmtKind::For || plan.counted || plan.taped)
+        continue;
+      if (plan.perIteration.empty() && plan.tapedFactors.empty() &&
+          !tapesInside(const_cast<Stmt &>(*loop)))
+        continue;
+      const LoopFacts &facts = facts_.at(loop);
+      plan.checkpointed = true;
+      for (AllocaStmt *a : facts.outsideLocals)
+        if (facts.writes.count(a) && plan_.neededLocals.count(a) &&
+            anyLoadBetween(a, facts.at + 1, facts.last))
+          plan.checkpointState.push_back(a);
+    }
+  }
+
+  /// Whether a loop taped inside `loop` (through taped loops only) pushes
+  /// while Record(loop) runs.
+  bool tapesInside(Stmt &loop) const {
+    bool found = false;
+    auto visit = [&](auto &self, Block &block) -> void {
+      for (Stmt &s : block) {
+        if (found)
+          return;
+        auto it = isLoop(s) ? plan_.loops.find(&s) : plan_.loops.end();
+        if (it != plan_.loops.end()) {
+          found = it->second.taped;
+          continue;
+        }
+        for (unsigned i = 0; i < s.numBlocks(); ++i)
+          self(self, s.block(i));
+      }
+    };
+    visit(visit, loop.block(0));
+    return found;
   }
 
   /// A range-for L without a break whose nearest enclosing loop P is a

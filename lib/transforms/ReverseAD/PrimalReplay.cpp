@@ -164,6 +164,8 @@ void PrimalReplay::forward(Block &block, IRBuilder &b, Frame &f, bool inArm) {
     case StmtKind::While:
       if (plan_.loops.at(&s).taped)
         saveAtEntry(s, b, f); // its iterations were pushed by Plain(parent)
+      else if (plan_.loops.at(&s).checkpointed)
+        recordCheckpointed(cast<ForStmt>(s), b, f);
       else
         record(s, b, f);
       break;
@@ -284,7 +286,7 @@ void PrimalReplay::allocateStacks(Stmt &loop, Frame &f) {
 }
 
 /// Record(L).
-void PrimalReplay::record(Stmt &loop, IRBuilder &b, Frame &f) {
+void PrimalReplay::record(Stmt &loop, IRBuilder &b, Frame &f, Range range) {
   const LoopPlan &plan = plan_.loops.at(&loop);
   saveAtEntry(loop, b, f);
   allocateStacks(loop, f);
@@ -295,7 +297,8 @@ void PrimalReplay::record(Stmt &loop, IRBuilder &b, Frame &f) {
   std::optional<IRBuilder::LoopScope> forScope;
   std::optional<IRBuilder::BlockScope> whileScope;
   if (auto *l = dyn_cast<ForStmt>(&loop)) {
-    forScope.emplace(b.forRange(bound(l->begin(), f, b), bound(l->end(), f, b)));
+    forScope.emplace(range ? b.forRange(range->first, range->second)
+                           : b.forRange(bound(l->begin(), f, b), bound(l->end(), f, b)));
     map[l] = forScope->index();
   } else {
     whileScope.emplace(b.whileLoop());

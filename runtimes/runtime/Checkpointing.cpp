@@ -1,0 +1,132 @@
+//===- Checkpointing.cpp - The checkpoint interval of a launch ------------===//
+#include "qd/runtime/Checkpointing.h"
+
+#include "LaunchInputs.h"
+
+#include "qd/abi/KernelLayout.h"
+#include "qd/ir/Checkpointing.h"
+#include "qd/runtime/Program.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <limits>
+
+namespace qd {
+namespace {
+
+constexpr int64_t kSaturated = std::numeric_limits<int64_t>::max();
+/// The interval that tapes every loop fully (any k >= n does).
+constexpr int64_t kFullyTaped = std::numeric_limits<int32_t>::max();
+/// The most intervals chooseCheckpointInterval tries in each search.
+constexpr int64_t kSearchLimit = int64_t(1) << 22;
+
+int64_t mulAdd(int64_t acc, int64_t a, int64_t b) {
+  int64_t p;
+  if (__builtin_mul_overflow(a, b, &p) || __builtin_add_overflow(acc, p, &acc))
+    return kSaturated;
+  return acc;
+}
+
+} // namespace
+
+int64_t checkpointedBytes(const CheckpointCosts &c, int64_t k) {
+  int64_t n = std::max<int64_t>(c.tripCount, 0);
+  if (k >= n)
+    return mulAdd(c.otherBytes, c.tapeBytesPerIteration, n);
+  int64_t segments = n / k + (n % k != 0);
+  int64_t bytes = mulAdd(c.otherBytes, c.tapeBytesPerIteration, k);
+  return bytes == kSaturated ? bytes : mulAdd(bytes, c.checkpointBytes, segments);
+}
+
+int64_t chooseCheckpointInterval(const CheckpointCosts &c, int64_t budget) {
+  int64_t n = std::max<int64_t>(c.tripCount, 1);
+  if (n <= 1 || budget <= 0 || checkpointedBytes(c, n) <= budget)
+    return n;
+  // The least memory: bytes(k) >= otherBytes + tape * k, so no k beyond the
+  // first whose tape alone exceeds the best total can do better.
+  int64_t best = 1, bestBytes = checkpointedBytes(c, 1);
+  for (int64_t k = 2; k < n && k <= kSearchLimit; ++k) {
+    if (mulAdd(c.otherBytes, c.tapeBytesPerIteration, k) > bestBytes)
+      break;
+    if (int64_t b = checkpointedBytes(c, k); b < bestBytes)
+      best = k, bestBytes = b;
+  }
+  if (bestBytes > budget)
+    return best;
+  // The largest k that fits: its tape alone must fit.
+  int64_t top = n - 1;
+  if (c.tapeBytesPerIteration > 0)
+    top = std::min(top, (budget - c.otherBytes) / c.tapeBytesPerIteration);
+  for (int64_t k = top, tries = 0; k > best && tries < kSearchLimit; --k, ++tries)
+    if (checkpointedBytes(c, k) <= budget)
+      return k;
+  return best;
+}
+
+absl::StatusOr<int64_t> Program::setCheckpointInterval(const Kernel &k, const KernelSizing &sizing,
+                                                       std::span<const LaunchArg> args,
+                                                       const LaunchOptions &options) {
+  std::string name = checkpointIntervalField(k.name());
+  const Field *f = module_.findField(name);
+  if (!f)
+    return 0;
+  Buffer *storage = field(*f);
+  if (!storage || f->elementType() != ScalarType::I32 || !f->shape().empty())
+    return absl::FailedPreconditionError(fmt::format(
+        "kernel @{}: the field @{} holds the interval of its checkpointed loops and must be a "
+        "0-d i32; rename the field",
+        k.name(), name));
+  // One iteration's bytes at interval `interval`, and per kind of stack.
+  runtime_detail::LaunchInputs inputs(*this, args);
+  auto bytesAt = [&](int64_t interval, CheckpointCosts &costs) -> absl::Status {
+    inputs.overrideField(name, interval);
+    auto caps = evaluateCapacities(k, sizing, inputs, options.defaultAdStackCapacity);
+    if (!caps.ok())
+      return caps.status();
+    costs = CheckpointCosts{};
+    for (const AdStackSize &s : sizing.stacks()) {
+      auto it = caps->find(s.stack);
+      int64_t cap = it != caps->end() ? it->second : std::max<int64_t>(s.stack->capacity(), 1);
+      // A stack's bytes are rounded up to 8 (adStackBytes): 7 more for
+      // each that depends on k keeps the model an upper bound.
+      int64_t entry = adStackEntryBytes(*s.stack);
+      if (hasNameHint(s.stack->name(), kCheckpointStackName)) {
+        costs.tripCount = std::max(costs.tripCount, cap);
+        costs.checkpointBytes += entry;
+        costs.otherBytes += 7;
+      } else if (hasNameHint(s.stack->name(), kSegmentStackName)) {
+        costs.tapeBytesPerIteration += entry * cap;
+        costs.otherBytes += 7;
+      } else {
+        costs.otherBytes += adStackBytes(entry, cap);
+      }
+    }
+    return absl::OkStatus();
+  };
+  int64_t interval = options.checkpointInterval;
+  if (interval <= 0) {
+    CheckpointCosts full, one;
+    if (absl::Status s = bytesAt(kFullyTaped, full); !s.ok())
+      return s;
+    int64_t fullBytes = full.otherBytes + full.tapeBytesPerIteration;
+    if (options.adStackMemoryBudget <= 0 || fullBytes <= options.adStackMemoryBudget) {
+      interval = kFullyTaped;
+    } else {
+      // At k = 1 the stored states number n, and a segment tapes one
+      // iteration.
+      if (absl::Status s = bytesAt(1, one); !s.ok())
+        return s;
+      interval = chooseCheckpointInterval(one, options.adStackMemoryBudget);
+      if (one.checkpointBytes > 0 && interval >= one.tripCount)
+        interval = kFullyTaped;
+    }
+  }
+  interval = std::min(interval, kFullyTaped);
+  absl::StatusOr<int64_t> now = storage->readInteger(0);
+  if (!now.ok() || *now != interval)
+    storage->set(0, Scalar::ofInt(ScalarType::I32, interval));
+  return interval == kFullyTaped ? 0 : interval;
+}
+
+} // namespace qd
