@@ -89,7 +89,8 @@ struct AcceleratorBackend::State {
   mutable std::mutex launchMutex;
   size_t heapBytes = 0;
   bool heapAllocated = false;
-  int64_t lastHeapBytes = 0, lastThreads = 0;
+  int64_t lastThreads = 0;
+  AdStackHeapUsage lastUsage;
   std::vector<AdStackPlacement> lastPlacement;
   bool timing = false;
   double lastKernelMs = -1;
@@ -109,10 +110,19 @@ struct AcceleratorBackend::State {
                                              Program &program, const Kernel &kernel,
                                              std::span<const LaunchArg> args,
                                              const LaunchOptions &options);
-  absl::StatusOr<int64_t> grid(const DeviceKernel &code, const LaunchPlan &plan) const;
+  /// The adstack memory budget of a launch and where it comes from.
+  struct Budget {
+    int64_t bytes = INT64_MAX;
+    std::string source;
+  };
+  Budget budget(const LaunchPlan &plan) const;
+  absl::StatusOr<int64_t> grid(const DeviceKernel &code, const LaunchPlan &plan,
+                               const Budget &budget) const;
   std::vector<uint32_t> groups(const DeviceKernel &code, const LaunchPlan &plan,
                                int64_t threads) const;
-  absl::Status growHeap(const Kernel &kernel, int64_t bytes);
+  /// Grows the heap to at least `bytes` (doubling, but never past the
+  /// device's largest buffer or `budget`).
+  absl::Status growHeap(const Kernel &kernel, int64_t bytes, int64_t budget);
   absl::StatusOr<std::vector<DeviceMirror *>> mirrorSlots(const Kernel &kernel,
                                                           const LaunchPlan &plan);
   absl::Status launch(Program &program, const Kernel &kernel, std::span<const LaunchArg> args,
@@ -175,8 +185,32 @@ absl::StatusOr<AcceleratorBackend::State::Variant *> AcceleratorBackend::State::
   return v;
 }
 
+AcceleratorBackend::State::Budget AcceleratorBackend::State::budget(const LaunchPlan &plan) const {
+  Budget b;
+  if (plan.heap().stride == 0)
+    return b;
+  int64_t given = plan.adStackBudget(0);
+  if (given > 0) {
+    b.bytes = given;
+    b.source = "LaunchOptions::adStackMemoryBudget";
+    return b;
+  }
+  // The heap this backend holds is memory the launch may use again.
+  uint64_t spare = device.freeMemoryBytes();
+  if (spare == 0) {
+    b.source = fmt::format("{} reports no free memory", device.deviceName());
+    return b;
+  }
+  spare += heapAllocated ? heapBytes : 0;
+  b.bytes = defaultAdStackBudget(spare);
+  b.source = fmt::format("the default: {} of the {} bytes free on {}",
+                         kDefaultAdStackBudgetFraction, spare, device.deviceName());
+  return b;
+}
+
 absl::StatusOr<int64_t> AcceleratorBackend::State::grid(const DeviceKernel &code,
-                                                        const LaunchPlan &plan) const {
+                                                        const LaunchPlan &plan,
+                                                        const Budget &budget) const {
   const int64_t group = std::max<int64_t>(limits.groupSize, 1);
   int64_t threads = code.gridThreads();
   // Tasks with fewer iterations than the grid has threads run on whole
@@ -192,24 +226,27 @@ absl::StatusOr<int64_t> AcceleratorBackend::State::grid(const DeviceKernel &code
                                   std::min<int64_t>(group, threads), cap);
   }
   // Where the heap of every thread does not fit the device's largest
-  // buffer, fewer threads run the launch (each parallel task is a
-  // grid-stride loop over T, so any T gives the same result).
-  absl::StatusOr<int64_t> bytes = plan.heapBytes(threads);
-  if (!bytes.ok() || limits.maxHeapBytes == 0)
-    return bytes.ok() ? absl::StatusOr<int64_t>(threads) : bytes.status();
-  while (uint64_t(*bytes) > limits.maxHeapBytes && threads > 1) {
-    int64_t fit = int64_t(double(limits.maxHeapBytes) / double(*bytes) * double(threads));
-    threads = std::clamp<int64_t>(fit, 1, threads - 1);
-    bytes = plan.heapBytes(threads);
-    if (!bytes.ok())
-      return bytes.status();
-  }
-  if (uint64_t(*bytes) > limits.maxHeapBytes)
+  // buffer or the launch's budget, fewer threads run the launch (each
+  // parallel task is a grid-stride loop over T, so any T gives the same
+  // result, in more waves of iterations).
+  if (plan.heap().stride == 0)
+    return threads;
+  int64_t largest = limits.maxHeapBytes == 0 || limits.maxHeapBytes > uint64_t(INT64_MAX)
+                        ? INT64_MAX
+                        : int64_t(limits.maxHeapBytes);
+  int64_t fit = plan.threadsWithin(std::min(largest, budget.bytes));
+  if (fit < 1 && budget.bytes <= largest)
+    return plan.overBudgetError(budget.bytes, budget.source);
+  if (fit < 1)
     return absl::ResourceExhaustedError(fmt::format(
         "kernel @{}: the adstacks of one thread need {} bytes of heap, more than the {} bytes "
         "one heap may hold on {} ({}); lower the capacities",
-        plan.kernel().name(), *bytes, limits.maxHeapBytes, device.deviceName(),
+        plan.kernel().name(), plan.heap().stride, limits.maxHeapBytes, device.deviceName(),
         limits.maxHeapSource));
+  // Whole groups where one fits: a group's threads past T would share
+  // their rows with the threads of the first group.
+  if (fit < threads)
+    threads = fit >= group ? fit / group * group : fit;
   return threads;
 }
 
@@ -235,12 +272,14 @@ std::vector<uint32_t> AcceleratorBackend::State::groups(const DeviceKernel &code
   return groups;
 }
 
-absl::Status AcceleratorBackend::State::growHeap(const Kernel &kernel, int64_t bytes) {
+absl::Status AcceleratorBackend::State::growHeap(const Kernel &kernel, int64_t bytes,
+                                                 int64_t budget) {
   if (heapAllocated && size_t(bytes) <= heapBytes)
     return absl::OkStatus();
   size_t grown = std::max<size_t>(size_t(bytes), 2 * heapBytes);
   if (uint64_t most = limits.maxHeapBytes)
     grown = std::min<size_t>(grown, std::max<size_t>(size_t(bytes), most));
+  grown = std::min<size_t>(grown, std::max<size_t>(size_t(bytes), size_t(budget)));
   heapAllocated = false;
   if (absl::Status s = device.allocateHeap(grown); !s.ok())
     return absl::ResourceExhaustedError(
@@ -307,7 +346,8 @@ absl::Status AcceleratorBackend::State::launch(Program &program, const Kernel &k
   frame.plan = &*plan;
   frame.stream = options.stream;
   frame.async = async;
-  absl::StatusOr<int64_t> threads = grid(code, *plan);
+  Budget heapBudget = budget(*plan);
+  absl::StatusOr<int64_t> threads = grid(code, *plan, heapBudget);
   if (!threads.ok())
     return threads.status();
   frame.threads = *threads;
@@ -316,9 +356,9 @@ absl::Status AcceleratorBackend::State::launch(Program &program, const Kernel &k
   absl::StatusOr<int64_t> heapNeed = plan->heapBytes(frame.threads);
   if (!heapNeed.ok())
     return heapNeed.status();
-  if (absl::Status s = growHeap(kernel, *heapNeed); !s.ok())
+  if (absl::Status s = growHeap(kernel, *heapNeed, heapBudget.bytes); !s.ok())
     return s;
-  lastHeapBytes = *heapNeed;
+  lastUsage = plan->heapUsage(frame.threads, heapBudget.bytes);
   lastThreads = frame.threads;
   lastPlacement = plan->adStackPlacement(frame.threads);
   frame.groups = groups(code, *plan, frame.threads);
@@ -453,7 +493,12 @@ std::vector<AdStackPlacement> AcceleratorBackend::lastAdStackPlacement() const {
 
 int64_t AcceleratorBackend::lastAdStackHeapBytes() const {
   std::lock_guard<std::mutex> lock(state_->launchMutex);
-  return state_->lastHeapBytes;
+  return state_->lastUsage.bytes;
+}
+
+AdStackHeapUsage AcceleratorBackend::lastAdStackUsage() const {
+  std::lock_guard<std::mutex> lock(state_->launchMutex);
+  return state_->lastUsage;
 }
 
 absl::Status AcceleratorBackend::timeKernels(bool on) {

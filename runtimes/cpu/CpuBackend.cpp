@@ -71,6 +71,10 @@ public:
   }
   ~ThreadPool() { stopAll(); }
   unsigned size() const { return n_; }
+  /// Runs the next launches' tasks on workers [0, n) only (at least 1, at
+  /// most size()): the adstack heap has slices for n workers. Between
+  /// launches only (the launch mutex).
+  void limitWorkers(unsigned n) { active_ = std::clamp(n, 1u, n_); }
   /// False when the system refused a worker thread.
   bool ok() const { return ok_; }
   size_t stackBytes() const { return stackBytes_; }
@@ -99,13 +103,13 @@ public:
       return;
     int64_t total = end - begin;
     int64_t chunk = chunkFor(total, lanes);
-    if (n_ == 1 || total <= chunk) {
+    if (active_ == 1 || total <= chunk) {
       fn(ctx, captures, begin, end, 0);
       return;
     }
     {
       std::lock_guard lock(mu_);
-      job_ = {ctx, fn, captures, begin, end, chunk};
+      job_ = {ctx, fn, captures, begin, end, chunk, active_};
       next_.store(begin);
       busy_ = n_ - 1;
       ++generation_;
@@ -142,6 +146,7 @@ private:
     TaskFn fn;
     const int64_t *captures;
     int64_t begin, end, chunk;
+    unsigned workers; // those that take chunks
   };
 
   void work(unsigned worker) {
@@ -150,7 +155,7 @@ private:
       std::lock_guard lock(mu_);
       job = job_;
     }
-    for (;;) {
+    while (worker < job.workers) {
       int64_t b = next_.fetch_add(job.chunk);
       if (b >= job.end)
         break;
@@ -182,6 +187,7 @@ private:
   }
 
   unsigned n_;
+  unsigned active_ = n_;
   int64_t chunk_;
   std::vector<std::unique_ptr<cpu::StackThread>> threads_;
   size_t stackBytes_ = 0;
@@ -250,9 +256,34 @@ struct CpuBackend::Impl {
   };
   std::unique_ptr<char[], AlignedDelete> heap;
   int64_t heapBytes = 0;
-  int64_t lastHeapBytes = 0;
+  AdStackHeapUsage lastUsage;
   std::vector<AdStackPlacement> lastPlacement;
   std::vector<int32_t> lastTaskLanes;
+
+  /// Grows the heap to at least `bytes`: amortised doubling, but never past
+  /// `budget` or what the host has.
+  absl::Status growHeap(const Kernel &kernel, int64_t bytes, int64_t budget) {
+    if (bytes <= heapBytes)
+      return absl::OkStatus();
+    int64_t grown = heapBytes > INT64_MAX / 2 ? bytes : std::max(bytes, 2 * heapBytes);
+    grown = std::min(grown, std::max(bytes, budget));
+    if (std::string why = hostAllocationProblem(static_cast<uint64_t>(bytes)); !why.empty())
+      return absl::ResourceExhaustedError(
+          fmt::format("kernel @{}: cannot allocate {} bytes of adstack heap: {}; give the stacks "
+                      "smaller capacities or a smaller LaunchOptions::adStackMemoryBudget",
+                      kernel.name(), bytes, why));
+    if (!hostAllocationProblem(static_cast<uint64_t>(grown)).empty())
+      grown = bytes; // doubling would pass the host's memory: exactly the need
+    heap.reset(static_cast<char *>(::operator new[](
+        size_t(grown), std::align_val_t(abi::kHostVectorAlignment), std::nothrow)));
+    if (!heap) {
+      heapBytes = 0;
+      return absl::ResourceExhaustedError(fmt::format(
+          "kernel @{}: cannot allocate {} bytes of adstack heap", kernel.name(), grown));
+    }
+    heapBytes = grown;
+    return absl::OkStatus();
+  }
 
   /// The first of `kernel`'s compilations in the cache, or null; with the
   /// compile mutex held.
@@ -523,7 +554,14 @@ std::vector<AdStackPlacement> CpuBackend::lastAdStackPlacement() const {
 
 int64_t CpuBackend::lastAdStackHeapBytes() const {
   std::lock_guard<std::mutex> lock(impl_->launchMutex);
-  return impl_->lastHeapBytes;
+  return impl_->lastUsage.bytes;
+}
+
+std::optional<AdStackHeapUsage> CpuBackend::lastAdStackHeapUsage() const {
+  std::lock_guard<std::mutex> lock(impl_->launchMutex);
+  AdStackHeapUsage u = impl_->lastUsage;
+  u.threadKind = "workers";
+  return u;
 }
 int64_t CpuBackend::adStackHeapCapacityBytes() const {
   std::lock_guard<std::mutex> lock(impl_->launchMutex);
@@ -634,32 +672,24 @@ absl::Status CpuBackend::launch(Program &program, const Kernel &kernel,
   if (absl::Status s = plan->layoutAdStacks(taskLanes); !s.ok())
     return s;
 
-  absl::StatusOr<int64_t> heapNeed = plan->heapBytes(numThreads());
+  // The heap is one slice per worker; where the budget holds fewer
+  // slices, fewer workers run the launch's tasks (more waves).
+  int64_t budget = plan->adStackBudget(defaultAdStackBudget(availableHostMemoryBytes()));
+  int64_t workers = std::min<int64_t>(numThreads(), plan->threadsWithin(budget));
+  if (workers < 1)
+    return plan->overBudgetError(budget,
+                                 options.adStackMemoryBudget > 0
+                                     ? std::string("LaunchOptions::adStackMemoryBudget")
+                                     : fmt::format("the default: {} of the host's available memory",
+                                                   kDefaultAdStackBudgetFraction));
+  impl_->pool->limitWorkers(unsigned(workers));
+  absl::StatusOr<int64_t> heapNeed = plan->heapBytes(workers);
   if (!heapNeed.ok())
     return heapNeed.status();
-  if (*heapNeed > impl_->heapBytes) {
-    // Amortised doubling, but never past what was asked for when doubling
-    // would overflow.
-    int64_t grown =
-        impl_->heapBytes > INT64_MAX / 2 ? *heapNeed : std::max(*heapNeed, 2 * impl_->heapBytes);
-    if (std::string why = hostAllocationProblem(static_cast<uint64_t>(*heapNeed)); !why.empty())
-      return absl::ResourceExhaustedError(
-          fmt::format("kernel @{}: cannot allocate {} bytes of adstack heap: {}; give the stacks "
-                      "smaller capacities or launch fewer threads",
-                      kernel.name(), *heapNeed, why));
-    if (!hostAllocationProblem(static_cast<uint64_t>(grown)).empty())
-      grown = *heapNeed; // doubling would pass the host's memory: exactly the need
-    impl_->heap.reset(static_cast<char *>(::operator new[](
-        size_t(grown), std::align_val_t(abi::kHostVectorAlignment), std::nothrow)));
-    if (!impl_->heap) {
-      impl_->heapBytes = 0;
-      return absl::ResourceExhaustedError(fmt::format(
-          "kernel @{}: cannot allocate {} bytes of adstack heap", kernel.name(), grown));
-    }
-    impl_->heapBytes = grown;
-  }
-  impl_->lastHeapBytes = *heapNeed;
-  impl_->lastPlacement = plan->adStackPlacement(numThreads());
+  if (absl::Status s = impl_->growHeap(kernel, *heapNeed, budget); !s.ok())
+    return s;
+  impl_->lastUsage = plan->heapUsage(workers, budget, taskLanes);
+  impl_->lastPlacement = plan->adStackPlacement(workers);
   impl_->lastTaskLanes.assign(taskLanes.begin(), taskLanes.end() - 1);
 
   if (absl::Status s = syncLaunchBuffersToHost(program, kernel, args); !s.ok())

@@ -50,6 +50,7 @@ Loaded openDriver(const std::string &library) {
   resolve(a.cuCtxSetCurrent, "cuCtxSetCurrent");
   resolve(a.cuMemAlloc, "cuMemAlloc_v2");
   resolve(a.cuMemFree, "cuMemFree_v2");
+  resolve(a.cuMemGetInfo, "cuMemGetInfo_v2");
   resolve(a.cuMemcpyHtoD, "cuMemcpyHtoD_v2");
   resolve(a.cuMemcpyDtoH, "cuMemcpyDtoH_v2");
   resolve(a.cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2");
@@ -165,6 +166,13 @@ absl::StatusOr<CUdeviceptr> Device::alloc(size_t bytes) const {
         fmt::format("cuda: cannot allocate {} bytes on device {} ({}): {}", bytes, info_.ordinal,
                     info_.name, errorText(*api_, r)));
   return p;
+}
+
+uint64_t Device::freeMemory() const {
+  size_t avail = 0, total = 0;
+  if (!makeCurrent().ok() || api_->cuMemGetInfo(&avail, &total) != 0)
+    return 0;
+  return avail;
 }
 
 void Device::free(CUdeviceptr p) const {

@@ -85,6 +85,7 @@ public:
   const char *optionsName() const override { return options_; }
   std::string deviceName() const override;
   accel::DeviceLimits limits() const override;
+  uint64_t freeMemoryBytes() const override { return device_->freeMemory(); }
   absl::StatusOr<std::unique_ptr<accel::DeviceKernel>>
   compile(const Kernel &kernel, const accel::CompileRequest &request) override;
   absl::Status allocateHeap(size_t bytes) override;

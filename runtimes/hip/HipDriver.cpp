@@ -49,6 +49,7 @@ Loaded openHip(const std::string &library) {
   resolve(a.hipDeviceGetAttribute, "hipDeviceGetAttribute");
   resolve(a.hipMalloc, "hipMalloc");
   resolve(a.hipFree, "hipFree");
+  resolve(a.hipMemGetInfo, "hipMemGetInfo");
   resolve(a.hipMemcpyHtoD, "hipMemcpyHtoD");
   resolve(a.hipMemcpyDtoH, "hipMemcpyDtoH");
   resolve(a.hipMemcpyHtoDAsync, "hipMemcpyHtoDAsync");
@@ -198,6 +199,13 @@ absl::Status Device::check(hipError_t r, std::string_view what) const {
 
 absl::Status Device::makeCurrent() const {
   return check(api_->hipSetDevice(info_.ordinal), "hipSetDevice");
+}
+
+uint64_t Device::freeMemory() const {
+  size_t avail = 0, total = 0;
+  if (!makeCurrent().ok() || api_->hipMemGetInfo(&avail, &total) != 0)
+    return 0;
+  return avail;
 }
 
 absl::StatusOr<gpu::DevicePtr> Device::alloc(size_t bytes) const {

@@ -5,6 +5,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <new>
@@ -19,6 +20,23 @@ uint64_t hostMemoryBytes() {
   if (sysinfo(&info) != 0)
     return 0;
   return (static_cast<uint64_t>(info.totalram) + info.totalswap) * info.mem_unit;
+}
+
+uint64_t availableHostMemoryBytes() {
+  if (std::FILE *f = std::fopen("/proc/meminfo", "r")) {
+    char line[256];
+    unsigned long long kb = 0;
+    bool found = false;
+    while (!found && std::fgets(line, sizeof line, f))
+      found = std::sscanf(line, "MemAvailable: %llu kB", &kb) == 1;
+    std::fclose(f);
+    if (found)
+      return uint64_t(kb) * 1024;
+  }
+  struct sysinfo info {};
+  if (sysinfo(&info) != 0)
+    return 0;
+  return static_cast<uint64_t>(info.freeram) * info.mem_unit;
 }
 
 std::string hostAllocationProblem(uint64_t bytes) {

@@ -222,6 +222,76 @@ absl::StatusOr<int64_t> LaunchPlan::heapBytes(int64_t threads) const {
   return bytes;
 }
 
+int64_t defaultAdStackBudget(uint64_t freeBytes) {
+  if (freeBytes == 0)
+    return INT64_MAX;
+  double budget = double(freeBytes) * kDefaultAdStackBudgetFraction;
+  return budget >= double(INT64_MAX) ? INT64_MAX : std::max<int64_t>(int64_t(budget), 1);
+}
+
+int64_t LaunchPlan::adStackBudget(int64_t deviceDefault) const {
+  return options_->adStackMemoryBudget > 0 ? options_->adStackMemoryBudget : deviceDefault;
+}
+
+int64_t LaunchPlan::threadsWithin(int64_t budget) const {
+  return heap_.stride == 0 ? INT64_MAX : std::max<int64_t>(budget, 0) / heap_.stride;
+}
+
+absl::Status LaunchPlan::overBudgetError(int64_t budget, std::string_view source) const {
+  // The stack that takes the most of one thread's slice names the launch.
+  size_t most = 0;
+  for (size_t i = 0; i < layout_->stacks.size(); ++i)
+    if (layout_->stacks[i].localEntries == 0 && heap_.stackBytes[i] > heap_.stackBytes[most])
+      most = i;
+  const KernelLayout::Stack &st = layout_->stacks.at(most);
+  return absl::ResourceExhaustedError(fmt::format(
+      "{}: error: one iteration's adstacks need {} bytes of heap ({}; the largest, adstack "
+      "%{}: capacity {}, {} bytes), more than the adstack memory budget of {} bytes ({}); raise "
+      "the budget (LaunchOptions::adStackMemoryBudget, qd-run --adstack-memory-budget=BYTES), "
+      "give the stacks smaller capacities, or shorten the loop that fills the stack (running "
+      "fewer iterations at a time cannot help: one alone does not fit)",
+      st.stmt->loc().str(), heap_.stride, launchWhere(*kernel_, st.task), st.stmt->name(),
+      heap_.capacities[most], heap_.stackBytes[most], budget, source));
+}
+
+AdStackHeapUsage LaunchPlan::heapUsage(int64_t threads, int64_t budget,
+                                       std::span<const int32_t> lanes) const {
+  AdStackHeapUsage u;
+  u.threads = threads;
+  u.budgetBytes = budget;
+  absl::StatusOr<int64_t> bytes = heapBytes(threads);
+  u.bytes = bytes.ok() ? *bytes : INT64_MAX;
+  if (heap_.stride == 0)
+    return u;
+  // Per parallel task with heap stacks: the threads that hold an iteration
+  // (a group of lanes) and how often they go over the task's iterations.
+  std::vector<bool> seen(layout_->tasks.size(), false);
+  int64_t busy = 0;
+  u.waves = 1;
+  for (const KernelLayout::Stack &st : layout_->stacks) {
+    if (st.localEntries > 0)
+      continue;
+    if (st.parallelTask < 0 || seen[st.parallelTask]) {
+      busy = std::max<int64_t>(busy, st.parallelTask < 0 ? 1 : 0);
+      continue;
+    }
+    seen[st.parallelTask] = true;
+    const KernelLayout::Task &task = layout_->tasks[st.parallelTask];
+    std::optional<int64_t> b = taskBound(task.begin), e = taskBound(task.end);
+    if (!b || !e) {
+      busy = threads; // not known before the launch: every thread may work
+      continue;
+    }
+    int64_t n = size_t(st.parallelTask) < lanes.size() ? std::max(lanes[st.parallelTask], 1) : 1;
+    int64_t items = (std::max<int64_t>(*e - *b, 0) + n - 1) / n;
+    busy = std::max(busy, std::min(items, threads));
+    if (threads > 0)
+      u.waves = std::max(u.waves, (items + threads - 1) / threads);
+  }
+  u.needBytes = heap_.stride * busy; // busy <= threads: no overflow
+  return u;
+}
+
 QdLaunchContext LaunchPlan::hostContext(std::vector<void *> &globals, char *heap,
                                         std::vector<int64_t> &needed, QdErrorRecord &record,
                                         void *runtime, const int32_t *taskLanes,

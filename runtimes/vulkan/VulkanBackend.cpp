@@ -220,6 +220,7 @@ struct VulkanBackend::Impl final : accel::AcceleratorDevice {
   const char *optionsName() const override { return "VulkanBackendOptions"; }
   std::string deviceName() const override { return fmt::format("'{}'", device->info().name); }
   accel::DeviceLimits limits() const override;
+  uint64_t freeMemoryBytes() const override { return device->freeMemoryBytes(); }
   absl::StatusOr<std::unique_ptr<accel::DeviceKernel>>
   compile(const Kernel &kernel, const accel::CompileRequest &request) override;
   absl::Status allocateHeap(size_t bytes) override;

@@ -293,6 +293,7 @@ absl::StatusOr<std::shared_ptr<Device>> Device::open(const VulkanBackendOptions 
   api.EnumerateDeviceExtensionProperties(d->physical_, nullptr, &extCount, nullptr);
   std::vector<VkExtensionProperties> exts(extCount);
   api.EnumerateDeviceExtensionProperties(d->physical_, nullptr, &extCount, exts.data());
+  d->memoryBudget_ = hasExtension(exts, VK_EXT_MEMORY_BUDGET_EXTENSION_NAME);
   d->identifyDriver(options, p->apiVersion >= VK_API_VERSION_1_2 ||
                                  hasExtension(exts, VK_KHR_DRIVER_PROPERTIES_EXTENSION_NAME));
 
@@ -473,6 +474,28 @@ absl::Status Device::createLogicalDevice(uint32_t family) {
   QD_VK_DEVICE_FUNCTIONS(QD_VK_LOAD)
 #undef QD_VK_LOAD
   return absl::OkStatus();
+}
+
+uint64_t Device::freeMemoryBytes() const {
+  auto props = vk::make<VkPhysicalDeviceMemoryProperties2>(
+      VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_PROPERTIES_2);
+  auto budget = vk::make<VkPhysicalDeviceMemoryBudgetPropertiesEXT>(
+      VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_BUDGET_PROPERTIES_EXT);
+  if (memoryBudget_)
+    props.pNext = &budget;
+  api_.GetPhysicalDeviceMemoryProperties2(physical_, &props);
+  const VkPhysicalDeviceMemoryProperties &m = props.memoryProperties;
+  uint64_t most = 0, anyHeap = 0;
+  for (uint32_t i = 0; i < m.memoryHeapCount; ++i) {
+    uint64_t left = m.memoryHeaps[i].size;
+    if (memoryBudget_)
+      left = budget.heapBudget[i] > budget.heapUsage[i] ? budget.heapBudget[i] - budget.heapUsage[i]
+                                                        : 0;
+    anyHeap = std::max(anyHeap, left);
+    if (m.memoryHeaps[i].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT)
+      most = std::max(most, left);
+  }
+  return most ? most : anyHeap;
 }
 
 absl::Status Device::createCommandObjects(uint32_t family) {

@@ -35,6 +35,7 @@ namespace qd::vk {
   X(GetPhysicalDeviceFeatures2)                                                                    \
   X(GetPhysicalDeviceQueueFamilyProperties)                                                        \
   X(GetPhysicalDeviceMemoryProperties)                                                             \
+  X(GetPhysicalDeviceMemoryProperties2)                                                            \
   X(EnumerateDeviceExtensionProperties)                                                            \
   X(CreateDevice)                                                                                  \
   X(GetDeviceProcAddr)
@@ -184,6 +185,9 @@ public:
   /// A memory type for `bits` with `flags` (and `preferred` if possible).
   absl::StatusOr<uint32_t> memoryType(uint32_t bits, VkMemoryPropertyFlags flags,
                                       VkMemoryPropertyFlags preferred) const;
+  /// The bytes the largest device-local heap can still give: its budget
+  /// less its usage with VK_EXT_memory_budget, else its size.
+  uint64_t freeMemoryBytes() const;
   VkMemoryPropertyFlags memoryTypeFlags(uint32_t type) const {
     return type < memory_.memoryTypeCount ? memory_.memoryTypes[type].propertyFlags : 0;
   }
@@ -222,6 +226,8 @@ private:
   VkInstance instance_ = VK_NULL_HANDLE;
   VkDebugUtilsMessengerEXT messenger_ = VK_NULL_HANDLE;
   VkPhysicalDevice physical_ = VK_NULL_HANDLE;
+  /// The physical device has VK_EXT_memory_budget.
+  bool memoryBudget_ = false;
   VkDevice device_ = VK_NULL_HANDLE;
   VkQueue queue_ = VK_NULL_HANDLE;
   VkCommandPool pool_ = VK_NULL_HANDLE;

@@ -5,8 +5,9 @@
 //          [--amdgpu-arch=gfx90a|gfx942|gfx1100]
 //          [--inputs=in.json] [--set FIELD=JSON]... [--arg [KERNEL:]NAME=JSON]...
 //          [--print=a,b.grad,...] [--no-bounds-check] [--adstack-capacity=N]
+//          [--adstack-memory-budget=BYTES]
 //          [--backward NAME[=SEED]]... [--checkpoint-budget=BYTES]
-//          [--checkpoint-interval=K] [--adstack-memory-budget=BYTES]
+//          [--checkpoint-interval=K]
 //          [--report-adstacks] [--no-adstack-sizing] [--[no-]optimistic-adstacks]
 //          [--vector-width=N]
 //          [--no-vector-math] [--threads=N] [--light] [--timeout-ms=N] [--max-loop-iterations=N]
@@ -107,10 +108,6 @@ constexpr const char *kUsage =
     "  --checkpoint-interval=K\n"
     "                         checkpointed loops (reverse-ad{checkpoint}) store their\n"
     "                         state every K iterations (default: chosen at launch)\n"
-    "  --adstack-memory-budget=BYTES\n"
-    "                         the bytes one iteration's adstacks may take; a\n"
-    "                         checkpointed loop whose full tape does not fit gets\n"
-    "                         an interval that fits (default: no budget)\n"
     "  --print=A,B.grad,...   what to print after the last launch (default: every\n"
     "                         field and ndarray; a script says it per launch)\n"
     "  --no-bounds-check      cpu: do not check field/ndarray indices (faster; an\n"
@@ -121,6 +118,13 @@ constexpr const char *kUsage =
     "  --adstack-capacity=N   capacity of adstacks the sizing cannot bound (tier 3);\n"
     "                         with --no-adstack-sizing, of every capacity-0 adstack\n"
     "  --no-adstack-sizing    do not size adstacks before each launch\n"
+    "  --adstack-memory-budget=BYTES\n"
+    "                         the most adstack heap a launch may lay out; a launch\n"
+    "                         whose heap does not fit runs fewer iterations at a\n"
+    "                         time (waves). Default (0): half of the device's free\n"
+    "                         memory (the host's available RAM on the cpu). An\n"
+    "                         explicit budget also bounds one iteration's stacks\n"
+    "                         of checkpointed loops (their interval fits it)\n"
     "  --optimistic-adstacks  adstacks measured at launch: after a kernel's first\n"
     "                         launch, run it with the capacities its last launch\n"
     "                         measured and rerun the iterations that overflow,\n"
@@ -372,8 +376,15 @@ void Runner::reportAdStacks(const Launch &launch) {
   // bounds are fixed and short.)
   if (std::optional<qd::AdStackHeapUsage> heap = backend_.lastAdStackHeapUsage();
       heap && !rows.empty())
-    report_.push_back(fmt::format("kernel @{}: adstack heap {} bytes ({} {})", k.name(),
-                                  heap->bytes, heap->threads, heap->threadKind));
+    report_.push_back(fmt::format(
+        "kernel @{}: adstack heap {} bytes ({} {}), needs of the iterations in flight {} bytes, "
+        "{} wave{}, checkpoint interval {}, budget {}",
+        k.name(), heap->bytes, heap->threads, heap->threadKind, heap->needBytes, heap->waves,
+        heap->waves == 1 ? "" : "s",
+        heap->checkpointInterval == 0 ? std::string("none")
+                                      : std::to_string(heap->checkpointInterval),
+        heap->budgetBytes == INT64_MAX ? std::string("none")
+                                       : fmt::format("{} bytes", heap->budgetBytes)));
 }
 
 void Runner::print(const Launch &launch, const std::optional<std::string> &error) {
@@ -501,14 +512,14 @@ bool launchSwitch(const std::string &a, qd::LaunchOptions &o) {
 bool launchValue(ArgReader &args, qd::LaunchOptions &o) {
   if (auto v = args.value("--adstack-capacity")) {
     o.defaultAdStackCapacity = integerOption("--adstack-capacity", *v, 0, INT64_MAX);
+  } else if (auto v = args.value("--adstack-memory-budget")) {
+    o.adStackMemoryBudget = integerOption("--adstack-memory-budget", *v, 0, INT64_MAX);
   } else if (auto v = args.value("--timeout-ms")) {
     // Nanoseconds in 64 bits: about 292 years.
     o.timeout =
         std::chrono::milliseconds(integerOption("--timeout-ms", *v, 1, INT64_MAX / 1000000));
   } else if (auto v = args.value("--checkpoint-interval")) {
     o.checkpointInterval = integerOption("--checkpoint-interval", *v, 1, INT32_MAX);
-  } else if (auto v = args.value("--adstack-memory-budget")) {
-    o.adStackMemoryBudget = integerOption("--adstack-memory-budget", *v, 1, INT64_MAX);
   } else if (auto v = args.value("--max-loop-iterations")) {
     o.maxLoopIterations = integerOption("--max-loop-iterations", *v, 1, INT64_MAX);
   } else {

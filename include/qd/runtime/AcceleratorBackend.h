@@ -12,7 +12,8 @@
 //   - the grid: the resident grid of the code, or whole groups enough for
 //     the iterations of tasks known at launch (one thread per iteration
 //     when the launch needs no heap and the device allows it), shrunk until
-//     the heap fits a device's largest buffer;
+//     the heap fits a device's largest buffer and the launch's adstack
+//     memory budget (fewer threads: more waves of iterations);
 //   - the adstack heap, grown by amortised doubling;
 //   - the device copies of the bound buffers (names in errors);
 //   - the stop word (a cancel flag set before the launch stops it at its
@@ -139,6 +140,10 @@ public:
   /// Compiles and loads a variant of `kernel`.
   virtual absl::StatusOr<std::unique_ptr<DeviceKernel>> compile(const Kernel &kernel,
                                                                 const CompileRequest &request) = 0;
+  /// The device memory free now, in bytes (0: the device does not say);
+  /// the default adstack memory budget is a fraction of it
+  /// (defaultAdStackBudget).
+  virtual uint64_t freeMemoryBytes() const { return 0; }
   /// Replaces the adstack heap by one of `bytes` bytes (its contents need
   /// not survive; 0: no heap).
   virtual absl::Status allocateHeap(size_t bytes) = 0;
@@ -194,6 +199,9 @@ public:
   int64_t lastLaunchThreads() const;
   /// Adstack heap bytes the last launch used.
   int64_t lastAdStackHeapBytes() const;
+  /// The last launch's heap (bytes, need, budget, waves), with `threadKind`
+  /// left to the backend.
+  AdStackHeapUsage lastAdStackUsage() const;
   /// Times the dispatches of every launch on the device from now on (`on`),
   /// or stops timing; an error where the device cannot time them.
   absl::Status timeKernels(bool on);

@@ -33,6 +33,10 @@ namespace qd {
 
 /// The host's memory (RAM plus swap) in bytes, or 0 when unknown.
 uint64_t hostMemoryBytes();
+/// The host's available RAM (MemAvailable of /proc/meminfo, else free
+/// RAM; 0 when neither can be read): the CPU backend's default adstack
+/// memory budget is a fraction of it.
+uint64_t availableHostMemoryBytes();
 
 /// Empty when `bytes` may be allocated on the host, else why not ("more
 /// than the host's memory (N bytes of RAM and swap)"). Checked before

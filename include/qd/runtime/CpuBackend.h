@@ -105,9 +105,9 @@ public:
   /// (docs/performance.md, "Measured sizing").
   bool optimisticAdStacks() const override { return true; }
 
-  std::optional<AdStackHeapUsage> lastAdStackHeapUsage() const override {
-    return AdStackHeapUsage{lastAdStackHeapBytes(), numThreads(), "workers"};
-  }
+  /// The last launch's heap: one slice per worker that ran (fewer than
+  /// numThreads() where LaunchOptions::adStackMemoryBudget holds fewer).
+  std::optional<AdStackHeapUsage> lastAdStackHeapUsage() const override;
 
   unsigned numThreads() const;
   unsigned vectorWidth() const;

@@ -50,6 +50,7 @@ struct DriverApi {
   CUresult (*cuCtxSetCurrent)(CUcontext);
   CUresult (*cuMemAlloc)(CUdeviceptr *, size_t);
   CUresult (*cuMemFree)(CUdeviceptr);
+  CUresult (*cuMemGetInfo)(size_t *, size_t *);
   CUresult (*cuMemcpyHtoD)(CUdeviceptr, const void *, size_t);
   CUresult (*cuMemcpyDtoH)(void *, CUdeviceptr, size_t);
   CUresult (*cuMemcpyHtoDAsync)(CUdeviceptr, const void *, size_t, CUstream);
@@ -117,6 +118,8 @@ public:
   absl::Status check(CUresult r, std::string_view what) const;
 
   absl::StatusOr<CUdeviceptr> alloc(size_t bytes) const override;
+  /// cuMemGetInfo's free bytes (0 when it fails).
+  uint64_t freeMemory() const override;
   void free(CUdeviceptr p) const override;
   absl::Status copyToDevice(CUdeviceptr dst, const void *src, size_t bytes) const override;
   absl::Status copyToHost(void *dst, CUdeviceptr src, size_t bytes) const override;

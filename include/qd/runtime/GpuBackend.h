@@ -37,7 +37,9 @@ public:
   /// CudaBackendOptions::localTapeBytesPerSm).
   absl::StatusOr<int64_t> gridThreads(const Kernel &kernel, bool boundsChecked = false);
   std::optional<AdStackHeapUsage> lastAdStackHeapUsage() const override {
-    return AdStackHeapUsage{lastAdStackHeapBytes(), lastLaunchThreads(), "GPU threads"};
+    AdStackHeapUsage u = lastAdStackUsage();
+    u.threadKind = "GPU threads";
+    return u;
   }
   /// Launches whose launch block (context, buffer addresses, shapes, heap
   /// layout, error record) the device held already, so it was not copied.

@@ -55,6 +55,8 @@ public:
   virtual int multiprocessors() const = 0;
 
   virtual absl::StatusOr<DevicePtr> alloc(size_t bytes) const = 0;
+  /// The device memory free now (0: unknown).
+  virtual uint64_t freeMemory() const { return 0; }
   virtual void free(DevicePtr p) const = 0;
   virtual absl::Status copyToDevice(DevicePtr dst, const void *src, size_t bytes) const = 0;
   virtual absl::Status copyToHost(void *dst, DevicePtr src, size_t bytes) const = 0;

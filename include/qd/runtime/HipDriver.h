@@ -39,6 +39,7 @@ struct HipApi {
   hipError_t (*hipDeviceGetAttribute)(int *, int, int);
   hipError_t (*hipMalloc)(void **, size_t);
   hipError_t (*hipFree)(void *);
+  hipError_t (*hipMemGetInfo)(size_t *, size_t *);
   hipError_t (*hipMemcpyHtoD)(hipDeviceptr_t, void *, size_t);
   hipError_t (*hipMemcpyDtoH)(void *, hipDeviceptr_t, size_t);
   hipError_t (*hipMemcpyHtoDAsync)(hipDeviceptr_t, void *, size_t, hipStream_t);
@@ -113,6 +114,10 @@ public:
   absl::Status check(hipError_t r, std::string_view what) const;
 
   absl::StatusOr<gpu::DevicePtr> alloc(size_t bytes) const override;
+
+  /// hipMemGetInfo's free bytes (0 when it fails).
+
+  uint64_t freeMemory() const override;
   void free(gpu::DevicePtr p) const override;
   absl::Status copyToDevice(gpu::DevicePtr dst, const void *src, size_t bytes) const override;
   absl::Status copyToHost(void *dst, gpu::DevicePtr src, size_t bytes) const override;

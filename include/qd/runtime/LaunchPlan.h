@@ -93,6 +93,23 @@ public:
   /// when the size does not fit in 64 bits.
   absl::StatusOr<int64_t> heapBytes(int64_t threads) const;
 
+  /// The adstack memory budget of this launch: LaunchOptions::
+  /// adStackMemoryBudget, or `deviceDefault` (defaultAdStackBudget of the
+  /// device's free memory) where it is 0.
+  int64_t adStackBudget(int64_t deviceDefault) const;
+  /// The most threads whose heap fits `budget` (INT64_MAX without heap).
+  int64_t threadsWithin(int64_t budget) const;
+  /// ResourceExhausted for a launch where one thread's stacks (one
+  /// iteration, or one group of SIMD lanes) need more than `budget` bytes:
+  /// names the kernel, the stack with the most bytes, the need and the
+  /// budget (`source` says where it came from), and what to change.
+  absl::Status overBudgetError(int64_t budget, std::string_view source) const;
+  /// What the heap of a launch over `threads` threads holds, for reports
+  /// (bytes, need, waves; AdStackHeapUsage without the thread kind).
+  /// `lanes` as in layoutAdStacks.
+  AdStackHeapUsage heapUsage(int64_t threads, int64_t budget,
+                             std::span<const int32_t> lanes = {}) const;
+
   /// A zeroed `needed` array (QdLaunchContext::needed), one per stack id
   /// (plus one entry).
   std::vector<int64_t> zeroNeeded() const {

@@ -104,10 +104,19 @@ struct LaunchOptions {
   int64_t optimisticInitialCapacity = 0;
   /// Per-launch capacities, overriding the declared and sized capacity.
   std::unordered_map<const AdStackAllocaStmt *, int64_t> adStackCapacities;
-  /// The most bytes of adstack heap this launch may lay out (0: no budget).
-  /// Checkpointed loops (reverse-ad{checkpoint}) compare it with the bytes
-  /// of one iteration's stacks when Program::launch chooses their interval
-  /// (docs/autodiff.md, "Checkpointing long loops").
+  /// The most bytes of adstack heap this launch may lay out (0: the
+  /// backend's default, a fraction of the memory the device can spare:
+  /// kDefaultAdStackBudgetFraction of free device memory on a GPU, of the
+  /// host's available RAM on the CPU). A launch whose heap for every
+  /// thread does not fit runs fewer iterations at a time (waves: fewer GPU
+  /// threads or CPU workers, each running its iterations one after
+  /// another), and fails with ResourceExhausted naming the kernel and the
+  /// stack only when one iteration alone needs more (docs/runtime.md,
+  /// "Adstack memory budget"). Checkpointed loops (reverse-ad{checkpoint})
+  /// compare an explicit budget with the bytes of one iteration's stacks
+  /// when Program::launch chooses their interval (docs/autodiff.md,
+  /// "Checkpointing long loops"); under the default (0) they are fully
+  /// taped.
   int64_t adStackMemoryBudget = 0;
   /// The interval k of a gradient's checkpointed loops: iterations between
   /// stored states (0: Program::launch chooses it from
@@ -209,13 +218,40 @@ struct BackendCapabilities {
   bool longLoops = true;
 };
 
+/// The default adstack memory budget (LaunchOptions::adStackMemoryBudget =
+/// 0): this fraction of the memory the device reports free (CUDA
+/// cuMemGetInfo, HIP hipMemGetInfo, the Vulkan heap's budget) or of the
+/// host's available RAM (the CPU backend).
+inline constexpr double kDefaultAdStackBudgetFraction = 0.5;
+
+/// The default budget for a device with `freeBytes` to spare (0: unknown,
+/// then no budget: INT64_MAX).
+int64_t defaultAdStackBudget(uint64_t freeBytes);
+
 /// The adstack heap a backend's last launch used, for reports.
 struct AdStackHeapUsage {
+  /// Bytes laid out: threads x the bytes of one thread's stacks.
   int64_t bytes = 0;
   /// The threads it was laid out for, and what they are ("workers", "GPU
   /// threads", "invocations").
   int64_t threads = 0;
   std::string_view threadKind;
+  /// The sum of the needs of the iterations in flight at the launch's
+  /// capacities: what the heap would hold if each iteration in flight got
+  /// exactly its own stacks (today's layouts give each thread the largest
+  /// need, so this equals `bytes` unless fewer iterations than threads run).
+  int64_t needBytes = 0;
+  /// The budget the launch ran under (LaunchOptions::adStackMemoryBudget, or
+  /// the default; INT64_MAX where the device reports no free memory).
+  int64_t budgetBytes = 0;
+  /// How many times the threads went over the task's iterations: 1 when
+  /// every iteration had a thread, more when the budget (or the device's
+  /// largest buffer) left fewer threads than iterations (the largest over
+  /// the kernel's parallel tasks with heap stacks; 0 without heap).
+  int64_t waves = 0;
+  /// Checkpointing of long loops: iterations between stored states (0:
+  /// none; no launch checkpoints yet).
+  int64_t checkpointInterval = 0;
 };
 
 /// A way of executing kernels (the interpreter, the CPU JIT, ...).

@@ -178,7 +178,9 @@ public:
     return {f.int64, f.float64, f.int64Atomics, !deviceInfo().endsLongLoops};
   }
   std::optional<AdStackHeapUsage> lastAdStackHeapUsage() const override {
-    return AdStackHeapUsage{lastAdStackHeapBytes(), lastLaunchThreads(), "invocations"};
+    AdStackHeapUsage u = lastAdStackUsage();
+    u.threadKind = "invocations";
+    return u;
   }
 
   const VulkanDeviceInfo &deviceInfo() const;

@@ -110,7 +110,12 @@ void GpuTarget::emitParallelTask(KernelEmitter &e, ForStmt &task) {
   }
   LV *begin = band ? b.getInt64(0) : b.CreateSExt(c.boundValue(task.begin()), c.i64);
   LV *end = band ? shape->count : b.CreateSExt(c.boundValue(task.end()), c.i64);
-  LV *first = b.CreateAdd(begin, b.CreateZExt(state.thread, c.i64));
+  // Threads of the last group past T (a grid the runtime shrank to fit the
+  // heap into a budget) have no heap rows: they run no iteration.
+  LV *thread = b.CreateZExt(state.thread, c.i64);
+  LV *hasRows = b.CreateICmpULT(thread, threads(c));
+  LV *mine = b.CreateAdd(begin, thread);
+  LV *first = b.CreateSelect(hasRows, mine, end);
   e.control().countedLoop(
       first, end, c.i64, &task,
       [&](LV *i) {

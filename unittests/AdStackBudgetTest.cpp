@@ -1,0 +1,300 @@
+//===- AdStackBudgetTest.cpp - The adstack memory budget of a launch ------===//
+//
+// LaunchOptions::adStackMemoryBudget: a launch whose heap for every thread
+// does not fit runs fewer iterations at a time (waves: fewer CPU workers,
+// GPU threads or Vulkan invocations) with the same results, and one where
+// a single iteration does not fit fails with a clear ResourceExhausted.
+// The workload is skewed like a Newton solve: most elements iterate 3
+// times, a few 60 times, so the stacks' capacity is 60 for every thread.
+//
+//===----------------------------------------------------------------------===//
+#include "OptimisticLaunchHarness.h"
+
+#include "qd/runtime/LaunchPlan.h"
+
+namespace qd {
+namespace {
+
+using optimistictest::cpu;
+
+/// Registered backend `name` with every stack in the heap (no local
+/// tapes), or null (saying why) on a machine without its device.
+std::unique_ptr<Backend> heapOnly(const char *name) {
+  registerAllBackends();
+  BackendOptions o;
+  o.set("local-tape-bytes", "0");
+  auto b = createBackend(name, o);
+  if (!b.ok()) {
+    std::cout << "[" << name << "] " << b.status().message() << "\n";
+    return nullptr;
+  }
+  return *std::move(b);
+}
+
+Backend *vulkan() {
+  static std::unique_ptr<Backend> backend = heapOnly("vulkan");
+  return backend.get();
+}
+
+Backend *cuda() {
+  static std::unique_ptr<Backend> backend = heapOnly("cuda");
+  return backend.get();
+}
+
+constexpr int kElements = 256;
+
+// kWhile of OptimisticLaunchHarness.h over kElements elements.
+std::string whileKernel() {
+  return fmt::format(R"(
+field @x : f32[{0}] grad
+field @m : i32[{0}]
+field @y : f32[{0}] grad
+
+kernel @k() {{
+  parallel for %i = 0 to {0} {{
+    %v = alloca f32
+    %c = alloca i32
+    %x = load @x[%i] : f32
+    store %v, %x
+    %m = load @m[%i] : i32
+    while {{
+      %k = load %c : i32
+      %done = cmp ge %k, %m : i32
+      if %done {{
+        break
+      }}
+      %a = load %v : f32
+      %s = sin %a : f32
+      %b = add %s, %x : f32
+      store %v, %b
+      %one = const 1 : i32
+      %k1 = add %k, %one : i32
+      store %c, %k1
+    }}
+    %r = load %v : f32
+    store @y[%i], %r
+  }}
+}}
+)",
+                     kElements);
+}
+
+/// Most elements need 3 iterations, every 37th needs 60.
+int skewedNeed(int i) {
+  return i % 37 == 5 ? 60 : 3;
+}
+
+class SkewedGradient {
+public:
+  SkewedGradient() : module_(optimistictest::parseWithGradient(whileKernel().c_str())) {
+    program_ = *Program::create(*module_);
+    for (int i = 0; i < kElements; ++i) {
+      program_->field("x")->set(i, Scalar::ofFloat(ScalarType::F32, 0.1 * (i % 5) - 0.2));
+      program_->field("m")->set(i, Scalar::ofInt(ScalarType::I32, skewedNeed(i)));
+    }
+  }
+  /// Launches @k_grad with @y's adjoint 1 and returns @x's adjoint.
+  absl::StatusOr<std::vector<double>> gradient(Backend &backend, const LaunchOptions &options) {
+    for (int i = 0; i < kElements; ++i) {
+      program_->field("y", Component::Grad)->set(i, Scalar::ofFloat(ScalarType::F32, 1.0));
+      program_->field("x", Component::Grad)->set(i, Scalar::ofFloat(ScalarType::F32, 0.0));
+    }
+    if (absl::Status s = program_->launch("k_grad", {}, backend, options); !s.ok())
+      return s;
+    Buffer &b = *program_->field("x", Component::Grad);
+    if (absl::Status s = b.syncToHost(); !s.ok())
+      return s;
+    std::vector<double> out;
+    for (int i = 0; i < kElements; ++i)
+      out.push_back(b.get(i).f);
+    return out;
+  }
+
+private:
+  std::unique_ptr<Module> module_;
+  std::unique_ptr<Program> program_;
+};
+
+LaunchOptions withBudget(int64_t bytes) {
+  LaunchOptions o;
+  o.adStackMemoryBudget = bytes;
+  return o;
+}
+
+/// The interpreter's gradient (the oracle).
+std::vector<double> reference() {
+  SkewedGradient g;
+  Interpreter interp;
+  absl::StatusOr<std::vector<double>> r = g.gradient(interp, {});
+  EXPECT_TRUE(r.ok()) << r.status().message();
+  return r.ok() ? *r : std::vector<double>();
+}
+
+/// The default budget, then a budget that holds the heap of `fraction`-th
+/// of those threads: the same gradient bit for bit, more waves, fewer
+/// threads, a heap within the budget; both match the interpreter.
+void checkWaves(Backend &backend, int64_t fraction) {
+  SkewedGradient g;
+  absl::StatusOr<std::vector<double>> one = g.gradient(backend, {});
+  ASSERT_TRUE(one.ok()) << one.status().message();
+  std::optional<AdStackHeapUsage> full = backend.lastAdStackHeapUsage();
+  ASSERT_TRUE(full);
+  EXPECT_GE(full->waves, 1); // 1 on a GPU; the CPU's workers go over many groups
+  EXPECT_GT(full->bytes, 0);
+  EXPECT_EQ(full->checkpointInterval, 0);
+  EXPECT_GE(full->budgetBytes, full->bytes);
+  ASSERT_EQ(full->bytes % full->threads, 0);
+  int64_t perThread = full->bytes / full->threads;
+  int64_t threads = std::max<int64_t>(full->threads / fraction, 1);
+  int64_t budget = perThread * threads + perThread / 2; // not a whole number of threads
+
+  absl::StatusOr<std::vector<double>> waves = g.gradient(backend, withBudget(budget));
+  ASSERT_TRUE(waves.ok()) << waves.status().message();
+  std::optional<AdStackHeapUsage> part = backend.lastAdStackHeapUsage();
+  ASSERT_TRUE(part);
+  EXPECT_EQ(part->budgetBytes, budget);
+  EXPECT_LE(part->bytes, budget);
+  EXPECT_LE(part->threads, threads);
+  EXPECT_EQ(part->bytes, part->threads * perThread);
+  EXPECT_EQ(part->needBytes, part->bytes); // every thread has iterations
+  EXPECT_GT(part->waves, full->waves);
+  EXPECT_EQ(*waves, *one);
+  optimistictest::expectNear(*one, reference());
+}
+
+TEST(AdStackBudgetTest, CpuWorkersRunInWaves) {
+  checkWaves(cpu(1), 2);
+}
+
+TEST(AdStackBudgetTest, CpuEightLanesRunInWaves) {
+  checkWaves(cpu(8), 2);
+}
+
+TEST(AdStackBudgetTest, VulkanInvocationsRunInWaves) {
+  REQUIRE(vulkan(), "vulkan");
+  checkWaves(*vulkan(), 8);
+}
+
+TEST(AdStackBudgetTest, CudaThreadsRunInWaves) {
+  REQUIRE(cuda(), "cuda");
+  checkWaves(*cuda(), 8);
+}
+
+/// Fewer threads than one group (a budget for 3 threads): the threads of
+/// the group past the third have no heap rows and run nothing.
+void checkBelowOneGroup(Backend &backend) {
+  SkewedGradient g;
+  ASSERT_TRUE(g.gradient(backend, {}).ok());
+  std::optional<AdStackHeapUsage> full = backend.lastAdStackHeapUsage();
+  int64_t perThread = full->bytes / full->threads;
+  absl::StatusOr<std::vector<double>> r = g.gradient(backend, withBudget(3 * perThread));
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(backend.lastAdStackHeapUsage()->threads, 3);
+  EXPECT_EQ(backend.lastAdStackHeapUsage()->waves, (kElements + 2) / 3);
+  optimistictest::expectNear(*r, reference());
+}
+
+TEST(AdStackBudgetTest, VulkanBudgetBelowOneWorkgroup) {
+  REQUIRE(vulkan(), "vulkan");
+  checkBelowOneGroup(*vulkan());
+}
+
+TEST(AdStackBudgetTest, CudaBudgetBelowOneBlock) {
+  REQUIRE(cuda(), "cuda");
+  checkBelowOneGroup(*cuda());
+}
+
+/// A budget below one iteration's stacks: ResourceExhausted naming the
+/// kernel, a stack, the need and the budget, and the way out.
+void checkTooSmall(Backend &backend) {
+  SkewedGradient g;
+  ASSERT_TRUE(g.gradient(backend, {}).ok());
+  std::optional<AdStackHeapUsage> full = backend.lastAdStackHeapUsage();
+  int64_t perThread = full->bytes / full->threads;
+  absl::StatusOr<std::vector<double>> r = g.gradient(backend, withBudget(perThread - 1));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted);
+  std::string m(r.status().message());
+  EXPECT_NE(m.find("kernel @k_grad"), std::string::npos) << m;
+  EXPECT_NE(m.find(fmt::format("one iteration's adstacks need {} bytes of heap", perThread)),
+            std::string::npos)
+      << m;
+  EXPECT_NE(m.find(fmt::format("more than the adstack memory budget of {} bytes "
+                               "(LaunchOptions::adStackMemoryBudget)",
+                               perThread - 1)),
+            std::string::npos)
+      << m;
+  EXPECT_NE(m.find("the largest, adstack %"), std::string::npos) << m;
+  EXPECT_NE(m.find("capacity 60"), std::string::npos) << m;
+  EXPECT_NE(m.find("qd-run --adstack-memory-budget"), std::string::npos) << m;
+  // The backend stays usable.
+  absl::StatusOr<std::vector<double>> again = g.gradient(backend, {});
+  ASSERT_TRUE(again.ok()) << again.status().message();
+  optimistictest::expectNear(*again, reference());
+}
+
+TEST(AdStackBudgetTest, CpuOneIterationOverTheBudgetFails) {
+  checkTooSmall(cpu(1));
+}
+
+TEST(AdStackBudgetTest, VulkanOneIterationOverTheBudgetFails) {
+  REQUIRE(vulkan(), "vulkan");
+  checkTooSmall(*vulkan());
+}
+
+TEST(AdStackBudgetTest, CudaOneIterationOverTheBudgetFails) {
+  REQUIRE(cuda(), "cuda");
+  checkTooSmall(*cuda());
+}
+
+/// The default budget is half of what the device can spare; a launch
+/// reports it, and the heap of a small launch fits it.
+TEST(AdStackBudgetTest, TheDefaultIsAFractionOfFreeMemory) {
+  EXPECT_EQ(defaultAdStackBudget(0), INT64_MAX);
+  EXPECT_EQ(defaultAdStackBudget(1000), 500);
+  EXPECT_EQ(defaultAdStackBudget(1), 1);
+  SkewedGradient g;
+  ASSERT_TRUE(g.gradient(cpu(1), {}).ok());
+  std::optional<AdStackHeapUsage> u = cpu(1).lastAdStackHeapUsage();
+  ASSERT_TRUE(u);
+  uint64_t host = availableHostMemoryBytes();
+  ASSERT_GT(host, 0u);
+  // Available memory moves between the launch and this read (other processes).
+  EXPECT_GT(double(u->budgetBytes), 0.3 * double(host));
+  EXPECT_LT(double(u->budgetBytes), 0.7 * double(host));
+  EXPECT_EQ(u->threads, cpu(1).numThreads());
+}
+
+/// The heap reports the needs of the iterations in flight: a task with
+/// fewer groups of lanes than workers leaves workers without iterations.
+TEST(AdStackBudgetTest, NeedsCountTheThreadsThatHaveIterations) {
+  CpuBackendOptions o;
+  o.threads = 4;
+  o.vectorWidth = 1;
+  o.chunk = 1;
+  std::unique_ptr<CpuBackend> four = *CpuBackend::create(o);
+  std::unique_ptr<Module> m = parseVerified(R"(
+field @y : f32[3]
+kernel @k() {
+  parallel for %i = 0 to 3 {
+    %s = adstack.alloca f32, capacity 5
+    %one = const 1.0 : f32
+    adstack.push %s, %one
+    %t = adstack.load_top %s : f32
+    store @y[%i], %t
+  }
+}
+)");
+  ASSERT_TRUE(m);
+  std::unique_ptr<Program> p = *Program::create(*m);
+  ASSERT_TRUE(p->launch("k", {}, *four, {}).ok());
+  std::optional<AdStackHeapUsage> u = four->lastAdStackHeapUsage();
+  ASSERT_TRUE(u);
+  EXPECT_EQ(u->threads, 4);
+  int64_t perThread = u->bytes / 4;
+  EXPECT_EQ(u->needBytes, 3 * perThread);
+  EXPECT_EQ(u->waves, 1);
+}
+
+} // namespace
+} // namespace qd
