@@ -276,6 +276,9 @@ absl::Status GpuRuntime::execute(accel::DeviceKernel &kernel, const accel::Launc
       .runtime = nullptr,
       .taskLanes = static_cast<const int32_t *>(at(lanesOff)),
       .threads = frame.threads,
+      .groupTable = frame.groupTable
+                        ? reinterpret_cast<const int64_t *>(uintptr_t(frame.groupTable->address()))
+                        : nullptr,
       .values = static_cast<int64_t *>(at(valuesOff)),
       .stop = frame.stopWord ? reinterpret_cast<const int32_t *>(uintptr_t(stopWord_->device()))
                              : nullptr};
