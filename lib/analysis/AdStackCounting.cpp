@@ -472,12 +472,22 @@ void raiseNeedAtExits(Stmt &task, const std::vector<std::pair<AllocaStmt *, int>
     Value *index = &task;
     if (auto *band = dyn_cast<ForStmt>(&task); band && band->numDims() > 1)
       index = b.insert(std::make_unique<TaskIndexStmt>(band->numDims() - 1));
-    Value *spread = b.binary(BinaryOp::Div, b.shape(need, 0),
-                             b.i32(static_cast<int32_t>(std::max<size_t>(slots, 1))));
-    Value *lane = isa<ForStmt>(&task) ? b.binary(BinaryOp::And, index, b.sub(spread, b.i32(1)))
-                                      : static_cast<Value *>(b.i32(0));
+    // (Statements built one at a time: their order in the text is fixed.)
+    Value *extent = b.shape(need, 0);
+    Value *numSlots = b.i32(static_cast<int32_t>(std::max<size_t>(slots, 1)));
+    Value *spread = b.binary(BinaryOp::Div, extent, numSlots);
+    Value *lane = nullptr;
+    if (isa<ForStmt>(&task)) {
+      Value *one = b.i32(1);
+      Value *mask = b.sub(spread, one);
+      lane = b.binary(BinaryOp::And, index, mask);
+    } else {
+      lane = b.i32(0);
+    }
     for (auto &[peak, slot] : peaks) {
-      Value *idx[] = {b.add(b.mul(b.i32(static_cast<int32_t>(slot)), spread), lane)};
+      Value *first = b.i32(static_cast<int32_t>(slot));
+      Value *base = b.mul(first, spread);
+      Value *idx[] = {b.add(base, lane)};
       b.atomicMax(GlobalRef::ofNdarray(need), idx, b.cast(b.load(peak), ScalarType::I64));
     }
   }
