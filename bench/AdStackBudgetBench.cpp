@@ -2,26 +2,27 @@
 //
 // qd-bench-adstack-budget: the gradient of a Newton-like per-element loop
 // whose trip count is skewed (most elements 3 iterations, one in
-// --every=1024 elements 500): its tapes are measured at launch, and every
-// thread's heap slice holds the deepest iteration. The benchmark prints,
-// on one backend:
-//   - the heap of today's layout (threads x the largest need) against the
-//     sum of the real needs of the iterations in flight, exact per
-//     iteration and interleaved in groups of 32 at the group's largest need
-//     (what a compacted heap would hold; docs/runtime.md, "Adstack memory
-//     budget"), as ratios;
-//   - the gradient with a budget that holds a quarter (and an eighth) of
-//     the threads, against one wave, as time ratios.
+// --every=1024 elements 500): its tapes are measured at launch by the
+// counting kernel. The benchmark prints, on one backend:
+//   - the heap of the interleaved layout (threads x the largest need)
+//     against the compacted heap (docs/runtime.md, "Compacted heap":
+//     groups of 32 threads at their own largest need), both measured in
+//     the same run, with the sum of each thread's own need, as byte
+//     ratios, and the gradient's time with each (median of per-round
+//     ratios);
+//   - the compacted heap under a budget of a quarter and an eighth of its
+//     size (fewer threads, more waves), against one wave, as time ratios.
+// Backends without a compacted heap (the CPU) print the interleaved layout
+// twice.
 //
 //   qd-bench-adstack-budget [--backend=cpu|cuda|vulkan] [--n=N] [--every=K]
 //                           [--deep=D] [--reps=R]
 //
 //===----------------------------------------------------------------------===//
-#include "BenchMain.h"
+#include "BenchChecks.h"
 #include "qd/ir/Parser.h"
 #include "qd/runtime/AllBackends.h"
 #include "qd/runtime/BackendRegistry.h"
-#include "qd/runtime/CpuBackend.h"
 #include "qd/runtime/Program.h"
 #include "qd/transforms/AutoDiff.h"
 
@@ -69,18 +70,9 @@ kernel @k() {
 }
 )";
 
+using qdbench::check;
 using qdbench::die;
-
-template <typename T> T check(absl::StatusOr<T> v) {
-  if (!v.ok())
-    die(std::string(v.status().message()));
-  return *std::move(v);
-}
-
-void check(const absl::Status &s) {
-  if (!s.ok())
-    die(std::string(s.message()));
-}
+using qdbench::median;
 
 struct Options {
   std::string backend = "cpu";
@@ -114,27 +106,31 @@ Options parseArgs(int argc, char **argv) {
   return o;
 }
 
-/// What a compacted heap would hold for the iterations in flight: the
-/// largest over waves of `inFlight` consecutive iterations of the sum of
-/// their needs, exact (`group` 1) or in groups of `group` at the group's
-/// largest need.
-int64_t compactedBytes(const std::vector<int64_t> &need, int64_t inFlight, int64_t group) {
-  int64_t most = 0;
-  for (size_t w = 0; w < need.size(); w += size_t(inFlight)) {
-    int64_t sum = 0;
-    size_t end = std::min(need.size(), w + size_t(inFlight));
-    for (size_t g = w; g < end; g += size_t(group)) {
-      size_t gend = std::min(end, g + size_t(group));
-      sum += *std::max_element(need.begin() + g, need.begin() + gend) * int64_t(gend - g);
-    }
-    most = std::max(most, sum);
-  }
-  return most;
+/// The launch options of a round: counted at every launch (the compacted
+/// heap reads each iteration's need), compacted or not, with a budget.
+qd::LaunchOptions counted(bool compact, int64_t budget = 0) {
+  qd::LaunchOptions o;
+  o.optimisticAdStacks = false;
+  o.compactAdStacks = compact;
+  o.adStackMemoryBudget = budget;
+  return o;
 }
 
-double medianOf(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
+/// Per case, the median time and the median of its per-round ratio to
+/// case 0.
+void printTimes(const std::vector<std::string> &what, const std::vector<std::vector<double>> &ms,
+                const std::vector<qd::AdStackHeapUsage> &used) {
+  for (size_t f = 0; f < what.size(); ++f) {
+    std::vector<double> ratio;
+    for (size_t r = 0; r < ms[f].size(); ++r)
+      ratio.push_back(ms[f][r] / ms[0][r]);
+    fmt::print("  {}: heap {} bytes ({:.1f}x smaller), own needs {} bytes, {} {}, {} waves: "
+               "{:.3f} ms, {:.2f}x of {}\n",
+               what[f], used[f].bytes,
+               double(used[0].bytes) / double(std::max<int64_t>(used[f].bytes, 1)),
+               used[f].needBytes, used[f].threads, used[f].threadKind, used[f].waves, median(ms[f]),
+               median(ratio), what[0]);
+  }
 }
 
 int run(int argc, char **argv) {
@@ -153,10 +149,9 @@ int run(int argc, char **argv) {
   }
   qd::Backend &backend = **created;
   auto program = check(qd::Program::create(*module));
-  std::vector<int64_t> trips(o.n);
   for (int64_t i = 0; i < o.n; ++i) {
-    trips[i] = i % o.every == o.every / 2 ? o.deep : 3;
-    program->field("m")->set(i, qd::Scalar::ofInt(qd::ScalarType::I32, trips[i]));
+    int64_t trips = i % o.every == o.every / 2 ? o.deep : 3;
+    program->field("m")->set(i, qd::Scalar::ofInt(qd::ScalarType::I32, trips));
     program->field("x")->set(i, qd::Scalar::ofFloat(qd::ScalarType::F32, 0.001 * double(i % 97)));
   }
   auto gradient = [&](const qd::LaunchOptions &options) {
@@ -167,55 +162,25 @@ int run(int argc, char **argv) {
     check(program->field("x", qd::Component::Grad)->syncToHost());
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   };
-  gradient({}); // counts
-  gradient({}); // the optimistic launch at the measured needs
-  qd::AdStackHeapUsage today = *backend.lastAdStackHeapUsage();
-  if (today.bytes == 0)
-    die("the gradient used no heap (local tapes?): nothing to compare");
-  // One thread's slice holds `lanes` iterations (a CPU group of SIMD lanes)
-  // at the largest need; each tape takes one entry per Newton step, so an
-  // iteration needs its trip count's share of the slice.
-  int64_t lanes = 1;
-  if (auto *cpu = dynamic_cast<qd::CpuBackend *>(&backend); cpu && !cpu->lastTaskLanes().empty())
-    lanes = std::max(cpu->lastTaskLanes().front(), 1);
-  int64_t perThread = today.bytes / today.threads;
-  double perStep = double(perThread) / double(lanes) / double(o.deep);
-  std::vector<int64_t> needBytes(o.n);
-  for (int64_t i = 0; i < o.n; ++i)
-    needBytes[i] = int64_t(perStep * double(trips[i]));
-  int64_t inFlight = today.threads * lanes;
-  int64_t exact = compactedBytes(needBytes, inFlight, 1);
-  int64_t grouped = compactedBytes(needBytes, inFlight, 32);
+  gradient(counted(true)); // compiles the variants
   fmt::print("qd-bench-adstack-budget on {}: {} elements, 1 in {} takes {} steps, the others 3\n",
              backend.name(), o.n, o.every, o.deep);
-  fmt::print("  today's layout: {} bytes ({} {}, {} bytes each, {} iterations in flight)\n",
-             today.bytes, today.threads, today.threadKind, perThread, inFlight);
-  fmt::print("  compacted, exact per iteration: {} bytes ({:.1f}x smaller)\n", exact,
-             double(today.bytes) / double(std::max<int64_t>(exact, 1)));
-  fmt::print("  compacted, groups of 32 at their largest need: {} bytes ({:.1f}x smaller)\n",
-             grouped, double(today.bytes) / double(std::max<int64_t>(grouped, 1)));
-  // Waves: a budget for a quarter and an eighth of the threads, against one
-  // wave, taking turns per round.
-  std::vector<int64_t> fractions{1, 4, 8};
-  std::vector<std::vector<double>> ms(fractions.size());
-  std::vector<qd::AdStackHeapUsage> used(fractions.size());
+  // The interleaved layout, the compacted heap, and the compacted heap
+  // under a quarter and an eighth of its bytes, taking turns per round.
+  std::vector<std::string> what{"interleaved", "compacted"};
+  std::vector<std::vector<double>> ms(4);
+  std::vector<qd::AdStackHeapUsage> used(4);
   for (int r = 0; r < o.reps; ++r)
-    for (size_t f = 0; f < fractions.size(); ++f) {
-      qd::LaunchOptions opts;
-      if (fractions[f] > 1)
-        opts.adStackMemoryBudget = perThread * std::max<int64_t>(today.threads / fractions[f], 1);
-      ms[f].push_back(gradient(opts));
+    for (size_t f = 0; f < ms.size(); ++f) {
+      int64_t budget = f < 2 ? 0 : used[1].bytes / (f == 2 ? 4 : 8);
+      ms[f].push_back(gradient(counted(f > 0, budget)));
       used[f] = *backend.lastAdStackHeapUsage();
+      if (r == 0 && f < 2 && used[f].bytes == 0)
+        die("the gradient used no heap (local tapes?): nothing to compare");
     }
-  for (size_t f = 0; f < fractions.size(); ++f) {
-    std::vector<double> ratio;
-    for (int r = 0; r < o.reps; ++r)
-      ratio.push_back(ms[f][r] / ms[0][r]);
-    fmt::print("  budget for 1/{} of the threads: heap {} bytes, {} {}, {} waves: {:.3f} ms, "
-               "{:.2f}x of one wave\n",
-               fractions[f], used[f].bytes, used[f].threads, used[f].threadKind, used[f].waves,
-               medianOf(ms[f]), medianOf(ratio));
-  }
+  what.push_back(fmt::format("compacted, budget {} bytes", used[2].budgetBytes));
+  what.push_back(fmt::format("compacted, budget {} bytes", used[3].budgetBytes));
+  printTimes(what, ms, used);
   return 0;
 }
 

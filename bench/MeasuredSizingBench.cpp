@@ -19,7 +19,7 @@
 //   qd-bench-measured [--backend=cpu|cuda|vulkan] [--n=N] [--reps=R]
 //
 //===----------------------------------------------------------------------===//
-#include "BenchMain.h"
+#include "BenchChecks.h"
 #include "qd/analysis/KernelSizing.h"
 #include "qd/ir/Parser.h"
 #include "qd/runtime/AllBackends.h"
@@ -72,23 +72,9 @@ kernel @k() {
 }
 )";
 
+using qdbench::check;
 using qdbench::die;
-
-template <typename T> T check(absl::StatusOr<T> v) {
-  if (!v.ok())
-    die(std::string(v.status().message()));
-  return *std::move(v);
-}
-
-void check(const absl::Status &s) {
-  if (!s.ok())
-    die(std::string(s.message()));
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+using qdbench::median;
 
 // The options: --backend=cpu|cuda|vulkan --n=N --reps=R.
 void parseArgs(int argc, char **argv, std::string &backendName, int64_t &n, int &reps) {

@@ -115,8 +115,21 @@ private:
   std::unique_ptr<Program> program_;
 };
 
+/// The interleaved layout (every thread at the largest need), whose waves
+/// the first tests check; `bytes` of budget (0: the default).
 LaunchOptions withBudget(int64_t bytes) {
   LaunchOptions o;
+  o.adStackMemoryBudget = bytes;
+  o.compactAdStacks = false;
+  return o;
+}
+
+/// The counting kernel at every launch (a compacted heap needs its
+/// per-iteration needs), compacted or not, with `bytes` of budget.
+LaunchOptions counted(bool compact, int64_t bytes = 0) {
+  LaunchOptions o;
+  o.optimisticAdStacks = false;
+  o.compactAdStacks = compact;
   o.adStackMemoryBudget = bytes;
   return o;
 }
@@ -135,7 +148,7 @@ std::vector<double> reference() {
 /// threads, a heap within the budget; both match the interpreter.
 void checkWaves(Backend &backend, int64_t fraction) {
   SkewedGradient g;
-  absl::StatusOr<std::vector<double>> one = g.gradient(backend, {});
+  absl::StatusOr<std::vector<double>> one = g.gradient(backend, withBudget(0));
   ASSERT_TRUE(one.ok()) << one.status().message();
   std::optional<AdStackHeapUsage> full = backend.lastAdStackHeapUsage();
   ASSERT_TRUE(full);
@@ -184,7 +197,7 @@ TEST(AdStackBudgetTest, CudaThreadsRunInWaves) {
 /// the group past the third have no heap rows and run nothing.
 void checkBelowOneGroup(Backend &backend) {
   SkewedGradient g;
-  ASSERT_TRUE(g.gradient(backend, {}).ok());
+  ASSERT_TRUE(g.gradient(backend, withBudget(0)).ok());
   std::optional<AdStackHeapUsage> full = backend.lastAdStackHeapUsage();
   int64_t perThread = full->bytes / full->threads;
   absl::StatusOr<std::vector<double>> r = g.gradient(backend, withBudget(3 * perThread));
@@ -208,7 +221,7 @@ TEST(AdStackBudgetTest, CudaBudgetBelowOneBlock) {
 /// kernel, a stack, the need and the budget, and the way out.
 void checkTooSmall(Backend &backend) {
   SkewedGradient g;
-  ASSERT_TRUE(g.gradient(backend, {}).ok());
+  ASSERT_TRUE(g.gradient(backend, withBudget(0)).ok());
   std::optional<AdStackHeapUsage> full = backend.lastAdStackHeapUsage();
   int64_t perThread = full->bytes / full->threads;
   absl::StatusOr<std::vector<double>> r = g.gradient(backend, withBudget(perThread - 1));
@@ -294,6 +307,107 @@ kernel @k() {
   int64_t perThread = u->bytes / 4;
   EXPECT_EQ(u->needBytes, 3 * perThread);
   EXPECT_EQ(u->waves, 1);
+}
+
+/// A compacted heap: the gradient bit for bit as with the interleaved
+/// layout (and the interpreter's), a heap of groups at their own largest
+/// need, and under a budget smaller than that heap, fewer threads with the
+/// same gradient.
+void checkCompacted(Backend &backend) {
+  SkewedGradient g;
+  absl::StatusOr<std::vector<double>> flat = g.gradient(backend, counted(false));
+  ASSERT_TRUE(flat.ok()) << flat.status().message();
+  AdStackHeapUsage interleaved = *backend.lastAdStackHeapUsage();
+  EXPECT_EQ(interleaved.groups, 0);
+  absl::StatusOr<std::vector<double>> packed = g.gradient(backend, counted(true));
+  ASSERT_TRUE(packed.ok()) << packed.status().message();
+  AdStackHeapUsage compact = *backend.lastAdStackHeapUsage();
+  EXPECT_EQ(*packed, *flat);
+  optimistictest::expectNear(*packed, reference());
+  EXPECT_EQ(compact.threads, interleaved.threads);
+  EXPECT_EQ(compact.groups, (compact.threads + 31) / 32);
+  // 256 elements, every 37th at 60 iterations: 7 of the 8 groups hold
+  // one, so the heap is about 7/8 of the interleaved one plus the table;
+  // each thread's own need is far less.
+  EXPECT_LT(compact.bytes, interleaved.bytes);
+  EXPECT_LT(compact.needBytes * 5, interleaved.needBytes);
+  EXPECT_LE(compact.needBytes, compact.bytes);
+
+  int64_t budget = compact.bytes / 3;
+  absl::StatusOr<std::vector<double>> waves = g.gradient(backend, counted(true, budget));
+  ASSERT_TRUE(waves.ok()) << waves.status().message();
+  AdStackHeapUsage part = *backend.lastAdStackHeapUsage();
+  EXPECT_EQ(*waves, *flat);
+  EXPECT_LE(part.bytes, budget);
+  EXPECT_LT(part.threads, compact.threads);
+  EXPECT_EQ(part.threads % 32, 0);
+  EXPECT_GT(part.waves, 1);
+  EXPECT_GT(part.groups, 0);
+}
+
+TEST(AdStackBudgetTest, VulkanCompactedHeap) {
+  REQUIRE(vulkan(), "vulkan");
+  checkCompacted(*vulkan());
+}
+
+/// Exact bytes: iteration i pushes i f32 values (4 bytes an entry) in a
+/// while loop (measured). 12 iterations on 64 invocations: group 0 holds
+/// them all at capacity 11 (32 x 11 x 4 = 1408 bytes), group 1 none (0
+/// bytes); the table is (2 groups x 1 stack x 2 + 2 x 2) x 8 = 64 bytes.
+/// Each invocation's own need, rounded to 8 bytes, sums to 296.
+void checkExactBytes(Backend &backend, int64_t threads) {
+  std::unique_ptr<Module> m = parseVerified(R"(
+field @m : i32[12]
+field @y : f32[12]
+kernel @k() {
+  parallel for %i = 0 to 12 {
+    %s = adstack.alloca f32, capacity 0
+    %c = alloca i32
+    %acc = alloca f32
+    %n = load @m[%i] : i32
+    while {
+      %k = load %c : i32
+      %done = cmp ge %k, %n : i32
+      if %done {
+        break
+      }
+      %f = cast %k : i32 to f32
+      adstack.push %s, %f
+      %one = const 1 : i32
+      %k1 = add %k, %one : i32
+      store %c, %k1
+    }
+    for %q = 0 to %n {
+      %t = adstack.load_top %s : f32
+      %a = load %acc : f32
+      %b = add %a, %t : f32
+      store %acc, %b
+      adstack.pop %s
+    }
+    %r = load %acc : f32
+    store @y[%i], %r
+  }
+}
+)");
+  ASSERT_TRUE(m);
+  std::unique_ptr<Program> p = *Program::create(*m);
+  for (int i = 0; i < 12; ++i)
+    p->field("m")->set(i, Scalar::ofInt(ScalarType::I32, i));
+  ASSERT_TRUE(p->launch("k", {}, backend, counted(true)).ok());
+  AdStackHeapUsage u = *backend.lastAdStackHeapUsage();
+  ASSERT_EQ(u.threads, threads);
+  EXPECT_EQ(u.groups, 2);
+  EXPECT_EQ(u.bytes, 64 + 1408);
+  EXPECT_EQ(u.needBytes, 296);
+  Buffer &y = *p->field("y");
+  ASSERT_TRUE(y.syncToHost().ok());
+  for (int i = 0; i < 12; ++i)
+    EXPECT_EQ(y.get(i).f, double(i * (i - 1) / 2)) << i;
+}
+
+TEST(AdStackBudgetTest, VulkanCompactedHeapHoldsTheSumOfNeeds) {
+  REQUIRE(vulkan(), "vulkan");
+  checkExactBytes(*vulkan(), 64);
 }
 
 } // namespace

@@ -449,7 +449,7 @@ void countPushesAndPops(AdStackAllocaStmt &stack, AllocaStmt &count, AllocaStmt 
 /// Raises `need` to the peaks of `task`'s counted stacks where each of its
 /// iterations ends.
 void raiseNeedAtExits(Stmt &task, const std::vector<std::pair<AllocaStmt *, int>> &peaks,
-                      Argument *need) {
+                      Argument *need, size_t slots) {
   // (A body that ends in its own `continue` has no other end: the
   // `continue` is its exit.)
   Block &body = task.block(0);
@@ -464,17 +464,30 @@ void raiseNeedAtExits(Stmt &task, const std::vector<std::pair<AllocaStmt *, int>
     IRBuilder b(*block);
     b.setInsertionPoint(*block, pos);
     b.setLocation(task.loc());
-    constexpr int64_t spread = KernelSizing::kCountSpread;
-    static_assert((spread & (spread - 1)) == 0, "the lane mask needs a power of two");
+    // Each slot has extent(need) / slots elements, a power of two the
+    // runtime chooses (KernelSizing::kCountSpread, or at least the task's
+    // iterations: one element per iteration, for a compacted heap).
     // Consecutive iterations raise different elements: of a band, those
     // of one row, so its innermost index.
     Value *index = &task;
     if (auto *band = dyn_cast<ForStmt>(&task); band && band->numDims() > 1)
       index = b.insert(std::make_unique<TaskIndexStmt>(band->numDims() - 1));
-    Value *lane = isa<ForStmt>(&task) ? b.binary(BinaryOp::And, index, b.i32(spread - 1))
-                                      : static_cast<Value *>(b.i32(0));
+    // (Statements built one at a time: their order in the text is fixed.)
+    Value *extent = b.shape(need, 0);
+    Value *numSlots = b.i32(static_cast<int32_t>(std::max<size_t>(slots, 1)));
+    Value *spread = b.binary(BinaryOp::Div, extent, numSlots);
+    Value *lane = nullptr;
+    if (isa<ForStmt>(&task)) {
+      Value *one = b.i32(1);
+      Value *mask = b.sub(spread, one);
+      lane = b.binary(BinaryOp::And, index, mask);
+    } else {
+      lane = b.i32(0);
+    }
     for (auto &[peak, slot] : peaks) {
-      Value *idx[] = {b.add(b.i32(static_cast<int32_t>(slot * spread)), lane)};
+      Value *first = b.i32(static_cast<int32_t>(slot));
+      Value *base = b.mul(first, spread);
+      Value *idx[] = {b.add(base, lane)};
       b.atomicMax(GlobalRef::ofNdarray(need), idx, b.cast(b.load(peak), ScalarType::I64));
     }
   }
@@ -574,11 +587,13 @@ AdStackCounting buildAdStackCounting(const Kernel &kernel,
     s->erase();
   // Each thread raises need[slot * spread + (i & (spread - 1))] to its
   // maximum where its task iteration `i` ends (a serial task is iteration
-  // 0): at the end of the body and before a `continue` of the task loop.
-  // Spreading the maximum over `spread` elements keeps a GPU's threads off
-  // one address; the runtime takes the maximum of the range.
+  // 0): at the end of the body and before a `continue` of the task loop,
+  // with spread = extent(need) / slots. Spreading the maximum over
+  // `spread` elements keeps a GPU's threads off one address; the runtime
+  // takes the maximum of the range (or, with a spread of at least the
+  // task's iterations, reads each iteration's own need).
   for (auto &[task, peaks] : peaksOfTask)
-    raiseNeedAtExits(*task, peaks, need);
+    raiseNeedAtExits(*task, peaks, need, out.counted.size());
   shadowWrittenMemory(*k, need, out);
   boundStacks(*k, boundedSlots, out);
   out.kernel = std::move(k);

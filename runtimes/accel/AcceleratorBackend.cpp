@@ -1,6 +1,8 @@
 //===- AcceleratorBackend.cpp - One launch for every device ---------------===//
 #include "qd/runtime/AcceleratorBackend.h"
 
+#include "AdStackGroupTable.h"
+
 #include "qd/codegen/KernelSizingCache.h"
 #include "qd/runtime/LaunchPlan.h"
 #include "qd/runtime/LaunchWatchdog.h"
@@ -102,6 +104,8 @@ struct AcceleratorBackend::State {
     LaunchPlan plan;
   };
   std::deque<Pending> pending;
+  /// The compacted heap's table kernel's buffers (kept between launches).
+  std::optional<Buffer> tableDesc, table, tableSums;
 
   absl::StatusOr<Variant *> variant(const Kernel &kernel, bool boundsChecked, bool stopChecks,
                                     const std::vector<int64_t> &local,
@@ -135,6 +139,27 @@ struct AcceleratorBackend::State {
   /// Collects asynchronous launches, oldest first, until at most `keep`
   /// are in flight; the first error one reported (deferredError).
   absl::Status drain(size_t keep);
+  /// launch() with launchMutex held and the heap code compiled.
+  absl::Status launchLocked(Program &program, const Kernel &kernel, std::span<const LaunchArg> args,
+                            const LaunchOptions &options, Variant &heapCode);
+  /// A compacted heap for a launch over at most `threads` threads.
+  struct Compacted {
+    int64_t threads = 0, groups = 0, tableBytes = 0, heapBytes = 0, needBytes = 0;
+    DeviceMirror *table = nullptr;
+  };
+  /// The compacted heap of a launch whose stacks `shape` describes, on the
+  /// most threads up to `threads` (halved while it does not fit `budget`),
+  /// or nullopt where even one group's does not (the interleaved layout
+  /// then decides).
+  absl::StatusOr<std::optional<Compacted>> compact(Program &program, const LaunchPlan &plan,
+                                                   const accel::GroupTableShape &shape,
+                                                   const MeasuredAdStackNeeds &needs,
+                                                   int64_t threads, int64_t budget);
+  /// Runs the table kernel for `threads` threads: the groups' bytes and
+  /// the bytes of each thread's own need (sums[0], sums[1]).
+  absl::Status runGroupTable(Program &program, const LaunchPlan &plan,
+                             const accel::GroupTableShape &shape, const MeasuredAdStackNeeds &needs,
+                             int64_t threads, int64_t tableBytes);
 };
 
 absl::StatusOr<AcceleratorBackend::State::Variant *>
@@ -328,16 +353,24 @@ absl::Status AcceleratorBackend::State::launch(Program &program, const Kernel &k
   bool async = options.async && device.streams() && !options.stoppable() && !timing;
   if (absl::Status s = drain(async ? device.maxInFlight() - 1 : 0); !s.ok())
     return s;
+  return launchLocked(program, kernel, args, options, **heapCode);
+}
+
+absl::Status AcceleratorBackend::State::launchLocked(Program &program, const Kernel &kernel,
+                                                     std::span<const LaunchArg> args,
+                                                     const LaunchOptions &options,
+                                                     Variant &heapCode) {
+  bool async = options.async && device.streams() && !options.stoppable() && !timing;
   absl::StatusOr<LaunchPlan> plan =
-      LaunchPlan::bind(program, kernel, (*heapCode)->code->layout(), args, options);
+      LaunchPlan::bind(program, kernel, heapCode.code->layout(), args, options);
   if (!plan.ok())
     return plan.status();
-  if ((*heapCode)->code->layout().launches.empty())
+  if (heapCode.code->layout().launches.empty())
     return absl::OkStatus();
   if (absl::Status s = plan->layoutAdStacks(); !s.ok())
     return s;
   absl::StatusOr<Variant *> chosen =
-      localTapeVariant(**heapCode, plan, program, kernel, args, options);
+      localTapeVariant(heapCode, plan, program, kernel, args, options);
   if (!chosen.ok())
     return chosen.status();
   DeviceKernel &code = *(*chosen)->code;
@@ -347,18 +380,45 @@ absl::Status AcceleratorBackend::State::launch(Program &program, const Kernel &k
   frame.stream = options.stream;
   frame.async = async;
   Budget heapBudget = budget(*plan);
-  absl::StatusOr<int64_t> threads = grid(code, *plan, heapBudget);
+  // A compacted heap starts from the grid without a budget: its smaller
+  // heap may let more threads run at once.
+  std::optional<accel::GroupTableShape> shape;
+  if (options.measuredNeeds && device.groupTableUnit() != 0)
+    shape = accel::groupTableShape(*plan, *options.measuredNeeds);
+  absl::StatusOr<int64_t> threads = grid(code, *plan, shape ? Budget() : heapBudget);
   if (!threads.ok())
     return threads.status();
-  frame.threads = *threads;
+  std::optional<Compacted> compacted;
+  if (shape) {
+    absl::StatusOr<std::optional<Compacted>> c =
+        compact(program, *plan, *shape, *options.measuredNeeds, *threads, heapBudget.bytes);
+    if (!c.ok())
+      return c.status();
+    compacted = *c;
+    if (!compacted)
+      threads = grid(code, *plan, heapBudget);
+    if (!threads.ok())
+      return threads.status();
+  }
+  frame.threads = compacted ? compacted->threads : *threads;
+  if (compacted) {
+    frame.groupTable = compacted->table;
+    frame.groupTableBytes = compacted->tableBytes;
+  }
   if (absl::Status s = device.checkFrame(code, frame); !s.ok())
     return s;
-  absl::StatusOr<int64_t> heapNeed = plan->heapBytes(frame.threads);
+  absl::StatusOr<int64_t> heapNeed =
+      compacted ? compacted->heapBytes : plan->heapBytes(frame.threads);
   if (!heapNeed.ok())
     return heapNeed.status();
   if (absl::Status s = growHeap(kernel, *heapNeed, heapBudget.bytes); !s.ok())
     return s;
   lastUsage = plan->heapUsage(frame.threads, heapBudget.bytes);
+  if (compacted) {
+    lastUsage.bytes = compacted->heapBytes;
+    lastUsage.needBytes = compacted->needBytes;
+    lastUsage.groups = compacted->groups;
+  }
   lastThreads = frame.threads;
   lastPlacement = plan->adStackPlacement(frame.threads);
   frame.groups = groups(code, *plan, frame.threads);
@@ -440,6 +500,95 @@ absl::Status AcceleratorBackend::State::drain(size_t keep) {
   return first.ok() ? first : deferredError(first, laterFailures);
 }
 
+absl::Status AcceleratorBackend::State::runGroupTable(Program &program, const LaunchPlan &plan,
+                                                      const accel::GroupTableShape &shape,
+                                                      const MeasuredAdStackNeeds &needs,
+                                                      int64_t threads, int64_t tableBytes) {
+  absl::StatusOr<const Kernel *> kernel = accel::groupTableKernel();
+  if (!kernel.ok())
+    return kernel.status();
+  absl::StatusOr<Variant *> code = variant(**kernel, false, false, {}, nullptr);
+  if (!code.ok())
+    return code.status();
+  const int64_t groups = (threads + abi::kAdStackGroupThreads - 1) / abi::kAdStackGroupThreads;
+  const int64_t elements = accel::groupTableElements(groups, shape.stacks);
+  auto sized = [](std::optional<Buffer> &b, int64_t n, bool exact) -> absl::Status {
+    if (b && (exact ? b->numElements() == n : b->numElements() >= n))
+      return absl::OkStatus();
+    absl::StatusOr<Buffer> made = Buffer::create(ScalarType::I64, {n});
+    if (!made.ok())
+      return made.status();
+    b = *std::move(made);
+    return absl::OkStatus();
+  };
+  for (absl::Status s : {sized(tableDesc, int64_t(shape.desc.size()), true),
+                         sized(table, elements, false), sized(tableSums, 2, true)})
+    if (!s.ok())
+      return s;
+  for (size_t i = 0; i < shape.desc.size(); ++i)
+    if (tableDesc->get(int64_t(i)).i != shape.desc[i])
+      tableDesc->set(int64_t(i), Scalar::ofInt(ScalarType::I64, shape.desc[i]));
+  NdarrayArg need{needs.need.get()}, desc{&*tableDesc}, out{&*table}, sums{&*tableSums};
+  const LaunchArg args[] = {LaunchArg::ndarray(&need),
+                            LaunchArg::ndarray(&desc),
+                            LaunchArg::ndarray(&out),
+                            LaunchArg::ndarray(&sums),
+                            LaunchArg::i32(int32_t(groups)),
+                            LaunchArg::i32(int32_t(shape.stacks)),
+                            LaunchArg::i32(int32_t(threads)),
+                            LaunchArg::i32(int32_t(shape.begin)),
+                            LaunchArg::i32(int32_t(shape.end)),
+                            LaunchArg::i32(int32_t(needs.spread)),
+                            LaunchArg::i64(device.groupTableUnit()),
+                            LaunchArg::i64(tableBytes)};
+  absl::Status s = launchLocked(program, **kernel, args, LaunchOptions(), **code);
+  if (!s.ok())
+    return absl::Status(s.code(),
+                        fmt::format("kernel @{}: laying out its compacted adstack heap: {}",
+                                    plan.kernel().name(), std::string(s.message())));
+  return s;
+}
+
+absl::StatusOr<std::optional<AcceleratorBackend::State::Compacted>>
+AcceleratorBackend::State::compact(Program &program, const LaunchPlan &plan,
+                                   const accel::GroupTableShape &shape,
+                                   const MeasuredAdStackNeeds &needs, int64_t threads,
+                                   int64_t budget) {
+  const int64_t group = abi::kAdStackGroupThreads;
+  int64_t largest = limits.maxHeapBytes == 0 || limits.maxHeapBytes > uint64_t(INT64_MAX)
+                        ? INT64_MAX
+                        : int64_t(limits.maxHeapBytes);
+  largest = std::min(largest, budget);
+  // Fewer threads hold fewer iterations at once: halve the grid (whole
+  // groups) until the heap fits.
+  for (int64_t t = threads;; t = std::max(group, t / 2 / group * group)) {
+    Compacted c;
+    c.threads = t;
+    c.groups = (t + group - 1) / group;
+    c.tableBytes = accel::groupTableElements(c.groups, shape.stacks) * 8;
+    if (absl::Status s = runGroupTable(program, plan, shape, needs, t, c.tableBytes); !s.ok())
+      return s;
+    absl::StatusOr<int64_t> used = tableSums->readInteger(0), exact = tableSums->readInteger(1);
+    if (!used.ok())
+      return used.status();
+    if (!exact.ok())
+      return exact.status();
+    c.heapBytes = c.tableBytes + *used;
+    c.needBytes = *exact;
+    if (c.heapBytes <= largest) {
+      absl::StatusOr<DeviceMirror *> m = table->prepareOnDevice(&device, [&] {
+        return absl::StatusOr<std::unique_ptr<DeviceMirror>>(device.mirror(*table));
+      });
+      if (!m.ok())
+        return m.status();
+      c.table = *m;
+      return std::optional<Compacted>(c);
+    }
+    if (t <= group)
+      return std::optional<Compacted>();
+  }
+}
+
 AcceleratorBackend::AcceleratorBackend(std::unique_ptr<accel::AcceleratorDevice> device)
     : device_(std::move(device)), state_(std::make_unique<State>(*device_)) {}
 
@@ -479,6 +628,10 @@ absl::StatusOr<DeviceKernel *> AcceleratorBackend::heapCode(const Kernel &kernel
   if (!v.ok())
     return v.status();
   return (*v)->code.get();
+}
+
+bool AcceleratorBackend::compactsAdStacks() const {
+  return device_->groupTableUnit() != 0;
 }
 
 int64_t AcceleratorBackend::lastLaunchThreads() const {

@@ -275,6 +275,9 @@ size_t GpuRuntime::layoutArena(const GpuKernel &c, const accel::LaunchFrame &fra
       .runtime = nullptr,
       .taskLanes = static_cast<const int32_t *>(at(lanesOff)),
       .threads = frame.threads,
+      .groupTable = frame.groupTable
+                        ? reinterpret_cast<const int64_t *>(uintptr_t(frame.groupTable->address()))
+                        : nullptr,
       .values = static_cast<int64_t *>(at(valuesOff)),
       .stop = frame.stopWord ? reinterpret_cast<const int32_t *>(uintptr_t(stopWord_->device()))
                              : nullptr};

@@ -308,6 +308,7 @@ QdLaunchContext LaunchPlan::hostContext(std::vector<void *> &globals, char *heap
                          .runtime = runtime,
                          .taskLanes = taskLanes,
                          .threads = 0,
+                         .groupTable = nullptr,
                          .values = nullptr,
                          .stop = stop};
 }

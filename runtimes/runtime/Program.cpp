@@ -10,6 +10,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -307,8 +308,12 @@ absl::Status Program::launchSized(const Kernel &k, std::span<const LaunchArg> ar
   }
   int countingRuns = 0;
   if (measure) {
+    std::shared_ptr<MeasuredAdStackNeeds> perIteration;
+    if (backend.compactsAdStacks() && options.compactAdStacks)
+      perIteration = perIterationNeeds(sz, args);
     absl::StatusOr<std::vector<int64_t>> need =
-        countAdStacks(k, sz, args, backend, sized, countingRuns);
+        countAdStacks(k, sz, args, backend, sized, countingRuns, perIteration.get());
+    sized.measuredNeeds = perIteration;
     if (!need.ok())
       return need.status();
     for (const AdStackSize &s : sz.stacks())
@@ -350,6 +355,56 @@ absl::Status Program::zeroedBuffer(std::optional<Buffer> &slot, ScalarType type,
 
 namespace {
 
+/// The value of a task bound before the launch: a literal, a scalar
+/// argument or an ndarray extent (nullopt otherwise).
+std::optional<int64_t> boundBeforeLaunch(Bound b, std::span<const LaunchArg> args) {
+  if (!b.value)
+    return b.constant;
+  if (auto *c = dyn_cast<ConstStmt>(b.value))
+    return c->intValue();
+  if (auto *a = dyn_cast<Argument>(b.value); a && !args[a->index()].isNdarray())
+    return args[a->index()].scalarValue().i;
+  if (auto *sh = dyn_cast<ShapeStmt>(b.value))
+    if (auto *a = dyn_cast<Argument>(sh->ndarray()); a && args[a->index()].isNdarray())
+      return args[a->index()].ndarrayValue().primal->shape().at(sh->axis());
+  return std::nullopt;
+}
+
+} // namespace
+
+std::shared_ptr<MeasuredAdStackNeeds> Program::perIterationNeeds(const KernelSizing &sizing,
+                                                                 std::span<const LaunchArg> args) {
+  // Every measured stack in one 1-D parallel task at the kernel's top
+  // level, whose iterations are known now.
+  auto needs = std::make_shared<MeasuredAdStackNeeds>();
+  const ForStmt *task = nullptr;
+  for (const AdStackSize &s : sizing.stacks()) {
+    if (!s.measuredAtLaunch())
+      continue;
+    const Stmt *top = s.stack;
+    while (top->parentStmt())
+      top = top->parentStmt();
+    auto *f = dyn_cast<ForStmt>(top);
+    if (!f || !f->isParallel() || f->numDims() != 1 || (task && task != f))
+      return nullptr;
+    task = f;
+    needs->slots[s.stack] = s.countSlot;
+  }
+  if (!task)
+    return nullptr;
+  std::optional<int64_t> begin = boundBeforeLaunch(task->begin(), args),
+                         end = boundBeforeLaunch(task->end(), args);
+  if (!begin || !end)
+    return nullptr;
+  int64_t iterations = std::max<int64_t>(*end - *begin, 1);
+  if (iterations > (int64_t(1) << 30) / std::max(sizing.numCounted(), 1))
+    return nullptr; // the counting kernel indexes `need` with i32
+  needs->spread = std::bit_ceil(uint64_t(std::max(iterations, KernelSizing::kCountSpread)));
+  return needs;
+}
+
+namespace {
+
 /// The state `states` keeps for `k`, made on first use (under `mutex`).
 template <class State>
 State &stateOf(std::mutex &mutex, std::map<const Kernel *, std::unique_ptr<State>> &states,
@@ -371,15 +426,14 @@ Program::OptimisticState &Program::optimisticState(const Kernel &k) {
   return stateOf(mutex_, optimistic_, k);
 }
 
-absl::StatusOr<std::vector<int64_t>>
-Program::countAdStacks(const Kernel &kernel, const KernelSizing &sizing,
-                       std::span<const LaunchArg> args, Backend &backend,
-                       const LaunchOptions &options, int &runs) {
+absl::StatusOr<std::vector<int64_t>> Program::countAdStacks(
+    const Kernel &kernel, const KernelSizing &sizing, std::span<const LaunchArg> args,
+    Backend &backend, const LaunchOptions &options, int &runs, MeasuredAdStackNeeds *perIteration) {
   runs = 1;
   const std::vector<int> &boundArgs = sizing.countBoundArgs();
   bool anyBound = std::any_of(boundArgs.begin(), boundArgs.end(), [](int a) { return a >= 0; });
   if (!anyBound)
-    return countAdStacksOnce(kernel, sizing, args, backend, options, {});
+    return countAdStacksOnce(kernel, sizing, args, backend, options, {}, perIteration);
   // Bounded stacks: the bounds the last launch of `kernel` left (twice its
   // need), or the default capacity; a count past its bound runs again with
   // at least twice the bound.
@@ -397,7 +451,7 @@ Program::countAdStacks(const Kernel &kernel, const KernelSizing &sizing,
   }
   for (;; ++runs) {
     absl::StatusOr<std::vector<int64_t>> need =
-        countAdStacksOnce(kernel, sizing, args, backend, options, bounds);
+        countAdStacksOnce(kernel, sizing, args, backend, options, bounds, perIteration);
     if (!need.ok())
       return need.status();
     bool again = false;
@@ -427,18 +481,22 @@ Program::countAdStacks(const Kernel &kernel, const KernelSizing &sizing,
 absl::StatusOr<std::vector<int64_t>>
 Program::countAdStacksOnce(const Kernel &kernel, const KernelSizing &sizing,
                            std::span<const LaunchArg> args, Backend &backend,
-                           const LaunchOptions &options, std::span<const int64_t> bounds) {
-  constexpr int64_t spread = KernelSizing::kCountSpread;
+                           const LaunchOptions &options, std::span<const int64_t> bounds,
+                           MeasuredAdStackNeeds *perIteration) {
+  const int64_t spread = perIteration ? perIteration->spread : KernelSizing::kCountSpread;
   // `need` is kept per kernel, unless a launch of the same kernel from
-  // another thread holds it.
+  // another thread holds it; per-iteration needs go to a buffer of their
+  // own, which the launch's heap layout reads after this returns.
   CountState &state = countState(kernel);
   std::unique_lock<std::mutex> held(state.mutex, std::try_to_lock);
   std::optional<Buffer> own;
-  std::optional<Buffer> &needSlot = held.owns_lock() ? state.need : own;
+  std::optional<Buffer> &needSlot = held.owns_lock() && !perIteration ? state.need : own;
   if (absl::Status s = zeroedBuffer(needSlot, ScalarType::I64, sizing.numCounted() * spread);
       !s.ok())
     return s;
-  Buffer *need = &*needSlot;
+  if (perIteration)
+    perIteration->need = std::make_shared<Buffer>(*std::move(own));
+  Buffer *need = perIteration ? perIteration->need.get() : &*needSlot;
   NdarrayArg needArg;
   needArg.primal = need;
   std::vector<LaunchArg> countArgs(args.begin(), args.end());

@@ -221,6 +221,9 @@ struct VulkanBackend::Impl final : accel::AcceleratorDevice {
   std::string deviceName() const override { return fmt::format("'{}'", device->info().name); }
   accel::DeviceLimits limits() const override;
   uint64_t freeMemoryBytes() const override { return device->freeMemoryBytes(); }
+  /// The code addresses the heap in 4-byte words; the table kernel needs
+  /// 64-bit integers.
+  unsigned groupTableUnit() const override { return device->info().features.int64 ? 4 : 0; }
   absl::StatusOr<std::unique_ptr<accel::DeviceKernel>>
   compile(const Kernel &kernel, const accel::CompileRequest &request) override;
   absl::Status allocateHeap(size_t bytes) override;
@@ -392,6 +395,7 @@ absl::StatusOr<size_t> VulkanBackend::Impl::stageLaunchData(const VulkanKernel &
   const LaunchPlan &plan = *frame.plan;
   std::vector<uint32_t> words(data.words, 0);
   words[SpirvLaunchData::kThreads] = uint32_t(frame.threads);
+  words[SpirvLaunchData::kGroupTable] = frame.groupTable ? 1 : 0;
   for (size_t s = 0; s < layout.stacks.size(); ++s) {
     words[data.capacities + s] = uint32_t(plan.heap().capacities[s]);
     words[data.offsets + s] = uint32_t(plan.heap().offsets[s] / 4);
@@ -458,6 +462,13 @@ absl::Status VulkanBackend::Impl::execute(accel::DeviceKernel &kernel,
     if (timer)
       api.CmdResetQueryPool(cb, timer, 0, 2);
     api.CmdCopyBuffer(cb, launchStaging.get(), launchData.get(), 1, &up);
+    if (frame.groupTable) {
+      // A compacted heap's table goes to the heap's first bytes, where the
+      // code reads it.
+      VkBufferCopy table{0, 0, VkDeviceSize(frame.groupTableBytes)};
+      api.CmdCopyBuffer(cb, static_cast<VulkanMirror *>(frame.groupTable)->buffer().get(),
+                        heap.get(), 1, &table);
+    }
     vk::fullBarrier(api, cb);
     // The barriers order the timestamps after the copy and after the last
     // dispatch.

@@ -69,6 +69,13 @@ inline constexpr unsigned kDeviceStopCheckSpread = 1u << 18;
 /// of a reader's, not 65536.
 inline constexpr unsigned kDeviceStopPollInterval = 1024;
 
+/// A compacted adstack heap (docs/runtime.md, "Compacted heap") gives each
+/// group of this many consecutive GPU threads its own region, sized by the
+/// largest need among them, and interleaves the group's threads there
+/// (entry d of lane l at region + (d * kAdStackGroupThreads + l) * entry
+/// bytes): a warp's accesses still coalesce.
+inline constexpr unsigned kAdStackGroupThreads = 32;
+
 } // namespace qd::abi
 
 namespace qd {
@@ -115,6 +122,9 @@ enum class StopReason : int32_t {
   X(Ptr, const int32_t *, taskLanes, 1)                                                            \
   /* GPU: the threads of a parallel launch's grid (T of the interleaved heap layout) */            \
   X(I64, int64_t, threads, 1)                                                                      \
+  /* GPU, a compacted heap: per group of kAdStackGroupThreads threads and stack id, its region */  \
+  /* (byte offset in heap) and capacity, i64 pairs, group-major; null: the interleaved layout */   \
+  X(Ptr, const int64_t *, groupTable, 1)                                                           \
   /* GPU: the top-level values of the kernel, one 8-byte slot each                */               \
   /* (KernelLayout::numValues), shared by the launches of one kernel              */               \
   X(Ptr, int64_t *, values, 1)                                                                     \

@@ -31,8 +31,10 @@ struct AdStackCounting {
   /// The counting kernel, detached from any module (its field references
   /// are the source kernel's), or null when no stack can be counted. Its
   /// arguments are the source kernel's followed by `need`, an
-  /// `ndarray<i64, 1>` with KernelSizing::kCountSpread elements per counted
-  /// stack, which the caller zeroes before the launch.
+  /// `ndarray<i64, 1>` with the same power of two of elements per counted
+  /// stack (KernelSizing::kCountSpread, or at least the task's iterations
+  /// for one element per iteration), which the caller zeroes before the
+  /// launch.
   std::shared_ptr<Kernel> kernel;
   /// The counted stacks of the source kernel, in `need` order.
   std::vector<const AdStackAllocaStmt *> counted;

@@ -124,7 +124,10 @@ public:
   int numCounted() const { return numCounted_; }
   /// Elements of `need` per measured stack: thread `i` raises element
   /// `i mod kCountSpread` of its stack's range, so that a GPU's threads do
-  /// not all update one address.
+  /// not all update one address. The counting kernel reads the spread
+  /// from the extent of `need` (any power of two: a runtime that lays out
+  /// a compacted heap passes one of at least the task's iterations, so
+  /// that element `i mod spread` is iteration i's own need).
   static constexpr int64_t kCountSpread = 1024;
   /// Memory the counting kernel writes, as copies (AdStackCounting): after
   /// `need`, one ndarray argument per field component here, holding a copy

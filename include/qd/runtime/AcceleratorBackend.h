@@ -94,6 +94,15 @@ struct LaunchFrame {
   /// Return once the work is queued: the report comes from collect().
   /// Never with a stop word or timing. Only for a device with streams().
   bool async = false;
+  /// A compacted heap (docs/runtime.md, "Compacted heap"): the device copy
+  /// of its table (per group of abi::kAdStackGroupThreads threads and
+  /// stack id, the region's offset from the heap's start in
+  /// AcceleratorDevice::groupTableUnit() bytes and the capacity, i64
+  /// pairs), and its size in bytes, which the heap's first bytes are kept
+  /// for; null: the interleaved layout. A device whose code reads the
+  /// table from the heap (Vulkan) copies it there.
+  DeviceMirror *groupTable = nullptr;
+  int64_t groupTableBytes = 0;
 };
 
 /// What a frame's code reported.
@@ -144,6 +153,10 @@ public:
   /// the default adstack memory budget is a fraction of it
   /// (defaultAdStackBudget).
   virtual uint64_t freeMemoryBytes() const { return 0; }
+  /// The unit of a compacted heap's offsets in bytes, 0 where the device's
+  /// code reads no table (LaunchFrame::groupTable): its launches keep the
+  /// interleaved layout.
+  virtual unsigned groupTableUnit() const { return 0; }
   /// Replaces the adstack heap by one of `bytes` bytes (its contents need
   /// not survive; 0: no heap).
   virtual absl::Status allocateHeap(size_t bytes) = 0;
@@ -190,6 +203,9 @@ public:
                       const LaunchOptions &options) override;
   absl::StatusOr<const KernelSizing *> adStackSizing(const Kernel &kernel) override;
   std::vector<AdStackPlacement> lastAdStackPlacement() const override;
+  /// Where the device's code reads a compacted heap's table
+  /// (AcceleratorDevice::groupTableUnit).
+  bool compactsAdStacks() const override;
 
   /// The threads the last launch ran its parallel entries on (0 before the
   /// first): the code's resident grid; fewer where its tasks have fewer

@@ -23,6 +23,7 @@ namespace qd {
 namespace runtime_detail {
 class LaunchInputs;
 } // namespace runtime_detail
+struct MeasuredAdStackNeeds;
 
 /// An ndarray passed to a launch: the primal buffer and optional grad/dual
 /// companions (required when the kernel argument declares them).
@@ -104,6 +105,16 @@ struct LaunchOptions {
   int64_t optimisticInitialCapacity = 0;
   /// Per-launch capacities, overriding the declared and sized capacity.
   std::unordered_map<const AdStackAllocaStmt *, int64_t> adStackCapacities;
+  /// Lay out a compacted adstack heap where the backend can
+  /// (Backend::compactsAdStacks) and the counting kernel measured each
+  /// iteration's needs: every group of 32 GPU threads gets the largest
+  /// need among its own iterations, not the launch's largest
+  /// (docs/runtime.md, "Compacted heap"). False: the interleaved layout,
+  /// every thread at the largest need.
+  bool compactAdStacks = true;
+  /// Set by Program::launch for a compacted heap: the needs the counting
+  /// kernel measured for each iteration (MeasuredAdStackNeeds).
+  std::shared_ptr<const MeasuredAdStackNeeds> measuredNeeds;
   /// The most bytes of adstack heap this launch may lay out (0: the
   /// backend's default, a fraction of the memory the device can spare:
   /// kDefaultAdStackBudgetFraction of free device memory on a GPU, of the
@@ -218,6 +229,18 @@ struct BackendCapabilities {
   bool longLoops = true;
 };
 
+/// What the counting kernel measured for each iteration of the task that
+/// holds a launch's measured stacks (LaunchOptions::measuredNeeds).
+struct MeasuredAdStackNeeds {
+  /// i64 elements: the need of iteration `i` of the stack with slot `k` is
+  /// element k * spread + (i & (spread - 1)) (KernelSizing::kCountSpread
+  /// layout, with `spread` a power of two of at least the iterations).
+  std::shared_ptr<Buffer> need;
+  int64_t spread = 0;
+  /// The measured stacks and their slots.
+  std::unordered_map<const AdStackAllocaStmt *, int> slots;
+};
+
 /// The default adstack memory budget (LaunchOptions::adStackMemoryBudget =
 /// 0): this fraction of the memory the device reports free (CUDA
 /// cuMemGetInfo, HIP hipMemGetInfo, the Vulkan heap's budget) or of the
@@ -252,6 +275,10 @@ struct AdStackHeapUsage {
   /// Checkpointing of long loops: iterations between stored states (0:
   /// none; no launch checkpoints yet).
   int64_t checkpointInterval = 0;
+  /// A compacted heap: its groups of abi::kAdStackGroupThreads threads,
+  /// each at the largest need among its threads' iterations (0: the
+  /// interleaved layout, every thread at the launch's largest need).
+  int64_t groups = 0;
 };
 
 /// A way of executing kernels (the interpreter, the CPU JIT, ...).
@@ -266,6 +293,9 @@ public:
   /// LaunchOptions::optimisticAdStacks does not say (docs/sizing.md: where
   /// it was measured to be faster than counting).
   virtual bool optimisticAdStacks() const { return false; }
+  /// Whether launches may lay out a compacted adstack heap from per-
+  /// iteration needs (LaunchOptions::compactAdStacks, ::measuredNeeds).
+  virtual bool compactsAdStacks() const { return false; }
   /// The sizing of `kernel`'s adstacks (docs/sizing.md), computed when the
   /// backend prepares the kernel (a compiled backend: with its code) and
   /// kept with it; a kernel must not change after that. Program::launch
@@ -392,15 +422,24 @@ private:
                            const LaunchOptions &options, bool record);
   /// Runs the counting kernel of `sizing` (`runs` times: again while a
   /// bounded stack outgrows its bound) and returns its `need` values.
-  absl::StatusOr<std::vector<int64_t>>
-  countAdStacks(const Kernel &kernel, const KernelSizing &sizing, std::span<const LaunchArg> args,
-                Backend &backend, const LaunchOptions &options, int &runs);
+  /// With `perIteration`, `need` has its spread and is kept there.
+  absl::StatusOr<std::vector<int64_t>> countAdStacks(const Kernel &kernel,
+                                                     const KernelSizing &sizing,
+                                                     std::span<const LaunchArg> args,
+                                                     Backend &backend, const LaunchOptions &options,
+                                                     int &runs, MeasuredAdStackNeeds *perIteration);
   /// One run of the counting kernel, with `bounds` for its bounded stacks
   /// (KernelSizing::countBoundArgs; empty when it has none).
   absl::StatusOr<std::vector<int64_t>>
   countAdStacksOnce(const Kernel &kernel, const KernelSizing &sizing,
                     std::span<const LaunchArg> args, Backend &backend, const LaunchOptions &options,
-                    std::span<const int64_t> bounds);
+                    std::span<const int64_t> bounds, MeasuredAdStackNeeds *perIteration);
+  /// For a compacted heap: the spread and slots of per-iteration needs
+  /// when every measured stack of `sizing` is in one 1-D parallel task
+  /// whose iterations are known before the launch (no need buffer yet);
+  /// null otherwise.
+  static std::shared_ptr<MeasuredAdStackNeeds> perIterationNeeds(const KernelSizing &sizing,
+                                                                 std::span<const LaunchArg> args);
   /// The bounds of a counting kernel's bounded stacks.
   static constexpr int64_t kMinCountBound = 32;
   static constexpr int64_t kMaxCountBound = int64_t(1) << 30;

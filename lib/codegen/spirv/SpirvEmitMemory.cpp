@@ -170,9 +170,29 @@ const StackState &SpirvEmitter::stack(unsigned id) {
       st.base = b_.u32(0);
       st.row = words;
     } else {
+      Id compacted = controlWord(SpirvLaunchData::kGroupTable);
+      Id capacity = st.capacity;
       inPrologue([&] {
-        st.base = b_.iadd(u32, b_.imul(u32, offset, threads), b_.imul(u32, fn_->thread, words));
-        st.row = b_.imul(u32, threads, words);
+        Id base = b_.iadd(u32, b_.imul(u32, offset, threads), b_.imul(u32, fn_->thread, words));
+        Id row = b_.imul(u32, threads, words);
+        // A compacted heap (docs/runtime.md, "Compacted heap"): the table
+        // at its start gives each group of kAdStackGroupThreads threads,
+        // per stack, a region (word offset) and a capacity (i64 pairs);
+        // the group's threads interleave there. (Word 0 where there is no
+        // table: every heap with stacks has it.)
+        Id on = b_.cmp(spv::Op::OpINotEqual, compacted, b_.u32(0));
+        constexpr uint32_t group = abi::kAdStackGroupThreads;
+        Id g = b_.op(spv::Op::OpUDiv, u32, {fn_->thread, b_.u32(group)});
+        Id lane = b_.op(spv::Op::OpUMod, u32, {fn_->thread, b_.u32(group)});
+        Id entry = b_.imul(
+            u32, b_.iadd(u32, b_.imul(u32, g, b_.u32(uint32_t(layout_.stacks.size()))), b_.u32(id)),
+            b_.u32(4));
+        Id at = b_.select(u32, on, entry, b_.u32(0));
+        Id capAt = b_.select(u32, on, b_.iadd(u32, entry, b_.u32(2)), b_.u32(0));
+        Id region = b_.load(u32, heapPtr(at));
+        st.base = b_.select(u32, on, b_.iadd(u32, region, b_.imul(u32, lane, words)), base);
+        st.row = b_.select(u32, on, b_.u32(group * out_.entryWords[id]), row);
+        st.capacity = b_.select(u32, on, b_.load(u32, heapPtr(capAt)), capacity);
         return 0;
       });
     }

@@ -1,0 +1,218 @@
+//===- AdStackGroupTable.cpp - The table of a compacted adstack heap ------===//
+#include "AdStackGroupTable.h"
+
+#include "qd/ir/Parser.h"
+#include "qd/ir/Verifier.h"
+
+#include <absl/status/status.h>
+
+#include <memory>
+
+namespace qd::accel {
+
+namespace {
+
+// Pass 1, per group g: for each stack, the largest need of the iterations
+// its threads run (a stack that is not measured: its capacity; 0 for a
+// group whose threads run no iteration), the
+// region's bytes (32 lanes x capacity x entry bytes, stored where the
+// offset goes), the group's bytes (table[pairs + g]) and the bytes of each
+// thread's own need (table[pairs + groups + g]). Pass 2 (one thread): the
+// exclusive scan of the groups' bytes. Pass 3, per group: each region's
+// offset. Sums are i64; indices i32 (Program::perIterationNeeds keeps
+// slot * spread below 2^30).
+constexpr const char *kTableKernel = R"(
+kernel @adstack_group_table(%need: ndarray<i64, 1>, %desc: ndarray<i64, 1>,
+                            %table: ndarray<i64, 1>, %sums: ndarray<i64, 1>, %groups: i32,
+                            %stacks: i32, %threads: i32, %begin: i32, %end: i32, %spread: i32,
+                            %unit: i64, %base: i64) {
+  %one = const 1 : i32
+  %two = const 2 : i32
+  %three = const 3 : i32
+  %lanes = const 32 : i32
+  %zero = const 0 : i32
+  %zero64 = const 0 : i64
+  %seven64 = const 7 : i64
+  %eight64 = const 8 : i64
+  %lanes64 = const 32 : i64
+  %mask = sub %spread, %one : i32
+  %gs = mul %groups, %stacks : i32
+  %pairs = mul %gs, %two : i32
+  %exacts = add %pairs, %groups : i32
+  parallel for %g = 0 to %groups {
+    %bytes = alloca i64
+    %exact = alloca i64
+    store %bytes, %zero64
+    store %exact, %zero64
+    %gl = mul %g, %lanes : i32
+    %gn = mul %g, %stacks : i32
+    for %s = 0 to %stacks {
+      %d = mul %s, %three : i32
+      %d1 = add %d, %one : i32
+      %d2 = add %d, %two : i32
+      %eb = load %desc[%d] : i64
+      %slot = load %desc[%d1] : i64
+      %fixed = load %desc[%d2] : i64
+      %measured = cmp ge %slot, %zero64 : i64
+      %slot32 = cast %slot : i64 to i32
+      %sbase = mul %slot32, %spread : i32
+      %gcap = alloca i64
+      store %gcap, %zero64
+      for %l = 0 to 32 {
+        %t = add %gl, %l : i32
+        %first = add %begin, %t : i32
+        %grid = cmp lt %t, %threads : i32
+        %some = cmp lt %first, %end : i32
+        %active = and %grid, %some : i1
+        %left = sub %end, %first : i32
+        %tm1 = sub %threads, %one : i32
+        %num = add %left, %tm1 : i32
+        %cnt0 = div %num, %threads : i32
+        %cnt1 = max %cnt0, %zero : i32
+        %on = and %measured, %active : i1
+        %cnt = select %on, %cnt1, %zero : i32
+        %tcap = alloca i64
+        store %tcap, %fixed
+        for %k = 0 to %cnt {
+          %kt = mul %k, %threads : i32
+          %i = add %first, %kt : i32
+          %li = and %i, %mask : i32
+          %at = add %sbase, %li : i32
+          %v = load %need[%at] : i64
+          %old = load %tcap : i64
+          %m = max %old, %v : i64
+          store %tcap, %m
+        }
+        %tc = load %tcap : i64
+        %gold = load %gcap : i64
+        %gmine = select %active, %tc, %zero64 : i64
+        %gm = max %gold, %gmine : i64
+        store %gcap, %gm
+        %tb = mul %tc, %eb : i64
+        %tb7 = add %tb, %seven64 : i64
+        %tbd = div %tb7, %eight64 : i64
+        %tb8 = mul %tbd, %eight64 : i64
+        %mine = select %active, %tb8, %zero64 : i64
+        %eold = load %exact : i64
+        %enew = add %eold, %mine : i64
+        store %exact, %enew
+      }
+      %gc = load %gcap : i64
+      %e = add %gn, %s : i32
+      %e2 = mul %e, %two : i32
+      %e3 = add %e2, %one : i32
+      store %table[%e3], %gc
+      %rb = mul %gc, %eb : i64
+      %region = mul %rb, %lanes64 : i64
+      store %table[%e2], %region
+      %bold = load %bytes : i64
+      %bnew = add %bold, %region : i64
+      store %bytes, %bnew
+    }
+    %gb = load %bytes : i64
+    %gbAt = add %pairs, %g : i32
+    store %table[%gbAt], %gb
+    %ge = load %exact : i64
+    %geAt = add %exacts, %g : i32
+    store %table[%geAt], %ge
+  }
+  serial {
+    %run = alloca i64
+    %all = alloca i64
+    store %run, %base
+    store %all, %zero64
+    for %h = 0 to %groups {
+      %hAt = add %pairs, %h : i32
+      %hb = load %table[%hAt] : i64
+      %r0 = load %run : i64
+      store %table[%hAt], %r0
+      %r1 = add %r0, %hb : i64
+      store %run, %r1
+      %heAt = add %exacts, %h : i32
+      %he = load %table[%heAt] : i64
+      %a0 = load %all : i64
+      %a1 = add %a0, %he : i64
+      store %all, %a1
+    }
+    %rend = load %run : i64
+    %used = sub %rend, %base : i64
+    store %sums[%zero], %used
+    %aend = load %all : i64
+    store %sums[%one], %aend
+  }
+  parallel for %q = 0 to %groups {
+    %qAt = add %pairs, %q : i32
+    %start = load %table[%qAt] : i64
+    %cur = alloca i64
+    store %cur, %start
+    %qn = mul %q, %stacks : i32
+    for %u = 0 to %stacks {
+      %x = add %qn, %u : i32
+      %x2 = mul %x, %two : i32
+      %rbytes = load %table[%x2] : i64
+      %c0 = load %cur : i64
+      %off = div %c0, %unit : i64
+      store %table[%x2], %off
+      %c1 = add %c0, %rbytes : i64
+      store %cur, %c1
+    }
+  }
+}
+)";
+
+} // namespace
+
+std::optional<GroupTableShape> groupTableShape(const LaunchPlan &plan,
+                                               const MeasuredAdStackNeeds &needs) {
+  const KernelLayout &layout = plan.layout();
+  GroupTableShape shape;
+  shape.stacks = int64_t(layout.stacks.size());
+  int task = -1;
+  bool measured = false;
+  for (size_t i = 0; i < layout.stacks.size(); ++i) {
+    const KernelLayout::Stack &st = layout.stacks[i];
+    bool inHeap = st.localEntries == 0;
+    auto slot = needs.slots.find(st.stmt);
+    bool perIteration = inHeap && slot != needs.slots.end();
+    if (inHeap && (st.parallelTask < 0 || (task >= 0 && st.parallelTask != task)))
+      return std::nullopt;
+    if (inHeap)
+      task = st.parallelTask;
+    measured |= perIteration;
+    shape.desc.push_back(inHeap ? st.entryBytes : 0);
+    shape.desc.push_back(perIteration ? slot->second : -1);
+    shape.desc.push_back(perIteration ? 1 : plan.heap().capacities[i]);
+  }
+  if (!measured)
+    return std::nullopt;
+  const KernelLayout::Task &t = layout.tasks.at(task);
+  std::optional<int64_t> begin = plan.taskBound(t.begin), end = plan.taskBound(t.end);
+  if (!begin || !end || t.begin.kind == KernelLayout::TaskBound::FieldElement ||
+      t.end.kind == KernelLayout::TaskBound::FieldElement || *end - *begin > needs.spread)
+    return std::nullopt;
+  shape.begin = *begin;
+  shape.end = *end;
+  return shape;
+}
+
+int64_t groupTableElements(int64_t groups, int64_t stacks) {
+  return groups * stacks * 2 + 2 * groups;
+}
+
+absl::StatusOr<const Kernel *> groupTableKernel() {
+  static const absl::StatusOr<std::unique_ptr<Module>> module =
+      []() -> absl::StatusOr<std::unique_ptr<Module>> {
+    absl::StatusOr<std::unique_ptr<Module>> m = parseModule(kTableKernel);
+    if (!m.ok())
+      return m.status();
+    if (absl::Status s = verify(**m); !s.ok())
+      return s;
+    return m;
+  }();
+  if (!module.ok())
+    return absl::InternalError("the compacted heap's table kernel does not parse: " +
+                               std::string(module.status().message()));
+  return (*module)->findKernel("adstack_group_table");
+}
+
+} // namespace qd::accel

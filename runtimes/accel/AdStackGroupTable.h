@@ -1,0 +1,53 @@
+//===- AdStackGroupTable.h - The table of a compacted adstack heap -*- C++ -*-===//
+//
+// A compacted heap (docs/runtime.md, "Compacted heap") gives each group of
+// abi::kAdStackGroupThreads threads of a parallel task, per stack, a region
+// sized by the largest need among the iterations its threads run (thread t
+// runs iterations begin + t, begin + t + T, ...), at an offset from an
+// exclusive scan of the groups' bytes. The table is computed on the device
+// by a qd kernel (`@adstack_group_table`), which every accelerator backend
+// compiles like any other, from the needs the counting kernel measured for
+// each iteration (LaunchOptions::measuredNeeds).
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "qd/runtime/LaunchPlan.h"
+
+#include <absl/status/statusor.h>
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+namespace qd::accel {
+
+/// What the table kernel needs besides the per-iteration needs.
+struct GroupTableShape {
+  /// Per stack id (KernelLayout::stacks): bytes per entry (0 for a stack
+  /// outside the heap), slot in `need` (-1: not measured) and capacity (of
+  /// a stack that is not measured; 1 otherwise), 3 elements each.
+  std::vector<int64_t> desc;
+  int64_t stacks = 0;
+  /// The task's bounds.
+  int64_t begin = 0, end = 0;
+};
+
+/// The table's shape for `plan` (after layoutAdStacks), when the launch
+/// may be compacted: every heap stack in one 1-D parallel task whose bounds
+/// are known now, at least one of them measured per iteration in `needs`.
+std::optional<GroupTableShape> groupTableShape(const LaunchPlan &plan,
+                                               const MeasuredAdStackNeeds &needs);
+
+/// Elements of the table buffer for `groups` groups: the pairs (region,
+/// capacity) per group and stack, then two per group the kernel uses for
+/// its scan. The heap keeps its first 8x this many bytes for the table.
+int64_t groupTableElements(int64_t groups, int64_t stacks);
+
+/// The table kernel (parsed once). Its arguments: need, desc, table, sums
+/// (ndarray<i64, 1>: sums[0] the groups' bytes, sums[1] the bytes of each
+/// thread's own need), then groups, stacks, threads, begin, end, spread
+/// (i32), unit and base (i64: offsets are (base + bytes) / unit).
+absl::StatusOr<const Kernel *> groupTableKernel();
+
+} // namespace qd::accel
