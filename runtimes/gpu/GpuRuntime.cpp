@@ -332,7 +332,7 @@ void GpuRuntime::readReport(size_t slot, accel::LaunchReport &report) const {
   const std::byte *at = queue_->staging(slot) + slotReports_[slot].offset;
   std::memcpy(&report.record, at, sizeof(report.record));
   size_t n = std::min(report.needed.size(), slotReports_[slot].neededCount);
-  std::memcpy(report.needed.data(), at + sizeof(QdErrorRecord), n * 8);
+  std::memcpy(report.needed.data(), at + slotReports_[slot].neededOffset, n * 8);
 }
 
 absl::Status GpuRuntime::execute(accel::DeviceKernel &kernel, const accel::LaunchFrame &frame,
@@ -359,7 +359,7 @@ absl::Status GpuRuntime::execute(accel::DeviceKernel &kernel, const accel::Launc
   absl::StatusOr<size_t> slot = queue_->acquire(reportAt + reportBytes);
   if (!slot.ok())
     return slot.status();
-  slotReports_[*slot] = {reportAt, report.needed.size()};
+  slotReports_[*slot] = {reportAt, reportBytes - report.needed.size() * 8, report.needed.size()};
   absl::Status s = enqueue(c, frame, *slot, ctxOff, slots, recordOff, reportBytes, reportAt);
   // The event goes after whatever was queued, so that the staging memory is
   // reused only once the stream has read it, even after a failure.

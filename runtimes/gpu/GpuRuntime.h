@@ -121,7 +121,9 @@ private:
                                    std::span<const DevicePtr> slots) const;
   /// Where a launch's report lies in its queue slot, and what it holds.
   struct SlotReport {
-    size_t offset = 0, neededCount = 0;
+    // Where the record starts in the slot's staging memory, and where the
+    // counters start after it (the arena aligns them past the record).
+    size_t offset = 0, neededOffset = 0, neededCount = 0;
   };
   /// Lays out `frame`'s launch block in the arena; returns the offset of
   /// the context and sets `record`, the offset of the record and the
