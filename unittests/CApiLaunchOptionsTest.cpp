@@ -128,7 +128,7 @@ TEST_P(CApiLaunchOptionsTest, BoundsChecksNameTheStatement) {
   auto [code, text] = take(launch("poke", args, &o));
   EXPECT_EQ(code, QD_FAILED_PRECONDITION) << text;
   EXPECT_NE(
-      text.find("launch-options.qd:25:3: error: index [7] is out of range for '%x' of shape [4]"),
+      text.find("launch-options.qd:26:5: error: index [7] is out of range for '%x' of shape [4]"),
       std::string::npos)
       << text;
   EXPECT_EQ(x, (std::vector<float>{1, 2, 3, 4}));

@@ -259,7 +259,7 @@ TEST(CudaStreamTest, ADeferredIndexErrorSurfacesAtSynchronizeWithItsOwnMessage) 
   absl::Status direct = f.program->launch("poke", bad, *f.backend, sync);
   ASSERT_FALSE(direct.ok());
   EXPECT_NE(std::string(direct.message())
-                .find("launch-options.qd:25:3: error: index [1005] is out of "
+                .find("launch-options.qd:26:5: error: index [1005] is out of "
                       "range for '%x' of shape [1000]"),
             std::string::npos)
       << direct.message();

@@ -155,11 +155,13 @@ TEST(PassPipelineTest, RegistrationErrors) {
 TEST(PassPipelineTest, BuiltinReverseAdOptionAndAlias) {
   const PassRegistry &r = PassRegistry::global();
   const auto &options = r.entries().at("reverse-ad").options;
-  ASSERT_EQ(options.size(), 2u);
+  ASSERT_EQ(options.size(), 3u);
   EXPECT_EQ(options[0].name, "tape-nested-loops");
   EXPECT_EQ(options[0].defaultValue, "true");
   EXPECT_EQ(options[1].name, "tape-factors");
   EXPECT_EQ(options[1].defaultValue, ReverseADOptions().tapeFactors ? "true" : "false");
+  EXPECT_EQ(options[2].name, "checkpoint");
+  EXPECT_EQ(options[2].defaultValue, "false");
   EXPECT_EQ(r.aliases().at("reverse-ad-recompute"), "reverse-ad{tape-nested-loops=false}");
   auto p = r.parsePipeline("reverse-ad-recompute,reverse-ad{tape-nested-loops=true}");
   ASSERT_TRUE(p.ok()) << p.status();

@@ -244,13 +244,14 @@ kernel @k(%n: i32, %a: ndarray<f32, 2>) {
   const SpirvLaunchData &d = s->data;
   EXPECT_EQ(SpirvLaunchData::kThreads, 34u); // after the 136-byte error record
   EXPECT_EQ(SpirvLaunchData::kZero, 35u);
-  EXPECT_EQ(d.needed, 36u);
-  EXPECT_EQ(d.capacities, 37u);
-  EXPECT_EQ(d.offsets, 38u);
-  EXPECT_EQ(d.scalars, 39u);
-  EXPECT_EQ(d.shapes, 43u); // 2 arguments x 2 words
-  EXPECT_EQ(d.values, 47u); // 2 extents x 2 words
-  EXPECT_EQ(d.words, 49u);  // %m
+  EXPECT_EQ(SpirvLaunchData::kGroupTable, 36u);
+  EXPECT_EQ(d.needed, 37u);
+  EXPECT_EQ(d.capacities, 38u);
+  EXPECT_EQ(d.offsets, 39u);
+  EXPECT_EQ(d.scalars, 40u);
+  EXPECT_EQ(d.shapes, 44u); // 2 arguments x 2 words
+  EXPECT_EQ(d.values, 48u); // 2 extents x 2 words
+  EXPECT_EQ(d.words, 50u);  // %m
   ASSERT_EQ(s->entryWords.size(), 1u);
   EXPECT_EQ(s->entryWords[0], 2u); // primal and adjoint
   EXPECT_EQ(s->layout.stacks[0].entryBytes, 8u);

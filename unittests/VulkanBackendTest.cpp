@@ -110,10 +110,10 @@ TEST_F(VulkanBackendTest, AHeapTooLargeForOneBufferRunsOnFewerInvocations) {
   for (size_t i = 0; i < x.size(); ++i)
     x[i] = 0.002f * float(i);
   // n entries of 4 bytes (8 at least) per invocation: 50 -> 200 bytes, 327
-  // invocations (not whole workgroups); 512 -> 2048 bytes, 32 (less than one
-  // workgroup); 1 -> 8 bytes: 8192 would fit, and the 1000 elements take
-  // 1024 (whole workgroups).
-  for (auto [n, grid] : {std::pair{50, 327}, std::pair{512, 32}, std::pair{1, 1024}}) {
+  // invocations would fit, cut to whole workgroups of 64: 320; 512 -> 2048
+  // bytes, 32 (less than one workgroup); 1 -> 8 bytes: 8192 would fit, and
+  // the 1000 elements take 1024 (whole workgroups).
+  for (auto [n, grid] : {std::pair{50, 320}, std::pair{512, 32}, std::pair{1, 1024}}) {
     std::vector<float> ref(x.size()), out(x.size(), -1.f);
     ASSERT_TRUE(k.run(interp, n, x, ref).ok());
     absl::Status s = k.run(**capped, n, x, out);
