@@ -139,6 +139,11 @@ struct AcceleratorBackend::State {
   /// Collects asynchronous launches, oldest first, until at most `keep`
   /// are in flight; the first error one reported (deferredError).
   absl::Status drain(size_t keep);
+  /// Whether a launch with `options` returns before its kernels ran: only
+  /// on a device with streams, never with a stop word or kernel timing.
+  bool runsAsync(const LaunchOptions &options) const {
+    return options.async && device.streams() && !options.stoppable() && !timing;
+  }
   /// launch() with launchMutex held and the heap code compiled.
   absl::Status launchLocked(Program &program, const Kernel &kernel, std::span<const LaunchArg> args,
                             const LaunchOptions &options, Variant &heapCode);
@@ -350,8 +355,7 @@ absl::Status AcceleratorBackend::State::launch(Program &program, const Kernel &k
   std::lock_guard<std::mutex> lock(launchMutex);
   // A synchronous launch reports the asynchronous ones before it first; an
   // asynchronous one collects the oldest when the device has no room.
-  bool async = options.async && device.streams() && !options.stoppable() && !timing;
-  if (absl::Status s = drain(async ? device.maxInFlight() - 1 : 0); !s.ok())
+  if (absl::Status s = drain(runsAsync(options) ? device.maxInFlight() - 1 : 0); !s.ok())
     return s;
   return launchLocked(program, kernel, args, options, **heapCode);
 }
@@ -360,7 +364,6 @@ absl::Status AcceleratorBackend::State::launchLocked(Program &program, const Ker
                                                      std::span<const LaunchArg> args,
                                                      const LaunchOptions &options,
                                                      Variant &heapCode) {
-  bool async = options.async && device.streams() && !options.stoppable() && !timing;
   absl::StatusOr<LaunchPlan> plan =
       LaunchPlan::bind(program, kernel, heapCode.code->layout(), args, options);
   if (!plan.ok())
@@ -378,7 +381,7 @@ absl::Status AcceleratorBackend::State::launchLocked(Program &program, const Ker
   accel::LaunchFrame frame;
   frame.plan = &*plan;
   frame.stream = options.stream;
-  frame.async = async;
+  frame.async = runsAsync(options);
   Budget heapBudget = budget(*plan);
   // A compacted heap starts from the grid without a budget: its smaller
   // heap may let more threads run at once.
