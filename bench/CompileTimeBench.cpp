@@ -14,7 +14,7 @@
 //   chain       a task of 8 iterations whose body is one straight line of
 //               S statements, v_{k+1} = v_k * v_0 and v_k + v_0
 //               alternately, summed into @y with an atomic add: huge
-//               kernels, S = 37.5k ... 300k (--max-chain);
+//               kernels, S = 37.5k ... 300k (--min-chain, --max-chain);
 //   mpm         S unrolled steps of a 2-D MLS-MPM simulation (particle to
 //               grid scatter with atomic adds, grid update, grid to
 //               particle gather; bench/MpmKernel.h), 3S + 2 tasks over
@@ -35,7 +35,7 @@
 //                         [--max-carried 1000] [--max-compile-carried 400]
 //                         [--max-compile-depth 32] [--full-limit N]
 //                         [--vector-width W] [--reps N] [--time-passes]
-//                         [--max-chain 300000] [--max-mpm-steps 64]
+//                         [--min-chain 37500] [--max-chain 300000] [--max-mpm-steps 64]
 //                         [--only statements,nesting,carried,chain,mpm]
 //                         [--no-merge-tasks] [--json FILE]
 //   --max-compile*: the largest kernels whose gradient is also compiled on
@@ -391,7 +391,7 @@ void mpmSeries(int maxSteps, BenchRecord &record) {
 int run(int argc, char **argv) {
   BenchRecord record("compile", argc, argv);
   int maxStatements = 100000, maxCompile = 4000, maxCarried = 1000, maxCompileCarried = 400;
-  int maxCompileDepth = 32, maxChain = 300000, maxMpmSteps = 64;
+  int maxCompileDepth = 32, maxChain = 300000, minChain = 37500, maxMpmSteps = 64;
   std::string only = "statements,nesting,carried,chain,mpm";
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -416,6 +416,8 @@ int run(int argc, char **argv) {
       maxCompileDepth = next();
     else if (a == "--max-chain")
       maxChain = next();
+    else if (a == "--min-chain")
+      minChain = std::max(1, next());
     else if (a == "--max-mpm-steps")
       maxMpmSteps = next();
     else if (a == "--full-limit")
@@ -427,7 +429,8 @@ int run(int argc, char **argv) {
     else
       die("usage: qd-bench-compile [--max-statements N] [--max-compile N] [--max-carried N] "
           "[--max-compile-carried N] [--max-compile-depth N] [--full-limit N] [--vector-width W] "
-          "[--reps N] [--time-passes] [--max-chain N] [--max-mpm-steps N] [--no-merge-tasks] "
+          "[--reps N] [--time-passes] [--min-chain N] [--max-chain N] [--max-mpm-steps N] "
+          "[--no-merge-tasks] "
           "[--only statements,nesting,carried,chain,mpm] [--json FILE]");
   }
   fmt::print("qd-bench-compile: wall seconds, the minimum of --reps runs per row; growth g = (time "
@@ -443,7 +446,7 @@ int run(int argc, char **argv) {
     carried.push_back(n);
   if (carried.empty() || carried.back() != maxCarried) // e.g. issue 20's N = 500
     carried.push_back(maxCarried);
-  for (int s = 37500; s <= maxChain; s *= 2)
+  for (int s = minChain; s <= maxChain; s *= 2)
     chain.push_back(s);
   auto wanted = [&](const char *name) { return only.find(name) != std::string::npos; };
   if (wanted("statements"))
