@@ -35,7 +35,8 @@
 //                         [--max-carried 1000] [--max-compile-carried 400]
 //                         [--max-compile-depth 32] [--full-limit N]
 //                         [--vector-width W] [--reps N] [--time-passes]
-//                         [--min-chain 37500] [--max-chain 300000] [--max-mpm-steps 64]
+//                         [--min-chain 37500] [--max-chain 300000]
+//                         [--min-mpm-steps 4] [--max-mpm-steps 64]
 //                         [--only statements,nesting,carried,chain,mpm]
 //                         [--no-merge-tasks] [--json FILE]
 //   --max-compile*: the largest kernels whose gradient is also compiled on
@@ -341,14 +342,14 @@ MpmRow measureMpm(int steps) {
 /// of --reps runs. Rows of `--json`: series "mpm", steps, tasks, stacks,
 /// functions (compiled for the gradient's tasks), and build, verify, reverse, sizing, emit, opt, mc
 /// and first_launch in ms.
-void mpmSeries(int maxSteps, BenchRecord &record) {
+void mpmSeries(int minSteps, int maxSteps, BenchRecord &record) {
   fmt::print("\nmpm series (3S + 2 tasks; {} particles for the launch)\n{:>5} {:>6} {:>9} {:>9} "
              "{:>10} {:>6} {:>8} {:>8} {:>8} {:>8} {:>5} {:>10} {:>8} {:>6} {:>6} {:>6} {:>6}\n",
              kMpmParticles, "S", "tasks", "build ms", "verify ms", "reverse ms", "stacks",
              "size ms", "emit ms", "opt ms", "mc ms", "fns", "launch ms", "g.verify", "g.rev",
              "g.size", "g.emit", "g.lnch");
   std::optional<MpmRow> prev;
-  for (int steps = 4; steps <= maxSteps; steps *= 2) {
+  for (int steps = minSteps; steps <= maxSteps; steps *= 2) {
     MpmRow r = measureMpm(steps);
     for (int rep = 1; rep < reps; ++rep) {
       MpmRow again = measureMpm(steps);
@@ -391,7 +392,7 @@ void mpmSeries(int maxSteps, BenchRecord &record) {
 int run(int argc, char **argv) {
   BenchRecord record("compile", argc, argv);
   int maxStatements = 100000, maxCompile = 4000, maxCarried = 1000, maxCompileCarried = 400;
-  int maxCompileDepth = 32, maxChain = 300000, minChain = 37500, maxMpmSteps = 64;
+  int maxCompileDepth = 32, maxChain = 300000, minChain = 37500, maxMpmSteps = 64, minMpmSteps = 4;
   std::string only = "statements,nesting,carried,chain,mpm";
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -420,6 +421,8 @@ int run(int argc, char **argv) {
       minChain = std::max(1, next());
     else if (a == "--max-mpm-steps")
       maxMpmSteps = next();
+    else if (a == "--min-mpm-steps")
+      minMpmSteps = std::max(1, next());
     else if (a == "--full-limit")
       fullLimit = static_cast<size_t>(next());
     else if (a == "--only" && i + 1 < argc)
@@ -460,7 +463,7 @@ int run(int argc, char **argv) {
   if (wanted("chain"))
     series("chain", "stmts", chain, maxChain, chainKernel);
   if (wanted("mpm"))
-    mpmSeries(maxMpmSteps, record);
+    mpmSeries(minMpmSteps, maxMpmSteps, record);
   qd::reportLlvmPassTimes();
   record.write();
   return 0;
