@@ -100,6 +100,8 @@ void printChecks(const std::vector<SimRow> &rows, const Peers &peers, double rto
     fmt::print("  {} {} {}: loss {:.7g}, d/d {}: sum {:.7g}, norm {:.7g}{}\n", r.sim,
                qdsim::sizeName(r.size), r.backend, r.loss, r.parameter, r.gradSum, r.gradNorm,
                r.stable ? "" : "; UNSTABLE: the timed runs ended elsewhere");
+    if (!r.tapeError.empty())
+      fmt::print("      the run on a LaunchTape failed: {}\n", r.tapeError);
     for (const std::string &impl : peerImpls(r)) {
       const PeerRow *p = impl.empty() ? nullptr : peers.find(r.sim, r.n, impl);
       if (!p)
@@ -172,6 +174,8 @@ nlohmann::json recordOf(const SimRow &r, const Peers &peers) {
             {"grad_sum", r.gradSum},
             {"grad_norm", r.gradNorm},
             {"stable", r.stable}});
+  if (!r.tapeError.empty())
+    j["tape_error"] = r.tapeError;
   for (const std::string &impl : peerImpls(r))
     if (const PeerRow *p = peerOf(r, peers, impl)) {
       j[impl + "_grad_ms"] = p->medianMs;

@@ -39,6 +39,8 @@ struct SimRow {
   bool stable = true;
   /// Why the case did not run (empty: it ran).
   std::string error;
+  /// Why the run on a LaunchTape failed (tapeBytes is then -1).
+  std::string tapeError;
 };
 
 /// Prints the table, each row's check against the peers, what did not run

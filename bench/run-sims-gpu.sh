@@ -34,6 +34,10 @@
 #                      launch waits for its kernels
 #   CPU=0              1: step 4
 #   CUDA_PEERS=0 JAX=0 TORCH=0   skip those peers
+#   PEERS_FROM=DIR     take the peers' JSON (sims_peers.json, jax.json,
+#                      torch.json, torch_cpu.json) from an earlier run's
+#                      OUT_DIR instead of steps 1 and 2 (e.g. BACKENDS=vulkan
+#                      PEERS_FROM=... after a run that a time limit cut)
 #   DEVICE=0           the GPU (CUDA ordinal; when set, the python peers run
 #                      with CUDA_VISIBLE_DEVICES=DEVICE)
 #   OUT_DIR=DIR        where everything goes (default: a new
@@ -43,8 +47,10 @@
 #   VK_DRIVER_FILES=FILE  the Vulkan loader's driver manifest (as in
 #                      bench/run-gpu.sh: /usr/local/nvidia/share/vulkan/
 #                      icd.d/nvidia_icd.json where the loader finds none)
-# How long it takes on an H200: not yet measured (every step is capped; the
-# caps add up to under 10 minutes with CPU=0).
+# How long it takes on an H200: not yet measured. Each step is capped (nvcc
+# 300 s, sims_peers 90, JAX 180, PyTorch 120, qd-bench-sims 180 per
+# backend), and every step's output is in OUT_DIR as soon as it ends, so a
+# run cut by an outer limit keeps what it finished (see PEERS_FROM).
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root" || exit 1
@@ -88,14 +94,20 @@ step() { # NAME LIMIT OUTPUT LOG COMMAND...
 
 # 1. Hand-written CUDA.
 cuda_json="$out/sims_peers.json"
-if [ "${CUDA_PEERS:-1}" = 0 ]; then
+if [ -n "${PEERS_FROM:-}" ]; then
+  note "the peers' JSON from $PEERS_FROM (steps 1 and 2 skipped)"
+  for f in sims_peers jax torch torch_cpu; do
+    [ -f "$PEERS_FROM/$f.json" ] && cp "$PEERS_FROM/$f.json" "$out/$f.json"
+  done
+  [ -f "$cuda_json" ] || unavailable "$cuda_json" sims_peers.cu "not in $PEERS_FROM" '["cuda"]'
+elif [ "${CUDA_PEERS:-1}" = 0 ]; then
   unavailable "$cuda_json" sims_peers.cu "skipped (CUDA_PEERS=0)" '["cuda"]'
 elif ! compile_peer sims_peers; then
   failed+=("nvcc")
   unavailable "$cuda_json" sims_peers.cu "nvcc failed (see $out/nvcc-sims_peers.log)" '["cuda"]'
 else
   note "running the hand-written CUDA simulations"
-  step sims_peers 240 "$cuda_json" "$out/sims_peers.log" "$out/sims_peers" --sizes "$sizes" \
+  step sims_peers 90 "$cuda_json" "$out/sims_peers.log" "$out/sims_peers" --sizes "$sizes" \
     --steps "$steps" --reps "$((reps < 20 ? 20 : reps))" --warmup "$warmup" --device "$device"
   grep -E 'PASS|FAIL' "$out/sims_peers.log" >&2
   check_json "$cuda_json" sims_peers.cu "sims_peers failed (see $out/sims_peers.log)" '["cuda"]'
@@ -113,25 +125,46 @@ frameworks() { # NAME DEVICE SIZES LIMIT IMPLS RUN (0: skipped)
     "$python" bench/gpu/sims_framework_peers.py --frameworks "${1%_cpu}" --device "$2" \
     --sizes "$3" --only "$only" --steps "$steps" --reps "$reps" --warmup "$warmup"
   grep -E 'reference|not available|Error' "$out/$1.log" >&2
+  if grep -q 'reference .*FAIL' "$out/$1.log"; then
+    failed+=("$1's reference check")
+  fi
   check_json "$json" sims_framework_peers.py "$1 failed (see $out/$1.log)" "$5"
 }
-frameworks jax cuda "$sizes" 300 '["jax"]' "${JAX:-1}"
-frameworks torch cuda "$sizes" 240 '["torch"]' "${TORCH:-1}"
-if [ "${CPU:-0}" = 1 ]; then
-  frameworks torch_cpu cpu small,large 300 '["torch_cpu"]' "${TORCH:-1}"
+if [ -z "${PEERS_FROM:-}" ]; then
+  frameworks jax cuda "$sizes" 180 '["jax"]' "${JAX:-1}"
+  frameworks torch cuda "$sizes" 120 '["torch"]' "${TORCH:-1}"
+  if [ "${CPU:-0}" = 1 ]; then
+    frameworks torch_cpu cpu small,large 300 '["torch_cpu"]' "${TORCH:-1}"
+  fi
 fi
+for f in jax torch; do
+  [ -f "$out/$f.json" ] || unavailable "$out/$f.json" sims_framework_peers.py "not run" "[\"$f\"]"
+done
 
 # 3. and 4. qd, one run per backend.
 merged="$out/merged.json"
 peer_files=("$cuda_json" "$out/jax.json" "$out/torch.json")
 [ -f "$out/torch_cpu.json" ] && peer_files+=("$out/torch_cpu.json")
 merge_json "$merged" "${peer_files[@]}"
+# A peer that did not run is a failure of the run too (its reason).
+while IFS= read -r line; do
+  [ -n "$line" ] && failed+=("$line")
+done < <("$python" - "$merged" <<'EOF'
+import json, sys
+for o in json.load(open(sys.argv[1])):
+    if not o.get("available", True):
+        print("%s did not run: %s" % (",".join(o.get("impls", [])), o.get("reason")))
+    for impl, st in o.get("status", {}).items():
+        if not st.get("available", True):
+            print("%s did not run: %s" % (impl, st.get("reason")))
+EOF
+)
 async=()
 [ "${ASYNC:-1}" = 1 ] && async=(--async)
 tables=()
 qd_run() { # BACKEND SIZES
   note "running qd-bench-sims on $1 ($2)"
-  step "qd-bench-sims $1" 300 "$out/table-$1.txt" "$out/qd-$1.log" "$bench" --backends "$1" \
+  step "qd-bench-sims $1" 180 "$out/table-$1.txt" "$out/qd-$1.log" "$bench" --backends "$1" \
     --sizes "$2" --only "$only" --steps "$steps" --reps "$reps" --warmup "$warmup" \
     "${async[@]}" --peers "$merged" --json "$out/sims-$1.json"
   tail -n 3 "$out/qd-$1.log" | grep -i error >&2
@@ -152,7 +185,8 @@ done
 
 note "total $((SECONDS - start)) s; tables in $out/table.txt, peers' JSON in $merged"
 if [ "${#failed[@]}" -gt 0 ]; then
-  note "NOT ALL STEPS PASSED: ${failed[*]} (logs in $out)"
+  note "NOT ALL STEPS PASSED (logs in $out):"
+  printf '  %s\n' "${failed[@]}" >&2
   exit 1
 fi
 note "every step ran and every check passed"
