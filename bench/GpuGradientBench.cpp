@@ -77,6 +77,7 @@
 //===----------------------------------------------------------------------===//
 #include "BenchMain.h"
 #include "BenchRecord.h"
+#include "BenchStats.h"
 #include "GpuBenchOptions.h"
 #include "GpuPeers.h"
 #include "GpuTargets.h"
@@ -120,16 +121,6 @@ double nowMs() {
   return std::chrono::duration<double, std::milli>(
              std::chrono::steady_clock::now().time_since_epoch())
       .count();
-}
-
-/// Median and min of `ms` (zeros when empty).
-Timing summarize(std::vector<double> ms) {
-  if (ms.empty())
-    return {};
-  std::sort(ms.begin(), ms.end());
-  size_t h = ms.size() / 2;
-  double median = ms.size() % 2 ? ms[h] : 0.5 * (ms[h - 1] + ms[h]);
-  return {median, ms.front()};
 }
 
 /// Median and min of `reps` timed calls of `fn`.
@@ -312,14 +303,6 @@ kernel @tiny() {
   for (int w = 0; w < 5; ++w)
     launch();
   return timeRuns(launches, launch);
-}
-
-std::string fmtMs(double v) {
-  if (v < 1)
-    return fmt::format("{:.3f}", v);
-  if (v < 100)
-    return fmt::format("{:.2f}", v);
-  return fmt::format("{:.1f}", v);
 }
 
 /// Why no target runs: each unavailable one's reason.

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include <fstream>
+#include <type_traits>
 
 namespace qdbench {
 namespace {
@@ -48,9 +49,26 @@ void addPeerObject(Peers &peers, const json &o, const std::string &file) {
     if (r.contains("compile_s") && r["compile_s"].is_number())
       row.compileS = r["compile_s"].get<double>();
     row.note = r.value("note", std::string());
+    auto number = [&](const char *key, auto &slot) {
+      if (r.contains(key) && r[key].is_number())
+        slot = r[key].get<typename std::decay_t<decltype(slot)>::value_type>();
+    };
+    number("fwd_ms", row.fwdMs);
+    number("loss", row.loss);
+    number("grad_norm", row.gradNorm);
+    number("steps", row.steps);
+    number("mem_bytes", row.memBytes);
     peers.rows[{r["workload"].get<std::string>(), r["n"].get<int64_t>(),
                 r["impl"].get<std::string>()}] = row;
   }
+}
+
+void addPeers(Peers &peers, const json &j, const std::string &source) {
+  if (j.is_array())
+    for (const json &o : j)
+      addPeerObject(peers, o, source);
+  else
+    addPeerObject(peers, j, source);
 }
 
 } // namespace
@@ -62,11 +80,16 @@ void loadPeers(Peers &peers, const std::string &file) {
     peers.info.push_back(fmt::format("{}: unreadable (missing or not JSON)", file));
     return;
   }
-  if (j.is_array())
-    for (const json &o : j)
-      addPeerObject(peers, o, file);
-  else
-    addPeerObject(peers, j, file);
+  addPeers(peers, j, file);
+}
+
+void loadPeersText(Peers &peers, const std::string &text, const std::string &source) {
+  json j = json::parse(text, nullptr, false);
+  if (j.is_discarded()) {
+    peers.info.push_back(fmt::format("{}: printed no JSON", source));
+    return;
+  }
+  addPeers(peers, j, source);
 }
 
 } // namespace qdbench

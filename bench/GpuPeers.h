@@ -1,7 +1,10 @@
 //===- GpuPeers.h - qd-bench-gpu's peer results -----------------*- C++ -*-===//
 //
-// The results of the peers qd-bench-gpu compares with (hand-written CUDA,
-// JAX, PyTorch), read from the JSON files bench/run-gpu.sh writes.
+// The results of the peers qd-bench-gpu and qd-bench-sims compare with
+// (hand-written CUDA, JAX, PyTorch), read from the JSON files
+// bench/run-gpu.sh and bench/run-sims-gpu.sh write. A row of a simulation
+// (bench/gpu/sims_peers.cu, sims_framework_peers.py) adds its forward time,
+// loss, gradient norm, steps and device memory.
 //
 //===----------------------------------------------------------------------===//
 #pragma once
@@ -21,9 +24,13 @@ inline const std::vector<std::string> kPeerImpls = {"local_tape", "global_tape",
 
 /// One peer's result on one workload and size.
 struct PeerRow {
+  /// The gradient (a simulation's: per time step, its forward included).
   double medianMs = 0, minMs = 0;
   std::optional<double> gradSum, compileS;
   std::string note;
+  // Simulations only.
+  std::optional<double> fwdMs, loss, gradNorm;
+  std::optional<int64_t> steps, memBytes;
 };
 
 /// The results of the --peers files (bench/gpu: peers.cu, framework_peers.py).
@@ -41,5 +48,7 @@ struct Peers {
 /// Adds the results of a --peers file (an object or an array of them); an
 /// unreadable one adds a line to `info`.
 void loadPeers(Peers &peers, const std::string &file);
+/// The same for JSON text from `source` (a program's output).
+void loadPeersText(Peers &peers, const std::string &text, const std::string &source);
 
 } // namespace qdbench

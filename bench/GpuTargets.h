@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include "BenchStats.h"
 #include "GpuBenchOptions.h"
 
 #include "qd/runtime/Program.h"
@@ -18,11 +19,6 @@
 #include <vector>
 
 namespace qdbench {
-
-/// Median and min of timed runs, ms.
-struct Timing {
-  double medianMs = 0, minMs = 0;
-};
 
 /// A backend the gradients run on: a GPU (cuda, vulkan), or the CPU backend
 /// (a check of this program where there is no GPU, and the baseline of

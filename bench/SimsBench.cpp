@@ -2,34 +2,57 @@
 //
 // qd-bench-sims: the six simulations of bench/workloads (mass_spring, mpm,
 // wave, smoke, billiards, newton; one kernel launch per time step, the
-// gradient kernels in reverse step order) on one backend. Per simulation:
+// gradient kernels in reverse step order) on qd's backends at one or more
+// sizes (small, large: the CPU's; gpu: 16 to 64 times the large work),
+// against peers. Per simulation, size and backend:
 //
-//   fwd/step    the forward launches of one run / steps (minimum over --reps)
-//   grad/step   the gradient launches of one run / steps (after a forward;
-//               the adjoints are zeroed and seeded on the host before the
-//               clock starts: on a GPU backend the times include uploading
-//               what the host changed)
-//   compile     the first launch of @step_grad less one steady launch: its
-//               compilation (on the interpreter: nothing)
-//   heap        the largest adstack heap a launch used (Backend::
-//               lastAdStackHeapUsage; the interpreter has none)
-//   loss        the loss of the run
+//   fwd, rev    the forward launches of one run, and the gradient launches
+//               after it, per step; grad = fwd + rev (one gradient of the
+//               loss, as the peers time theirs); median (and min) of --reps
+//               runs after --warmup. Before each run @reset (SimRun::
+//               resetOnDevice) puts the initial state back and seeds the
+//               adjoints on the backend, untimed, so that a GPU's copies
+//               stay on the device. --async queues the launches
+//               (LaunchOptions::async) and ends each timed phase with
+//               Backend::synchronize.
+//   compile     the first launch of @step_grad less one steady launch
+//   heap        the largest adstack heap a launch used
+//   tape        the copies a qd::LaunchTape keeps over the same run (its
+//               peak; one more untimed run, where the arrays and adjoints
+//               take at most --tape-max-mib: the tape snapshots a whole
+//               array before each step writes its next slice, and hashes
+//               what it keeps on the host after every launch)
+//   data        the arrays and their adjoints
+//   loss, and the sum and L2 norm of d loss / d (the parameter's initial
+//               contents) (SimRun::parameterGradient), from the first run;
+//               a row is UNSTABLE when the timed runs end elsewhere.
 //
-// and PyTorch eager on the CPU (bench/torch_sims.py, run by /usr/bin/python3
-// in the same run, float32, same data and operation order) for mass_spring,
-// wave and smoke: its forward (no autograd) and backward per step, its loss,
-// and the ratios torch / qd (above 1: qd is faster).
+// Peers (--peers FILE, repeatable; bench/run-sims-gpu.sh writes them from
+// bench/gpu/sims_peers.cu and bench/gpu/sims_framework_peers.py; the
+// format of GpuPeers.h): hand-written CUDA ("cuda": mass_spring, mpm),
+// JAX ("jax", "jax_cpu"), PyTorch eager ("torch" on CUDA, "torch_cpu"),
+// keyed by simulation and n (the first array's second axis). Without
+// --peers, a run with the cpu backend runs the PyTorch CPU peer itself
+// (/usr/bin/python3 bench/gpu/sims_framework_peers.py --frameworks torch
+// --device cpu) unless --no-torch. The table (SimsTable.h) sets each
+// peer's gradient time beside qd's, with qd/cuda, qd/jax, qd/torch.
 //
-// Usage: qd-bench-sims [--backend interp|cpu|cuda|vulkan] [--backend-options K=V,...]
-//                      [--steps 32] [--size small|large] [--reps 3]
-//                      [--only mass_spring,mpm,...] [--no-torch] [--json FILE]
-// Rows of --json: sim, size, steps, backend, fwd_ms, grad_ms (per step),
-// compile_ms, heap_bytes, loss, and torch_fwd_ms, torch_grad_ms, torch_loss
-// where PyTorch ran.
+// Usage: qd-bench-sims [--backends cpu|cuda|vulkan|interp,...] [--backend-options K=V,...]
+//                      [--sizes small,large,gpu] [--steps 32] [--reps 3] [--warmup 1]
+//                      [--only mass_spring,mpm,...] [--peers FILE]... [--no-torch]
+//                      [--async] [--rtol 2e-3] [--tape-max-mib 512] [--json FILE]
+// (--backend and --size are --backends and --sizes of one.) Exit status 1
+// when a case fails, is UNSTABLE or a peer's loss or gradient is OFF.
+// Rows of --json: sim, size, n, steps, backend, fwd_ms, rev_ms, grad_ms
+// (median), fwd_min_ms, grad_min_ms, compile_ms, heap_bytes, tape_bytes,
+// data_bytes, loss, grad_sum, grad_norm, stable, and per peer X of the row
+// X_grad_ms, X_fwd_ms, X_loss, X_rel_diff; `error` for a case that failed,
+// `tape_error` for a run on the tape that failed (the times stand).
 //
 //===----------------------------------------------------------------------===//
 #include "BenchMain.h"
 #include "BenchRecord.h"
+#include "SimsTable.h"
 
 #include "SimRun.h"
 #include "Simulation.h"
@@ -39,13 +62,11 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-#include <nlohmann/json.hpp>
 
-#include <algorithm>
 #include <array>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
-#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -53,21 +74,19 @@
 namespace {
 
 using qdbench::die;
+using qdbench::SimRow;
 using Clock = std::chrono::steady_clock;
 
 struct Options {
-  std::string backend = "cpu", backendOptions;
-  int steps = 32, reps = 3;
-  qdsim::SimSize size = qdsim::SimSize::Small;
-  std::vector<std::string> only;
-  bool torch = true;
+  std::vector<std::string> backends = {"cpu"};
+  std::string backendOptions;
+  std::vector<qdsim::SimSize> sizes = {qdsim::SimSize::Small};
+  int steps = 32, reps = 3, warmup = 1;
+  std::vector<std::string> only, peerFiles;
+  bool torch = true, async = false;
+  double rtol = 2e-3;
+  int64_t tapeMaxMib = 512;
   std::string json;
-};
-
-struct Row {
-  std::string sim;
-  double fwdMs = 0, gradMs = 0, compileMs = 0, loss = 0;
-  int64_t heapBytes = 0;
 };
 
 template <typename F> double timedMs(F &&body) {
@@ -81,93 +100,183 @@ void check(const absl::Status &status) {
     die(std::string(status.message()));
 }
 
-Row measure(const std::string &name, const Options &o) {
-  std::unique_ptr<qdsim::Simulation> sim = qdsim::makeSimulation(name, o.size);
+/// Sum and L2 norm.
+std::array<double, 2> checksum(const std::vector<double> &g) {
+  double sum = 0, squares = 0;
+  for (double v : g) {
+    sum += v;
+    squares += v * v;
+  }
+  return {sum, std::sqrt(squares)};
+}
+
+/// The first run (which compiles) and its results, then the timed runs.
+void timeRuns(qdsim::SimRun &r, qd::Backend &b, const Options &o, SimRow &row) {
+  check(r.forwardAndGradient(b));
+  check(b.synchronize());
+  row.loss = r.loss();
+  std::tie(row.gradSum, row.gradNorm) = std::apply(
+      [](double s, double n) {
+        return std::pair{s, n};
+      },
+      checksum(r.parameterGradient()));
+  std::vector<double> fwd, rev, grad;
+  for (int k = 0; k < o.warmup + o.reps; ++k) {
+    check(r.resetOnDevice(b));
+    check(b.synchronize());
+    const double f = timedMs([&] {
+      check(r.runForward(b));
+      check(b.synchronize());
+    });
+    const double v = timedMs([&] {
+      check(r.runReverse(b));
+      check(b.synchronize());
+    });
+    if (k < o.warmup)
+      continue;
+    fwd.push_back(f / o.steps);
+    rev.push_back(v / o.steps);
+    grad.push_back((f + v) / o.steps);
+  }
+  row.fwd = qdbench::summarize(fwd);
+  row.rev = qdbench::summarize(rev);
+  row.grad = qdbench::summarize(grad);
+  auto [sum, norm] = checksum(r.parameterGradient());
+  const double tol = 1e-4;
+  row.stable =
+      std::fabs(r.loss() - row.loss) <= tol * std::fabs(row.loss) &&
+      std::fabs(sum - row.gradSum) <= tol * std::max(std::fabs(row.gradSum), row.gradNorm) &&
+      std::fabs(norm - row.gradNorm) <= tol * row.gradNorm;
+}
+
+/// The row of a case, before it runs.
+SimRow caseRow(const qdsim::Simulation &sim, qdsim::SimSize size, const std::string &backend,
+               const Options &o) {
+  SimRow row;
+  row.sim = sim.name();
+  row.parameter = sim.parameter();
+  row.backend = backend;
+  row.size = size;
+  row.n = sim.arrays(1).front().shape.at(1);
+  row.steps = o.steps;
+  return row;
+}
+
+SimRow measure(const std::string &name, qdsim::SimSize size, const std::string &backendName,
+               const Options &o) {
+  std::unique_ptr<qdsim::Simulation> sim = qdsim::makeSimulation(name, size);
+  SimRow row = caseRow(*sim, size, backendName, o);
   auto options = qd::BackendOptions::parse(o.backendOptions);
   check(options.status());
-  auto backend = qd::createBackend(o.backend, *options);
+  auto backend = qd::createBackend(backendName, *options);
   check(backend.status());
   auto run = qdsim::SimRun::create(*sim, o.steps);
   check(run.status());
   qdsim::SimRun &r = **run;
-  Row row{name};
-  check(r.forward(**backend)); // compiles @step and @loss
-  check(r.runGradient(**backend));
-  row.fwdMs = row.gradMs = std::numeric_limits<double>::infinity();
-  for (int rep = 0; rep < o.reps; ++rep) {
-    r.reset();
-    row.fwdMs = std::min(row.fwdMs, timedMs([&] { check(r.runForward(**backend)); }));
-    r.seedAdjoints();
-    row.gradMs = std::min(row.gradMs, timedMs([&] { check(r.runReverse(**backend)); }));
-  }
-  row.fwdMs /= o.steps;
-  row.gradMs /= o.steps;
-  row.compileMs = std::max(0.0, r.firstLaunchSeconds("step_grad") * 1e3 - row.gradMs);
+  qd::LaunchOptions launch;
+  launch.async = o.async;
+  r.setLaunchOptions(launch);
+  timeRuns(r, **backend, o, row);
+  row.compileMs = std::max(0.0, r.firstLaunchSeconds("step_grad") * 1e3 - row.rev.medianMs);
   row.heapBytes = r.maxAdStackHeapBytes();
-  row.loss = r.loss();
+  row.dataBytes = r.arrayBytes();
+  row.tapeBytes = -1;
+  if (row.dataBytes <= (o.tapeMaxMib << 20)) {
+    qd::TapeMemory memory;
+    absl::Status status = r.forwardAndGradientOnTape(**backend, &memory);
+    if (status.ok())
+      status = (*backend)->synchronize();
+    if (status.ok())
+      row.tapeBytes = static_cast<int64_t>(memory.peakBytes);
+    else // the times stand; the row says why the tape has no figure
+      row.tapeError = std::string(status.message());
+  }
   return row;
 }
 
-/// bench/torch_sims.py's JSON for `sims` (those it runs), or why not.
-nlohmann::json runTorch(const Options &o, const std::vector<std::string> &sims) {
-  std::string command =
-      fmt::format("/usr/bin/python3 {}/bench/torch_sims.py --steps {} --size {} "
-                  "--reps {} --only {}",
-                  QD_SOURCE_DIR, o.steps, o.size == qdsim::SimSize::Small ? "small" : "large",
-                  o.reps, fmt::join(sims, ","));
+/// bench/gpu/sims_framework_peers.py's PyTorch CPU results, into `peers`.
+void runTorchCpu(const Options &o, const std::vector<std::string> &sims, qdbench::Peers &peers) {
+  std::vector<std::string> sizes;
+  for (qdsim::SimSize s : o.sizes)
+    sizes.emplace_back(qdsim::sizeName(s));
+  std::string command = fmt::format(
+      "/usr/bin/python3 {}/bench/gpu/sims_framework_peers.py --frameworks torch --device cpu "
+      "--steps {} --sizes {} --reps {} --warmup {} --only {}",
+      QD_SOURCE_DIR, o.steps, fmt::join(sizes, ","), o.reps, o.warmup, fmt::join(sims, ","));
   std::string out;
+  int status = -1;
   if (FILE *pipe = popen(command.c_str(), "r")) {
     std::array<char, 4096> buf;
     while (size_t n = fread(buf.data(), 1, buf.size(), pipe))
       out.append(buf.data(), n);
-    if (pclose(pipe) != 0)
-      return {{"available", false}, {"reason", "bench/torch_sims.py failed"}};
+    status = pclose(pipe);
   }
-  auto parsed = nlohmann::json::parse(out, nullptr, false);
-  if (parsed.is_discarded())
-    return {{"available", false}, {"reason", "bench/torch_sims.py printed no JSON"}};
-  return parsed;
+  if (status != 0) {
+    peers.info.push_back("sims_framework_peers.py (PyTorch on the CPU) failed: " + command);
+    return;
+  }
+  qdbench::loadPeersText(peers, out, "sims_framework_peers.py");
+}
+
+[[noreturn]] void usage(const std::string &why) {
+  die(why + "; usage: qd-bench-sims [--backends a,b] [--backend-options K=V,...] "
+            "[--sizes small,large,gpu] [--steps N] [--reps N] [--warmup N] [--only a,b] "
+            "[--peers FILE]... [--no-torch] [--async] [--rtol X] [--tape-max-mib N] "
+            "[--json FILE]");
+}
+
+void parseSizes(Options &o, const std::string &list) {
+  o.sizes.clear();
+  for (const std::string &s : qdbench::splitList(list)) {
+    std::optional<qdsim::SimSize> size = qdsim::parseSimSize(s);
+    if (!size)
+      usage("--sizes takes small, large and gpu, not '" + s + "'");
+    o.sizes.push_back(*size);
+  }
 }
 
 Options parse(int argc, char **argv) {
   Options o;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if (a == "--backend")
-      o.backend = qdbench::optionValue(argc, argv, i);
+    auto value = [&] { return qdbench::optionValue(argc, argv, i); };
+    if (a == "--backend" || a == "--backends")
+      o.backends = qdbench::splitList(value());
     else if (a == "--backend-options")
-      o.backendOptions = qdbench::optionValue(argc, argv, i);
+      o.backendOptions = value();
     else if (a == "--steps")
-      o.steps = std::stoi(qdbench::optionValue(argc, argv, i));
+      o.steps = std::stoi(value());
     else if (a == "--reps")
-      o.reps = std::max(1, std::stoi(qdbench::optionValue(argc, argv, i)));
-    else if (a == "--size") {
-      std::string s = qdbench::optionValue(argc, argv, i);
-      if (s != "small" && s != "large")
-        die("--size takes small or large, not '" + s + "'");
-      o.size = s == "small" ? qdsim::SimSize::Small : qdsim::SimSize::Large;
-    } else if (a == "--only")
-      o.only = qdbench::splitList(qdbench::optionValue(argc, argv, i));
+      o.reps = std::max(1, std::stoi(value()));
+    else if (a == "--warmup")
+      o.warmup = std::max(0, std::stoi(value()));
+    else if (a == "--size" || a == "--sizes")
+      parseSizes(o, value());
+    else if (a == "--only")
+      o.only = qdbench::splitList(value());
+    else if (a == "--peers")
+      o.peerFiles.push_back(value());
     else if (a == "--no-torch")
       o.torch = false;
+    else if (a == "--async")
+      o.async = true;
+    else if (a == "--rtol")
+      o.rtol = std::stod(value());
+    else if (a == "--tape-max-mib")
+      o.tapeMaxMib = std::stoll(value());
     else if (a == "--json")
-      o.json = qdbench::optionValue(argc, argv, i);
+      o.json = value();
     else
-      die("unknown option '" + a +
-          "'; usage: qd-bench-sims [--backend NAME] [--backend-options "
-          "K=V,...] [--steps N] [--size small|large] [--reps N] [--only a,b] [--no-torch] "
-          "[--json FILE]");
+      usage("unknown option '" + a + "'");
   }
   if (o.steps < 1)
-    die("--steps takes a positive count");
+    usage("--steps takes a positive count");
+  if (o.backends.empty() || o.sizes.empty())
+    usage("--backends and --sizes take at least one");
   for (const std::string &s : o.only)
-    if (!qdsim::makeSimulation(s, o.size))
-      die("--only: no simulation '" + s + "'");
+    if (!qdsim::makeSimulation(s, qdsim::SimSize::Small))
+      usage("--only: no simulation '" + s + "'");
   return o;
-}
-
-std::string ratio(double torchMs, double qdMs) {
-  return qdMs > 0 ? fmt::format("{:.2f}x", torchMs / qdMs) : "n/a";
 }
 
 int benchSims(int argc, char **argv) {
@@ -176,47 +285,36 @@ int benchSims(int argc, char **argv) {
   record.setPath(o.json);
   qd::registerAllBackends();
   std::vector<std::string> sims = o.only.empty() ? qdsim::simulationNames() : o.only;
-  std::vector<std::string> torchSims;
-  for (const std::string &s : sims)
-    if (s == "mass_spring" || s == "wave" || s == "smoke")
-      torchSims.push_back(s);
-  nlohmann::json torch =
-      o.torch && !torchSims.empty() ? runTorch(o, torchSims) : nlohmann::json{{"available", false}};
-  fmt::print("qd-bench-sims: backend {}, {} steps, size {}, min of {} reps; times per step\n",
-             o.backend, o.steps, o.size == qdsim::SimSize::Small ? "small" : "large", o.reps);
-  if (!torch.value("available", false) && o.torch)
-    fmt::print("PyTorch: {}\n", torch.value("reason", std::string("not run")));
-  fmt::print("{:<12} {:>10} {:>10} {:>11} {:>11} {:>13} | {:>10} {:>10} {:>8} {:>8} {:>13}\n",
-             "sim", "fwd ms", "grad ms", "compile ms", "heap bytes", "loss", "torch fwd",
-             "torch grad", "fwd x", "grad x", "torch loss");
-  for (const std::string &name : sims) {
-    Row row = measure(name, o);
-    nlohmann::json j = {{"sim", name},
-                        {"size", o.size == qdsim::SimSize::Small ? "small" : "large"},
-                        {"steps", o.steps},
-                        {"backend", o.backend},
-                        {"fwd_ms", row.fwdMs},
-                        {"grad_ms", row.gradMs},
-                        {"compile_ms", row.compileMs},
-                        {"heap_bytes", row.heapBytes},
-                        {"loss", row.loss}};
-    std::string peer = fmt::format("{:>10} {:>10} {:>8} {:>8} {:>13}", "-", "-", "-", "-", "-");
-    if (torch.value("available", false) && torch.contains(name)) {
-      const nlohmann::json &t = torch[name];
-      double tf = t["fwd_ms"], tg = t["grad_ms"], tl = t["loss"];
-      peer = fmt::format("{:>10.4f} {:>10.4f} {:>8} {:>8} {:>13.6g}", tf, tg, ratio(tf, row.fwdMs),
-                         ratio(tg, row.gradMs), tl);
-      j["torch_fwd_ms"] = tf;
-      j["torch_grad_ms"] = tg;
-      j["torch_loss"] = tl;
-    }
-    fmt::print("{:<12} {:>10.4f} {:>10.4f} {:>11.1f} {:>11} {:>13.6g} | {}\n", name, row.fwdMs,
-               row.gradMs, row.compileMs, row.heapBytes, row.loss, peer);
-    std::fflush(stdout);
-    record.add(j);
-  }
+  qdbench::Peers peers;
+  for (const std::string &f : o.peerFiles)
+    qdbench::loadPeers(peers, f);
+  if (o.peerFiles.empty() && o.torch &&
+      std::find(o.backends.begin(), o.backends.end(), "cpu") != o.backends.end())
+    runTorchCpu(o, sims, peers);
+  std::vector<std::string> sizes;
+  for (qdsim::SimSize s : o.sizes)
+    sizes.emplace_back(qdsim::sizeName(s));
+  fmt::print("qd-bench-sims: backends {}, sizes {}, {} steps, median of {} runs after {} warm-up"
+             "{}\n",
+             fmt::join(o.backends, ","), fmt::join(sizes, ","), o.steps, o.reps, o.warmup,
+             o.async ? ", asynchronous launches" : "");
+  std::vector<SimRow> rows;
+  for (qdsim::SimSize size : o.sizes)
+    for (const std::string &name : sims)
+      for (const std::string &backend : o.backends) {
+        fmt::print(stderr, "qd-bench-sims: {} {} on {} ...\n", name, qdsim::sizeName(size),
+                   backend);
+        try {
+          rows.push_back(measure(name, size, backend, o));
+        } catch (const qdbench::BenchFailure &f) {
+          SimRow row = caseRow(*qdsim::makeSimulation(name, size), size, backend, o);
+          row.error = f.message;
+          rows.push_back(row);
+        }
+      }
+  bool ok = qdbench::printSimTable(rows, peers, o.rtol, record);
   record.write();
-  return 0;
+  return ok ? 0 : 1;
 }
 
 } // namespace

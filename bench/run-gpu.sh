@@ -24,7 +24,8 @@
 #   OUT_DIR=DIR      where the JSON, the logs and table.txt go (default: a
 #                    new /tmp/qd-gpu-bench-XXXXXX)
 #   QD_BENCH_GPU=... the qd-bench-gpu executable (default: on PATH, else
-#                    build-rel/bench/qd-bench-gpu); NVCC, PYTHON likewise.
+#                    build-rel/bench/qd-bench-gpu, else build/bench/qd-bench-gpu);
+#                    NVCC, PYTHON likewise.
 #   QD_VULKAN_DEVICE=NAME  the Vulkan device (index or part of its name;
 #                    default: the first discrete GPU), as --vulkan-device
 #   VK_DRIVER_FILES=FILE   the Vulkan loader's driver manifest, read by the
@@ -40,79 +41,32 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root" || exit 1
 reps="${REPS:-20}"
 warmup="${WARMUP:-3}"
-device="${DEVICE:-0}"
-pyenv=()
-if [ -n "${DEVICE:-}" ]; then
-  pyenv=(env CUDA_VISIBLE_DEVICES="$DEVICE")
-fi
-out="${OUT_DIR:-$(mktemp -d /tmp/qd-gpu-bench-XXXXXX)}"
-mkdir -p "$out"
 python="${PYTHON:-python3}"
-start=$SECONDS
+note_prefix=run-gpu
+# shellcheck source=bench/gpu-lib.sh
+. "$root/bench/gpu-lib.sh"
+gpu_setup qd-gpu-bench
 
-note() { echo "run-gpu: $*" >&2; }
-
-bench="${QD_BENCH_GPU:-}"
+bench="$(find_bench qd-bench-gpu "${QD_BENCH_GPU:-}" "$root")"
 if [ -z "$bench" ]; then
-  if command -v qd-bench-gpu >/dev/null; then
-    bench=qd-bench-gpu
-  elif [ -x "$root/build-rel/bench/qd-bench-gpu" ]; then
-    bench="$root/build-rel/bench/qd-bench-gpu"
-  else
-    note "qd-bench-gpu not found: build it on the build machine, pack it with"
-    note "  ../shared/device/pack.sh DIR build-rel/bench/qd-bench-gpu"
-    note "and eval \"\$(bash DIR/unpack.sh DIR)\" here (docs/performance.md, GPU benchmark)"
-    exit 1
-  fi
+  missing_bench qd-bench-gpu
+  exit 1
 fi
-
-# {"available": false, ...} for a peer program that did not give JSON.
-unavailable() { # FILE SOURCE REASON IMPLS (a JSON list)
-  "$python" - "$@" <<'EOF'
-import json, sys
-f, source, reason, impls = sys.argv[1:5]
-json.dump({"source": source, "available": False, "reason": reason,
-           "impls": json.loads(impls)}, open(f, "w"))
-EOF
-}
-# Keeps FILE if it is one JSON value, else replaces it with unavailable().
-check_json() { # FILE SOURCE REASON IMPLS
-  if ! "$python" -c 'import json, sys; json.load(open(sys.argv[1]))' "$1" 2>/dev/null; then
-    unavailable "$@"
-  fi
-}
-
-nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv,noheader \
-  -i "$device" 2>/dev/null | sed 's/^/run-gpu: GPU: /' >&2 || true
-note "Vulkan driver manifest: ${VK_DRIVER_FILES:-${VK_ICD_FILENAMES:-unset: the loader searches its usual places}}"
+describe_machine "$device"
 
 # 1. Hand-written CUDA.
 peers_json="$out/peers.json"
 if [ "${CUDA_PEERS:-1}" = 0 ]; then
   unavailable "$peers_json" peers.cu "skipped (CUDA_PEERS=0)" '["local_tape", "global_tape"]'
+elif ! compile_peer peers; then
+  unavailable "$peers_json" peers.cu "nvcc failed (see $out/nvcc-peers.log)" \
+    '["local_tape", "global_tape"]'
 else
-  nvcc="${NVCC:-}"
-  if [ -z "$nvcc" ]; then
-    if command -v nvcc >/dev/null; then nvcc=nvcc; else nvcc=/usr/local/cuda/bin/nvcc; fi
-  fi
-  cap="$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader -i "$device" 2>/dev/null |
-    head -n 1 | tr -d ' .')"
-  case "$cap" in
-    [0-9][0-9] | [0-9][0-9][0-9]) arch="sm_$cap" ;;
-    *) arch=sm_90 ;;
-  esac
-  note "compiling bench/gpu/peers.cu for $arch"
-  if ! "$nvcc" -O3 -arch="$arch" -o "$out/peers" bench/gpu/peers.cu >"$out/nvcc.log" 2>&1; then
-    note "nvcc failed (see $out/nvcc.log)"
-    unavailable "$peers_json" peers.cu "nvcc failed for $arch (see $out/nvcc.log)" \
-      '["local_tape", "global_tape"]'
-  else
-    note "running the hand-written CUDA peers"
-    timeout 300 "$out/peers" --reps "$((reps < 50 ? 50 : reps))" --device "$device" \
-      >"$peers_json" 2> >(tee "$out/peers.log" >&2)
-    check_json "$peers_json" peers.cu "peers failed (see $out/peers.log)" \
-      '["local_tape", "global_tape"]'
-  fi
+  note "running the hand-written CUDA peers"
+  timeout 300 "$out/peers" --reps "$((reps < 50 ? 50 : reps))" --device "$device" \
+    >"$peers_json" 2> >(tee "$out/peers.log" >&2)
+  check_json "$peers_json" peers.cu "peers failed (see $out/peers.log)" \
+    '["local_tape", "global_tape"]'
 fi
 
 # 2. JAX and PyTorch, one process each.
@@ -147,10 +101,7 @@ fi
 
 # 3. One table.
 merged="$out/merged.json"
-"$python" - "$merged" "$peers_json" "$jax_json" "$torch_json" <<'EOF'
-import json, sys
-json.dump([json.load(open(f)) for f in sys.argv[2:]], open(sys.argv[1], "w"), indent=1)
-EOF
+merge_json "$merged" "$peers_json" "$jax_json" "$torch_json"
 note "peers took $((SECONDS - start)) s; running qd-bench-gpu (results in $out)"
 "$bench" --peers "$merged" --reps "$reps" --warmup "$warmup" --device "$device" "$@" |
   tee "$out/table.txt"

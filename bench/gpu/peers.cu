@@ -35,6 +35,7 @@
 #include "../GradientHandwritten.cpp" // the CPU reference's scalar reverse loops
 #include "../GradientReference.h"
 #include "../GradientWorkloads.h"
+#include "CudaPeers.cuh"
 
 #include <cuda_runtime.h>
 
@@ -53,15 +54,10 @@ using namespace qdbench;
 // included GradientHandwritten.cpp has one inside qdbench).
 namespace qdpeers {
 
-constexpr int kBlock = 256;
 constexpr int kTriTape = 16 * 15 / 2; // the most entries of (b): m = 16
 constexpr int kSpringState = 2 * kChain;
 
 //===--- kernels ----------------------------------------------------------===//
-
-__device__ __forceinline__ int64_t globalId() {
-  return int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-}
 
 __global__ void sinLocalTape(const float *x, const float *yGrad, float *xGrad, int64_t n) {
   int64_t i = globalId();
@@ -175,38 +171,6 @@ __global__ void springLocalTape(const float *p, const float *q, const float *out
 
 //===--- host -------------------------------------------------------------===//
 
-/// A CUDA error: the message for the JSON, set once.
-std::string gError;
-
-bool ok(cudaError_t e, const char *what) {
-  if (e == cudaSuccess)
-    return true;
-  if (gError.empty())
-    gError = std::string(what) + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")";
-  return false;
-}
-
-/// Device memory freed on scope exit.
-struct DeviceArray {
-  void *ptr = nullptr;
-  size_t bytes = 0;
-  bool alloc(size_t b) {
-    bytes = b;
-    return ok(cudaMalloc(&ptr, b), "cudaMalloc");
-  }
-  template <typename T> bool upload(const std::vector<T> &v) {
-    return alloc(v.size() * sizeof(T)) &&
-           ok(cudaMemcpy(ptr, v.data(), bytes, cudaMemcpyHostToDevice), "cudaMemcpy");
-  }
-  bool zeroed(size_t b) { return alloc(b) && ok(cudaMemset(ptr, 0, b), "cudaMemset"); }
-  float *f() const { return static_cast<float *>(ptr); }
-  int32_t *i() const { return static_cast<int32_t *>(ptr); }
-  ~DeviceArray() {
-    if (ptr)
-      cudaFree(ptr);
-  }
-};
-
 struct Row {
   std::string workload, impl, note;
   int64_t n = 0;
@@ -218,10 +182,6 @@ struct Options {
   int reps = 50, warmup = 5, device = 0;
   std::string only = "a,b,c";
 };
-
-unsigned blocksFor(int64_t n) {
-  return unsigned((n + kBlock - 1) / kBlock);
-}
 
 /// Zeroes the gradient arrays, launches once, sums them (the check), then
 /// times the launches. `launch` enqueues one launch.
@@ -266,10 +226,7 @@ bool measure(Row &row, const Options &o, const std::vector<DeviceArray *> &grads
   cudaEventDestroy(stop);
   if (!ok(cudaGetLastError(), "timed launches"))
     return false;
-  std::sort(ms.begin(), ms.end());
-  size_t h = ms.size() / 2;
-  row.medianMs = ms.size() % 2 ? ms[h] : 0.5 * (ms[h - 1] + ms[h]);
-  row.minMs = ms.front();
+  medianMin(ms, row.medianMs, row.minMs);
   return true;
 }
 
@@ -337,22 +294,8 @@ void runSpring(std::vector<Row> &rows, const Options &o, int64_t n, const Refere
     rows.push_back(r);
 }
 
-std::string jsonString(const std::string &s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\')
-      out += '\\';
-    if (static_cast<unsigned char>(c) < 0x20)
-      c = ' ';
-    out += c;
-  }
-  return out + "\"";
-}
-
 void printUnavailable(const std::string &reason) {
-  std::printf("{\"source\": \"peers.cu\", \"available\": false, \"reason\": %s, "
-              "\"impls\": [\"local_tape\", \"global_tape\"]}\n",
-              jsonString(reason).c_str());
+  qdpeers::printUnavailable("peers.cu", reason, "[\"local_tape\", \"global_tape\"]");
 }
 
 } // namespace qdpeers
@@ -377,20 +320,11 @@ int main(int argc, char **argv) {
       return 2;
     }
   }
-  int count = 0;
-  if (!ok(cudaGetDeviceCount(&count), "cudaGetDeviceCount") ||
-      !ok(cudaSetDevice(o.device), "cudaSetDevice")) {
+  std::string device;
+  if (!openDevice(o.device, device)) {
     printUnavailable(gError);
     return 0;
   }
-  cudaDeviceProp prop;
-  if (!ok(cudaGetDeviceProperties(&prop, o.device), "cudaGetDeviceProperties")) {
-    printUnavailable(gError);
-    return 0;
-  }
-  int runtime = 0, driver = 0;
-  cudaRuntimeGetVersion(&runtime);
-  cudaDriverGetVersion(&driver);
 
   std::vector<Row> rows;
   auto wanted = [&](const char *k) { return o.only.find(k) != std::string::npos; };
@@ -416,9 +350,9 @@ int main(int argc, char **argv) {
 
   char info[512];
   std::snprintf(info, sizeof info,
-                "hand-written CUDA on %s (sm_%d%d), CUDA runtime %d, driver %d; "
-                "cudaEvent ms, median (min) of %d launches after %d warm-up; block %d",
-                prop.name, prop.major, prop.minor, runtime, driver, o.reps, o.warmup, kBlock);
+                "hand-written CUDA on %s; cudaEvent ms, median (min) of %d launches after %d "
+                "warm-up; block %d",
+                device.c_str(), o.reps, o.warmup, kBlock);
   std::string infoLine = info;
   if (!gError.empty())
     infoLine += "; stopped at an error: " + gError;

@@ -209,8 +209,15 @@ private:
 } // namespace
 
 std::unique_ptr<Simulation> makeMassSpring(SimSize size) {
-  return size == SimSize::Small ? std::make_unique<MassSpring>(4, 2, 8, 4)
-                                : std::make_unique<MassSpring>(32, 8, 32, 10);
+  switch (size) {
+  case SimSize::Small:
+    return std::make_unique<MassSpring>(4, 2, 8, 4);
+  case SimSize::Large:
+    return std::make_unique<MassSpring>(32, 8, 32, 10);
+  case SimSize::Gpu: // 16x the masses and springs of the large robot
+    break;
+  }
+  return std::make_unique<MassSpring>(128, 32, 32, 10);
 }
 
 } // namespace qdsim

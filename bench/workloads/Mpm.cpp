@@ -75,7 +75,15 @@ private:
 } // namespace
 
 std::unique_ptr<Simulation> makeMpm(SimSize size) {
-  return size == SimSize::Small ? std::make_unique<Mpm>(8, 32) : std::make_unique<Mpm>(128, 64);
+  switch (size) {
+  case SimSize::Small:
+    return std::make_unique<Mpm>(8, 32);
+  case SimSize::Large:
+    return std::make_unique<Mpm>(128, 64);
+  case SimSize::Gpu: // 16x the particles of the large size, on a grid of 256^2
+    break;
+  }
+  return std::make_unique<Mpm>(512, 256);
 }
 
 } // namespace qdsim

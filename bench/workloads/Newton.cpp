@@ -113,7 +113,10 @@ private:
 } // namespace
 
 std::unique_ptr<Simulation> makeNewton(SimSize size) {
-  return std::make_unique<Newton>(size == SimSize::Small ? 16 : 65536);
+  // The GPU size: 64x the elements of the large one.
+  return std::make_unique<Newton>(size == SimSize::Small   ? 16
+                                  : size == SimSize::Large ? 65536
+                                                           : 1 << 22);
 }
 
 } // namespace qdsim

@@ -10,6 +10,66 @@
 #include <cmath>
 
 namespace qdsim {
+namespace {
+
+using qd::Component;
+using qd::Value;
+
+/// A task storing 0 into `component` of `array` (rank >= 1) at the
+/// elements whose row-major flat index is at least `first`.
+void zeroFrom(qd::IRBuilder &b, qd::Argument *array, Component component, int64_t first) {
+  const unsigned rank = array->type().ndim();
+  const qd::ScalarType elem = array->type().element();
+  std::vector<Value *> extents;
+  std::vector<qd::Bound> begins(rank, qd::Bound(0)), ends;
+  for (unsigned d = 0; d < rank; ++d) {
+    extents.push_back(b.shape(array, d));
+    ends.push_back(extents.back());
+  }
+  auto task = b.parallelBand(begins, ends);
+  std::vector<Value *> index;
+  Value *flat = nullptr;
+  for (unsigned d = 0; d < rank; ++d) {
+    index.push_back(task.index(d));
+    flat = flat ? b.add(b.mul(flat, extents[d]), index.back()) : index.back();
+  }
+  Value *zero = qd::isFloat(elem) ? static_cast<Value *>(b.constFloat(elem, 0))
+                                  : static_cast<Value *>(b.constInt(elem, 0));
+  if (first == 0) {
+    b.store(qd::GlobalRef::ofNdarray(array, component), index, zero);
+    return;
+  }
+  auto past = b.ifThen(b.ge(flat, b.i32(static_cast<int32_t>(first))));
+  b.store(qd::GlobalRef::ofNdarray(array, component), index, zero);
+}
+
+/// @reset (SimRun::resetOnDevice): the arguments of `step`; per array a
+/// task zeroing its elements past its initial ones and one zeroing its
+/// grad companion; then loss.grad[0] = 1.
+void addResetKernel(qd::Module &module, const qd::Kernel &step,
+                    const std::vector<SimArray> &specs) {
+  qd::Kernel *k = module.addKernel(std::make_unique<qd::Kernel>("reset"));
+  for (unsigned i = 0; i < step.numArguments(); ++i) {
+    const qd::Argument *a = step.argument(i);
+    if (a->isNdarray())
+      k->addNdarrayArgument(std::string(a->name()), a->type().element(), a->type().ndim(),
+                            a->hasGrad());
+    else
+      k->addScalarArgument(std::string(a->name()), a->type().element());
+  }
+  qd::IRBuilder b(*k);
+  for (const SimArray &spec : specs) {
+    qd::Argument *a = k->findArgument(spec.name);
+    zeroFrom(b, a, Component::Primal, static_cast<int64_t>(spec.init.size()));
+    if (spec.grad)
+      zeroFrom(b, a, Component::Grad, 0);
+  }
+  auto task = b.serial();
+  b.store(qd::GlobalRef::ofNdarray(k->findArgument("loss"), Component::Grad), {b.i32(0)},
+          b.f32(1.0f));
+}
+
+} // namespace
 
 absl::StatusOr<std::unique_ptr<SimRun>> SimRun::create(Simulation &sim, int steps,
                                                        qd::ScalarType precision) {
@@ -27,9 +87,11 @@ absl::Status SimRun::init(qd::ScalarType precision) {
   absl::StatusOr<std::unique_ptr<qd::Module>> built = sim_.buildModule();
   if (!built.ok())
     return built.status();
+  addResetKernel(**built, *(*built)->findKernel("step"), sim_.arrays(steps_));
   module_ =
       precision == qd::ScalarType::F64 ? qd::cloneModuleWidenedToF64(**built) : std::move(*built);
   step_ = module_->findKernel("step");
+  reset_ = module_->findKernel("reset");
   loss_ = module_->findKernel("loss");
   for (auto [kernel, slot] : {std::pair{step_, &stepGrad_}, std::pair{loss_, &lossGrad_}}) {
     absl::StatusOr<qd::Kernel *> grad = qd::buildGradientKernel(*module_, *kernel);
@@ -182,8 +244,34 @@ absl::Status SimRun::forwardAndGradient(qd::Backend &backend) {
   return runGradient(backend);
 }
 
+absl::Status SimRun::resetOnDevice(qd::Backend &backend) {
+  return launch(*reset_, 0, backend);
+}
+
 double SimRun::loss() const {
   return array("loss")->primal->get(0).asDouble();
+}
+
+std::vector<double> SimRun::parameterGradient() const {
+  std::vector<double> grad = read(sim_.parameter(), qd::Component::Grad);
+  // The first axis is the step where it grows with the steps.
+  auto shapeOf = [&](int steps) {
+    for (const SimArray &a : sim_.arrays(steps))
+      if (a.name == sim_.parameter())
+        return a.shape;
+    return std::vector<int64_t>{};
+  };
+  const std::vector<int64_t> shape = shapeOf(steps_);
+  if (!shape.empty() && shape != shapeOf(steps_ + 1))
+    grad.resize(grad.size() / static_cast<size_t>(shape[0]));
+  return grad;
+}
+
+int64_t SimRun::arrayBytes() const {
+  int64_t bytes = 0;
+  for (const Array &a : arrays_)
+    bytes += static_cast<int64_t>(a.primal->sizeInBytes() + (a.grad ? a.grad->sizeInBytes() : 0));
+  return bytes;
 }
 
 std::vector<double> SimRun::read(std::string_view name, qd::Component c) const {

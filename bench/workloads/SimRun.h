@@ -10,7 +10,10 @@
 //
 // after zeroing every adjoint and seeding loss.grad with 1, so that each
 // array's grad holds dLoss/d(its initial contents). The order lives in
-// one function (SimRun::sequence); a launch tape can replace it.
+// one function (SimRun::sequence); a launch tape can replace it. The
+// module has a third kernel, @reset (the arguments of @step), which
+// resetOnDevice launches: what reset() and seedAdjoints() write, written
+// on the backend, so that a GPU's copies stay on the device between runs.
 //
 //===----------------------------------------------------------------------===//
 #pragma once
@@ -54,6 +57,12 @@ public:
   void seedAdjoints();
   /// Runs the gradient kernels (after runForward and seedAdjoints).
   absl::Status runReverse(qd::Backend &backend) { return sequence(backend, true); }
+  /// What reset() then seedAdjoints() write, written by @reset on `backend`
+  /// (no host data changes): every array's elements past its `init` zero,
+  /// every adjoint zero, loss.grad 1. The elements of `init` keep what they
+  /// hold: no launch of a simulation writes them (its slice 0, or an input
+  /// array), so they hold their initial contents.
+  absl::Status resetOnDevice(qd::Backend &backend);
   /// seedAdjoints() then runReverse().
   absl::Status runGradient(qd::Backend &backend) {
     seedAdjoints();
@@ -70,6 +79,11 @@ public:
   absl::Status forwardAndGradient(qd::Backend &backend);
 
   double loss() const;
+  /// d loss / d (the parameter's initial contents), after a gradient: the
+  /// parameter's grad, over its slice 0 where its first axis is the step.
+  std::vector<double> parameterGradient() const;
+  /// Bytes of every array and grad companion.
+  int64_t arrayBytes() const;
   /// The contents of an array or of its grad companion, as doubles.
   std::vector<double> read(std::string_view array, qd::Component c = qd::Component::Primal) const;
   /// What reset() writes into `array` (row-major; an array's `init` and
@@ -116,7 +130,8 @@ private:
   qd::ScalarType precision_ = qd::ScalarType::F32;
   std::unique_ptr<qd::Module> module_;
   std::unique_ptr<qd::Program> program_;
-  const qd::Kernel *step_ = nullptr, *loss_ = nullptr, *stepGrad_ = nullptr, *lossGrad_ = nullptr;
+  const qd::Kernel *step_ = nullptr, *loss_ = nullptr, *stepGrad_ = nullptr, *lossGrad_ = nullptr,
+                   *reset_ = nullptr;
   std::vector<Array> arrays_;
   std::vector<qd::LaunchArg> scalars_;
   qd::LaunchOptions options_;

@@ -41,6 +41,25 @@ double hashUniform(int64_t k, int salt) {
   return 2.0 * (v - std::floor(v)) - 1.0;
 }
 
+std::string_view sizeName(SimSize size) {
+  switch (size) {
+  case SimSize::Small:
+    return "small";
+  case SimSize::Large:
+    return "large";
+  case SimSize::Gpu:
+    return "gpu";
+  }
+  return "?";
+}
+
+std::optional<SimSize> parseSimSize(std::string_view name) {
+  for (SimSize s : {SimSize::Small, SimSize::Large, SimSize::Gpu})
+    if (sizeName(s) == name)
+      return s;
+  return std::nullopt;
+}
+
 std::vector<std::string> simulationNames() {
   return {"mass_spring", "mpm", "wave", "smoke", "billiards", "newton"};
 }

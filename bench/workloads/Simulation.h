@@ -30,14 +30,21 @@
 #include <absl/status/statusor.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 namespace qdsim {
 
-/// Test sizes (seconds per test on the interpreter) or benchmark sizes.
-enum class SimSize { Small, Large };
+/// Test sizes (seconds per test on the interpreter), the CPU benchmark's
+/// large sizes, or the GPU benchmark's (16 to 64 times the large work).
+enum class SimSize { Small, Large, Gpu };
+
+/// "small", "large", "gpu".
+std::string_view sizeName(SimSize size);
+/// The size `name` names, or nullopt.
+std::optional<SimSize> parseSimSize(std::string_view name);
 
 /// One ndarray argument of a simulation and its contents at the start.
 struct SimArray {

@@ -149,7 +149,15 @@ private:
 } // namespace
 
 std::unique_ptr<Simulation> makeSmoke(SimSize size) {
-  return size == SimSize::Small ? std::make_unique<Smoke>(12, 4) : std::make_unique<Smoke>(110, 6);
+  switch (size) {
+  case SimSize::Small:
+    return std::make_unique<Smoke>(12, 4);
+  case SimSize::Large:
+    return std::make_unique<Smoke>(110, 6);
+  case SimSize::Gpu: // 22x the cells of the large size
+    break;
+  }
+  return std::make_unique<Smoke>(512, 6);
 }
 
 } // namespace qdsim

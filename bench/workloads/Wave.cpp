@@ -94,7 +94,8 @@ private:
 } // namespace
 
 std::unique_ptr<Simulation> makeWave(SimSize size) {
-  return std::make_unique<Wave>(size == SimSize::Small ? 16 : 256);
+  // The GPU size: 64x the cells of the large one.
+  return std::make_unique<Wave>(size == SimSize::Small ? 16 : size == SimSize::Large ? 256 : 2048);
 }
 
 } // namespace qdsim
