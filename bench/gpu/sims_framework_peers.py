@@ -539,6 +539,8 @@ from framework_peers import timed  # noqa: E402 - the same timing as qd-bench-gp
 
 
 def checksum(grad):
+    if hasattr(grad, "detach"):  # a PyTorch tensor, on any device
+        grad = grad.detach().cpu().numpy()
     g = np.asarray(grad, dtype=np.float64)
     return float(g.sum()), float(np.sqrt((g * g).sum()))
 
