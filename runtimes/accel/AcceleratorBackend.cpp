@@ -147,9 +147,12 @@ struct AcceleratorBackend::State {
   /// launch() with launchMutex held and the heap code compiled.
   absl::Status launchLocked(Program &program, const Kernel &kernel, std::span<const LaunchArg> args,
                             const LaunchOptions &options, Variant &heapCode);
-  /// A compacted heap for a launch over at most `threads` threads.
+  /// A compacted heap for a launch over at most `threads` threads: the
+  /// heap to allocate (heapBytes: the regions, after the table where the
+  /// device reads it from the heap) and what it takes in all (bytes: the
+  /// table and the regions).
   struct Compacted {
-    int64_t threads = 0, groups = 0, tableBytes = 0, heapBytes = 0, needBytes = 0;
+    int64_t threads = 0, groups = 0, tableBytes = 0, heapBytes = 0, bytes = 0, needBytes = 0;
     DeviceMirror *table = nullptr;
   };
   /// The compacted heap of a launch whose stacks `shape` describes, on the
@@ -160,11 +163,12 @@ struct AcceleratorBackend::State {
                                                    const accel::GroupTableShape &shape,
                                                    const MeasuredAdStackNeeds &needs,
                                                    int64_t threads, int64_t budget);
-  /// Runs the table kernel for `threads` threads: the groups' bytes and
-  /// the bytes of each thread's own need (sums[0], sums[1]).
+  /// Runs the table kernel for `threads` threads, the regions starting
+  /// `base` bytes into the heap: the groups' bytes and the bytes of each
+  /// thread's own need (sums[0], sums[1]).
   absl::Status runGroupTable(Program &program, const LaunchPlan &plan,
                              const accel::GroupTableShape &shape, const MeasuredAdStackNeeds &needs,
-                             int64_t threads, int64_t tableBytes);
+                             int64_t threads, int64_t base);
 };
 
 absl::StatusOr<AcceleratorBackend::State::Variant *>
@@ -418,7 +422,7 @@ absl::Status AcceleratorBackend::State::launchLocked(Program &program, const Ker
     return s;
   lastUsage = plan->heapUsage(frame.threads, heapBudget.bytes);
   if (compacted) {
-    lastUsage.bytes = compacted->heapBytes;
+    lastUsage.bytes = compacted->bytes;
     lastUsage.needBytes = compacted->needBytes;
     lastUsage.groups = compacted->groups;
   }
@@ -506,7 +510,7 @@ absl::Status AcceleratorBackend::State::drain(size_t keep) {
 absl::Status AcceleratorBackend::State::runGroupTable(Program &program, const LaunchPlan &plan,
                                                       const accel::GroupTableShape &shape,
                                                       const MeasuredAdStackNeeds &needs,
-                                                      int64_t threads, int64_t tableBytes) {
+                                                      int64_t threads, int64_t base) {
   absl::StatusOr<const Kernel *> kernel = accel::groupTableKernel();
   if (!kernel.ok())
     return kernel.status();
@@ -543,7 +547,7 @@ absl::Status AcceleratorBackend::State::runGroupTable(Program &program, const La
                             LaunchArg::i32(int32_t(shape.end)),
                             LaunchArg::i32(int32_t(needs.spread)),
                             LaunchArg::i64(device.groupTableUnit()),
-                            LaunchArg::i64(tableBytes)};
+                            LaunchArg::i64(base)};
   absl::Status s = launchLocked(program, **kernel, args, LaunchOptions(), **code);
   if (!s.ok())
     return absl::Status(s.code(),
@@ -569,16 +573,18 @@ AcceleratorBackend::State::compact(Program &program, const LaunchPlan &plan,
     c.threads = t;
     c.groups = (t + group - 1) / group;
     c.tableBytes = accel::groupTableElements(c.groups, shape.stacks) * 8;
-    if (absl::Status s = runGroupTable(program, plan, shape, needs, t, c.tableBytes); !s.ok())
+    int64_t base = device.groupTableInHeap() ? c.tableBytes : 0;
+    if (absl::Status s = runGroupTable(program, plan, shape, needs, t, base); !s.ok())
       return s;
     absl::StatusOr<int64_t> used = tableSums->readInteger(0), exact = tableSums->readInteger(1);
     if (!used.ok())
       return used.status();
     if (!exact.ok())
       return exact.status();
-    c.heapBytes = c.tableBytes + *used;
+    c.heapBytes = base + *used;
+    c.bytes = c.tableBytes + *used;
     c.needBytes = *exact;
-    if (c.heapBytes <= largest) {
+    if (c.bytes <= largest) {
       absl::StatusOr<DeviceMirror *> m = table->prepareOnDevice(&device, [&] {
         return absl::StatusOr<std::unique_ptr<DeviceMirror>>(device.mirror(*table));
       });
