@@ -224,8 +224,12 @@ TEST_P(CheckpointTest, GradientIsBitForBitTheFullyTapedOneForEveryInterval) {
       options.checkpointInterval = k;
       EXPECT_EQ(gradientBits(**cp, *backend, shape, options), expected)
           << shape.name << " on " << backend->name() << " with k = " << k;
-      if (backend != &interp)
+      if (backend != &interp) {
+        // The backend reports the interval of its last launch (@k_grad's).
+        ASSERT_TRUE(backend->lastAdStackHeapUsage());
+        EXPECT_EQ(backend->lastAdStackHeapUsage()->checkpointInterval, k) << "k = " << k;
         continue;
+      }
       // The interpreter stops a launch that pushes past a capacity, so the
       // capacities are sound; they are also exact.
       Depths d = expectedDepths(shape.trips, k > 0 ? k : INT32_MAX);

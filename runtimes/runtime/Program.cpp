@@ -287,6 +287,8 @@ absl::Status Program::launchSized(const Kernel &k, std::span<const LaunchArg> ar
       optimistic = &state;
   }
   LaunchOptions sized = options;
+  // The backend reports the interval the loops run with.
+  sized.checkpointInterval = *interval;
   // Measuring reads what the device counted: the host waits for it.
   if (measure || refine)
     sized.async = false;

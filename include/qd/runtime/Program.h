@@ -132,7 +132,9 @@ struct LaunchOptions {
   /// The interval k of a gradient's checkpointed loops: iterations between
   /// stored states (0: Program::launch chooses it from
   /// adStackMemoryBudget; k >= a loop's trip count tapes it fully). A
-  /// kernel without checkpointed loops ignores it.
+  /// kernel without checkpointed loops ignores it. Program::launch hands
+  /// the backend the interval it set (0: none, or fully taped), which the
+  /// backend reports (AdStackHeapUsage::checkpointInterval).
   int64_t checkpointInterval = 0;
   /// Stop the launch once it has run this long (zero: no limit), with a
   /// DeadlineExceeded error naming the loop a thread was in. Loops check
@@ -272,8 +274,9 @@ struct AdStackHeapUsage {
   /// largest buffer) left fewer threads than iterations (the largest over
   /// the kernel's parallel tasks with heap stacks; 0 without heap).
   int64_t waves = 0;
-  /// Checkpointing of long loops: iterations between stored states (0:
-  /// none; no launch checkpoints yet).
+  /// Checkpointing of long loops: iterations between the stored states of
+  /// the launch's checkpointed loops (0: none, or fully taped), as
+  /// Program::lastCheckpointInterval() says.
   int64_t checkpointInterval = 0;
   /// A compacted heap: its groups of abi::kAdStackGroupThreads threads,
   /// each at the largest need among its threads' iterations (0: the
