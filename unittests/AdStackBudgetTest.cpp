@@ -112,6 +112,12 @@ public:
     return out;
   }
 
+  /// Element i iterates m times.
+  void setIterations(int i, int m) {
+    program_->field("m")->set(i, Scalar::ofInt(ScalarType::I32, m));
+  }
+  Program &program() { return *program_; }
+
 private:
   std::unique_ptr<Module> module_;
   std::unique_ptr<Program> program_;
@@ -355,6 +361,84 @@ TEST(AdStackBudgetTest, VulkanCompactedHeap) {
 TEST(AdStackBudgetTest, CudaCompactedHeap) {
   REQUIRE(cuda(), "cuda");
   checkCompacted(*cuda());
+}
+
+/// Optimistic launches (the default after a kernel's first) on a
+/// compacted heap: the try kernel's layout comes from the needs the last
+/// launch measured, each iteration checks its pushes against its group's
+/// capacity. Every launch gives the interleaved layout's gradient of the
+/// same data bit for bit; an iteration whose need outgrew its group reruns,
+/// one whose group holds its new need does not.
+void checkOptimisticCompacted(Backend &backend) {
+  using Path = Program::MeasuredLaunch::Path;
+  SkewedGradient flat, packed;
+  auto step = [&](int64_t reruns, const char *what) -> AdStackHeapUsage {
+    absl::StatusOr<std::vector<double>> want = flat.gradient(backend, counted(false));
+    EXPECT_TRUE(want.ok()) << want.status().message();
+    absl::StatusOr<std::vector<double>> got = packed.gradient(backend, {});
+    EXPECT_TRUE(got.ok()) << got.status().message();
+    AdStackHeapUsage u = *backend.lastAdStackHeapUsage();
+    EXPECT_EQ(packed.program().lastMeasuredLaunch().path, Path::Optimistic) << what;
+    EXPECT_EQ(packed.program().lastMeasuredLaunch().rerunIterations, reruns) << what;
+    if (want.ok() && got.ok()) {
+      EXPECT_EQ(*got, *want) << what;
+    }
+    EXPECT_GT(u.groups, 0) << what;
+    return u;
+  };
+  // The first launch counts, compacted.
+  ASSERT_TRUE(packed.gradient(backend, {}).ok());
+  EXPECT_EQ(packed.program().lastMeasuredLaunch().path, Path::Counted);
+  AdStackHeapUsage first = *backend.lastAdStackHeapUsage();
+  ASSERT_GT(first.groups, 0);
+  // The same needs: the counted layout, then the one the try kernel
+  // measured, both the counted heap's bytes.
+  EXPECT_EQ(step(0, "from the count").bytes, first.bytes);
+  EXPECT_EQ(step(0, "from the last try").bytes, first.bytes);
+  // Element 200 (group 6, whose elements all iterate 3 times) now needs
+  // more than its group holds: it alone reruns. Element 10 (group 0, with
+  // element 5's 60 iterations) grows too, within its group's capacity.
+  for (SkewedGradient *g : {&flat, &packed}) {
+    g->setIterations(200, 10);
+    g->setIterations(10, 30);
+  }
+  // (The heap reported is the rerun's, laid out from the needs just
+  // measured.)
+  int64_t rerun = step(1, "grown").bytes;
+  // The next launch's layout holds it: nothing reruns, group 6 is larger.
+  int64_t grown = step(0, "after growing").bytes;
+  EXPECT_EQ(grown, rerun);
+  EXPECT_GT(grown, first.bytes);
+  // Back to the first needs: one launch at the larger layout, then the
+  // first bytes again.
+  for (SkewedGradient *g : {&flat, &packed}) {
+    g->setIterations(200, skewedNeed(200));
+    g->setIterations(10, skewedNeed(10));
+  }
+  EXPECT_EQ(step(0, "shrunk").bytes, grown);
+  EXPECT_EQ(step(0, "after shrinking").bytes, first.bytes);
+  // Under a budget of a third of that heap: fewer threads, more waves.
+  absl::StatusOr<std::vector<double>> want = flat.gradient(backend, counted(false));
+  LaunchOptions tight;
+  tight.adStackMemoryBudget = first.bytes / 3;
+  absl::StatusOr<std::vector<double>> got = packed.gradient(backend, tight);
+  ASSERT_TRUE(want.ok() && got.ok());
+  EXPECT_EQ(*got, *want);
+  AdStackHeapUsage part = *backend.lastAdStackHeapUsage();
+  EXPECT_EQ(packed.program().lastMeasuredLaunch().rerunIterations, 0);
+  EXPECT_LE(part.bytes, tight.adStackMemoryBudget);
+  EXPECT_LT(part.threads, first.threads);
+  EXPECT_GT(part.groups, 0);
+}
+
+TEST(AdStackBudgetTest, VulkanOptimisticLaunchesAreCompacted) {
+  REQUIRE(vulkan(), "vulkan");
+  checkOptimisticCompacted(*vulkan());
+}
+
+TEST(AdStackBudgetTest, CudaOptimisticLaunchesAreCompacted) {
+  REQUIRE(cuda(), "cuda");
+  checkOptimisticCompacted(*cuda());
 }
 
 /// Iteration i pushes need(i) f32 values (4 bytes an entry) in a while

@@ -1,7 +1,7 @@
 //===- AcceleratorBackend.cpp - One launch for every device ---------------===//
 #include "qd/runtime/AcceleratorBackend.h"
 
-#include "AdStackGroupTable.h"
+#include "AcceleratorState.h"
 
 #include "qd/codegen/KernelSizingCache.h"
 #include "qd/runtime/LaunchPlan.h"
@@ -67,109 +67,6 @@ absl::Status deferredError(const absl::Status &s, size_t laterFailures) {
 }
 
 } // namespace
-
-struct AcceleratorBackend::State {
-  explicit State(accel::AcceleratorDevice &d) : device(d), limits(d.limits()) {}
-
-  struct Variant {
-    std::unique_ptr<DeviceKernel> code;
-    /// Heap code: the local array sizes its local-tape variants were
-    /// compiled for (at most kMaxLocalVariants; guarded by launchMutex).
-    std::vector<std::vector<int64_t>> localVariants;
-  };
-  static constexpr size_t kMaxLocalVariants = 4;
-
-  accel::AcceleratorDevice &device;
-  /// The device's limits, fixed when it was created (read once, not per
-  /// launch).
-  const accel::DeviceLimits limits;
-  KernelSizingCache sizings;
-  std::mutex compileMutex;
-  /// Keyed by (kernel, bounds checks, stop checks, local array entries per
-  /// stack id: empty for the code that keeps every stack in the heap).
-  std::map<std::tuple<uint64_t, bool, bool, std::vector<int64_t>>, Variant> cache;
-  mutable std::mutex launchMutex;
-  size_t heapBytes = 0;
-  bool heapAllocated = false;
-  int64_t lastThreads = 0;
-  AdStackHeapUsage lastUsage;
-  std::vector<AdStackPlacement> lastPlacement;
-  bool timing = false;
-  double lastKernelMs = -1;
-  /// Asynchronous launches not collected yet, oldest first (guarded by
-  /// launchMutex): the device's ticket and the plan that decodes the
-  /// report.
-  struct Pending {
-    uint64_t ticket;
-    LaunchPlan plan;
-  };
-  std::deque<Pending> pending;
-  /// The compacted heap's table kernel's buffers (kept between launches).
-  std::optional<Buffer> tableDesc, table, tableSums;
-
-  absl::StatusOr<Variant *> variant(const Kernel &kernel, bool boundsChecked, bool stopChecks,
-                                    const std::vector<int64_t> &local,
-                                    const KernelLayout *heapLayout);
-  absl::StatusOr<Variant *> localTapeVariant(Variant &heapCode, absl::StatusOr<LaunchPlan> &plan,
-                                             Program &program, const Kernel &kernel,
-                                             std::span<const LaunchArg> args,
-                                             const LaunchOptions &options);
-  /// The adstack memory budget of a launch and where it comes from.
-  struct Budget {
-    int64_t bytes = INT64_MAX;
-    std::string source;
-  };
-  Budget budget(const LaunchPlan &plan) const;
-  absl::StatusOr<int64_t> grid(const DeviceKernel &code, const LaunchPlan &plan,
-                               const Budget &budget) const;
-  std::vector<uint32_t> groups(const DeviceKernel &code, const LaunchPlan &plan,
-                               int64_t threads) const;
-  /// Grows the heap to at least `bytes` (doubling, but never past the
-  /// device's largest buffer or `budget`).
-  absl::Status growHeap(const Kernel &kernel, int64_t bytes, int64_t budget);
-  absl::StatusOr<std::vector<DeviceMirror *>> mirrorSlots(const Kernel &kernel,
-                                                          const LaunchPlan &plan);
-  absl::Status launch(Program &program, const Kernel &kernel, std::span<const LaunchArg> args,
-                      const LaunchOptions &options);
-  /// Runs `frame` (the stop word and the watchdog of `options`), brings the
-  /// bound buffers' states up to date and decodes the outcome, or keeps
-  /// the plan of an asynchronous frame for later.
-  absl::Status run(DeviceKernel &code, accel::LaunchFrame &frame, const LaunchPlan &plan,
-                   const LaunchOptions &options);
-  /// Collects asynchronous launches, oldest first, until at most `keep`
-  /// are in flight; the first error one reported (deferredError).
-  absl::Status drain(size_t keep);
-  /// Whether a launch with `options` returns before its kernels ran: only
-  /// on a device with streams, never with a stop word or kernel timing.
-  bool runsAsync(const LaunchOptions &options) const {
-    return options.async && device.streams() && !options.stoppable() && !timing;
-  }
-  /// launch() with launchMutex held and the heap code compiled.
-  absl::Status launchLocked(Program &program, const Kernel &kernel, std::span<const LaunchArg> args,
-                            const LaunchOptions &options, Variant &heapCode);
-  /// A compacted heap for a launch over at most `threads` threads: the
-  /// heap to allocate (heapBytes: the regions, after the table where the
-  /// device reads it from the heap) and what it takes in all (bytes: the
-  /// table and the regions).
-  struct Compacted {
-    int64_t threads = 0, groups = 0, tableBytes = 0, heapBytes = 0, bytes = 0, needBytes = 0;
-    DeviceMirror *table = nullptr;
-  };
-  /// The compacted heap of a launch whose stacks `shape` describes, on the
-  /// most threads up to `threads` (halved while it does not fit `budget`),
-  /// or nullopt where even one group's does not (the interleaved layout
-  /// then decides).
-  absl::StatusOr<std::optional<Compacted>> compact(Program &program, const LaunchPlan &plan,
-                                                   const accel::GroupTableShape &shape,
-                                                   const MeasuredAdStackNeeds &needs,
-                                                   int64_t threads, int64_t budget);
-  /// Runs the table kernel for `threads` threads, the regions starting
-  /// `base` bytes into the heap: the groups' bytes and the bytes of each
-  /// thread's own need (sums[0], sums[1]).
-  absl::Status runGroupTable(Program &program, const LaunchPlan &plan,
-                             const accel::GroupTableShape &shape, const MeasuredAdStackNeeds &needs,
-                             int64_t threads, int64_t base);
-};
 
 absl::StatusOr<AcceleratorBackend::State::Variant *>
 AcceleratorBackend::State::variant(const Kernel &kernel, bool boundsChecked, bool stopChecks,
@@ -390,15 +287,16 @@ absl::Status AcceleratorBackend::State::launchLocked(Program &program, const Ker
   // A compacted heap starts from the grid without a budget: its smaller
   // heap may let more threads run at once.
   std::optional<accel::GroupTableShape> shape;
+  const AdStackIterationCapacities *capacities = options.iterationCapacities.get();
   if (options.measuredNeeds && device.groupTableUnit() != 0)
-    shape = accel::groupTableShape(*plan, *options.measuredNeeds);
+    shape = accel::groupTableShape(*plan, *options.measuredNeeds, capacities);
   absl::StatusOr<int64_t> threads = grid(code, *plan, shape ? Budget() : heapBudget);
   if (!threads.ok())
     return threads.status();
   std::optional<Compacted> compacted;
   if (shape) {
     absl::StatusOr<std::optional<Compacted>> c =
-        compact(program, *plan, *shape, *options.measuredNeeds, *threads, heapBudget.bytes);
+        compact(program, *plan, *shape, options, *threads, heapBudget.bytes);
     if (!c.ok())
       return c.status();
     compacted = *c;
@@ -408,6 +306,10 @@ absl::Status AcceleratorBackend::State::launchLocked(Program &program, const Ker
       return threads.status();
   }
   frame.threads = compacted ? compacted->threads : *threads;
+  // Without a compacted heap, every iteration has the launch's capacities.
+  if (capacities && !compacted)
+    if (absl::Status s = fillCapacities(program, *plan, *capacities); !s.ok())
+      return s;
   if (compacted) {
     frame.groupTable = compacted->table;
     frame.groupTableBytes = compacted->tableBytes;
@@ -505,97 +407,6 @@ absl::Status AcceleratorBackend::State::drain(size_t keep) {
       ++laterFailures;
   }
   return first.ok() ? first : deferredError(first, laterFailures);
-}
-
-absl::Status AcceleratorBackend::State::runGroupTable(Program &program, const LaunchPlan &plan,
-                                                      const accel::GroupTableShape &shape,
-                                                      const MeasuredAdStackNeeds &needs,
-                                                      int64_t threads, int64_t base) {
-  absl::StatusOr<const Kernel *> kernel = accel::groupTableKernel();
-  if (!kernel.ok())
-    return kernel.status();
-  absl::StatusOr<Variant *> code = variant(**kernel, false, false, {}, nullptr);
-  if (!code.ok())
-    return code.status();
-  const int64_t groups = (threads + abi::kAdStackGroupThreads - 1) / abi::kAdStackGroupThreads;
-  const int64_t elements = accel::groupTableElements(groups, shape.stacks);
-  auto sized = [](std::optional<Buffer> &b, int64_t n, bool exact) -> absl::Status {
-    if (b && (exact ? b->numElements() == n : b->numElements() >= n))
-      return absl::OkStatus();
-    absl::StatusOr<Buffer> made = Buffer::create(ScalarType::I64, {n});
-    if (!made.ok())
-      return made.status();
-    b = *std::move(made);
-    return absl::OkStatus();
-  };
-  for (absl::Status s : {sized(tableDesc, int64_t(shape.desc.size()), true),
-                         sized(table, elements, false), sized(tableSums, 2, true)})
-    if (!s.ok())
-      return s;
-  for (size_t i = 0; i < shape.desc.size(); ++i)
-    if (tableDesc->get(int64_t(i)).i != shape.desc[i])
-      tableDesc->set(int64_t(i), Scalar::ofInt(ScalarType::I64, shape.desc[i]));
-  NdarrayArg need{needs.need.get()}, desc{&*tableDesc}, out{&*table}, sums{&*tableSums};
-  const LaunchArg args[] = {LaunchArg::ndarray(&need),
-                            LaunchArg::ndarray(&desc),
-                            LaunchArg::ndarray(&out),
-                            LaunchArg::ndarray(&sums),
-                            LaunchArg::i32(int32_t(groups)),
-                            LaunchArg::i32(int32_t(shape.stacks)),
-                            LaunchArg::i32(int32_t(threads)),
-                            LaunchArg::i32(int32_t(shape.begin)),
-                            LaunchArg::i32(int32_t(shape.end)),
-                            LaunchArg::i32(int32_t(needs.spread)),
-                            LaunchArg::i64(device.groupTableUnit()),
-                            LaunchArg::i64(base)};
-  absl::Status s = launchLocked(program, **kernel, args, LaunchOptions(), **code);
-  if (!s.ok())
-    return absl::Status(s.code(),
-                        fmt::format("kernel @{}: laying out its compacted adstack heap: {}",
-                                    plan.kernel().name(), std::string(s.message())));
-  return s;
-}
-
-absl::StatusOr<std::optional<AcceleratorBackend::State::Compacted>>
-AcceleratorBackend::State::compact(Program &program, const LaunchPlan &plan,
-                                   const accel::GroupTableShape &shape,
-                                   const MeasuredAdStackNeeds &needs, int64_t threads,
-                                   int64_t budget) {
-  const int64_t group = abi::kAdStackGroupThreads;
-  int64_t largest = limits.maxHeapBytes == 0 || limits.maxHeapBytes > uint64_t(INT64_MAX)
-                        ? INT64_MAX
-                        : int64_t(limits.maxHeapBytes);
-  largest = std::min(largest, budget);
-  // Fewer threads hold fewer iterations at once: halve the grid (whole
-  // groups) until the heap fits.
-  for (int64_t t = threads;; t = std::max(group, t / 2 / group * group)) {
-    Compacted c;
-    c.threads = t;
-    c.groups = (t + group - 1) / group;
-    c.tableBytes = accel::groupTableElements(c.groups, shape.stacks) * 8;
-    int64_t base = device.groupTableInHeap() ? c.tableBytes : 0;
-    if (absl::Status s = runGroupTable(program, plan, shape, needs, t, base); !s.ok())
-      return s;
-    absl::StatusOr<int64_t> used = tableSums->readInteger(0), exact = tableSums->readInteger(1);
-    if (!used.ok())
-      return used.status();
-    if (!exact.ok())
-      return exact.status();
-    c.heapBytes = base + *used;
-    c.bytes = c.tableBytes + *used;
-    c.needBytes = *exact;
-    if (c.bytes <= largest) {
-      absl::StatusOr<DeviceMirror *> m = table->prepareOnDevice(&device, [&] {
-        return absl::StatusOr<std::unique_ptr<DeviceMirror>>(device.mirror(*table));
-      });
-      if (!m.ok())
-        return m.status();
-      c.table = *m;
-      return std::optional<Compacted>(c);
-    }
-    if (t <= group)
-      return std::optional<Compacted>();
-  }
 }
 
 AcceleratorBackend::AcceleratorBackend(std::unique_ptr<accel::AcceleratorDevice> device)

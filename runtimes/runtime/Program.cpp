@@ -322,6 +322,8 @@ absl::Status Program::launchSized(const Kernel &k, std::span<const LaunchArg> ar
       if (s.measuredAtLaunch())
         (*capacities)[s.stack] = std::max<int64_t>((*need)[s.countSlot], 1);
     if (optimistic) {
+      optimistic->counted = perIteration;
+      optimistic->rowsMeasured = false;
       optimistic->capacity.assign(sz.numCounted(), 1);
       for (int i = 0; i < sz.numCounted(); ++i)
         optimistic->capacity[i] = std::max<int64_t>((*need)[i], 1);

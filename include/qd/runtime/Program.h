@@ -24,6 +24,7 @@ namespace runtime_detail {
 class LaunchInputs;
 } // namespace runtime_detail
 struct MeasuredAdStackNeeds;
+struct AdStackIterationCapacities;
 
 /// An ndarray passed to a launch: the primal buffer and optional grad/dual
 /// companions (required when the kernel argument declares them).
@@ -113,8 +114,15 @@ struct LaunchOptions {
   /// every thread at the largest need.
   bool compactAdStacks = true;
   /// Set by Program::launch for a compacted heap: the needs the counting
-  /// kernel measured for each iteration (MeasuredAdStackNeeds).
+  /// kernel (or an earlier optimistic launch) measured for each iteration
+  /// (MeasuredAdStackNeeds).
   std::shared_ptr<const MeasuredAdStackNeeds> measuredNeeds;
+  /// Set by Program::launch for an optimistic launch on a backend that
+  /// compacts: the backend writes there the capacity each iteration's
+  /// measured stacks have in the launch's layout (its group's on a
+  /// compacted heap, the launch's otherwise), which the try kernel checks
+  /// its pushes against (AdStackIterationCapacities).
+  std::shared_ptr<const AdStackIterationCapacities> iterationCapacities;
   /// The most bytes of adstack heap this launch may lay out (0: the
   /// backend's default, a fraction of the memory the device can spare:
   /// kDefaultAdStackBudgetFraction of free device memory on a GPU, of the
@@ -236,9 +244,23 @@ struct BackendCapabilities {
 struct MeasuredAdStackNeeds {
   /// i64 elements: the need of iteration `i` of the stack with slot `k` is
   /// element k * spread + (i & (spread - 1)) (KernelSizing::kCountSpread
-  /// layout, with `spread` a power of two of at least the iterations).
+  /// layout, with `spread` a power of two of at least the iterations), or
+  /// with `rows`, element [k, i - begin] of a 2-D `need` of `spread`
+  /// columns (an optimistic launch's rows, OptimisticLaunch::tryKernel).
   std::shared_ptr<Buffer> need;
   int64_t spread = 0;
+  bool rows = false;
+  /// The measured stacks and their slots.
+  std::unordered_map<const AdStackAllocaStmt *, int> slots;
+};
+
+/// Where a launch writes each iteration's capacities (LaunchOptions::
+/// iterationCapacities): i64 rows of a 2-D buffer, one column per
+/// iteration of the measured task (counted from its begin); the capacity
+/// of the stack with slot k goes to row firstRow + k.
+struct AdStackIterationCapacities {
+  std::shared_ptr<Buffer> rows;
+  int64_t firstRow = 0;
   /// The measured stacks and their slots.
   std::unordered_map<const AdStackAllocaStmt *, int> slots;
 };
@@ -398,6 +420,16 @@ private:
     bool dirty = false;
     /// The try kernel's `need`, zeroed before each launch.
     std::optional<Buffer> need;
+    /// On a backend that compacts: the try kernel's `rows`, [2 x the
+    /// measured stacks, the iterations] (OptimisticLaunch::tryKernel), and
+    /// whether its first half holds the needs the last launch measured.
+    std::shared_ptr<Buffer> rows;
+    bool rowsMeasured = false;
+    /// The per-iteration needs the kernel's first (counted) launch
+    /// measured, for the second's layout.
+    std::shared_ptr<const MeasuredAdStackNeeds> counted;
+    /// `rows` of a launch that leaves them alone (1 x 1).
+    std::optional<Buffer> noRows;
   };
 
   /// What the counting launches of one kernel keep between launches.
