@@ -4,6 +4,7 @@
 #include "LaunchInputs.h"
 
 #include "qd/ir/Casting.h"
+#include "qd/ir/Checkpointing.h"
 #include "qd/ir/Visitor.h"
 
 #include <fmt/format.h>
@@ -245,6 +246,14 @@ absl::Status Program::launchSized(const Kernel &k, std::span<const LaunchArg> ar
   absl::StatusOr<const KernelSizing *> sizing = backend.adStackSizing(k);
   if (!sizing.ok())
     return sizing.status();
+  // The interval of checkpointed loops is a module field that the sizing
+  // and the kernel read: concurrent launches of one gradient take turns,
+  // from setting it to the end of the launch (an asynchronous launch's
+  // device copy is not written before it ran: uploads wait for the
+  // launches in flight).
+  std::unique_lock<std::mutex> turn;
+  if (module_.findField(checkpointIntervalField(k.name())))
+    turn = std::unique_lock<std::mutex>(intervalTurn(k));
   absl::StatusOr<int64_t> interval = setCheckpointInterval(k, **sizing, args, options);
   if (!interval.ok())
     return interval.status();
@@ -424,6 +433,10 @@ State &stateOf(std::mutex &mutex, std::map<const Kernel *, std::unique_ptr<State
 
 Program::CountState &Program::countState(const Kernel &k) {
   return stateOf(mutex_, counting_, k);
+}
+
+std::mutex &Program::intervalTurn(const Kernel &k) {
+  return stateOf(mutex_, intervalTurns_, k);
 }
 
 Program::OptimisticState &Program::optimisticState(const Kernel &k) {

@@ -444,6 +444,7 @@ private:
     std::vector<int64_t> bounds;
   };
   CountState &countState(const Kernel &k);
+  std::mutex &intervalTurn(const Kernel &k);
   /// `slot` as a zeroed buffer of `n` elements of `type`: kept where it has
   /// that size (on a GPU a new buffer is a device allocation per launch;
   /// zeroing it is one small upload), else made anew.
@@ -505,6 +506,9 @@ private:
   int64_t lastCheckpointInterval_ = 0;
   std::map<const Kernel *, std::unique_ptr<OptimisticState>> optimistic_;
   std::map<const Kernel *, std::unique_ptr<CountState>> counting_;
+  /// Per kernel with checkpointed loops: held from setting the interval's
+  /// field to the end of the launch (launches of one gradient take turns).
+  std::map<const Kernel *, std::unique_ptr<std::mutex>> intervalTurns_;
   std::map<std::pair<const Field *, Component>, Buffer> fields_;
 };
 
