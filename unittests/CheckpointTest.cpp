@@ -25,6 +25,7 @@
 #include <atomic>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -341,6 +342,58 @@ TEST(CheckpointBudgetTest, LaunchChoosesAnIntervalThatFitsTheBudget) {
   EXPECT_EQ(gradientBits(**p, interp, shape, options), full);
   EXPECT_GE((*p)->lastCheckpointInterval(), 2);
   EXPECT_LE((*p)->lastCheckpointInterval(), 16);
+}
+
+/// With the default budget (LaunchOptions::adStackMemoryBudget = 0), a
+/// launch whose one iteration's full tape does not fit what the host can
+/// spare checkpoints instead of failing: on a CPU backend told the host has
+/// 3200 bytes (CpuBackendOptions::availableMemoryBytes: a default budget of
+/// 1600 bytes, over the worker's lanes for one iteration), the fully taped
+/// gradient fails (a worker's lanes tape 512 bytes each), the checkpointed
+/// one runs with an interval chosen from the default budget, within it,
+/// and gives the fully taped gradient.
+TEST(CheckpointBudgetTest, TheDefaultBudgetCheckpointsWhatDoesNotFit) {
+  Shape shape = shapes()[0];
+  shape.trips = {64, 64, 64, 64};
+  ReverseADOptions o;
+  auto full = gradientModule(shape.text, o);
+  o.checkpointLoops = true;
+  auto checkpointed = gradientModule(shape.text, o);
+  CpuBackendOptions roomy;
+  roomy.threads = 1;
+  roomy.vectorWidth = 8;
+  CpuBackendOptions tight = roomy;
+  tight.availableMemoryBytes = 3200;
+  auto big = CpuBackend::create(roomy);
+  auto small = CpuBackend::create(tight);
+  ASSERT_TRUE(big.ok() && small.ok());
+  auto reference = Program::create(*full);
+  ASSERT_TRUE(reference.ok());
+  std::vector<uint64_t> expected = gradientBits(**reference, **big, shape, {});
+  // 64 iterations tape an f32 and an i32 each: 512 bytes per lane, over
+  // the budget for the worker's lanes.
+  auto taped = Program::create(*full);
+  ASSERT_TRUE(taped.ok());
+  (*taped)->field("n")->set(0, Scalar::ofInt(ScalarType::I32, 64));
+  ASSERT_TRUE((*taped)->launch("k", {}, **small, {}).ok());
+  absl::Status s = (*taped)->launch("k_grad", {}, **small, {});
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s.message();
+  EXPECT_NE(s.message().find("one iteration's adstacks need"), std::string::npos) << s.message();
+
+  auto cp = Program::create(*checkpointed);
+  ASSERT_TRUE(cp.ok());
+  EXPECT_EQ(gradientBits(**cp, **small, shape, {}), expected);
+  int64_t k = (*cp)->lastCheckpointInterval();
+  EXPECT_GT(k, 1);
+  EXPECT_LT(k, 64);
+  std::optional<AdStackHeapUsage> u = (*small)->lastAdStackHeapUsage();
+  ASSERT_TRUE(u);
+  EXPECT_EQ(u->checkpointInterval, k);
+  EXPECT_EQ(u->budgetBytes, 1600);
+  EXPECT_LE(u->bytes, 1600);
+  // With the host's memory the loops stay fully taped.
+  EXPECT_EQ(gradientBits(**cp, **big, shape, {}), expected);
+  EXPECT_EQ((*cp)->lastCheckpointInterval(), 0);
 }
 
 /// Launches of one gradient from several threads, each with its own

@@ -126,6 +126,11 @@ AcceleratorBackend::State::Budget AcceleratorBackend::State::budget(const Launch
     b.source = "LaunchOptions::adStackMemoryBudget";
     return b;
   }
+  return defaultBudget();
+}
+
+AcceleratorBackend::State::Budget AcceleratorBackend::State::defaultBudget() const {
+  Budget b;
   // The heap this backend holds is memory the launch may use again.
   uint64_t spare = device.freeMemoryBytes();
   if (spare == 0) {
@@ -448,6 +453,17 @@ absl::StatusOr<DeviceKernel *> AcceleratorBackend::heapCode(const Kernel &kernel
   if (!v.ok())
     return v.status();
   return (*v)->code.get();
+}
+
+int64_t AcceleratorBackend::adStackIterationBudget(const Kernel &, int64_t budget) {
+  if (budget <= 0) {
+    std::lock_guard<std::mutex> lock(state_->launchMutex);
+    budget = state_->defaultBudget().bytes;
+  }
+  // A thread holds one iteration; one heap holds no more than the device's
+  // largest buffer.
+  uint64_t most = state_->limits.maxHeapBytes;
+  return most == 0 || most >= uint64_t(budget) ? budget : int64_t(most);
 }
 
 bool AcceleratorBackend::compactsAdStacks() const {

@@ -75,6 +75,9 @@ struct AcceleratorBackend::State {
     std::string source;
   };
   Budget budget(const LaunchPlan &plan) const;
+  /// The default budget (LaunchOptions::adStackMemoryBudget = 0): a
+  /// fraction of the device's free memory and the heap held.
+  Budget defaultBudget() const;
   absl::StatusOr<int64_t> grid(const accel::DeviceKernel &code, const LaunchPlan &plan,
                                const Budget &budget) const;
   std::vector<uint32_t> groups(const accel::DeviceKernel &code, const LaunchPlan &plan,

@@ -254,7 +254,7 @@ absl::Status Program::launchSized(const Kernel &k, std::span<const LaunchArg> ar
   std::unique_lock<std::mutex> turn;
   if (module_.findField(checkpointIntervalField(k.name())))
     turn = std::unique_lock<std::mutex>(intervalTurn(k));
-  absl::StatusOr<int64_t> interval = setCheckpointInterval(k, **sizing, args, options);
+  absl::StatusOr<int64_t> interval = setCheckpointInterval(k, **sizing, args, options, backend);
   if (!interval.ok())
     return interval.status();
   if (record) {

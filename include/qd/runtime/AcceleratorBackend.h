@@ -211,6 +211,9 @@ public:
   /// Where the device's code reads a compacted heap's table
   /// (AcceleratorDevice::groupTableUnit).
   bool compactsAdStacks() const override;
+  /// The budget (or the device's default), at most the device's largest
+  /// heap: a thread holds one iteration.
+  int64_t adStackIterationBudget(const Kernel &kernel, int64_t budget) override;
 
   /// The threads the last launch ran its parallel entries on (0 before the
   /// first): the code's resident grid; fewer where its tasks have fewer

@@ -132,10 +132,10 @@ struct LaunchOptions {
   /// another), and fails with ResourceExhausted naming the kernel and the
   /// stack only when one iteration alone needs more (docs/runtime.md,
   /// "Adstack memory budget"). Checkpointed loops (reverse-ad{checkpoint})
-  /// compare an explicit budget with the bytes of one iteration's stacks
-  /// when Program::launch chooses their interval (docs/autodiff.md,
-  /// "Checkpointing long loops"); under the default (0) they are fully
-  /// taped.
+  /// compare the budget (or the default) with the bytes of one
+  /// iteration's stacks when Program::launch chooses their interval
+  /// (Backend::adStackIterationBudget; docs/autodiff.md, "Checkpointing
+  /// long loops"): a launch whose one iteration does not fit checkpoints.
   int64_t adStackMemoryBudget = 0;
   /// The interval k of a gradient's checkpointed loops: iterations between
   /// stored states (0: Program::launch chooses it from
@@ -318,6 +318,16 @@ public:
   /// LaunchOptions::optimisticAdStacks does not say (docs/sizing.md: where
   /// it was measured to be faster than counting).
   virtual bool optimisticAdStacks() const { return false; }
+  /// The most bytes one iteration's adstacks may take in a launch of
+  /// `kernel` under `budget` (LaunchOptions::adStackMemoryBudget; 0: the
+  /// backend's default, a fraction of what the device can spare now): the
+  /// budget over the iterations a thread holds at once (the CPU's lanes),
+  /// and no more than the device's largest heap; INT64_MAX where nothing
+  /// limits it (the interpreter's default). Program::launch chooses the
+  /// interval of checkpointed loops against it.
+  virtual int64_t adStackIterationBudget(const Kernel &kernel, int64_t budget) {
+    return budget > 0 ? budget : INT64_MAX;
+  }
   /// Whether launches may lay out a compacted adstack heap from per-
   /// iteration needs (LaunchOptions::compactAdStacks, ::measuredNeeds).
   virtual bool compactsAdStacks() const { return false; }
@@ -488,11 +498,12 @@ private:
   void recordLaunch(const LaunchOptions &sized, MeasuredLaunch measured);
   /// Sets the field of `k`'s checkpoint interval (qd/ir/Checkpointing.h), if
   /// it has one, for this launch: `options.checkpointInterval`, or chosen
-  /// from the budget (Checkpointing.cpp). Returns the interval (0: fully
-  /// taped).
+  /// from what `backend` gives one iteration under the budget or its
+  /// default (Backend::adStackIterationBudget; Checkpointing.cpp). Returns
+  /// the interval (0: fully taped).
   absl::StatusOr<int64_t> setCheckpointInterval(const Kernel &k, const KernelSizing &sizing,
                                                 std::span<const LaunchArg> args,
-                                                const LaunchOptions &options);
+                                                const LaunchOptions &options, Backend &backend);
   /// adStackCapacities against `inputs`.
   absl::StatusOr<std::unordered_map<const AdStackAllocaStmt *, int64_t>>
   evaluateCapacities(const Kernel &kernel, const KernelSizing &sizing,
