@@ -12,6 +12,8 @@
 
 #include "qd/runtime/LaunchPlan.h"
 
+#include <functional>
+
 namespace qd {
 namespace {
 
@@ -109,6 +111,12 @@ public:
       out.push_back(b.get(i).f);
     return out;
   }
+
+  /// Element i iterates m times.
+  void setIterations(int i, int m) {
+    program_->field("m")->set(i, Scalar::ofInt(ScalarType::I32, m));
+  }
+  Program &program() { return *program_; }
 
 private:
   std::unique_ptr<Module> module_;
@@ -350,64 +358,237 @@ TEST(AdStackBudgetTest, VulkanCompactedHeap) {
   checkCompacted(*vulkan());
 }
 
-/// Exact bytes: iteration i pushes i f32 values (4 bytes an entry) in a
-/// while loop (measured). 12 iterations on 64 invocations: group 0 holds
-/// them all at capacity 11 (32 x 11 x 4 = 1408 bytes), group 1 none (0
-/// bytes); the table is (2 groups x 1 stack x 2 + 2 x 2) x 8 = 64 bytes.
-/// Each invocation's own need, rounded to 8 bytes, sums to 296.
-void checkExactBytes(Backend &backend, int64_t threads) {
-  std::unique_ptr<Module> m = parseVerified(R"(
-field @m : i32[12]
-field @y : f32[12]
-kernel @k() {
-  parallel for %i = 0 to 12 {
+TEST(AdStackBudgetTest, CudaCompactedHeap) {
+  REQUIRE(cuda(), "cuda");
+  checkCompacted(*cuda());
+}
+
+/// Optimistic launches (the default after a kernel's first) on a
+/// compacted heap: the try kernel's layout comes from the needs the last
+/// launch measured, each iteration checks its pushes against its group's
+/// capacity. Every launch gives the interleaved layout's gradient of the
+/// same data bit for bit; an iteration whose need outgrew its group reruns,
+/// one whose group holds its new need does not.
+void checkOptimisticCompacted(Backend &backend) {
+  using Path = Program::MeasuredLaunch::Path;
+  SkewedGradient flat, packed;
+  auto step = [&](int64_t reruns, const char *what) -> AdStackHeapUsage {
+    absl::StatusOr<std::vector<double>> want = flat.gradient(backend, counted(false));
+    EXPECT_TRUE(want.ok()) << want.status().message();
+    absl::StatusOr<std::vector<double>> got = packed.gradient(backend, {});
+    EXPECT_TRUE(got.ok()) << got.status().message();
+    AdStackHeapUsage u = *backend.lastAdStackHeapUsage();
+    EXPECT_EQ(packed.program().lastMeasuredLaunch().path, Path::Optimistic) << what;
+    EXPECT_EQ(packed.program().lastMeasuredLaunch().rerunIterations, reruns) << what;
+    if (want.ok() && got.ok()) {
+      EXPECT_EQ(*got, *want) << what;
+    }
+    EXPECT_GT(u.groups, 0) << what;
+    return u;
+  };
+  // The first launch counts, compacted.
+  ASSERT_TRUE(packed.gradient(backend, {}).ok());
+  EXPECT_EQ(packed.program().lastMeasuredLaunch().path, Path::Counted);
+  AdStackHeapUsage first = *backend.lastAdStackHeapUsage();
+  ASSERT_GT(first.groups, 0);
+  // The same needs: the counted layout, then the one the try kernel
+  // measured, both the counted heap's bytes.
+  EXPECT_EQ(step(0, "from the count").bytes, first.bytes);
+  EXPECT_EQ(step(0, "from the last try").bytes, first.bytes);
+  // Element 200 (group 6, whose elements all iterate 3 times) now needs
+  // more than its group holds: it alone reruns. Element 10 (group 0, with
+  // element 5's 60 iterations) grows too, within its group's capacity.
+  for (SkewedGradient *g : {&flat, &packed}) {
+    g->setIterations(200, 10);
+    g->setIterations(10, 30);
+  }
+  // (The heap reported is the rerun's, laid out from the needs just
+  // measured.)
+  int64_t rerun = step(1, "grown").bytes;
+  // The next launch's layout holds it: nothing reruns, group 6 is larger.
+  int64_t grown = step(0, "after growing").bytes;
+  EXPECT_EQ(grown, rerun);
+  EXPECT_GT(grown, first.bytes);
+  // Back to the first needs: one launch at the larger layout, then the
+  // first bytes again.
+  for (SkewedGradient *g : {&flat, &packed}) {
+    g->setIterations(200, skewedNeed(200));
+    g->setIterations(10, skewedNeed(10));
+  }
+  EXPECT_EQ(step(0, "shrunk").bytes, grown);
+  EXPECT_EQ(step(0, "after shrinking").bytes, first.bytes);
+  // Under a budget of a third of that heap: fewer threads, more waves.
+  absl::StatusOr<std::vector<double>> want = flat.gradient(backend, counted(false));
+  LaunchOptions tight;
+  tight.adStackMemoryBudget = first.bytes / 3;
+  absl::StatusOr<std::vector<double>> got = packed.gradient(backend, tight);
+  ASSERT_TRUE(want.ok() && got.ok());
+  EXPECT_EQ(*got, *want);
+  AdStackHeapUsage part = *backend.lastAdStackHeapUsage();
+  EXPECT_EQ(packed.program().lastMeasuredLaunch().rerunIterations, 0);
+  EXPECT_LE(part.bytes, tight.adStackMemoryBudget);
+  EXPECT_LT(part.threads, first.threads);
+  EXPECT_GT(part.groups, 0);
+}
+
+TEST(AdStackBudgetTest, VulkanOptimisticLaunchesAreCompacted) {
+  REQUIRE(vulkan(), "vulkan");
+  checkOptimisticCompacted(*vulkan());
+}
+
+TEST(AdStackBudgetTest, CudaOptimisticLaunchesAreCompacted) {
+  REQUIRE(cuda(), "cuda");
+  checkOptimisticCompacted(*cuda());
+}
+
+/// Iteration i pushes need(i) f32 values (4 bytes an entry) in a while
+/// loop (a measured stack), then pops and sums them: y[i] = need(i) *
+/// (need(i) - 1) / 2.
+class PushCounts {
+public:
+  PushCounts(int n, const std::function<int(int)> &need) : n_(n) {
+    module_ = parseVerified(fmt::format(R"(
+field @m : i32[{0}]
+field @y : f32[{0}]
+kernel @k() {{
+  parallel for %i = 0 to {0} {{
     %s = adstack.alloca f32, capacity 0
     %c = alloca i32
     %acc = alloca f32
     %n = load @m[%i] : i32
-    while {
+    while {{
       %k = load %c : i32
       %done = cmp ge %k, %n : i32
-      if %done {
+      if %done {{
         break
-      }
+      }}
       %f = cast %k : i32 to f32
       adstack.push %s, %f
       %one = const 1 : i32
       %k1 = add %k, %one : i32
       store %c, %k1
-    }
-    for %q = 0 to %n {
+    }}
+    for %q = 0 to %n {{
       %t = adstack.load_top %s : f32
       %a = load %acc : f32
       %b = add %a, %t : f32
       store %acc, %b
       adstack.pop %s
-    }
+    }}
     %r = load %acc : f32
     store @y[%i], %r
+  }}
+}}
+)",
+                                        n));
+    program_ = *Program::create(*module_);
+    for (int i = 0; i < n; ++i) {
+      needs_.push_back(need(i));
+      program_->field("m")->set(i, Scalar::ofInt(ScalarType::I32, needs_.back()));
+    }
   }
+  /// Launches @k and checks @y.
+  void launch(Backend &backend, const LaunchOptions &options) {
+    ASSERT_TRUE(program_->launch("k", {}, backend, options).ok());
+    Buffer &y = *program_->field("y");
+    ASSERT_TRUE(y.syncToHost().ok());
+    for (int i = 0; i < n_; ++i)
+      ASSERT_EQ(y.get(i).f, double(int64_t(needs_[i]) * (needs_[i] - 1) / 2)) << i;
+  }
+  /// The regions of a compacted heap on `threads` threads: thread t runs
+  /// iterations t, t + threads, ...; each group of 32 threads holds 32
+  /// rows of its largest need (at least 1 where it runs an iteration).
+  int64_t groupNeedBytes(int64_t threads) const {
+    int64_t bytes = 0;
+    for (int64_t g = 0; g * 32 < threads; ++g) {
+      int64_t most = 0;
+      for (int64_t t = g * 32; t < std::min<int64_t>(threads, g * 32 + 32); ++t)
+        for (int64_t i = t; i < n_; i += threads)
+          most = std::max<int64_t>(most, std::max(needs_[i], 1));
+      bytes += 32 * most * 4;
+    }
+    return bytes;
+  }
+  /// The bytes of each thread's own need (its largest iteration's, rounded
+  /// to 8 bytes), summed: the needs of the iterations in flight.
+  int64_t ownNeedBytes(int64_t threads) const {
+    int64_t bytes = 0;
+    for (int64_t t = 0; t < std::min<int64_t>(threads, n_); ++t) {
+      int64_t most = 1;
+      for (int64_t i = t; i < n_; i += threads)
+        most = std::max<int64_t>(most, needs_[i]);
+      bytes += (most * 4 + 7) / 8 * 8;
+    }
+    return bytes;
+  }
+
+private:
+  int n_;
+  std::vector<int> needs_;
+  std::unique_ptr<Module> module_;
+  std::unique_ptr<Program> program_;
+};
+
+/// The table's bytes for `threads` threads and one stack: a pair per
+/// group, and two words per group for the scan.
+int64_t tableBytes(int64_t threads) {
+  int64_t groups = (threads + 31) / 32;
+  return (groups * 2 + 2 * groups) * 8;
 }
-)");
-  ASSERT_TRUE(m);
-  std::unique_ptr<Program> p = *Program::create(*m);
-  for (int i = 0; i < 12; ++i)
-    p->field("m")->set(i, Scalar::ofInt(ScalarType::I32, i));
-  ASSERT_TRUE(p->launch("k", {}, backend, counted(true)).ok());
+
+/// Exact bytes: 12 iterations needing 0-11 entries. On 64 invocations
+/// (Vulkan) group 0 holds them all at capacity 11 (32 x 11 x 4 = 1408
+/// bytes), group 1 none (0 bytes); the table is (2 groups x 1 stack x 2 +
+/// 2 x 2) x 8 = 64 bytes. Each thread's own need, rounded to 8 bytes,
+/// sums to 296.
+void checkExactBytes(Backend &backend) {
+  PushCounts counts(12, [](int i) { return i; });
+  counts.launch(backend, counted(true));
   AdStackHeapUsage u = *backend.lastAdStackHeapUsage();
-  ASSERT_EQ(u.threads, threads);
-  EXPECT_EQ(u.groups, 2);
-  EXPECT_EQ(u.bytes, 64 + 1408);
+  EXPECT_EQ(u.groups, (u.threads + 31) / 32);
+  EXPECT_EQ(u.bytes, tableBytes(u.threads) + 1408);
+  EXPECT_EQ(counts.groupNeedBytes(u.threads), 1408);
   EXPECT_EQ(u.needBytes, 296);
-  Buffer &y = *p->field("y");
-  ASSERT_TRUE(y.syncToHost().ok());
-  for (int i = 0; i < 12; ++i)
-    EXPECT_EQ(y.get(i).f, double(i * (i - 1) / 2)) << i;
 }
 
 TEST(AdStackBudgetTest, VulkanCompactedHeapHoldsTheSumOfNeeds) {
   REQUIRE(vulkan(), "vulkan");
-  checkExactBytes(*vulkan(), 64);
+  checkExactBytes(*vulkan());
+  EXPECT_EQ(vulkan()->lastAdStackHeapUsage()->threads, 64);
+}
+
+TEST(AdStackBudgetTest, CudaCompactedHeapHoldsTheSumOfNeeds) {
+  REQUIRE(cuda(), "cuda");
+  checkExactBytes(*cuda());
+}
+
+/// Skewed needs over 4096 iterations (most need 4-6, every 613th 200): the
+/// compacted heap is the table plus the sum of the groups' needs, within
+/// 1.05x of that sum, far below the interleaved heap, with the same
+/// results.
+void checkGroupNeeds(Backend &backend) {
+  PushCounts counts(4096, [](int i) { return i % 613 == 7 ? 200 : 4 + i % 3; });
+  counts.launch(backend, counted(false));
+  AdStackHeapUsage flat = *backend.lastAdStackHeapUsage();
+  counts.launch(backend, counted(true));
+  AdStackHeapUsage u = *backend.lastAdStackHeapUsage();
+  ASSERT_GT(u.groups, 0);
+  EXPECT_EQ(u.threads, flat.threads);
+  int64_t sum = counts.groupNeedBytes(u.threads);
+  EXPECT_EQ(u.bytes, tableBytes(u.threads) + sum);
+  EXPECT_LE(double(u.bytes), 1.05 * double(sum));
+  EXPECT_EQ(u.needBytes, counts.ownNeedBytes(u.threads));
+  EXPECT_LT(u.bytes * 5, flat.bytes);
+}
+
+TEST(AdStackBudgetTest, VulkanCompactedHeapIsTheSumOfGroupNeeds) {
+  REQUIRE(vulkan(), "vulkan");
+  checkGroupNeeds(*vulkan());
+}
+
+TEST(AdStackBudgetTest, CudaCompactedHeapIsTheSumOfGroupNeeds) {
+  REQUIRE(cuda(), "cuda");
+  checkGroupNeeds(*cuda());
 }
 
 } // namespace

@@ -22,9 +22,12 @@
 #include <rapidcheck/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace qd {
@@ -224,8 +227,12 @@ TEST_P(CheckpointTest, GradientIsBitForBitTheFullyTapedOneForEveryInterval) {
       options.checkpointInterval = k;
       EXPECT_EQ(gradientBits(**cp, *backend, shape, options), expected)
           << shape.name << " on " << backend->name() << " with k = " << k;
-      if (backend != &interp)
+      if (backend != &interp) {
+        // The backend reports the interval of its last launch (@k_grad's).
+        ASSERT_TRUE(backend->lastAdStackHeapUsage());
+        EXPECT_EQ(backend->lastAdStackHeapUsage()->checkpointInterval, k) << "k = " << k;
         continue;
+      }
       // The interpreter stops a launch that pushes past a capacity, so the
       // capacities are sound; they are also exact.
       Depths d = expectedDepths(shape.trips, k > 0 ? k : INT32_MAX);
@@ -335,6 +342,142 @@ TEST(CheckpointBudgetTest, LaunchChoosesAnIntervalThatFitsTheBudget) {
   EXPECT_EQ(gradientBits(**p, interp, shape, options), full);
   EXPECT_GE((*p)->lastCheckpointInterval(), 2);
   EXPECT_LE((*p)->lastCheckpointInterval(), 16);
+}
+
+/// With the default budget (LaunchOptions::adStackMemoryBudget = 0), a
+/// launch whose one iteration's full tape does not fit what the host can
+/// spare checkpoints instead of failing: on a CPU backend told the host has
+/// 3200 bytes (CpuBackendOptions::availableMemoryBytes: a default budget of
+/// 1600 bytes, over the worker's lanes for one iteration), the fully taped
+/// gradient fails (a worker's lanes tape 512 bytes each), the checkpointed
+/// one runs with an interval chosen from the default budget, within it,
+/// and gives the fully taped gradient.
+TEST(CheckpointBudgetTest, TheDefaultBudgetCheckpointsWhatDoesNotFit) {
+  Shape shape = shapes()[0];
+  shape.trips = {64, 64, 64, 64};
+  ReverseADOptions o;
+  auto full = gradientModule(shape.text, o);
+  o.checkpointLoops = true;
+  auto checkpointed = gradientModule(shape.text, o);
+  CpuBackendOptions roomy;
+  roomy.threads = 1;
+  roomy.vectorWidth = 8;
+  CpuBackendOptions tight = roomy;
+  tight.availableMemoryBytes = 3200;
+  auto big = CpuBackend::create(roomy);
+  auto small = CpuBackend::create(tight);
+  ASSERT_TRUE(big.ok() && small.ok());
+  auto reference = Program::create(*full);
+  ASSERT_TRUE(reference.ok());
+  std::vector<uint64_t> expected = gradientBits(**reference, **big, shape, {});
+  // 64 iterations tape an f32 and an i32 each: 512 bytes per lane, over
+  // the budget for the worker's lanes.
+  auto taped = Program::create(*full);
+  ASSERT_TRUE(taped.ok());
+  (*taped)->field("n")->set(0, Scalar::ofInt(ScalarType::I32, 64));
+  ASSERT_TRUE((*taped)->launch("k", {}, **small, {}).ok());
+  absl::Status s = (*taped)->launch("k_grad", {}, **small, {});
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s.message();
+  EXPECT_NE(s.message().find("one iteration's adstacks need"), std::string::npos) << s.message();
+
+  auto cp = Program::create(*checkpointed);
+  ASSERT_TRUE(cp.ok());
+  EXPECT_EQ(gradientBits(**cp, **small, shape, {}), expected);
+  int64_t k = (*cp)->lastCheckpointInterval();
+  EXPECT_GT(k, 1);
+  EXPECT_LT(k, 64);
+  std::optional<AdStackHeapUsage> u = (*small)->lastAdStackHeapUsage();
+  ASSERT_TRUE(u);
+  EXPECT_EQ(u->checkpointInterval, k);
+  EXPECT_EQ(u->budgetBytes, 1600);
+  EXPECT_LE(u->bytes, 1600);
+  // With the host's memory the loops stay fully taped.
+  EXPECT_EQ(gradientBits(**cp, **big, shape, {}), expected);
+  EXPECT_EQ((*cp)->lastCheckpointInterval(), 0);
+}
+
+/// Launches of one gradient from several threads, each with its own
+/// interval and its own ndarrays: the interval is a module field, so the
+/// launches take turns from setting it to their end (Program::launch);
+/// each gets the fully taped gradient of its data, bit for bit.
+TEST(CheckpointBudgetTest, ConcurrentLaunchesWithDifferentIntervalsGetTheirOwnGradients) {
+  constexpr int kN = 64;
+  const char *text = R"(
+kernel @k(%x: ndarray<f32, 1> grad, %y: ndarray<f32, 1> grad, %n: i32) {
+  %len = shape %x, 0 : i32
+  parallel for %i = 0 to %len {
+    %xi = load %x[%i] : f32
+    %v = alloca f32
+    store %v, %xi
+    for %j = 0 to %n {
+      %a = load %v : f32
+      %s = sin %a : f32
+      %p = mul %s, %a : f32
+      %c = const 0.25 : f32
+      %b = add %p, %c : f32
+      store %v, %b
+    }
+    %r = load %v : f32
+    store %y[%i], %r
+  }
+}
+)";
+  ReverseADOptions o;
+  o.checkpointLoops = true;
+  auto checkpointed = gradientModule(text, o);
+  auto full = gradientModule(text, {});
+  std::unique_ptr<Backend> cpu = cpuBackend();
+  ASSERT_TRUE(cpu);
+  struct Lane {
+    std::vector<Buffer> x, y; // primal, grad
+    int64_t k;
+    int32_t n;
+  };
+  auto makeLane = [&](int64_t k, int32_t n, double scale) {
+    Lane l{{}, {}, k, n};
+    for (int c = 0; c < 2; ++c) {
+      l.x.push_back(*Buffer::create(ScalarType::F32, {kN}));
+      l.y.push_back(*Buffer::create(ScalarType::F32, {kN}));
+    }
+    for (int i = 0; i < kN; ++i)
+      l.x[0].set(i, Scalar::ofFloat(ScalarType::F32, scale * (i % 9) - 0.3));
+    return l;
+  };
+  // x.grad after @k_grad with y.grad = 1, as bits.
+  auto gradient = [](Program &p, Backend &b, Lane &l, const LaunchOptions &options) {
+    l.y[1].fill(Scalar::ofFloat(ScalarType::F32, 1.0));
+    l.x[1].fill(Scalar::ofFloat(ScalarType::F32, 0.0));
+    NdarrayArg x{&l.x[0], &l.x[1]}, y{&l.y[0], &l.y[1]};
+    const LaunchArg args[] = {LaunchArg::ndarray(&x), LaunchArg::ndarray(&y), LaunchArg::i32(l.n)};
+    absl::Status s = p.launch("k_grad", args, b, options);
+    EXPECT_TRUE(s.ok()) << s.message();
+    std::vector<uint32_t> bits(kN);
+    std::memcpy(bits.data(), l.x[1].data(), kN * 4);
+    return bits;
+  };
+  std::vector<Lane> lanes;
+  lanes.push_back(makeLane(2, 24, 0.11));
+  lanes.push_back(makeLane(5, 17, 0.07));
+  lanes.push_back(makeLane(3, 30, 0.05));
+  std::vector<std::vector<uint32_t>> expected;
+  auto fp = Program::create(*full);
+  ASSERT_TRUE(fp.ok());
+  for (Lane &l : lanes)
+    expected.push_back(gradient(**fp, *cpu, l, {}));
+  auto cp = Program::create(*checkpointed);
+  ASSERT_TRUE(cp.ok());
+  std::atomic<int> wrong{0};
+  std::vector<std::thread> threads;
+  for (size_t t = 0; t < lanes.size(); ++t)
+    threads.emplace_back([&, t] {
+      LaunchOptions options;
+      options.checkpointInterval = lanes[t].k;
+      for (int round = 0; round < 40; ++round)
+        wrong += gradient(**cp, *cpu, lanes[t], options) != expected[t];
+    });
+  for (std::thread &th : threads)
+    th.join();
+  EXPECT_EQ(wrong.load(), 0);
 }
 
 } // namespace

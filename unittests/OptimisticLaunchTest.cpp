@@ -31,8 +31,8 @@ TEST(OptimisticLaunchTest, TheGradientHasATryAndARerunKernel) {
   ASSERT_NE(o, nullptr) << sizing.optimisticRefusal();
   EXPECT_TRUE(verify(*o->tryKernel).ok()) << printKernel(*o->tryKernel);
   EXPECT_TRUE(verify(*o->rerunKernel).ok()) << printKernel(*o->rerunKernel);
-  // need, failed, one capacity per measured stack.
-  EXPECT_EQ(o->tryKernel->numArguments(), 4u);
+  // need, failed, one capacity per measured stack, rows and their mode.
+  EXPECT_EQ(o->tryKernel->numArguments(), 6u);
   EXPECT_EQ(o->rerunKernel->numArguments(), 1u);
   ASSERT_EQ(o->stacks.size(), 2u);
   for (const OptimisticLaunch::Copies &c : o->stacks) {

@@ -10,6 +10,7 @@
 // and inserts at the split (after the last top-level statement of the task
 // body that pushes a measured stack):
 //   atomic_max %need[slot * spread + (%i & (spread - 1))], (load %count)
+//   if (%mode & store needs) { store %rows[slot, %i - begin], (load %count) }
 //   if (any count > its capacity) {
 //     store %failed[%i - begin], 1 ; atomic_add %need[slots * spread], 1
 //     continue
@@ -18,6 +19,13 @@
 // nothing the iteration decides, the count is its exact need, and the
 // statements after the split (the reverse sweep of a taped gradient, with
 // every visible write) run only in iterations whose stacks fit.
+//
+// Where the launch lays out a compacted heap, each iteration's capacity is
+// its group's: with `%mode & read capacities`, the body starts by reading
+// %cap from %rows[slots + slot, %i - begin], which the backend fills for
+// this launch's layout, and the rows of the measured needs feed the next
+// launch's layout (docs/sizing.md, "Optimistic launches and the compacted
+// heap").
 //
 //===----------------------------------------------------------------------===//
 #include "qd/analysis/AdStackOptimistic.h"
@@ -198,6 +206,34 @@ Value *failedIndex(IRBuilder &b, ForStmt &task) {
                     : b.sub(&task, b.i32(static_cast<int32_t>(begin)));
 }
 
+/// The try kernel's per-iteration rows (AdStackOptimistic.h): `rows`
+/// (`ndarray<i64, 2>`) and `mode` (i32: kStoreNeeds | kReadCapacities).
+struct IterationRows {
+  Argument *rows = nullptr, *mode = nullptr;
+};
+
+/// At the start of the body, each slot's capacity for this iteration: the
+/// argument, or with kReadCapacities, row `slots + slot` of `rows`.
+std::vector<AllocaStmt *> iterationCapacities(ForStmt &task, std::span<Argument *const> capacity,
+                                              const IterationRows &r) {
+  IRBuilder b(task.body());
+  b.setInsertionPoint(task.body(), task.body().begin());
+  b.setLocation(task.loc());
+  std::vector<AllocaStmt *> cap;
+  for (Argument *c : capacity) {
+    cap.push_back(b.alloca(ScalarType::I32));
+    b.store(cap.back(), c);
+  }
+  Value *bit = b.binary(BinaryOp::And, r.mode, b.i32(kIterationRowsReadCapacities));
+  IRBuilder::IfScope read = b.ifThen(b.cmp(CmpPredicate::Ne, bit, b.i32(0)));
+  Value *at = failedIndex(b, task);
+  for (size_t slot = 0; slot < cap.size(); ++slot) {
+    Value *row = b.i32(static_cast<int32_t>(cap.size() + slot));
+    b.store(cap[slot], b.cast(b.load(GlobalRef::ofNdarray(r.rows), {row, at}), ScalarType::I32));
+  }
+  return cap;
+}
+
 void makeTryKernel(Kernel &k, ForStmt &task, size_t splitPosition,
                    std::span<AdStackAllocaStmt *const> stacks) {
   Stmt &lastPushing = bodyStmtAt(task.body(), splitPosition - 1);
@@ -214,20 +250,35 @@ void makeTryKernel(Kernel &k, ForStmt &task, size_t splitPosition,
     at.setLocation(stacks[slot]->loc());
     count.push_back(at.alloca(ScalarType::I32));
   }
+  IterationRows rows;
+  rows.rows = k.addArgument(std::make_unique<Argument>(freshArgumentName(k, "adstack_rows"),
+                                                       Type::ndarray(ScalarType::I64, 2)));
+  rows.mode = k.addArgument(
+      std::make_unique<Argument>(freshArgumentName(k, "adstack_rows_mode"), Type::i32()));
   // The split first, while `lastPushing` is still where it was (it may be
   // a push, which moves into an `if` below).
   IRBuilder b = IRBuilder::after(lastPushing);
   b.setLocation(task.loc());
+  std::vector<AllocaStmt *> cap = iterationCapacities(task, capacity, rows);
   constexpr int64_t spread = KernelSizing::kCountSpread;
   Value *lane = b.binary(BinaryOp::And, &task, b.i32(spread - 1));
   Value *overflowed = nullptr;
+  std::vector<Value *> counts;
   for (size_t slot = 0; slot < stacks.size(); ++slot) {
     Value *c = b.load(count[slot]);
-    Value *c64 = b.cast(c, ScalarType::I64);
+    counts.push_back(b.cast(c, ScalarType::I64));
     Value *idx[] = {b.add(b.i32(static_cast<int32_t>(slot * spread)), lane)};
-    b.atomicMax(GlobalRef::ofNdarray(need), idx, c64);
-    Value *over = b.cmp(CmpPredicate::Gt, c, capacity[slot]);
+    b.atomicMax(GlobalRef::ofNdarray(need), idx, counts.back());
+    Value *over = b.cmp(CmpPredicate::Gt, c, b.load(cap[slot]));
     overflowed = overflowed ? b.binary(BinaryOp::Or, overflowed, over) : over;
+  }
+  {
+    Value *bit = b.binary(BinaryOp::And, rows.mode, b.i32(kIterationRowsStoreNeeds));
+    IRBuilder::IfScope store = b.ifThen(b.cmp(CmpPredicate::Ne, bit, b.i32(0)));
+    Value *at = failedIndex(b, task);
+    for (size_t slot = 0; slot < stacks.size(); ++slot)
+      b.store(GlobalRef::ofNdarray(rows.rows), {b.i32(static_cast<int32_t>(slot)), at},
+              counts[slot]);
   }
   {
     IRBuilder::IfScope stop = b.ifThen(overflowed);
@@ -250,7 +301,8 @@ void makeTryKernel(Kernel &k, ForStmt &task, size_t splitPosition,
       Value *low = at.min(old, at.i32(kAdStackCountSaturated - 1));
       Value *c = at.add(low, at.i32(1));
       at.store(count[slot], c);
-      IRBuilder::IfScope fits = at.ifThen(at.cmp(CmpPredicate::Le, c, capacity[slot]));
+      Value *limit = at.load(cap[slot]);
+      IRBuilder::IfScope fits = at.ifThen(at.cmp(CmpPredicate::Le, c, limit));
       fits.stmt()->thenBlock().push_back(push->remove());
     }
   }

@@ -1,7 +1,7 @@
 //===- AcceleratorBackend.cpp - One launch for every device ---------------===//
 #include "qd/runtime/AcceleratorBackend.h"
 
-#include "AdStackGroupTable.h"
+#include "AcceleratorState.h"
 
 #include "qd/codegen/KernelSizingCache.h"
 #include "qd/runtime/LaunchPlan.h"
@@ -68,105 +68,6 @@ absl::Status deferredError(const absl::Status &s, size_t laterFailures) {
 
 } // namespace
 
-struct AcceleratorBackend::State {
-  explicit State(accel::AcceleratorDevice &d) : device(d), limits(d.limits()) {}
-
-  struct Variant {
-    std::unique_ptr<DeviceKernel> code;
-    /// Heap code: the local array sizes its local-tape variants were
-    /// compiled for (at most kMaxLocalVariants; guarded by launchMutex).
-    std::vector<std::vector<int64_t>> localVariants;
-  };
-  static constexpr size_t kMaxLocalVariants = 4;
-
-  accel::AcceleratorDevice &device;
-  /// The device's limits, fixed when it was created (read once, not per
-  /// launch).
-  const accel::DeviceLimits limits;
-  KernelSizingCache sizings;
-  std::mutex compileMutex;
-  /// Keyed by (kernel, bounds checks, stop checks, local array entries per
-  /// stack id: empty for the code that keeps every stack in the heap).
-  std::map<std::tuple<uint64_t, bool, bool, std::vector<int64_t>>, Variant> cache;
-  mutable std::mutex launchMutex;
-  size_t heapBytes = 0;
-  bool heapAllocated = false;
-  int64_t lastThreads = 0;
-  AdStackHeapUsage lastUsage;
-  std::vector<AdStackPlacement> lastPlacement;
-  bool timing = false;
-  double lastKernelMs = -1;
-  /// Asynchronous launches not collected yet, oldest first (guarded by
-  /// launchMutex): the device's ticket and the plan that decodes the
-  /// report.
-  struct Pending {
-    uint64_t ticket;
-    LaunchPlan plan;
-  };
-  std::deque<Pending> pending;
-  /// The compacted heap's table kernel's buffers (kept between launches).
-  std::optional<Buffer> tableDesc, table, tableSums;
-
-  absl::StatusOr<Variant *> variant(const Kernel &kernel, bool boundsChecked, bool stopChecks,
-                                    const std::vector<int64_t> &local,
-                                    const KernelLayout *heapLayout);
-  absl::StatusOr<Variant *> localTapeVariant(Variant &heapCode, absl::StatusOr<LaunchPlan> &plan,
-                                             Program &program, const Kernel &kernel,
-                                             std::span<const LaunchArg> args,
-                                             const LaunchOptions &options);
-  /// The adstack memory budget of a launch and where it comes from.
-  struct Budget {
-    int64_t bytes = INT64_MAX;
-    std::string source;
-  };
-  Budget budget(const LaunchPlan &plan) const;
-  absl::StatusOr<int64_t> grid(const DeviceKernel &code, const LaunchPlan &plan,
-                               const Budget &budget) const;
-  std::vector<uint32_t> groups(const DeviceKernel &code, const LaunchPlan &plan,
-                               int64_t threads) const;
-  /// Grows the heap to at least `bytes` (doubling, but never past the
-  /// device's largest buffer or `budget`).
-  absl::Status growHeap(const Kernel &kernel, int64_t bytes, int64_t budget);
-  absl::StatusOr<std::vector<DeviceMirror *>> mirrorSlots(const Kernel &kernel,
-                                                          const LaunchPlan &plan);
-  absl::Status launch(Program &program, const Kernel &kernel, std::span<const LaunchArg> args,
-                      const LaunchOptions &options);
-  /// Runs `frame` (the stop word and the watchdog of `options`), brings the
-  /// bound buffers' states up to date and decodes the outcome, or keeps
-  /// the plan of an asynchronous frame for later.
-  absl::Status run(DeviceKernel &code, accel::LaunchFrame &frame, const LaunchPlan &plan,
-                   const LaunchOptions &options);
-  /// Collects asynchronous launches, oldest first, until at most `keep`
-  /// are in flight; the first error one reported (deferredError).
-  absl::Status drain(size_t keep);
-  /// Whether a launch with `options` returns before its kernels ran: only
-  /// on a device with streams, never with a stop word or kernel timing.
-  bool runsAsync(const LaunchOptions &options) const {
-    return options.async && device.streams() && !options.stoppable() && !timing;
-  }
-  /// launch() with launchMutex held and the heap code compiled.
-  absl::Status launchLocked(Program &program, const Kernel &kernel, std::span<const LaunchArg> args,
-                            const LaunchOptions &options, Variant &heapCode);
-  /// A compacted heap for a launch over at most `threads` threads.
-  struct Compacted {
-    int64_t threads = 0, groups = 0, tableBytes = 0, heapBytes = 0, needBytes = 0;
-    DeviceMirror *table = nullptr;
-  };
-  /// The compacted heap of a launch whose stacks `shape` describes, on the
-  /// most threads up to `threads` (halved while it does not fit `budget`),
-  /// or nullopt where even one group's does not (the interleaved layout
-  /// then decides).
-  absl::StatusOr<std::optional<Compacted>> compact(Program &program, const LaunchPlan &plan,
-                                                   const accel::GroupTableShape &shape,
-                                                   const MeasuredAdStackNeeds &needs,
-                                                   int64_t threads, int64_t budget);
-  /// Runs the table kernel for `threads` threads: the groups' bytes and
-  /// the bytes of each thread's own need (sums[0], sums[1]).
-  absl::Status runGroupTable(Program &program, const LaunchPlan &plan,
-                             const accel::GroupTableShape &shape, const MeasuredAdStackNeeds &needs,
-                             int64_t threads, int64_t tableBytes);
-};
-
 absl::StatusOr<AcceleratorBackend::State::Variant *>
 AcceleratorBackend::State::variant(const Kernel &kernel, bool boundsChecked, bool stopChecks,
                                    const std::vector<int64_t> &local,
@@ -225,6 +126,11 @@ AcceleratorBackend::State::Budget AcceleratorBackend::State::budget(const Launch
     b.source = "LaunchOptions::adStackMemoryBudget";
     return b;
   }
+  return defaultBudget();
+}
+
+AcceleratorBackend::State::Budget AcceleratorBackend::State::defaultBudget() const {
+  Budget b;
   // The heap this backend holds is memory the launch may use again.
   uint64_t spare = device.freeMemoryBytes();
   if (spare == 0) {
@@ -386,15 +292,16 @@ absl::Status AcceleratorBackend::State::launchLocked(Program &program, const Ker
   // A compacted heap starts from the grid without a budget: its smaller
   // heap may let more threads run at once.
   std::optional<accel::GroupTableShape> shape;
+  const AdStackIterationCapacities *capacities = options.iterationCapacities.get();
   if (options.measuredNeeds && device.groupTableUnit() != 0)
-    shape = accel::groupTableShape(*plan, *options.measuredNeeds);
+    shape = accel::groupTableShape(*plan, *options.measuredNeeds, capacities);
   absl::StatusOr<int64_t> threads = grid(code, *plan, shape ? Budget() : heapBudget);
   if (!threads.ok())
     return threads.status();
   std::optional<Compacted> compacted;
   if (shape) {
     absl::StatusOr<std::optional<Compacted>> c =
-        compact(program, *plan, *shape, *options.measuredNeeds, *threads, heapBudget.bytes);
+        compact(program, *plan, *shape, options, *threads, heapBudget.bytes);
     if (!c.ok())
       return c.status();
     compacted = *c;
@@ -404,6 +311,10 @@ absl::Status AcceleratorBackend::State::launchLocked(Program &program, const Ker
       return threads.status();
   }
   frame.threads = compacted ? compacted->threads : *threads;
+  // Without a compacted heap, every iteration has the launch's capacities.
+  if (capacities && !compacted)
+    if (absl::Status s = fillCapacities(program, *plan, *capacities); !s.ok())
+      return s;
   if (compacted) {
     frame.groupTable = compacted->table;
     frame.groupTableBytes = compacted->tableBytes;
@@ -418,7 +329,7 @@ absl::Status AcceleratorBackend::State::launchLocked(Program &program, const Ker
     return s;
   lastUsage = plan->heapUsage(frame.threads, heapBudget.bytes);
   if (compacted) {
-    lastUsage.bytes = compacted->heapBytes;
+    lastUsage.bytes = compacted->bytes;
     lastUsage.needBytes = compacted->needBytes;
     lastUsage.groups = compacted->groups;
   }
@@ -503,95 +414,6 @@ absl::Status AcceleratorBackend::State::drain(size_t keep) {
   return first.ok() ? first : deferredError(first, laterFailures);
 }
 
-absl::Status AcceleratorBackend::State::runGroupTable(Program &program, const LaunchPlan &plan,
-                                                      const accel::GroupTableShape &shape,
-                                                      const MeasuredAdStackNeeds &needs,
-                                                      int64_t threads, int64_t tableBytes) {
-  absl::StatusOr<const Kernel *> kernel = accel::groupTableKernel();
-  if (!kernel.ok())
-    return kernel.status();
-  absl::StatusOr<Variant *> code = variant(**kernel, false, false, {}, nullptr);
-  if (!code.ok())
-    return code.status();
-  const int64_t groups = (threads + abi::kAdStackGroupThreads - 1) / abi::kAdStackGroupThreads;
-  const int64_t elements = accel::groupTableElements(groups, shape.stacks);
-  auto sized = [](std::optional<Buffer> &b, int64_t n, bool exact) -> absl::Status {
-    if (b && (exact ? b->numElements() == n : b->numElements() >= n))
-      return absl::OkStatus();
-    absl::StatusOr<Buffer> made = Buffer::create(ScalarType::I64, {n});
-    if (!made.ok())
-      return made.status();
-    b = *std::move(made);
-    return absl::OkStatus();
-  };
-  for (absl::Status s : {sized(tableDesc, int64_t(shape.desc.size()), true),
-                         sized(table, elements, false), sized(tableSums, 2, true)})
-    if (!s.ok())
-      return s;
-  for (size_t i = 0; i < shape.desc.size(); ++i)
-    if (tableDesc->get(int64_t(i)).i != shape.desc[i])
-      tableDesc->set(int64_t(i), Scalar::ofInt(ScalarType::I64, shape.desc[i]));
-  NdarrayArg need{needs.need.get()}, desc{&*tableDesc}, out{&*table}, sums{&*tableSums};
-  const LaunchArg args[] = {LaunchArg::ndarray(&need),
-                            LaunchArg::ndarray(&desc),
-                            LaunchArg::ndarray(&out),
-                            LaunchArg::ndarray(&sums),
-                            LaunchArg::i32(int32_t(groups)),
-                            LaunchArg::i32(int32_t(shape.stacks)),
-                            LaunchArg::i32(int32_t(threads)),
-                            LaunchArg::i32(int32_t(shape.begin)),
-                            LaunchArg::i32(int32_t(shape.end)),
-                            LaunchArg::i32(int32_t(needs.spread)),
-                            LaunchArg::i64(device.groupTableUnit()),
-                            LaunchArg::i64(tableBytes)};
-  absl::Status s = launchLocked(program, **kernel, args, LaunchOptions(), **code);
-  if (!s.ok())
-    return absl::Status(s.code(),
-                        fmt::format("kernel @{}: laying out its compacted adstack heap: {}",
-                                    plan.kernel().name(), std::string(s.message())));
-  return s;
-}
-
-absl::StatusOr<std::optional<AcceleratorBackend::State::Compacted>>
-AcceleratorBackend::State::compact(Program &program, const LaunchPlan &plan,
-                                   const accel::GroupTableShape &shape,
-                                   const MeasuredAdStackNeeds &needs, int64_t threads,
-                                   int64_t budget) {
-  const int64_t group = abi::kAdStackGroupThreads;
-  int64_t largest = limits.maxHeapBytes == 0 || limits.maxHeapBytes > uint64_t(INT64_MAX)
-                        ? INT64_MAX
-                        : int64_t(limits.maxHeapBytes);
-  largest = std::min(largest, budget);
-  // Fewer threads hold fewer iterations at once: halve the grid (whole
-  // groups) until the heap fits.
-  for (int64_t t = threads;; t = std::max(group, t / 2 / group * group)) {
-    Compacted c;
-    c.threads = t;
-    c.groups = (t + group - 1) / group;
-    c.tableBytes = accel::groupTableElements(c.groups, shape.stacks) * 8;
-    if (absl::Status s = runGroupTable(program, plan, shape, needs, t, c.tableBytes); !s.ok())
-      return s;
-    absl::StatusOr<int64_t> used = tableSums->readInteger(0), exact = tableSums->readInteger(1);
-    if (!used.ok())
-      return used.status();
-    if (!exact.ok())
-      return exact.status();
-    c.heapBytes = c.tableBytes + *used;
-    c.needBytes = *exact;
-    if (c.heapBytes <= largest) {
-      absl::StatusOr<DeviceMirror *> m = table->prepareOnDevice(&device, [&] {
-        return absl::StatusOr<std::unique_ptr<DeviceMirror>>(device.mirror(*table));
-      });
-      if (!m.ok())
-        return m.status();
-      c.table = *m;
-      return std::optional<Compacted>(c);
-    }
-    if (t <= group)
-      return std::optional<Compacted>();
-  }
-}
-
 AcceleratorBackend::AcceleratorBackend(std::unique_ptr<accel::AcceleratorDevice> device)
     : device_(std::move(device)), state_(std::make_unique<State>(*device_)) {}
 
@@ -631,6 +453,17 @@ absl::StatusOr<DeviceKernel *> AcceleratorBackend::heapCode(const Kernel &kernel
   if (!v.ok())
     return v.status();
   return (*v)->code.get();
+}
+
+int64_t AcceleratorBackend::adStackIterationBudget(const Kernel &, int64_t budget) {
+  if (budget <= 0) {
+    std::lock_guard<std::mutex> lock(state_->launchMutex);
+    budget = state_->defaultBudget().bytes;
+  }
+  // A thread holds one iteration; one heap holds no more than the device's
+  // largest buffer.
+  uint64_t most = state_->limits.maxHeapBytes;
+  return most == 0 || most >= uint64_t(budget) ? budget : int64_t(most);
 }
 
 bool AcceleratorBackend::compactsAdStacks() const {

@@ -19,16 +19,20 @@ namespace {
 // offset goes), the group's bytes (table[pairs + g]) and the bytes of each
 // thread's own need (table[pairs + groups + g]). Pass 2 (one thread): the
 // exclusive scan of the groups' bytes. Pass 3, per group: each region's
-// offset. Sums are i64; indices i32 (Program::perIterationNeeds keeps
-// slot * spread below 2^30).
+// offset. Where a stack's desc names a row of `rows` (an optimistic
+// launch's per-iteration capacities), pass 1 also writes the group's
+// capacity there for each iteration its threads run. Sums are i64; indices i32
+// (Program::perIterationNeeds keeps slot * spread below 2^30).
 constexpr const char *kTableKernel = R"(
-kernel @adstack_group_table(%need: ndarray<i64, 1>, %desc: ndarray<i64, 1>,
-                            %table: ndarray<i64, 1>, %sums: ndarray<i64, 1>, %groups: i32,
+kernel @NAME(%need: NEED_TYPE, %desc: ndarray<i64, 1>,
+                            %table: ndarray<i64, 1>, %sums: ndarray<i64, 1>,
+                            %rows: ndarray<i64, 2>, %groups: i32,
                             %stacks: i32, %threads: i32, %begin: i32, %end: i32, %spread: i32,
                             %unit: i64, %base: i64) {
   %one = const 1 : i32
   %two = const 2 : i32
   %three = const 3 : i32
+  %four = const 4 : i32
   %lanes = const 32 : i32
   %zero = const 0 : i32
   %zero64 = const 0 : i64
@@ -47,12 +51,14 @@ kernel @adstack_group_table(%need: ndarray<i64, 1>, %desc: ndarray<i64, 1>,
     %gl = mul %g, %lanes : i32
     %gn = mul %g, %stacks : i32
     for %s = 0 to %stacks {
-      %d = mul %s, %three : i32
+      %d = mul %s, %four : i32
       %d1 = add %d, %one : i32
       %d2 = add %d, %two : i32
+      %d3 = add %d, %three : i32
       %eb = load %desc[%d] : i64
       %slot = load %desc[%d1] : i64
       %fixed = load %desc[%d2] : i64
+      %capsRow = load %desc[%d3] : i64
       %measured = cmp ge %slot, %zero64 : i64
       %slot32 = cast %slot : i64 to i32
       %sbase = mul %slot32, %spread : i32
@@ -76,9 +82,7 @@ kernel @adstack_group_table(%need: ndarray<i64, 1>, %desc: ndarray<i64, 1>,
         for %k = 0 to %cnt {
           %kt = mul %k, %threads : i32
           %i = add %first, %kt : i32
-          %li = and %i, %mask : i32
-          %at = add %sbase, %li : i32
-          %v = load %need[%at] : i64
+NEED_LOAD
           %old = load %tcap : i64
           %m = max %old, %v : i64
           store %tcap, %m
@@ -98,6 +102,26 @@ kernel @adstack_group_table(%need: ndarray<i64, 1>, %desc: ndarray<i64, 1>,
         store %exact, %enew
       }
       %gc = load %gcap : i64
+      %writes = cmp ge %capsRow, %zero64 : i64
+      %row = cast %capsRow : i64 to i32
+      for %cl = 0 to 32 {
+        %wt = add %gl, %cl : i32
+        %wfirst = add %begin, %wt : i32
+        %wgrid = cmp lt %wt, %threads : i32
+        %wleft = sub %end, %wfirst : i32
+        %wtm1 = sub %threads, %one : i32
+        %wnum = add %wleft, %wtm1 : i32
+        %wcnt0 = div %wnum, %threads : i32
+        %wcnt1 = max %wcnt0, %zero : i32
+        %won = and %writes, %wgrid : i1
+        %wcnt = select %won, %wcnt1, %zero : i32
+        for %ck = 0 to %wcnt {
+          %qt = mul %ck, %threads : i32
+          %qi = add %wfirst, %qt : i32
+          %col = sub %qi, %begin : i32
+          store %rows[%row, %col], %gc
+        }
+      }
       %e = add %gn, %s : i32
       %e2 = mul %e, %two : i32
       %e3 = add %e2, %one : i32
@@ -160,10 +184,67 @@ kernel @adstack_group_table(%need: ndarray<i64, 1>, %desc: ndarray<i64, 1>,
 }
 )";
 
+/// The need of iteration %i of the stack with slot %slot32: the counting
+/// kernel's layout (element slot * spread + (i & (spread - 1)) of a 1-D
+/// `need`), or an optimistic launch's rows (element [slot, i - begin]).
+constexpr const char *kSpreadNeed = R"(          %li = and %i, %mask : i32
+          %at = add %sbase, %li : i32
+          %v = load %need[%at] : i64)";
+constexpr const char *kRowsNeed = R"(          %ci = sub %i, %begin : i32
+          %v = load %need[%slot32, %ci] : i64)";
+
+/// Writes values[r] to rows[first + r, j] for every column j: the
+/// per-iteration capacities of a launch whose heap is not compacted.
+constexpr const char *kFillKernel = R"(
+kernel @adstack_fill_rows(%rows: ndarray<i64, 2>, %values: ndarray<i64, 1>, %first: i32,
+                          %count: i32, %columns: i32) {
+  parallel for %j = 0 to %columns {
+    for %r = 0 to %count {
+      %v = load %values[%r] : i64
+      %row = add %first, %r : i32
+      store %rows[%row, %j], %v
+    }
+  }
+}
+)";
+
+std::string replaced(std::string text, std::string_view marker, std::string_view with) {
+  size_t at = text.find(marker);
+  return at == std::string::npos ? text : text.replace(at, marker.size(), with);
+}
+
+/// The module of both table kernels and the fill kernel.
+std::string moduleText() {
+  std::string spread = replaced(replaced(replaced(kTableKernel, "NAME", "adstack_group_table"),
+                                         "NEED_TYPE", "ndarray<i64, 1>"),
+                                "NEED_LOAD", kSpreadNeed);
+  std::string rows = replaced(replaced(replaced(kTableKernel, "NAME", "adstack_group_table_rows"),
+                                       "NEED_TYPE", "ndarray<i64, 2>"),
+                              "NEED_LOAD", kRowsNeed);
+  return spread + rows + kFillKernel;
+}
+
+absl::StatusOr<const Kernel *> moduleKernel(std::string_view name) {
+  static const absl::StatusOr<std::unique_ptr<Module>> module =
+      []() -> absl::StatusOr<std::unique_ptr<Module>> {
+    absl::StatusOr<std::unique_ptr<Module>> m = parseModule(moduleText());
+    if (!m.ok())
+      return m.status();
+    if (absl::Status s = verify(**m); !s.ok())
+      return s;
+    return m;
+  }();
+  if (!module.ok())
+    return absl::InternalError("the compacted heap's table kernels do not parse: " +
+                               std::string(module.status().message()));
+  return (*module)->findKernel(name);
+}
+
 } // namespace
 
 std::optional<GroupTableShape> groupTableShape(const LaunchPlan &plan,
-                                               const MeasuredAdStackNeeds &needs) {
+                                               const MeasuredAdStackNeeds &needs,
+                                               const AdStackIterationCapacities *capacities) {
   const KernelLayout &layout = plan.layout();
   GroupTableShape shape;
   shape.stacks = int64_t(layout.stacks.size());
@@ -182,6 +263,11 @@ std::optional<GroupTableShape> groupTableShape(const LaunchPlan &plan,
     shape.desc.push_back(inHeap ? st.entryBytes : 0);
     shape.desc.push_back(perIteration ? slot->second : -1);
     shape.desc.push_back(perIteration ? 1 : plan.heap().capacities[i]);
+    int64_t capacityRow = -1;
+    if (perIteration && capacities)
+      if (auto row = capacities->slots.find(st.stmt); row != capacities->slots.end())
+        capacityRow = capacities->firstRow + row->second;
+    shape.desc.push_back(capacityRow);
   }
   if (!measured)
     return std::nullopt;
@@ -190,8 +276,12 @@ std::optional<GroupTableShape> groupTableShape(const LaunchPlan &plan,
   if (!begin || !end || t.begin.kind == KernelLayout::TaskBound::FieldElement ||
       t.end.kind == KernelLayout::TaskBound::FieldElement || *end - *begin > needs.spread)
     return std::nullopt;
+  // Rows are columns of the iterations counted from the task's begin.
+  if (capacities && capacities->rows->shape().at(1) < *end - *begin)
+    return std::nullopt;
   shape.begin = *begin;
   shape.end = *end;
+  shape.rows = needs.rows;
   return shape;
 }
 
@@ -199,20 +289,12 @@ int64_t groupTableElements(int64_t groups, int64_t stacks) {
   return groups * stacks * 2 + 2 * groups;
 }
 
-absl::StatusOr<const Kernel *> groupTableKernel() {
-  static const absl::StatusOr<std::unique_ptr<Module>> module =
-      []() -> absl::StatusOr<std::unique_ptr<Module>> {
-    absl::StatusOr<std::unique_ptr<Module>> m = parseModule(kTableKernel);
-    if (!m.ok())
-      return m.status();
-    if (absl::Status s = verify(**m); !s.ok())
-      return s;
-    return m;
-  }();
-  if (!module.ok())
-    return absl::InternalError("the compacted heap's table kernel does not parse: " +
-                               std::string(module.status().message()));
-  return (*module)->findKernel("adstack_group_table");
+absl::StatusOr<const Kernel *> groupTableKernel(bool rows) {
+  return moduleKernel(rows ? "adstack_group_table_rows" : "adstack_group_table");
+}
+
+absl::StatusOr<const Kernel *> fillRowsKernel() {
+  return moduleKernel("adstack_fill_rows");
 }
 
 } // namespace qd::accel

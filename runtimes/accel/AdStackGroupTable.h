@@ -6,8 +6,11 @@
 // runs iterations begin + t, begin + t + T, ...), at an offset from an
 // exclusive scan of the groups' bytes. The table is computed on the device
 // by a qd kernel (`@adstack_group_table`), which every accelerator backend
-// compiles like any other, from the needs the counting kernel measured for
-// each iteration (LaunchOptions::measuredNeeds).
+// compiles like any other, from the needs the counting kernel or an
+// optimistic launch measured for each iteration (LaunchOptions::
+// measuredNeeds); for an optimistic launch it also writes each iteration's
+// capacity where the try kernel reads it (LaunchOptions::
+// iterationCapacities).
 //
 //===----------------------------------------------------------------------===//
 #pragma once
@@ -25,29 +28,41 @@ namespace qd::accel {
 /// What the table kernel needs besides the per-iteration needs.
 struct GroupTableShape {
   /// Per stack id (KernelLayout::stacks): bytes per entry (0 for a stack
-  /// outside the heap), slot in `need` (-1: not measured) and capacity (of
-  /// a stack that is not measured; 1 otherwise), 3 elements each.
+  /// outside the heap), slot in `need` (-1: not measured), capacity (of a
+  /// stack that is not measured; 1 otherwise) and the row of `rows` that
+  /// gets each iteration's capacity (-1: none), 4 elements each.
   std::vector<int64_t> desc;
   int64_t stacks = 0;
   /// The task's bounds.
   int64_t begin = 0, end = 0;
+  /// `need` holds an optimistic launch's rows (MeasuredAdStackNeeds::rows).
+  bool rows = false;
 };
 
 /// The table's shape for `plan` (after layoutAdStacks), when the launch
 /// may be compacted: every heap stack in one 1-D parallel task whose bounds
-/// are known now, at least one of them measured per iteration in `needs`.
+/// are known now, at least one of them measured per iteration in `needs`;
+/// with `capacities`, each measured stack's row there.
 std::optional<GroupTableShape> groupTableShape(const LaunchPlan &plan,
-                                               const MeasuredAdStackNeeds &needs);
+                                               const MeasuredAdStackNeeds &needs,
+                                               const AdStackIterationCapacities *capacities);
 
 /// Elements of the table buffer for `groups` groups: the pairs (region,
 /// capacity) per group and stack, then two per group the kernel uses for
 /// its scan. The heap keeps its first 8x this many bytes for the table.
 int64_t groupTableElements(int64_t groups, int64_t stacks);
 
-/// The table kernel (parsed once). Its arguments: need, desc, table, sums
-/// (ndarray<i64, 1>: sums[0] the groups' bytes, sums[1] the bytes of each
-/// thread's own need), then groups, stacks, threads, begin, end, spread
-/// (i32), unit and base (i64: offsets are (base + bytes) / unit).
-absl::StatusOr<const Kernel *> groupTableKernel();
+/// The table kernel (parsed once) for needs in the counting kernel's
+/// layout or, with `rows`, an optimistic launch's rows. Its arguments:
+/// need, desc, table, sums (ndarray<i64, 1>: sums[0] the groups' bytes,
+/// sums[1] the bytes of each thread's own need), rows (ndarray<i64, 2>:
+/// where desc's capacity rows are), then groups, stacks, threads, begin,
+/// end, spread (i32), unit and base (i64: offsets are (base + bytes) /
+/// unit).
+absl::StatusOr<const Kernel *> groupTableKernel(bool rows);
+
+/// @adstack_fill_rows(rows, values, first, count, columns): values[r] to
+/// rows[first + r, j] for every column j < columns.
+absl::StatusOr<const Kernel *> fillRowsKernel();
 
 } // namespace qd::accel

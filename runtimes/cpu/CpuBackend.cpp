@@ -232,7 +232,13 @@ struct CpuBackend::Impl {
   /// CodegenOptions::fitLanesToRegisters (the automatic width).
   bool fitLanes = false;
   bool mergeTasks = true;
+  uint64_t availableMemory = 0;
   TierLimits tierLimits;
+  /// The default adstack memory budget (CpuBackendOptions::
+  /// availableMemoryBytes).
+  int64_t defaultBudget() const {
+    return defaultAdStackBudget(availableMemory ? availableMemory : availableHostMemoryBytes());
+  }
   /// Keyed by Kernel::uniqueId(), never by address: a destroyed kernel's
   /// address may be reused by a new one.
   /// Guards `cache`, `counter` and the JIT: a kernel compiles
@@ -511,6 +517,7 @@ absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::create(const CpuBackendO
   impl->fitLanes = options.vectorWidth == 0 && wide && impl->vectorWidth > 1;
   impl->tierLimits = {options.fullOptimizationLimit, options.fullOptimizationDepth};
   impl->mergeTasks = options.mergeTasks;
+  impl->availableMemory = options.availableMemoryBytes;
   unsigned threads = options.threads ? options.threads : std::thread::hardware_concurrency();
   impl->pool =
       std::make_unique<ThreadPool>(std::max(1u, threads), options.chunk, options.workerStackBytes);
@@ -604,6 +611,23 @@ absl::StatusOr<const KernelLayout *> CpuBackend::layout(const Kernel &kernel, bo
   return &(*c)->layout;
 }
 
+int64_t CpuBackend::adStackIterationBudget(const Kernel &kernel, int64_t budget) {
+  if (budget <= 0)
+    budget = impl_->defaultBudget();
+  absl::StatusOr<const KernelLayout *> l = layout(kernel);
+  if (!l.ok())
+    return budget;
+  int64_t lanes = 1;
+  for (const KernelLayout::Stack &st : (*l)->stacks)
+    if (st.parallelTask >= 0)
+      lanes = std::max<int64_t>(lanes, (*l)->tasks.at(st.parallelTask).lanes);
+  // A stack of lanes starts on a vector boundary (LaunchPlan::
+  // layoutAdStacks): up to that much padding each.
+  int64_t padding =
+      lanes > 1 ? int64_t(abi::kHostVectorAlignment) * int64_t((*l)->stacks.size()) : 0;
+  return std::max<int64_t>(budget - padding, 0) / lanes;
+}
+
 std::vector<int32_t> CpuBackend::lastTaskLanes() const {
   std::lock_guard<std::mutex> lock(impl_->launchMutex);
   return impl_->lastTaskLanes;
@@ -674,7 +698,7 @@ absl::Status CpuBackend::launch(Program &program, const Kernel &kernel,
 
   // The heap is one slice per worker; where the budget holds fewer
   // slices, fewer workers run the launch's tasks (more waves).
-  int64_t budget = plan->adStackBudget(defaultAdStackBudget(availableHostMemoryBytes()));
+  int64_t budget = plan->adStackBudget(impl_->defaultBudget());
   int64_t workers = std::min<int64_t>(numThreads(), plan->threadsWithin(budget));
   if (workers < 1)
     return plan->overBudgetError(budget,

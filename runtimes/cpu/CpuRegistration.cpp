@@ -15,6 +15,8 @@ absl::Status registerCpuBackend() {
       {"vector-math", "true|false", "vector math through glibc's libmvec (default true)"},
       {"vector-isa", "auto|sse4|avx2|avx512|none", "the libmvec variants to call"},
       {"light", "true|false", "compile every kernel with the light tier (few passes)"},
+      {"available-memory-bytes", "N",
+       "the host memory the default adstack budget is half of (0: what the host has now)"},
   };
   info.create = [](const BackendOptions &given) -> absl::StatusOr<std::unique_ptr<Backend>> {
     CpuBackendOptions o;
@@ -26,6 +28,7 @@ absl::Status registerCpuBackend() {
     read.string("vector-isa", o.vectorIsa);
     bool light = false;
     read.boolean("light", light);
+    read.integer("available-memory-bytes", o.availableMemoryBytes, 0);
     if (light)
       o.fullOptimizationLimit = 0;
     if (!read.status().ok())

@@ -186,6 +186,9 @@ std::vector<int64_t> GpuRuntime::launchWords(const GpuKernel &c, const accel::La
     case K::StackBase:
       words.push_back(int64_t(heap_.get()) + h.offsets[w.index] * frame.threads);
       break;
+    case K::GroupTable:
+      words.push_back(frame.groupTable ? int64_t(frame.groupTable->address()) : 0);
+      break;
     }
   }
   return words;

@@ -66,7 +66,8 @@ int64_t chooseCheckpointInterval(const CheckpointCosts &c, int64_t budget) {
 
 absl::StatusOr<int64_t> Program::setCheckpointInterval(const Kernel &k, const KernelSizing &sizing,
                                                        std::span<const LaunchArg> args,
-                                                       const LaunchOptions &options) {
+                                                       const LaunchOptions &options,
+                                                       Backend &backend) {
   std::string name = checkpointIntervalField(k.name());
   const Field *f = module_.findField(name);
   if (!f)
@@ -110,14 +111,17 @@ absl::StatusOr<int64_t> Program::setCheckpointInterval(const Kernel &k, const Ke
     if (absl::Status s = bytesAt(kFullyTaped, full); !s.ok())
       return s;
     int64_t fullBytes = full.otherBytes + full.tapeBytesPerIteration;
-    if (options.adStackMemoryBudget <= 0 || fullBytes <= options.adStackMemoryBudget) {
+    // What one iteration may take: the budget, or the backend's default
+    // (a launch that does not fit it checkpoints instead of failing).
+    int64_t budget = backend.adStackIterationBudget(k, options.adStackMemoryBudget);
+    if (fullBytes <= budget) {
       interval = kFullyTaped;
     } else {
       // At k = 1 the stored states number n, and a segment tapes one
       // iteration.
       if (absl::Status s = bytesAt(1, one); !s.ok())
         return s;
-      interval = chooseCheckpointInterval(one, options.adStackMemoryBudget);
+      interval = chooseCheckpointInterval(one, budget);
       if (one.checkpointBytes > 0 && interval >= one.tripCount)
         interval = kFullyTaped;
     }

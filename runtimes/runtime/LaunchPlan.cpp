@@ -259,6 +259,7 @@ AdStackHeapUsage LaunchPlan::heapUsage(int64_t threads, int64_t budget,
   AdStackHeapUsage u;
   u.threads = threads;
   u.budgetBytes = budget;
+  u.checkpointInterval = options_ ? options_->checkpointInterval : 0;
   absl::StatusOr<int64_t> bytes = heapBytes(threads);
   u.bytes = bytes.ok() ? *bytes : INT64_MAX;
   if (heap_.stride == 0)

@@ -4,6 +4,7 @@
 #include "LaunchInputs.h"
 
 #include "qd/ir/Casting.h"
+#include "qd/ir/Checkpointing.h"
 #include "qd/ir/Visitor.h"
 
 #include <fmt/format.h>
@@ -245,7 +246,15 @@ absl::Status Program::launchSized(const Kernel &k, std::span<const LaunchArg> ar
   absl::StatusOr<const KernelSizing *> sizing = backend.adStackSizing(k);
   if (!sizing.ok())
     return sizing.status();
-  absl::StatusOr<int64_t> interval = setCheckpointInterval(k, **sizing, args, options);
+  // The interval of checkpointed loops is a module field that the sizing
+  // and the kernel read: concurrent launches of one gradient take turns,
+  // from setting it to the end of the launch (an asynchronous launch's
+  // device copy is not written before it ran: uploads wait for the
+  // launches in flight).
+  std::unique_lock<std::mutex> turn;
+  if (module_.findField(checkpointIntervalField(k.name())))
+    turn = std::unique_lock<std::mutex>(intervalTurn(k));
+  absl::StatusOr<int64_t> interval = setCheckpointInterval(k, **sizing, args, options, backend);
   if (!interval.ok())
     return interval.status();
   if (record) {
@@ -287,6 +296,8 @@ absl::Status Program::launchSized(const Kernel &k, std::span<const LaunchArg> ar
       optimistic = &state;
   }
   LaunchOptions sized = options;
+  // The backend reports the interval the loops run with.
+  sized.checkpointInterval = *interval;
   // Measuring reads what the device counted: the host waits for it.
   if (measure || refine)
     sized.async = false;
@@ -320,6 +331,8 @@ absl::Status Program::launchSized(const Kernel &k, std::span<const LaunchArg> ar
       if (s.measuredAtLaunch())
         (*capacities)[s.stack] = std::max<int64_t>((*need)[s.countSlot], 1);
     if (optimistic) {
+      optimistic->counted = perIteration;
+      optimistic->rowsMeasured = false;
       optimistic->capacity.assign(sz.numCounted(), 1);
       for (int i = 0; i < sz.numCounted(); ++i)
         optimistic->capacity[i] = std::max<int64_t>((*need)[i], 1);
@@ -420,6 +433,10 @@ State &stateOf(std::mutex &mutex, std::map<const Kernel *, std::unique_ptr<State
 
 Program::CountState &Program::countState(const Kernel &k) {
   return stateOf(mutex_, counting_, k);
+}
+
+std::mutex &Program::intervalTurn(const Kernel &k) {
+  return stateOf(mutex_, intervalTurns_, k);
 }
 
 Program::OptimisticState &Program::optimisticState(const Kernel &k) {

@@ -224,6 +224,7 @@ struct VulkanBackend::Impl final : accel::AcceleratorDevice {
   /// The code addresses the heap in 4-byte words; the table kernel needs
   /// 64-bit integers.
   unsigned groupTableUnit() const override { return device->info().features.int64 ? 4 : 0; }
+  bool groupTableInHeap() const override { return true; }
   absl::StatusOr<std::unique_ptr<accel::DeviceKernel>>
   compile(const Kernel &kernel, const accel::CompileRequest &request) override;
   absl::Status allocateHeap(size_t bytes) override;

@@ -96,13 +96,14 @@ struct KernelLayout {
   /// take it as an operand, instead of in registers for the whole task.
   struct LaunchWord {
     enum Kind : uint8_t {
-      Threads,   // ctx->threads
-      Global,    // ctx->globals[index]
-      Shape,     // ctx->ndShapes[index]
-      Scalar,    // ctx->scalars[index]
-      Capacity,  // ctx->capacities[index]
-      StackBase, // ctx->heap + ctx->offsets[index] * ctx->threads
-      RowBytes,  // ctx->threads * stacks[index].entryBytes
+      Threads,    // ctx->threads
+      Global,     // ctx->globals[index]
+      Shape,      // ctx->ndShapes[index]
+      Scalar,     // ctx->scalars[index]
+      Capacity,   // ctx->capacities[index]
+      StackBase,  // ctx->heap + ctx->offsets[index] * ctx->threads
+      RowBytes,   // ctx->threads * stacks[index].entryBytes
+      GroupTable, // ctx->groupTable as an integer (0: the interleaved layout)
     } kind = Threads;
     unsigned index = 0;
     bool operator==(const LaunchWord &) const = default;

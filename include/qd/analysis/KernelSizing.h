@@ -79,6 +79,9 @@ struct AdStackSize {
 /// saturating at this value: a count this large only says that the need is
 /// at least this, and the launch fails instead (no heap that large fits).
 inline constexpr int32_t kAdStackCountSaturated = 0x7fffffff;
+/// The bits of a try kernel's `mode` argument (OptimisticLaunch::tryKernel).
+inline constexpr int32_t kIterationRowsStoreNeeds = 1;
+inline constexpr int32_t kIterationRowsReadCapacities = 2;
 
 /// The optimistic launch of a kernel's measured stacks
 /// (AdStackOptimistic.h builds it; docs/sizing.md, "Measured at launch").
@@ -89,8 +92,14 @@ struct OptimisticLaunch {
   /// `failed` (`ndarray<i32, 1>`, at least `iterations` elements, zero
   /// before the launch; an iteration that overflowed sets its element,
   /// `i - begin`, to 1), then one i32 capacity per measured stack (in
-  /// `need` order, below kAdStackCountSaturated). Run with those capacities, it
-  /// cannot overflow them.
+  /// `need` order, below kAdStackCountSaturated), then `rows`
+  /// (`ndarray<i64, 2>`) and `mode` (i32, kIterationRows* bits): with
+  /// kIterationRowsStoreNeeds each iteration stores its need of the stack
+  /// of slot k at rows[k, i - begin], with kIterationRowsReadCapacities it
+  /// takes its capacity from rows[slots + k, i - begin] instead of the
+  /// argument (the capacity a compacted heap gives its group; `rows` then
+  /// has at least the iterations' columns; mode 0 leaves it alone). Run
+  /// with those capacities, it cannot overflow them.
   std::shared_ptr<Kernel> tryKernel;
   /// The rerun kernel: the measured task alone, for the iterations whose
   /// `failed` element is set (it clears them); the source kernel's

@@ -98,9 +98,9 @@ struct LaunchFrame {
   /// of its table (per group of abi::kAdStackGroupThreads threads and
   /// stack id, the region's offset from the heap's start in
   /// AcceleratorDevice::groupTableUnit() bytes and the capacity, i64
-  /// pairs), and its size in bytes, which the heap's first bytes are kept
-  /// for; null: the interleaved layout. A device whose code reads the
-  /// table from the heap (Vulkan) copies it there.
+  /// pairs), and its size in bytes; null: the interleaved layout. A device
+  /// whose code reads the table from the heap (groupTableInHeap: Vulkan)
+  /// copies it to the heap's first bytes, which are kept for it.
   DeviceMirror *groupTable = nullptr;
   int64_t groupTableBytes = 0;
 };
@@ -157,6 +157,11 @@ public:
   /// code reads no table (LaunchFrame::groupTable): its launches keep the
   /// interleaved layout.
   virtual unsigned groupTableUnit() const { return 0; }
+  /// Whether the code reads the table from the heap's first bytes (the
+  /// device copies it there, and the regions start after it: Vulkan), or
+  /// from its own buffer (LaunchFrame::groupTable's address, the regions
+  /// from the heap's start: CUDA, HIP).
+  virtual bool groupTableInHeap() const { return false; }
   /// Replaces the adstack heap by one of `bytes` bytes (its contents need
   /// not survive; 0: no heap).
   virtual absl::Status allocateHeap(size_t bytes) = 0;
@@ -206,6 +211,9 @@ public:
   /// Where the device's code reads a compacted heap's table
   /// (AcceleratorDevice::groupTableUnit).
   bool compactsAdStacks() const override;
+  /// The budget (or the device's default), at most the device's largest
+  /// heap: a thread holds one iteration.
+  int64_t adStackIterationBudget(const Kernel &kernel, int64_t budget) override;
 
   /// The threads the last launch ran its parallel entries on (0 before the
   /// first): the code's resident grid; fewer where its tasks have fewer

@@ -88,6 +88,11 @@ struct CpuBackendOptions {
   /// passed at run time (mergeEquivalentTasks); false: a function per task.
   /// The results are the same either way.
   bool mergeTasks = true;
+  /// The host memory the default adstack memory budget is a fraction of
+  /// (kDefaultAdStackBudgetFraction; 0: what the host has available now,
+  /// availableHostMemoryBytes). Tests set it to see what a launch does
+  /// when memory is short.
+  uint64_t availableMemoryBytes = 0;
 };
 
 class CpuBackend : public Backend {
@@ -104,6 +109,9 @@ public:
   /// a gradient whose needs did not grow, the counting kernel 30%
   /// (docs/performance.md, "Measured sizing").
   bool optimisticAdStacks() const override { return true; }
+  /// The budget (or the default) over the lanes of the kernel's widest
+  /// task with heap stacks: a worker's slice holds a group of lanes.
+  int64_t adStackIterationBudget(const Kernel &kernel, int64_t budget) override;
 
   /// The last launch's heap: one slice per worker that ran (fewer than
   /// numThreads() where LaunchOptions::adStackMemoryBudget holds fewer).

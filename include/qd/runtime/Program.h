@@ -24,6 +24,7 @@ namespace runtime_detail {
 class LaunchInputs;
 } // namespace runtime_detail
 struct MeasuredAdStackNeeds;
+struct AdStackIterationCapacities;
 
 /// An ndarray passed to a launch: the primal buffer and optional grad/dual
 /// companions (required when the kernel argument declares them).
@@ -113,8 +114,15 @@ struct LaunchOptions {
   /// every thread at the largest need.
   bool compactAdStacks = true;
   /// Set by Program::launch for a compacted heap: the needs the counting
-  /// kernel measured for each iteration (MeasuredAdStackNeeds).
+  /// kernel (or an earlier optimistic launch) measured for each iteration
+  /// (MeasuredAdStackNeeds).
   std::shared_ptr<const MeasuredAdStackNeeds> measuredNeeds;
+  /// Set by Program::launch for an optimistic launch on a backend that
+  /// compacts: the backend writes there the capacity each iteration's
+  /// measured stacks have in the launch's layout (its group's on a
+  /// compacted heap, the launch's otherwise), which the try kernel checks
+  /// its pushes against (AdStackIterationCapacities).
+  std::shared_ptr<const AdStackIterationCapacities> iterationCapacities;
   /// The most bytes of adstack heap this launch may lay out (0: the
   /// backend's default, a fraction of the memory the device can spare:
   /// kDefaultAdStackBudgetFraction of free device memory on a GPU, of the
@@ -124,15 +132,17 @@ struct LaunchOptions {
   /// another), and fails with ResourceExhausted naming the kernel and the
   /// stack only when one iteration alone needs more (docs/runtime.md,
   /// "Adstack memory budget"). Checkpointed loops (reverse-ad{checkpoint})
-  /// compare an explicit budget with the bytes of one iteration's stacks
-  /// when Program::launch chooses their interval (docs/autodiff.md,
-  /// "Checkpointing long loops"); under the default (0) they are fully
-  /// taped.
+  /// compare the budget (or the default) with the bytes of one
+  /// iteration's stacks when Program::launch chooses their interval
+  /// (Backend::adStackIterationBudget; docs/autodiff.md, "Checkpointing
+  /// long loops"): a launch whose one iteration does not fit checkpoints.
   int64_t adStackMemoryBudget = 0;
   /// The interval k of a gradient's checkpointed loops: iterations between
   /// stored states (0: Program::launch chooses it from
   /// adStackMemoryBudget; k >= a loop's trip count tapes it fully). A
-  /// kernel without checkpointed loops ignores it.
+  /// kernel without checkpointed loops ignores it. Program::launch hands
+  /// the backend the interval it set (0: none, or fully taped), which the
+  /// backend reports (AdStackHeapUsage::checkpointInterval).
   int64_t checkpointInterval = 0;
   /// Stop the launch once it has run this long (zero: no limit), with a
   /// DeadlineExceeded error naming the loop a thread was in. Loops check
@@ -234,9 +244,23 @@ struct BackendCapabilities {
 struct MeasuredAdStackNeeds {
   /// i64 elements: the need of iteration `i` of the stack with slot `k` is
   /// element k * spread + (i & (spread - 1)) (KernelSizing::kCountSpread
-  /// layout, with `spread` a power of two of at least the iterations).
+  /// layout, with `spread` a power of two of at least the iterations), or
+  /// with `rows`, element [k, i - begin] of a 2-D `need` of `spread`
+  /// columns (an optimistic launch's rows, OptimisticLaunch::tryKernel).
   std::shared_ptr<Buffer> need;
   int64_t spread = 0;
+  bool rows = false;
+  /// The measured stacks and their slots.
+  std::unordered_map<const AdStackAllocaStmt *, int> slots;
+};
+
+/// Where a launch writes each iteration's capacities (LaunchOptions::
+/// iterationCapacities): i64 rows of a 2-D buffer, one column per
+/// iteration of the measured task (counted from its begin); the capacity
+/// of the stack with slot k goes to row firstRow + k.
+struct AdStackIterationCapacities {
+  std::shared_ptr<Buffer> rows;
+  int64_t firstRow = 0;
   /// The measured stacks and their slots.
   std::unordered_map<const AdStackAllocaStmt *, int> slots;
 };
@@ -272,8 +296,9 @@ struct AdStackHeapUsage {
   /// largest buffer) left fewer threads than iterations (the largest over
   /// the kernel's parallel tasks with heap stacks; 0 without heap).
   int64_t waves = 0;
-  /// Checkpointing of long loops: iterations between stored states (0:
-  /// none; no launch checkpoints yet).
+  /// Checkpointing of long loops: iterations between the stored states of
+  /// the launch's checkpointed loops (0: none, or fully taped), as
+  /// Program::lastCheckpointInterval() says.
   int64_t checkpointInterval = 0;
   /// A compacted heap: its groups of abi::kAdStackGroupThreads threads,
   /// each at the largest need among its threads' iterations (0: the
@@ -293,6 +318,16 @@ public:
   /// LaunchOptions::optimisticAdStacks does not say (docs/sizing.md: where
   /// it was measured to be faster than counting).
   virtual bool optimisticAdStacks() const { return false; }
+  /// The most bytes one iteration's adstacks may take in a launch of
+  /// `kernel` under `budget` (LaunchOptions::adStackMemoryBudget; 0: the
+  /// backend's default, a fraction of what the device can spare now): the
+  /// budget over the iterations a thread holds at once (the CPU's lanes),
+  /// and no more than the device's largest heap; INT64_MAX where nothing
+  /// limits it (the interpreter's default). Program::launch chooses the
+  /// interval of checkpointed loops against it.
+  virtual int64_t adStackIterationBudget(const Kernel &kernel, int64_t budget) {
+    return budget > 0 ? budget : INT64_MAX;
+  }
   /// Whether launches may lay out a compacted adstack heap from per-
   /// iteration needs (LaunchOptions::compactAdStacks, ::measuredNeeds).
   virtual bool compactsAdStacks() const { return false; }
@@ -395,6 +430,16 @@ private:
     bool dirty = false;
     /// The try kernel's `need`, zeroed before each launch.
     std::optional<Buffer> need;
+    /// On a backend that compacts: the try kernel's `rows`, [2 x the
+    /// measured stacks, the iterations] (OptimisticLaunch::tryKernel), and
+    /// whether its first half holds the needs the last launch measured.
+    std::shared_ptr<Buffer> rows;
+    bool rowsMeasured = false;
+    /// The per-iteration needs the kernel's first (counted) launch
+    /// measured, for the second's layout.
+    std::shared_ptr<const MeasuredAdStackNeeds> counted;
+    /// `rows` of a launch that leaves them alone (1 x 1).
+    std::optional<Buffer> noRows;
   };
 
   /// What the counting launches of one kernel keep between launches.
@@ -409,6 +454,7 @@ private:
     std::vector<int64_t> bounds;
   };
   CountState &countState(const Kernel &k);
+  std::mutex &intervalTurn(const Kernel &k);
   /// `slot` as a zeroed buffer of `n` elements of `type`: kept where it has
   /// that size (on a GPU a new buffer is a device allocation per launch;
   /// zeroing it is one small upload), else made anew.
@@ -452,11 +498,12 @@ private:
   void recordLaunch(const LaunchOptions &sized, MeasuredLaunch measured);
   /// Sets the field of `k`'s checkpoint interval (qd/ir/Checkpointing.h), if
   /// it has one, for this launch: `options.checkpointInterval`, or chosen
-  /// from the budget (Checkpointing.cpp). Returns the interval (0: fully
-  /// taped).
+  /// from what `backend` gives one iteration under the budget or its
+  /// default (Backend::adStackIterationBudget; Checkpointing.cpp). Returns
+  /// the interval (0: fully taped).
   absl::StatusOr<int64_t> setCheckpointInterval(const Kernel &k, const KernelSizing &sizing,
                                                 std::span<const LaunchArg> args,
-                                                const LaunchOptions &options);
+                                                const LaunchOptions &options, Backend &backend);
   /// adStackCapacities against `inputs`.
   absl::StatusOr<std::unordered_map<const AdStackAllocaStmt *, int64_t>>
   evaluateCapacities(const Kernel &kernel, const KernelSizing &sizing,
@@ -470,6 +517,9 @@ private:
   int64_t lastCheckpointInterval_ = 0;
   std::map<const Kernel *, std::unique_ptr<OptimisticState>> optimistic_;
   std::map<const Kernel *, std::unique_ptr<CountState>> counting_;
+  /// Per kernel with checkpointed loops: held from setting the interval's
+  /// field to the end of the launch (launches of one gradient take turns).
+  std::map<const Kernel *, std::unique_ptr<std::mutex>> intervalTurns_;
   std::map<std::pair<const Field *, Component>, Buffer> fields_;
 };
 

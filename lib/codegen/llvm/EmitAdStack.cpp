@@ -84,6 +84,8 @@ const AdStackFrame &AdStackLowering::frame(unsigned id) {
       llvm::IRBuilder<> eb = c_.entryBuilder();
       frame.capacity = eb.CreateLoad(c_.i64, eb.CreateGEP(c_.i64, caps, eb.getInt64(id)));
     }
+    if (!inLocal)
+      frame.capacity = c_.target.adStackCapacity(c_, id, frame.capacity);
     if (c_.target.adStackIndexedDepth()) {
       const StackRef &st = c_.stacks.at(layout.stmt);
       LV *rowBytes = inLocal ? c_.b.getInt64(st.entryBytes) : c_.target.adStackRowBytes(c_, st, 1);

@@ -7,11 +7,14 @@
 #include "GpuTarget.h"
 
 #include "qd/abi/DeviceEntries.h"
+#include "qd/ir/Casting.h"
+#include "qd/ir/Visitor.h"
 
 #include <fmt/format.h>
 #include <llvm/IR/Module.h>
 
 #include <algorithm>
+#include <bit>
 #include <optional>
 
 namespace qd::codegen {
@@ -23,6 +26,10 @@ void GpuTarget::planEntries(EmitContext &c) {
   slotOf_ = std::move(plan.slotOf);
   c.layout.numValues = plan.numValues;
   imports_ = std::move(plan.imports);
+  // Stacks get their ids as they are emitted; a compacted heap's table
+  // is indexed by the kernel's count of them from the start.
+  numStacks_ = 0;
+  walk(const_cast<Kernel &>(c.kernel), [&](Stmt &s) { numStacks_ += isa<AdStackAllocaStmt>(s); });
 }
 
 void GpuTarget::emitEntries(KernelEmitter &e) {
@@ -53,6 +60,9 @@ void GpuTarget::emitEntries(KernelEmitter &e) {
     e.finishFunction();
     c.fn = nullptr;
   }
+  if (c.layout.stacks.size() != numStacks_ && c.error.empty())
+    c.error = fmt::format("codegen: kernel @{} has {} adstacks, but {} were emitted",
+                          c.kernel.name(), numStacks_, c.layout.stacks.size());
 }
 
 void GpuTarget::beginEntry(EmitContext &c, FunctionState &state, const std::string &name,
@@ -146,6 +156,33 @@ LV *GpuTarget::threads(EmitContext &c) {
   return c.ctxField(CtxField::threads);
 }
 
+AdStackFrame *GpuTarget::groupSlot(EmitContext &c, unsigned id) {
+  FunctionState &fn = *c.fn;
+  if (fn.parallelTask < 0)
+    return nullptr;
+  AdStackFrame &f = fn.stacks[id];
+  if (f.groupPair)
+    return &f;
+  llvm::IRBuilder<> eb = c.entryBuilder();
+  auto *global = llvm::PointerType::get(c.llvm, 1);
+  if (!fn.adStackGrouped) {
+    LV *table = c.launchWord({KernelLayout::LaunchWord::GroupTable, 0});
+    if (!table)
+      table = eb.CreatePtrToInt(c.ctxField(CtxField::groupTable), c.i64);
+    fn.adStackGrouped = eb.CreateICmpNE(table, eb.getInt64(0), "adstack.grouped");
+    // The group's first pair, (group * stacks), group-major.
+    LV *group = eb.CreateLShr(eb.CreateZExt(threadIndex(c), c.i64),
+                              eb.getInt64(std::countr_zero(abi::kAdStackGroupThreads)));
+    LV *first = eb.CreateMul(group, eb.getInt64(2 * int64_t(numStacks_)));
+    fn.adStackGroupAt =
+        eb.CreateGEP(c.i64, eb.CreateIntToPtr(table, global), first, "adstack.group.at");
+  }
+  LV *entry = eb.CreateGEP(c.i64, fn.adStackGroupAt, eb.getInt64(2 * int64_t(id)));
+  f.groupPair = eb.CreateSelect(fn.adStackGrouped, entry, eb.CreateAddrSpaceCast(fn.ctxArg, global),
+                                fmt::format("adstack{}.group", id));
+  return &f;
+}
+
 LV *GpuTarget::adStackBase(EmitContext &c, unsigned id) {
   int64_t entryBytes = c.layout.stacks.at(id).entryBytes;
   llvm::IRBuilder<> eb = c.entryBuilder();
@@ -162,15 +199,43 @@ LV *GpuTarget::adStackBase(EmitContext &c, unsigned id) {
     region = eb.CreateGEP(eb.getInt8Ty(), eb.CreateAddrSpaceCast(heap, global),
                           eb.CreateMul(offset, threads(c)));
   }
-  LV *mine = eb.CreateMul(eb.CreateZExt(threadIndex(c), c.i64), eb.getInt64(entryBytes));
-  return eb.CreateGEP(eb.getInt8Ty(), region, mine);
+  LV *thread = eb.CreateZExt(threadIndex(c), c.i64);
+  LV *mine = eb.CreateMul(thread, eb.getInt64(entryBytes));
+  LV *interleaved = eb.CreateGEP(eb.getInt8Ty(), region, mine);
+  AdStackFrame *g = groupSlot(c, id);
+  if (!g)
+    return interleaved;
+  // Compacted: heap + the group's region + lane * entry bytes.
+  LV *heap = eb.CreateAddrSpaceCast(c.ctxField(CtxField::heap), global);
+  LV *lane = eb.CreateAnd(thread, eb.getInt64(abi::kAdStackGroupThreads - 1));
+  LV *start =
+      eb.CreateAdd(eb.CreateLoad(c.i64, g->groupPair), eb.CreateMul(lane, eb.getInt64(entryBytes)));
+  LV *compacted = eb.CreateGEP(eb.getInt8Ty(), heap, start);
+  return eb.CreateSelect(c.fn->adStackGrouped, compacted, interleaved,
+                         fmt::format("adstack{}.base", id));
 }
 
 LV *GpuTarget::adStackRowBytes(EmitContext &c, const StackRef &stack, unsigned) {
-  if (LV *word = c.launchWord({KernelLayout::LaunchWord::RowBytes, stack.id}))
-    return word;
-  LV *t = threads(c);
-  return c.entryBuilder().CreateMul(t, c.b.getInt64(stack.entryBytes));
+  LV *row = c.launchWord({KernelLayout::LaunchWord::RowBytes, stack.id});
+  llvm::IRBuilder<> eb = c.entryBuilder();
+  if (!row)
+    row = eb.CreateMul(threads(c), c.b.getInt64(stack.entryBytes));
+  AdStackFrame *g = groupSlot(c, stack.id);
+  if (!g)
+    return row;
+  return eb.CreateSelect(c.fn->adStackGrouped,
+                         eb.getInt64(int64_t(abi::kAdStackGroupThreads) * stack.entryBytes), row,
+                         fmt::format("adstack{}.row", stack.id));
+}
+
+LV *GpuTarget::adStackCapacity(EmitContext &c, unsigned id, LV *capacity) {
+  AdStackFrame *g = groupSlot(c, id);
+  if (!g)
+    return capacity;
+  llvm::IRBuilder<> eb = c.entryBuilder();
+  LV *own = eb.CreateLoad(c.i64, eb.CreateGEP(c.i64, g->groupPair, eb.getInt64(1)));
+  return eb.CreateSelect(c.fn->adStackGrouped, own, capacity,
+                         fmt::format("adstack{}.capacity", id));
 }
 
 LV *GpuTarget::adStackAdjoint(EmitContext &c, const StackRef &stack, LV *primal, unsigned) {

@@ -18,7 +18,11 @@
 //
 // Adstacks are interleaved across the T threads: entry d of stack s of
 // thread t is at heap + offsets[s] * T + (d * T + t) * entry bytes, its
-// adjoint slot after its primal, the depth an i32 count. What every thread
+// adjoint slot after its primal, the depth an i32 count. Under a compacted
+// heap (ctx->groupTable set; docs/runtime.md, "Compacted heap") each group
+// of abi::kAdStackGroupThreads threads has its own region and capacity per
+// stack, read from the table: entry d of lane l at heap + region + (d * 32
+// + l) * entry bytes. One compiled kernel serves both layouts. What every thread
 // reads again and again (T, stack regions, capacities, row sizes, field
 // bases) comes from the launch words, a constant array (address space 4 on
 // both targets) the runtime fills before each launch; the rest through ctx.
@@ -55,6 +59,7 @@ public:
   bool staggersStopChecks() const final { return true; }
   LV *adStackBase(EmitContext &c, unsigned id) final;
   LV *adStackRowBytes(EmitContext &c, const StackRef &stack, unsigned width) final;
+  LV *adStackCapacity(EmitContext &c, unsigned id, LV *capacity) final;
   LV *adStackAdjoint(EmitContext &c, const StackRef &stack, LV *primal, unsigned width) final;
   LV *mathCall(EmitContext &c, MathFn fn, ScalarType type, llvm::ArrayRef<LV *> args) final;
   void atomicUpdate(EmitContext &c, llvm::AtomicRMWInst::BinOp op, LV *ptr, LV *value,
@@ -86,6 +91,12 @@ protected:
 private:
   /// ctx->threads (T), from the launch words.
   LV *threads(EmitContext &c);
+  /// Stack `id`'s frame with AdStackFrame::grouped and ::groupPair set in
+  /// a parallel task (the table's entry of this thread's group; the launch
+  /// context's first bytes where the launch has no table, so that the
+  /// loads stay in bounds); null outside one, whose stacks are never
+  /// compacted.
+  AdStackFrame *groupSlot(EmitContext &c, unsigned id);
   /// One device entry: a parallel task, or a run of other top-level
   /// statements.
   struct Entry {
@@ -106,6 +117,8 @@ private:
   /// Per entry: the values it loads, in slot order.
   std::vector<std::vector<const Stmt *>> imports_;
   unsigned current_ = 0;
+  /// The kernel's adstacks (KernelLayout::stacks, once emitted).
+  size_t numStacks_ = 0;
 };
 
 } // namespace qd::codegen

@@ -97,14 +97,22 @@ public:
   /// CPU: heap + thread * ctx->stride + ctx->offsets[id] (thread-major).
   /// GPU: heap + offsets[id] * T + thread * entry bytes, for the layout
   /// interleaved across the T threads of the launch (DESIGN.md), so that a
-  /// warp's pushes and loads coalesce.
+  /// warp's pushes and loads coalesce; under a compacted heap, heap + the
+  /// group's region + lane * entry bytes.
   virtual llvm::Value *adStackBase(EmitContext &c, unsigned id) = 0;
   /// Adstack entry address, part 2: the bytes between entry d and entry
   /// d + 1 of a stack, for `width` lanes that share one depth (1 outside
   /// vector code), emitted in the entry block; entry d is at base + d *
   /// rowBytes. CPU: entryBytes * width (lane l's primal at + l * elem, the
-  /// lanes' adjoints after all primals). GPU: T * entry bytes.
+  /// lanes' adjoints after all primals). GPU: T * entry bytes (32 * entry
+  /// bytes under a compacted heap).
   virtual llvm::Value *adStackRowBytes(EmitContext &c, const StackRef &stack, unsigned width) = 0;
+  /// The capacity of stack `id` in this thread's layout, emitted in the
+  /// entry block, given the launch's (`capacity`, i64). CPU: `capacity`.
+  /// GPU: the group's own under a compacted heap (ctx->groupTable).
+  virtual llvm::Value *adStackCapacity(EmitContext &, unsigned, llvm::Value *capacity) {
+    return capacity;
+  }
   /// The adjoint of the entry whose primal is at `primal` (base + d * rowBytes)
   /// `primal`. CPU: primal + elem bytes * width. GPU: wherever its layout
   /// keeps adjoints (NVPTX: primal + elem bytes, inside the interleaved

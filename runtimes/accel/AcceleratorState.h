@@ -1,0 +1,141 @@
+//===- AcceleratorState.h - The state of one accelerator backend -*- C++ -*-===//
+//
+// Private to qd::runtime_accel: AcceleratorBackend's state (its variants,
+// heap, budget and the compacted heap's kernels), shared by
+// AcceleratorBackend.cpp (the launch) and AdStackCompaction.cpp (the
+// compacted heap's table and the per-iteration capacities).
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "AdStackGroupTable.h"
+
+#include "qd/codegen/KernelSizingCache.h"
+#include "qd/runtime/AcceleratorBackend.h"
+#include "qd/runtime/LaunchPlan.h"
+
+#include <deque>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <tuple>
+
+namespace qd {
+
+struct AcceleratorBackend::State {
+  explicit State(accel::AcceleratorDevice &d) : device(d), limits(d.limits()) {}
+
+  struct Variant {
+    std::unique_ptr<accel::DeviceKernel> code;
+    /// Heap code: the local array sizes its local-tape variants were
+    /// compiled for (at most kMaxLocalVariants; guarded by launchMutex).
+    std::vector<std::vector<int64_t>> localVariants;
+  };
+  static constexpr size_t kMaxLocalVariants = 4;
+
+  accel::AcceleratorDevice &device;
+  /// The device's limits, fixed when it was created (read once, not per
+  /// launch).
+  const accel::DeviceLimits limits;
+  KernelSizingCache sizings;
+  std::mutex compileMutex;
+  /// Keyed by (kernel, bounds checks, stop checks, local array entries per
+  /// stack id: empty for the code that keeps every stack in the heap).
+  std::map<std::tuple<uint64_t, bool, bool, std::vector<int64_t>>, Variant> cache;
+  mutable std::mutex launchMutex;
+  size_t heapBytes = 0;
+  bool heapAllocated = false;
+  int64_t lastThreads = 0;
+  AdStackHeapUsage lastUsage;
+  std::vector<AdStackPlacement> lastPlacement;
+  bool timing = false;
+  double lastKernelMs = -1;
+  /// Asynchronous launches not collected yet, oldest first (guarded by
+  /// launchMutex): the device's ticket and the plan that decodes the
+  /// report.
+  struct Pending {
+    uint64_t ticket;
+    LaunchPlan plan;
+  };
+  std::deque<Pending> pending;
+  /// The compacted heap's table kernel's buffers (kept between launches),
+  /// and the fill kernel's values.
+  std::optional<Buffer> tableDesc, table, tableSums, noRows, fillValues;
+
+  absl::StatusOr<Variant *> variant(const Kernel &kernel, bool boundsChecked, bool stopChecks,
+                                    const std::vector<int64_t> &local,
+                                    const KernelLayout *heapLayout);
+  absl::StatusOr<Variant *> localTapeVariant(Variant &heapCode, absl::StatusOr<LaunchPlan> &plan,
+                                             Program &program, const Kernel &kernel,
+                                             std::span<const LaunchArg> args,
+                                             const LaunchOptions &options);
+  /// The adstack memory budget of a launch and where it comes from.
+  struct Budget {
+    int64_t bytes = INT64_MAX;
+    std::string source;
+  };
+  Budget budget(const LaunchPlan &plan) const;
+  /// The default budget (LaunchOptions::adStackMemoryBudget = 0): a
+  /// fraction of the device's free memory and the heap held.
+  Budget defaultBudget() const;
+  absl::StatusOr<int64_t> grid(const accel::DeviceKernel &code, const LaunchPlan &plan,
+                               const Budget &budget) const;
+  std::vector<uint32_t> groups(const accel::DeviceKernel &code, const LaunchPlan &plan,
+                               int64_t threads) const;
+  /// Grows the heap to at least `bytes` (doubling, but never past the
+  /// device's largest buffer or `budget`).
+  absl::Status growHeap(const Kernel &kernel, int64_t bytes, int64_t budget);
+  absl::StatusOr<std::vector<DeviceMirror *>> mirrorSlots(const Kernel &kernel,
+                                                          const LaunchPlan &plan);
+  absl::Status launch(Program &program, const Kernel &kernel, std::span<const LaunchArg> args,
+                      const LaunchOptions &options);
+  /// Runs `frame` (the stop word and the watchdog of `options`), brings the
+  /// bound buffers' states up to date and decodes the outcome, or keeps
+  /// the plan of an asynchronous frame for later.
+  absl::Status run(accel::DeviceKernel &code, accel::LaunchFrame &frame, const LaunchPlan &plan,
+                   const LaunchOptions &options);
+  /// Collects asynchronous launches, oldest first, until at most `keep`
+  /// are in flight; the first error one reported (deferredError).
+  absl::Status drain(size_t keep);
+  /// Whether a launch with `options` returns before its kernels ran: only
+  /// on a device with streams, never with a stop word or kernel timing.
+  bool runsAsync(const LaunchOptions &options) const {
+    return options.async && device.streams() && !options.stoppable() && !timing;
+  }
+  /// launch() with launchMutex held and the heap code compiled.
+  absl::Status launchLocked(Program &program, const Kernel &kernel, std::span<const LaunchArg> args,
+                            const LaunchOptions &options, Variant &heapCode);
+  /// A compacted heap for a launch over at most `threads` threads: the
+  /// heap to allocate (heapBytes: the regions, after the table where the
+  /// device reads it from the heap) and what it takes in all (bytes: the
+  /// table and the regions).
+  struct Compacted {
+    int64_t threads = 0, groups = 0, tableBytes = 0, heapBytes = 0, bytes = 0, needBytes = 0;
+    DeviceMirror *table = nullptr;
+  };
+  /// The compacted heap of a launch whose stacks `shape` describes, on the
+  /// most threads up to `threads` (halved while it does not fit `budget`),
+  /// or nullopt where even one group's does not (the interleaved layout
+  /// then decides).
+  absl::StatusOr<std::optional<Compacted>> compact(Program &program, const LaunchPlan &plan,
+                                                   const accel::GroupTableShape &shape,
+                                                   const LaunchOptions &options, int64_t threads,
+                                                   int64_t budget);
+  /// Writes the launch's capacity of each measured stack to every column
+  /// of its row of `capacities` (the fill kernel).
+  absl::Status fillCapacities(Program &program, const LaunchPlan &plan,
+                              const AdStackIterationCapacities &capacities);
+  /// Runs one of the backend's own kernels (the table or fill kernel) for
+  /// `plan`'s launch; errors name that launch.
+  absl::Status runOwnKernel(Program &program, const LaunchPlan &plan, const Kernel &kernel,
+                            std::span<const LaunchArg> args);
+  /// Runs the table kernel for `threads` threads, the regions starting
+  /// `base` bytes into the heap: the groups' bytes and the bytes of each
+  /// thread's own need (sums[0], sums[1]), and each iteration's capacity
+  /// where `options` asks for it (LaunchOptions::iterationCapacities).
+  absl::Status runGroupTable(Program &program, const LaunchPlan &plan,
+                             const accel::GroupTableShape &shape, const LaunchOptions &options,
+                             int64_t threads, int64_t base);
+};
+
+} // namespace qd

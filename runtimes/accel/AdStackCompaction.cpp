@@ -1,0 +1,162 @@
+//===- AdStackCompaction.cpp - The compacted heap of an accelerator launch ===//
+//
+// AcceleratorBackend's compacted adstack heap (docs/runtime.md, "Compacted
+// heap"): the table kernel's runs, halving the grid until the heap fits,
+// and the per-iteration capacities an optimistic launch checks its pushes
+// against.
+//
+//===----------------------------------------------------------------------===//
+#include "AcceleratorState.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace qd {
+
+namespace {
+
+/// `b` as an i64 buffer of `n` elements (exactly, or at least), kept where
+/// it is one already.
+absl::Status sizedBuffer(std::optional<Buffer> &b, int64_t n, bool exact) {
+  if (b && (exact ? b->numElements() == n : b->numElements() >= n))
+    return absl::OkStatus();
+  absl::StatusOr<Buffer> made = Buffer::create(ScalarType::I64, {n});
+  if (!made.ok())
+    return made.status();
+  b = *std::move(made);
+  return absl::OkStatus();
+}
+
+/// Writes `values` to `b` where they differ (a device copy is uploaded
+/// again only when something changed).
+void writeValues(Buffer &b, std::span<const int64_t> values) {
+  for (size_t i = 0; i < values.size(); ++i)
+    if (b.get(int64_t(i)).i != values[i])
+      b.set(int64_t(i), Scalar::ofInt(ScalarType::I64, values[i]));
+}
+
+} // namespace
+
+absl::Status AcceleratorBackend::State::runOwnKernel(Program &program, const LaunchPlan &plan,
+                                                     const Kernel &kernel,
+                                                     std::span<const LaunchArg> args) {
+  absl::StatusOr<Variant *> code = variant(kernel, false, false, {}, nullptr);
+  if (!code.ok())
+    return code.status();
+  absl::Status s = launchLocked(program, kernel, args, LaunchOptions(), **code);
+  if (!s.ok())
+    return absl::Status(s.code(),
+                        fmt::format("kernel @{}: laying out its compacted adstack heap: {}",
+                                    plan.kernel().name(), std::string(s.message())));
+  return s;
+}
+
+absl::Status AcceleratorBackend::State::runGroupTable(Program &program, const LaunchPlan &plan,
+                                                      const accel::GroupTableShape &shape,
+                                                      const LaunchOptions &options, int64_t threads,
+                                                      int64_t base) {
+  absl::StatusOr<const Kernel *> kernel = accel::groupTableKernel(shape.rows);
+  if (!kernel.ok())
+    return kernel.status();
+  const MeasuredAdStackNeeds &needs = *options.measuredNeeds;
+  const int64_t groups = (threads + abi::kAdStackGroupThreads - 1) / abi::kAdStackGroupThreads;
+  const int64_t elements = accel::groupTableElements(groups, shape.stacks);
+  for (absl::Status s : {sizedBuffer(tableDesc, int64_t(shape.desc.size()), true),
+                         sizedBuffer(table, elements, false), sizedBuffer(tableSums, 2, true)})
+    if (!s.ok())
+      return s;
+  writeValues(*tableDesc, shape.desc);
+  // Rows nobody writes where the launch wants no capacities (every desc
+  // row -1).
+  Buffer *rows = options.iterationCapacities ? options.iterationCapacities->rows.get() : nullptr;
+  if (!rows && !noRows) {
+    absl::StatusOr<Buffer> b = Buffer::create(ScalarType::I64, {1, 1});
+    if (!b.ok())
+      return b.status();
+    noRows = *std::move(b);
+  }
+  NdarrayArg need{needs.need.get()}, desc{&*tableDesc}, out{&*table}, sums{&*tableSums},
+      rowsArg{rows ? rows : &*noRows};
+  const LaunchArg args[] = {LaunchArg::ndarray(&need),
+                            LaunchArg::ndarray(&desc),
+                            LaunchArg::ndarray(&out),
+                            LaunchArg::ndarray(&sums),
+                            LaunchArg::ndarray(&rowsArg),
+                            LaunchArg::i32(int32_t(groups)),
+                            LaunchArg::i32(int32_t(shape.stacks)),
+                            LaunchArg::i32(int32_t(threads)),
+                            LaunchArg::i32(int32_t(shape.begin)),
+                            LaunchArg::i32(int32_t(shape.end)),
+                            LaunchArg::i32(int32_t(needs.spread)),
+                            LaunchArg::i64(device.groupTableUnit()),
+                            LaunchArg::i64(base)};
+  return runOwnKernel(program, plan, **kernel, args);
+}
+
+absl::Status
+AcceleratorBackend::State::fillCapacities(Program &program, const LaunchPlan &plan,
+                                          const AdStackIterationCapacities &capacities) {
+  absl::StatusOr<const Kernel *> kernel = accel::fillRowsKernel();
+  if (!kernel.ok())
+    return kernel.status();
+  const KernelLayout &layout = plan.layout();
+  std::vector<int64_t> values(capacities.slots.size(), 1);
+  for (size_t i = 0; i < layout.stacks.size(); ++i)
+    if (auto slot = capacities.slots.find(layout.stacks[i].stmt); slot != capacities.slots.end())
+      values.at(size_t(slot->second)) = plan.heap().capacities[i];
+  if (absl::Status s = sizedBuffer(fillValues, std::max<int64_t>(int64_t(values.size()), 1), true);
+      !s.ok())
+    return s;
+  writeValues(*fillValues, values);
+  Buffer &rows = *capacities.rows;
+  NdarrayArg rowsArg{&rows}, valuesArg{&*fillValues};
+  const LaunchArg args[] = {LaunchArg::ndarray(&rowsArg), LaunchArg::ndarray(&valuesArg),
+                            LaunchArg::i32(int32_t(capacities.firstRow)),
+                            LaunchArg::i32(int32_t(values.size())),
+                            LaunchArg::i32(int32_t(rows.shape().at(1)))};
+  return runOwnKernel(program, plan, **kernel, args);
+}
+
+absl::StatusOr<std::optional<AcceleratorBackend::State::Compacted>>
+AcceleratorBackend::State::compact(Program &program, const LaunchPlan &plan,
+                                   const accel::GroupTableShape &shape,
+                                   const LaunchOptions &options, int64_t threads, int64_t budget) {
+  const int64_t group = abi::kAdStackGroupThreads;
+  int64_t largest = limits.maxHeapBytes == 0 || limits.maxHeapBytes > uint64_t(INT64_MAX)
+                        ? INT64_MAX
+                        : int64_t(limits.maxHeapBytes);
+  largest = std::min(largest, budget);
+  // Fewer threads hold fewer iterations at once: halve the grid (whole
+  // groups) until the heap fits.
+  for (int64_t t = threads;; t = std::max(group, t / 2 / group * group)) {
+    Compacted c;
+    c.threads = t;
+    c.groups = (t + group - 1) / group;
+    c.tableBytes = accel::groupTableElements(c.groups, shape.stacks) * 8;
+    int64_t base = device.groupTableInHeap() ? c.tableBytes : 0;
+    if (absl::Status s = runGroupTable(program, plan, shape, options, t, base); !s.ok())
+      return s;
+    absl::StatusOr<int64_t> used = tableSums->readInteger(0), exact = tableSums->readInteger(1);
+    if (!used.ok())
+      return used.status();
+    if (!exact.ok())
+      return exact.status();
+    c.heapBytes = base + *used;
+    c.bytes = c.tableBytes + *used;
+    c.needBytes = *exact;
+    if (c.bytes <= largest) {
+      absl::StatusOr<DeviceMirror *> m = table->prepareOnDevice(&device, [&] {
+        return absl::StatusOr<std::unique_ptr<DeviceMirror>>(device.mirror(*table));
+      });
+      if (!m.ok())
+        return m.status();
+      c.table = *m;
+      return std::optional<Compacted>(c);
+    }
+    if (t <= group)
+      return std::optional<Compacted>();
+  }
+}
+
+} // namespace qd
