@@ -23,6 +23,7 @@
 // Usage: qd-bench-sims [--backend interp|cpu|cuda|vulkan] [--backend-options K=V,...]
 //                      [--steps 32] [--size small|large] [--reps 3]
 //                      [--only mass_spring,mpm,...] [--no-torch] [--json FILE]
+//                      [--dump SIM]
 // Rows of --json: sim, size, steps, backend, fwd_ms, grad_ms (per step),
 // compile_ms, heap_bytes, loss, and torch_fwd_ms, torch_grad_ms, torch_loss
 // where PyTorch ran.
@@ -34,8 +35,10 @@
 #include "SimRun.h"
 #include "Simulation.h"
 
+#include "qd/ir/Printer.h"
 #include "qd/runtime/AllBackends.h"
 #include "qd/runtime/BackendRegistry.h"
+#include "qd/runtime/CpuBackend.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -62,6 +65,7 @@ struct Options {
   std::vector<std::string> only;
   bool torch = true;
   std::string json;
+  std::string dump;
 };
 
 struct Row {
@@ -152,11 +156,13 @@ Options parse(int argc, char **argv) {
       o.torch = false;
     else if (a == "--json")
       o.json = qdbench::optionValue(argc, argv, i);
+    else if (a == "--dump")
+      o.dump = qdbench::optionValue(argc, argv, i);
     else
       die("unknown option '" + a +
           "'; usage: qd-bench-sims [--backend NAME] [--backend-options "
           "K=V,...] [--steps N] [--size small|large] [--reps N] [--only a,b] [--no-torch] "
-          "[--json FILE]");
+          "[--json FILE] [--dump SIM]");
   }
   if (o.steps < 1)
     die("--steps takes a positive count");
@@ -170,11 +176,44 @@ std::string ratio(double torchMs, double qdMs) {
   return qdMs > 0 ? fmt::format("{:.2f}x", torchMs / qdMs) : "n/a";
 }
 
+/// --dump SIM: the module with its gradient kernels, then per kernel on the
+/// CPU backend the lanes of each parallel task (and why a task has none)
+/// and the optimised LLVM IR.
+int dumpSim(const Options &o) {
+  std::unique_ptr<qdsim::Simulation> sim = qdsim::makeSimulation(o.dump, o.size);
+  if (!sim)
+    die("--dump: no simulation '" + o.dump + "'");
+  auto run = qdsim::SimRun::create(*sim, o.steps);
+  check(run.status());
+  auto options = qd::BackendOptions::parse(o.backendOptions);
+  check(options.status());
+  auto backend = qd::createBackend("cpu", *options);
+  check(backend.status());
+  auto *cpu = dynamic_cast<qd::CpuBackend *>(backend->get());
+  check((*run)->forwardAndGradient(**backend));
+  fmt::print(";;; module\n{}\n", qd::printModule((*run)->module()));
+  for (std::string_view name : {"step", "step_grad"}) {
+    const qd::Kernel &kernel = (*run)->kernel(name);
+    auto layout = cpu->layout(kernel);
+    check(layout.status());
+    fmt::print(";;; @{}: parallel tasks\n", name);
+    for (size_t k = 0; k < (*layout)->tasks.size(); ++k)
+      fmt::print(";;;   task {}: {} lanes {}\n", k, (*layout)->tasks[k].lanes,
+                 (*layout)->tasks[k].whyScalar);
+    auto ir = cpu->llvmIR(kernel);
+    check(ir.status());
+    fmt::print(";;; @{}: optimised LLVM IR\n{}\n", name, *ir);
+  }
+  return 0;
+}
+
 int benchSims(int argc, char **argv) {
   qdbench::BenchRecord record("sims", argc, argv);
   Options o = parse(argc, argv);
   record.setPath(o.json);
   qd::registerAllBackends();
+  if (!o.dump.empty())
+    return dumpSim(o);
   std::vector<std::string> sims = o.only.empty() ? qdsim::simulationNames() : o.only;
   std::vector<std::string> torchSims;
   for (const std::string &s : sims)

@@ -15,6 +15,7 @@ absl::Status registerCpuBackend() {
       {"vector-math", "true|false", "vector math through glibc's libmvec (default true)"},
       {"vector-isa", "auto|sse4|avx2|avx512|none", "the libmvec variants to call"},
       {"light", "true|false", "compile every kernel with the light tier (few passes)"},
+      {"perf-map", "true|false", "name compiled functions for perf in /tmp/perf-<pid>.map"},
   };
   info.create = [](const BackendOptions &given) -> absl::StatusOr<std::unique_ptr<Backend>> {
     CpuBackendOptions o;
@@ -24,6 +25,7 @@ absl::Status registerCpuBackend() {
     read.integer("vector-width", o.vectorWidth, 0, 64);
     read.boolean("vector-math", o.vectorMath);
     read.string("vector-isa", o.vectorIsa);
+    read.boolean("perf-map", o.perfMap);
     bool light = false;
     read.boolean("light", light);
     if (light)

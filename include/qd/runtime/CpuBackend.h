@@ -88,6 +88,10 @@ struct CpuBackendOptions {
   /// passed at run time (mergeEquivalentTasks); false: a function per task.
   /// The results are the same either way.
   bool mergeTasks = true;
+  /// Append every function the JIT compiles to /tmp/perf-<pid>.map, so
+  /// that `perf report` names the code of each kernel's tasks
+  /// (`qdk<n>_qd_task_<t>`: the backend's n-th compilation, its task t).
+  bool perfMap = false;
 };
 
 class CpuBackend : public Backend {
@@ -134,7 +138,9 @@ public:
   std::optional<TaskMergeStats> taskFunctions(const Kernel &kernel) const;
   /// The launch layout of a compiled kernel (compiles it if needed): its
   /// parallel tasks with their lanes (and why a task has none), stacks,
-  /// global slots and error sites.
+  /// global slots and error sites. Of the code for launches whose ndarray
+  /// buffers do not overlap (CodegenOptions::distinctNdarrays), as
+  /// llvmIR's.
   absl::StatusOr<const KernelLayout *> layout(const Kernel &kernel, bool boundsChecked = false);
   /// Per parallel task of the last launch: the lanes of its code (1 when
   /// scalar); its stacks' entries were laid out for that many lanes.
