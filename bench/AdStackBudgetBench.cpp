@@ -11,7 +11,11 @@
 //     ratios, and the gradient's time with each (median of per-round
 //     ratios);
 //   - the compacted heap under a budget of a quarter and an eighth of its
-//     size (fewer threads, more waves), against one wave, as time ratios.
+//     size (fewer threads, more waves), against one wave, as time ratios;
+//   - the default path after a kernel's first launch, the optimistic launch
+//     (no counting kernel; the layout from the needs the last launch
+//     measured), with the interleaved layout and compacted, on programs of
+//     their own, the compacted one as a ratio to the interleaved one.
 // Backends without a compacted heap (the CPU) print the interleaved layout
 // twice.
 //
@@ -31,6 +35,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -116,20 +121,30 @@ qd::LaunchOptions counted(bool compact, int64_t budget = 0) {
   return o;
 }
 
+/// The options of an optimistic round (the default path after a kernel's
+/// first launch), compacted or not.
+qd::LaunchOptions optimistic(bool compact) {
+  qd::LaunchOptions o;
+  o.optimisticAdStacks = true;
+  o.compactAdStacks = compact;
+  return o;
+}
+
 /// Per case, the median time and the median of its per-round ratio to
-/// case 0.
+/// its base case (base[f]).
 void printTimes(const std::vector<std::string> &what, const std::vector<std::vector<double>> &ms,
-                const std::vector<qd::AdStackHeapUsage> &used) {
+                const std::vector<qd::AdStackHeapUsage> &used, const std::vector<size_t> &base) {
   for (size_t f = 0; f < what.size(); ++f) {
+    size_t b = base[f];
     std::vector<double> ratio;
     for (size_t r = 0; r < ms[f].size(); ++r)
-      ratio.push_back(ms[f][r] / ms[0][r]);
+      ratio.push_back(ms[f][r] / ms[b][r]);
     fmt::print("  {}: heap {} bytes ({:.1f}x smaller), own needs {} bytes, {} {}, {} waves: "
                "{:.3f} ms, {:.2f}x of {}\n",
                what[f], used[f].bytes,
-               double(used[0].bytes) / double(std::max<int64_t>(used[f].bytes, 1)),
+               double(used[b].bytes) / double(std::max<int64_t>(used[f].bytes, 1)),
                used[f].needBytes, used[f].threads, used[f].threadKind, used[f].waves, median(ms[f]),
-               median(ratio), what[0]);
+               median(ratio), what[b]);
   }
 }
 
@@ -148,39 +163,51 @@ int run(int argc, char **argv) {
     return 0;
   }
   qd::Backend &backend = **created;
-  auto program = check(qd::Program::create(*module));
-  for (int64_t i = 0; i < o.n; ++i) {
-    int64_t trips = i % o.every == o.every / 2 ? o.deep : 3;
-    program->field("m")->set(i, qd::Scalar::ofInt(qd::ScalarType::I32, trips));
-    program->field("x")->set(i, qd::Scalar::ofFloat(qd::ScalarType::F32, 0.001 * double(i % 97)));
+  // One program for the counted cases, one per optimistic case (each keeps
+  // what its last launch measured).
+  std::vector<std::unique_ptr<qd::Program>> programs;
+  for (int p = 0; p < 3; ++p) {
+    programs.push_back(check(qd::Program::create(*module)));
+    for (int64_t i = 0; i < o.n; ++i) {
+      int64_t trips = i % o.every == o.every / 2 ? o.deep : 3;
+      programs[p]->field("m")->set(i, qd::Scalar::ofInt(qd::ScalarType::I32, trips));
+      programs[p]->field("x")->set(
+          i, qd::Scalar::ofFloat(qd::ScalarType::F32, 0.001 * double(i % 97)));
+    }
   }
-  auto gradient = [&](const qd::LaunchOptions &options) {
+  auto gradient = [&](qd::Program &program, const qd::LaunchOptions &options) {
     for (int64_t i = 0; i < o.n; ++i)
-      program->field("y", qd::Component::Grad)->set(i, qd::Scalar::ofFloat(qd::ScalarType::F32, 1));
+      program.field("y", qd::Component::Grad)->set(i, qd::Scalar::ofFloat(qd::ScalarType::F32, 1));
     auto t0 = std::chrono::steady_clock::now();
-    check(program->launch("k_grad", {}, backend, options));
-    check(program->field("x", qd::Component::Grad)->syncToHost());
+    check(program.launch("k_grad", {}, backend, options));
+    check(program.field("x", qd::Component::Grad)->syncToHost());
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   };
-  gradient(counted(true)); // compiles the variants
+  gradient(*programs[0], counted(true)); // compiles the variants
+  for (int p = 1; p < 3; ++p)            // the first launches count
+    gradient(*programs[p], optimistic(p == 2));
   fmt::print("qd-bench-adstack-budget on {}: {} elements, 1 in {} takes {} steps, the others 3\n",
              backend.name(), o.n, o.every, o.deep);
-  // The interleaved layout, the compacted heap, and the compacted heap
-  // under a quarter and an eighth of its bytes, taking turns per round.
+  // Counted: the interleaved layout, the compacted heap, and the compacted
+  // heap under a quarter and an eighth of its bytes; then the optimistic
+  // launches, interleaved and compacted; taking turns per round.
   std::vector<std::string> what{"interleaved", "compacted"};
-  std::vector<std::vector<double>> ms(4);
-  std::vector<qd::AdStackHeapUsage> used(4);
+  std::vector<std::vector<double>> ms(6);
+  std::vector<qd::AdStackHeapUsage> used(6);
   for (int r = 0; r < o.reps; ++r)
     for (size_t f = 0; f < ms.size(); ++f) {
-      int64_t budget = f < 2 ? 0 : used[1].bytes / (f == 2 ? 4 : 8);
-      ms[f].push_back(gradient(counted(f > 0, budget)));
+      int64_t budget = f < 2 || f > 3 ? 0 : used[1].bytes / (f == 2 ? 4 : 8);
+      ms[f].push_back(f < 4 ? gradient(*programs[0], counted(f > 0, budget))
+                            : gradient(*programs[f - 3], optimistic(f == 5)));
       used[f] = *backend.lastAdStackHeapUsage();
       if (r == 0 && f < 2 && used[f].bytes == 0)
         die("the gradient used no heap (local tapes?): nothing to compare");
     }
   what.push_back(fmt::format("compacted, budget {} bytes", used[2].budgetBytes));
   what.push_back(fmt::format("compacted, budget {} bytes", used[3].budgetBytes));
-  printTimes(what, ms, used);
+  what.push_back("optimistic, interleaved");
+  what.push_back("optimistic, compacted");
+  printTimes(what, ms, used, {0, 0, 0, 0, 4, 4});
   return 0;
 }
 

@@ -16,6 +16,7 @@
 
 #include <deque>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <tuple>
@@ -61,6 +62,12 @@ struct AcceleratorBackend::State {
   /// The compacted heap's table kernel's buffers (kept between launches),
   /// and the fill kernel's values.
   std::optional<Buffer> tableDesc, table, tableSums, noRows, fillValues;
+  /// The rows the fill kernel wrote last and what (first row, values): a
+  /// launch that would write the same skips it (a try kernel never writes
+  /// those rows; the table kernel does, and then forgets them).
+  std::weak_ptr<Buffer> filledRows;
+  int64_t filledFirst = 0;
+  std::vector<int64_t> filled;
 
   absl::StatusOr<Variant *> variant(const Kernel &kernel, bool boundsChecked, bool stopChecks,
                                     const std::vector<int64_t> &local,

@@ -70,6 +70,8 @@ absl::Status AcceleratorBackend::State::runGroupTable(Program &program, const La
   // Rows nobody writes where the launch wants no capacities (every desc
   // row -1).
   Buffer *rows = options.iterationCapacities ? options.iterationCapacities->rows.get() : nullptr;
+  if (rows)
+    filledRows.reset();
   if (!rows && !noRows) {
     absl::StatusOr<Buffer> b = Buffer::create(ScalarType::I64, {1, 1});
     if (!b.ok())
@@ -105,6 +107,9 @@ AcceleratorBackend::State::fillCapacities(Program &program, const LaunchPlan &pl
   for (size_t i = 0; i < layout.stacks.size(); ++i)
     if (auto slot = capacities.slots.find(layout.stacks[i].stmt); slot != capacities.slots.end())
       values.at(size_t(slot->second)) = plan.heap().capacities[i];
+  if (filledRows.lock() == capacities.rows && filledFirst == capacities.firstRow &&
+      filled == values)
+    return absl::OkStatus();
   if (absl::Status s = sizedBuffer(fillValues, std::max<int64_t>(int64_t(values.size()), 1), true);
       !s.ok())
     return s;
@@ -115,7 +120,11 @@ AcceleratorBackend::State::fillCapacities(Program &program, const LaunchPlan &pl
                             LaunchArg::i32(int32_t(capacities.firstRow)),
                             LaunchArg::i32(int32_t(values.size())),
                             LaunchArg::i32(int32_t(rows.shape().at(1)))};
-  return runOwnKernel(program, plan, **kernel, args);
+  absl::Status ran = runOwnKernel(program, plan, **kernel, args);
+  filledRows = ran.ok() ? capacities.rows : nullptr;
+  filledFirst = capacities.firstRow;
+  filled = std::move(values);
+  return ran;
 }
 
 absl::StatusOr<std::optional<AcceleratorBackend::State::Compacted>>
