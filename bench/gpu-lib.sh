@@ -105,7 +105,12 @@ compile_peer() { # NAME
 
 # One line on the GPU and one on the Vulkan driver, to stderr.
 describe_machine() { # DEVICE
-  nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv,noheader \
-    -i "$1" 2>/dev/null | sed "s/^/$note_prefix: GPU: /" >&2 || true
+  local gpu
+  if gpu=$(nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap \
+    --format=csv,noheader -i "$1" 2>&1); then
+    note "GPU: $gpu"
+  else
+    note "GPU: nvidia-smi could not describe device $1: $gpu"
+  fi
   note "Vulkan driver manifest: ${VK_DRIVER_FILES:-${VK_ICD_FILENAMES:-unset: the loader searches its usual places}}"
 }
