@@ -41,6 +41,7 @@
 //                      [--sizes small,large,gpu] [--steps 32] [--reps 3] [--warmup 1]
 //                      [--only mass_spring,mpm,...] [--peers FILE]... [--no-torch]
 //                      [--async] [--rtol 2e-3] [--tape-max-mib 512] [--json FILE]
+//                      [--dump SIM]
 // (--backend and --size are --backends and --sizes of one.) Exit status 1
 // when a case fails, is UNSTABLE or a peer's loss or gradient is OFF.
 // Rows of --json: sim, size, n, steps, backend, fwd_ms, rev_ms, grad_ms
@@ -48,6 +49,8 @@
 // data_bytes, loss, grad_sum, grad_norm, stable, and per peer X of the row
 // X_grad_ms, X_fwd_ms, X_loss, X_rel_diff; `error` for a case that failed,
 // `tape_error` for a run on the tape that failed (the times stand).
+// --dump SIM prints the module, the CPU's lanes per task and the optimised
+// LLVM IR of @step and @step_grad, and runs nothing else.
 //
 //===----------------------------------------------------------------------===//
 #include "BenchMain.h"
@@ -57,8 +60,10 @@
 #include "SimRun.h"
 #include "Simulation.h"
 
+#include "qd/ir/Printer.h"
 #include "qd/runtime/AllBackends.h"
 #include "qd/runtime/BackendRegistry.h"
+#include "qd/runtime/CpuBackend.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -87,6 +92,7 @@ struct Options {
   double rtol = 2e-3;
   int64_t tapeMaxMib = 512;
   std::string json;
+  std::string dump;
 };
 
 template <typename F> double timedMs(F &&body) {
@@ -266,6 +272,8 @@ Options parse(int argc, char **argv) {
       o.tapeMaxMib = std::stoll(value());
     else if (a == "--json")
       o.json = value();
+    else if (a == "--dump")
+      o.dump = value();
     else
       usage("unknown option '" + a + "'");
   }
@@ -279,11 +287,44 @@ Options parse(int argc, char **argv) {
   return o;
 }
 
+/// --dump SIM: the module with its gradient kernels, then per kernel on the
+/// CPU backend the lanes of each parallel task (and why a task has none)
+/// and the optimised LLVM IR.
+int dumpSim(const Options &o) {
+  std::unique_ptr<qdsim::Simulation> sim = qdsim::makeSimulation(o.dump, o.sizes.front());
+  if (!sim)
+    die("--dump: no simulation '" + o.dump + "'");
+  auto run = qdsim::SimRun::create(*sim, o.steps);
+  check(run.status());
+  auto options = qd::BackendOptions::parse(o.backendOptions);
+  check(options.status());
+  auto backend = qd::createBackend("cpu", *options);
+  check(backend.status());
+  auto *cpu = dynamic_cast<qd::CpuBackend *>(backend->get());
+  check((*run)->forwardAndGradient(**backend));
+  fmt::print(";;; module\n{}\n", qd::printModule((*run)->module()));
+  for (std::string_view name : {"step", "step_grad"}) {
+    const qd::Kernel &kernel = (*run)->kernel(name);
+    auto layout = cpu->layout(kernel);
+    check(layout.status());
+    fmt::print(";;; @{}: parallel tasks\n", name);
+    for (size_t k = 0; k < (*layout)->tasks.size(); ++k)
+      fmt::print(";;;   task {}: {} lanes {}\n", k, (*layout)->tasks[k].lanes,
+                 (*layout)->tasks[k].whyScalar);
+    auto ir = cpu->llvmIR(kernel);
+    check(ir.status());
+    fmt::print(";;; @{}: optimised LLVM IR\n{}\n", name, *ir);
+  }
+  return 0;
+}
+
 int benchSims(int argc, char **argv) {
   qdbench::BenchRecord record("sims", argc, argv);
   Options o = parse(argc, argv);
   record.setPath(o.json);
   qd::registerAllBackends();
+  if (!o.dump.empty())
+    return dumpSim(o);
   std::vector<std::string> sims = o.only.empty() ? qdsim::simulationNames() : o.only;
   qdbench::Peers peers;
   for (const std::string &f : o.peerFiles)

@@ -1,6 +1,7 @@
 //===- ElementOwnership.cpp - Elements an iteration owns ------------------===//
 #include "qd/analysis/ElementOwnership.h"
 
+#include "IndexForms.h"
 #include "TaskPrinting.h"
 #include "qd/ir/Module.h"
 #include "qd/ir/Printer.h"
@@ -8,26 +9,33 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <climits>
+
 namespace qd {
 
-AliasClass aliasClassOf(const GlobalAccessStmt &access) {
+AliasClass aliasClassOf(const GlobalAccessStmt &access, NdarrayAliasing aliasing) {
   AliasClass c;
   if (access.isField()) {
     c.field = access.field();
     c.component = access.component();
   } else {
-    // Any component: a buffer may be one argument's primal and another's
-    // companion.
+    // May alias: any component, as a buffer may be one argument's primal
+    // and another's companion.
     c.element = access.elementType();
     c.rank = access.ndarray()->type().ndim();
+    if (aliasing == NdarrayAliasing::Distinct) {
+      c.ndarray = access.ndarray();
+      c.component = access.component();
+    }
   }
   return c;
 }
 
 std::string describe(const AliasClass &cls) {
-  if (!cls.field)
+  if (!cls.field && !cls.ndarray)
     return fmt::format("ndarrays of {}, rank {}", toString(cls.element), cls.rank);
-  std::string name = "@" + cls.field->name();
+  std::string name = cls.field ? "@" + cls.field->name() : "%" + cls.ndarray->name();
   if (cls.component == Component::Grad)
     name += ".grad";
   else if (cls.component == Component::Dual)
@@ -63,26 +71,28 @@ uint64_t ownedIndexPositions(const ForStmt &task,
   return positions;
 }
 
-ElementOwnership ElementOwnership::compute(const ForStmt &task) {
+ElementOwnership ElementOwnership::compute(const ForStmt &task, NdarrayAliasing aliasing) {
   ElementOwnership out;
   out.task_ = &task;
+  out.aliasing_ = aliasing;
   walk(task.body(), [&](Stmt &s) {
     auto *g = dyn_cast<GlobalAccessStmt>(&s);
     if (!g)
       return;
-    AliasClass cls = aliasClassOf(*g);
+    out.order_.emplace(g, out.order_.size());
+    AliasClass cls = aliasClassOf(*g, aliasing);
     unsigned i = 0;
     while (i < out.classes_.size() && !(out.classes_[i].cls == cls))
       ++i;
     if (i == out.classes_.size())
-      out.classes_.push_back({cls, {}, 0, false, false, false});
+      out.classes_.push_back({cls, {}, 0, false, false, false, {}, 0});
     ClassUse &u = out.classes_[i];
     u.accesses.push_back(g);
     u.stored |= s.kind() == StmtKind::GlobalStore;
     u.atomicallyUpdated |= isa<AtomicRmwStmt>(s);
     u.loaded |= s.kind() == StmtKind::GlobalLoad;
-    out.classOf_.emplace(g, i);
   });
+  out.splitSlices();
   for (ClassUse &u : out.classes_) {
     u.ownedPositions = ownedIndexPositions(task, u.accesses);
     if (u.owned()) {
@@ -90,6 +100,14 @@ ElementOwnership ElementOwnership::compute(const ForStmt &task) {
         if (g->kind() == StmtKind::AtomicAdd)
           out.privateAtomics_.insert(g);
       continue;
+    }
+    out.findNearReach(u);
+    if (u.near()) {
+      out.nearAtomics_.insert(u.accesses.begin(), u.accesses.end());
+      out.nearReach_.resize(u.nearReach.size(), 0);
+      for (size_t d = 0; d < u.nearReach.size(); ++d)
+        out.nearReach_[d] = std::max(out.nearReach_[d], u.nearReach[d]);
+      out.nearCyclic_ |= u.nearCyclic;
     }
     if (out.refusedAt_)
       continue;
@@ -108,6 +126,122 @@ ElementOwnership ElementOwnership::compute(const ForStmt &task) {
     out.refusedStore_ = u.stored;
   }
   return out;
+}
+
+void ElementOwnership::splitSlices() {
+  using analysis_detail::SharedOffset;
+  using analysis_detail::sharedOffsetOf;
+  std::vector<ClassUse> split;
+  for (ClassUse &whole : classes_) {
+    if (ownedIndexPositions(*task_, whole.accesses) != 0) { // nothing to gain
+      split.push_back(std::move(whole));
+      continue;
+    }
+    std::vector<std::vector<const GlobalAccessStmt *>> groups{std::move(whole.accesses)};
+    unsigned positions = UINT_MAX;
+    for (const GlobalAccessStmt *g : groups[0])
+      positions = std::min(positions, g->numIndices());
+    for (unsigned p = 0; p < positions; ++p) {
+      std::vector<std::vector<const GlobalAccessStmt *>> next;
+      for (auto &group : groups) {
+        // Split where every access holds one shared base plus an offset.
+        std::vector<std::pair<int64_t, const GlobalAccessStmt *>> keyed;
+        const Value *base = nullptr;
+        for (const GlobalAccessStmt *g : group) {
+          std::optional<SharedOffset> at = sharedOffsetOf(g->index(p), *task_);
+          if (!at || (!keyed.empty() && at->base != base))
+            break;
+          base = at->base;
+          keyed.push_back({at->offset, g});
+        }
+        if (keyed.size() != group.size()) {
+          next.push_back(std::move(group));
+          continue;
+        }
+        std::vector<int64_t> offsets; // in order of first access
+        size_t first = next.size();
+        for (auto [offset, g] : keyed) {
+          size_t k = std::find(offsets.begin(), offsets.end(), offset) - offsets.begin();
+          if (k == offsets.size()) {
+            offsets.push_back(offset);
+            next.emplace_back();
+          }
+          next[first + k].push_back(g);
+        }
+      }
+      groups = std::move(next);
+    }
+    auto firstOf = [&](const std::vector<const GlobalAccessStmt *> &group) {
+      size_t first = SIZE_MAX;
+      for (const GlobalAccessStmt *g : group)
+        first = std::min(first, order_.at(g));
+      return first;
+    };
+    std::sort(groups.begin(), groups.end(),
+              [&](const auto &a, const auto &b) { return firstOf(a) < firstOf(b); });
+    for (auto &group : groups) {
+      ClassUse &u = split.emplace_back();
+      u.cls = whole.cls;
+      for (const GlobalAccessStmt *g : group) {
+        u.stored |= g->kind() == StmtKind::GlobalStore;
+        u.atomicallyUpdated |= isa<AtomicRmwStmt>(g);
+        u.loaded |= g->kind() == StmtKind::GlobalLoad;
+      }
+      u.accesses = std::move(group);
+      // Program order within the use.
+      std::sort(u.accesses.begin(), u.accesses.end(),
+                [&](const GlobalAccessStmt *a, const GlobalAccessStmt *b) {
+                  return order_.at(a) < order_.at(b);
+                });
+    }
+  }
+  classes_ = std::move(split);
+  classOf_.clear();
+  for (unsigned i = 0; i < classes_.size(); ++i)
+    for (const GlobalAccessStmt *g : classes_[i].accesses)
+      classOf_.emplace(g, i);
+}
+
+void ElementOwnership::findNearReach(ClassUse &u) const {
+  using analysis_detail::nearIndexOf;
+  if (u.stored || u.loaded || u.accesses.empty())
+    return;
+  unsigned positions = UINT_MAX;
+  for (const GlobalAccessStmt *g : u.accesses)
+    positions = std::min(positions, g->numIndices());
+  std::vector<int64_t> reach(task_->numDims(), 0);
+  uint64_t cyclic = 0;
+  for (unsigned d = 0; d < task_->numDims(); ++d) {
+    std::optional<int64_t> best;
+    bool bestCyclic = false;
+    for (unsigned p = 0; p < positions; ++p) {
+      int64_t lo = INT64_MAX, hi = INT64_MIN;
+      bool mod = false, all = true;
+      for (const GlobalAccessStmt *g : u.accesses) {
+        auto n = nearIndexOf(g->index(p), *task_);
+        if (!n || n->dim != int(d)) {
+          all = false;
+          break;
+        }
+        lo = std::min(lo, n->lo);
+        hi = std::max(hi, n->hi);
+        mod |= n->modular;
+      }
+      if (all && (!best || hi - lo < *best)) {
+        best = hi - lo;
+        bestCyclic = mod;
+      }
+    }
+    bool single = task_->begin(d).isConstant() && task_->end(d).isConstant() &&
+                  task_->end(d).constant - task_->begin(d).constant == 1;
+    if (!best && !single)
+      return;
+    reach[d] = best.value_or(0);
+    if (bestCyclic && d < 64)
+      cyclic |= uint64_t(1) << d;
+  }
+  u.nearReach = std::move(reach);
+  u.nearCyclic = cyclic;
 }
 
 std::string ElementOwnership::lanesRefused() const {
@@ -143,7 +277,7 @@ bool ElementOwnership::owns(const GlobalAccessStmt &access) const {
 bool ElementOwnership::mayBeWritten(const GlobalAccessStmt &access) const {
   if (const ClassUse *u = useOf(access))
     return u->written();
-  AliasClass cls = aliasClassOf(access);
+  AliasClass cls = aliasClassOf(access, aliasing_);
   for (const ClassUse &u : classes_)
     if (u.cls == cls)
       return u.written();
@@ -164,7 +298,9 @@ void printElementOwnership(const Kernel &kernel, std::ostream &os) {
       if (auto *g = dyn_cast<GlobalAccessStmt>(&s))
         os << fmt::format("  {} {}  [{}{}]\n", lineCol(*g), headline(*g, names),
                           own.owns(*g) ? "owned" : "not owned",
-                          own.isPrivateAtomic(g) ? ", private atomic" : "");
+                          own.isPrivateAtomic(g) ? ", private atomic"
+                          : own.isNearAtomic(g)  ? ", near atomic"
+                                                 : "");
     });
     for (const ElementOwnership::ClassUse &u : own.classes()) {
       std::string positions;
@@ -176,8 +312,22 @@ void printElementOwnership(const Kernel &kernel, std::ostream &os) {
                                 std::pair{u.atomicallyUpdated, "atomically updated"}})
         if (flag)
           uses += (uses.empty() ? "" : ", ") + std::string(word);
-      os << fmt::format("  class {}: {} ({})\n", describe(u.cls),
-                        u.owned() ? "owned at index " + positions : "not owned", uses);
+      std::string near;
+      for (size_t d = 0; d < u.nearReach.size(); ++d)
+        near += fmt::format("{}{}{}", d ? ", " : ", near: reach ", u.nearReach[d],
+                            d < 64 && (u.nearCyclic >> d & 1) ? " cyclic" : "");
+      // Slices of one class are numbered in order of their first access.
+      std::string name = describe(u.cls);
+      unsigned slice = 0, slices = 0;
+      for (const ElementOwnership::ClassUse &other : own.classes())
+        if (other.cls == u.cls) {
+          ++slices;
+          slice += &other <= &u;
+        }
+      if (slices > 1)
+        name += fmt::format(", slice {} of {}", slice, slices);
+      os << fmt::format("  class {}: {}{} ({})\n", name,
+                        u.owned() ? "owned at index " + positions : "not owned", near, uses);
     }
     if (own.lanesAllowed())
       os << "  lanes: allowed\n";

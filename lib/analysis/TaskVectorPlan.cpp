@@ -3,9 +3,9 @@
 
 namespace qd {
 
-TaskVectorPlan planTaskVectorization(const ForStmt &task) {
+TaskVectorPlan planTaskVectorization(const ForStmt &task, NdarrayAliasing aliasing) {
   TaskVectorPlan plan;
-  plan.ownership = ElementOwnership::compute(task);
+  plan.ownership = ElementOwnership::compute(task, aliasing);
   if (plan.ok())
     plan.uniformity = Uniformity::compute(task, plan.ownership);
   return plan;

@@ -1,7 +1,9 @@
 //===- CpuBackend.cpp - LLVM JIT backend for the CPU ----------------------===//
 #include "qd/runtime/CpuBackend.h"
 
+#include "PerfMap.h"
 #include "StackThreads.h"
+#include "ThreadPool.h"
 
 #include "qd/runtime/Buffer.h"
 #include "qd/runtime/LaunchPlan.h"
@@ -41,7 +43,7 @@
 
 namespace qd {
 
-using TaskFn = void (*)(QdLaunchContext *, const int64_t *, int64_t, int64_t, int32_t);
+using cpu::TaskFn;
 using KernelFn = void (*)(QdLaunchContext *);
 
 namespace {
@@ -63,151 +65,14 @@ private:
 /// Marks a module for the light tier's code generation (TieredCompiler).
 constexpr const char *kLightTierFlag = "qd.light-tier";
 
-/// Persistent workers that run the chunks of one parallel task at a time.
-class ThreadPool {
-public:
-  ThreadPool(unsigned n, int64_t chunk, size_t stackBytes) : n_(std::max(1u, n)), chunk_(chunk) {
-    start(stackBytes);
-  }
-  ~ThreadPool() { stopAll(); }
-  unsigned size() const { return n_; }
-  /// Runs the next launches' tasks on workers [0, n) only (at least 1, at
-  /// most size()): the adstack heap has slices for n workers. Between
-  /// launches only (the launch mutex).
-  void limitWorkers(unsigned n) { active_ = std::clamp(n, 1u, n_); }
-  /// False when the system refused a worker thread.
-  bool ok() const { return ok_; }
-  size_t stackBytes() const { return stackBytes_; }
-  /// Workers with at least `bytes` of stack: the pool starts them anew
-  /// when it has less. Between launches only (the launch mutex).
-  bool ensureStack(size_t bytes) {
-    if (bytes <= stackBytes_ && ok_)
-      return true;
-    stopAll();
-    start(std::max(bytes, stackBytes_));
-    return ok_;
-  }
-
-  /// About 8 chunks per worker; for a task with vector code of `lanes`
-  /// lanes, a whole number of groups (at least one), so that only a task's
-  /// last chunk has a partial group.
-  int64_t chunkFor(int64_t total, int64_t lanes = 1) const {
-    if (chunk_ > 0)
-      return chunk_;
-    int64_t chunk = std::max<int64_t>(1, total / (int64_t(n_) * 8));
-    return lanes > 1 ? (chunk + lanes - 1) / lanes * lanes : chunk;
-  }
-  void run(QdLaunchContext *ctx, TaskFn fn, const int64_t *captures, int64_t begin, int64_t end,
-           int64_t lanes) {
-    if (end <= begin)
-      return;
-    int64_t total = end - begin;
-    int64_t chunk = chunkFor(total, lanes);
-    if (active_ == 1 || total <= chunk) {
-      fn(ctx, captures, begin, end, 0);
-      return;
-    }
-    {
-      std::lock_guard lock(mu_);
-      job_ = {ctx, fn, captures, begin, end, chunk, active_};
-      next_.store(begin);
-      busy_ = n_ - 1;
-      ++generation_;
-    }
-    cv_.notify_all();
-    work(0);
-    std::unique_lock lock(mu_);
-    done_.wait(lock, [&] { return busy_ == 0; });
-  }
-
-private:
-  void start(size_t stackBytes) {
-    stackBytes_ = stackBytes;
-    stop_ = false;
-    generation_ = 0;
-    ok_ = true;
-    for (unsigned w = 1; w < n_ && ok_; ++w) {
-      threads_.push_back(std::make_unique<cpu::StackThread>(stackBytes, [this, w] { loop(w); }));
-      ok_ = threads_.back()->ok();
-    }
-  }
-  void stopAll() {
-    {
-      std::lock_guard lock(mu_);
-      stop_ = true;
-      ++generation_;
-    }
-    cv_.notify_all();
-    threads_.clear(); // joins
-  }
-
-  struct Job {
-    QdLaunchContext *ctx;
-    TaskFn fn;
-    const int64_t *captures;
-    int64_t begin, end, chunk;
-    unsigned workers; // those that take chunks
-  };
-
-  void work(unsigned worker) {
-    Job job;
-    {
-      std::lock_guard lock(mu_);
-      job = job_;
-    }
-    while (worker < job.workers) {
-      int64_t b = next_.fetch_add(job.chunk);
-      if (b >= job.end)
-        break;
-      // After an error (a stop included) the launch fails: no new chunks.
-      if (std::atomic_ref<int32_t>(job.ctx->error->site).load(std::memory_order_relaxed) != 0)
-        break;
-      job.fn(job.ctx, job.captures, b, std::min(job.end, b + job.chunk),
-             static_cast<int32_t>(worker));
-    }
-  }
-
-  void loop(unsigned worker) {
-    uint64_t seen = 0;
-    for (;;) {
-      {
-        std::unique_lock lock(mu_);
-        cv_.wait(lock, [&] { return generation_ != seen; });
-        seen = generation_;
-        if (stop_)
-          return;
-      }
-      work(worker);
-      {
-        std::lock_guard lock(mu_);
-        if (--busy_ == 0)
-          done_.notify_one();
-      }
-    }
-  }
-
-  unsigned n_;
-  unsigned active_ = n_;
-  int64_t chunk_;
-  std::vector<std::unique_ptr<cpu::StackThread>> threads_;
-  size_t stackBytes_ = 0;
-  bool ok_ = true;
-  std::mutex mu_;
-  std::condition_variable cv_, done_;
-  uint64_t generation_ = 0;
-  bool stop_ = false;
-  unsigned busy_ = 0;
-  Job job_{};
-  std::atomic<int64_t> next_{0};
-};
-
 } // namespace
 
 /// `lanes`: the width of the task's vector code (1 without), which chunks
-/// are multiples of.
+/// are multiples of; `reach`: how close iterations that must not run at the
+/// same time may be (0: any may; ThreadPool::run).
 extern "C" void qd_rt_parallel_for(QdLaunchContext *ctx, TaskFn fn, const int64_t *captures,
-                                   int64_t begin, int64_t end, int64_t lanes) {
-  static_cast<ThreadPool *>(ctx->runtime)->run(ctx, fn, captures, begin, end, lanes);
+                                   int64_t begin, int64_t end, int64_t lanes, int64_t reach) {
+  static_cast<cpu::ThreadPool *>(ctx->runtime)->run(ctx, fn, captures, begin, end, lanes, reach);
 }
 
 struct CpuBackend::Impl {
@@ -225,7 +90,7 @@ struct CpuBackend::Impl {
   /// (TieredCompiler writes it, compile() reads it after the lookup that
   /// compiled the kernel).
   std::shared_ptr<std::atomic<uint64_t>> lastFrame = std::make_shared<std::atomic<uint64_t>>(0);
-  std::unique_ptr<ThreadPool> pool;
+  std::unique_ptr<cpu::ThreadPool> pool;
   size_t maxStackBytes = 0;
   unsigned vectorWidth = 1;
   VectorMathIsa vectorMath = VectorMathIsa::None;
@@ -248,8 +113,10 @@ struct CpuBackend::Impl {
   /// Held for a whole launch: a launch uses every worker of the pool and
   /// the one heap, so launches from several threads run one at a time.
   mutable std::mutex launchMutex;
-  /// Keyed by (kernel, bounds checks, stop checks).
-  std::map<std::tuple<uint64_t, bool, bool>, Compiled> cache;
+  /// Keyed by (kernel, bounds checks, stop checks, distinct ndarrays:
+  /// CodegenOptions::distinctNdarrays, for launches whose buffers do not
+  /// overlap).
+  std::map<std::tuple<uint64_t, bool, bool, bool>, Compiled> cache;
   /// Adstack sizing, computed with the kernel's first compilation (or
   /// when Program::launch asks first).
   KernelSizingCache sizings;
@@ -301,9 +168,9 @@ struct CpuBackend::Impl {
   }
 
   absl::StatusOr<Compiled *> compile(const Kernel &kernel, bool boundsChecked,
-                                     bool stopChecks = false) {
+                                     bool stopChecks = false, bool distinct = true) {
     std::lock_guard<std::mutex> lock(compileMutex);
-    auto key = std::tuple(kernel.uniqueId(), boundsChecked, stopChecks);
+    auto key = std::tuple(kernel.uniqueId(), boundsChecked, stopChecks, distinct);
     if (auto it = cache.find(key); it != cache.end())
       return &it->second;
     Compiled c;
@@ -311,8 +178,8 @@ struct CpuBackend::Impl {
     sizings.of(kernel);
     c.times.sizing = watch.lap();
     auto context = std::make_unique<llvm::LLVMContext>();
-    auto module = emitOptimized(kernel, boundsChecked, stopChecks, *context, c.layout, c.tier,
-                                watch, c.times, &c.merge);
+    auto module = emitOptimized(kernel, {boundsChecked, stopChecks, distinct}, *context, c.layout,
+                                c.tier, watch, c.times, &c.merge);
     if (!module.ok())
       return module.status();
     llvm::Module &m = **module;
@@ -339,16 +206,22 @@ struct CpuBackend::Impl {
 
   /// The kernel's module, optimised for the host, and its tier; the laps
   /// of `watch` time emission and optimisation into `times`.
+  /// What a compilation of a kernel depends on besides the backend's options.
+  struct Variant {
+    bool boundsChecked = false, stopChecks = false, distinctNdarrays = true;
+  };
+
   absl::StatusOr<std::unique_ptr<llvm::Module>>
-  emitOptimized(const Kernel &kernel, bool boundsChecked, bool stopChecks,
-                llvm::LLVMContext &context, KernelLayout &layout, OptimizationTier &tier,
-                Stopwatch &watch, CompileTimes &times, TaskMergeStats *merge = nullptr) {
+  emitOptimized(const Kernel &kernel, Variant variant, llvm::LLVMContext &context,
+                KernelLayout &layout, OptimizationTier &tier, Stopwatch &watch, CompileTimes &times,
+                TaskMergeStats *merge = nullptr) {
     CodegenOptions opts;
-    opts.boundsChecked = boundsChecked;
+    opts.boundsChecked = variant.boundsChecked;
     opts.vectorWidth = vectorWidth;
     opts.vectorMath = vectorMath;
     opts.fitLanesToRegisters = fitLanes;
-    opts.stopChecks = stopChecks;
+    opts.stopChecks = variant.stopChecks;
+    opts.distinctNdarrays = variant.distinctNdarrays;
     auto module = emitKernel(kernel, context, opts, layout);
     if (!module.ok())
       return module.status();
@@ -480,6 +353,8 @@ absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::create(const CpuBackendO
     return absl::InternalError("cpu backend: cannot create the JIT: " +
                                llvm::toString(jit.takeError()));
   impl->jit = std::move(*jit);
+  if (options.perfMap)
+    cpu::writePerfMap(*impl->jit);
   llvm::orc::JITDylib &main = impl->jit->getMainJITDylib();
   // libm and the rest of the process (sinf, atan2...).
   auto gen = llvm::orc::DynamicLibrarySearchGenerator::GetForCurrentProcess(
@@ -519,8 +394,8 @@ absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::create(const CpuBackendO
   impl->mergeTasks = options.mergeTasks;
   impl->availableMemory = options.availableMemoryBytes;
   unsigned threads = options.threads ? options.threads : std::thread::hardware_concurrency();
-  impl->pool =
-      std::make_unique<ThreadPool>(std::max(1u, threads), options.chunk, options.workerStackBytes);
+  impl->pool = std::make_unique<cpu::ThreadPool>(std::max(1u, threads), options.chunk,
+                                                 options.workerStackBytes);
   if (!impl->pool->ok())
     return absl::ResourceExhaustedError(
         fmt::format("cpu backend: cannot start {} worker threads with {} bytes of stack each; "
@@ -642,7 +517,8 @@ absl::StatusOr<std::string> CpuBackend::llvmIR(const Kernel &kernel, bool bounds
   OptimizationTier tier;
   Stopwatch watch;
   CompileTimes times;
-  auto m = impl_->emitOptimized(kernel, boundsChecked, false, context, layout, tier, watch, times);
+  auto m = impl_->emitOptimized(kernel, {boundsChecked, false, true}, context, layout, tier, watch,
+                                times);
   if (!m.ok())
     return m.status();
   std::string ir;
@@ -659,8 +535,11 @@ absl::Status CpuBackend::launch(Program &program, const Kernel &kernel,
     return s;
   if (absl::Status s = refuseLaunchStream(kernel, options, "CPU"); !s.ok())
     return s;
-  // A launch that may be stopped runs code that checks (CodegenOptions::stopChecks).
-  auto compiled = impl_->compile(kernel, options.boundsChecked, options.stoppable());
+  // A launch that may be stopped runs code that checks (CodegenOptions::
+  // stopChecks); one whose ndarray buffers overlap, code that does not take
+  // them to be distinct (CodegenOptions::distinctNdarrays).
+  auto compiled = impl_->compile(kernel, options.boundsChecked, options.stoppable(),
+                                 !ndarrayBuffersOverlap(args));
   if (!compiled.ok())
     return compiled.status();
   std::lock_guard<std::mutex> lock(impl_->launchMutex);

@@ -17,6 +17,7 @@ absl::Status registerCpuBackend() {
       {"light", "true|false", "compile every kernel with the light tier (few passes)"},
       {"available-memory-bytes", "N",
        "the host memory the default adstack budget is half of (0: what the host has now)"},
+      {"perf-map", "true|false", "name compiled functions for perf in /tmp/perf-<pid>.map"},
   };
   info.create = [](const BackendOptions &given) -> absl::StatusOr<std::unique_ptr<Backend>> {
     CpuBackendOptions o;
@@ -26,6 +27,7 @@ absl::Status registerCpuBackend() {
     read.integer("vector-width", o.vectorWidth, 0, 64);
     read.boolean("vector-math", o.vectorMath);
     read.string("vector-isa", o.vectorIsa);
+    read.boolean("perf-map", o.perfMap);
     bool light = false;
     read.boolean("light", light);
     read.integer("available-memory-bytes", o.availableMemoryBytes, 0);

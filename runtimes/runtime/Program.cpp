@@ -54,13 +54,16 @@ namespace {
 /// a launch where they do is refused here instead of computing a wrong
 /// result. Arguments of one type and rank may overlap (the analyses assume
 /// they may).
-absl::Status checkNdarrayOverlap(const Kernel &kernel, std::span<const LaunchArg> args) {
-  struct Range {
-    Buffer::StorageRange storage;
-    unsigned arg;
-    Component component;
-  };
-  std::vector<Range> ranges;
+struct NdarrayRange {
+  Buffer::StorageRange storage;
+  unsigned arg;
+  Component component;
+};
+
+/// The storage of every non-empty buffer `args` give an ndarray argument or
+/// companion.
+std::vector<NdarrayRange> ndarrayRanges(std::span<const LaunchArg> args) {
+  std::vector<NdarrayRange> ranges;
   for (unsigned i = 0; i < args.size(); ++i) {
     if (!args[i].isNdarray())
       continue;
@@ -68,15 +71,24 @@ absl::Status checkNdarrayOverlap(const Kernel &kernel, std::span<const LaunchArg
       if (const Buffer *b = args[i].ndarrayValue().component(c); b && b->sizeInBytes() > 0)
         ranges.push_back({b->storageRange(), i, c});
   }
+  return ranges;
+}
+
+bool overlap(const NdarrayRange &a, const NdarrayRange &b) {
+  return a.storage.space == b.storage.space && a.storage.begin < b.storage.end &&
+         b.storage.begin < a.storage.end;
+}
+
+absl::Status checkNdarrayOverlap(const Kernel &kernel, std::span<const LaunchArg> args) {
+  std::vector<NdarrayRange> ranges = ndarrayRanges(args);
   for (size_t x = 0; x < ranges.size(); ++x)
     for (size_t y = x + 1; y < ranges.size(); ++y) {
-      const Range &a = ranges[x], &b = ranges[y];
+      const NdarrayRange &a = ranges[x], &b = ranges[y];
       const Type &ta = kernel.argument(a.arg)->type(), &tb = kernel.argument(b.arg)->type();
       if (ta.element() == tb.element() && ta.ndim() == tb.ndim())
         continue;
-      if (a.storage.space == b.storage.space && a.storage.begin < b.storage.end &&
-          b.storage.begin < a.storage.end) {
-        auto name = [&](const Range &r) {
+      if (overlap(a, b)) {
+        auto name = [&](const NdarrayRange &r) {
           std::string n = "%" + kernel.argument(r.arg)->name();
           if (r.component != Component::Primal) {
             n += '.';
@@ -95,6 +107,15 @@ absl::Status checkNdarrayOverlap(const Kernel &kernel, std::span<const LaunchArg
 }
 
 } // namespace
+
+bool ndarrayBuffersOverlap(std::span<const LaunchArg> args) {
+  std::vector<NdarrayRange> ranges = ndarrayRanges(args);
+  for (size_t x = 0; x < ranges.size(); ++x)
+    for (size_t y = x + 1; y < ranges.size(); ++y)
+      if (overlap(ranges[x], ranges[y]))
+        return true;
+  return false;
+}
 
 absl::Status refuseGlobalAccessChecks(const Kernel &kernel, const LaunchOptions &options,
                                       std::string_view backend) {

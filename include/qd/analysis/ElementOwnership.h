@@ -17,6 +17,10 @@
 //    either are distinct storage. (This assumes distinct Buffer objects do
 //    not overlap; two borrowed buffers over overlapping caller memory are
 //    outside the contract.)
+//  With NdarrayAliasing::Distinct, each component of each ndarray argument
+//  is a class of its own: code compiled so may run only when the launch's
+//  buffers do not overlap (the CPU backend checks, and compiles the
+//  conservative code for a launch whose buffers do).
 //
 // Ownership. An iteration *owns* the elements of a class when one index
 // position holds the task index itself in every access of the class inside
@@ -24,8 +28,21 @@
 // position is `i`, which no other iteration touches. Other index positions
 // may differ between accesses (`@x[%i, 0]` and `@x[%i, 1]` are both owned).
 //
+// Slices. Accesses of one class that can never touch the same element
+// (one index position holds `t` in some and `t + 1` in the others, or two
+// constants) are analysed apart: each group is a class use of its own.
+//
 // Private atomics. An atomic add to an owned element cannot race with
 // another iteration: a plain read-modify-write does the same.
+//
+// Near atomics. A class use the task only atomically updates, at elements
+// that only iterations close to each other touch: for every task dimension
+// d some index position holds `i_d + o` with o in a constant interval
+// (neighbours, clamped neighbours; periodic ones modulo the extent), so two
+// iterations that update one element differ by at most nearReach()[d] in
+// dimension d. A backend that never runs such iterations at the same time
+// (the CPU runs the task's chunks in two phases, even and odd, each at
+// least that far apart) may update them with a plain read-modify-write.
 //
 // Lanes. Consecutive iterations may run together as lanes only if they
 // cannot observe each other's memory effects in another order than one after
@@ -51,21 +68,35 @@ namespace qd {
 
 class ValueNamer;
 
+/// What the analyses may assume about the buffers of ndarray arguments.
+enum class NdarrayAliasing : uint8_t {
+  /// Arguments of one element type and rank may share storage, in any
+  /// component (the default: what every launch accepts).
+  MayAlias,
+  /// Every component of every ndarray argument is storage of its own: true
+  /// of a launch whose buffers do not overlap (ndarrayBuffersOverlap in
+  /// qd/runtime/Program.h).
+  Distinct,
+};
+
 /// Accesses that may touch the same memory (see the file comment).
 struct AliasClass {
   const Field *field = nullptr;            // null: ndarrays
-  Component component = Component::Primal; // fields only
+  Component component = Component::Primal; // fields; ndarrays when Distinct
   ScalarType element = ScalarType::F32;    // ndarrays only
   unsigned rank = 0;                       // ndarrays only
+  const Value *ndarray = nullptr;          // the argument, when Distinct
   friend bool operator==(const AliasClass &, const AliasClass &) = default;
 };
 
-AliasClass aliasClassOf(const GlobalAccessStmt &access);
-/// `@x`, `@x.grad`, or `ndarrays of f32, rank 1`.
+AliasClass aliasClassOf(const GlobalAccessStmt &access,
+                        NdarrayAliasing aliasing = NdarrayAliasing::MayAlias);
+/// `@x`, `@x.grad`, `%a.grad` (Distinct) or `ndarrays of f32, rank 1`.
 std::string describe(const AliasClass &cls);
 /// True unless `a` and `b` are proved to touch distinct storage.
-inline bool mayAlias(const GlobalAccessStmt &a, const GlobalAccessStmt &b) {
-  return aliasClassOf(a) == aliasClassOf(b);
+inline bool mayAlias(const GlobalAccessStmt &a, const GlobalAccessStmt &b,
+                     NdarrayAliasing aliasing = NdarrayAliasing::MayAlias) {
+  return aliasClassOf(a, aliasing) == aliasClassOf(b, aliasing);
 }
 
 /// The index positions (bit d: index d) at which every access in `accesses`
@@ -82,13 +113,20 @@ public:
     std::vector<const GlobalAccessStmt *> accesses; // program order
     uint64_t ownedPositions = 0;
     bool stored = false, atomicallyUpdated = false, loaded = false;
+    /// A near class: per task dimension, how far apart two iterations that
+    /// update one element may be (empty: not near); bit d of nearCyclic:
+    /// dimension d's distance is taken modulo its extent.
+    std::vector<int64_t> nearReach;
+    uint64_t nearCyclic = 0;
     bool owned() const { return ownedPositions != 0; }
+    bool near() const { return !nearReach.empty(); }
     bool written() const { return stored || atomicallyUpdated; }
   };
 
   ElementOwnership() = default;
   /// Analyses parallel task `task` (a parallel for).
-  static ElementOwnership compute(const ForStmt &task);
+  static ElementOwnership compute(const ForStmt &task,
+                                  NdarrayAliasing aliasing = NdarrayAliasing::MayAlias);
 
   const ForStmt *task() const { return task_; }
   /// One entry per alias class the task accesses, in order of first access.
@@ -103,6 +141,14 @@ public:
   /// An atomic add to an owned element.
   bool isPrivateAtomic(const Stmt *s) const { return privateAtomics_.count(s) != 0; }
   const std::unordered_set<const Stmt *> &privateAtomics() const { return privateAtomics_; }
+  /// An atomic update of a near class use.
+  bool isNearAtomic(const Stmt *s) const { return nearAtomics_.count(s) != 0; }
+  /// Per task dimension, the largest reach of the task's near class uses
+  /// (empty when it has none): iterations that update one element of one
+  /// differ by at most this much in each dimension.
+  const std::vector<int64_t> &nearReach() const { return nearReach_; }
+  /// Bit d: dimension d's reach is cyclic (modulo the dimension's extent).
+  uint64_t nearCyclic() const { return nearCyclic_; }
   /// Whether consecutive iterations may run together as lanes.
   bool lanesAllowed() const { return refusedAt_ == nullptr; }
   /// Empty when consecutive iterations may run together as lanes, else why
@@ -114,9 +160,19 @@ public:
 
 private:
   const ForStmt *task_ = nullptr;
+  NdarrayAliasing aliasing_ = NdarrayAliasing::MayAlias;
   std::vector<ClassUse> classes_;
   std::unordered_map<const Stmt *, unsigned> classOf_;
+  std::unordered_map<const Stmt *, size_t> order_; // program order of the accesses
   std::unordered_set<const Stmt *> privateAtomics_;
+  std::unordered_set<const Stmt *> nearAtomics_;
+  std::vector<int64_t> nearReach_;
+  uint64_t nearCyclic_ = 0;
+  /// Splits each class use into groups of accesses that may touch the
+  /// same element (see "Slices").
+  void splitSlices();
+  /// Makes class use `u` near when it is (see "Near atomics").
+  void findNearReach(ClassUse &u) const;
   /// The access that refuses lanes (null: lanes allowed), and whether the
   /// rule it breaks is a plain store's (else a loaded atomic's).
   const GlobalAccessStmt *refusedAt_ = nullptr;

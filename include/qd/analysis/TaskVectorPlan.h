@@ -39,9 +39,14 @@ struct TaskVectorPlan {
   }
   /// Valid whether or not the task is vectorised (the scalar code uses it).
   bool isPrivateAtomic(const Stmt *s) const { return ownership.isPrivateAtomic(s); }
+  /// Valid whether or not the task is vectorised; a plain update only where
+  /// the runtime keeps iterations nearReach() apart (ElementOwnership.h).
+  bool isNearAtomic(const Stmt *s) const { return ownership.isNearAtomic(s); }
 };
 
-/// Plans the lanes of parallel task `task` (a top-level parallel for).
-TaskVectorPlan planTaskVectorization(const ForStmt &task);
+/// Plans the lanes of parallel task `task` (a top-level parallel for),
+/// under `aliasing` (ElementOwnership.h).
+TaskVectorPlan planTaskVectorization(const ForStmt &task,
+                                     NdarrayAliasing aliasing = NdarrayAliasing::MayAlias);
 
 } // namespace qd

@@ -93,6 +93,10 @@ struct CpuBackendOptions {
   /// availableHostMemoryBytes). Tests set it to see what a launch does
   /// when memory is short.
   uint64_t availableMemoryBytes = 0;
+  /// Append every function the JIT compiles to /tmp/perf-<pid>.map, so
+  /// that `perf report` names the code of each kernel's tasks
+  /// (`qdk<n>_qd_task_<t>`: the backend's n-th compilation, its task t).
+  bool perfMap = false;
 };
 
 class CpuBackend : public Backend {
@@ -142,7 +146,9 @@ public:
   std::optional<TaskMergeStats> taskFunctions(const Kernel &kernel) const;
   /// The launch layout of a compiled kernel (compiles it if needed): its
   /// parallel tasks with their lanes (and why a task has none), stacks,
-  /// global slots and error sites.
+  /// global slots and error sites. Of the code for launches whose ndarray
+  /// buffers do not overlap (CodegenOptions::distinctNdarrays), as
+  /// llvmIR's.
   absl::StatusOr<const KernelLayout *> layout(const Kernel &kernel, bool boundsChecked = false);
   /// Per parallel task of the last launch: the lanes of its code (1 when
   /// scalar); its stacks' entries were laid out for that many lanes.

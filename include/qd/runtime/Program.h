@@ -186,6 +186,12 @@ struct LaunchOptions {
 /// of `args` against `kernel`'s parameters. Messages name the argument.
 absl::Status validateLaunchArgs(const Kernel &kernel, std::span<const LaunchArg> args);
 
+/// Whether two of the buffers `args` give ndarray arguments (any
+/// components: one argument's primal and another's grad, or one's primal
+/// and its own grad) overlap. Code compiled with NdarrayAliasing::Distinct
+/// (qd/analysis/ElementOwnership.h) runs only when none do.
+bool ndarrayBuffersOverlap(std::span<const LaunchArg> args);
+
 /// For a compiled backend, which does not check global accesses:
 /// Unimplemented, naming `backend` and the alternatives, when `options`
 /// asks for the check (LaunchOptions::checkGlobalAccesses).

@@ -50,6 +50,10 @@ private:
                       LV *last, const std::function<void(Lanes &, LV *)> &setIndex);
   void emitBandChunk(KernelEmitter &e, ForStmt &task, const TaskVectorPlan &plan, unsigned lanes,
                      LV *first, LV *last);
+  /// How far apart (in the task's numbering) iterations that update one
+  /// element of a near class may be, at least 1; 0 without near atomics
+  /// (qd_rt_parallel_for's `reach`).
+  LV *flatReach(KernelEmitter &e, ForStmt &task, const ElementOwnership &own);
   /// glibc's libmvec variants for a vector math call (CodegenOptions::
   /// vectorMath), or null.
   LV *vectorMath(EmitContext &c, MathFn fn, ScalarType t, llvm::ArrayRef<LV *> args);
@@ -106,7 +110,8 @@ void CpuTarget::emitParallelTask(KernelEmitter &e, ForStmt &task) {
     c.set(captures[i], c.fromSlot(raw, captures[i]->type().element()));
   }
   LV *first = taskFn->getArg(2), *last = taskFn->getArg(3);
-  TaskVectorPlan plan = planTaskVectorization(task);
+  TaskVectorPlan plan = planTaskVectorization(
+      task, c.opts.distinctNdarrays ? NdarrayAliasing::Distinct : NdarrayAliasing::MayAlias);
   state.taskPlan = &plan;
   unsigned width = lanesForTask(c.opts, c.opts.fitLanesToRegisters ? loopCarriedValues(task) : 0);
   // No more lanes than a task with a constant trip count has iterations:
@@ -145,10 +150,35 @@ void CpuTarget::emitParallelTask(KernelEmitter &e, ForStmt &task) {
   b.restoreIP(callerIP);
   llvm::FunctionCallee parallelFor = c.module->getOrInsertFunction(
       "qd_rt_parallel_for",
-      llvm::FunctionType::get(b.getVoidTy(), {c.ptrTy, c.ptrTy, c.ptrTy, c.i64, c.i64, c.i64},
-                              false));
-  // Chunks are whole groups of the task's lanes.
-  b.CreateCall(parallelFor, {c.fn->ctxArg, taskFn, buf, begin, end, b.getInt64(lanes)});
+      llvm::FunctionType::get(b.getVoidTy(),
+                              {c.ptrTy, c.ptrTy, c.ptrTy, c.i64, c.i64, c.i64, c.i64}, false));
+  // Chunks are whole groups of the task's lanes; with near atomics, chunks
+  // that run together are farther apart than their reach.
+  b.CreateCall(parallelFor, {c.fn->ctxArg, taskFn, buf, begin, end, b.getInt64(lanes),
+                             flatReach(e, task, plan.ownership)});
+}
+
+// Iterations (i_0, ..., i_n-1) of a band are numbered row-major, so two
+// that differ by at most r_d in each dimension d are at most sum r_d *
+// stride_d apart; a dimension whose reach is cyclic may also wrap, which
+// moves the one outside it by one.
+LV *CpuTarget::flatReach(KernelEmitter &e, ForStmt &task, const ElementOwnership &own) {
+  llvm::IRBuilder<> &b = e.context().b;
+  const std::vector<int64_t> &reach = own.nearReach();
+  if (reach.empty())
+    return b.getInt64(0);
+  if (task.numDims() == 1)
+    return b.getInt64(std::max<int64_t>(reach[0], 1));
+  KernelEmitter::BandShape shape = e.bandShape(task);
+  LV *stride = b.getInt64(1), *total = b.getInt64(0);
+  for (unsigned d = task.numDims(); d-- > 0;) {
+    total = b.CreateAdd(total, b.CreateMul(stride, b.getInt64(reach[d])));
+    LV *outer = b.CreateMul(stride, shape.extent[d]);
+    if (d > 0 && (own.nearCyclic() >> d & 1))
+      total = b.CreateAdd(total, outer);
+    stride = outer;
+  }
+  return b.CreateBinaryIntrinsic(llvm::Intrinsic::smax, total, b.getInt64(1));
 }
 
 // A chunk [first, last) of a band's row-major iterations, row by row: the

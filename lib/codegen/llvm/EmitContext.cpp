@@ -344,6 +344,56 @@ LV *Lanes::splat(LV *v) {
   return v->getType()->isVectorTy() ? v : c_.b.CreateVectorSplat(width(), v);
 }
 
+Lanes::LaneArray Lanes::spill(LV *v) {
+  if (!v->getType()->isVectorTy())
+    return {v, nullptr, nullptr};
+  llvm::Type *elem = llvm::cast<llvm::VectorType>(v->getType())->getElementType();
+  if (elem->isIntegerTy(1)) { // bit-packed in memory: a byte per lane
+    elem = c_.b.getInt8Ty();
+    v = c_.b.CreateZExt(v, vecOf(elem));
+  }
+  llvm::AllocaInst *slot = c_.entryAlloca(v->getType(), "lanes");
+  c_.b.CreateStore(v, slot);
+  return {nullptr, slot, elem};
+}
+
+LV *Lanes::laneOf(const LaneArray &a, LV *l) {
+  if (a.uniform)
+    return a.uniform;
+  return c_.b.CreateLoad(a.elem, c_.b.CreateGEP(a.elem, a.slot, l));
+}
+
+void Lanes::forEachActiveLane(const std::function<void(LV *)> &body) {
+  llvm::IRBuilder<> &b = c_.b;
+  LV *partial = partialMask();
+  LaneArray active = partial ? spill(partial) : LaneArray{};
+  BasicBlock *entry = b.GetInsertBlock();
+  BasicBlock *head = c_.newBlock("lane.loop"), *on = c_.newBlock("lane.on"),
+             *latch = c_.newBlock("lane.next"), *exit = c_.newBlock("lane.exit");
+  b.CreateBr(head);
+  b.SetInsertPoint(head);
+  llvm::PHINode *l = b.CreatePHI(c_.i64, 2);
+  l->addIncoming(b.getInt64(0), entry);
+  if (partial)
+    b.CreateCondBr(b.CreateICmpNE(laneOf(active, l), b.getInt8(0)), on, latch);
+  else
+    b.CreateBr(on);
+  b.SetInsertPoint(on);
+  body(l);
+  b.CreateBr(latch);
+  b.SetInsertPoint(latch);
+  LV *next = b.CreateAdd(l, b.getInt64(1));
+  l->addIncoming(next, latch);
+  llvm::LLVMContext &ctx = b.getContext();
+  llvm::MDNode *off =
+      llvm::MDNode::get(ctx, {llvm::MDString::get(ctx, "llvm.loop.unroll.disable")});
+  llvm::MDNode *loop = llvm::MDNode::getDistinct(ctx, {nullptr, off});
+  loop->replaceOperandWith(0, loop);
+  b.CreateCondBr(b.CreateICmpULT(next, b.getInt64(width())), head, exit)
+      ->setMetadata(llvm::LLVMContext::MD_loop, loop);
+  b.SetInsertPoint(exit);
+}
+
 LV *Lanes::allLanes() {
   if (LV *group = state().groupMask)
     return group;

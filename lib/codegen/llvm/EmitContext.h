@@ -23,6 +23,7 @@
 #include <llvm/IR/IRBuilder.h>
 
 #include <array>
+#include <functional>
 #include <map>
 #include <string>
 #include <unordered_map>
@@ -328,9 +329,21 @@ public:
   LV *lane(LV *v, unsigned l);
   /// Calls the scalar `fn` once per lane.
   LV *perLane(llvm::FunctionCallee fn, llvm::ArrayRef<LV *> args);
-  /// Runs `body(l)` for every active lane `l` (a branch per lane under a
-  /// partial mask).
-  template <typename Body> void forEachActiveLane(Body &&body);
+  /// Values a loop over the lanes reads lane by lane: a vector is stored
+  /// once, before the loop, to a slot of the entry block.
+  struct LaneArray {
+    LV *uniform = nullptr; // a scalar: the same in every lane
+    llvm::AllocaInst *slot = nullptr;
+    llvm::Type *elem = nullptr;
+  };
+  LaneArray spill(LV *v);
+  /// Lane `l` (an i64 inside forEachActiveLane) of `a`.
+  LV *laneOf(const LaneArray &a, LV *l);
+  /// Runs `body(l)` for every active lane `l` (an i64) in a loop over the
+  /// lanes, which is not unrolled: a copy of an atomic's compare-exchange
+  /// loop per lane made vector code slow to compile. Read vectors with
+  /// spill() before and laneOf() inside.
+  void forEachActiveLane(const std::function<void(LV *)> &body);
   /// Stores `v` to local `slot`, only in the active lanes of a vector local
   /// unless statement `s` may write them all (TaskVectorPlan).
   void storeLocal(LV *slot, LV *v, const Stmt *s = nullptr);
@@ -349,22 +362,5 @@ public:
 private:
   EmitContext &c_;
 };
-
-template <typename Body> void Lanes::forEachActiveLane(Body &&body) {
-  LV *active = partialMask();
-  for (unsigned l = 0; l < width(); ++l) {
-    if (!active) {
-      body(l);
-      continue;
-    }
-    BasicBlock *on = c_.newBlock("lane.on");
-    BasicBlock *next = c_.newBlock("lane.next");
-    c_.b.CreateCondBr(lane(active, l), on, next);
-    c_.b.SetInsertPoint(on);
-    body(l);
-    c_.b.CreateBr(next);
-    c_.b.SetInsertPoint(next);
-  }
-}
 
 } // namespace qd::codegen

@@ -124,6 +124,70 @@ unsigned MemoryLowering::indexSite(GlobalAccessStmt &g) {
   return id;
 }
 
+// Every active lane updates the same element: their values combine in
+// registers (a tree of adds, or the largest), and one atomic update adds
+// the result. Under a partial mask it runs only when some lane is active:
+// the element's index need not be valid otherwise.
+void MemoryLowering::atomicOfLanes(const AtomicRmwStmt &st, LV *ptr, LV *v, bool plain) {
+  llvm::IRBuilder<> &b = c_.b;
+  ScalarType elem = st.elementType();
+  llvm::Type *mem = c_.memTypeOf(elem);
+  llvm::AtomicRMWInst::BinOp op = atomicOp(st, elem);
+  LV *identity = nullptr;
+  if (op == llvm::AtomicRMWInst::FAdd)
+    identity = llvm::ConstantFP::getNegativeZero(mem);
+  else if (op == llvm::AtomicRMWInst::Max)
+    identity =
+        llvm::ConstantInt::get(mem, llvm::APInt::getSignedMinValue(mem->getIntegerBitWidth()));
+  else
+    identity = llvm::ConstantInt::get(mem, 0);
+  LV *values = lanes_.splat(v);
+  LV *active = lanes_.partialMask();
+  if (active)
+    values = b.CreateSelect(active, values, lanes_.splat(identity));
+  LV *combined = nullptr;
+  switch (op) {
+  case llvm::AtomicRMWInst::FAdd: {
+    auto *sum = b.CreateFAddReduce(identity, values);
+    sum->setHasAllowReassoc(true); // a tree, not a chain of width adds
+    combined = sum;
+    break;
+  }
+  case llvm::AtomicRMWInst::Max:
+    combined = b.CreateIntMaxReduce(values, /*IsSigned=*/true);
+    break;
+  case llvm::AtomicRMWInst::Xor:
+    combined = b.CreateXorReduce(values);
+    break;
+  default:
+    combined = b.CreateAddReduce(values);
+    break;
+  }
+  llvm::Align align(storageBytes(elem));
+  auto update = [&] {
+    if (plain)
+      b.CreateAlignedStore(combine(st, b.CreateAlignedLoad(mem, ptr, align), combined), ptr, align);
+    else
+      c_.target.atomicUpdate(c_, op, ptr, combined, align);
+  };
+  if (!active)
+    return update();
+  BasicBlock *on = c_.newBlock("lanes.update");
+  BasicBlock *next = c_.newBlock("lanes.next");
+  b.CreateCondBr(lanes_.anyLane(active), on, next);
+  b.SetInsertPoint(on);
+  update();
+  b.CreateBr(next);
+  b.SetInsertPoint(next);
+}
+
+LV *MemoryLowering::combine(const AtomicRmwStmt &st, LV *old, LV *v) {
+  ScalarType elem = st.elementType();
+  if (st.op() == AtomicOp::Max)
+    return c_.b.CreateBinaryIntrinsic(llvm::Intrinsic::smax, old, v);
+  return addOf(old, v, elem);
+}
+
 LV *MemoryLowering::addOf(LV *x, LV *y, ScalarType elem) {
   return isFloat(elem)            ? c_.b.CreateFAdd(x, y)
          : elem == ScalarType::I1 ? c_.b.CreateXor(x, y)
@@ -164,6 +228,8 @@ void MemoryLowering::globalAccess(GlobalAccessStmt &g) {
     auto *add = dyn_cast<AtomicAddStmt>(&g);
     if (add && plan && plan->isPrivateAtomic(add)) // no other iteration touches it
       b.CreateStore(addOf(b.CreateLoad(mem, ptr), v, elem), ptr);
+    else if (plan && plan->isNearAtomic(&rmw)) // no iteration that runs meanwhile does
+      b.CreateStore(combine(rmw, b.CreateLoad(mem, ptr), v), ptr);
     else
       c_.target.atomicUpdate(c_, atomicOp(rmw, elem), ptr, v, llvm::Align(storageBytes(elem)));
   }
@@ -259,14 +325,8 @@ void MemoryLowering::globalAccessLanes(GlobalAccessStmt &g) {
       b.CreateMaskedScatter(group ? asLaneZero(sum) : sum, ptrs, align, active);
     return;
   }
-  if (auto *st = dyn_cast<AtomicRmwStmt>(&g)) {
-    LV *v = c_.toMem(c_.get(st->value()), elem);
-    lanes_.forEachActiveLane([&](unsigned l) {
-      LV *p = ptrs ? lanes_.lane(ptrs, l) : contiguous ? b.CreateConstGEP1_64(mem, ptr, l) : ptr;
-      c_.target.atomicUpdate(c_, atomicOp(*st, elem), p, lanes_.lane(v, l), align);
-    });
-    return;
-  }
+  if (auto *st = dyn_cast<AtomicRmwStmt>(&g))
+    return sharedAtomicLanes(*st, ptr, ptrs, contiguous);
   if (!contiguous && !ptrs) // a uniform element in every lane
     ptrs = lanes_.splat(ptr);
   if (g.kind() == StmtKind::GlobalLoad) {
@@ -287,6 +347,42 @@ void MemoryLowering::globalAccessLanes(GlobalAccessStmt &g) {
     b.CreateMaskedStore(v, ptr, align, mask);
   else if (LV *all = gatherMask())
     b.CreateMaskedScatter(group ? asLaneZero(v) : v, ptrs, align, all);
+}
+
+// An atomic update of elements other iterations may update too (lanes
+// possibly of one element): lane 0's element `ptr` and the lanes' next
+// ones when `contiguous`, else `ptr` for all lanes or `ptrs` per lane.
+void MemoryLowering::sharedAtomicLanes(AtomicRmwStmt &st, LV *ptr, LV *ptrs, bool contiguous) {
+  llvm::IRBuilder<> &b = c_.b;
+  ScalarType elem = st.elementType();
+  llvm::Type *mem = c_.memTypeOf(elem);
+  llvm::Align align(storageBytes(elem));
+  LV *v = c_.toMem(c_.get(st.value()), elem);
+  if (!contiguous && !ptrs) // one element for all lanes
+    return atomicOfLanes(st, ptr, v, lanes_.plan().isNearAtomic(&st));
+  Lanes::LaneArray at = lanes_.spill(ptrs ? ptrs : ptr), values = lanes_.spill(v);
+  if (!lanes_.plan().isNearAtomic(&st)) {
+    lanes_.forEachActiveLane([&](LV *l) {
+      LV *p = contiguous ? b.CreateGEP(mem, ptr, l) : lanes_.laneOf(at, l);
+      c_.target.atomicUpdate(c_, atomicOp(st, elem), p, lanes_.laneOf(values, l), align);
+    });
+    return;
+  }
+  // No iteration that runs meanwhile touches the elements (a near atomic),
+  // but lanes may share one (clamped indices): lane after lane, unless they
+  // are consecutive elements.
+  if (contiguous) {
+    llvm::Type *memVec = lanes_.vecOf(mem);
+    LV *active = lanes_.activeMask();
+    LV *old = b.CreateMaskedLoad(memVec, ptr, align, active, llvm::Constant::getNullValue(memVec));
+    b.CreateMaskedStore(combine(st, old, lanes_.splat(v)), ptr, align, active);
+    return;
+  }
+  lanes_.forEachActiveLane([&](LV *l) {
+    LV *p = lanes_.laneOf(at, l);
+    LV *sum = combine(st, b.CreateAlignedLoad(mem, p, align), lanes_.laneOf(values, l));
+    b.CreateAlignedStore(sum, p, align);
+  });
 }
 
 } // namespace qd::codegen

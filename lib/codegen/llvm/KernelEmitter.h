@@ -70,6 +70,14 @@ private:
   /// The index error site of `g` (its data: the indices).
   unsigned indexSite(GlobalAccessStmt &g);
   LV *addOf(LV *x, LV *y, ScalarType elem);
+  /// An atomic update of one element `ptr` by the value `v` of every
+  /// active lane (a plain read-modify-write with `plain`).
+  void atomicOfLanes(const AtomicRmwStmt &st, LV *ptr, LV *v, bool plain = false);
+  /// An atomic update in vector code that is not private
+  /// (EmitMemory.cpp).
+  void sharedAtomicLanes(AtomicRmwStmt &st, LV *ptr, LV *ptrs, bool contiguous);
+  /// What `st` writes over `old` (both in memory form).
+  LV *combine(const AtomicRmwStmt &st, LV *old, LV *v);
 
   EmitContext &c_;
   Lanes lanes_;

@@ -104,6 +104,11 @@ struct CodegenOptions {
   /// timeout and ::cancel need. Off, the code has no checks (on an H100
   /// they cost up to 75% of a benchmark gradient's time, docs/performance.md).
   bool stopChecks = false;
+  /// CPU: the code may take every component of every ndarray argument to
+  /// be storage of its own (NdarrayAliasing::Distinct, ElementOwnership.h):
+  /// more of its tasks get lanes and private atomics. Only a launch whose
+  /// buffers do not overlap may run it (ndarrayBuffersOverlap).
+  bool distinctNdarrays = false;
   /// GPU targets: stacks kept in a local array of each thread (`entries`
   /// entries, PTX local memory, which the GPU caches in L1) instead of the
   /// interleaved heap. A launch of such code must give each of them a
