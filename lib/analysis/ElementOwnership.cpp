@@ -71,7 +71,8 @@ uint64_t ownedIndexPositions(const ForStmt &task,
   return positions;
 }
 
-ElementOwnership ElementOwnership::compute(const ForStmt &task, NdarrayAliasing aliasing) {
+ElementOwnership ElementOwnership::compute(const ForStmt &task, TaskAssumptions assume) {
+  NdarrayAliasing aliasing = assume.aliasing;
   ElementOwnership out;
   out.task_ = &task;
   out.aliasing_ = aliasing;
@@ -101,7 +102,8 @@ ElementOwnership ElementOwnership::compute(const ForStmt &task, NdarrayAliasing 
           out.privateAtomics_.insert(g);
       continue;
     }
-    out.findNearReach(u);
+    if (assume.nearIterationsApart)
+      out.findNearReach(u);
     if (u.near()) {
       out.nearAtomics_.insert(u.accesses.begin(), u.accesses.end());
       out.nearReach_.resize(u.nearReach.size(), 0);
@@ -291,7 +293,11 @@ void printElementOwnership(const Kernel &kernel, std::ostream &os) {
     auto *task = dyn_cast<ForStmt>(&top);
     if (!task || !task->isParallel())
       continue;
-    ElementOwnership own = ElementOwnership::compute(*task);
+    // What the CPU makes of the task: near atomics are plain updates there
+    // only (TaskAssumptions::nearIterationsApart).
+    TaskAssumptions cpu;
+    cpu.nearIterationsApart = true;
+    ElementOwnership own = ElementOwnership::compute(*task, cpu);
     os << fmt::format("element ownership of task {} in @{} at {}:\n", names[task], kernel.name(),
                       task->loc().str());
     walk(task->body(), [&](Stmt &s) {

@@ -3,9 +3,9 @@
 
 namespace qd {
 
-TaskVectorPlan planTaskVectorization(const ForStmt &task, NdarrayAliasing aliasing) {
+TaskVectorPlan planTaskVectorization(const ForStmt &task, TaskAssumptions assume) {
   TaskVectorPlan plan;
-  plan.ownership = ElementOwnership::compute(task, aliasing);
+  plan.ownership = ElementOwnership::compute(task, assume);
   if (plan.ok())
     plan.uniformity = Uniformity::compute(task, plan.ownership);
   return plan;

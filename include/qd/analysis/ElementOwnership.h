@@ -43,6 +43,10 @@
 // dimension d. A backend that never runs such iterations at the same time
 // (the CPU runs the task's chunks in two phases, even and odd, each at
 // least that far apart) may update them with a plain read-modify-write.
+// Only such a backend asks for them (TaskAssumptions::nearIterationsApart):
+// on a GPU every iteration of a launch may run at once, so that near
+// atomics made plain there would race; without the assumption the
+// analysis finds none.
 //
 // Lanes. Consecutive iterations may run together as lanes only if they
 // cannot observe each other's memory effects in another order than one after
@@ -77,6 +81,18 @@ enum class NdarrayAliasing : uint8_t {
   /// of a launch whose buffers do not overlap (ndarrayBuffersOverlap in
   /// qd/runtime/Program.h).
   Distinct,
+};
+
+/// What the backend that runs a task guarantees, for the analysis to use.
+struct TaskAssumptions {
+  /// How far the ndarray arguments' buffers may share storage.
+  NdarrayAliasing aliasing = NdarrayAliasing::MayAlias;
+  /// The backend never runs two iterations that update one element of a
+  /// near class use at the same time, once the task tells it their reach
+  /// (ElementOwnership::nearReach(); the CPU's two-phase chunks): the
+  /// analysis finds near atomics. False (GPUs, whose threads all run at
+  /// once): it finds none, and every such update stays atomic.
+  bool nearIterationsApart = false;
 };
 
 /// Accesses that may touch the same memory (see the file comment).
@@ -124,9 +140,8 @@ public:
   };
 
   ElementOwnership() = default;
-  /// Analyses parallel task `task` (a parallel for).
-  static ElementOwnership compute(const ForStmt &task,
-                                  NdarrayAliasing aliasing = NdarrayAliasing::MayAlias);
+  /// Analyses parallel task `task` (a parallel for) under `assume`.
+  static ElementOwnership compute(const ForStmt &task, TaskAssumptions assume = {});
 
   const ForStmt *task() const { return task_; }
   /// One entry per alias class the task accesses, in order of first access.
@@ -141,7 +156,8 @@ public:
   /// An atomic add to an owned element.
   bool isPrivateAtomic(const Stmt *s) const { return privateAtomics_.count(s) != 0; }
   const std::unordered_set<const Stmt *> &privateAtomics() const { return privateAtomics_; }
-  /// An atomic update of a near class use.
+  /// An atomic update of a near class use (never without
+  /// TaskAssumptions::nearIterationsApart).
   bool isNearAtomic(const Stmt *s) const { return nearAtomics_.count(s) != 0; }
   /// Per task dimension, the largest reach of the task's near class uses
   /// (empty when it has none): iterations that update one element of one

@@ -39,14 +39,14 @@ struct TaskVectorPlan {
   }
   /// Valid whether or not the task is vectorised (the scalar code uses it).
   bool isPrivateAtomic(const Stmt *s) const { return ownership.isPrivateAtomic(s); }
-  /// Valid whether or not the task is vectorised; a plain update only where
-  /// the runtime keeps iterations nearReach() apart (ElementOwnership.h).
+  /// Valid whether or not the task is vectorised; a plain update, found
+  /// only for a backend that keeps iterations nearReach() apart
+  /// (TaskAssumptions::nearIterationsApart, ElementOwnership.h).
   bool isNearAtomic(const Stmt *s) const { return ownership.isNearAtomic(s); }
 };
 
 /// Plans the lanes of parallel task `task` (a top-level parallel for),
-/// under `aliasing` (ElementOwnership.h).
-TaskVectorPlan planTaskVectorization(const ForStmt &task,
-                                     NdarrayAliasing aliasing = NdarrayAliasing::MayAlias);
+/// under what its backend guarantees (ElementOwnership.h).
+TaskVectorPlan planTaskVectorization(const ForStmt &task, TaskAssumptions assume = {});
 
 } // namespace qd

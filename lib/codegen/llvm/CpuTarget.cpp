@@ -32,6 +32,7 @@ public:
   void emitEntries(KernelEmitter &emitter) override;
   void emitParallelTask(KernelEmitter &emitter, ForStmt &task) override;
   LV *threadIndex(EmitContext &c) override { return c.fn->thread; }
+  bool keepsNearIterationsApart() const override { return true; }
   /// x86-64 has 16 general registers; a task's first 8 stacks keep their
   /// state in them (the benchmark gradients have 1 to 2).
   unsigned registerStackStates() const override { return 8; }
@@ -110,8 +111,7 @@ void CpuTarget::emitParallelTask(KernelEmitter &e, ForStmt &task) {
     c.set(captures[i], c.fromSlot(raw, captures[i]->type().element()));
   }
   LV *first = taskFn->getArg(2), *last = taskFn->getArg(3);
-  TaskVectorPlan plan = planTaskVectorization(
-      task, c.opts.distinctNdarrays ? NdarrayAliasing::Distinct : NdarrayAliasing::MayAlias);
+  TaskVectorPlan plan = e.planTask(task);
   state.taskPlan = &plan;
   unsigned width = lanesForTask(c.opts, c.opts.fitLanesToRegisters ? loopCarriedValues(task) : 0);
   // No more lanes than a task with a constant trip count has iterations:

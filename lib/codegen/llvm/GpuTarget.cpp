@@ -99,8 +99,8 @@ void GpuTarget::emitParallelTask(KernelEmitter &e, ForStmt &task) {
   c.layout.launches.push_back({KernelLayout::Launch::Parallel, name, index});
   FunctionState state;
   beginEntry(c, state, name, nullptr);
-  TaskVectorPlan plan = planTaskVectorization(task);
-  state.taskPlan = &plan; // its private atomics
+  TaskVectorPlan plan = e.planTask(task);
+  state.taskPlan = &plan; // its private atomics (no near ones: all threads run at once)
   state.parallelTask = index;
   bool band = task.numDims() > 1;
   c.layout.tasks.push_back(

@@ -71,6 +71,14 @@ void KernelEmitter::emitBlock(Block &block) {
   }
 }
 
+TaskVectorPlan KernelEmitter::planTask(const ForStmt &task) const {
+  TaskAssumptions assume;
+  assume.aliasing =
+      c_.opts.distinctNdarrays ? NdarrayAliasing::Distinct : NdarrayAliasing::MayAlias;
+  assume.nearIterationsApart = c_.target.keepsNearIterationsApart();
+  return planTaskVectorization(task, assume);
+}
+
 std::vector<const Value *> KernelEmitter::capturesOf(ForStmt &task, size_t *statements) {
   std::vector<const Value *> captures;
   std::unordered_set<const Value *> seen;

@@ -228,6 +228,11 @@ public:
   /// overflow report, AdStackLowering::finishFunction); every target calls
   /// it for each function it emits.
   void finishFunction() { adstacks_.finishFunction(); }
+  /// The plan of parallel task `task` under what the target and the
+  /// options guarantee: near atomics only where the target keeps their
+  /// iterations apart (LlvmTarget::keepsNearIterationsApart), distinct
+  /// ndarrays only with CodegenOptions::distinctNdarrays.
+  TaskVectorPlan planTask(const ForStmt &task) const;
   /// The top-level values task `task` uses, in order of first use.
   /// (`statements`, when given, counts the statements of the task's body.)
   std::vector<const Value *> capturesOf(ForStmt &task, size_t *statements = nullptr);

@@ -52,6 +52,14 @@ public:
   /// threads run a grid-stride loop over [begin, end) in a grid of
   /// ctx->threads threads (no lanes: lanes stay 1).
   virtual void emitParallelTask(KernelEmitter &emitter, ForStmt &task) = 0;
+  /// Whether the target never runs two iterations of a task that update one
+  /// element of a near class at the same time (TaskAssumptions::
+  /// nearIterationsApart, ElementOwnership.h "Near atomics"), so that its
+  /// near atomics may be plain read-modify-writes. CPU: true, as
+  /// emitParallelTask passes their reach to `qd_rt_parallel_for`, which
+  /// runs chunks at least that long in two phases (even, then odd). GPU:
+  /// false, every thread of a launch may run at once.
+  virtual bool keepsNearIterationsApart() const { return false; }
 
   /// The index (i32) of the thread running the current function, which
   /// selects its slice of per-thread memory (the adstack heap).

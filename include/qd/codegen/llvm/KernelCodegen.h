@@ -107,7 +107,8 @@ struct CodegenOptions {
   /// CPU: the code may take every component of every ndarray argument to
   /// be storage of its own (NdarrayAliasing::Distinct, ElementOwnership.h):
   /// more of its tasks get lanes and private atomics. Only a launch whose
-  /// buffers do not overlap may run it (ndarrayBuffersOverlap).
+  /// buffers do not overlap may run it (ndarrayBuffersOverlap). The GPU
+  /// targets refuse it: their runtimes do not check.
   bool distinctNdarrays = false;
   /// GPU targets: stacks kept in a local array of each thread (`entries`
   /// entries, PTX local memory, which the GPU caches in L1) instead of the
