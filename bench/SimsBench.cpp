@@ -228,7 +228,7 @@ void runTorchCpu(const Options &o, const std::vector<std::string> &sims, qdbench
   die(why + "; usage: qd-bench-sims [--backends a,b] [--backend-options K=V,...] "
             "[--sizes small,large,gpu] [--steps N] [--reps N] [--warmup N] [--only a,b] "
             "[--peers FILE]... [--no-torch] [--async] [--rtol X] [--tape-max-mib N] "
-            "[--json FILE]");
+            "[--json FILE] [--dump SIM]");
 }
 
 void parseSizes(Options &o, const std::string &list) {
