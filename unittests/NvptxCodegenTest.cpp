@@ -177,6 +177,30 @@ TEST(NvptxCodegenTest, CpuLayoutHasNoLaunches) {
   EXPECT_TRUE((*m)->getFunction("qd_kernel"));
 }
 
+// Code that takes ndarray arguments to be distinct may only run where the
+// runtime checks a launch's buffers for overlap: the CPU's does, the GPU
+// runtimes do not.
+TEST(NvptxCodegenTest, DistinctNdarraysAreACpuOption) {
+  auto parsed = parseModule(kMixed);
+  ASSERT_TRUE(parsed.ok());
+  CodegenOptions options;
+  options.distinctNdarrays = true;
+  for (CodegenTarget target : {CodegenTarget::Nvptx, CodegenTarget::Amdgpu}) {
+    llvm::LLVMContext context;
+    KernelLayout layout;
+    auto m = emitKernel(*(*parsed)->findKernel("k"), context, options, layout, target);
+    ASSERT_FALSE(m.ok()) << codegenTargetName(target);
+    EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(m.status().message().find(std::string("the ") + codegenTargetName(target) +
+                                        " target assumes they may"),
+              std::string::npos)
+        << m.status().message();
+  }
+  llvm::LLVMContext context;
+  KernelLayout layout;
+  EXPECT_TRUE(emitKernel(*(*parsed)->findKernel("k"), context, options, layout).ok());
+}
+
 TEST(NvptxCodegenTest, EmitPtxRejectsAnUnknownArchitecture) {
   auto c = compile(kMixed, "k");
   ASSERT_TRUE(c);
