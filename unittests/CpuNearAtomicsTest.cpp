@@ -100,7 +100,7 @@ TEST(CpuNearAtomicsTest, ChunksThatRunTogetherAreFartherApartThanTheReach) {
     }
   EXPECT_EQ(checked, 162);
   // The check saw chunks run together (else it checked nothing).
-  EXPECT_GT(overlapping, 10);
+  EXPECT_GT(overlapping, 10) << "of " << checked << " runs";
 }
 
 /// A task of `n` iterations whose atomic adds reach 2 iterations (@s, and
