@@ -8,8 +8,8 @@
 //     against the compacted heap (docs/runtime.md, "Compacted heap":
 //     groups of 32 threads at their own largest need), both measured in
 //     the same run, with the sum of each thread's own need, as byte
-//     ratios, and the gradient's time with each (median of per-round
-//     ratios);
+//     ratios, and the gradient's time with each (the median over rounds;
+//     each ratio is the ratio of the two medians printed);
 //   - the compacted heap under a budget of a quarter and an eighth of its
 //     size (fewer threads, more waves), against one wave, as time ratios;
 //   - the default path after a kernel's first launch, the optimistic launch
@@ -89,10 +89,7 @@ Options parseArgs(int argc, char **argv) {
   Options o;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    auto value = [&](const char *flag) {
-      size_t len = std::string(flag).size();
-      return a.rfind(flag, 0) == 0 ? std::optional(std::atoll(a.c_str() + len)) : std::nullopt;
-    };
+    auto value = [&](const char *flag) { return qdbench::intFlag(a, flag); };
     if (a.rfind("--backend=", 0) == 0)
       o.backend = a.substr(10);
     else if (auto v = value("--n="))
@@ -130,21 +127,18 @@ qd::LaunchOptions optimistic(bool compact) {
   return o;
 }
 
-/// Per case, the median time and the median of its per-round ratio to
-/// its base case (base[f]).
+/// Per case, the median time and its ratio to the median time of its base
+/// case (base[f]): every printed ratio is the ratio of two printed medians.
 void printTimes(const std::vector<std::string> &what, const std::vector<std::vector<double>> &ms,
                 const std::vector<qd::AdStackHeapUsage> &used, const std::vector<size_t> &base) {
   for (size_t f = 0; f < what.size(); ++f) {
     size_t b = base[f];
-    std::vector<double> ratio;
-    for (size_t r = 0; r < ms[f].size(); ++r)
-      ratio.push_back(ms[f][r] / ms[b][r]);
     fmt::print("  {}: heap {} bytes ({:.1f}x smaller), own needs {} bytes, {} {}, {} waves: "
                "{:.3f} ms, {:.2f}x of {}\n",
                what[f], used[f].bytes,
                double(used[b].bytes) / double(std::max<int64_t>(used[f].bytes, 1)),
                used[f].needBytes, used[f].threads, used[f].threadKind, used[f].waves, median(ms[f]),
-               median(ratio), what[b]);
+               median(ms[f]) / median(ms[b]), what[b]);
   }
 }
 

@@ -12,6 +12,9 @@
 #include <absl/status/statusor.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,6 +30,13 @@ template <typename T> T check(absl::StatusOr<T> v) {
 inline void check(const absl::Status &s) {
   if (!s.ok())
     die(std::string(s.message()));
+}
+
+/// The integer after `flag` ("--n=") where `arg` starts with it.
+inline std::optional<int64_t> intFlag(const std::string &arg, const std::string &flag) {
+  if (arg.rfind(flag, 0) != 0)
+    return std::nullopt;
+  return std::atoll(arg.c_str() + flag.size());
 }
 
 /// The median of `v` (not empty; the upper one of an even count).
