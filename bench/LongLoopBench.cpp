@@ -9,7 +9,8 @@
 // one backend:
 //   - per budget of --budgets-mib (1, 4 and 16 GiB): the gradient's time
 //     (median of --reps) and the launch's heap bytes (its peak: one launch),
-//     threads, waves and checkpoint interval;
+//     threads, waves and checkpoint interval (chosen by the launch, or
+//     --budget-interval's);
 //   - at --taped-n elements (2^16), where the fully taped gradient fits:
 //     the fully taped gradient (reverse-ad without checkpoint) and the
 //     checkpointed one at interval --interval (default: about the square
@@ -18,7 +19,7 @@
 //
 //   qd-bench-long-loop [--backend=cpu|cuda|vulkan] [--n=N] [--steps=S]
 //                      [--taped-n=M] [--budgets-mib=A,B,...] [--interval=K]
-//                      [--reps=R]
+//                      [--budget-interval=K] [--reps=R]
 //
 // A CPU run here: --n=4096 --steps=1000 --taped-n=1024 --budgets-mib=1,4,16.
 //
@@ -100,7 +101,7 @@ using qdbench::median;
 
 struct Options {
   std::string backend = "cpu";
-  int64_t n = 1 << 20, steps = 10000, tapedN = 1 << 16, interval = 0;
+  int64_t n = 1 << 20, steps = 10000, tapedN = 1 << 16, interval = 0, budgetInterval = 0;
   std::vector<int64_t> budgetsMib{1024, 4096, 16384};
   int reps = 3;
 };
@@ -123,17 +124,21 @@ Options parseArgs(int argc, char **argv) {
       o.steps = *v;
     } else if (auto v = value("--taped-n=")) {
       o.tapedN = *v;
+    } else if (auto v = value("--budget-interval=")) {
+      o.budgetInterval = *v;
     } else if (auto v = value("--interval=")) {
       o.interval = *v;
     } else if (auto v = value("--reps=")) {
       o.reps = int(*v);
     } else {
       die("unknown option " + a +
-          " (--backend= --n= --steps= --taped-n= --budgets-mib= --interval= --reps=)");
+          " (--backend= --n= --steps= --taped-n= --budgets-mib= --budget-interval= --interval= "
+          "--reps=)");
     }
   }
-  if (o.n < 1 || o.steps < 1 || o.tapedN < 0 || o.reps < 1 || o.interval < 0)
-    die("--n, --steps and --reps must be positive, --taped-n and --interval not negative");
+  if (o.n < 1 || o.steps < 1 || o.tapedN < 0 || o.reps < 1 || o.interval < 0 ||
+      o.budgetInterval < 0)
+    die("--n, --steps and --reps must be positive, --taped-n and the intervals not negative");
   for (int64_t b : o.budgetsMib)
     if (b < 1)
       die("--budgets-mib takes positive sizes in MiB, separated by commas");
@@ -225,6 +230,7 @@ int run(int argc, char **argv) {
     for (int64_t mib : o.budgetsMib) {
       qd::LaunchOptions lo;
       lo.adStackMemoryBudget = mib << 20;
+      lo.checkpointInterval = o.budgetInterval;
       printRow(fmt::format("budget {} MiB", mib), gradient(*program, backend, o.n, lo, o.reps));
     }
   }

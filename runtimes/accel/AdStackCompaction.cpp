@@ -95,7 +95,8 @@ absl::Status AcceleratorBackend::State::runGroupTable(Program &program, const La
                             LaunchArg::i32(int32_t(needs.spread)),
                             LaunchArg::i64(device.groupTableUnit()),
                             LaunchArg::i64(base),
-                            LaunchArg::i32(int32_t(block))};
+                            LaunchArg::i32(int32_t(block)),
+                            LaunchArg::i32(int32_t((groups + block - 1) / block))};
   return runOwnKernel(program, plan, **kernel, args);
 }
 

@@ -34,7 +34,8 @@ kernel @NAME(%need: NEED_TYPE, %desc: ndarray<i64, 1>,
                             %table: ndarray<i64, 1>, %sums: ndarray<i64, 1>,
                             %rows: ndarray<i64, 2>, %groups: i32,
                             %stacks: i32, %threads: i32, %begin: i32, %end: i32, %spread: i32,
-                            %unit: i64, %base: i64, %block: i32) {
+                            %unit: i64, %base: i64, %block: i32,
+                            %blocks: i32) {
   %one = const 1 : i32
   %two = const 2 : i32
   %three = const 3 : i32
@@ -49,9 +50,6 @@ kernel @NAME(%need: NEED_TYPE, %desc: ndarray<i64, 1>,
   %gs = mul %groups, %stacks : i32
   %pairs = mul %gs, %two : i32
   %exacts = add %pairs, %groups : i32
-  %blockM1 = sub %block, %one : i32
-  %blocksUp = add %groups, %blockM1 : i32
-  %blocks = div %blocksUp, %block : i32
   parallel for %g = 0 to %groups {
     %bytes = alloca i64
     %exact = alloca i64

@@ -68,8 +68,9 @@ int64_t groupTableSums(int64_t groups, int64_t block);
 /// thread's own need, then two per block for its scan), rows
 /// (ndarray<i64, 2>: where desc's capacity rows are), then groups, stacks,
 /// threads, begin, end, spread (i32), unit and base (i64: offsets are
-/// (base + bytes) / unit), and block (i32: groups per block of the scan,
-/// groupTableBlock).
+/// (base + bytes) / unit), block (i32: groups per block of the scan,
+/// groupTableBlock) and blocks (i32: the blocks; every bound is an
+/// argument, so the device runs only the threads the tasks need).
 absl::StatusOr<const Kernel *> groupTableKernel(bool rows);
 
 /// @adstack_fill_rows(rows, values, first, count, columns): values[r] to
