@@ -25,8 +25,6 @@
 //===----------------------------------------------------------------------===//
 #include "BenchChecks.h"
 #include "qd/ir/Parser.h"
-#include "qd/runtime/AllBackends.h"
-#include "qd/runtime/BackendRegistry.h"
 #include "qd/runtime/Program.h"
 #include "qd/transforms/AutoDiff.h"
 
@@ -149,14 +147,11 @@ int run(int argc, char **argv) {
     text.replace(p, 3, std::to_string(o.n));
   auto module = check(qd::parseModule(text, {"budget.qd", 1}));
   check(qd::buildGradientKernel(*module, *module->findKernel("k")).status());
-  qd::registerAllBackends();
-  auto created = qd::createBackend(o.backend);
-  if (!created.ok()) {
-    fmt::print("qd-bench-adstack-budget: no {} backend ({}); nothing measured\n", o.backend,
-               std::string(created.status().message()));
+  std::unique_ptr<qd::Backend> created =
+      qdbench::backendOrNothing("qd-bench-adstack-budget", o.backend);
+  if (!created)
     return 0;
-  }
-  qd::Backend &backend = **created;
+  qd::Backend &backend = *created;
   // One program for the counted cases, one per optimistic case (each keeps
   // what its last launch measured).
   std::vector<std::unique_ptr<qd::Program>> programs;

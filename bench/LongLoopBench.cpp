@@ -26,8 +26,6 @@
 //===----------------------------------------------------------------------===//
 #include "BenchChecks.h"
 #include "qd/ir/Parser.h"
-#include "qd/runtime/AllBackends.h"
-#include "qd/runtime/BackendRegistry.h"
 #include "qd/runtime/Program.h"
 #include "qd/transforms/AutoDiff.h"
 
@@ -213,14 +211,10 @@ void printRow(const std::string &what, const Run &r) {
 
 int run(int argc, char **argv) {
   Options o = parseArgs(argc, argv);
-  qd::registerAllBackends();
-  auto created = qd::createBackend(o.backend);
-  if (!created.ok()) {
-    fmt::print("qd-bench-long-loop: no {} backend ({}); nothing measured\n", o.backend,
-               std::string(created.status().message()));
+  std::unique_ptr<qd::Backend> created = qdbench::backendOrNothing("qd-bench-long-loop", o.backend);
+  if (!created)
     return 0;
-  }
-  qd::Backend &backend = **created;
+  qd::Backend &backend = *created;
   fmt::print("qd-bench-long-loop on {}: {} steps carrying 3 f32 values per element\n",
              backend.name(), o.steps);
   {
