@@ -185,7 +185,12 @@ int run(int argc, char **argv) {
   std::vector<qd::AdStackHeapUsage> used(6);
   for (int r = 0; r < o.reps; ++r)
     for (size_t f = 0; f < ms.size(); ++f) {
-      int64_t budget = f < 2 || f > 3 ? 0 : used[1].bytes / (f == 2 ? 4 : 8);
+      // At least one thread's share (the CPU, which does not compact,
+      // cannot run less than one worker's slice).
+      int64_t budget = f < 2 || f > 3
+                           ? 0
+                           : std::max(used[1].bytes / (f == 2 ? 4 : 8),
+                                      used[1].bytes / std::max<int64_t>(used[1].threads, 1));
       ms[f].push_back(f < 4 ? gradient(*programs[0], counted(f > 0, budget))
                             : gradient(*programs[f - 3], optimistic(f == 5)));
       used[f] = *backend.lastAdStackHeapUsage();
