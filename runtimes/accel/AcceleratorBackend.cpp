@@ -194,7 +194,10 @@ int64_t AcceleratorBackend::State::oneWave(const DeviceKernel &code,
   // launch (else its resident grid: the grid-stride loops run the rest).
   const int64_t group =
       std::lcm<int64_t>(abi::kAdStackGroupThreads, std::max(limits.groupSize, 1u));
-  const int64_t most = std::max(code.gridThreads(), limits.perIterationThreads);
+  // The table kernel indexes its table with i32.
+  const int64_t tableMost = int64_t(INT32_MAX) / (2 * shape.stacks + 2) * abi::kAdStackGroupThreads;
+  const int64_t most =
+      std::max(code.gridThreads(), std::min(limits.perIterationThreads, tableMost) / group * group);
   int64_t iterations = std::max<int64_t>(shape.end - shape.begin, 1);
   return std::clamp<int64_t>((iterations + group - 1) / group * group,
                              std::min<int64_t>(group, code.gridThreads()), most);
