@@ -628,6 +628,8 @@ void checkOneWave(Backend &backend, int n) {
 TEST(AdStackBudgetTest, VulkanCompactedHeapRunsInOneWave) {
   REQUIRE(smallGridVulkan(), "vulkan");
   checkOneWave(*smallGridVulkan(), 4096);
+  // 2 080 groups: the scan's blocks hold 64 groups, the last one 32.
+  checkOneWave(*smallGridVulkan(), 66536);
 }
 
 TEST(AdStackBudgetTest, CudaCompactedHeapRunsInOneWave) {
