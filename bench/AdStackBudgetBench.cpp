@@ -8,8 +8,8 @@
 //     against the compacted heap (docs/runtime.md, "Compacted heap":
 //     groups of 32 threads at their own largest need), both measured in
 //     the same run, with the sum of each thread's own need, as byte
-//     ratios, and the gradient's time with each (median of per-round
-//     ratios);
+//     ratios, and the gradient's time with each (the median over rounds;
+//     each ratio is the ratio of the two medians printed);
 //   - the compacted heap under a budget of a quarter and an eighth of its
 //     size (fewer threads, more waves), against one wave, as time ratios;
 //   - the default path after a kernel's first launch, the optimistic launch
@@ -25,8 +25,6 @@
 //===----------------------------------------------------------------------===//
 #include "BenchChecks.h"
 #include "qd/ir/Parser.h"
-#include "qd/runtime/AllBackends.h"
-#include "qd/runtime/BackendRegistry.h"
 #include "qd/runtime/Program.h"
 #include "qd/transforms/AutoDiff.h"
 
@@ -89,10 +87,7 @@ Options parseArgs(int argc, char **argv) {
   Options o;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    auto value = [&](const char *flag) {
-      size_t len = std::string(flag).size();
-      return a.rfind(flag, 0) == 0 ? std::optional(std::atoll(a.c_str() + len)) : std::nullopt;
-    };
+    auto value = [&](const char *flag) { return qdbench::intFlag(a, flag); };
     if (a.rfind("--backend=", 0) == 0)
       o.backend = a.substr(10);
     else if (auto v = value("--n="))
@@ -130,21 +125,18 @@ qd::LaunchOptions optimistic(bool compact) {
   return o;
 }
 
-/// Per case, the median time and the median of its per-round ratio to
-/// its base case (base[f]).
+/// Per case, the median time and its ratio to the median time of its base
+/// case (base[f]): every printed ratio is the ratio of two printed medians.
 void printTimes(const std::vector<std::string> &what, const std::vector<std::vector<double>> &ms,
                 const std::vector<qd::AdStackHeapUsage> &used, const std::vector<size_t> &base) {
   for (size_t f = 0; f < what.size(); ++f) {
     size_t b = base[f];
-    std::vector<double> ratio;
-    for (size_t r = 0; r < ms[f].size(); ++r)
-      ratio.push_back(ms[f][r] / ms[b][r]);
     fmt::print("  {}: heap {} bytes ({:.1f}x smaller), own needs {} bytes, {} {}, {} waves: "
                "{:.3f} ms, {:.2f}x of {}\n",
                what[f], used[f].bytes,
                double(used[b].bytes) / double(std::max<int64_t>(used[f].bytes, 1)),
                used[f].needBytes, used[f].threads, used[f].threadKind, used[f].waves, median(ms[f]),
-               median(ratio), what[b]);
+               median(ms[f]) / median(ms[b]), what[b]);
   }
 }
 
@@ -155,14 +147,11 @@ int run(int argc, char **argv) {
     text.replace(p, 3, std::to_string(o.n));
   auto module = check(qd::parseModule(text, {"budget.qd", 1}));
   check(qd::buildGradientKernel(*module, *module->findKernel("k")).status());
-  qd::registerAllBackends();
-  auto created = qd::createBackend(o.backend);
-  if (!created.ok()) {
-    fmt::print("qd-bench-adstack-budget: no {} backend ({}); nothing measured\n", o.backend,
-               std::string(created.status().message()));
+  std::unique_ptr<qd::Backend> created =
+      qdbench::backendOrNothing("qd-bench-adstack-budget", o.backend);
+  if (!created)
     return 0;
-  }
-  qd::Backend &backend = **created;
+  qd::Backend &backend = *created;
   // One program for the counted cases, one per optimistic case (each keeps
   // what its last launch measured).
   std::vector<std::unique_ptr<qd::Program>> programs;
@@ -196,7 +185,12 @@ int run(int argc, char **argv) {
   std::vector<qd::AdStackHeapUsage> used(6);
   for (int r = 0; r < o.reps; ++r)
     for (size_t f = 0; f < ms.size(); ++f) {
-      int64_t budget = f < 2 || f > 3 ? 0 : used[1].bytes / (f == 2 ? 4 : 8);
+      // At least one thread's share (the CPU, which does not compact,
+      // cannot run less than one worker's slice).
+      int64_t budget = f < 2 || f > 3
+                           ? 0
+                           : std::max(used[1].bytes / (f == 2 ? 4 : 8),
+                                      used[1].bytes / std::max<int64_t>(used[1].threads, 1));
       ms[f].push_back(f < 4 ? gradient(*programs[0], counted(f > 0, budget))
                             : gradient(*programs[f - 3], optimistic(f == 5)));
       used[f] = *backend.lastAdStackHeapUsage();

@@ -21,10 +21,12 @@ using optimistictest::cpu;
 
 /// Registered backend `name` with every stack in the heap (no local
 /// tapes), or null (saying why) on a machine without its device.
-std::unique_ptr<Backend> heapOnly(const char *name) {
+std::unique_ptr<Backend> heapOnly(const char *name, const char *maxThreads = nullptr) {
   registerAllBackends();
   BackendOptions o;
   o.set("local-tape-bytes", "0");
+  if (maxThreads)
+    o.set("max-threads", maxThreads);
   auto b = createBackend(name, o);
   if (!b.ok()) {
     std::cout << "[" << name << "] " << b.status().message() << "\n";
@@ -35,6 +37,13 @@ std::unique_ptr<Backend> heapOnly(const char *name) {
 
 Backend *vulkan() {
   static std::unique_ptr<Backend> backend = heapOnly("vulkan");
+  return backend.get();
+}
+
+/// Vulkan with a grid of 64 invocations: a task of more iterations runs
+/// in waves with the interleaved layout.
+Backend *smallGridVulkan() {
+  static std::unique_ptr<Backend> backend = heapOnly("vulkan", "64");
   return backend.get();
 }
 
@@ -589,6 +598,75 @@ TEST(AdStackBudgetTest, VulkanCompactedHeapIsTheSumOfGroupNeeds) {
 TEST(AdStackBudgetTest, CudaCompactedHeapIsTheSumOfGroupNeeds) {
   REQUIRE(cuda(), "cuda");
   checkGroupNeeds(*cuda());
+}
+
+/// The compacted heap is laid out before the waves are chosen: a task
+/// of `n` iterations (more than the interleaved layout's grid, so that it
+/// runs in waves) whose interleaved heap for one thread per iteration
+/// exceeds the budget but whose groups' needs fit runs in one wave, on a
+/// heap of the table plus the sum of the groups' needs (within 1.05x).
+void checkOneWave(Backend &backend, int n) {
+  PushCounts counts(n, [](int i) { return i % 613 == 7 ? 200 : 4 + i % 3; });
+  counts.launch(backend, counted(false));
+  AdStackHeapUsage flat = *backend.lastAdStackHeapUsage();
+  ASSERT_GT(flat.waves, 1);
+  int64_t oneWaveInterleaved = flat.bytes / flat.threads * n;
+  int64_t sum = counts.groupNeedBytes(n);
+  int64_t budget = tableBytes(n) + sum + sum / 10;
+  ASSERT_LT(budget, oneWaveInterleaved);
+  counts.launch(backend, counted(true, budget));
+  AdStackHeapUsage u = *backend.lastAdStackHeapUsage();
+  EXPECT_EQ(u.waves, 1);
+  EXPECT_EQ(u.threads, (n + 31) / 32 * 32);
+  EXPECT_EQ(u.groups, u.threads / 32);
+  EXPECT_EQ(u.bytes, tableBytes(u.threads) + sum);
+  EXPECT_LE(double(u.bytes), 1.05 * double(sum));
+  EXPECT_LE(u.bytes, budget);
+  EXPECT_EQ(u.needBytes, counts.ownNeedBytes(u.threads));
+}
+
+TEST(AdStackBudgetTest, VulkanCompactedHeapRunsInOneWave) {
+  REQUIRE(smallGridVulkan(), "vulkan");
+  checkOneWave(*smallGridVulkan(), 4096);
+  // 2 080 groups: the scan's blocks hold 64 groups, the last one 32.
+  checkOneWave(*smallGridVulkan(), 66536);
+}
+
+TEST(AdStackBudgetTest, CudaCompactedHeapRunsInOneWave) {
+  REQUIRE(cuda(), "cuda");
+  // More iterations than an H100's or H200's resident grid.
+  checkOneWave(*cuda(), 1 << 19);
+}
+
+/// The skewed gradient with one deep element (5, 60 iterations; the rest
+/// 3) on a grid of 64 invocations: the interleaved layout runs 4 waves;
+/// compacted, under a budget of half its heap for one invocation per
+/// element, one wave with every element on an invocation of its own, and
+/// the same gradient bit for bit.
+TEST(AdStackBudgetTest, VulkanCompactedGradientRunsInOneWave) {
+  REQUIRE(smallGridVulkan(), "vulkan");
+  Backend &backend = *smallGridVulkan();
+  SkewedGradient g;
+  for (int i = 0; i < kElements; ++i)
+    if (i != 5)
+      g.setIterations(i, 3);
+  absl::StatusOr<std::vector<double>> flat = g.gradient(backend, counted(false));
+  ASSERT_TRUE(flat.ok()) << flat.status().message();
+  AdStackHeapUsage interleaved = *backend.lastAdStackHeapUsage();
+  EXPECT_EQ(interleaved.threads, 64);
+  EXPECT_EQ(interleaved.waves, kElements / 64);
+  int64_t budget = interleaved.bytes / interleaved.threads * kElements / 2;
+  absl::StatusOr<std::vector<double>> packed = g.gradient(backend, counted(true, budget));
+  ASSERT_TRUE(packed.ok()) << packed.status().message();
+  AdStackHeapUsage u = *backend.lastAdStackHeapUsage();
+  EXPECT_EQ(u.waves, 1);
+  EXPECT_EQ(u.threads, kElements);
+  EXPECT_EQ(u.groups, kElements / 32);
+  EXPECT_LE(u.bytes, budget);
+  // Group 0 at 60 iterations, the other 7 at 3: far less than the
+  // interleaved heap of 4 waves, which holds 64 threads at 60.
+  EXPECT_LT(u.bytes, interleaved.bytes);
+  EXPECT_EQ(*packed, *flat);
 }
 
 } // namespace

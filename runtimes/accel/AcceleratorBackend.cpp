@@ -14,6 +14,7 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <numeric>
 #include <optional>
 #include <tuple>
 
@@ -186,6 +187,22 @@ absl::StatusOr<int64_t> AcceleratorBackend::State::grid(const DeviceKernel &code
   return threads;
 }
 
+int64_t AcceleratorBackend::State::oneWave(const DeviceKernel &code,
+                                           const accel::GroupTableShape &shape) const {
+  // Every iteration on a thread of its own, in whole groups of the table
+  // and of the device, where the device runs that many threads in one
+  // launch (else its resident grid: the grid-stride loops run the rest).
+  const int64_t group =
+      std::lcm<int64_t>(abi::kAdStackGroupThreads, std::max(limits.groupSize, 1u));
+  // The table kernel indexes its table with i32.
+  const int64_t tableMost = int64_t(INT32_MAX) / (2 * shape.stacks + 2) * abi::kAdStackGroupThreads;
+  const int64_t most =
+      std::max(code.gridThreads(), std::min(limits.perIterationThreads, tableMost) / group * group);
+  int64_t iterations = std::max<int64_t>(shape.end - shape.begin, 1);
+  return std::clamp<int64_t>((iterations + group - 1) / group * group,
+                             std::min<int64_t>(group, code.gridThreads()), most);
+}
+
 std::vector<uint32_t> AcceleratorBackend::State::groups(const DeviceKernel &code,
                                                         const LaunchPlan &plan,
                                                         int64_t threads) const {
@@ -209,10 +226,10 @@ std::vector<uint32_t> AcceleratorBackend::State::groups(const DeviceKernel &code
 }
 
 absl::Status AcceleratorBackend::State::growHeap(const Kernel &kernel, int64_t bytes,
-                                                 int64_t budget) {
+                                                 int64_t budget, bool doubling) {
   if (heapAllocated && size_t(bytes) <= heapBytes)
     return absl::OkStatus();
-  size_t grown = std::max<size_t>(size_t(bytes), 2 * heapBytes);
+  size_t grown = std::max<size_t>(size_t(bytes), doubling ? 2 * heapBytes : 0);
   if (uint64_t most = limits.maxHeapBytes)
     grown = std::min<size_t>(grown, std::max<size_t>(size_t(bytes), most));
   grown = std::min<size_t>(grown, std::max<size_t>(size_t(bytes), size_t(budget)));
@@ -289,28 +306,26 @@ absl::Status AcceleratorBackend::State::launchLocked(Program &program, const Ker
   frame.stream = options.stream;
   frame.async = runsAsync(options);
   Budget heapBudget = budget(*plan);
-  // A compacted heap starts from the grid without a budget: its smaller
-  // heap may let more threads run at once.
+  // A compacted heap is laid out before the waves are chosen: first for
+  // one thread per iteration (one wave), with fewer threads only where the
+  // sum of the groups' needs does not fit the budget.
   std::optional<accel::GroupTableShape> shape;
   const AdStackIterationCapacities *capacities = options.iterationCapacities.get();
   if (options.measuredNeeds && device.groupTableUnit() != 0)
     shape = accel::groupTableShape(*plan, *options.measuredNeeds, capacities);
-  absl::StatusOr<int64_t> threads = grid(code, *plan, shape ? Budget() : heapBudget);
-  if (!threads.ok())
-    return threads.status();
   std::optional<Compacted> compacted;
   if (shape) {
     absl::StatusOr<std::optional<Compacted>> c =
-        compact(program, *plan, *shape, options, *threads, heapBudget.bytes);
+        compact(program, *plan, *shape, options, oneWave(code, *shape), heapBudget.bytes);
     if (!c.ok())
       return c.status();
     compacted = *c;
-    if (!compacted)
-      threads = grid(code, *plan, heapBudget);
-    if (!threads.ok())
-      return threads.status();
   }
-  frame.threads = compacted ? compacted->threads : *threads;
+  absl::StatusOr<int64_t> threads =
+      compacted ? absl::StatusOr<int64_t>(compacted->threads) : grid(code, *plan, heapBudget);
+  if (!threads.ok())
+    return threads.status();
+  frame.threads = *threads;
   // Without a compacted heap, every iteration has the launch's capacities.
   if (capacities && !compacted)
     if (absl::Status s = fillCapacities(program, *plan, *capacities); !s.ok())
@@ -325,7 +340,7 @@ absl::Status AcceleratorBackend::State::launchLocked(Program &program, const Ker
       compacted ? compacted->heapBytes : plan->heapBytes(frame.threads);
   if (!heapNeed.ok())
     return heapNeed.status();
-  if (absl::Status s = growHeap(kernel, *heapNeed, heapBudget.bytes); !s.ok())
+  if (absl::Status s = growHeap(kernel, *heapNeed, heapBudget.bytes, !compacted); !s.ok())
     return s;
   lastUsage = plan->heapUsage(frame.threads, heapBudget.bytes);
   if (compacted) {

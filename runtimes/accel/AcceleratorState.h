@@ -89,9 +89,14 @@ struct AcceleratorBackend::State {
                                const Budget &budget) const;
   std::vector<uint32_t> groups(const accel::DeviceKernel &code, const LaunchPlan &plan,
                                int64_t threads) const;
-  /// Grows the heap to at least `bytes` (doubling, but never past the
-  /// device's largest buffer or `budget`).
-  absl::Status growHeap(const Kernel &kernel, int64_t bytes, int64_t budget);
+  /// Grows the heap to at least `bytes` (with `doubling`, to twice the
+  /// heap held where that is more, but never past the device's largest
+  /// buffer or `budget`; a compacted heap grows to its bytes exactly).
+  absl::Status growHeap(const Kernel &kernel, int64_t bytes, int64_t budget, bool doubling);
+  /// The threads of a compacted launch in one wave: one per iteration of
+  /// the task `shape` describes, in whole groups, at most what the device
+  /// runs in one launch.
+  int64_t oneWave(const accel::DeviceKernel &code, const accel::GroupTableShape &shape) const;
   absl::StatusOr<std::vector<DeviceMirror *>> mirrorSlots(const Kernel &kernel,
                                                           const LaunchPlan &plan);
   absl::Status launch(Program &program, const Kernel &kernel, std::span<const LaunchArg> args,

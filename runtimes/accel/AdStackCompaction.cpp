@@ -62,8 +62,10 @@ absl::Status AcceleratorBackend::State::runGroupTable(Program &program, const La
   const MeasuredAdStackNeeds &needs = *options.measuredNeeds;
   const int64_t groups = (threads + abi::kAdStackGroupThreads - 1) / abi::kAdStackGroupThreads;
   const int64_t elements = accel::groupTableElements(groups, shape.stacks);
+  const int64_t block = accel::groupTableBlock(groups);
   for (absl::Status s : {sizedBuffer(tableDesc, int64_t(shape.desc.size()), true),
-                         sizedBuffer(table, elements, false), sizedBuffer(tableSums, 2, true)})
+                         sizedBuffer(table, elements, false),
+                         sizedBuffer(tableSums, accel::groupTableSums(groups, block), false)})
     if (!s.ok())
       return s;
   writeValues(*tableDesc, shape.desc);
@@ -92,7 +94,9 @@ absl::Status AcceleratorBackend::State::runGroupTable(Program &program, const La
                             LaunchArg::i32(int32_t(shape.end)),
                             LaunchArg::i32(int32_t(needs.spread)),
                             LaunchArg::i64(device.groupTableUnit()),
-                            LaunchArg::i64(base)};
+                            LaunchArg::i64(base),
+                            LaunchArg::i32(int32_t(block)),
+                            LaunchArg::i32(int32_t((groups + block - 1) / block))};
   return runOwnKernel(program, plan, **kernel, args);
 }
 

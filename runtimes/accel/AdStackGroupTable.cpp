@@ -7,6 +7,8 @@
 #include <absl/status/status.h>
 
 #include <memory>
+#include <string>
+#include <utility>
 
 namespace qd::accel {
 
@@ -17,9 +19,13 @@ namespace {
 // group whose threads run no iteration), the
 // region's bytes (32 lanes x capacity x entry bytes, stored where the
 // offset goes), the group's bytes (table[pairs + g]) and the bytes of each
-// thread's own need (table[pairs + groups + g]). Pass 2 (one thread): the
-// exclusive scan of the groups' bytes. Pass 3, per group: each region's
-// offset. Where a stack's desc names a row of `rows` (an optimistic
+// thread's own need (table[pairs + groups + g]). Pass 2, per block of
+// `block` groups: the exclusive scan of its groups' bytes in place and
+// the block's sums. Pass 3 (one thread): the
+// exclusive scan of the blocks' bytes (from `base`) and the totals
+// (sums[0], sums[1]); the blocks' sums are at sums[2 + b] (bytes) and
+// sums[2 + blocks + b] (own needs). Pass 4, per group: each region's offset (its
+// block's start plus its own). Where a stack's desc names a row of `rows` (an optimistic
 // launch's per-iteration capacities), pass 1 also writes the group's
 // capacity there for each iteration its threads run. Sums are i64; indices i32
 // (Program::perIterationNeeds keeps slot * spread below 2^30).
@@ -28,7 +34,8 @@ kernel @NAME(%need: NEED_TYPE, %desc: ndarray<i64, 1>,
                             %table: ndarray<i64, 1>, %sums: ndarray<i64, 1>,
                             %rows: ndarray<i64, 2>, %groups: i32,
                             %stacks: i32, %threads: i32, %begin: i32, %end: i32, %spread: i32,
-                            %unit: i64, %base: i64) {
+                            %unit: i64, %base: i64, %block: i32,
+                            %blocks: i32) {
   %one = const 1 : i32
   %two = const 2 : i32
   %three = const 3 : i32
@@ -140,33 +147,35 @@ NEED_LOAD
     %geAt = add %exacts, %g : i32
     store %table[%geAt], %ge
   }
+  parallel for %b = 0 to %blocks {
+    %lo = mul %b, %block : i32
+    %hiAll = add %lo, %block : i32
+    %hi = min %hiAll, %groups : i32
+    %inBlock = sub %hi, %lo : i32
+    %blockFirst = add %pairs, %lo : i32
+SCAN_BLOCK
+    %bAt = add %b, %two : i32
+    %blockRun = load %brun : i64
+    store %sums[%bAt], %blockRun
+    %bAt1 = add %bAt, %blocks : i32
+    %blockAll = load %ball : i64
+    store %sums[%bAt1], %blockAll
+  }
   serial {
-    %run = alloca i64
-    %all = alloca i64
-    store %run, %base
-    store %all, %zero64
-    for %h = 0 to %groups {
-      %hAt = add %pairs, %h : i32
-      %hb = load %table[%hAt] : i64
-      %r0 = load %run : i64
-      store %table[%hAt], %r0
-      %r1 = add %r0, %hb : i64
-      store %run, %r1
-      %heAt = add %exacts, %h : i32
-      %he = load %table[%heAt] : i64
-      %a0 = load %all : i64
-      %a1 = add %a0, %he : i64
-      store %all, %a1
-    }
-    %rend = load %run : i64
+SCAN_SUMS
+    %rend = load %srun : i64
     %used = sub %rend, %base : i64
     store %sums[%zero], %used
-    %aend = load %all : i64
+    %aend = load %sall : i64
     store %sums[%one], %aend
   }
   parallel for %q = 0 to %groups {
     %qAt = add %pairs, %q : i32
-    %start = load %table[%qAt] : i64
+    %inner = load %table[%qAt] : i64
+    %qb = div %q, %block : i32
+    %qbAt = add %qb, %two : i32
+    %outer = load %sums[%qbAt] : i64
+    %start = add %inner, %outer : i64
     %cur = alloca i64
     store %cur, %start
     %qn = mul %q, %stacks : i32
@@ -183,6 +192,27 @@ NEED_LOAD
   }
 }
 )";
+
+/// An exclusive scan in place on one thread (names prefixed %X): COUNT
+/// elements of BUF from FIRST, from START; the sum of the COUNT elements
+/// GAP after each at %Xall, the end of the scan at %Xrun.
+constexpr const char *kScan = R"(    %Xrun = alloca i64
+    %Xall = alloca i64
+    store %Xrun, START
+    store %Xall, %zero64
+    for %Xh = 0 to COUNT {
+      %Xi = add %Xh, FIRST : i32
+      %Xb = load BUF[%Xi] : i64
+      %Xr0 = load %Xrun : i64
+      store BUF[%Xi], %Xr0
+      %Xr1 = add %Xr0, %Xb : i64
+      store %Xrun, %Xr1
+      %Xj = add %Xi, GAP : i32
+      %Xe = load BUF[%Xj] : i64
+      %Xa0 = load %Xall : i64
+      %Xa1 = add %Xa0, %Xe : i64
+      store %Xall, %Xa1
+    })";
 
 /// The need of iteration %i of the stack with slot %slot32: the counting
 /// kernel's layout (element slot * spread + (i & (spread - 1)) of a 1-D
@@ -209,18 +239,36 @@ kernel @adstack_fill_rows(%rows: ndarray<i64, 2>, %values: ndarray<i64, 1>, %fir
 )";
 
 std::string replaced(std::string text, std::string_view marker, std::string_view with) {
-  size_t at = text.find(marker);
-  return at == std::string::npos ? text : text.replace(at, marker.size(), with);
+  for (size_t at = 0; (at = text.find(marker, at)) != std::string::npos; at += with.size())
+    text.replace(at, marker.size(), with);
+  return text;
+}
+
+/// kScan with its names prefixed `prefix` over `buffer`.
+std::string scan(std::string_view prefix, std::string_view buffer, std::string_view first,
+                 std::string_view count, std::string_view gap, std::string_view start) {
+  std::string text = replaced(kScan, "%X", "%" + std::string(prefix));
+  for (auto [marker, with] :
+       {std::pair{"BUF", buffer}, std::pair{"FIRST", first}, std::pair{"COUNT", count},
+        std::pair{"GAP", gap}, std::pair{"START", start}})
+    text = replaced(text, marker, with);
+  return text;
 }
 
 /// The module of both table kernels and the fill kernel.
 std::string moduleText() {
-  std::string spread = replaced(replaced(replaced(kTableKernel, "NAME", "adstack_group_table"),
-                                         "NEED_TYPE", "ndarray<i64, 1>"),
-                                "NEED_LOAD", kSpreadNeed);
-  std::string rows = replaced(replaced(replaced(kTableKernel, "NAME", "adstack_group_table_rows"),
-                                       "NEED_TYPE", "ndarray<i64, 2>"),
-                              "NEED_LOAD", kRowsNeed);
+  // The groups' bytes in blocks, then the blocks' sums (docs/runtime.md,
+  // "Compacted heap").
+  std::string table =
+      replaced(replaced(kTableKernel, "SCAN_BLOCK",
+                        scan("b", "%table", "%blockFirst", "%inBlock", "%groups", "%zero64")),
+               "SCAN_SUMS", scan("s", "%sums", "%two", "%blocks", "%blocks", "%base"));
+  std::string spread = replaced(
+      replaced(replaced(table, "NAME", "adstack_group_table"), "NEED_TYPE", "ndarray<i64, 1>"),
+      "NEED_LOAD", kSpreadNeed);
+  std::string rows = replaced(
+      replaced(replaced(table, "NAME", "adstack_group_table_rows"), "NEED_TYPE", "ndarray<i64, 2>"),
+      "NEED_LOAD", kRowsNeed);
   return spread + rows + kFillKernel;
 }
 
@@ -287,6 +335,17 @@ std::optional<GroupTableShape> groupTableShape(const LaunchPlan &plan,
 
 int64_t groupTableElements(int64_t groups, int64_t stacks) {
   return groups * stacks * 2 + 2 * groups;
+}
+
+int64_t groupTableBlock(int64_t groups) {
+  int64_t block = 32;
+  while (block * block < groups)
+    block *= 2;
+  return block;
+}
+
+int64_t groupTableSums(int64_t groups, int64_t block) {
+  return 2 + 2 * ((groups + block - 1) / block);
 }
 
 absl::StatusOr<const Kernel *> groupTableKernel(bool rows) {

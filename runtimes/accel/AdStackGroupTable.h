@@ -52,13 +52,25 @@ std::optional<GroupTableShape> groupTableShape(const LaunchPlan &plan,
 /// its scan. The heap keeps its first 8x this many bytes for the table.
 int64_t groupTableElements(int64_t groups, int64_t stacks);
 
+/// Groups per block of the table kernel's scan: about the square root of
+/// `groups` (a power of two, at least 32), so that the blocks' scans (in
+/// parallel, one thread each) and the scan of their sums (one thread) are
+/// both about that long.
+int64_t groupTableBlock(int64_t groups);
+
+/// Elements of the table kernel's `sums` for `groups` in blocks of `block`.
+int64_t groupTableSums(int64_t groups, int64_t block);
+
 /// The table kernel (parsed once) for needs in the counting kernel's
 /// layout or, with `rows`, an optimistic launch's rows. Its arguments:
-/// need, desc, table, sums (ndarray<i64, 1>: sums[0] the groups' bytes,
-/// sums[1] the bytes of each thread's own need), rows (ndarray<i64, 2>:
-/// where desc's capacity rows are), then groups, stacks, threads, begin,
-/// end, spread (i32), unit and base (i64: offsets are (base + bytes) /
-/// unit).
+/// need, desc, table, sums (ndarray<i64, 1> of groupTableSums(groups,
+/// block) elements: sums[0] the groups' bytes, sums[1] the bytes of each
+/// thread's own need, then two per block for its scan), rows
+/// (ndarray<i64, 2>: where desc's capacity rows are), then groups, stacks,
+/// threads, begin, end, spread (i32), unit and base (i64: offsets are
+/// (base + bytes) / unit), block (i32: groups per block of the scan,
+/// groupTableBlock) and blocks (i32: the blocks; every bound is an
+/// argument, so the device runs only the threads the tasks need).
 absl::StatusOr<const Kernel *> groupTableKernel(bool rows);
 
 /// @adstack_fill_rows(rows, values, first, count, columns): values[r] to
