@@ -56,7 +56,7 @@ TEST(BackendRegistryTest, OptionsAreCheckedAgainstTheBackendsDeclaration) {
   EXPECT_EQ(b.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(message(b.status()),
             "backend 'cpu' has no option 'thread'; its options: threads, chunk, vector-width, "
-            "vector-math, vector-isa, light, available-memory-bytes");
+            "vector-math, vector-isa, light, available-memory-bytes, perf-map");
   EXPECT_EQ(message(createBackend("interp", o).status()),
             "backend 'interp' has no option 'thread'; its options: none");
 
