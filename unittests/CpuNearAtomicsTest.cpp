@@ -203,5 +203,80 @@ TEST(CpuNearAtomicsTest, NeighbourScattersMatchTheInterpreterForOddWorkersAndSma
   }
 }
 
+// Clamped neighbours (`max(%i - 1, 0)`, `max(min(%i + 1, n - 1), 0)`): vector
+// code loads and updates the lanes' consecutive elements where no lane is
+// clamped and goes lane by lane at the edges (EmitMemory.cpp,
+// clampedAccessLanes); lengths that are no multiple of the lanes put the
+// edges inside a group and in the partial last group.
+std::string clampedKernel(int64_t n) {
+  return fmt::format(R"(field @x : f32[{0}]
+field @y : f32[{0}]
+field @s : f32[{0}]
+
+kernel @clamped() {{
+  parallel for %i = 0 to {0} {{
+    %one = const 1 : i32
+    %zero = const 0 : i32
+    %last = const {1} : i32
+    %l = sub %i, %one : i32
+    %r = add %i, %one : i32
+    %lc = max %l, %zero : i32
+    %rh = min %r, %last : i32
+    %rc = max %rh, %zero : i32
+    %a = load @x[%lc] : f32
+    %b = load @x[%rc] : f32
+    %c = load @x[%i] : f32
+    %ab = add %a, %b : f32
+    %abc = add %ab, %c : f32
+    store @y[%i], %abc
+    atomic_add @s[%rc], %c : f32
+    atomic_add @s[%lc], %c : f32
+  }}
+}}
+)",
+                     n, n - 1);
+}
+
+std::vector<double> runClamped(Module &m, Backend &backend) {
+  auto program = Program::create(m);
+  EXPECT_TRUE(program.ok()) << program.status().message();
+  Buffer *x = (*program)->field("x");
+  for (int64_t i = 0; i < x->numElements(); ++i)
+    x->set(i, Scalar::ofFloat(ScalarType::F32, double(i % 11 - 5)));
+  absl::Status s = (*program)->launch("clamped", {}, backend);
+  EXPECT_TRUE(s.ok()) << s.message();
+  std::vector<double> out;
+  for (const char *f : {"y", "s"}) {
+    const Buffer *b = (*program)->field(f);
+    for (int64_t i = 0; i < b->numElements(); ++i)
+      out.push_back(b->get(i).f);
+  }
+  return out;
+}
+
+TEST(CpuNearAtomicsTest, ClampedNeighboursMatchTheInterpreterAtTheEdges) {
+  for (int64_t n : {5, 37, 64, 1000}) {
+    auto m = parseModule(clampedKernel(n), {"clamped.qd", 1});
+    ASSERT_TRUE(m.ok()) << m.status().message();
+    ASSERT_TRUE(verify(**m).ok());
+    Interpreter interp;
+    std::vector<double> want = runClamped(**m, interp);
+    for (unsigned width : {8u, 16u, 1u}) {
+      SCOPED_TRACE(fmt::format("n {}, vector width {}", n, width));
+      CpuBackendOptions o;
+      o.threads = 2;
+      o.vectorWidth = width;
+      auto cpu = CpuBackend::create(o);
+      ASSERT_TRUE(cpu.ok()) << cpu.status().message();
+      auto ir = (*cpu)->llvmIR(*(*m)->findKernel("clamped"));
+      ASSERT_TRUE(ir.ok()) << ir.status().message();
+      // Vector code splits the clamped accesses; scalar code has nothing
+      // to split.
+      EXPECT_EQ(ir->find("clamp.inside") != std::string::npos, width > 1);
+      EXPECT_EQ(runClamped(**m, **cpu), want);
+    }
+  }
+}
+
 } // namespace
 } // namespace qd

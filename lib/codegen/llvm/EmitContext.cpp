@@ -465,11 +465,37 @@ void Lanes::noteAffine(const Stmt &s) {
     if (bin->op() == BinaryOp::Add)
       if (LV *base = baseOf(bin->rhs()); base && !varying(bin->lhs()))
         affine[&s] = b.CreateAdd(c_.get(bin->lhs()), base);
+    if (bin->op() == BinaryOp::Min || bin->op() == BinaryOp::Max)
+      noteClamp(*bin);
   } else if (auto *cast = dyn_cast<CastStmt>(&s)) {
     if (LV *base = baseOf(cast->input()); base && !isFloat(cast->to()) &&
                                           cast->to() != ScalarType::I1 &&
                                           cast->from() != ScalarType::I1)
       affine[&s] = b.CreateSExtOrTrunc(base, c_.typeOf(cast->to()));
+  }
+}
+
+// min(x, u) and max(x, u), x (clamped) lane-affine and u uniform: one
+// more bound on x's lanes (at most one on each side is kept).
+void Lanes::noteClamp(const BinaryStmt &bin) {
+  auto &clamped = state().clampedAffine;
+  const auto &affine = state().affineBase;
+  for (auto [x, u] : {std::pair(bin.lhs(), bin.rhs()), std::pair(bin.rhs(), bin.lhs())}) {
+    if (varying(u))
+      continue;
+    LaneState::ClampedAffine c;
+    if (auto a = affine.find(x); a != affine.end())
+      c.base = a->second;
+    else if (auto k = clamped.find(x); k != clamped.end())
+      c = k->second;
+    else
+      continue;
+    LV *&bound = bin.op() == BinaryOp::Min ? c.hi : c.lo;
+    if (bound)
+      continue;
+    bound = c_.get(u);
+    clamped[&bin] = c;
+    return;
   }
 }
 

@@ -116,6 +116,12 @@ struct LaneState {
   LV *groupMask = nullptr;
   /// Lane-affine integers: lane l holds base + l.
   std::unordered_map<const Value *, LV *> affineBase;
+  /// Clamped lane-affine integers (a stencil's clamped neighbour): lane l
+  /// holds base + l clamped to [lo, hi] (a null bound: none on that side).
+  struct ClampedAffine {
+    LV *base = nullptr, *lo = nullptr, *hi = nullptr;
+  };
+  std::unordered_map<const Value *, ClampedAffine> clampedAffine;
   /// A parallel band's vector code: lane l's innermost index is
   /// bandInnerBase + l (task_index statements of that dimension are
   /// lane-affine).
@@ -353,13 +359,16 @@ public:
   LV *storedLocal(llvm::Type *t, LV *v, const Stmt *s, llvm::function_ref<LV *()> old);
   /// Records `s` as lane-affine when it adds a uniform value to, or
   /// converts, a lane-affine integer: accesses at such an index in the last
-  /// dimension are contiguous.
+  /// dimension are contiguous. A min or max of a lane-affine integer and a
+  /// uniform one is recorded as clamped lane-affine.
   void noteAffine(const Stmt &s);
   llvm::AllocaInst *maskAlloca(const char *name);
   LV *loadMask(llvm::AllocaInst *a);
   void clearMask(llvm::AllocaInst *a);
 
 private:
+  void noteClamp(const BinaryStmt &bin);
+
   EmitContext &c_;
 };
 

@@ -235,7 +235,65 @@ void MemoryLowering::globalAccess(GlobalAccessStmt &g) {
   }
 }
 
+// A stencil's clamped neighbour (`max(min(j - 1, n - 1), 0)` in the last
+// index) is lane-affine wherever the clamp does not bite: the lane group
+// checks at run time that no lane's index is clamped and takes the
+// contiguous code there (vector loads, stores and read-modify-writes
+// instead of gathers and a loop over the lanes), the per-lane code at the
+// edges. (Not with bounds checks: the access would get two error sites.)
+bool MemoryLowering::clampedAccessLanes(GlobalAccessStmt &g) {
+  unsigned n = g.numIndices();
+  if (splittingClamped_ || n == 0 || c_.opts.boundsChecked)
+    return false;
+  LaneState &state = lanes_.state();
+  const Value *last = g.index(n - 1);
+  auto it = state.clampedAffine.find(last);
+  if (it == state.clampedAffine.end() || state.affineBase.count(last))
+    return false;
+  for (unsigned d = 0; d + 1 < n; ++d)
+    if (lanes_.varying(g.index(d)))
+      return false;
+  const LaneState::ClampedAffine clamp = it->second;
+  llvm::IRBuilder<> &b = c_.b;
+  LV *first = b.CreateSExt(clamp.base, c_.i64);
+  LV *inside = b.getTrue();
+  if (clamp.lo)
+    inside = b.CreateAnd(inside, b.CreateICmpSGE(first, b.CreateSExt(clamp.lo, c_.i64)));
+  if (clamp.hi)
+    inside = b.CreateAnd(inside, b.CreateICmpSLE(b.CreateAdd(first, b.getInt64(lanes_.width() - 1)),
+                                                 b.CreateSExt(clamp.hi, c_.i64)));
+  BasicBlock *contiguous = c_.newBlock("clamp.inside");
+  BasicBlock *edge = c_.newBlock("clamp.edge");
+  BasicBlock *join = c_.newBlock("clamp.join");
+  b.CreateCondBr(inside, contiguous, edge);
+  splittingClamped_ = true;
+  auto emit = [&](BasicBlock *from, bool affine) {
+    b.SetInsertPoint(from);
+    if (affine)
+      state.affineBase[last] = clamp.base;
+    globalAccessLanes(g);
+    state.affineBase.erase(last);
+    LV *v = g.kind() == StmtKind::GlobalLoad ? c_.get(&g) : nullptr;
+    BasicBlock *end = b.GetInsertBlock();
+    b.CreateBr(join);
+    return std::pair(v, end);
+  };
+  auto [inner, innerEnd] = emit(contiguous, true);
+  auto [outer, outerEnd] = emit(edge, false);
+  splittingClamped_ = false;
+  b.SetInsertPoint(join);
+  if (inner) {
+    llvm::PHINode *phi = b.CreatePHI(inner->getType(), 2);
+    phi->addIncoming(inner, innerEnd);
+    phi->addIncoming(outer, outerEnd);
+    c_.set(&g, phi);
+  }
+  return true;
+}
+
 void MemoryLowering::globalAccessLanes(GlobalAccessStmt &g) {
+  if (clampedAccessLanes(g))
+    return;
   llvm::IRBuilder<> &b = c_.b;
   ScalarType elem = g.elementType();
   llvm::Type *mem = c_.memTypeOf(elem);

@@ -44,6 +44,7 @@ private:
 
   EmitContext &c_;
   Lanes lanes_;
+  bool splittingClamped_ = false;
 };
 
 class MemoryLowering {
@@ -67,6 +68,10 @@ private:
   std::vector<LV *> extentsOf(const GlobalAccessStmt &g);
   /// A global access with per-lane indices or values, in the active lanes.
   void globalAccessLanes(GlobalAccessStmt &g);
+  /// globalAccessLanes of an access whose last index is clamped
+  /// lane-affine: contiguous where no lane is clamped (false: not such an
+  /// access).
+  bool clampedAccessLanes(GlobalAccessStmt &g);
   /// The index error site of `g` (its data: the indices).
   unsigned indexSite(GlobalAccessStmt &g);
   LV *addOf(LV *x, LV *y, ScalarType elem);
@@ -81,6 +86,7 @@ private:
 
   EmitContext &c_;
   Lanes lanes_;
+  bool splittingClamped_ = false;
 };
 
 class KernelEmitter;
@@ -125,6 +131,7 @@ private:
 
   EmitContext &c_;
   Lanes lanes_;
+  bool splittingClamped_ = false;
   KernelEmitter &e_;
 };
 
@@ -206,6 +213,7 @@ private:
 
   EmitContext &c_;
   Lanes lanes_;
+  bool splittingClamped_ = false;
 };
 
 class KernelEmitter : public ExhaustiveStmtVisitor<KernelEmitter> {
