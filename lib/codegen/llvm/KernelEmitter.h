@@ -44,7 +44,6 @@ private:
 
   EmitContext &c_;
   Lanes lanes_;
-  bool splittingClamped_ = false;
 };
 
 class MemoryLowering {
@@ -131,7 +130,6 @@ private:
 
   EmitContext &c_;
   Lanes lanes_;
-  bool splittingClamped_ = false;
   KernelEmitter &e_;
 };
 
@@ -213,7 +211,6 @@ private:
 
   EmitContext &c_;
   Lanes lanes_;
-  bool splittingClamped_ = false;
 };
 
 class KernelEmitter : public ExhaustiveStmtVisitor<KernelEmitter> {
