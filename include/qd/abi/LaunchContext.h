@@ -70,10 +70,11 @@ inline constexpr unsigned kDeviceStopCheckSpread = 1u << 18;
 inline constexpr unsigned kDeviceStopPollInterval = 1024;
 
 /// A compacted adstack heap (docs/runtime.md, "Compacted heap") gives each
-/// group of this many consecutive GPU threads its own region, sized by the
-/// largest need among them, and interleaves the group's threads there
-/// (entry d of lane l at region + (d * kAdStackGroupThreads + l) * entry
-/// bytes): a warp's accesses still coalesce.
+/// group of G consecutive GPU threads its own region, sized by the largest
+/// need among them, and interleaves the group's threads there (entry d of
+/// lane l at region + (d * G + l) * entry bytes): a warp's accesses
+/// coalesce within a group. G is a power of two chosen per launch
+/// (QdLaunchContext::groupShift), at most this many.
 inline constexpr unsigned kAdStackGroupThreads = 32;
 
 } // namespace qd::abi
@@ -125,6 +126,8 @@ enum class StopReason : int32_t {
   /* GPU, a compacted heap: per group of kAdStackGroupThreads threads and stack id, its region */  \
   /* (byte offset in heap) and capacity, i64 pairs, group-major; null: the interleaved layout */   \
   X(Ptr, const int64_t *, groupTable, 1)                                                           \
+  /* GPU, a compacted heap: log2 of its group's threads (0-5: groups of 1-32 threads) */          \
+  X(I64, int64_t, groupShift, 1)                                                                   \
   /* GPU: the top-level values of the kernel, one 8-byte slot each                */               \
   /* (KernelLayout::numValues), shared by the launches of one kernel              */               \
   X(Ptr, int64_t *, values, 1)                                                                     \

@@ -170,9 +170,13 @@ AdStackFrame *GpuTarget::groupSlot(EmitContext &c, unsigned id) {
     if (!table)
       table = eb.CreatePtrToInt(c.ctxField(CtxField::groupTable), c.i64);
     fn.adStackGrouped = eb.CreateICmpNE(table, eb.getInt64(0), "adstack.grouped");
+    // The launch's threads per group, 1 << shift (1-32).
+    LV *shift = c.launchWord({KernelLayout::LaunchWord::GroupShift, 0});
+    if (!shift)
+      shift = c.ctxField(CtxField::groupShift);
+    fn.adStackGroupLanes = eb.CreateShl(eb.getInt64(1), shift, "adstack.group.lanes");
     // The group's first pair, (group * stacks), group-major.
-    LV *group = eb.CreateLShr(eb.CreateZExt(threadIndex(c), c.i64),
-                              eb.getInt64(std::countr_zero(abi::kAdStackGroupThreads)));
+    LV *group = eb.CreateLShr(eb.CreateZExt(threadIndex(c), c.i64), shift);
     LV *first = eb.CreateMul(group, eb.getInt64(2 * int64_t(numStacks_)));
     fn.adStackGroupAt =
         eb.CreateGEP(c.i64, eb.CreateIntToPtr(table, global), first, "adstack.group.at");
@@ -207,7 +211,7 @@ LV *GpuTarget::adStackBase(EmitContext &c, unsigned id) {
     return interleaved;
   // Compacted: heap + the group's region + lane * entry bytes.
   LV *heap = eb.CreateAddrSpaceCast(c.ctxField(CtxField::heap), global);
-  LV *lane = eb.CreateAnd(thread, eb.getInt64(abi::kAdStackGroupThreads - 1));
+  LV *lane = eb.CreateAnd(thread, eb.CreateSub(c.fn->adStackGroupLanes, eb.getInt64(1)));
   LV *start =
       eb.CreateAdd(eb.CreateLoad(c.i64, g->groupPair), eb.CreateMul(lane, eb.getInt64(entryBytes)));
   LV *compacted = eb.CreateGEP(eb.getInt8Ty(), heap, start);
@@ -224,7 +228,7 @@ LV *GpuTarget::adStackRowBytes(EmitContext &c, const StackRef &stack, unsigned) 
   if (!g)
     return row;
   return eb.CreateSelect(c.fn->adStackGrouped,
-                         eb.getInt64(int64_t(abi::kAdStackGroupThreads) * stack.entryBytes), row,
+                         eb.CreateMul(c.fn->adStackGroupLanes, eb.getInt64(stack.entryBytes)), row,
                          fmt::format("adstack{}.row", stack.id));
 }
 
