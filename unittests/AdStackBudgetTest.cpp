@@ -734,6 +734,12 @@ void checkChosenGroups(Backend &backend) {
   EXPECT_LE(double(u.bytes), 1.05 * double(fewest));
   // Groups of 32 take far more: a deep iteration costs its group 32 rows.
   EXPECT_GT(total.back(), u.bytes * 3 / 2);
+  // The next launch, with the same needs, takes the same size (from the
+  // last launch's choice) and bytes.
+  counts.launch(backend, counted(true, 0, 0));
+  AdStackHeapUsage next = *backend.lastAdStackHeapUsage();
+  EXPECT_EQ(next.groupThreads, chosen);
+  EXPECT_EQ(next.bytes, u.bytes);
 }
 
 TEST(AdStackBudgetTest, VulkanChosenGroupsHoldTheSumOfNeeds) {

@@ -68,6 +68,14 @@ struct AcceleratorBackend::State {
   std::weak_ptr<Buffer> filledRows;
   int64_t filledFirst = 0;
   std::vector<int64_t> filled;
+  /// Per kernel, the group size its last compacted launch chose below 32
+  /// and for what (threads, the sum of own needs): the next launch of as
+  /// many threads runs the table kernel once at that size, and weighs the
+  /// sizes again only where the sum of own needs moved by more than 5%.
+  struct ChosenGroups {
+    int64_t lanes = 0, threads = 0, needBytes = 0;
+  };
+  std::map<const Kernel *, ChosenGroups> chosenGroups;
 
   absl::StatusOr<Variant *> variant(const Kernel &kernel, bool boundsChecked, bool stopChecks,
                                     const std::vector<int64_t> &local,

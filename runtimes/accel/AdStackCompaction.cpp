@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <array>
 #include <bit>
+#include <cmath>
 
 namespace qd {
 
@@ -166,31 +167,47 @@ AcceleratorBackend::State::compact(Program &program, const LaunchPlan &plan,
     int64_t base = device.groupTableInHeap() ? c.tableBytes : 0;
     if (absl::Status s = runGroupTable(program, plan, shape, options, t, lanes, base); !s.ok())
       return s;
-    absl::StatusOr<int64_t> used = tableSums->readInteger(0), exact = tableSums->readInteger(1);
-    if (!used.ok())
-      return used.status();
-    if (!exact.ok())
-      return exact.status();
-    c.heapBytes = base + *used;
-    c.bytes = c.tableBytes + *used;
-    c.needBytes = *exact;
+    // The totals in one copy: the heap's bytes, the own needs and (from a
+    // run in groups of 32) the bytes of each group size.
+    absl::StatusOr<DeviceMirror *> sums = tableSums->prepareOnDevice(&device, [&] {
+      return absl::StatusOr<std::unique_ptr<DeviceMirror>>(device.mirror(*tableSums));
+    });
+    if (!sums.ok())
+      return sums.status();
+    std::array<int64_t, 2 + accel::kGroupShifts> head{};
+    size_t read = (candidates ? head.size() : 2) * sizeof(int64_t);
+    if (absl::Status s = (*sums)->download(reinterpret_cast<std::byte *>(head.data()), read);
+        !s.ok())
+      return s;
+    c.heapBytes = base + head[0];
+    c.bytes = c.tableBytes + head[0];
+    c.needBytes = head[1];
     if (candidates)
-      for (int k = 0; k < accel::kGroupShifts; ++k) {
-        absl::StatusOr<int64_t> v = tableSums->readInteger(2 + k);
-        if (!v.ok())
-          return v.status();
-        (*candidates)[size_t(k)] = *v;
-      }
+      std::copy(head.begin() + 2, head.end(), candidates->begin());
     return c;
   };
   // Fewer threads hold fewer iterations at once: halve the grid (whole
   // groups of 32) until the heap fits.
+  const Kernel *kernel = &plan.kernel();
   for (int64_t t = threads;; t = std::max(group, t / 2 / group * group)) {
     std::array<int64_t, accel::kGroupShifts> candidates{};
-    absl::StatusOr<Compacted> c = layOut(t, forced ? forced : group, forced ? nullptr : &candidates);
+    // The size the kernel's last launch chose, where the needs look the
+    // same (ChosenGroups).
+    auto last = chosenGroups.find(kernel);
+    bool again = !forced && last != chosenGroups.end() && last->second.threads == t;
+    absl::StatusOr<Compacted> c =
+        again ? layOut(t, last->second.lanes, nullptr)
+              : layOut(t, forced ? forced : group, forced ? nullptr : &candidates);
     if (!c.ok())
       return c.status();
-    if (!forced) {
+    if (again && std::abs(double(c->needBytes) - double(last->second.needBytes)) >
+                     (kGroupSlack - 1) * double(last->second.needBytes)) {
+      again = false;
+      c = layOut(t, group, &candidates);
+      if (!c.ok())
+        return c.status();
+    }
+    if (!forced && !again) {
       // The largest group whose regions and table are within 1.05x of
       // the fewest bytes any group size takes (groups of 1: the sum of the
       // needs, plus the largest table).
@@ -209,6 +226,10 @@ AcceleratorBackend::State::compact(Program &program, const LaunchPlan &plan,
         c = layOut(t, int64_t(1) << chosen, nullptr);
       if (!c.ok())
         return c.status();
+      if (chosen != accel::kGroupShifts - 1)
+        chosenGroups[kernel] = {c->lanes, t, c->needBytes};
+      else
+        chosenGroups.erase(kernel);
     }
     if (c->bytes <= largest) {
       absl::StatusOr<DeviceMirror *> m = table->prepareOnDevice(&device, [&] {
