@@ -157,8 +157,9 @@ AcceleratorBackend::State::compact(Program &program, const LaunchPlan &plan,
   // One run of the table kernel for groups of `lanes` threads; `candidates`
   // gets, from a run with groups of 32, the regions' bytes as groups of
   // 1 << k threads.
-  auto layOut = [&](int64_t t, int64_t lanes,
-                    std::array<int64_t, accel::kGroupShifts> *candidates) -> absl::StatusOr<Compacted> {
+  auto layOut =
+      [&](int64_t t, int64_t lanes,
+          std::array<int64_t, accel::kGroupShifts> *candidates) -> absl::StatusOr<Compacted> {
     Compacted c;
     c.threads = t;
     c.lanes = lanes;

@@ -15,17 +15,18 @@ namespace qd::accel {
 
 namespace {
 
-// Pass 1, per group g: for each stack, the largest need of the iterations
-// its threads run (a stack that is not measured: its capacity; 0 for a
-// group whose threads run no iteration), the
-// region's bytes (32 lanes x capacity x entry bytes, stored where the
+// Pass 1, per group g of %lanes threads: for each stack, the largest need
+// of the iterations its threads run (a stack that is not measured: its
+// capacity; 0 for a group whose threads run no iteration), the region's
+// bytes (lanes x capacity x entry bytes rounded up to 8, stored where the
 // offset goes), the group's bytes (table[pairs + g]) and the bytes of each
-// thread's own need (table[pairs + groups + g]). Pass 2, per block of
-// `block` groups: the exclusive scan of its groups' bytes in place and
-// the block's sums. Pass 3 (one thread): the
-// exclusive scan of the blocks' bytes (from `base`) and the totals
-// (sums[0], sums[1]); the blocks' sums are at sums[2 + b] (bytes) and
-// sums[2 + blocks + b] (own needs). Pass 4, per group: each region's offset (its
+// thread's own need (table[pairs + groups + g]); with 32 lanes also the
+// candidates (below: CAND_*). Pass 2, per block of `block` groups: the
+// exclusive scan of its groups' bytes in place and the block's sums. Pass
+// 3 (one thread): the exclusive scan of the blocks' bytes (from `base`)
+// and the totals (sums[0], sums[1], sums[2 + k]); the blocks' sums are at
+// sums[8 + b] (bytes), sums[8 + blocks + b] (own needs) and sums[8 + (2 +
+// k) * blocks + b] (candidates). Pass 4, per group: each region's offset (its
 // block's start plus its own). Where a stack's desc names a row of `rows` (an optimistic
 // launch's per-iteration capacities), pass 1 also writes the group's
 // capacity there for each iteration its threads run. Sums are i64; indices i32
@@ -352,10 +353,9 @@ std::string candidates(std::string text) {
 )",
                          k);
   }
-  for (auto [marker, with] :
-       {std::pair{"CAND_INIT", init}, std::pair{"SUB_INIT", sub}, std::pair{"CAND_LANE", lane},
-        std::pair{"CAND_STORE", store}, std::pair{"CAND_BLOCK", block},
-        std::pair{"CAND_TOTAL", total}})
+  for (auto [marker, with] : {std::pair{"CAND_INIT", init}, std::pair{"SUB_INIT", sub},
+                              std::pair{"CAND_LANE", lane}, std::pair{"CAND_STORE", store},
+                              std::pair{"CAND_BLOCK", block}, std::pair{"CAND_TOTAL", total}})
     text = replaced(text, marker, with);
   return text;
 }

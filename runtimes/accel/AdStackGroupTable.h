@@ -1,7 +1,8 @@
 //===- AdStackGroupTable.h - The table of a compacted adstack heap -*- C++ -*-===//
 //
 // A compacted heap (docs/runtime.md, "Compacted heap") gives each group of
-// abi::kAdStackGroupThreads threads of a parallel task, per stack, a region
+// G threads of a parallel task (G a power of two up to
+// abi::kAdStackGroupThreads, per launch), per stack, a region
 // sized by the largest need among the iterations its threads run (thread t
 // runs iterations begin + t, begin + t + T, ...), at an offset from an
 // exclusive scan of the groups' bytes. The table is computed on the device

@@ -123,10 +123,10 @@ enum class StopReason : int32_t {
   X(Ptr, const int32_t *, taskLanes, 1)                                                            \
   /* GPU: the threads of a parallel launch's grid (T of the interleaved heap layout) */            \
   X(I64, int64_t, threads, 1)                                                                      \
-  /* GPU, a compacted heap: per group of kAdStackGroupThreads threads and stack id, its region */  \
+  /* GPU, a compacted heap: per group of 1 << groupShift threads and stack id, its region */       \
   /* (byte offset in heap) and capacity, i64 pairs, group-major; null: the interleaved layout */   \
   X(Ptr, const int64_t *, groupTable, 1)                                                           \
-  /* GPU, a compacted heap: log2 of its group's threads (0-5: groups of 1-32 threads) */          \
+  /* GPU, a compacted heap: log2 of its group's threads (0-5: groups of 1-32 threads) */           \
   X(I64, int64_t, groupShift, 1)                                                                   \
   /* GPU: the top-level values of the kernel, one 8-byte slot each                */               \
   /* (KernelLayout::numValues), shared by the launches of one kernel              */               \

@@ -181,8 +181,8 @@ const StackState &SpirvEmitter::stack(unsigned id) {
         // capacity (i64 pairs); the group's invocations interleave there.
         // (Word 0 where there is no table: every heap with stacks has it.)
         Id on = b_.cmp(spv::Op::OpINotEqual, compacted, b_.u32(0));
-        Id shift = b_.select(u32, on, b_.op(spv::Op::OpISub, u32, {compacted, b_.u32(1)}),
-                             b_.u32(0));
+        Id shift =
+            b_.select(u32, on, b_.op(spv::Op::OpISub, u32, {compacted, b_.u32(1)}), b_.u32(0));
         Id group = b_.op(spv::Op::OpShiftLeftLogical, u32, {b_.u32(1), shift});
         Id g = b_.op(spv::Op::OpShiftRightLogical, u32, {fn_->thread, shift});
         Id lane = b_.op(spv::Op::OpBitwiseAnd, u32,
