@@ -54,8 +54,6 @@ kernel @NAME(%need: NEED_TYPE, %desc: ndarray<i64, 1>,
   %pairs = mul %gs, %two : i32
   %exacts = add %pairs, %groups : i32
   %cands = add %exacts, %groups : i32
-  %sized = cmp eq %lanes, %full : i32
-  %candBlocks = select %sized, %blocks, %zero : i32
   parallel for %g = 0 to %groups {
     %bytes = alloca i64
     %exact = alloca i64
@@ -159,7 +157,8 @@ CAND_LANE
     %ge = load %exact : i64
     %geAt = add %exacts, %g : i32
     store %table[%geAt], %ge
-    if %sized {
+    %sizedG = cmp eq %lanes, %full : i32
+    if %sizedG {
 CAND_STORE
     }
   }
@@ -176,10 +175,13 @@ SCAN_BLOCK
     %bAt1 = add %bAt, %blocks : i32
     %blockAll = load %ball : i64
     store %sums[%bAt1], %blockAll
-    %candCount = select %sized, %inBlock, %zero : i32
+    %sizedB = cmp eq %lanes, %full : i32
+    %candCount = select %sizedB, %inBlock, %zero : i32
 CAND_BLOCK
   }
   serial {
+    %sizedS = cmp eq %lanes, %full : i32
+    %candBlocks = select %sizedS, %blocks, %zero : i32
 SCAN_SUMS
 CAND_TOTAL
     %rend = load %srun : i64
