@@ -16,8 +16,8 @@ using namespace budgettest;
 
 /// Exact bytes: 12 iterations needing 0-11 entries. On 64 invocations
 /// (Vulkan) group 0 holds them all at capacity 11 (32 x 11 x 4 = 1408
-/// bytes), group 1 none (0 bytes); the table is 2 groups x 1 stack x 16
-/// = 32 bytes. Each thread's own need, rounded to 8 bytes, sums to 296.
+/// bytes), group 1 none (0 bytes); the table is 2 groups x 1 stack x 8
+/// = 16 bytes. Each thread's own need, rounded to 8 bytes, sums to 296.
 void checkExactBytes(Backend &backend) {
   PushCounts counts(12, [](int i) { return i; });
   counts.launch(backend, counted(true));

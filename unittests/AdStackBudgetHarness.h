@@ -260,9 +260,9 @@ private:
 };
 
 /// The table's bytes for `threads` threads in groups of `lanes` and one
-/// stack: a pair of i64 per group.
+/// stack: an i64 per group.
 inline int64_t tableBytes(int64_t threads, int64_t lanes = 32) {
-  return (threads + lanes - 1) / lanes * 16;
+  return (threads + lanes - 1) / lanes * 8;
 }
 
 } // namespace qd::budgettest

@@ -197,7 +197,7 @@ int64_t AcceleratorBackend::State::oneWave(const DeviceKernel &code,
       std::lcm<int64_t>(abi::kAdStackGroupThreads, std::max(limits.groupSize, 1u));
   // The table kernel indexes its table with i32 (groups of one thread: a
   // group per thread).
-  const int64_t tableMost = int64_t(INT32_MAX) / (2 * shape.stacks + 2 + accel::kGroupShifts);
+  const int64_t tableMost = int64_t(INT32_MAX) / (shape.stacks + 2 + accel::kGroupShifts);
   const int64_t most =
       std::max(code.gridThreads(), std::min(limits.perIterationThreads, tableMost) / group * group);
   int64_t iterations = std::max<int64_t>(shape.end - shape.begin, 1);

@@ -153,7 +153,8 @@ AcceleratorBackend::State::compact(Program &program, const LaunchPlan &plan,
   int64_t largest = limits.maxHeapBytes == 0 || limits.maxHeapBytes > uint64_t(INT64_MAX)
                         ? INT64_MAX
                         : int64_t(limits.maxHeapBytes);
-  largest = std::min(largest, budget);
+  // The table's offsets and capacities are 32 bits each.
+  largest = std::min({largest, budget, abi::kAdStackMaxCompactedBytes});
   // One run of the table kernel for groups of `lanes` threads; `candidates`
   // gets, from a run with groups of 32, the regions' bytes as groups of
   // 1 << k threads.
@@ -164,7 +165,7 @@ AcceleratorBackend::State::compact(Program &program, const LaunchPlan &plan,
     c.threads = t;
     c.lanes = lanes;
     c.groups = (t + lanes - 1) / lanes;
-    c.tableBytes = c.groups * shape.stacks * 16;
+    c.tableBytes = c.groups * shape.stacks * 8;
     int64_t base = device.groupTableInHeap() ? c.tableBytes : 0;
     if (absl::Status s = runGroupTable(program, plan, shape, options, t, lanes, base); !s.ok())
       return s;
@@ -216,7 +217,7 @@ AcceleratorBackend::State::compact(Program &program, const LaunchPlan &plan,
       std::array<int64_t, accel::kGroupShifts> total{};
       for (int k = 0; k < accel::kGroupShifts; ++k) {
         int64_t lanes = int64_t(1) << k;
-        total[size_t(k)] = candidates[size_t(k)] + (t + lanes - 1) / lanes * shape.stacks * 16;
+        total[size_t(k)] = candidates[size_t(k)] + (t + lanes - 1) / lanes * shape.stacks * 8;
         fewest = std::min(fewest, total[size_t(k)]);
       }
       int chosen = 0;

@@ -18,16 +18,18 @@ namespace {
 // Pass 1, per group g of %lanes threads: for each stack, the largest need
 // of the iterations its threads run (a stack that is not measured: its
 // capacity; 0 for a group whose threads run no iteration), the region's
-// bytes (lanes x capacity x entry bytes rounded up to 8, stored where the
-// offset goes), the group's bytes (table[pairs + g]) and the bytes of each
+// bytes (lanes x capacity x entry bytes rounded up to 8; the capacity is
+// stored in the group's entry), the group's bytes (table[pairs + g]) and the bytes of each
 // thread's own need (table[pairs + groups + g]); with 32 lanes also the
 // candidates (below: CAND_*). Pass 2, per block of `block` groups: the
 // exclusive scan of its groups' bytes in place and the block's sums. Pass
 // 3 (one thread): the exclusive scan of the blocks' bytes (from `base`)
 // and the totals (sums[0], sums[1], sums[2 + k]); the blocks' sums are at
 // sums[8 + b] (bytes), sums[8 + blocks + b] (own needs) and sums[8 + (2 +
-// k) * blocks + b] (candidates). Pass 4, per group: each region's offset (its
-// block's start plus its own). Where a stack's desc names a row of `rows` (an optimistic
+// k) * blocks + b] (candidates). Pass 4, per group: each region's offset in
+// units (its
+// block's start plus its own), packed with the capacity: offset | capacity
+// << 32. Where a stack's desc names a row of `rows` (an optimistic
 // launch's per-iteration capacities), pass 1 also writes the group's
 // capacity there for each iteration its threads run. Sums are i64; indices i32
 // (Program::perIterationNeeds keeps slot * spread below 2^30).
@@ -48,10 +50,10 @@ kernel @NAME(%need: NEED_TYPE, %desc: ndarray<i64, 1>,
   %zero64 = const 0 : i64
   %seven64 = const 7 : i64
   %eight64 = const 8 : i64
+  %thirtyTwo64 = const 32 : i64
   %lanes64 = cast %lanes : i32 to i64
   %mask = sub %spread, %one : i32
-  %gs = mul %groups, %stacks : i32
-  %pairs = mul %gs, %two : i32
+  %pairs = mul %groups, %stacks : i32
   %exacts = add %pairs, %groups : i32
   %cands = add %exacts, %groups : i32
   parallel for %g = 0 to %groups {
@@ -138,15 +140,12 @@ CAND_LANE
         }
       }
       %e = add %gn, %s : i32
-      %e2 = mul %e, %two : i32
-      %e3 = add %e2, %one : i32
-      store %table[%e3], %gc
+      store %table[%e], %gc
       %rb = mul %gc, %eb : i64
       %rl = mul %rb, %lanes64 : i64
       %rl7 = add %rl, %seven64 : i64
       %rld = div %rl7, %eight64 : i64
       %region = mul %rld, %eight64 : i64
-      store %table[%e2], %region
       %bold = load %bytes : i64
       %bnew = add %bold, %region : i64
       store %bytes, %bnew
@@ -202,11 +201,19 @@ CAND_TOTAL
     %qn = mul %q, %stacks : i32
     for %u = 0 to %stacks {
       %x = add %qn, %u : i32
-      %x2 = mul %x, %two : i32
-      %rbytes = load %table[%x2] : i64
+      %qcap = load %table[%x] : i64
+      %qd = mul %u, %four : i32
+      %qeb = load %desc[%qd] : i64
+      %qrb = mul %qcap, %qeb : i64
+      %qrl = mul %qrb, %lanes64 : i64
+      %qrl7 = add %qrl, %seven64 : i64
+      %qrld = div %qrl7, %eight64 : i64
+      %rbytes = mul %qrld, %eight64 : i64
       %c0 = load %cur : i64
       %off = div %c0, %unit : i64
-      store %table[%x2], %off
+      %high = shl %qcap, %thirtyTwo64 : i64
+      %packed = or %off, %high : i64
+      store %table[%x], %packed
       %c1 = add %c0, %rbytes : i64
       store %cur, %c1
     }
@@ -442,7 +449,7 @@ std::optional<GroupTableShape> groupTableShape(const LaunchPlan &plan,
 }
 
 int64_t groupTableElements(int64_t groups, int64_t stacks, int64_t lanes) {
-  return groups * stacks * 2 + 2 * groups +
+  return groups * stacks + 2 * groups +
          (lanes == abi::kAdStackGroupThreads ? kGroupShifts * groups : 0);
 }
 

@@ -53,10 +53,10 @@ std::optional<GroupTableShape> groupTableShape(const LaunchPlan &plan,
 inline constexpr int kGroupShifts = 6;
 
 /// Elements of the table buffer for `groups` groups of `lanes` threads:
-/// the pairs (region, capacity) per group and stack, then two per group
-/// the kernel uses for its scan, and with lanes 32, kGroupShifts per group
-/// for the candidates. Only the pairs (groups x stacks x 16 bytes) are
-/// the launch's table; the heap keeps its first bytes for them on a device
+/// one per group and stack (the region's offset in units | the capacity
+/// << 32), then two per group the kernel uses for its scan, and with lanes
+/// 32, kGroupShifts per group for the candidates. Only the first (groups x
+/// stacks x 8 bytes) are the launch's table; the heap keeps its first bytes for them on a device
 /// that reads them there.
 int64_t groupTableElements(int64_t groups, int64_t stacks, int64_t lanes);
 

@@ -178,7 +178,8 @@ const StackState &SpirvEmitter::stack(unsigned id) {
         // A compacted heap (docs/runtime.md, "Compacted heap"): the table
         // at its start gives each group of G = 1 << (word - 1) invocations
         // (1-32, per launch), per stack, a region (word offset) and a
-        // capacity (i64 pairs); the group's invocations interleave there.
+        // capacity (one i64: the region's word offset, then the
+        // capacity); the group's invocations interleave there.
         // (Word 0 where there is no table: every heap with stacks has it.)
         Id on = b_.cmp(spv::Op::OpINotEqual, compacted, b_.u32(0));
         Id shift =
@@ -189,9 +190,9 @@ const StackState &SpirvEmitter::stack(unsigned id) {
                         {fn_->thread, b_.op(spv::Op::OpISub, u32, {group, b_.u32(1)})});
         Id entry = b_.imul(
             u32, b_.iadd(u32, b_.imul(u32, g, b_.u32(uint32_t(layout_.stacks.size()))), b_.u32(id)),
-            b_.u32(4));
+            b_.u32(2));
         Id at = b_.select(u32, on, entry, b_.u32(0));
-        Id capAt = b_.select(u32, on, b_.iadd(u32, entry, b_.u32(2)), b_.u32(0));
+        Id capAt = b_.select(u32, on, b_.iadd(u32, entry, b_.u32(1)), b_.u32(0));
         Id region = b_.load(u32, heapPtr(at));
         st.base = b_.select(u32, on, b_.iadd(u32, region, b_.imul(u32, lane, words)), base);
         st.row = b_.select(u32, on, b_.imul(u32, group, words), row);
