@@ -119,8 +119,8 @@ struct SpirvLaunchData {
   static constexpr uint32_t kZero = kThreads + 1;
   /// Nonzero when the heap is compacted: 1 + log2 of the invocations per
   /// group (groups of 1-32); the heap starts with the table of regions and
-  /// capacities per group and stack (an i64 each, group-major: the word offset, then the capacity; offsets in
-  /// words).
+  /// capacities per group and stack (an i64 each, group-major: the region's
+  /// offset in words, then the capacity).
   static constexpr uint32_t kGroupTable = kZero + 1;
   uint32_t needed = 0;     // per stack: pushes past the capacity (u32, atomic max)
   uint32_t capacities = 0; // per stack (u32)
