@@ -6,7 +6,8 @@
 // counting kernel. The benchmark prints, on one backend:
 //   - the heap of the interleaved layout (threads x the largest need)
 //     against the compacted heap (docs/runtime.md, "Compacted heap":
-//     groups of 32 threads at their own largest need), both measured in
+//     groups of G threads at their own largest need, G chosen per launch
+//     or --group=G), both measured in
 //     the same run, with the sum of each thread's own need, as byte
 //     ratios, and the gradient's time with each (the median over rounds;
 //     each ratio is the ratio of the two medians printed);
@@ -16,11 +17,12 @@
 //     (no counting kernel; the layout from the needs the last launch
 //     measured), with the interleaved layout and compacted, on programs of
 //     their own, the compacted one as a ratio to the interleaved one.
-// Backends without a compacted heap (the CPU) print the interleaved layout
-// twice.
+// Each row names its layout: "groups of G" (a compacted heap) or
+// "interleaved". Backends without a compacted heap (the CPU) print the
+// interleaved layout twice.
 //
 //   qd-bench-adstack-budget [--backend=cpu|cuda|vulkan] [--n=N] [--every=K]
-//                           [--deep=D] [--reps=R]
+//                           [--deep=D] [--reps=R] [--group=G]
 //
 //===----------------------------------------------------------------------===//
 #include "BenchChecks.h"
@@ -81,6 +83,8 @@ struct Options {
   std::string backend = "cpu";
   int64_t n = 1 << 16, every = 1024, deep = 500;
   int reps = 5;
+  /// LaunchOptions::adStackGroupThreads (0: chosen per launch).
+  int64_t group = 0;
 };
 
 Options parseArgs(int argc, char **argv) {
@@ -98,8 +102,10 @@ Options parseArgs(int argc, char **argv) {
       o.deep = *v;
     else if (auto v = value("--reps="))
       o.reps = int(*v);
+    else if (auto v = value("--group="))
+      o.group = *v;
     else
-      die("unknown option " + a + " (--backend= --n= --every= --deep= --reps=)");
+      die("unknown option " + a + " (--backend= --n= --every= --deep= --reps= --group=)");
   }
   if (o.n < 1 || o.every < 1 || o.deep < 1 || o.reps < 1)
     die("--n, --every, --deep and --reps must be positive");
@@ -108,20 +114,22 @@ Options parseArgs(int argc, char **argv) {
 
 /// The launch options of a round: counted at every launch (the compacted
 /// heap reads each iteration's need), compacted or not, with a budget.
-qd::LaunchOptions counted(bool compact, int64_t budget = 0) {
+qd::LaunchOptions counted(bool compact, int64_t group, int64_t budget = 0) {
   qd::LaunchOptions o;
   o.optimisticAdStacks = false;
   o.compactAdStacks = compact;
+  o.adStackGroupThreads = group;
   o.adStackMemoryBudget = budget;
   return o;
 }
 
 /// The options of an optimistic round (the default path after a kernel's
 /// first launch), compacted or not.
-qd::LaunchOptions optimistic(bool compact) {
+qd::LaunchOptions optimistic(bool compact, int64_t group) {
   qd::LaunchOptions o;
   o.optimisticAdStacks = true;
   o.compactAdStacks = compact;
+  o.adStackGroupThreads = group;
   return o;
 }
 
@@ -131,9 +139,11 @@ void printTimes(const std::vector<std::string> &what, const std::vector<std::vec
                 const std::vector<qd::AdStackHeapUsage> &used, const std::vector<size_t> &base) {
   for (size_t f = 0; f < what.size(); ++f) {
     size_t b = base[f];
-    fmt::print("  {}: heap {} bytes ({:.1f}x smaller), own needs {} bytes, {} {}, {} waves: "
+    std::string layout = used[f].groups ? fmt::format("groups of {}", used[f].groupThreads)
+                                        : std::string("interleaved");
+    fmt::print("  {} ({}): heap {} bytes ({:.1f}x smaller), own needs {} bytes, {} {}, {} waves: "
                "{:.3f} ms, {:.2f}x of {}\n",
-               what[f], used[f].bytes,
+               what[f], layout, used[f].bytes,
                double(used[b].bytes) / double(std::max<int64_t>(used[f].bytes, 1)),
                used[f].needBytes, used[f].threads, used[f].threadKind, used[f].waves, median(ms[f]),
                median(ms[f]) / median(ms[b]), what[b]);
@@ -172,9 +182,9 @@ int run(int argc, char **argv) {
     check(program.field("x", qd::Component::Grad)->syncToHost());
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   };
-  gradient(*programs[0], counted(true)); // compiles the variants
-  for (int p = 1; p < 3; ++p)            // the first launches count
-    gradient(*programs[p], optimistic(p == 2));
+  gradient(*programs[0], counted(true, o.group)); // compiles the variants
+  for (int p = 1; p < 3; ++p)                     // the first launches count
+    gradient(*programs[p], optimistic(p == 2, o.group));
   fmt::print("qd-bench-adstack-budget on {}: {} elements, 1 in {} takes {} steps, the others 3\n",
              backend.name(), o.n, o.every, o.deep);
   // Counted: the interleaved layout, the compacted heap, and the compacted
@@ -191,8 +201,8 @@ int run(int argc, char **argv) {
                            ? 0
                            : std::max(used[1].bytes / (f == 2 ? 4 : 8),
                                       used[1].bytes / std::max<int64_t>(used[1].threads, 1));
-      ms[f].push_back(f < 4 ? gradient(*programs[0], counted(f > 0, budget))
-                            : gradient(*programs[f - 3], optimistic(f == 5)));
+      ms[f].push_back(f < 4 ? gradient(*programs[0], counted(f > 0, o.group, budget))
+                            : gradient(*programs[f - 3], optimistic(f == 5, o.group)));
       used[f] = *backend.lastAdStackHeapUsage();
       if (r == 0 && f < 2 && used[f].bytes == 0)
         die("the gradient used no heap (local tapes?): nothing to compare");

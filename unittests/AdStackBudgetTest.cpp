@@ -8,157 +8,12 @@
 // times, a few 60 times, so the stacks' capacity is 60 for every thread.
 //
 //===----------------------------------------------------------------------===//
-#include "OptimisticLaunchHarness.h"
-
-#include "qd/runtime/LaunchPlan.h"
-
-#include <functional>
+#include "AdStackBudgetHarness.h"
 
 namespace qd {
 namespace {
 
-using optimistictest::cpu;
-
-/// Registered backend `name` with every stack in the heap (no local
-/// tapes), or null (saying why) on a machine without its device.
-std::unique_ptr<Backend> heapOnly(const char *name, const char *maxThreads = nullptr) {
-  registerAllBackends();
-  BackendOptions o;
-  o.set("local-tape-bytes", "0");
-  if (maxThreads)
-    o.set("max-threads", maxThreads);
-  auto b = createBackend(name, o);
-  if (!b.ok()) {
-    std::cout << "[" << name << "] " << b.status().message() << "\n";
-    return nullptr;
-  }
-  return *std::move(b);
-}
-
-Backend *vulkan() {
-  static std::unique_ptr<Backend> backend = heapOnly("vulkan");
-  return backend.get();
-}
-
-/// Vulkan with a grid of 64 invocations: a task of more iterations runs
-/// in waves with the interleaved layout.
-Backend *smallGridVulkan() {
-  static std::unique_ptr<Backend> backend = heapOnly("vulkan", "64");
-  return backend.get();
-}
-
-Backend *cuda() {
-  static std::unique_ptr<Backend> backend = heapOnly("cuda");
-  return backend.get();
-}
-
-constexpr int kElements = 256;
-
-// kWhile of OptimisticLaunchHarness.h over kElements elements.
-std::string whileKernel() {
-  return fmt::format(R"(
-field @x : f32[{0}] grad
-field @m : i32[{0}]
-field @y : f32[{0}] grad
-
-kernel @k() {{
-  parallel for %i = 0 to {0} {{
-    %v = alloca f32
-    %c = alloca i32
-    %x = load @x[%i] : f32
-    store %v, %x
-    %m = load @m[%i] : i32
-    while {{
-      %k = load %c : i32
-      %done = cmp ge %k, %m : i32
-      if %done {{
-        break
-      }}
-      %a = load %v : f32
-      %s = sin %a : f32
-      %b = add %s, %x : f32
-      store %v, %b
-      %one = const 1 : i32
-      %k1 = add %k, %one : i32
-      store %c, %k1
-    }}
-    %r = load %v : f32
-    store @y[%i], %r
-  }}
-}}
-)",
-                     kElements);
-}
-
-/// Most elements need 3 iterations, every 37th needs 60.
-int skewedNeed(int i) {
-  return i % 37 == 5 ? 60 : 3;
-}
-
-class SkewedGradient {
-public:
-  SkewedGradient() : module_(optimistictest::parseWithGradient(whileKernel().c_str())) {
-    program_ = *Program::create(*module_);
-    for (int i = 0; i < kElements; ++i) {
-      program_->field("x")->set(i, Scalar::ofFloat(ScalarType::F32, 0.1 * (i % 5) - 0.2));
-      program_->field("m")->set(i, Scalar::ofInt(ScalarType::I32, skewedNeed(i)));
-    }
-  }
-  /// Launches @k_grad with @y's adjoint 1 and returns @x's adjoint.
-  absl::StatusOr<std::vector<double>> gradient(Backend &backend, const LaunchOptions &options) {
-    for (int i = 0; i < kElements; ++i) {
-      program_->field("y", Component::Grad)->set(i, Scalar::ofFloat(ScalarType::F32, 1.0));
-      program_->field("x", Component::Grad)->set(i, Scalar::ofFloat(ScalarType::F32, 0.0));
-    }
-    if (absl::Status s = program_->launch("k_grad", {}, backend, options); !s.ok())
-      return s;
-    Buffer &b = *program_->field("x", Component::Grad);
-    if (absl::Status s = b.syncToHost(); !s.ok())
-      return s;
-    std::vector<double> out;
-    for (int i = 0; i < kElements; ++i)
-      out.push_back(b.get(i).f);
-    return out;
-  }
-
-  /// Element i iterates m times.
-  void setIterations(int i, int m) {
-    program_->field("m")->set(i, Scalar::ofInt(ScalarType::I32, m));
-  }
-  Program &program() { return *program_; }
-
-private:
-  std::unique_ptr<Module> module_;
-  std::unique_ptr<Program> program_;
-};
-
-/// The interleaved layout (every thread at the largest need), whose waves
-/// the first tests check; `bytes` of budget (0: the default).
-LaunchOptions withBudget(int64_t bytes) {
-  LaunchOptions o;
-  o.adStackMemoryBudget = bytes;
-  o.compactAdStacks = false;
-  return o;
-}
-
-/// The counting kernel at every launch (a compacted heap needs its
-/// per-iteration needs), compacted or not, with `bytes` of budget.
-LaunchOptions counted(bool compact, int64_t bytes = 0) {
-  LaunchOptions o;
-  o.optimisticAdStacks = false;
-  o.compactAdStacks = compact;
-  o.adStackMemoryBudget = bytes;
-  return o;
-}
-
-/// The interpreter's gradient (the oracle).
-std::vector<double> reference() {
-  SkewedGradient g;
-  Interpreter interp;
-  absl::StatusOr<std::vector<double>> r = g.gradient(interp, {});
-  EXPECT_TRUE(r.ok()) << r.status().message();
-  return r.ok() ? *r : std::vector<double>();
-}
+using namespace budgettest;
 
 /// The default budget, then a budget that holds the heap of `fraction`-th
 /// of those threads: the same gradient bit for bit, more waves, fewer
@@ -350,7 +205,13 @@ void checkCompacted(Backend &backend) {
   EXPECT_LT(compact.needBytes * 5, interleaved.needBytes);
   EXPECT_LE(compact.needBytes, compact.bytes);
 
+  // Under a third of that: fewer threads, and the layout of fewer bytes
+  // (the interleaved one under the same budget where compacting does not
+  // save memory).
   int64_t budget = compact.bytes / 3;
+  absl::StatusOr<std::vector<double>> flatWaves = g.gradient(backend, counted(false, budget));
+  ASSERT_TRUE(flatWaves.ok()) << flatWaves.status().message();
+  AdStackHeapUsage flatPart = *backend.lastAdStackHeapUsage();
   absl::StatusOr<std::vector<double>> waves = g.gradient(backend, counted(true, budget));
   ASSERT_TRUE(waves.ok()) << waves.status().message();
   AdStackHeapUsage part = *backend.lastAdStackHeapUsage();
@@ -359,7 +220,12 @@ void checkCompacted(Backend &backend) {
   EXPECT_LT(part.threads, compact.threads);
   EXPECT_EQ(part.threads % 32, 0);
   EXPECT_GT(part.waves, 1);
-  EXPECT_GT(part.groups, 0);
+  if (part.groups > 0) {
+    EXPECT_LT(part.bytes, flatPart.bytes);
+  } else {
+    EXPECT_EQ(part.bytes, flatPart.bytes);
+    EXPECT_EQ(part.threads, flatPart.threads);
+  }
 }
 
 TEST(AdStackBudgetTest, VulkanCompactedHeap) {
@@ -370,6 +236,47 @@ TEST(AdStackBudgetTest, VulkanCompactedHeap) {
 TEST(AdStackBudgetTest, CudaCompactedHeap) {
   REQUIRE(cuda(), "cuda");
   checkCompacted(*cuda());
+}
+
+/// Needs that are the same for every element (60 iterations): a compacted
+/// heap would hold every thread at the largest need plus its table, for
+/// one thread per iteration, so the launch takes the interleaved layout
+/// (no groups) at its bytes and waves, with the same gradient.
+void checkUniformNeedsRunInterleaved(Backend &backend) {
+  SkewedGradient g;
+  for (int i = 0; i < kElements; ++i)
+    g.setIterations(i, 60);
+  absl::StatusOr<std::vector<double>> flat = g.gradient(backend, counted(false));
+  ASSERT_TRUE(flat.ok()) << flat.status().message();
+  AdStackHeapUsage interleaved = *backend.lastAdStackHeapUsage();
+  absl::StatusOr<std::vector<double>> packed = g.gradient(backend, counted(true, 0, 0));
+  ASSERT_TRUE(packed.ok()) << packed.status().message();
+  AdStackHeapUsage u = *backend.lastAdStackHeapUsage();
+  EXPECT_EQ(u.groups, 0);
+  EXPECT_EQ(u.bytes, interleaved.bytes);
+  EXPECT_EQ(u.threads, interleaved.threads);
+  EXPECT_EQ(u.waves, interleaved.waves);
+  EXPECT_EQ(*packed, *flat);
+}
+
+TEST(AdStackBudgetTest, VulkanUniformNeedsRunInterleaved) {
+  REQUIRE(vulkan(), "vulkan");
+  checkUniformNeedsRunInterleaved(*vulkan());
+}
+
+/// On 64 invocations the interleaved layout runs 4 waves of 64 at 60
+/// entries; one compacted wave of 256 would hold 4x that.
+TEST(AdStackBudgetTest, VulkanUniformNeedsOnASmallGridRunInterleaved) {
+  REQUIRE(smallGridVulkan(), "vulkan");
+  checkUniformNeedsRunInterleaved(*smallGridVulkan());
+  AdStackHeapUsage u = *smallGridVulkan()->lastAdStackHeapUsage();
+  EXPECT_EQ(u.threads, 64);
+  EXPECT_EQ(u.waves, kElements / 64);
+}
+
+TEST(AdStackBudgetTest, CudaUniformNeedsRunInterleaved) {
+  REQUIRE(cuda(), "cuda");
+  checkUniformNeedsRunInterleaved(*cuda());
 }
 
 /// Optimistic launches (the default after a kernel's first) on a
@@ -384,7 +291,7 @@ void checkOptimisticCompacted(Backend &backend) {
   auto step = [&](int64_t reruns, const char *what) -> AdStackHeapUsage {
     absl::StatusOr<std::vector<double>> want = flat.gradient(backend, counted(false));
     EXPECT_TRUE(want.ok()) << want.status().message();
-    absl::StatusOr<std::vector<double>> got = packed.gradient(backend, {});
+    absl::StatusOr<std::vector<double>> got = packed.gradient(backend, groupsOf32());
     EXPECT_TRUE(got.ok()) << got.status().message();
     AdStackHeapUsage u = *backend.lastAdStackHeapUsage();
     EXPECT_EQ(packed.program().lastMeasuredLaunch().path, Path::Optimistic) << what;
@@ -396,7 +303,7 @@ void checkOptimisticCompacted(Backend &backend) {
     return u;
   };
   // The first launch counts, compacted.
-  ASSERT_TRUE(packed.gradient(backend, {}).ok());
+  ASSERT_TRUE(packed.gradient(backend, groupsOf32()).ok());
   EXPECT_EQ(packed.program().lastMeasuredLaunch().path, Path::Counted);
   AdStackHeapUsage first = *backend.lastAdStackHeapUsage();
   ASSERT_GT(first.groups, 0);
@@ -428,8 +335,9 @@ void checkOptimisticCompacted(Backend &backend) {
   EXPECT_EQ(step(0, "after shrinking").bytes, first.bytes);
   // Under a budget of a third of that heap: fewer threads, more waves.
   absl::StatusOr<std::vector<double>> want = flat.gradient(backend, counted(false));
-  LaunchOptions tight;
-  tight.adStackMemoryBudget = first.bytes / 3;
+  LaunchOptions tight = groupsOf32(first.bytes / 3);
+  ASSERT_TRUE(flat.gradient(backend, counted(false, tight.adStackMemoryBudget)).ok());
+  AdStackHeapUsage flatPart = *backend.lastAdStackHeapUsage();
   absl::StatusOr<std::vector<double>> got = packed.gradient(backend, tight);
   ASSERT_TRUE(want.ok() && got.ok());
   EXPECT_EQ(*got, *want);
@@ -437,7 +345,12 @@ void checkOptimisticCompacted(Backend &backend) {
   EXPECT_EQ(packed.program().lastMeasuredLaunch().rerunIterations, 0);
   EXPECT_LE(part.bytes, tight.adStackMemoryBudget);
   EXPECT_LT(part.threads, first.threads);
-  EXPECT_GT(part.groups, 0);
+  // The layout of fewer bytes under that budget.
+  if (part.groups > 0) {
+    EXPECT_LT(part.bytes, flatPart.bytes);
+  } else {
+    EXPECT_EQ(part.bytes, flatPart.bytes);
+  }
 }
 
 TEST(AdStackBudgetTest, VulkanOptimisticLaunchesAreCompacted) {
@@ -448,225 +361,6 @@ TEST(AdStackBudgetTest, VulkanOptimisticLaunchesAreCompacted) {
 TEST(AdStackBudgetTest, CudaOptimisticLaunchesAreCompacted) {
   REQUIRE(cuda(), "cuda");
   checkOptimisticCompacted(*cuda());
-}
-
-/// Iteration i pushes need(i) f32 values (4 bytes an entry) in a while
-/// loop (a measured stack), then pops and sums them: y[i] = need(i) *
-/// (need(i) - 1) / 2.
-class PushCounts {
-public:
-  PushCounts(int n, const std::function<int(int)> &need) : n_(n) {
-    module_ = parseVerified(fmt::format(R"(
-field @m : i32[{0}]
-field @y : f32[{0}]
-kernel @k() {{
-  parallel for %i = 0 to {0} {{
-    %s = adstack.alloca f32, capacity 0
-    %c = alloca i32
-    %acc = alloca f32
-    %n = load @m[%i] : i32
-    while {{
-      %k = load %c : i32
-      %done = cmp ge %k, %n : i32
-      if %done {{
-        break
-      }}
-      %f = cast %k : i32 to f32
-      adstack.push %s, %f
-      %one = const 1 : i32
-      %k1 = add %k, %one : i32
-      store %c, %k1
-    }}
-    for %q = 0 to %n {{
-      %t = adstack.load_top %s : f32
-      %a = load %acc : f32
-      %b = add %a, %t : f32
-      store %acc, %b
-      adstack.pop %s
-    }}
-    %r = load %acc : f32
-    store @y[%i], %r
-  }}
-}}
-)",
-                                        n));
-    program_ = *Program::create(*module_);
-    for (int i = 0; i < n; ++i) {
-      needs_.push_back(need(i));
-      program_->field("m")->set(i, Scalar::ofInt(ScalarType::I32, needs_.back()));
-    }
-  }
-  /// Launches @k and checks @y.
-  void launch(Backend &backend, const LaunchOptions &options) {
-    ASSERT_TRUE(program_->launch("k", {}, backend, options).ok());
-    Buffer &y = *program_->field("y");
-    ASSERT_TRUE(y.syncToHost().ok());
-    for (int i = 0; i < n_; ++i)
-      ASSERT_EQ(y.get(i).f, double(int64_t(needs_[i]) * (needs_[i] - 1) / 2)) << i;
-  }
-  /// The regions of a compacted heap on `threads` threads: thread t runs
-  /// iterations t, t + threads, ...; each group of 32 threads holds 32
-  /// rows of its largest need (at least 1 where it runs an iteration).
-  int64_t groupNeedBytes(int64_t threads) const {
-    int64_t bytes = 0;
-    for (int64_t g = 0; g * 32 < threads; ++g) {
-      int64_t most = 0;
-      for (int64_t t = g * 32; t < std::min<int64_t>(threads, g * 32 + 32); ++t)
-        for (int64_t i = t; i < n_; i += threads)
-          most = std::max<int64_t>(most, std::max(needs_[i], 1));
-      bytes += 32 * most * 4;
-    }
-    return bytes;
-  }
-  /// The bytes of each thread's own need (its largest iteration's, rounded
-  /// to 8 bytes), summed: the needs of the iterations in flight.
-  int64_t ownNeedBytes(int64_t threads) const {
-    int64_t bytes = 0;
-    for (int64_t t = 0; t < std::min<int64_t>(threads, n_); ++t) {
-      int64_t most = 1;
-      for (int64_t i = t; i < n_; i += threads)
-        most = std::max<int64_t>(most, needs_[i]);
-      bytes += (most * 4 + 7) / 8 * 8;
-    }
-    return bytes;
-  }
-
-private:
-  int n_;
-  std::vector<int> needs_;
-  std::unique_ptr<Module> module_;
-  std::unique_ptr<Program> program_;
-};
-
-/// The table's bytes for `threads` threads and one stack: a pair per
-/// group, and two words per group for the scan.
-int64_t tableBytes(int64_t threads) {
-  int64_t groups = (threads + 31) / 32;
-  return (groups * 2 + 2 * groups) * 8;
-}
-
-/// Exact bytes: 12 iterations needing 0-11 entries. On 64 invocations
-/// (Vulkan) group 0 holds them all at capacity 11 (32 x 11 x 4 = 1408
-/// bytes), group 1 none (0 bytes); the table is (2 groups x 1 stack x 2 +
-/// 2 x 2) x 8 = 64 bytes. Each thread's own need, rounded to 8 bytes,
-/// sums to 296.
-void checkExactBytes(Backend &backend) {
-  PushCounts counts(12, [](int i) { return i; });
-  counts.launch(backend, counted(true));
-  AdStackHeapUsage u = *backend.lastAdStackHeapUsage();
-  EXPECT_EQ(u.groups, (u.threads + 31) / 32);
-  EXPECT_EQ(u.bytes, tableBytes(u.threads) + 1408);
-  EXPECT_EQ(counts.groupNeedBytes(u.threads), 1408);
-  EXPECT_EQ(u.needBytes, 296);
-}
-
-TEST(AdStackBudgetTest, VulkanCompactedHeapHoldsTheSumOfNeeds) {
-  REQUIRE(vulkan(), "vulkan");
-  checkExactBytes(*vulkan());
-  EXPECT_EQ(vulkan()->lastAdStackHeapUsage()->threads, 64);
-}
-
-TEST(AdStackBudgetTest, CudaCompactedHeapHoldsTheSumOfNeeds) {
-  REQUIRE(cuda(), "cuda");
-  checkExactBytes(*cuda());
-}
-
-/// Skewed needs over 4096 iterations (most need 4-6, every 613th 200): the
-/// compacted heap is the table plus the sum of the groups' needs, within
-/// 1.05x of that sum, far below the interleaved heap, with the same
-/// results.
-void checkGroupNeeds(Backend &backend) {
-  PushCounts counts(4096, [](int i) { return i % 613 == 7 ? 200 : 4 + i % 3; });
-  counts.launch(backend, counted(false));
-  AdStackHeapUsage flat = *backend.lastAdStackHeapUsage();
-  counts.launch(backend, counted(true));
-  AdStackHeapUsage u = *backend.lastAdStackHeapUsage();
-  ASSERT_GT(u.groups, 0);
-  EXPECT_EQ(u.threads, flat.threads);
-  int64_t sum = counts.groupNeedBytes(u.threads);
-  EXPECT_EQ(u.bytes, tableBytes(u.threads) + sum);
-  EXPECT_LE(double(u.bytes), 1.05 * double(sum));
-  EXPECT_EQ(u.needBytes, counts.ownNeedBytes(u.threads));
-  EXPECT_LT(u.bytes * 5, flat.bytes);
-}
-
-TEST(AdStackBudgetTest, VulkanCompactedHeapIsTheSumOfGroupNeeds) {
-  REQUIRE(vulkan(), "vulkan");
-  checkGroupNeeds(*vulkan());
-}
-
-TEST(AdStackBudgetTest, CudaCompactedHeapIsTheSumOfGroupNeeds) {
-  REQUIRE(cuda(), "cuda");
-  checkGroupNeeds(*cuda());
-}
-
-/// The compacted heap is laid out before the waves are chosen: a task
-/// of `n` iterations (more than the interleaved layout's grid, so that it
-/// runs in waves) whose interleaved heap for one thread per iteration
-/// exceeds the budget but whose groups' needs fit runs in one wave, on a
-/// heap of the table plus the sum of the groups' needs (within 1.05x).
-void checkOneWave(Backend &backend, int n) {
-  PushCounts counts(n, [](int i) { return i % 613 == 7 ? 200 : 4 + i % 3; });
-  counts.launch(backend, counted(false));
-  AdStackHeapUsage flat = *backend.lastAdStackHeapUsage();
-  ASSERT_GT(flat.waves, 1);
-  int64_t oneWaveInterleaved = flat.bytes / flat.threads * n;
-  int64_t sum = counts.groupNeedBytes(n);
-  int64_t budget = tableBytes(n) + sum + sum / 10;
-  ASSERT_LT(budget, oneWaveInterleaved);
-  counts.launch(backend, counted(true, budget));
-  AdStackHeapUsage u = *backend.lastAdStackHeapUsage();
-  EXPECT_EQ(u.waves, 1);
-  EXPECT_EQ(u.threads, (n + 31) / 32 * 32);
-  EXPECT_EQ(u.groups, u.threads / 32);
-  EXPECT_EQ(u.bytes, tableBytes(u.threads) + sum);
-  EXPECT_LE(double(u.bytes), 1.05 * double(sum));
-  EXPECT_LE(u.bytes, budget);
-  EXPECT_EQ(u.needBytes, counts.ownNeedBytes(u.threads));
-}
-
-TEST(AdStackBudgetTest, VulkanCompactedHeapRunsInOneWave) {
-  REQUIRE(smallGridVulkan(), "vulkan");
-  checkOneWave(*smallGridVulkan(), 4096);
-  // 2 080 groups: the scan's blocks hold 64 groups, the last one 32.
-  checkOneWave(*smallGridVulkan(), 66536);
-}
-
-TEST(AdStackBudgetTest, CudaCompactedHeapRunsInOneWave) {
-  REQUIRE(cuda(), "cuda");
-  // More iterations than an H100's or H200's resident grid.
-  checkOneWave(*cuda(), 1 << 19);
-}
-
-/// The skewed gradient with one deep element (5, 60 iterations; the rest
-/// 3) on a grid of 64 invocations: the interleaved layout runs 4 waves;
-/// compacted, under a budget of half its heap for one invocation per
-/// element, one wave with every element on an invocation of its own, and
-/// the same gradient bit for bit.
-TEST(AdStackBudgetTest, VulkanCompactedGradientRunsInOneWave) {
-  REQUIRE(smallGridVulkan(), "vulkan");
-  Backend &backend = *smallGridVulkan();
-  SkewedGradient g;
-  for (int i = 0; i < kElements; ++i)
-    if (i != 5)
-      g.setIterations(i, 3);
-  absl::StatusOr<std::vector<double>> flat = g.gradient(backend, counted(false));
-  ASSERT_TRUE(flat.ok()) << flat.status().message();
-  AdStackHeapUsage interleaved = *backend.lastAdStackHeapUsage();
-  EXPECT_EQ(interleaved.threads, 64);
-  EXPECT_EQ(interleaved.waves, kElements / 64);
-  int64_t budget = interleaved.bytes / interleaved.threads * kElements / 2;
-  absl::StatusOr<std::vector<double>> packed = g.gradient(backend, counted(true, budget));
-  ASSERT_TRUE(packed.ok()) << packed.status().message();
-  AdStackHeapUsage u = *backend.lastAdStackHeapUsage();
-  EXPECT_EQ(u.waves, 1);
-  EXPECT_EQ(u.threads, kElements);
-  EXPECT_EQ(u.groups, kElements / 32);
-  EXPECT_LE(u.bytes, budget);
-  // Group 0 at 60 iterations, the other 7 at 3: far less than the
-  // interleaved heap of 4 waves, which holds 64 threads at 60.
-  EXPECT_LT(u.bytes, interleaved.bytes);
-  EXPECT_EQ(*packed, *flat);
 }
 
 } // namespace

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <deque>
 #include <map>
 #include <mutex>
@@ -194,8 +195,9 @@ int64_t AcceleratorBackend::State::oneWave(const DeviceKernel &code,
   // launch (else its resident grid: the grid-stride loops run the rest).
   const int64_t group =
       std::lcm<int64_t>(abi::kAdStackGroupThreads, std::max(limits.groupSize, 1u));
-  // The table kernel indexes its table with i32.
-  const int64_t tableMost = int64_t(INT32_MAX) / (2 * shape.stacks + 2) * abi::kAdStackGroupThreads;
+  // The table kernel indexes its table with i32 (groups of one thread: a
+  // group per thread).
+  const int64_t tableMost = int64_t(INT32_MAX) / (shape.stacks + 2 + accel::kGroupShifts);
   const int64_t most =
       std::max(code.gridThreads(), std::min(limits.perIterationThreads, tableMost) / group * group);
   int64_t iterations = std::max<int64_t>(shape.end - shape.begin, 1);
@@ -321,6 +323,16 @@ absl::Status AcceleratorBackend::State::launchLocked(Program &program, const Ker
       return c.status();
     compacted = *c;
   }
+  // A compacted heap (at its waves) that is not smaller than the
+  // interleaved one under the same budget (at its waves) gives way to it:
+  // compacting never takes more memory.
+  absl::StatusOr<int64_t> interleavedThreads =
+      compacted ? grid(code, *plan, heapBudget) : absl::StatusOr<int64_t>(0);
+  if (compacted && interleavedThreads.ok()) {
+    absl::StatusOr<int64_t> interleaved = plan->heapBytes(*interleavedThreads);
+    if (interleaved.ok() && compacted->bytes >= *interleaved)
+      compacted.reset();
+  }
   absl::StatusOr<int64_t> threads =
       compacted ? absl::StatusOr<int64_t>(compacted->threads) : grid(code, *plan, heapBudget);
   if (!threads.ok())
@@ -333,6 +345,7 @@ absl::Status AcceleratorBackend::State::launchLocked(Program &program, const Ker
   if (compacted) {
     frame.groupTable = compacted->table;
     frame.groupTableBytes = compacted->tableBytes;
+    frame.groupShift = std::countr_zero(uint64_t(compacted->lanes));
   }
   if (absl::Status s = device.checkFrame(code, frame); !s.ok())
     return s;
@@ -347,6 +360,7 @@ absl::Status AcceleratorBackend::State::launchLocked(Program &program, const Ker
     lastUsage.bytes = compacted->bytes;
     lastUsage.needBytes = compacted->needBytes;
     lastUsage.groups = compacted->groups;
+    lastUsage.groupThreads = compacted->lanes;
   }
   lastThreads = frame.threads;
   lastPlacement = plan->adStackPlacement(frame.threads);

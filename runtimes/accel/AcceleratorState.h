@@ -68,6 +68,14 @@ struct AcceleratorBackend::State {
   std::weak_ptr<Buffer> filledRows;
   int64_t filledFirst = 0;
   std::vector<int64_t> filled;
+  /// Per kernel, the group size its last compacted launch chose below 32
+  /// and for what (threads, the sum of own needs): the next launch of as
+  /// many threads runs the table kernel once at that size, and weighs the
+  /// sizes again only where the sum of own needs moved by more than 5%.
+  struct ChosenGroups {
+    int64_t lanes = 0, threads = 0, needBytes = 0;
+  };
+  std::map<const Kernel *, ChosenGroups> chosenGroups;
 
   absl::StatusOr<Variant *> variant(const Kernel &kernel, bool boundsChecked, bool stopChecks,
                                     const std::vector<int64_t> &local,
@@ -117,16 +125,19 @@ struct AcceleratorBackend::State {
   /// launch() with launchMutex held and the heap code compiled.
   absl::Status launchLocked(Program &program, const Kernel &kernel, std::span<const LaunchArg> args,
                             const LaunchOptions &options, Variant &heapCode);
-  /// A compacted heap for a launch over at most `threads` threads: the
-  /// heap to allocate (heapBytes: the regions, after the table where the
-  /// device reads it from the heap) and what it takes in all (bytes: the
-  /// table and the regions).
+  /// A compacted heap for a launch over at most `threads` threads in
+  /// groups of `lanes`: the heap to allocate (heapBytes: the regions, after
+  /// the table where the device reads it from the heap) and what it takes
+  /// in all (bytes: the table's pairs and the regions).
   struct Compacted {
-    int64_t threads = 0, groups = 0, tableBytes = 0, heapBytes = 0, bytes = 0, needBytes = 0;
+    int64_t threads = 0, lanes = 0, groups = 0, tableBytes = 0, heapBytes = 0, bytes = 0,
+            needBytes = 0;
     DeviceMirror *table = nullptr;
   };
   /// The compacted heap of a launch whose stacks `shape` describes, on the
   /// most threads up to `threads` (halved while it does not fit `budget`),
+  /// in groups of LaunchOptions::adStackGroupThreads or else of the
+  /// largest size whose bytes are within 1.05x of the fewest,
   /// or nullopt where even one group's does not (the interleaved layout
   /// then decides).
   absl::StatusOr<std::optional<Compacted>> compact(Program &program, const LaunchPlan &plan,
@@ -141,13 +152,14 @@ struct AcceleratorBackend::State {
   /// `plan`'s launch; errors name that launch.
   absl::Status runOwnKernel(Program &program, const LaunchPlan &plan, const Kernel &kernel,
                             std::span<const LaunchArg> args);
-  /// Runs the table kernel for `threads` threads, the regions starting
+  /// Runs the table kernel for `threads` threads in groups of `lanes`
+  /// (a power of two up to 32), the regions starting
   /// `base` bytes into the heap: the groups' bytes and the bytes of each
   /// thread's own need (sums[0], sums[1]), and each iteration's capacity
   /// where `options` asks for it (LaunchOptions::iterationCapacities).
   absl::Status runGroupTable(Program &program, const LaunchPlan &plan,
                              const accel::GroupTableShape &shape, const LaunchOptions &options,
-                             int64_t threads, int64_t base);
+                             int64_t threads, int64_t lanes, int64_t base);
 };
 
 } // namespace qd

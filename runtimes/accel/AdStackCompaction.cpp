@@ -11,10 +11,17 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
+#include <bit>
+#include <cmath>
 
 namespace qd {
 
 namespace {
+
+/// A compacted launch takes the largest group whose heap is within this
+/// factor of the fewest bytes any group size takes.
+constexpr double kGroupSlack = 1.05;
 
 /// `b` as an i64 buffer of `n` elements (exactly, or at least), kept where
 /// it is one already.
@@ -55,13 +62,13 @@ absl::Status AcceleratorBackend::State::runOwnKernel(Program &program, const Lau
 absl::Status AcceleratorBackend::State::runGroupTable(Program &program, const LaunchPlan &plan,
                                                       const accel::GroupTableShape &shape,
                                                       const LaunchOptions &options, int64_t threads,
-                                                      int64_t base) {
+                                                      int64_t lanes, int64_t base) {
   absl::StatusOr<const Kernel *> kernel = accel::groupTableKernel(shape.rows);
   if (!kernel.ok())
     return kernel.status();
   const MeasuredAdStackNeeds &needs = *options.measuredNeeds;
-  const int64_t groups = (threads + abi::kAdStackGroupThreads - 1) / abi::kAdStackGroupThreads;
-  const int64_t elements = accel::groupTableElements(groups, shape.stacks);
+  const int64_t groups = (threads + lanes - 1) / lanes;
+  const int64_t elements = accel::groupTableElements(groups, shape.stacks, lanes);
   const int64_t block = accel::groupTableBlock(groups);
   for (absl::Status s : {sizedBuffer(tableDesc, int64_t(shape.desc.size()), true),
                          sizedBuffer(table, elements, false),
@@ -96,7 +103,8 @@ absl::Status AcceleratorBackend::State::runGroupTable(Program &program, const La
                             LaunchArg::i64(device.groupTableUnit()),
                             LaunchArg::i64(base),
                             LaunchArg::i32(int32_t(block)),
-                            LaunchArg::i32(int32_t((groups + block - 1) / block))};
+                            LaunchArg::i32(int32_t((groups + block - 1) / block)),
+                            LaunchArg::i32(int32_t(lanes))};
   return runOwnKernel(program, plan, **kernel, args);
 }
 
@@ -136,36 +144,103 @@ AcceleratorBackend::State::compact(Program &program, const LaunchPlan &plan,
                                    const accel::GroupTableShape &shape,
                                    const LaunchOptions &options, int64_t threads, int64_t budget) {
   const int64_t group = abi::kAdStackGroupThreads;
+  const int64_t forced = options.adStackGroupThreads;
+  if (forced != 0 && (forced < 0 || forced > group || !std::has_single_bit(uint64_t(forced))))
+    return absl::InvalidArgumentError(fmt::format(
+        "kernel @{}: LaunchOptions::adStackGroupThreads is {}; give a power of two from 1 to {} "
+        "(or 0: chosen per launch)",
+        plan.kernel().name(), forced, group));
   int64_t largest = limits.maxHeapBytes == 0 || limits.maxHeapBytes > uint64_t(INT64_MAX)
                         ? INT64_MAX
                         : int64_t(limits.maxHeapBytes);
-  largest = std::min(largest, budget);
-  // Fewer threads hold fewer iterations at once: halve the grid (whole
-  // groups) until the heap fits.
-  for (int64_t t = threads;; t = std::max(group, t / 2 / group * group)) {
+  // The table's offsets and capacities are 32 bits each.
+  largest = std::min({largest, budget, abi::kAdStackMaxCompactedBytes});
+  // One run of the table kernel for groups of `lanes` threads; `candidates`
+  // gets, from a run with groups of 32, the regions' bytes as groups of
+  // 1 << k threads.
+  auto layOut =
+      [&](int64_t t, int64_t lanes,
+          std::array<int64_t, accel::kGroupShifts> *candidates) -> absl::StatusOr<Compacted> {
     Compacted c;
     c.threads = t;
-    c.groups = (t + group - 1) / group;
-    c.tableBytes = accel::groupTableElements(c.groups, shape.stacks) * 8;
+    c.lanes = lanes;
+    c.groups = (t + lanes - 1) / lanes;
+    c.tableBytes = c.groups * shape.stacks * 8;
     int64_t base = device.groupTableInHeap() ? c.tableBytes : 0;
-    if (absl::Status s = runGroupTable(program, plan, shape, options, t, base); !s.ok())
+    if (absl::Status s = runGroupTable(program, plan, shape, options, t, lanes, base); !s.ok())
       return s;
-    absl::StatusOr<int64_t> used = tableSums->readInteger(0), exact = tableSums->readInteger(1);
-    if (!used.ok())
-      return used.status();
-    if (!exact.ok())
-      return exact.status();
-    c.heapBytes = base + *used;
-    c.bytes = c.tableBytes + *used;
-    c.needBytes = *exact;
-    if (c.bytes <= largest) {
+    // The totals in one copy: the heap's bytes, the own needs and (from a
+    // run in groups of 32) the bytes of each group size.
+    absl::StatusOr<DeviceMirror *> sums = tableSums->prepareOnDevice(&device, [&] {
+      return absl::StatusOr<std::unique_ptr<DeviceMirror>>(device.mirror(*tableSums));
+    });
+    if (!sums.ok())
+      return sums.status();
+    std::array<int64_t, 2 + accel::kGroupShifts> head{};
+    size_t read = (candidates ? head.size() : 2) * sizeof(int64_t);
+    if (absl::Status s = (*sums)->download(reinterpret_cast<std::byte *>(head.data()), read);
+        !s.ok())
+      return s;
+    c.heapBytes = base + head[0];
+    c.bytes = c.tableBytes + head[0];
+    c.needBytes = head[1];
+    if (candidates)
+      std::copy(head.begin() + 2, head.end(), candidates->begin());
+    return c;
+  };
+  // Fewer threads hold fewer iterations at once: halve the grid (whole
+  // groups of 32) until the heap fits.
+  const Kernel *kernel = &plan.kernel();
+  for (int64_t t = threads;; t = std::max(group, t / 2 / group * group)) {
+    std::array<int64_t, accel::kGroupShifts> candidates{};
+    // The size the kernel's last launch chose, where the needs look the
+    // same (ChosenGroups).
+    auto last = chosenGroups.find(kernel);
+    bool again = !forced && last != chosenGroups.end() && last->second.threads == t;
+    absl::StatusOr<Compacted> c =
+        again ? layOut(t, last->second.lanes, nullptr)
+              : layOut(t, forced ? forced : group, forced ? nullptr : &candidates);
+    if (!c.ok())
+      return c.status();
+    if (again && std::abs(double(c->needBytes) - double(last->second.needBytes)) >
+                     (kGroupSlack - 1) * double(last->second.needBytes)) {
+      again = false;
+      c = layOut(t, group, &candidates);
+      if (!c.ok())
+        return c.status();
+    }
+    if (!forced && !again) {
+      // The largest group whose regions and table are within 1.05x of
+      // the fewest bytes any group size takes (groups of 1: the sum of the
+      // needs, plus the largest table).
+      int64_t fewest = INT64_MAX;
+      std::array<int64_t, accel::kGroupShifts> total{};
+      for (int k = 0; k < accel::kGroupShifts; ++k) {
+        int64_t lanes = int64_t(1) << k;
+        total[size_t(k)] = candidates[size_t(k)] + (t + lanes - 1) / lanes * shape.stacks * 8;
+        fewest = std::min(fewest, total[size_t(k)]);
+      }
+      int chosen = 0;
+      for (int k = 0; k < accel::kGroupShifts; ++k)
+        if (double(total[size_t(k)]) <= kGroupSlack * double(fewest))
+          chosen = k;
+      if (chosen != accel::kGroupShifts - 1)
+        c = layOut(t, int64_t(1) << chosen, nullptr);
+      if (!c.ok())
+        return c.status();
+      if (chosen != accel::kGroupShifts - 1)
+        chosenGroups[kernel] = {c->lanes, t, c->needBytes};
+      else
+        chosenGroups.erase(kernel);
+    }
+    if (c->bytes <= largest) {
       absl::StatusOr<DeviceMirror *> m = table->prepareOnDevice(&device, [&] {
         return absl::StatusOr<std::unique_ptr<DeviceMirror>>(device.mirror(*table));
       });
       if (!m.ok())
         return m.status();
-      c.table = *m;
-      return std::optional<Compacted>(c);
+      c->table = *m;
+      return std::optional<Compacted>(*c);
     }
     if (t <= group)
       return std::optional<Compacted>();

@@ -5,6 +5,7 @@
 #include "qd/ir/Verifier.h"
 
 #include <absl/status/status.h>
+#include <fmt/format.h>
 
 #include <memory>
 #include <string>
@@ -14,18 +15,21 @@ namespace qd::accel {
 
 namespace {
 
-// Pass 1, per group g: for each stack, the largest need of the iterations
-// its threads run (a stack that is not measured: its capacity; 0 for a
-// group whose threads run no iteration), the
-// region's bytes (32 lanes x capacity x entry bytes, stored where the
-// offset goes), the group's bytes (table[pairs + g]) and the bytes of each
-// thread's own need (table[pairs + groups + g]). Pass 2, per block of
-// `block` groups: the exclusive scan of its groups' bytes in place and
-// the block's sums. Pass 3 (one thread): the
-// exclusive scan of the blocks' bytes (from `base`) and the totals
-// (sums[0], sums[1]); the blocks' sums are at sums[2 + b] (bytes) and
-// sums[2 + blocks + b] (own needs). Pass 4, per group: each region's offset (its
-// block's start plus its own). Where a stack's desc names a row of `rows` (an optimistic
+// Pass 1, per group g of %lanes threads: for each stack, the largest need
+// of the iterations its threads run (a stack that is not measured: its
+// capacity; 0 for a group whose threads run no iteration), the region's
+// bytes (lanes x capacity x entry bytes rounded up to 8; the capacity is
+// stored in the group's entry), the group's bytes (table[pairs + g]) and the bytes of each
+// thread's own need (table[pairs + groups + g]); with 32 lanes also the
+// candidates (below: CAND_*). Pass 2, per block of `block` groups: the
+// exclusive scan of its groups' bytes in place and the block's sums. Pass
+// 3 (one thread): the exclusive scan of the blocks' bytes (from `base`)
+// and the totals (sums[0], sums[1], sums[2 + k]); the blocks' sums are at
+// sums[8 + b] (bytes), sums[8 + blocks + b] (own needs) and sums[8 + (2 +
+// k) * blocks + b] (candidates). Pass 4, per group: each region's offset in
+// units (its
+// block's start plus its own), packed with the capacity: offset | capacity
+// << 32. Where a stack's desc names a row of `rows` (an optimistic
 // launch's per-iteration capacities), pass 1 also writes the group's
 // capacity there for each iteration its threads run. Sums are i64; indices i32
 // (Program::perIterationNeeds keeps slot * spread below 2^30).
@@ -35,26 +39,29 @@ kernel @NAME(%need: NEED_TYPE, %desc: ndarray<i64, 1>,
                             %rows: ndarray<i64, 2>, %groups: i32,
                             %stacks: i32, %threads: i32, %begin: i32, %end: i32, %spread: i32,
                             %unit: i64, %base: i64, %block: i32,
-                            %blocks: i32) {
+                            %blocks: i32, %lanes: i32) {
   %one = const 1 : i32
   %two = const 2 : i32
   %three = const 3 : i32
   %four = const 4 : i32
-  %lanes = const 32 : i32
+  %full = const 32 : i32
+  %head = const 8 : i32
   %zero = const 0 : i32
   %zero64 = const 0 : i64
   %seven64 = const 7 : i64
   %eight64 = const 8 : i64
-  %lanes64 = const 32 : i64
+  %thirtyTwo64 = const 32 : i64
+  %lanes64 = cast %lanes : i32 to i64
   %mask = sub %spread, %one : i32
-  %gs = mul %groups, %stacks : i32
-  %pairs = mul %gs, %two : i32
+  %pairs = mul %groups, %stacks : i32
   %exacts = add %pairs, %groups : i32
+  %cands = add %exacts, %groups : i32
   parallel for %g = 0 to %groups {
     %bytes = alloca i64
     %exact = alloca i64
     store %bytes, %zero64
     store %exact, %zero64
+CAND_INIT
     %gl = mul %g, %lanes : i32
     %gn = mul %g, %stacks : i32
     for %s = 0 to %stacks {
@@ -71,7 +78,8 @@ kernel @NAME(%need: NEED_TYPE, %desc: ndarray<i64, 1>,
       %sbase = mul %slot32, %spread : i32
       %gcap = alloca i64
       store %gcap, %zero64
-      for %l = 0 to 32 {
+SUB_INIT
+      for %l = 0 to %lanes {
         %t = add %gl, %l : i32
         %first = add %begin, %t : i32
         %grid = cmp lt %t, %threads : i32
@@ -107,11 +115,13 @@ NEED_LOAD
         %eold = load %exact : i64
         %enew = add %eold, %mine : i64
         store %exact, %enew
+        %l1 = add %l, %one : i32
+CAND_LANE
       }
       %gc = load %gcap : i64
       %writes = cmp ge %capsRow, %zero64 : i64
       %row = cast %capsRow : i64 to i32
-      for %cl = 0 to 32 {
+      for %cl = 0 to %lanes {
         %wt = add %gl, %cl : i32
         %wfirst = add %begin, %wt : i32
         %wgrid = cmp lt %wt, %threads : i32
@@ -130,12 +140,12 @@ NEED_LOAD
         }
       }
       %e = add %gn, %s : i32
-      %e2 = mul %e, %two : i32
-      %e3 = add %e2, %one : i32
-      store %table[%e3], %gc
+      store %table[%e], %gc
       %rb = mul %gc, %eb : i64
-      %region = mul %rb, %lanes64 : i64
-      store %table[%e2], %region
+      %rl = mul %rb, %lanes64 : i64
+      %rl7 = add %rl, %seven64 : i64
+      %rld = div %rl7, %eight64 : i64
+      %region = mul %rld, %eight64 : i64
       %bold = load %bytes : i64
       %bnew = add %bold, %region : i64
       store %bytes, %bnew
@@ -146,6 +156,10 @@ NEED_LOAD
     %ge = load %exact : i64
     %geAt = add %exacts, %g : i32
     store %table[%geAt], %ge
+    %sizedG = cmp eq %lanes, %full : i32
+    if %sizedG {
+CAND_STORE
+    }
   }
   parallel for %b = 0 to %blocks {
     %lo = mul %b, %block : i32
@@ -154,15 +168,21 @@ NEED_LOAD
     %inBlock = sub %hi, %lo : i32
     %blockFirst = add %pairs, %lo : i32
 SCAN_BLOCK
-    %bAt = add %b, %two : i32
+    %bAt = add %b, %head : i32
     %blockRun = load %brun : i64
     store %sums[%bAt], %blockRun
     %bAt1 = add %bAt, %blocks : i32
     %blockAll = load %ball : i64
     store %sums[%bAt1], %blockAll
+    %sizedB = cmp eq %lanes, %full : i32
+    %candCount = select %sizedB, %inBlock, %zero : i32
+CAND_BLOCK
   }
   serial {
+    %sizedS = cmp eq %lanes, %full : i32
+    %candBlocks = select %sizedS, %blocks, %zero : i32
 SCAN_SUMS
+CAND_TOTAL
     %rend = load %srun : i64
     %used = sub %rend, %base : i64
     store %sums[%zero], %used
@@ -173,7 +193,7 @@ SCAN_SUMS
     %qAt = add %pairs, %q : i32
     %inner = load %table[%qAt] : i64
     %qb = div %q, %block : i32
-    %qbAt = add %qb, %two : i32
+    %qbAt = add %qb, %head : i32
     %outer = load %sums[%qbAt] : i64
     %start = add %inner, %outer : i64
     %cur = alloca i64
@@ -181,11 +201,19 @@ SCAN_SUMS
     %qn = mul %q, %stacks : i32
     for %u = 0 to %stacks {
       %x = add %qn, %u : i32
-      %x2 = mul %x, %two : i32
-      %rbytes = load %table[%x2] : i64
+      %qcap = load %table[%x] : i64
+      %qd = mul %u, %four : i32
+      %qeb = load %desc[%qd] : i64
+      %qrb = mul %qcap, %qeb : i64
+      %qrl = mul %qrb, %lanes64 : i64
+      %qrl7 = add %qrl, %seven64 : i64
+      %qrld = div %qrl7, %eight64 : i64
+      %rbytes = mul %qrld, %eight64 : i64
       %c0 = load %cur : i64
       %off = div %c0, %unit : i64
-      store %table[%x2], %off
+      %high = shl %qcap, %thirtyTwo64 : i64
+      %packed = or %off, %high : i64
+      store %table[%x], %packed
       %c1 = add %c0, %rbytes : i64
       store %cur, %c1
     }
@@ -255,6 +283,92 @@ std::string scan(std::string_view prefix, std::string_view buffer, std::string_v
   return text;
 }
 
+/// The table kernel's candidates (docs/runtime.md, "Compacted heap"): in
+/// a run with groups of 32, per group, the regions' bytes it would take as
+/// groups of 1, 2, 4, 8, 16 and 32 threads (each sub-group of 2^k lanes at
+/// its largest need, 8-byte aligned, as the regions are), at
+/// table[cands + k * groups + g]; their sums per block at sums[8 + 2 *
+/// blocks + k * blocks + b] and over the launch at sums[2 + k].
+std::string candidates(std::string text) {
+  std::string init, sub, lane, store, block, total;
+  for (int k = 0; k < kGroupShifts; ++k) {
+    int size = 1 << k;
+    init += fmt::format("    %acc{0} = alloca i64\n    store %acc{0}, %zero64\n", k);
+    sub += fmt::format("      %sub{0} = alloca i64\n      store %sub{0}, %zero64\n", k);
+    lane += fmt::format(R"(        %yasm{0} = const {1} : i32
+        %yase{0} = and %l1, %yasm{0} : i32
+        %yasd{0} = cmp eq %yase{0}, %zero : i32
+        %yaso{0} = load %sub{0} : i64
+        %yasx{0} = max %yaso{0}, %gmine : i64
+        %yasz{0} = const {2} : i64
+        %yasb{0} = mul %yasx{0}, %eb : i64
+        %yasc{0} = mul %yasb{0}, %yasz{0} : i64
+        %yas7{0} = add %yasc{0}, %seven64 : i64
+        %yas8{0} = div %yas7{0}, %eight64 : i64
+        %yasr{0} = mul %yas8{0}, %eight64 : i64
+        %yasa{0} = select %yasd{0}, %yasr{0}, %zero64 : i64
+        %yaao{0} = load %acc{0} : i64
+        %yaan{0} = add %yaao{0}, %yasa{0} : i64
+        store %acc{0}, %yaan{0}
+        %yask{0} = select %yasd{0}, %zero64, %yasx{0} : i64
+        store %sub{0}, %yask{0}
+)",
+                        k, size - 1, size);
+    store += fmt::format(R"(      %yccg{0} = const {0} : i32
+      %yccq{0} = mul %yccg{0}, %groups : i32
+      %yccr{0} = add %cands, %yccq{0} : i32
+      %ycct{0} = add %yccr{0}, %g : i32
+      %yccv{0} = load %acc{0} : i64
+      store %table[%ycct{0}], %yccv{0}
+)",
+                         k);
+    block += fmt::format(R"(    %ybbk{0} = alloca i64
+    store %ybbk{0}, %zero64
+    %ybbg{0} = const {0} : i32
+    %ybbq{0} = mul %ybbg{0}, %groups : i32
+    %ybbr{0} = add %cands, %ybbq{0} : i32
+    %ybbf{0} = add %ybbr{0}, %lo : i32
+    for %ybbh{0} = 0 to %candCount {{
+      %ybbi{0} = add %ybbf{0}, %ybbh{0} : i32
+      %ybbv{0} = load %table[%ybbi{0}] : i64
+      %ybbo{0} = load %ybbk{0} : i64
+      %ybbn{0} = add %ybbo{0}, %ybbv{0} : i64
+      store %ybbk{0}, %ybbn{0}
+    }}
+    %ybbw{0} = mul %ybbg{0}, %blocks : i32
+    %ybbx{0} = add %bAt1, %blocks : i32
+    %ybby{0} = add %ybbx{0}, %ybbw{0} : i32
+    %ybbz{0} = load %ybbk{0} : i64
+    store %sums[%ybby{0}], %ybbz{0}
+)",
+                         k);
+    total += fmt::format(R"(    %ydtk{0} = alloca i64
+    store %ydtk{0}, %zero64
+    %ydtg{0} = const {0} : i32
+    %ydtw{0} = mul %ydtg{0}, %blocks : i32
+    %ydth{0} = add %head, %blocks : i32
+    %ydti{0} = add %ydth{0}, %blocks : i32
+    %ydtf{0} = add %ydti{0}, %ydtw{0} : i32
+    for %ydtb{0} = 0 to %candBlocks {{
+      %ydtj{0} = add %ydtf{0}, %ydtb{0} : i32
+      %ydtv{0} = load %sums[%ydtj{0}] : i64
+      %ydto{0} = load %ydtk{0} : i64
+      %ydtn{0} = add %ydto{0}, %ydtv{0} : i64
+      store %ydtk{0}, %ydtn{0}
+    }}
+    %ydtp{0} = add %ydtg{0}, %two : i32
+    %ydtz{0} = load %ydtk{0} : i64
+    store %sums[%ydtp{0}], %ydtz{0}
+)",
+                         k);
+  }
+  for (auto [marker, with] : {std::pair{"CAND_INIT", init}, std::pair{"SUB_INIT", sub},
+                              std::pair{"CAND_LANE", lane}, std::pair{"CAND_STORE", store},
+                              std::pair{"CAND_BLOCK", block}, std::pair{"CAND_TOTAL", total}})
+    text = replaced(text, marker, with);
+  return text;
+}
+
 /// The module of both table kernels and the fill kernel.
 std::string moduleText() {
   // The groups' bytes in blocks, then the blocks' sums (docs/runtime.md,
@@ -262,7 +376,8 @@ std::string moduleText() {
   std::string table =
       replaced(replaced(kTableKernel, "SCAN_BLOCK",
                         scan("b", "%table", "%blockFirst", "%inBlock", "%groups", "%zero64")),
-               "SCAN_SUMS", scan("s", "%sums", "%two", "%blocks", "%blocks", "%base"));
+               "SCAN_SUMS", scan("s", "%sums", "%head", "%blocks", "%blocks", "%base"));
+  table = candidates(table);
   std::string spread = replaced(
       replaced(replaced(table, "NAME", "adstack_group_table"), "NEED_TYPE", "ndarray<i64, 1>"),
       "NEED_LOAD", kSpreadNeed);
@@ -333,8 +448,9 @@ std::optional<GroupTableShape> groupTableShape(const LaunchPlan &plan,
   return shape;
 }
 
-int64_t groupTableElements(int64_t groups, int64_t stacks) {
-  return groups * stacks * 2 + 2 * groups;
+int64_t groupTableElements(int64_t groups, int64_t stacks, int64_t lanes) {
+  return groups * stacks + 2 * groups +
+         (lanes == abi::kAdStackGroupThreads ? kGroupShifts * groups : 0);
 }
 
 int64_t groupTableBlock(int64_t groups) {
@@ -345,7 +461,7 @@ int64_t groupTableBlock(int64_t groups) {
 }
 
 int64_t groupTableSums(int64_t groups, int64_t block) {
-  return 2 + 2 * ((groups + block - 1) / block);
+  return 2 + kGroupShifts + (2 + kGroupShifts) * ((groups + block - 1) / block);
 }
 
 absl::StatusOr<const Kernel *> groupTableKernel(bool rows) {

@@ -1,7 +1,8 @@
 //===- AdStackGroupTable.h - The table of a compacted adstack heap -*- C++ -*-===//
 //
 // A compacted heap (docs/runtime.md, "Compacted heap") gives each group of
-// abi::kAdStackGroupThreads threads of a parallel task, per stack, a region
+// G threads of a parallel task (G a power of two up to
+// abi::kAdStackGroupThreads, per launch), per stack, a region
 // sized by the largest need among the iterations its threads run (thread t
 // runs iterations begin + t, begin + t + T, ...), at an offset from an
 // exclusive scan of the groups' bytes. The table is computed on the device
@@ -47,10 +48,17 @@ std::optional<GroupTableShape> groupTableShape(const LaunchPlan &plan,
                                                const MeasuredAdStackNeeds &needs,
                                                const AdStackIterationCapacities *capacities);
 
-/// Elements of the table buffer for `groups` groups: the pairs (region,
-/// capacity) per group and stack, then two per group the kernel uses for
-/// its scan. The heap keeps its first 8x this many bytes for the table.
-int64_t groupTableElements(int64_t groups, int64_t stacks);
+/// The group sizes the table kernel weighs: 1 << k threads for k below
+/// this (1-32).
+inline constexpr int kGroupShifts = 6;
+
+/// Elements of the table buffer for `groups` groups of `lanes` threads:
+/// one per group and stack (the region's offset in units | the capacity
+/// << 32), then two per group the kernel uses for its scan, and with lanes
+/// 32, kGroupShifts per group for the candidates. Only the first (groups x
+/// stacks x 8 bytes) are the launch's table; the heap keeps its first bytes for them on a device
+/// that reads them there.
+int64_t groupTableElements(int64_t groups, int64_t stacks, int64_t lanes);
 
 /// Groups per block of the table kernel's scan: about the square root of
 /// `groups` (a power of two, at least 32), so that the blocks' scans (in
@@ -65,12 +73,16 @@ int64_t groupTableSums(int64_t groups, int64_t block);
 /// layout or, with `rows`, an optimistic launch's rows. Its arguments:
 /// need, desc, table, sums (ndarray<i64, 1> of groupTableSums(groups,
 /// block) elements: sums[0] the groups' bytes, sums[1] the bytes of each
-/// thread's own need, then two per block for its scan), rows
+/// thread's own need, sums[2 + k] (a run with lanes 32) the regions'
+/// bytes as groups of 1 << k threads, then 2 + kGroupShifts per block for
+/// its scan), rows
 /// (ndarray<i64, 2>: where desc's capacity rows are), then groups, stacks,
 /// threads, begin, end, spread (i32), unit and base (i64: offsets are
 /// (base + bytes) / unit), block (i32: groups per block of the scan,
 /// groupTableBlock) and blocks (i32: the blocks; every bound is an
-/// argument, so the device runs only the threads the tasks need).
+/// argument, so the device runs only the threads the tasks need) and
+/// lanes (i32: the threads of a group, a power of two up to 32; each
+/// region is 8-byte aligned).
 absl::StatusOr<const Kernel *> groupTableKernel(bool rows);
 
 /// @adstack_fill_rows(rows, values, first, count, columns): values[r] to

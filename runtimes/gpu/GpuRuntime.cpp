@@ -189,6 +189,9 @@ std::vector<int64_t> GpuRuntime::launchWords(const GpuKernel &c, const accel::La
     case K::GroupTable:
       words.push_back(frame.groupTable ? int64_t(frame.groupTable->address()) : 0);
       break;
+    case K::GroupShift:
+      words.push_back(frame.groupShift);
+      break;
     }
   }
   return words;
@@ -281,6 +284,7 @@ size_t GpuRuntime::layoutArena(const GpuKernel &c, const accel::LaunchFrame &fra
       .groupTable = frame.groupTable
                         ? reinterpret_cast<const int64_t *>(uintptr_t(frame.groupTable->address()))
                         : nullptr,
+      .groupShift = frame.groupShift,
       .values = static_cast<int64_t *>(at(valuesOff)),
       .stop = frame.stopWord ? reinterpret_cast<const int32_t *>(uintptr_t(stopWord_->device()))
                              : nullptr};

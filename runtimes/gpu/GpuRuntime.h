@@ -87,8 +87,9 @@ public:
   accel::DeviceLimits limits() const override;
   uint64_t freeMemoryBytes() const override { return device_->freeMemory(); }
   /// The code reads a compacted heap's table from its own buffer, through
-  /// the launch word of ctx->groupTable; offsets are in bytes.
-  unsigned groupTableUnit() const override { return 1; }
+  /// the launch word of ctx->groupTable; offsets are in units of
+  /// abi::kAdStackGroupTableUnit bytes.
+  unsigned groupTableUnit() const override { return abi::kAdStackGroupTableUnit; }
   absl::StatusOr<std::unique_ptr<accel::DeviceKernel>>
   compile(const Kernel &kernel, const accel::CompileRequest &request) override;
   absl::Status allocateHeap(size_t bytes) override;

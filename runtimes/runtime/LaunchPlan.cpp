@@ -310,6 +310,7 @@ QdLaunchContext LaunchPlan::hostContext(std::vector<void *> &globals, char *heap
                          .taskLanes = taskLanes,
                          .threads = 0,
                          .groupTable = nullptr,
+                         .groupShift = 0,
                          .values = nullptr,
                          .stop = stop};
 }

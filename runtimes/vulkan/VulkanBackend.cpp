@@ -396,7 +396,7 @@ absl::StatusOr<size_t> VulkanBackend::Impl::stageLaunchData(const VulkanKernel &
   const LaunchPlan &plan = *frame.plan;
   std::vector<uint32_t> words(data.words, 0);
   words[SpirvLaunchData::kThreads] = uint32_t(frame.threads);
-  words[SpirvLaunchData::kGroupTable] = frame.groupTable ? 1 : 0;
+  words[SpirvLaunchData::kGroupTable] = frame.groupTable ? uint32_t(1 + frame.groupShift) : 0;
   for (size_t s = 0; s < layout.stacks.size(); ++s) {
     words[data.capacities + s] = uint32_t(plan.heap().capacities[s]);
     words[data.offsets + s] = uint32_t(plan.heap().offsets[s] / 4);

@@ -104,6 +104,7 @@ struct KernelLayout {
       StackBase,  // ctx->heap + ctx->offsets[index] * ctx->threads
       RowBytes,   // ctx->threads * stacks[index].entryBytes
       GroupTable, // ctx->groupTable as an integer (0: the interleaved layout)
+      GroupShift, // ctx->groupShift
     } kind = Threads;
     unsigned index = 0;
     bool operator==(const LaunchWord &) const = default;

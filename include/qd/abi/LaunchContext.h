@@ -70,11 +70,18 @@ inline constexpr unsigned kDeviceStopCheckSpread = 1u << 18;
 inline constexpr unsigned kDeviceStopPollInterval = 1024;
 
 /// A compacted adstack heap (docs/runtime.md, "Compacted heap") gives each
-/// group of this many consecutive GPU threads its own region, sized by the
-/// largest need among them, and interleaves the group's threads there
-/// (entry d of lane l at region + (d * kAdStackGroupThreads + l) * entry
-/// bytes): a warp's accesses still coalesce.
+/// group of G consecutive GPU threads its own region, sized by the largest
+/// need among them, and interleaves the group's threads there (entry d of
+/// lane l at region + (d * G + l) * entry bytes): a warp's accesses
+/// coalesce within a group. G is a power of two chosen per launch
+/// (QdLaunchContext::groupShift), at most this many.
 inline constexpr unsigned kAdStackGroupThreads = 32;
+/// A compacted heap's table holds one i64 per group and stack: the
+/// region's offset from the heap's start in units of this many bytes (GPU
+/// targets; SPIR-V: in words) in its low 32 bits, the group's capacity in
+/// its high 32 bits. A compacted heap is at most kAdStackMaxCompactedBytes.
+inline constexpr unsigned kAdStackGroupTableUnit = 8;
+inline constexpr int64_t kAdStackMaxCompactedBytes = int64_t(1) << 34;
 
 } // namespace qd::abi
 
@@ -122,9 +129,11 @@ enum class StopReason : int32_t {
   X(Ptr, const int32_t *, taskLanes, 1)                                                            \
   /* GPU: the threads of a parallel launch's grid (T of the interleaved heap layout) */            \
   X(I64, int64_t, threads, 1)                                                                      \
-  /* GPU, a compacted heap: per group of kAdStackGroupThreads threads and stack id, its region */  \
-  /* (byte offset in heap) and capacity, i64 pairs, group-major; null: the interleaved layout */   \
+  /* GPU, a compacted heap: per group of 1 << groupShift threads and stack id, its region's */     \
+  /* offset (kAdStackGroupTableUnit) | capacity << 32, group-major; null: interleaved layout */    \
   X(Ptr, const int64_t *, groupTable, 1)                                                           \
+  /* GPU, a compacted heap: log2 of its group's threads (0-5: groups of 1-32 threads) */           \
+  X(I64, int64_t, groupShift, 1)                                                                   \
   /* GPU: the top-level values of the kernel, one 8-byte slot each                */               \
   /* (KernelLayout::numValues), shared by the launches of one kernel              */               \
   X(Ptr, int64_t *, values, 1)                                                                     \

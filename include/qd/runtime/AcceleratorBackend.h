@@ -95,7 +95,7 @@ struct LaunchFrame {
   /// Never with a stop word or timing. Only for a device with streams().
   bool async = false;
   /// A compacted heap (docs/runtime.md, "Compacted heap"): the device copy
-  /// of its table (per group of abi::kAdStackGroupThreads threads and
+  /// of its table (per group of 1 << groupShift threads and
   /// stack id, the region's offset from the heap's start in
   /// AcceleratorDevice::groupTableUnit() bytes and the capacity, i64
   /// pairs), and its size in bytes; null: the interleaved layout. A device
@@ -103,6 +103,8 @@ struct LaunchFrame {
   /// copies it to the heap's first bytes, which are kept for it.
   DeviceMirror *groupTable = nullptr;
   int64_t groupTableBytes = 0;
+  /// log2 of the compacted heap's threads per group (0-5).
+  int64_t groupShift = 0;
 };
 
 /// What a frame's code reported.

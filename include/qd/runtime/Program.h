@@ -113,6 +113,11 @@ struct LaunchOptions {
   /// (docs/runtime.md, "Compacted heap"). False: the interleaved layout,
   /// every thread at the largest need.
   bool compactAdStacks = true;
+  /// A compacted heap's threads per group (a power of two from 1 to
+  /// abi::kAdStackGroupThreads); 0: chosen per launch, the largest whose
+  /// heap is within 1.05x of the fewest bytes (docs/runtime.md,
+  /// "Compacted heap").
+  int64_t adStackGroupThreads = 0;
   /// Set by Program::launch for a compacted heap: the needs the counting
   /// kernel (or an earlier optimistic launch) measured for each iteration
   /// (MeasuredAdStackNeeds).
@@ -306,10 +311,11 @@ struct AdStackHeapUsage {
   /// the launch's checkpointed loops (0: none, or fully taped), as
   /// Program::lastCheckpointInterval() says.
   int64_t checkpointInterval = 0;
-  /// A compacted heap: its groups of abi::kAdStackGroupThreads threads,
-  /// each at the largest need among its threads' iterations (0: the
+  /// A compacted heap: its groups of `groupThreads` threads (1-32), each
+  /// at the largest need among its threads' iterations (0: the
   /// interleaved layout, every thread at the launch's largest need).
   int64_t groups = 0;
+  int64_t groupThreads = 0;
 };
 
 /// A way of executing kernels (the interpreter, the CPU JIT, ...).

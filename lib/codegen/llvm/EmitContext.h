@@ -164,8 +164,9 @@ struct FunctionState {
   std::unordered_map<CtxField, LV *> ctxFields;
   std::unordered_map<unsigned, AdStackFrame> stacks;
   /// GPU: whether the launch has a compacted heap's table (i1), and this
-  /// thread's group's first element in it, computed at the first stack.
-  LV *adStackGrouped = nullptr, *adStackGroupAt = nullptr;
+  /// thread's group's first element in it and the launch's threads per
+  /// group (i64), computed at the first stack.
+  LV *adStackGrouped = nullptr, *adStackGroupAt = nullptr, *adStackGroupLanes = nullptr;
   std::unordered_map<unsigned, LV *> shapes, slots;
   /// Launch words loaded in the entry block, by word index.
   std::unordered_map<unsigned, LV *> words;

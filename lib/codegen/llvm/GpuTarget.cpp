@@ -170,14 +170,18 @@ AdStackFrame *GpuTarget::groupSlot(EmitContext &c, unsigned id) {
     if (!table)
       table = eb.CreatePtrToInt(c.ctxField(CtxField::groupTable), c.i64);
     fn.adStackGrouped = eb.CreateICmpNE(table, eb.getInt64(0), "adstack.grouped");
-    // The group's first pair, (group * stacks), group-major.
-    LV *group = eb.CreateLShr(eb.CreateZExt(threadIndex(c), c.i64),
-                              eb.getInt64(std::countr_zero(abi::kAdStackGroupThreads)));
-    LV *first = eb.CreateMul(group, eb.getInt64(2 * int64_t(numStacks_)));
+    // The launch's threads per group, 1 << shift (1-32).
+    LV *shift = c.launchWord({KernelLayout::LaunchWord::GroupShift, 0});
+    if (!shift)
+      shift = c.ctxField(CtxField::groupShift);
+    fn.adStackGroupLanes = eb.CreateShl(eb.getInt64(1), shift, "adstack.group.lanes");
+    // The group's first entry, (group * stacks), group-major.
+    LV *group = eb.CreateLShr(eb.CreateZExt(threadIndex(c), c.i64), shift);
+    LV *first = eb.CreateMul(group, eb.getInt64(int64_t(numStacks_)));
     fn.adStackGroupAt =
         eb.CreateGEP(c.i64, eb.CreateIntToPtr(table, global), first, "adstack.group.at");
   }
-  LV *entry = eb.CreateGEP(c.i64, fn.adStackGroupAt, eb.getInt64(2 * int64_t(id)));
+  LV *entry = eb.CreateGEP(c.i64, fn.adStackGroupAt, eb.getInt64(int64_t(id)));
   f.groupPair = eb.CreateSelect(fn.adStackGrouped, entry, eb.CreateAddrSpaceCast(fn.ctxArg, global),
                                 fmt::format("adstack{}.group", id));
   return &f;
@@ -205,11 +209,13 @@ LV *GpuTarget::adStackBase(EmitContext &c, unsigned id) {
   AdStackFrame *g = groupSlot(c, id);
   if (!g)
     return interleaved;
-  // Compacted: heap + the group's region + lane * entry bytes.
+  // Compacted: heap + the group's region (the entry's low 32 bits, in
+  // units) + lane * entry bytes.
   LV *heap = eb.CreateAddrSpaceCast(c.ctxField(CtxField::heap), global);
-  LV *lane = eb.CreateAnd(thread, eb.getInt64(abi::kAdStackGroupThreads - 1));
-  LV *start =
-      eb.CreateAdd(eb.CreateLoad(c.i64, g->groupPair), eb.CreateMul(lane, eb.getInt64(entryBytes)));
+  LV *lane = eb.CreateAnd(thread, eb.CreateSub(c.fn->adStackGroupLanes, eb.getInt64(1)));
+  LV *units = eb.CreateAnd(eb.CreateLoad(c.i64, g->groupPair), eb.getInt64(0xffffffff));
+  LV *own = eb.CreateMul(units, eb.getInt64(abi::kAdStackGroupTableUnit));
+  LV *start = eb.CreateAdd(own, eb.CreateMul(lane, eb.getInt64(entryBytes)));
   LV *compacted = eb.CreateGEP(eb.getInt8Ty(), heap, start);
   return eb.CreateSelect(c.fn->adStackGrouped, compacted, interleaved,
                          fmt::format("adstack{}.base", id));
@@ -224,7 +230,7 @@ LV *GpuTarget::adStackRowBytes(EmitContext &c, const StackRef &stack, unsigned) 
   if (!g)
     return row;
   return eb.CreateSelect(c.fn->adStackGrouped,
-                         eb.getInt64(int64_t(abi::kAdStackGroupThreads) * stack.entryBytes), row,
+                         eb.CreateMul(c.fn->adStackGroupLanes, eb.getInt64(stack.entryBytes)), row,
                          fmt::format("adstack{}.row", stack.id));
 }
 
@@ -233,7 +239,8 @@ LV *GpuTarget::adStackCapacity(EmitContext &c, unsigned id, LV *capacity) {
   if (!g)
     return capacity;
   llvm::IRBuilder<> eb = c.entryBuilder();
-  LV *own = eb.CreateLoad(c.i64, eb.CreateGEP(c.i64, g->groupPair, eb.getInt64(1)));
+  // The entry's high 32 bits.
+  LV *own = eb.CreateLShr(eb.CreateLoad(c.i64, g->groupPair), eb.getInt64(32));
   return eb.CreateSelect(c.fn->adStackGrouped, own, capacity,
                          fmt::format("adstack{}.capacity", id));
 }

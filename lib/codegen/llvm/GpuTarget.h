@@ -20,9 +20,11 @@
 // thread t is at heap + offsets[s] * T + (d * T + t) * entry bytes, its
 // adjoint slot after its primal, the depth an i32 count. Under a compacted
 // heap (ctx->groupTable set; docs/runtime.md, "Compacted heap") each group
-// of abi::kAdStackGroupThreads threads has its own region and capacity per
-// stack, read from the table: entry d of lane l at heap + region + (d * 32
-// + l) * entry bytes. One compiled kernel serves both layouts. What every thread
+// of G = 1 << ctx->groupShift threads (G a power of two up to
+// abi::kAdStackGroupThreads, chosen per launch) has its own region and
+// capacity per stack, read from the table: entry d of lane l at heap +
+// region + (d * G + l) * entry bytes. One compiled kernel serves both
+// layouts. What every thread
 // reads again and again (T, stack regions, capacities, row sizes, field
 // bases) comes from the launch words, a constant array (address space 4 on
 // both targets) the runtime fills before each launch; the rest through ctx.

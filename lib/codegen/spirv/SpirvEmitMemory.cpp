@@ -176,22 +176,26 @@ const StackState &SpirvEmitter::stack(unsigned id) {
         Id base = b_.iadd(u32, b_.imul(u32, offset, threads), b_.imul(u32, fn_->thread, words));
         Id row = b_.imul(u32, threads, words);
         // A compacted heap (docs/runtime.md, "Compacted heap"): the table
-        // at its start gives each group of kAdStackGroupThreads threads,
-        // per stack, a region (word offset) and a capacity (i64 pairs);
-        // the group's threads interleave there. (Word 0 where there is no
-        // table: every heap with stacks has it.)
+        // at its start gives each group of G = 1 << (word - 1) invocations
+        // (1-32, per launch), per stack, a region (word offset) and a
+        // capacity (one i64: the region's word offset, then the
+        // capacity); the group's invocations interleave there.
+        // (Word 0 where there is no table: every heap with stacks has it.)
         Id on = b_.cmp(spv::Op::OpINotEqual, compacted, b_.u32(0));
-        constexpr uint32_t group = abi::kAdStackGroupThreads;
-        Id g = b_.op(spv::Op::OpUDiv, u32, {fn_->thread, b_.u32(group)});
-        Id lane = b_.op(spv::Op::OpUMod, u32, {fn_->thread, b_.u32(group)});
+        Id shift =
+            b_.select(u32, on, b_.op(spv::Op::OpISub, u32, {compacted, b_.u32(1)}), b_.u32(0));
+        Id group = b_.op(spv::Op::OpShiftLeftLogical, u32, {b_.u32(1), shift});
+        Id g = b_.op(spv::Op::OpShiftRightLogical, u32, {fn_->thread, shift});
+        Id lane = b_.op(spv::Op::OpBitwiseAnd, u32,
+                        {fn_->thread, b_.op(spv::Op::OpISub, u32, {group, b_.u32(1)})});
         Id entry = b_.imul(
             u32, b_.iadd(u32, b_.imul(u32, g, b_.u32(uint32_t(layout_.stacks.size()))), b_.u32(id)),
-            b_.u32(4));
+            b_.u32(2));
         Id at = b_.select(u32, on, entry, b_.u32(0));
-        Id capAt = b_.select(u32, on, b_.iadd(u32, entry, b_.u32(2)), b_.u32(0));
+        Id capAt = b_.select(u32, on, b_.iadd(u32, entry, b_.u32(1)), b_.u32(0));
         Id region = b_.load(u32, heapPtr(at));
         st.base = b_.select(u32, on, b_.iadd(u32, region, b_.imul(u32, lane, words)), base);
-        st.row = b_.select(u32, on, b_.u32(group * out_.entryWords[id]), row);
+        st.row = b_.select(u32, on, b_.imul(u32, group, words), row);
         st.capacity = b_.select(u32, on, b_.load(u32, heapPtr(capAt)), capacity);
         return 0;
       });

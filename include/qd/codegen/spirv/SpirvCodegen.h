@@ -117,9 +117,10 @@ struct SpirvLaunchData {
   /// Always 0: what a loop bound that must not be a compile-time constant
   /// adds (SpirvEmitter::loopBound).
   static constexpr uint32_t kZero = kThreads + 1;
-  /// Nonzero when the heap is compacted: it starts with the table of
-  /// regions and capacities per group of abi::kAdStackGroupThreads
-  /// invocations and stack (i64 pairs, group-major; offsets in words).
+  /// Nonzero when the heap is compacted: 1 + log2 of the invocations per
+  /// group (groups of 1-32); the heap starts with the table of regions and
+  /// capacities per group and stack (an i64 each, group-major: the region's
+  /// offset in words, then the capacity).
   static constexpr uint32_t kGroupTable = kZero + 1;
   uint32_t needed = 0;     // per stack: pushes past the capacity (u32, atomic max)
   uint32_t capacities = 0; // per stack (u32)

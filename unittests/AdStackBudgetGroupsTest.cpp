@@ -1,0 +1,252 @@
+//===- AdStackBudgetGroupsTest.cpp - The groups of a compacted adstack heap ===//
+//
+// A compacted adstack heap (docs/runtime.md, "Compacted heap") on Vulkan
+// and CUDA (those this machine has; the others skip, saying so): its exact
+// bytes in groups of 32, the group size chosen per launch (groups of 1-32
+// threads, the same gradient bit for bit), and which launches run in one
+// wave or keep the interleaved layout.
+//
+//===----------------------------------------------------------------------===//
+#include "AdStackBudgetHarness.h"
+
+namespace qd {
+namespace {
+
+using namespace budgettest;
+
+/// Exact bytes: 12 iterations needing 0-11 entries. On 64 invocations
+/// (Vulkan) group 0 holds them all at capacity 11 (32 x 11 x 4 = 1408
+/// bytes), group 1 none (0 bytes); the table is 2 groups x 1 stack x 8
+/// = 16 bytes. Each thread's own need, rounded to 8 bytes, sums to 296.
+void checkExactBytes(Backend &backend) {
+  PushCounts counts(12, [](int i) { return i; });
+  counts.launch(backend, counted(true));
+  AdStackHeapUsage u = *backend.lastAdStackHeapUsage();
+  EXPECT_EQ(u.groups, (u.threads + 31) / 32);
+  EXPECT_EQ(u.bytes, tableBytes(u.threads) + 1408);
+  EXPECT_EQ(counts.groupNeedBytes(u.threads), 1408);
+  EXPECT_EQ(u.needBytes, 296);
+}
+
+TEST(AdStackBudgetTest, VulkanCompactedHeapHoldsTheSumOfNeeds) {
+  REQUIRE(vulkan(), "vulkan");
+  checkExactBytes(*vulkan());
+  EXPECT_EQ(vulkan()->lastAdStackHeapUsage()->threads, 64);
+}
+
+TEST(AdStackBudgetTest, CudaCompactedHeapHoldsTheSumOfNeeds) {
+  REQUIRE(cuda(), "cuda");
+  checkExactBytes(*cuda());
+}
+
+/// Skewed needs over 4096 iterations (most need 4-6, every 613th 200): the
+/// compacted heap is the table plus the sum of the groups' needs, within
+/// 1.05x of that sum, far below the interleaved heap, with the same
+/// results.
+void checkGroupNeeds(Backend &backend) {
+  PushCounts counts(4096, [](int i) { return i % 613 == 7 ? 200 : 4 + i % 3; });
+  counts.launch(backend, counted(false));
+  AdStackHeapUsage flat = *backend.lastAdStackHeapUsage();
+  counts.launch(backend, counted(true));
+  AdStackHeapUsage u = *backend.lastAdStackHeapUsage();
+  ASSERT_GT(u.groups, 0);
+  EXPECT_EQ(u.threads, flat.threads);
+  int64_t sum = counts.groupNeedBytes(u.threads);
+  EXPECT_EQ(u.bytes, tableBytes(u.threads) + sum);
+  EXPECT_LE(double(u.bytes), 1.05 * double(sum));
+  EXPECT_EQ(u.needBytes, counts.ownNeedBytes(u.threads));
+  EXPECT_LT(u.bytes * 5, flat.bytes);
+}
+
+TEST(AdStackBudgetTest, VulkanCompactedHeapIsTheSumOfGroupNeeds) {
+  REQUIRE(vulkan(), "vulkan");
+  checkGroupNeeds(*vulkan());
+}
+
+TEST(AdStackBudgetTest, CudaCompactedHeapIsTheSumOfGroupNeeds) {
+  REQUIRE(cuda(), "cuda");
+  checkGroupNeeds(*cuda());
+}
+
+/// Groups of 1, 2, 32 threads and the size chosen per launch give the
+/// interleaved layout's gradient bit for bit; each reports its groups.
+void checkGroupSizes(Backend &backend) {
+  SkewedGradient g;
+  absl::StatusOr<std::vector<double>> flat = g.gradient(backend, counted(false));
+  ASSERT_TRUE(flat.ok()) << flat.status().message();
+  for (int64_t lanes : {1, 2, 32, 0}) {
+    absl::StatusOr<std::vector<double>> packed = g.gradient(backend, counted(true, 0, lanes));
+    ASSERT_TRUE(packed.ok()) << packed.status().message();
+    AdStackHeapUsage u = *backend.lastAdStackHeapUsage();
+    ASSERT_GT(u.groups, 0) << lanes;
+    if (lanes) {
+      EXPECT_EQ(u.groupThreads, lanes);
+    }
+    EXPECT_EQ(u.groups, (u.threads + u.groupThreads - 1) / u.groupThreads) << lanes;
+    EXPECT_EQ(*packed, *flat) << lanes;
+  }
+  // Not a power of two: an error that names the option.
+  absl::StatusOr<std::vector<double>> bad = g.gradient(backend, counted(true, 0, 3));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("adStackGroupThreads is 3"), std::string::npos)
+      << bad.status().message();
+}
+
+TEST(AdStackBudgetTest, VulkanGroupSizesGiveTheSameGradient) {
+  REQUIRE(vulkan(), "vulkan");
+  checkGroupSizes(*vulkan());
+}
+
+TEST(AdStackBudgetTest, CudaGroupSizesGiveTheSameGradient) {
+  REQUIRE(cuda(), "cuda");
+  checkGroupSizes(*cuda());
+}
+
+/// Scattered skew (every 613th of 4096 iterations needs 200 entries, the
+/// rest 4-6): groups of one thread hold exactly the sum of the needs; the
+/// size chosen per launch is the largest whose regions and table are
+/// within 1.05x of the fewest bytes of any size, and its heap is that.
+void checkChosenGroups(Backend &backend) {
+  PushCounts counts(4096, [](int i) { return i % 613 == 7 ? 200 : 4 + i % 3; });
+  counts.launch(backend, counted(true, 0, 1));
+  AdStackHeapUsage one = *backend.lastAdStackHeapUsage();
+  ASSERT_EQ(one.groupThreads, 1);
+  int64_t threads = one.threads;
+  EXPECT_EQ(one.bytes, tableBytes(threads, 1) + one.needBytes);
+  EXPECT_EQ(one.needBytes, counts.ownNeedBytes(threads));
+  EXPECT_EQ(counts.groupNeedBytes(threads, 1), one.needBytes);
+
+  int64_t fewest = INT64_MAX, chosen = 0;
+  std::vector<int64_t> total;
+  for (int64_t lanes = 1; lanes <= 32; lanes *= 2) {
+    total.push_back(tableBytes(threads, lanes) + counts.groupNeedBytes(threads, lanes));
+    fewest = std::min(fewest, total.back());
+  }
+  for (size_t k = 0; k < total.size(); ++k)
+    if (double(total[k]) <= 1.05 * double(fewest))
+      chosen = int64_t(1) << k;
+  counts.launch(backend, counted(true, 0, 0));
+  AdStackHeapUsage u = *backend.lastAdStackHeapUsage();
+  EXPECT_EQ(u.threads, threads);
+  EXPECT_EQ(u.groupThreads, chosen);
+  EXPECT_EQ(u.bytes, tableBytes(threads, chosen) + counts.groupNeedBytes(threads, chosen));
+  EXPECT_LE(double(u.bytes), 1.05 * double(fewest));
+  // Groups of 32 take far more: a deep iteration costs its group 32 rows.
+  EXPECT_GT(total.back(), u.bytes * 3 / 2);
+  // The next launch, with the same needs, takes the same size (from the
+  // last launch's choice) and bytes.
+  counts.launch(backend, counted(true, 0, 0));
+  AdStackHeapUsage next = *backend.lastAdStackHeapUsage();
+  EXPECT_EQ(next.groupThreads, chosen);
+  EXPECT_EQ(next.bytes, u.bytes);
+}
+
+TEST(AdStackBudgetTest, VulkanChosenGroupsHoldTheSumOfNeeds) {
+  REQUIRE(vulkan(), "vulkan");
+  checkChosenGroups(*vulkan());
+}
+
+TEST(AdStackBudgetTest, CudaChosenGroupsHoldTheSumOfNeeds) {
+  REQUIRE(cuda(), "cuda");
+  checkChosenGroups(*cuda());
+}
+
+/// The compacted heap is laid out before the waves are chosen: a task
+/// of `n` iterations (more than the interleaved layout's grid, so that it
+/// runs in waves) needing `need(i)` entries, one of them (7) far more
+/// than the rest, whose interleaved heap for one thread per iteration exceeds the budget
+/// but whose groups' needs are fewer bytes than the interleaved layout's
+/// grid at the deepest need, runs in one wave, on a heap of the table
+/// plus the sum of the groups' needs (within 1.05x). The budget holds the
+/// interleaved layout's grid, so that the interleaved heap it would take
+/// instead is the one of the waves.
+void checkOneWave(Backend &backend, int n, const std::function<int(int)> &need) {
+  PushCounts counts(n, need);
+  counts.launch(backend, counted(false));
+  AdStackHeapUsage flat = *backend.lastAdStackHeapUsage();
+  ASSERT_GT(flat.waves, 1);
+  int64_t oneWaveInterleaved = flat.bytes / flat.threads * n;
+  int64_t sum = counts.groupNeedBytes(n);
+  ASSERT_LT(tableBytes(n) + sum, flat.bytes);
+  int64_t budget = std::max(tableBytes(n) + sum + sum / 10, flat.bytes);
+  ASSERT_LT(budget, oneWaveInterleaved);
+  counts.launch(backend, counted(true, budget));
+  AdStackHeapUsage u = *backend.lastAdStackHeapUsage();
+  EXPECT_EQ(u.waves, 1);
+  EXPECT_EQ(u.threads, (n + 31) / 32 * 32);
+  EXPECT_EQ(u.groups, u.threads / 32);
+  EXPECT_EQ(u.bytes, tableBytes(u.threads) + sum);
+  EXPECT_LE(double(u.bytes), 1.05 * double(sum));
+  EXPECT_LE(u.bytes, budget);
+  EXPECT_EQ(u.needBytes, counts.ownNeedBytes(u.threads));
+}
+
+/// Where one wave's groups take more bytes than the interleaved layout's
+/// waves (every 613th of 4096 iterations needs 200 entries, on a grid of
+/// 64), the launch takes the interleaved layout and its waves.
+TEST(AdStackBudgetTest, VulkanCompactedHeapLargerThanTheWavesRunsInterleaved) {
+  REQUIRE(smallGridVulkan(), "vulkan");
+  Backend &backend = *smallGridVulkan();
+  PushCounts counts(4096, [](int i) { return i % 613 == 7 ? 200 : 4 + i % 3; });
+  counts.launch(backend, counted(false));
+  AdStackHeapUsage flat = *backend.lastAdStackHeapUsage();
+  EXPECT_EQ(flat.threads, 64);
+  EXPECT_EQ(flat.bytes, 64 * 200 * 4);
+  ASSERT_GT(tableBytes(4096) + counts.groupNeedBytes(4096), flat.bytes);
+  for (int64_t lanes : {32, 0}) {
+    counts.launch(backend, counted(true, 0, lanes));
+    AdStackHeapUsage u = *backend.lastAdStackHeapUsage();
+    EXPECT_EQ(u.groups, 0) << lanes;
+    EXPECT_EQ(u.bytes, flat.bytes) << lanes;
+    EXPECT_EQ(u.waves, flat.waves) << lanes;
+  }
+}
+
+TEST(AdStackBudgetTest, VulkanCompactedHeapRunsInOneWave) {
+  REQUIRE(smallGridVulkan(), "vulkan");
+  checkOneWave(*smallGridVulkan(), 4096, [](int i) { return i == 7 ? 2000 : 4 + i % 3; });
+  // 2 080 groups: the scan's blocks hold 64 groups, the last one 32 (sums
+  // below 2^24: exact in f32).
+  checkOneWave(*smallGridVulkan(), 66536, [](int i) { return i == 7 ? 5000 : 1; });
+}
+
+TEST(AdStackBudgetTest, CudaCompactedHeapRunsInOneWave) {
+  REQUIRE(cuda(), "cuda");
+  // More iterations than an H100's or H200's resident grid.
+  checkOneWave(*cuda(), 1 << 19, [](int i) { return i == 7 ? 200 : 4 + i % 3; });
+}
+
+/// The skewed gradient with one deep element (5, 60 iterations; the rest
+/// 3) on a grid of 64 invocations: the interleaved layout runs 4 waves;
+/// compacted, under a budget of half its heap for one invocation per
+/// element, one wave with every element on an invocation of its own, and
+/// the same gradient bit for bit.
+TEST(AdStackBudgetTest, VulkanCompactedGradientRunsInOneWave) {
+  REQUIRE(smallGridVulkan(), "vulkan");
+  Backend &backend = *smallGridVulkan();
+  SkewedGradient g;
+  for (int i = 0; i < kElements; ++i)
+    if (i != 5)
+      g.setIterations(i, 3);
+  absl::StatusOr<std::vector<double>> flat = g.gradient(backend, counted(false));
+  ASSERT_TRUE(flat.ok()) << flat.status().message();
+  AdStackHeapUsage interleaved = *backend.lastAdStackHeapUsage();
+  EXPECT_EQ(interleaved.threads, 64);
+  EXPECT_EQ(interleaved.waves, kElements / 64);
+  int64_t budget = interleaved.bytes / interleaved.threads * kElements / 2;
+  absl::StatusOr<std::vector<double>> packed = g.gradient(backend, counted(true, budget));
+  ASSERT_TRUE(packed.ok()) << packed.status().message();
+  AdStackHeapUsage u = *backend.lastAdStackHeapUsage();
+  EXPECT_EQ(u.waves, 1);
+  EXPECT_EQ(u.threads, kElements);
+  EXPECT_EQ(u.groups, kElements / 32);
+  EXPECT_LE(u.bytes, budget);
+  // Group 0 at 60 iterations, the other 7 at 3: far less than the
+  // interleaved heap of 4 waves, which holds 64 threads at 60.
+  EXPECT_LT(u.bytes, interleaved.bytes);
+  EXPECT_EQ(*packed, *flat);
+}
+
+} // namespace
+} // namespace qd
