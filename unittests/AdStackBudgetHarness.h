@@ -21,17 +21,11 @@ using optimistictest::cpu;
 /// Registered backend `name` with every stack in the heap (no local
 /// tapes), or null (saying why) on a machine without its device.
 inline std::unique_ptr<Backend> heapOnly(const char *name, const char *maxThreads = nullptr) {
-  registerAllBackends();
   BackendOptions o;
   o.set("local-tape-bytes", "0");
   if (maxThreads)
     o.set("max-threads", maxThreads);
-  auto b = createBackend(name, o);
-  if (!b.ok()) {
-    std::cout << "[" << name << "] " << b.status().message() << "\n";
-    return nullptr;
-  }
-  return *std::move(b);
+  return optimistictest::registered(name, o);
 }
 
 inline Backend *vulkan() {

@@ -93,9 +93,9 @@ inline CpuBackend &cpu(unsigned lanes) {
 
 /// Registered backend `name` with its defaults, or null (saying why) on a
 /// machine without its device or in a build without it.
-inline std::unique_ptr<Backend> registered(const char *name) {
+inline std::unique_ptr<Backend> registered(const char *name, const BackendOptions &options = {}) {
   registerAllBackends();
-  auto b = createBackend(name);
+  auto b = createBackend(name, options);
   if (!b.ok()) {
     std::cout << "[" << name << "] " << b.status().message() << "\n";
     return nullptr;
