@@ -73,15 +73,16 @@ absl::Status deferredError(const absl::Status &s, size_t laterFailures) {
 absl::StatusOr<AcceleratorBackend::State::Variant *>
 AcceleratorBackend::State::variant(const Kernel &kernel, bool boundsChecked, bool stopChecks,
                                    const std::vector<int64_t> &local,
-                                   const KernelLayout *heapLayout) {
+                                   const KernelLayout *heapLayout, bool distinct) {
   std::lock_guard<std::mutex> lock(compileMutex);
-  auto key = std::tuple(kernel.uniqueId(), boundsChecked, stopChecks, local);
+  auto key = std::tuple(kernel.uniqueId(), boundsChecked, stopChecks, distinct, local);
   if (auto it = cache.find(key); it != cache.end())
     return &it->second;
   sizings.of(kernel);
   accel::CompileRequest request;
   request.boundsChecked = boundsChecked;
   request.stopChecks = stopChecks;
+  request.distinctNdarrays = distinct;
   for (size_t i = 0; i < local.size() && heapLayout; ++i)
     request.localAdStackEntries[heapLayout->stacks.at(i).stmt] = local[i];
   absl::StatusOr<std::unique_ptr<DeviceKernel>> code = device.compile(kernel, request);
@@ -89,6 +90,7 @@ AcceleratorBackend::State::variant(const Kernel &kernel, bool boundsChecked, boo
     return code.status();
   Variant &v = cache[key];
   v.code = *std::move(code);
+  v.distinct = distinct;
   return &v;
 }
 
@@ -103,8 +105,8 @@ absl::StatusOr<AcceleratorBackend::State::Variant *> AcceleratorBackend::State::
                        heapCode.localVariants, kMaxLocalVariants);
   if (local.empty())
     return &heapCode;
-  absl::StatusOr<Variant *> v =
-      variant(kernel, options.boundsChecked, options.stoppable(), local, &heapCode.code->layout());
+  absl::StatusOr<Variant *> v = variant(kernel, options.boundsChecked, options.stoppable(), local,
+                                        &heapCode.code->layout(), heapCode.distinct);
   if (!v.ok())
     return v.status();
   auto &known = heapCode.localVariants;
@@ -220,7 +222,13 @@ std::vector<uint32_t> AcceleratorBackend::State::groups(const DeviceKernel &code
       continue;
     }
     int64_t n = full;
-    if (std::optional<int64_t> count = plan.fixedIterations(layout.tasks[l.task]))
+    const KernelLayout::Task &task = layout.tasks[l.task];
+    std::optional<int64_t> count = plan.fixedIterations(task);
+    // A cooperative task runs a group per iteration (its bounds are
+    // literals, so the count is known).
+    if (task.cooperative && count)
+      n = *count;
+    else if (count)
       n = std::min(n, (*count + group - 1) / group);
     groups.push_back(uint32_t(n));
   }
@@ -272,9 +280,12 @@ AcceleratorBackend::State::mirrorSlots(const Kernel &kernel, const LaunchPlan &p
 absl::Status AcceleratorBackend::State::launch(Program &program, const Kernel &kernel,
                                                std::span<const LaunchArg> args,
                                                const LaunchOptions &options) {
-  // A launch that may be stopped runs code that checks.
+  // A launch that may be stopped runs code that checks; one whose ndarray
+  // buffers do not overlap, code that takes them to be distinct where the
+  // device compiles such code.
+  bool distinct = device.compilesDistinctNdarrays() && !ndarrayBuffersOverlap(args);
   absl::StatusOr<Variant *> heapCode =
-      variant(kernel, options.boundsChecked, options.stoppable(), {}, nullptr);
+      variant(kernel, options.boundsChecked, options.stoppable(), {}, nullptr, distinct);
   if (!heapCode.ok())
     return heapCode.status();
   std::lock_guard<std::mutex> lock(launchMutex);

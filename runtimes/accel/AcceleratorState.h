@@ -31,6 +31,9 @@ struct AcceleratorBackend::State {
     /// Heap code: the local array sizes its local-tape variants were
     /// compiled for (at most kMaxLocalVariants; guarded by launchMutex).
     std::vector<std::vector<int64_t>> localVariants;
+    /// Compiled for ndarray buffers that do not overlap (CompileRequest::
+    /// distinctNdarrays).
+    bool distinct = false;
   };
   static constexpr size_t kMaxLocalVariants = 4;
 
@@ -40,9 +43,10 @@ struct AcceleratorBackend::State {
   const accel::DeviceLimits limits;
   KernelSizingCache sizings;
   std::mutex compileMutex;
-  /// Keyed by (kernel, bounds checks, stop checks, local array entries per
-  /// stack id: empty for the code that keeps every stack in the heap).
-  std::map<std::tuple<uint64_t, bool, bool, std::vector<int64_t>>, Variant> cache;
+  /// Keyed by (kernel, bounds checks, stop checks, distinct ndarrays, local
+  /// array entries per stack id: empty for the code that keeps every stack
+  /// in the heap).
+  std::map<std::tuple<uint64_t, bool, bool, bool, std::vector<int64_t>>, Variant> cache;
   mutable std::mutex launchMutex;
   size_t heapBytes = 0;
   bool heapAllocated = false;
@@ -79,7 +83,7 @@ struct AcceleratorBackend::State {
 
   absl::StatusOr<Variant *> variant(const Kernel &kernel, bool boundsChecked, bool stopChecks,
                                     const std::vector<int64_t> &local,
-                                    const KernelLayout *heapLayout);
+                                    const KernelLayout *heapLayout, bool distinct = false);
   absl::StatusOr<Variant *> localTapeVariant(Variant &heapCode, absl::StatusOr<LaunchPlan> &plan,
                                              Program &program, const Kernel &kernel,
                                              std::span<const LaunchArg> args,

@@ -59,6 +59,7 @@ GpuRuntime::compile(const Kernel &kernel, const accel::CompileRequest &request) 
   CodegenOptions opts;
   opts.boundsChecked = request.boundsChecked;
   opts.stopChecks = request.stopChecks;
+  opts.distinctNdarrays = request.distinctNdarrays;
   opts.localAdStackEntries = request.localAdStackEntries;
   auto module = emitKernel(kernel, context, opts, c->kernelLayout, target());
   if (!module.ok())

@@ -90,6 +90,7 @@ public:
   /// the launch word of ctx->groupTable; offsets are in units of
   /// abi::kAdStackGroupTableUnit bytes.
   unsigned groupTableUnit() const override { return abi::kAdStackGroupTableUnit; }
+  bool compilesDistinctNdarrays() const override { return true; }
   absl::StatusOr<std::unique_ptr<accel::DeviceKernel>>
   compile(const Kernel &kernel, const accel::CompileRequest &request) override;
   absl::Status allocateHeap(size_t bytes) override;

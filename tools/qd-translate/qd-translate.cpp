@@ -67,6 +67,8 @@ struct Options {
   unsigned vectorWidth = 1;
   bool boundsCheck = false;
   bool stopChecks = false;
+  bool distinctNdarrays = false;
+  int64_t cooperative = qd::CodegenOptions().cooperativeTaskIterations;
   int64_t localAdStacks = 0;
   bool vectorMath = true;
   qd::VectorMathIsa vectorIsa = qd::VectorMathIsa::Avx2;
@@ -107,6 +109,12 @@ constexpr const char *kUsage =
     "                         per thread instead of the heap (what the CUDA and Vulkan\n"
     "                         backends run when a launch's capacities fit,\n"
     "                         docs/runtime.md)\n"
+    "  --distinct-ndarrays    cpu, nvptx, amdgpu: code that takes every ndarray\n"
+    "                         argument's buffers to be distinct (what the\n"
+    "                         backends run when a launch's buffers do not overlap)\n"
+    "  --cooperative-tasks=N  nvptx, amdgpu: a parallel task of at most N\n"
+    "                         iterations around a long serial loop runs a group\n"
+    "                         of threads per iteration (default: 4096; 0: never)\n"
     "  --stop-checks          loops check the launch's stop word (what a launch\n"
     "                         with a timeout or a cancel flag runs)\n"
     "  --no-vector-math       lanes call scalar math functions instead of glibc's\n"
@@ -175,6 +183,14 @@ std::optional<int> parseArgs(int argc, char **argv, Options &opts) {
       opts.boundsCheck = true;
     } else if (arg == "--stop-checks") {
       opts.stopChecks = true;
+    } else if (arg == "--distinct-ndarrays") {
+      opts.distinctNdarrays = true;
+    } else if (auto v = value("--cooperative-tasks")) {
+      char *end = nullptr;
+      long long n = std::strtoll(v->c_str(), &end, 10);
+      if (v->empty() || *end || n < 0)
+        return fail("--cooperative-tasks takes a number of iterations (0: none), got '" + *v + "'");
+      opts.cooperative = n;
     } else if (auto v = value("--local-adstacks")) {
       char *end = nullptr;
       long long n = std::strtoll(v->c_str(), &end, 10);
@@ -368,6 +384,8 @@ std::string emitLlvmOutputs(const Options &opts, qd::CodegenTarget target,
   qd::CodegenOptions codegen;
   codegen.boundsChecked = opts.boundsCheck;
   codegen.stopChecks = opts.stopChecks;
+  codegen.distinctNdarrays = opts.distinctNdarrays;
+  codegen.cooperativeTaskIterations = opts.cooperative;
   codegen.vectorWidth = opts.vectorWidth;
   // The backend also checks that the host can call libmvec; printing IR
   // needs no such check, and does not depend on the host.

@@ -73,6 +73,10 @@ struct KernelLayout {
     unsigned lanes = 1;
     std::string whyScalar;
     TaskBound begin, end;
+    /// GPU targets: the task runs a group of threads per iteration
+    /// (CodegenOptions::cooperativeTaskIterations): its launch takes one
+    /// group per iteration.
+    bool cooperative = false;
   };
   /// GPU targets: the device functions of the kernel in the order the
   /// runtime launches them, each `void fn(QdLaunchContext *ctx)` with `ctx`

@@ -68,6 +68,11 @@ public:
 struct CompileRequest {
   bool boundsChecked = false;
   bool stopChecks = false;
+  /// The launch's ndarray buffers do not overlap: the code may take every
+  /// component of every ndarray argument to be storage of its own
+  /// (CodegenOptions::distinctNdarrays). Only for a device whose
+  /// compilesDistinctNdarrays().
+  bool distinctNdarrays = false;
   /// Local tapes: entries of the per-thread array of each stack kept out
   /// of the heap (empty: every stack in the heap).
   std::map<const AdStackAllocaStmt *, int64_t> localAdStackEntries;
@@ -164,6 +169,9 @@ public:
   /// from its own buffer (LaunchFrame::groupTable's address, the regions
   /// from the heap's start: CUDA, HIP).
   virtual bool groupTableInHeap() const { return false; }
+  /// Whether the device compiles separate code for launches whose ndarray
+  /// buffers do not overlap (CompileRequest::distinctNdarrays).
+  virtual bool compilesDistinctNdarrays() const { return false; }
   /// Replaces the adstack heap by one of `bytes` bytes (its contents need
   /// not survive; 0: no heap).
   virtual absl::Status allocateHeap(size_t bytes) = 0;

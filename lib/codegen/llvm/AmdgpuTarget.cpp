@@ -29,6 +29,8 @@ namespace {
 constexpr unsigned kGlobal = 1;
 /// hsa_kernel_dispatch_packet_t::workgroup_size_x (a u16).
 constexpr uint64_t kDispatchWorkgroupSizeX = 4;
+/// hsa_kernel_dispatch_packet_t::grid_size_x (a u32, in work-items).
+constexpr uint64_t kDispatchGridSizeX = 12;
 
 class AmdgpuTarget final : public GpuTarget {
 protected:
@@ -57,15 +59,31 @@ protected:
     return eb.CreateAddrSpaceCast(fn->getArg(0), llvm::PointerType::get(eb.getContext(), 0), "ctx");
   }
 
-  LV *globalThreadId(EmitContext &c, llvm::IRBuilderBase &eb) override {
+  GroupIds groupIds(EmitContext &c, llvm::IRBuilderBase &eb) override {
     LV *block = eb.CreateCall(c.intrinsic(llvm::Intrinsic::amdgcn_workgroup_id_x, {}), {});
     LV *lane = eb.CreateCall(c.intrinsic(llvm::Intrinsic::amdgcn_workitem_id_x, {}), {});
+    return {block, dispatchField(c, eb, kDispatchWorkgroupSizeX, eb.getInt16Ty()), lane};
+  }
+
+  LV *groupCount(EmitContext &c, llvm::IRBuilderBase &eb, const GroupIds &ids) override {
+    // The grid's size is in work-items.
+    return eb.CreateUDiv(dispatchField(c, eb, kDispatchGridSizeX, eb.getInt32Ty()), ids.size);
+  }
+
+  /// A field of the dispatch packet, as an i32.
+  static LV *dispatchField(EmitContext &c, llvm::IRBuilderBase &eb, uint64_t at, llvm::Type *t) {
     LV *packet = eb.CreateCall(c.intrinsic(llvm::Intrinsic::amdgcn_dispatch_ptr, {}), {});
-    LV *sizeAt = eb.CreateConstInBoundsGEP1_64(eb.getInt8Ty(), packet, kDispatchWorkgroupSizeX);
-    llvm::LoadInst *size16 = eb.CreateAlignedLoad(eb.getInt16Ty(), sizeAt, llvm::Align(4));
-    size16->setMetadata(llvm::LLVMContext::MD_invariant_load, llvm::MDNode::get(c.llvm, {}));
-    LV *size = eb.CreateZExt(size16, c.i32);
-    return eb.CreateAdd(eb.CreateMul(block, size), lane, "thread");
+    LV *p = eb.CreateConstInBoundsGEP1_64(eb.getInt8Ty(), packet, at);
+    llvm::LoadInst *v = eb.CreateAlignedLoad(t, p, llvm::Align(4));
+    v->setMetadata(llvm::LLVMContext::MD_invariant_load, llvm::MDNode::get(c.llvm, {}));
+    return eb.CreateZExt(v, c.i32);
+  }
+
+  void groupBarrier(EmitContext &c) override {
+    llvm::SyncScope::ID group = c.llvm.getOrInsertSyncScopeID("workgroup");
+    c.b.CreateFence(llvm::AtomicOrdering::Release, group);
+    c.b.CreateCall(c.intrinsic(llvm::Intrinsic::amdgcn_s_barrier, {}), {});
+    c.b.CreateFence(llvm::AtomicOrdering::Acquire, group);
   }
 
   std::string mathSymbol(MathFn fn, ScalarType type) const override {

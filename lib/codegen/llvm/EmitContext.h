@@ -12,6 +12,7 @@
 #pragma once
 
 #include "LlvmTarget.h"
+#include "qd/analysis/CooperativeTask.h"
 #include "qd/analysis/StopChecks.h"
 #include "qd/analysis/TaskVectorPlan.h"
 
@@ -175,6 +176,15 @@ struct FunctionState {
   /// plan (which also serves the scalar code: its private atomics).
   int parallelTask = -1;
   const TaskVectorPlan *taskPlan = nullptr;
+  /// GPU: the task runs cooperatively (a group per iteration); its global
+  /// stores and atomics outside the shared loop run where `leader` (the
+  /// group's first thread) holds.
+  const CooperativeTaskPlan *cooperative = nullptr;
+  LV *leader = nullptr;
+  /// GPU, a task run one iteration per thread: the values that may differ
+  /// between its iterations (taskVaryingValues); an atomic whose indices
+  /// are none of them goes through LlvmTarget::uniformAtomicUpdate.
+  const std::unordered_set<const Value *> *taskVarying = nullptr;
   LaneState lanes;
   /// A parallel band's indices of the iteration being emitted (dimension 0
   /// is also the task's own value); task_index statements read them.

@@ -230,6 +230,11 @@ void MemoryLowering::globalAccess(GlobalAccessStmt &g) {
       b.CreateStore(addOf(b.CreateLoad(mem, ptr), v, elem), ptr);
     else if (plan && plan->isNearAtomic(&rmw)) // no iteration that runs meanwhile does
       b.CreateStore(combine(rmw, b.CreateLoad(mem, ptr), v), ptr);
+    else if (c_.fn->taskVarying &&
+             std::none_of(g.operandUses().begin(), g.operandUses().end() - 1,
+                          [&](const Use &u) { return c_.fn->taskVarying->count(u.get()); }))
+      c_.target.uniformAtomicUpdate(c_, atomicOp(rmw, elem), ptr, v,
+                                    llvm::Align(storageBytes(elem)));
     else
       c_.target.atomicUpdate(c_, atomicOp(rmw, elem), ptr, v, llvm::Align(storageBytes(elem)));
   }

@@ -18,6 +18,34 @@
 #include <optional>
 
 namespace qd::codegen {
+namespace {
+
+/// The values of parallel task `task` that may differ between its
+/// iterations: its indices and what depends on them through operands,
+/// locals and adstacks (not through control flow: the use, choosing
+/// uniformAtomicUpdate, checks at run time).
+std::unordered_set<const Value *> taskVaryingValues(ForStmt &task) {
+  std::unordered_set<const Value *> varying{&task};
+  for (bool changed = true; changed;) {
+    changed = false;
+    walk(task.body(), [&](Stmt &s) {
+      // A store (to a local or an adstack) makes its target vary.
+      bool store = s.kind() == StmtKind::LocalStore || s.kind() == StmtKind::AdStackPush ||
+                   s.kind() == StmtKind::AdStackAccAdjoint;
+      const Value *target = store ? s.operand(0) : &s;
+      if (varying.count(target))
+        return;
+      bool v = s.kind() == StmtKind::TaskIndex;
+      for (unsigned i = store ? 1 : 0; i < s.numOperands() && !v; ++i)
+        v = varying.count(s.operand(i)) > 0;
+      if (v && (store || s.type().isScalar() || isa<ForStmt>(s)))
+        changed |= varying.insert(target).second;
+    });
+  }
+  return varying;
+}
+
+} // namespace
 
 void GpuTarget::planEntries(EmitContext &c) {
   DeviceEntryPlan plan = planDeviceEntries(const_cast<Kernel &>(c.kernel));
@@ -72,8 +100,10 @@ void GpuTarget::beginEntry(EmitContext &c, FunctionState &state, const std::stri
   c.beginFunction(state, fn, nullptr, thread);
   llvm::IRBuilder<> eb = c.entryBuilder();
   state.ctxArg = contextArgument(eb, fn);
-  if (!thread)
-    state.thread = globalThreadId(c, eb);
+  if (!thread) {
+    GroupIds ids = groupIds(c, eb);
+    state.thread = eb.CreateAdd(eb.CreateMul(ids.group, ids.size), ids.lane, "thread");
+  }
   // A launch after an error does nothing.
   LV *record = c.ctxField(CtxField::error);
   LV *site = b.CreateLoad(
@@ -91,17 +121,28 @@ void GpuTarget::beginEntry(EmitContext &c, FunctionState &state, const std::stri
   }
 }
 
-void GpuTarget::emitParallelTask(KernelEmitter &e, ForStmt &task) {
+void GpuTarget::beginTask(KernelEmitter &e, ForStmt &task, FunctionState &state,
+                          TaskVectorPlan &plan) {
   EmitContext &c = e.context();
-  llvm::IRBuilder<> &b = c.b;
   int index = static_cast<int>(c.layout.tasks.size());
   std::string name = fmt::format("qd_task_{}", index);
   c.layout.launches.push_back({KernelLayout::Launch::Parallel, name, index});
-  FunctionState state;
   beginEntry(c, state, name, nullptr);
-  TaskVectorPlan plan = e.planTask(task);
-  state.taskPlan = &plan; // its private atomics (no near ones: all threads run at once)
+  plan = e.planTask(task);
+  state.taskPlan = &plan;
   state.parallelTask = index;
+}
+
+void GpuTarget::emitParallelTask(KernelEmitter &e, ForStmt &task) {
+  EmitContext &c = e.context();
+  if (CooperativeTaskPlan coop = planCooperative(c, task); coop.cooperative())
+    return emitCooperativeTask(e, task, coop);
+  llvm::IRBuilder<> &b = c.b;
+  FunctionState state;
+  TaskVectorPlan plan;
+  beginTask(e, task, state, plan); // private atomics (no near ones: all threads run at once)
+  std::unordered_set<const Value *> varying = taskVaryingValues(task);
+  state.taskVarying = &varying;
   bool band = task.numDims() > 1;
   c.layout.tasks.push_back(
       {&task, 1,

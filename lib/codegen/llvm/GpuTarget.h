@@ -41,6 +41,8 @@
 
 #include "KernelEmitter.h"
 
+#include "qd/analysis/CooperativeTask.h"
+
 #include <map>
 #include <string>
 #include <vector>
@@ -81,9 +83,19 @@ protected:
   /// The launch context argument of entry `fn` as a generic pointer,
   /// emitted into its entry block with `eb`.
   virtual LV *contextArgument(llvm::IRBuilderBase &eb, llvm::Function *fn) { return fn->getArg(0); }
-  /// The global thread id (block id * block size + thread id), read from
-  /// the target's special registers with `eb`.
-  virtual LV *globalThreadId(EmitContext &c, llvm::IRBuilderBase &eb) = 0;
+  /// The thread's place in the grid, read from the target's special
+  /// registers with `eb` (i32 each): its group (block, workgroup), the
+  /// threads per group and its index in the group; `groups`, the groups
+  /// launched, is set by groupCount.
+  struct GroupIds {
+    LV *group = nullptr, *size = nullptr, *lane = nullptr, *groups = nullptr;
+  };
+  virtual GroupIds groupIds(EmitContext &c, llvm::IRBuilderBase &eb) = 0;
+  /// The groups launched (i32), `ids.size` threads each.
+  virtual LV *groupCount(EmitContext &c, llvm::IRBuilderBase &eb, const GroupIds &ids) = 0;
+  /// Waits until every thread of the group gets here; their global and
+  /// group-shared memory writes before it are then visible to all of them.
+  virtual void groupBarrier(EmitContext &c) = 0;
   /// The math library's symbol for `fn` on `type` (`__nv_sinf`,
   /// `__ocml_sin_f32`).
   virtual std::string mathSymbol(MathFn fn, ScalarType type) const = 0;
@@ -113,6 +125,23 @@ private:
   /// then the values it loads from ctx->values. `thread`: its thread index
   /// (null: the global thread id).
   void beginEntry(EmitContext &c, FunctionState &state, const std::string &name, LV *thread);
+  /// Starts the entry of parallel task `task` (its launch, function and
+  /// plan, which `state` points to); the layout's task is the caller's.
+  void beginTask(KernelEmitter &e, ForStmt &task, FunctionState &state, TaskVectorPlan &plan);
+
+  /// Parallel task `task` run cooperatively (qd/analysis/CooperativeTask.h):
+  /// a group per iteration, `plan.loop`'s iterations spread over its
+  /// threads. GpuCooperative.cpp.
+  void emitCooperativeTask(KernelEmitter &e, ForStmt &task, const CooperativeTaskPlan &plan);
+  /// The shared loop: each thread's iterations, then the group's sums.
+  void emitSharedLoop(KernelEmitter &e, const CooperativeTaskPlan::SharedLoop &plan,
+                      const GroupIds &ids);
+  /// The sum over the group of every thread's `partial` (of `type`), the
+  /// same on every thread: a tree in group-shared memory, in a fixed order.
+  LV *groupSum(EmitContext &c, LV *partial, ScalarType type, const GroupIds &ids);
+  /// The plan of `task` under the codegen options (not cooperative when
+  /// the code may leave a thread early: bounds or stop checks).
+  CooperativeTaskPlan planCooperative(const EmitContext &c, const ForStmt &task) const;
 
   std::vector<Entry> entries_;
   std::map<const Value *, unsigned> slotOf_;

@@ -71,13 +71,6 @@ absl::StatusOr<std::unique_ptr<llvm::Module>>
 emitKernel(const Kernel &kernel, llvm::LLVMContext &context, const CodegenOptions &options,
            KernelLayout &layout, CodegenTarget target) {
   layout = KernelLayout();
-  // Only the CPU runtime checks each launch's buffers for overlap
-  // (ndarrayBuffersOverlap) and picks the code that fits.
-  if (options.distinctNdarrays && target != CodegenTarget::Cpu)
-    return absl::InvalidArgumentError(fmt::format(
-        "codegen: distinctNdarrays is a CPU option (its runtime checks that a launch's ndarray "
-        "buffers do not overlap); the {} target assumes they may",
-        codegenTargetName(target)));
   std::unique_ptr<codegen::LlvmTarget> hooks = codegen::createTarget(target);
   if (!hooks)
     return absl::InvalidArgumentError(

@@ -71,6 +71,19 @@ void KernelEmitter::emitBlock(Block &block) {
   }
 }
 
+void KernelEmitter::guarded(Stmt &s, const std::function<void()> &emit) {
+  FunctionState *f = c_.fn;
+  if (!f || !f->cooperative || !f->cooperative->guarded.count(&s))
+    return emit();
+  BasicBlock *run = c_.newBlock("leader"), *after = c_.newBlock("leader.after");
+  c_.b.CreateCondBr(f->leader, run, after);
+  c_.b.SetInsertPoint(run);
+  emit();
+  if (!c_.b.GetInsertBlock()->getTerminator())
+    c_.b.CreateBr(after);
+  c_.b.SetInsertPoint(after);
+}
+
 TaskVectorPlan KernelEmitter::planTask(const ForStmt &task) const {
   TaskAssumptions assume;
   assume.aliasing =

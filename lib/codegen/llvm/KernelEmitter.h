@@ -225,6 +225,8 @@ public:
   AdStackLowering &adstacks() { return adstacks_; }
   /// Emits the statements of `block` (up to a break or continue).
   void emitBlock(Block &block);
+  /// Emits one statement of a block.
+  void emitStatement(Stmt &s) { visit(s); }
   /// Emits top-level statement `s` in the current function: a parallel task
   /// through LlvmTarget::emitParallelTask, a serial task's block, or a
   /// top-level scalar statement.
@@ -272,10 +274,14 @@ public:
   void visitLocalLoadStmt(LocalLoadStmt &s) { memory_.localLoad(s); }
   void visitLocalStoreStmt(LocalStoreStmt &s) { memory_.localStore(s); }
   void visitGlobalLoadStmt(GlobalLoadStmt &s) { memory_.globalAccess(s); }
-  void visitGlobalStoreStmt(GlobalStoreStmt &s) { memory_.globalAccess(s); }
+  void visitGlobalStoreStmt(GlobalStoreStmt &s) {
+    guarded(s, [&] { memory_.globalAccess(s); });
+  }
   void visitAtomicAddStmt(AtomicAddStmt &s) { visitAtomicRmwStmt(s); }
   void visitAtomicMaxStmt(AtomicMaxStmt &s) { visitAtomicRmwStmt(s); }
-  void visitAtomicRmwStmt(AtomicRmwStmt &s) { memory_.globalAccess(s); }
+  void visitAtomicRmwStmt(AtomicRmwStmt &s) {
+    guarded(s, [&] { memory_.globalAccess(s); });
+  }
   void visitShapeStmt(ShapeStmt &s) { memory_.shape(s); }
   void visitTaskIndexStmt(TaskIndexStmt &s);
   void visitForStmt(ForStmt &s) { control_.forLoop(s); }
@@ -292,6 +298,10 @@ public:
   void visitAdStackAccAdjointStmt(AdStackAccAdjointStmt &s) { adstacks_.op(s); }
 
 private:
+  /// Emits `s` with `emit`, on the group's first thread only where the
+  /// cooperative task being emitted says so (FunctionState::cooperative).
+  void guarded(Stmt &s, const std::function<void()> &emit);
+
   EmitContext c_;
   ArithLowering arith_;
   MemoryLowering memory_;

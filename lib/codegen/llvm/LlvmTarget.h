@@ -142,6 +142,15 @@ public:
   /// compare-and-swap loop for float adds the hardware lacks.
   virtual void atomicUpdate(EmitContext &c, llvm::AtomicRMWInst::BinOp op, llvm::Value *ptr,
                             llvm::Value *value, llvm::Align align) = 0;
+  /// atomicUpdate of an element whose indices do not depend on the
+  /// iteration, so that neighbouring threads may well update the same one
+  /// (a sum into one element). NVPTX adds up a warp's values first when
+  /// they all go to one address, and one thread updates; elsewhere
+  /// atomicUpdate.
+  virtual void uniformAtomicUpdate(EmitContext &c, llvm::AtomicRMWInst::BinOp op, llvm::Value *ptr,
+                                   llvm::Value *value, llvm::Align align) {
+    atomicUpdate(c, op, ptr, value, align);
+  }
 
   /// Raising an error: records error site `site` in the launch's error
   /// record if no site is recorded yet, and if so writes `data` (i64

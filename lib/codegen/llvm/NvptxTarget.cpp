@@ -45,12 +45,19 @@ protected:
     return fn;
   }
 
-  LV *globalThreadId(EmitContext &c, llvm::IRBuilderBase &eb) override {
+  GroupIds groupIds(EmitContext &c, llvm::IRBuilderBase &eb) override {
     auto sreg = [&](llvm::Intrinsic::ID id) { return eb.CreateCall(c.intrinsic(id, {}), {}); };
-    LV *block = sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_x);
-    LV *size = sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_ntid_x);
-    LV *lane = sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x);
-    return eb.CreateAdd(eb.CreateMul(block, size), lane, "thread");
+    return {sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_x),
+            sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_ntid_x),
+            sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x)};
+  }
+
+  LV *groupCount(EmitContext &c, llvm::IRBuilderBase &eb, const GroupIds &) override {
+    return eb.CreateCall(c.intrinsic(llvm::Intrinsic::nvvm_read_ptx_sreg_nctaid_x, {}), {});
+  }
+
+  void groupBarrier(EmitContext &c) override {
+    c.b.CreateCall(c.intrinsic(llvm::Intrinsic::nvvm_barrier0, {}), {});
   }
 
   std::string mathSymbol(MathFn fn, ScalarType type) const override {
@@ -58,6 +65,51 @@ protected:
   }
 
   llvm::SyncScope::ID atomicScope(EmitContext &) const override { return llvm::SyncScope::System; }
+
+  /// When the whole warp is here and updates one address: a butterfly sum
+  /// over its lanes (deterministic within the warp), then lane 0's update;
+  /// otherwise each lane's own.
+  void uniformAtomicUpdate(EmitContext &c, llvm::AtomicRMWInst::BinOp op, LV *ptr, LV *value,
+                           llvm::Align align) override {
+    if (op != llvm::AtomicRMWInst::FAdd && op != llvm::AtomicRMWInst::Add)
+      return atomicUpdate(c, op, ptr, value, align);
+    llvm::IRBuilder<> &b = c.b;
+    auto call = [&](llvm::Intrinsic::ID id, llvm::ArrayRef<LV *> args) {
+      return b.CreateCall(c.intrinsic(id, {}), args);
+    };
+    LV *all = b.getInt32(-1);
+    LV *mask = call(llvm::Intrinsic::nvvm_activemask, {});
+    LV *same = call(llvm::Intrinsic::nvvm_match_any_sync_i64, {mask, b.CreatePtrToInt(ptr, c.i64)});
+    BasicBlock *warp = c.newBlock("warp.sum"), *lead = c.newBlock("warp.sum.lead");
+    BasicBlock *own = c.newBlock("warp.sum.own"), *done = c.newBlock("warp.sum.done");
+    b.CreateCondBr(b.CreateAnd(b.CreateICmpEQ(mask, all), b.CreateICmpEQ(same, all)), warp, own);
+    b.SetInsertPoint(warp);
+    llvm::Type *t = value->getType();
+    unsigned words = unsigned(t->getPrimitiveSizeInBits() / 32);
+    auto *wordsTy = llvm::FixedVectorType::get(c.i32, words);
+    LV *sum = value;
+    for (unsigned offset = 16; offset > 0; offset /= 2) {
+      // The other lane's value, a 32-bit word at a time.
+      LV *asWords = b.CreateBitCast(sum, wordsTy), *got = llvm::PoisonValue::get(wordsTy);
+      for (unsigned w = 0; w < words; ++w)
+        got = b.CreateInsertElement(
+            got,
+            call(llvm::Intrinsic::nvvm_shfl_sync_bfly_i32,
+                 {all, b.CreateExtractElement(asWords, w), b.getInt32(offset), b.getInt32(31)}),
+            w);
+      LV *other = b.CreateBitCast(got, t);
+      sum = op == llvm::AtomicRMWInst::FAdd ? b.CreateFAdd(sum, other) : b.CreateAdd(sum, other);
+    }
+    LV *lane = call(llvm::Intrinsic::nvvm_read_ptx_sreg_laneid, {});
+    b.CreateCondBr(b.CreateICmpEQ(lane, b.getInt32(0)), lead, done);
+    b.SetInsertPoint(lead);
+    atomicUpdate(c, op, ptr, sum, align);
+    b.CreateBr(done);
+    b.SetInsertPoint(own);
+    atomicUpdate(c, op, ptr, value, align);
+    b.CreateBr(done);
+    b.SetInsertPoint(done);
+  }
 };
 
 } // namespace

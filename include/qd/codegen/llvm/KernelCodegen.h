@@ -110,6 +110,13 @@ struct CodegenOptions {
   /// buffers do not overlap may run it (ndarrayBuffersOverlap). The GPU
   /// targets refuse it: their runtimes do not check.
   bool distinctNdarrays = false;
+  /// GPU targets: a parallel task of at most this many iterations (a
+  /// literal trip count) whose body holds a long serial loop runs each
+  /// iteration on a whole group of threads that share the loop's
+  /// iterations and add up its sums (qd/analysis/CooperativeTask.h); 0:
+  /// one iteration per thread always. Off under boundsChecked and
+  /// stopChecks. Ignored by the CPU.
+  int64_t cooperativeTaskIterations = 4096;
   /// GPU targets: stacks kept in a local array of each thread (`entries`
   /// entries, PTX local memory, which the GPU caches in L1) instead of the
   /// interleaved heap. A launch of such code must give each of them a

@@ -1,0 +1,93 @@
+//===- qd/analysis/CooperativeTask.h - Groups sharing a serial loop -*- C++ -*-===//
+//
+// A parallel task with few iterations and a long serial loop inside each
+// (a hidden unit summing over every mass, a row reduced over its columns)
+// leaves a GPU almost idle when each iteration runs on one thread. A
+// *cooperative* task runs each iteration on a whole group of threads
+// (a CUDA block, an AMDGPU workgroup):
+//
+//  - every thread of the group runs the statements outside the shared loop
+//    itself, with the same operands, so it computes the same values; the
+//    statements that change global memory there (stores, atomics) run on
+//    the group's first thread only;
+//  - the shared loop's iterations are spread over the group's threads
+//    (thread k runs iterations begin + k, begin + k + size, ...);
+//  - the locals the loop adds into (sums) start at 0 on each thread, and
+//    after the loop the group adds the threads' partial sums in a fixed
+//    tree order and every thread adds the total to the local's value
+//    before the loop. Floating-point sums are therefore reassociated (the
+//    result is deterministic from launch to launch, within rounding of the
+//    serial order).
+//
+// Every loop of the task's body that qualifies is shared. The plan says
+// whether a task may run so: the loop's iterations must be
+// independent apart from those sums (other locals it writes must be
+// defined inside it, or hold at the end of each iteration the value they
+// held at its start, the adjoint pattern of a reverse loop: `load`, store
+// -0.0, add back); the loop neither stores to global memory nor reads what
+// it updates atomically; nothing in the task uses an adstack or leaves the
+// loop early. A store outside the loop to memory the task reads is
+// *fenced*: the group waits before it (every thread has read the old
+// value) and after it (every thread sees the new one); such statements must
+// be at the task's top level, where every thread of the group runs the
+// same control flow.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "qd/analysis/ElementOwnership.h"
+
+#include <cstdint>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace qd {
+
+class AllocaStmt;
+class ForStmt;
+class Stmt;
+
+/// When a task is worth running cooperatively.
+struct CooperativeTaskOptions {
+  /// Tasks with a literal trip count of at most this many iterations (0:
+  /// never cooperative).
+  int64_t mostTaskIterations = 0;
+  /// A shared loop with a literal trip count needs at least this many
+  /// iterations (one with a run-time trip count always qualifies).
+  int64_t leastLoopIterations = 64;
+  NdarrayAliasing aliasing = NdarrayAliasing::MayAlias;
+};
+
+struct CooperativeTaskPlan {
+  /// A serial loop the group's threads share (a statement of the task's
+  /// body), and the locals declared outside it that it only adds into.
+  struct SharedLoop {
+    const ForStmt *loop = nullptr;
+    std::vector<const AllocaStmt *> sums;
+  };
+  /// In body order; empty when the task runs one iteration per thread.
+  std::vector<SharedLoop> loops;
+  /// Global stores and atomics outside the shared loops (run by the first
+  /// thread).
+  std::set<const Stmt *> guarded;
+  /// Those of `guarded` the group waits around (top-level statements).
+  std::set<const Stmt *> fenced;
+  /// Why the task is not cooperative (empty when it is, or when it has no
+  /// candidate loop at all).
+  std::string refused;
+
+  bool cooperative() const { return !loops.empty(); }
+  /// The shared loop `s` is, or null.
+  const SharedLoop *shared(const Stmt *s) const {
+    for (const SharedLoop &l : loops)
+      if (l.loop == s)
+        return &l;
+    return nullptr;
+  }
+};
+
+/// Plans `task` (a top-level parallel for).
+CooperativeTaskPlan planCooperativeTask(const ForStmt &task, const CooperativeTaskOptions &options);
+
+} // namespace qd

@@ -1,0 +1,386 @@
+//===- CooperativeTaskTest.cpp - Groups of threads sharing a serial loop --===//
+//
+// The plan (qd/analysis/CooperativeTask.h) on forward and gradient kernels
+// and on what it must refuse; the GPU code it leads to (barriers, the
+// group-shared sums, one group per iteration in the layout); and, on a
+// machine with an NVIDIA GPU, the CUDA results against the interpreter for
+// loops shorter and longer than a group, groups of a size that is not a
+// power of two, and the gradient. Without a GPU the CUDA tests skip.
+//
+//===----------------------------------------------------------------------===//
+#include "qd/analysis/CooperativeTask.h"
+
+#include "qd/codegen/llvm/KernelCodegen.h"
+#include "qd/interp/Interpreter.h"
+#include "qd/ir/Casting.h"
+#include "qd/ir/Parser.h"
+#include "qd/ir/Verifier.h"
+#include "qd/runtime/CudaBackend.h"
+#include "qd/runtime/Program.h"
+#include "qd/transforms/AutoDiff.h"
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <llvm/IR/LLVMContext.h>
+#include <llvm/IR/Module.h>
+#include <llvm/Support/raw_ostream.h>
+
+#include <cmath>
+#include <iostream>
+
+namespace qd {
+namespace {
+
+/// Each of 8 hidden units: tanh(b[u] + sum_j w[u, j] x[j]) (the mass-spring
+/// controller's shape). `loopBody` replaces the loop's body when given.
+std::string hiddenKernel(const std::string &taskEnd = "8", const std::string &loopBody = "",
+                         const std::string &after = "    store %h[%u], %y\n") {
+  std::string body = loopBody.empty() ? R"(      %wv = load %w[%u, %j] : f32
+      %xv = load %x[%j] : f32
+      %t = mul %wv, %xv : f32
+      %old = load %s : f32
+      %new = add %old, %t : f32
+      store %s, %new
+)"
+                                      : loopBody;
+  return fmt::format(
+      R"(kernel @hidden(%w: ndarray<f32, 2> grad, %x: ndarray<f32, 1> grad, %b: ndarray<f32, 1> grad, %h: ndarray<f32, 1> grad) {{
+  %n = shape %x, 0 : i32
+  parallel for %u = 0 to {} {{
+    %s = alloca f32
+    %b0 = load %b[%u] : f32
+    store %s, %b0
+    for %j = 0 to %n {{
+{}    }}
+    %f = load %s : f32
+    %y = tanh %f : f32
+{}  }}
+}}
+)",
+      taskEnd, body, after);
+}
+
+struct Parsed {
+  std::unique_ptr<Module> module;
+  const ForStmt *task = nullptr;
+};
+
+Parsed parse(const std::string &text, const char *kernel = "hidden") {
+  auto m = parseModule(text, {"coop.qd", 1});
+  EXPECT_TRUE(m.ok()) << m.status().message() << "\n" << text;
+  if (!m.ok())
+    return {};
+  EXPECT_TRUE(verify(**m).ok());
+  Parsed p{*std::move(m)};
+  for (Stmt &s : p.module->findKernel(kernel)->body())
+    if (auto *f = dyn_cast<ForStmt>(&s); f && f->isParallel())
+      p.task = f;
+  return p;
+}
+
+CooperativeTaskPlan plan(const ForStmt &task,
+                         NdarrayAliasing aliasing = NdarrayAliasing::MayAlias) {
+  CooperativeTaskOptions o;
+  o.mostTaskIterations = 4096;
+  o.aliasing = aliasing;
+  return planCooperativeTask(task, o);
+}
+
+void expectOneLoopSummingS(const CooperativeTaskPlan &c) {
+  ASSERT_TRUE(c.cooperative()) << c.refused;
+  ASSERT_EQ(c.loops.size(), 1u);
+  ASSERT_EQ(c.loops[0].sums.size(), 1u);
+  EXPECT_EQ(c.loops[0].sums[0]->name(), "s");
+}
+
+TEST(CooperativeTaskTest, AHiddenLayerSharesItsSumLoop) {
+  Parsed p = parse(hiddenKernel());
+  ASSERT_TRUE(p.task);
+  CooperativeTaskPlan c = plan(*p.task);
+  expectOneLoopSummingS(c);
+  ASSERT_EQ(c.guarded.size(), 1u);
+  // %h may share a buffer with %x or %b, which the task reads: fenced.
+  EXPECT_EQ(c.fenced, c.guarded);
+  CooperativeTaskPlan d = plan(*p.task, NdarrayAliasing::Distinct);
+  ASSERT_TRUE(d.cooperative());
+  EXPECT_TRUE(d.fenced.empty());
+  // Off: never cooperative.
+  EXPECT_FALSE(planCooperativeTask(*p.task, {}).cooperative());
+}
+
+TEST(CooperativeTaskTest, TheGradientSharesItsLoopWhereNdarraysAreDistinct) {
+  Parsed p = parse(hiddenKernel());
+  ASSERT_TRUE(p.task);
+  auto grad = buildGradientKernel(*p.module, *p.module->findKernel("hidden"));
+  ASSERT_TRUE(grad.ok()) << grad.status().message();
+  const ForStmt *task = nullptr;
+  for (Stmt &s : (*grad)->body())
+    if (auto *f = dyn_cast<ForStmt>(&s); f && f->isParallel())
+      task = f;
+  ASSERT_TRUE(task);
+  CooperativeTaskPlan d = plan(*task, NdarrayAliasing::Distinct);
+  ASSERT_TRUE(d.cooperative()) << d.refused;
+  // Both the loop that replays the forward sum and the reverse loop are
+  // shared; each adds into the replayed sum, and the sum's adjoint, which
+  // every reverse iteration reads and puts back, is not a sum.
+  ASSERT_EQ(d.loops.size(), 2u);
+  for (const CooperativeTaskPlan::SharedLoop &l : d.loops)
+    EXPECT_EQ(l.sums.size(), 1u);
+  // Where %x.grad may be %x, the reverse loop reads what it adds into; the
+  // forward replay could be shared, but the reverse loop's atomics, outside
+  // it and under control flow, write what the task reads.
+  CooperativeTaskPlan m = plan(*task);
+  EXPECT_FALSE(m.cooperative());
+  EXPECT_NE(m.refused.find("under control flow outside the loop"), std::string::npos) << m.refused;
+}
+
+TEST(CooperativeTaskTest, WhatTheLoopCarriesKeepsTheTaskOneIterationPerThread) {
+  struct Case {
+    std::string text, why;
+  };
+  const std::string scale = R"(      %xv = load %x[%j] : f32
+      %old = load %s : f32
+      %new = mul %old, %xv : f32
+      store %s, %new
+)";
+  const std::string store = R"(      %xv = load %x[%j] : f32
+      store %b[%j], %xv
+)";
+  const std::string early = R"(      %xv = load %x[%j] : f32
+      %old = load %s : f32
+      %new = add %old, %xv : f32
+      store %s, %new
+      break
+)";
+  const std::string twice = R"(      %xv = load %x[%j] : f32
+      %old = load %s : f32
+      %new = add %old, %xv : f32
+      store %s, %new
+      %sq = mul %new, %new : f32
+      %again = load %s : f32
+      %more = add %again, %sq : f32
+      store %s, %more
+)";
+  const std::string guarded = R"(    %zero = const 0.0 : f32
+    %c = cmp gt %y, %zero : f32
+    if %c {
+      store %h[%u], %y
+    }
+)";
+  std::vector<Case> cases = {
+      {hiddenKernel("8", scale), "local %s carries a value"},
+      {hiddenKernel("8", store), "stores to global memory"},
+      {hiddenKernel("8", early), "may leave early"},
+      {hiddenKernel("8", twice), "local %s carries a value"},
+      {hiddenKernel("100000"), "100000 iterations, more than 4096"},
+      {hiddenKernel("8", "", guarded), "under control flow outside the loop"},
+  };
+  for (const Case &c : cases) {
+    Parsed p = parse(c.text);
+    ASSERT_TRUE(p.task);
+    CooperativeTaskPlan r = plan(*p.task);
+    EXPECT_FALSE(r.cooperative()) << c.text;
+    EXPECT_NE(r.refused.find(c.why), std::string::npos) << r.refused << "\n" << c.text;
+  }
+}
+
+TEST(CooperativeTaskTest, AReadOnlyOrRestoredLocalIsNotASum) {
+  // %a is read by every iteration and put back as it was (the adjoint
+  // pattern of a reverse loop: load, store -0.0, add back).
+  const std::string restored = R"(      %xv = load %x[%j] : f32
+      %av = load %a : f32
+      %nz = const -0.0 : f32
+      store %a, %nz
+      %t = mul %av, %xv : f32
+      %old = load %s : f32
+      %new = add %old, %t : f32
+      store %s, %new
+      %again = load %a : f32
+      %back = add %again, %av : f32
+      store %a, %back
+)";
+  std::string text = hiddenKernel("8", restored);
+  text.replace(text.find("    %s = alloca f32\n"), 0, "    %a = alloca f32\n");
+  Parsed p = parse(text);
+  ASSERT_TRUE(p.task);
+  CooperativeTaskPlan c = plan(*p.task);
+  expectOneLoopSummingS(c);
+}
+
+std::string emitted(const Kernel &k, CodegenTarget target, KernelLayout &layout,
+                    int64_t most = 4096) {
+  CodegenOptions o;
+  o.cooperativeTaskIterations = most;
+  llvm::LLVMContext context;
+  auto m = emitKernel(k, context, o, layout, target);
+  EXPECT_TRUE(m.ok()) << m.status().message();
+  if (!m.ok())
+    return "";
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  (*m)->print(os, nullptr);
+  return text;
+}
+
+TEST(CooperativeTaskTest, GpuCodeRunsAGroupPerIteration) {
+  Parsed p = parse(hiddenKernel());
+  ASSERT_TRUE(p.task);
+  const Kernel &k = *p.module->findKernel("hidden");
+  struct Target {
+    CodegenTarget target;
+    const char *barrier;
+  };
+  for (Target t : {Target{CodegenTarget::Nvptx, "@llvm.nvvm.barrier0"},
+                   Target{CodegenTarget::Amdgpu, "@llvm.amdgcn.s.barrier"}}) {
+    KernelLayout layout;
+    std::string ir = emitted(k, t.target, layout);
+    ASSERT_EQ(layout.tasks.size(), 1u);
+    EXPECT_TRUE(layout.tasks[0].cooperative);
+    EXPECT_NE(ir.find(t.barrier), std::string::npos) << ir;
+    EXPECT_NE(ir.find("@qd_cooperative_scratch = internal addrspace(3) global [1024 x i64]"),
+              std::string::npos)
+        << ir;
+    EXPECT_NE(ir.find("leader"), std::string::npos);
+    KernelLayout off;
+    std::string plain = emitted(k, t.target, off, 0);
+    EXPECT_FALSE(off.tasks[0].cooperative);
+    EXPECT_EQ(plain.find(t.barrier), std::string::npos);
+  }
+}
+
+CudaBackend *gpu(unsigned blockSize) {
+  static std::map<unsigned, std::unique_ptr<CudaBackend>> backends;
+  auto &b = backends[blockSize];
+  if (!b) {
+    CudaBackendOptions o;
+    o.blockSize = blockSize;
+    auto made = CudaBackend::create(o);
+    if (!made.ok()) {
+      std::cout << "[cuda] " << made.status().message() << "\n";
+      return nullptr;
+    }
+    b = *std::move(made);
+  }
+  return b.get();
+}
+
+/// @hidden and its gradient with h.grad = 1 over `n` inputs: h, then the
+/// gradients of w, x and b.
+std::vector<float> runHidden(Module &m, Backend &backend, int64_t n) {
+  auto program = Program::create(m);
+  EXPECT_TRUE(program.ok());
+  auto make = [](std::vector<int64_t> shape) { return *Buffer::create(ScalarType::F32, shape); };
+  Buffer w = make({8, n}), wg = make({8, n}), x = make({n}), xg = make({n}), b = make({8}),
+         bg = make({8}), h = make({8}), hg = make({8});
+  for (int64_t i = 0; i < 8 * n; ++i)
+    w.set(i, Scalar::ofFloat(ScalarType::F32, 0.01 * double((i * 7) % 13) - 0.06));
+  for (int64_t i = 0; i < n; ++i)
+    x.set(i, Scalar::ofFloat(ScalarType::F32, 0.02 * double(i % 17) - 0.15));
+  for (int64_t i = 0; i < 8; ++i)
+    b.set(i, Scalar::ofFloat(ScalarType::F32, 0.1 * double(i) - 0.3));
+  hg.fill(Scalar::ofFloat(ScalarType::F32, 1.0));
+  NdarrayArg wa{&w, &wg}, xa{&x, &xg}, ba{&b, &bg}, ha{&h, &hg};
+  const LaunchArg args[] = {LaunchArg::ndarray(&wa), LaunchArg::ndarray(&xa),
+                            LaunchArg::ndarray(&ba), LaunchArg::ndarray(&ha)};
+  EXPECT_TRUE((*program)->launch("hidden", args, backend).ok());
+  absl::Status s = (*program)->launch("hidden_grad", args, backend);
+  EXPECT_TRUE(s.ok()) << s.message();
+  std::vector<float> out;
+  for (const Buffer *buf : {&h, &wg, &xg, &bg})
+    for (int64_t i = 0; i < buf->numElements(); ++i)
+      out.push_back(float(buf->get(i).f));
+  return out;
+}
+
+TEST(CooperativeTaskTest, CudaMatchesTheInterpreter) {
+  if (!gpu(128))
+    GTEST_SKIP() << "no CUDA device or driver on this machine";
+  Parsed p = parse(hiddenKernel());
+  ASSERT_TRUE(p.task);
+  ASSERT_TRUE(buildGradientKernel(*p.module, *p.module->findKernel("hidden")).ok());
+  auto ptx = gpu(128)->ptx(*p.module->findKernel("hidden"));
+  ASSERT_TRUE(ptx.ok());
+  EXPECT_NE(ptx->find("bar.sync"), std::string::npos);
+  // Loops without iterations, shorter than a group, longer than several;
+  // groups of 128, of 100 (not a power of two) and of 1.
+  for (int64_t n : {1, 5, 100, 129, 4099})
+    for (unsigned block : {128u, 100u, 1u}) {
+      SCOPED_TRACE(fmt::format("{} inputs, groups of {}", n, block));
+      Interpreter interp;
+      std::vector<float> want = runHidden(*p.module, interp, n);
+      std::vector<float> got = runHidden(*p.module, *gpu(block), n);
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t i = 0; i < want.size(); ++i)
+        ASSERT_NEAR(got[i], want[i], 1e-5 + 1e-5 * std::fabs(want[i])) << i;
+    }
+}
+
+} // namespace
+} // namespace qd
+
+namespace qd {
+namespace {
+
+// Atomic adds to one element from every thread (a loss, a count) are summed
+// over each warp first on NVPTX; adds to elements that differ between
+// threads, or from a partial warp, stay one per thread. Integer sums are
+// exact, float sums within rounding of the interpreter's.
+TEST(CooperativeTaskTest, UniformAtomicAddsMatchTheInterpreter) {
+  if (!gpu(128))
+    GTEST_SKIP() << "no CUDA device or driver on this machine";
+  Parsed p = parse(
+      R"(kernel @sums(%x: ndarray<f32, 1>, %s: ndarray<f32, 1>, %c: ndarray<i64, 1>, %d: ndarray<f64, 1>) {
+  %n = shape %x, 0 : i32
+  parallel for %i = 0 to %n {
+    %v = load %x[%i] : f32
+    %z = const 0 : i32
+    atomic_add %s[%z], %v : f32
+    %w = cast %i : i32 to i64
+    %one = const 1 : i32
+    atomic_add %c[%one], %w : i64
+    %three = const 3 : i32
+    %r = rem %i, %three : i32
+    %f = cast %v : f32 to f64
+    atomic_add %d[%r], %f : f64
+    %half = const 0.5 : f32
+    %big = cmp gt %v, %half : f32
+    if %big {
+      atomic_add %c[%z], %w : i64
+    }
+  }
+}
+)",
+      "sums");
+  ASSERT_TRUE(p.task);
+  auto ptx = gpu(128)->ptx(*p.module->findKernel("sums"));
+  ASSERT_TRUE(ptx.ok());
+  EXPECT_NE(ptx->find("shfl.sync.bfly"), std::string::npos);
+  for (int64_t n : {1, 31, 1000, 100003}) {
+    SCOPED_TRACE(fmt::format("{} elements", n));
+    auto run = [&](Backend &backend) {
+      auto program = Program::create(*p.module);
+      EXPECT_TRUE(program.ok());
+      Buffer x = *Buffer::create(ScalarType::F32, {n}), s = *Buffer::create(ScalarType::F32, {1});
+      Buffer c = *Buffer::create(ScalarType::I64, {2}), d = *Buffer::create(ScalarType::F64, {3});
+      for (int64_t i = 0; i < n; ++i)
+        x.set(i, Scalar::ofFloat(ScalarType::F32, double(i % 97) / 97.0));
+      NdarrayArg xa{&x}, sa{&s}, ca{&c}, da{&d};
+      const LaunchArg args[] = {LaunchArg::ndarray(&xa), LaunchArg::ndarray(&sa),
+                                LaunchArg::ndarray(&ca), LaunchArg::ndarray(&da)};
+      absl::Status st = (*program)->launch("sums", args, backend);
+      EXPECT_TRUE(st.ok()) << st.message();
+      return std::vector<double>{s.get(0).f, double(c.get(0).i), double(c.get(1).i),
+                                 d.get(0).f, d.get(1).f,         d.get(2).f};
+    };
+    Interpreter interp;
+    std::vector<double> want = run(interp), got = run(*gpu(128));
+    EXPECT_NEAR(got[0], want[0], 1e-5 * std::fabs(want[0]));
+    EXPECT_EQ(got[1], want[1]);
+    EXPECT_EQ(got[2], want[2]);
+    for (int k = 3; k < 6; ++k)
+      EXPECT_NEAR(got[k], want[k], 1e-9 * std::fabs(want[k]) + 1e-12);
+  }
+}
+
+} // namespace
+} // namespace qd
