@@ -90,6 +90,16 @@ GpuRuntime::compile(const Kernel &kernel, const accel::CompileRequest &request) 
     if (!fn.ok())
       return fn.status();
     c->functions.push_back(*fn);
+    unsigned block = l.kind == KernelLayout::Launch::Parallel ? blockSize_ : 1;
+    // A cooperative task's group shares the task's loops: the larger the
+    // group, the more threads share them and hide their loads' latency.
+    if (l.kind == KernelLayout::Launch::Parallel && layout.tasks.at(l.task).cooperative)
+      for (unsigned b = 1024; b > blockSize_; b /= 2)
+        if (absl::StatusOr<int> fits = device_->residentBlocks(*fn, b); fits.ok() && *fits > 0) {
+          block = b;
+          break;
+        }
+    c->blockSizes.push_back(block);
   }
   absl::StatusOr<int64_t> blocks = residentBlocks(*c, request);
   if (!blocks.ok())
@@ -105,7 +115,9 @@ absl::StatusOr<int64_t> GpuRuntime::residentBlocks(const GpuKernel &c,
   const int64_t sms = std::max(device_->multiprocessors(), 1);
   int64_t blocks = -1;
   for (size_t i = 0; i < c.kernelLayout.launches.size(); ++i) {
-    if (c.kernelLayout.launches[i].kind != KernelLayout::Launch::Parallel)
+    const KernelLayout::Launch &l = c.kernelLayout.launches[i];
+    // A cooperative task takes a group per iteration, not this grid.
+    if (l.kind != KernelLayout::Launch::Parallel || c.kernelLayout.tasks.at(l.task).cooperative)
       continue;
     absl::StatusOr<int> perSm = device_->residentBlocks(c.functions[i], blockSize_);
     if (!perSm.ok())
@@ -324,8 +336,7 @@ absl::Status GpuRuntime::enqueue(GpuKernel &c, const accel::LaunchFrame &frame, 
   for (size_t i = 0; i < c.kernelLayout.launches.size() && launched.ok(); ++i) {
     if (frame.groups[i] == 0)
       continue;
-    bool parallel = c.kernelLayout.launches[i].kind == KernelLayout::Launch::Parallel;
-    launched = device_->launch(c.functions[i], frame.groups[i], parallel ? blockSize_ : 1, ctxArg,
+    launched = device_->launch(c.functions[i], frame.groups[i], c.blockSizes[i], ctxArg,
                                c.kernelLayout.launches[i].function, stream);
   }
   if (launched.ok() && timer)

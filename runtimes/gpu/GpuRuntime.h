@@ -43,6 +43,9 @@ struct GpuKernel final : accel::DeviceKernel {
   std::string code;
   std::unique_ptr<LoadedModule> module;
   std::vector<Function> functions; // per layout.launches entry
+  /// Threads per block of each parallel entry: the backend's block size,
+  /// or for a cooperative task the most (up to 1024) its code can run.
+  std::vector<unsigned> blockSizes;
   /// The resident grid of every parallel entry (whole blocks).
   int64_t threads = 1;
   bool stopChecks = false;
