@@ -19,7 +19,7 @@
 //    outside the contract.)
 //  With NdarrayAliasing::Distinct, each component of each ndarray argument
 //  is a class of its own: code compiled so may run only when the launch's
-//  buffers do not overlap (the CPU backend checks, and compiles the
+//  buffers do not overlap (the CPU, CUDA and HIP backends check, and compile the
 //  conservative code for a launch whose buffers do).
 //
 // Ownership. An iteration *owns* the elements of a class when one index

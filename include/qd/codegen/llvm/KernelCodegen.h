@@ -104,11 +104,12 @@ struct CodegenOptions {
   /// timeout and ::cancel need. Off, the code has no checks (on an H100
   /// they cost up to 75% of a benchmark gradient's time, docs/performance.md).
   bool stopChecks = false;
-  /// CPU: the code may take every component of every ndarray argument to
-  /// be storage of its own (NdarrayAliasing::Distinct, ElementOwnership.h):
-  /// more of its tasks get lanes and private atomics. Only a launch whose
-  /// buffers do not overlap may run it (ndarrayBuffersOverlap). The GPU
-  /// targets refuse it: their runtimes do not check.
+  /// The code may take every component of every ndarray argument to be
+  /// storage of its own (NdarrayAliasing::Distinct, ElementOwnership.h):
+  /// more of its tasks get lanes (CPU), private atomics and cooperative
+  /// loops (GPU targets). Only a launch whose buffers do not overlap may
+  /// run it (ndarrayBuffersOverlap): the CPU, CUDA and HIP runtimes check
+  /// each launch and compile both variants.
   bool distinctNdarrays = false;
   /// GPU targets: a parallel task of at most this many iterations (a
   /// literal trip count) whose body holds a long serial loop runs each
