@@ -10,6 +10,8 @@
 //===----------------------------------------------------------------------===//
 #include "qd/analysis/CooperativeTask.h"
 
+#include "UniformSums.h"
+
 #include "qd/codegen/llvm/KernelCodegen.h"
 #include "qd/interp/Interpreter.h"
 #include "qd/ir/Casting.h"
@@ -323,63 +325,16 @@ namespace {
 
 // Atomic adds to one element from every thread (a loss, a count) are summed
 // over each warp first on NVPTX; adds to elements that differ between
-// threads, or from a partial warp, stay one per thread. Integer sums are
-// exact, float sums within rounding of the interpreter's.
+// threads, or from a partial warp, stay one per thread.
 TEST(CooperativeTaskTest, UniformAtomicAddsMatchTheInterpreter) {
   if (!gpu(128))
     GTEST_SKIP() << "no CUDA device or driver on this machine";
-  Parsed p = parse(
-      R"(kernel @sums(%x: ndarray<f32, 1>, %s: ndarray<f32, 1>, %c: ndarray<i64, 1>, %d: ndarray<f64, 1>) {
-  %n = shape %x, 0 : i32
-  parallel for %i = 0 to %n {
-    %v = load %x[%i] : f32
-    %z = const 0 : i32
-    atomic_add %s[%z], %v : f32
-    %w = cast %i : i32 to i64
-    %one = const 1 : i32
-    atomic_add %c[%one], %w : i64
-    %three = const 3 : i32
-    %r = rem %i, %three : i32
-    %f = cast %v : f32 to f64
-    atomic_add %d[%r], %f : f64
-    %half = const 0.5 : f32
-    %big = cmp gt %v, %half : f32
-    if %big {
-      atomic_add %c[%z], %w : i64
-    }
-  }
-}
-)",
-      "sums");
-  ASSERT_TRUE(p.task);
-  auto ptx = gpu(128)->ptx(*p.module->findKernel("sums"));
+  auto m = parseModule(kUniformSums);
+  ASSERT_TRUE(m.ok());
+  auto ptx = gpu(128)->ptx(*(*m)->findKernel("sums"));
   ASSERT_TRUE(ptx.ok());
   EXPECT_NE(ptx->find("shfl.sync.bfly"), std::string::npos);
-  for (int64_t n : {1, 31, 1000, 100003}) {
-    SCOPED_TRACE(fmt::format("{} elements", n));
-    auto run = [&](Backend &backend) {
-      auto program = Program::create(*p.module);
-      EXPECT_TRUE(program.ok());
-      Buffer x = *Buffer::create(ScalarType::F32, {n}), s = *Buffer::create(ScalarType::F32, {1});
-      Buffer c = *Buffer::create(ScalarType::I64, {2}), d = *Buffer::create(ScalarType::F64, {3});
-      for (int64_t i = 0; i < n; ++i)
-        x.set(i, Scalar::ofFloat(ScalarType::F32, double(i % 97) / 97.0));
-      NdarrayArg xa{&x}, sa{&s}, ca{&c}, da{&d};
-      const LaunchArg args[] = {LaunchArg::ndarray(&xa), LaunchArg::ndarray(&sa),
-                                LaunchArg::ndarray(&ca), LaunchArg::ndarray(&da)};
-      absl::Status st = (*program)->launch("sums", args, backend);
-      EXPECT_TRUE(st.ok()) << st.message();
-      return std::vector<double>{s.get(0).f, double(c.get(0).i), double(c.get(1).i),
-                                 d.get(0).f, d.get(1).f,         d.get(2).f};
-    };
-    Interpreter interp;
-    std::vector<double> want = run(interp), got = run(*gpu(128));
-    EXPECT_NEAR(got[0], want[0], 1e-5 * std::fabs(want[0]));
-    EXPECT_EQ(got[1], want[1]);
-    EXPECT_EQ(got[2], want[2]);
-    for (int k = 3; k < 6; ++k)
-      EXPECT_NEAR(got[k], want[k], 1e-9 * std::fabs(want[k]) + 1e-12);
-  }
+  expectUniformSumsMatch(*gpu(128));
 }
 
 } // namespace

@@ -4,6 +4,7 @@
 // (VulkanBackendHarness.h says where it runs and what every test asserts).
 //
 //===----------------------------------------------------------------------===//
+#include "UniformSums.h"
 #include "VulkanBackendHarness.h"
 
 namespace qd {
@@ -34,6 +35,16 @@ TEST_F(VulkanBackendTest, TheDeviceTypeIsReported) {
   if (i.name.find("llvmpipe") != std::string::npos) { // lavapipe
     EXPECT_TRUE(i.cpu) << i.name;
   }
+}
+
+// Where the device has subgroup arithmetic, adds to one element are summed
+// over the subgroup first (spirv-subgroup-sum.qd); the sums are the
+// interpreter's either way.
+TEST_F(VulkanBackendTest, UniformAtomicAddsMatchTheInterpreter) {
+  REQUIRE_DEVICE();
+  std::cout << "[vulkan] subgroup arithmetic: "
+            << (gpu()->deviceInfo().features.subgroupArithmetic ? "yes" : "no") << "\n";
+  expectUniformSumsMatch(*gpu());
 }
 
 /// The error of a loop the driver ended (SpirvOptions::checkLoopExits).

@@ -425,6 +425,17 @@ void Device::queryFeatures(const std::vector<VkExtensionProperties> &exts) {
   f.int64Atomics = hasAtomic64 && atomic64.shaderBufferInt64Atomics;
   f.atomicFloat32Add = hasAtomicFloat && atomicFloat.shaderBufferFloat32AtomicAdd;
   f.atomicFloat64Add = hasAtomicFloat && atomicFloat.shaderBufferFloat64AtomicAdd;
+  auto subgroup = vk::make<VkPhysicalDeviceSubgroupProperties>(
+      VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES);
+  auto props =
+      vk::make<VkPhysicalDeviceProperties2>(VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2);
+  props.pNext = &subgroup;
+  api_.GetPhysicalDeviceProperties2(physical_, &props);
+  const VkSubgroupFeatureFlags wanted = VK_SUBGROUP_FEATURE_BASIC_BIT |
+                                        VK_SUBGROUP_FEATURE_VOTE_BIT |
+                                        VK_SUBGROUP_FEATURE_ARITHMETIC_BIT;
+  f.subgroupArithmetic = (subgroup.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) &&
+                         (subgroup.supportedOperations & wanted) == wanted;
 }
 
 absl::Status Device::createLogicalDevice(uint32_t family) {

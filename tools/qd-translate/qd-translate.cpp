@@ -75,6 +75,7 @@ struct Options {
   bool optimize = false;
   bool light = false; // --light: the CPU backend's light tier
   bool atomicFloatAdd = false;
+  bool subgroupArithmetic = false;
   bool checkLoopExits = false;
 };
 
@@ -88,6 +89,9 @@ constexpr const char *kUsage =
     "  --target=<name>        code generation target: cpu, nvptx, amdgpu or spirv\n"
     "                         (default: cpu; spirv prints the disassembled SPIR-V\n"
     "                         module)\n"
+    "  --subgroup-arithmetic  spirv: the device has subgroup vote and arithmetic\n"
+    "                         operations (atomic adds to one element are summed\n"
+    "                         over the subgroup first)\n"
     "  --atomic-float-add     spirv: the device has float atomic adds\n"
     "                         (SPV_EXT_shader_atomic_float_add)\n"
     "  --check-loop-exits     spirv: an error site after every loop that the driver\n"
@@ -211,6 +215,8 @@ std::optional<int> parseArgs(int argc, char **argv, Options &opts) {
         return fail("--vector-isa takes sse4, avx2 or avx512, got '" + *v + "'");
     } else if (arg == "--atomic-float-add") {
       opts.atomicFloatAdd = true;
+    } else if (arg == "--subgroup-arithmetic") {
+      opts.subgroupArithmetic = true;
     } else if (arg == "--check-loop-exits") {
       opts.checkLoopExits = true;
     } else if (arg == "--optimize") {
@@ -280,8 +286,10 @@ std::string checkOptions(Options &opts) {
     return kNoSpirv;
   if (spirv && opts.emit != "llvm")
     return "--emit=" + opts.emit + " does not go with --target=spirv (spirv prints SPIR-V)";
-  if (!spirv && (opts.atomicFloatAdd || opts.checkLoopExits))
-    return std::string(opts.atomicFloatAdd ? "--atomic-float-add" : "--check-loop-exits") +
+  if (!spirv && (opts.atomicFloatAdd || opts.checkLoopExits || opts.subgroupArithmetic))
+    return std::string(opts.atomicFloatAdd       ? "--atomic-float-add"
+                       : opts.subgroupArithmetic ? "--subgroup-arithmetic"
+                                                 : "--check-loop-exits") +
            " needs --target=spirv (options of the SPIR-V code)";
   if (opts.emit == "ptx" && opts.target != "nvptx")
     return "--emit=ptx needs --target=nvptx (the " + opts.target + " target does not print PTX)";
@@ -345,6 +353,7 @@ std::string emitSpirvOutputs(const Options &opts, const std::vector<const qd::Ke
   options.boundsChecked = opts.boundsCheck;
   options.optimize = opts.optimize;
   options.features.atomicFloat32Add = options.features.atomicFloat64Add = opts.atomicFloatAdd;
+  options.features.subgroupArithmetic = opts.subgroupArithmetic;
   options.checkLoopExits = opts.checkLoopExits;
   options.stopChecks = opts.stopChecks;
   for (const qd::Kernel *kernel : kernels) {

@@ -7,6 +7,7 @@
 #include "GpuTarget.h"
 
 #include "qd/abi/DeviceEntries.h"
+#include "qd/analysis/TaskVarying.h"
 #include "qd/ir/Casting.h"
 #include "qd/ir/Visitor.h"
 
@@ -18,35 +19,6 @@
 #include <optional>
 
 namespace qd::codegen {
-namespace {
-
-/// The values of parallel task `task` that may differ between its
-/// iterations: its indices and what depends on them through operands,
-/// locals and adstacks (not through control flow: the use, choosing
-/// uniformAtomicUpdate, checks at run time).
-std::unordered_set<const Value *> taskVaryingValues(ForStmt &task) {
-  std::unordered_set<const Value *> varying{&task};
-  for (bool changed = true; changed;) {
-    changed = false;
-    walk(task.body(), [&](Stmt &s) {
-      // A store (to a local or an adstack) makes its target vary.
-      bool store = s.kind() == StmtKind::LocalStore || s.kind() == StmtKind::AdStackPush ||
-                   s.kind() == StmtKind::AdStackAccAdjoint;
-      const Value *target = store ? s.operand(0) : &s;
-      if (varying.count(target))
-        return;
-      bool v = s.kind() == StmtKind::TaskIndex;
-      for (unsigned i = store ? 1 : 0; i < s.numOperands() && !v; ++i)
-        v = varying.count(s.operand(i)) > 0;
-      if (v && (store || s.type().isScalar() || isa<ForStmt>(s)))
-        changed |= varying.insert(target).second;
-    });
-  }
-  return varying;
-}
-
-} // namespace
-
 void GpuTarget::planEntries(EmitContext &c) {
   DeviceEntryPlan plan = planDeviceEntries(const_cast<Kernel &>(c.kernel));
   for (DeviceEntryPlan::Entry &e : plan.entries)

@@ -96,9 +96,16 @@ void SpirvEmitter::globalAccess(GlobalAccessStmt &g) {
   } else {
     auto &rmw = cast<AtomicRmwStmt>(g);
     switch (rmw.op()) {
-    case AtomicOp::Add:
-      atomicAdd(cast<AtomicAddStmt>(g), slot, ptr, get(rmw.value()));
+    case AtomicOp::Add: {
+      bool uniform = !fn_->varying.empty() &&
+                     std::none_of(g.operandUses().begin(), g.operandUses().end() - 1,
+                                  [&](const Use &u) { return fn_->varying.count(u.get()); });
+      if (uniform)
+        subgroupAtomicAdd(cast<AtomicAddStmt>(g), slot, ptr, flat, get(rmw.value()));
+      else
+        atomicAdd(cast<AtomicAddStmt>(g), slot, ptr, get(rmw.value()));
       break;
+    }
     case AtomicOp::Max:
       b_.op(Op::OpAtomicSMax, slot.storage,
             {ptr, b_.u32(kScopeDevice), b_.u32(0), get(rmw.value())});
@@ -149,6 +156,27 @@ void SpirvEmitter::atomicAdd(const AtomicAddStmt &add, const SlotInfo &slot, Id 
   b_.condBranch(done, merge, header);
   b_.label(merge);
   checkExit(exited, add);
+}
+
+void SpirvEmitter::subgroupAtomicAdd(const AtomicAddStmt &add, const SlotInfo &slot, Id ptr,
+                                     Id flat, Id value) {
+  using spv::Op;
+  ScalarType t = slot.elem;
+  // 64-bit group operations need shaderSubgroupExtendedTypes.
+  if (t != ScalarType::F32 && t != ScalarType::I32)
+    return atomicAdd(add, slot, ptr, value);
+  m_.capability(spv::Capability::GroupNonUniform);
+  m_.capability(spv::Capability::GroupNonUniformVote);
+  m_.capability(spv::Capability::GroupNonUniformArithmetic);
+  Id scope = b_.u32(uint32_t(spv::Scope::Subgroup)), boolTy = b_.tBool();
+  // The active invocations all update one element: one adds their sum
+  // (a reduction over the active invocations, whatever the control flow).
+  Id same = b_.op(Op::OpGroupNonUniformAllEqual, boolTy, {scope, flat});
+  Id sum = b_.op(isFloat(t) ? Op::OpGroupNonUniformFAdd : Op::OpGroupNonUniformIAdd, b_.typeOf(t),
+                 {scope, uint32_t(spv::GroupOperation::Reduce), value});
+  Id elected = b_.op(Op::OpGroupNonUniformElect, boolTy, {scope});
+  Id v = b_.select(b_.typeOf(t), same, sum, value);
+  b_.ifThen(b_.lor(b_.lnot(same), elected), [&] { atomicAdd(add, slot, ptr, v); });
 }
 
 //===--- Adstacks ---------------------------------------------------------===//

@@ -11,6 +11,7 @@
 
 #include "qd/abi/DeviceEntries.h"
 #include "qd/abi/LaunchErrors.h"
+#include "qd/analysis/TaskVarying.h"
 
 #include <fmt/format.h>
 
@@ -312,6 +313,8 @@ void SpirvEmitter::emitParallelTask(ForStmt &task) {
   Function fn;
   beginFunction(fn, name, true);
   fn.parallelTask = index;
+  if (opts_.features.subgroupArithmetic)
+    fn.varying = taskVaryingValues(task);
   Id u32 = b_.tU32();
   // Extents as u32 (end - begin when positive; the difference of two i32
   // fits); a band of more points than u32 counts is an error.

@@ -23,6 +23,7 @@
 #include <map>
 #include <set>
 #include <unordered_map>
+#include <unordered_set>
 
 namespace qd::spirv {
 
@@ -131,6 +132,11 @@ private:
     Id stopReader = 0; // bool: this invocation reads the stop word at every poll
     std::array<Id, ForStmt::kMaxDims> bandIndex{};
     int parallelTask = -1;
+    /// A parallel task's values that may differ between its iterations
+    /// (qd/analysis/TaskVarying.h); with SpirvFeatures::subgroupArithmetic,
+    /// an atomic add whose indices are none of them is summed over the
+    /// subgroup first.
+    std::unordered_set<const Value *> varying;
   };
 
   // Kernel structure (NvptxTarget's entries, here as entry points).
@@ -204,6 +210,10 @@ private:
   unsigned slotOf(const GlobalAccessStmt &g);
   /// `add`'s add of `value` to *ptr (its loop's error site names `add`).
   void atomicAdd(const AtomicAddStmt &add, const SlotInfo &slot, Id ptr, Id value);
+  /// atomicAdd of an element the iteration does not choose (index `flat`):
+  /// where every active invocation of the subgroup updates that element,
+  /// one of them adds their sum.
+  void subgroupAtomicAdd(const AtomicAddStmt &add, const SlotInfo &slot, Id ptr, Id flat, Id value);
   const StackState &stack(unsigned id);
   void adStackOp(AdStackOpStmt &op);
   /// A loop: header (OpLoopMerge), `cond()` deciding whether to run the

@@ -67,6 +67,11 @@ struct SpirvFeatures {
   /// compare-exchange loop.
   bool atomicFloat32Add = false;
   bool atomicFloat64Add = false;
+  /// VkPhysicalDeviceSubgroupProperties: basic, vote and arithmetic
+  /// subgroup operations in compute shaders. With them an atomic add to an
+  /// element the iteration does not choose is summed over the subgroup
+  /// first where the whole subgroup updates that element.
+  bool subgroupArithmetic = false;
 };
 
 struct SpirvOptions {
