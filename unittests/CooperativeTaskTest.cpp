@@ -48,6 +48,7 @@ std::string hiddenKernel(const std::string &taskEnd = "8", const std::string &lo
   return fmt::format(
       R"(kernel @hidden(%w: ndarray<f32, 2> grad, %x: ndarray<f32, 1> grad, %b: ndarray<f32, 1> grad, %h: ndarray<f32, 1> grad) {{
   %n = shape %x, 0 : i32
+  %units = shape %b, 0 : i32
   parallel for %u = 0 to {} {{
     %s = alloca f32
     %b0 = load %b[%u] : f32
@@ -101,6 +102,7 @@ TEST(CooperativeTaskTest, AHiddenLayerSharesItsSumLoop) {
   CooperativeTaskPlan c = plan(*p.task);
   expectOneLoopSummingS(c);
   ASSERT_EQ(c.guarded.size(), 1u);
+  EXPECT_EQ(c.mostIterations, 4096);
   // %h may share a buffer with %x or %b, which the task reads: fenced.
   EXPECT_EQ(c.fenced, c.guarded);
   CooperativeTaskPlan d = plan(*p.task, NdarrayAliasing::Distinct);
@@ -126,6 +128,9 @@ TEST(CooperativeTaskTest, TheGradientSharesItsLoopWhereNdarraysAreDistinct) {
   // shared; each adds into the replayed sum, and the sum's adjoint, which
   // every reverse iteration reads and puts back, is not a sum.
   ASSERT_EQ(d.loops.size(), 2u);
+  // The reverse loop adds into %x.grad[%j]: it scatters, so the
+  // cooperative form pays only for few iterations.
+  EXPECT_EQ(d.mostIterations, 64);
   for (const CooperativeTaskPlan::SharedLoop &l : d.loops)
     EXPECT_EQ(l.sums.size(), 1u);
   // Where %x.grad may be %x, the reverse loop reads what it adds into; the
@@ -268,17 +273,17 @@ CudaBackend *gpu(unsigned blockSize) {
 
 /// @hidden and its gradient with h.grad = 1 over `n` inputs: h, then the
 /// gradients of w, x and b.
-std::vector<float> runHidden(Module &m, Backend &backend, int64_t n) {
+std::vector<float> runHidden(Module &m, Backend &backend, int64_t n, int64_t units = 8) {
   auto program = Program::create(m);
   EXPECT_TRUE(program.ok());
   auto make = [](std::vector<int64_t> shape) { return *Buffer::create(ScalarType::F32, shape); };
-  Buffer w = make({8, n}), wg = make({8, n}), x = make({n}), xg = make({n}), b = make({8}),
-         bg = make({8}), h = make({8}), hg = make({8});
-  for (int64_t i = 0; i < 8 * n; ++i)
+  Buffer w = make({units, n}), wg = make({units, n}), x = make({n}), xg = make({n}),
+         b = make({units}), bg = make({units}), h = make({units}), hg = make({units});
+  for (int64_t i = 0; i < units * n; ++i)
     w.set(i, Scalar::ofFloat(ScalarType::F32, 0.01 * double((i * 7) % 13) - 0.06));
   for (int64_t i = 0; i < n; ++i)
     x.set(i, Scalar::ofFloat(ScalarType::F32, 0.02 * double(i % 17) - 0.15));
-  for (int64_t i = 0; i < 8; ++i)
+  for (int64_t i = 0; i < units; ++i)
     b.set(i, Scalar::ofFloat(ScalarType::F32, 0.1 * double(i) - 0.3));
   hg.fill(Scalar::ofFloat(ScalarType::F32, 1.0));
   NdarrayArg wa{&w, &wg}, xa{&x, &xg}, ba{&b, &bg}, ha{&h, &hg};
@@ -311,6 +316,38 @@ TEST(CooperativeTaskTest, CudaMatchesTheInterpreter) {
       Interpreter interp;
       std::vector<float> want = runHidden(*p.module, interp, n);
       std::vector<float> got = runHidden(*p.module, *gpu(block), n);
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t i = 0; i < want.size(); ++i)
+        ASSERT_NEAR(got[i], want[i], 1e-5 + 1e-5 * std::fabs(want[i])) << i;
+    }
+}
+
+// A task whose trip count is known only at launch has both forms; the
+// runtime runs the cooperative one up to 4096 iterations
+// (CodegenOptions::cooperativeTaskIterations) and one iteration per thread
+// past that.
+TEST(CooperativeTaskTest, ARunTimeTripCountChoosesTheFormAtLaunch) {
+  Parsed p = parse(hiddenKernel("%units"));
+  ASSERT_TRUE(p.task);
+  for (CodegenTarget target : {CodegenTarget::Nvptx, CodegenTarget::Amdgpu}) {
+    KernelLayout layout;
+    std::string ir = emitted(*p.module->findKernel("hidden"), target, layout);
+    ASSERT_EQ(layout.tasks.size(), 1u);
+    EXPECT_FALSE(layout.tasks[0].cooperative);
+    ASSERT_EQ(layout.launches.size(), 2u); // the shapes' serial entry, the task
+    EXPECT_EQ(layout.launches[1].cooperativeFunction, "qd_task_0_coop");
+    EXPECT_EQ(layout.launches[1].cooperativeIterations, 4096);
+    EXPECT_NE(ir.find("void @qd_task_0_coop("), std::string::npos) << ir;
+  }
+  if (!gpu(128))
+    GTEST_SKIP() << "no CUDA device or driver on this machine";
+  ASSERT_TRUE(buildGradientKernel(*p.module, *p.module->findKernel("hidden")).ok());
+  for (int64_t units : {3, 4096, 4097})
+    for (int64_t n : {7, 300}) {
+      SCOPED_TRACE(fmt::format("{} units, {} inputs", units, n));
+      Interpreter interp;
+      std::vector<float> want = runHidden(*p.module, interp, n, units);
+      std::vector<float> got = runHidden(*p.module, *gpu(128), n, units);
       ASSERT_EQ(got.size(), want.size());
       for (size_t i = 0; i < want.size(); ++i)
         ASSERT_NEAR(got[i], want[i], 1e-5 + 1e-5 * std::fabs(want[i])) << i;

@@ -12,6 +12,8 @@
 //===----------------------------------------------------------------------===//
 #include "qd/analysis/CooperativeTask.h"
 
+#include "qd/analysis/TaskVarying.h"
+
 #include "qd/ir/Casting.h"
 #include "qd/ir/Stmt.h"
 #include "qd/ir/Visitor.h"
@@ -248,7 +250,7 @@ std::string checkTask(const ForStmt &task, const CooperativeTaskOptions &o) {
   if (task.numDims() != 1)
     return "a band";
   int64_t trips = literalTrips(task);
-  if (trips < 0)
+  if (trips < 0 && !o.runTimeTrips)
     return "its trip count is known only at launch";
   if (trips > o.mostTaskIterations)
     return fmt::format("{} iterations, more than {}", trips, o.mostTaskIterations);
@@ -326,6 +328,26 @@ CooperativeTaskPlan planCooperativeTask(const ForStmt &task, const CooperativeTa
     return refused;
   }
   plan.refused.clear();
+  // A loop whose atomic adds follow its index scatters them.
+  bool scatters = false;
+  for (const CooperativeTaskPlan::SharedLoop &l : plan.loops) {
+    std::unordered_set<const Value *> byIndex = taskVaryingValues(*l.loop);
+    walk(l.loop->body(), [&](Stmt &s) {
+      if (isa<AtomicRmwStmt>(s))
+        for (unsigned i = 0; i + 1 < s.numOperands(); ++i)
+          scatters |= byIndex.count(s.operand(i)) > 0;
+    });
+  }
+  plan.mostIterations =
+      scatters ? std::min(o.mostScatteringIterations, o.mostTaskIterations) : o.mostTaskIterations;
+  int64_t trips = literalTrips(task);
+  if (trips > plan.mostIterations) {
+    CooperativeTaskPlan refused;
+    refused.refused = fmt::format("{} iterations, more than {} with a loop that scatters atomic "
+                                  "adds (one iteration per thread, warps sum them)",
+                                  trips, plan.mostIterations);
+    return refused;
+  }
   return plan;
 }
 

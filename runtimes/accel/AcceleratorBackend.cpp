@@ -208,14 +208,15 @@ int64_t AcceleratorBackend::State::oneWave(const DeviceKernel &code,
 }
 
 std::vector<uint32_t> AcceleratorBackend::State::groups(const DeviceKernel &code,
-                                                        const LaunchPlan &plan,
-                                                        int64_t threads) const {
+                                                        const LaunchPlan &plan, int64_t threads,
+                                                        std::vector<bool> &cooperative) const {
   // A parallel task whose extent is known now and fits the grid needs only
   // the groups that have an iteration.
   const KernelLayout &layout = code.layout();
   const int64_t group = std::max<unsigned>(limits.groupSize, 1);
   const int64_t full = (threads + group - 1) / group;
   std::vector<uint32_t> groups;
+  cooperative.assign(layout.launches.size(), false);
   for (const KernelLayout::Launch &l : layout.launches) {
     if (l.kind != KernelLayout::Launch::Parallel) {
       groups.push_back(1);
@@ -226,7 +227,12 @@ std::vector<uint32_t> AcceleratorBackend::State::groups(const DeviceKernel &code
     std::optional<int64_t> count = plan.fixedIterations(task);
     // A cooperative task runs a group per iteration (its bounds are
     // literals, so the count is known).
-    if (task.cooperative && count)
+    // A task with cooperative code as well takes it where its iterations
+    // are few enough.
+    bool chosen = !l.cooperativeFunction.empty() && count && *count <= l.cooperativeIterations;
+    if (chosen)
+      cooperative[groups.size()] = true;
+    if ((task.cooperative || chosen) && count)
       n = *count;
     else if (count)
       n = std::min(n, (*count + group - 1) / group);
@@ -375,7 +381,7 @@ absl::Status AcceleratorBackend::State::launchLocked(Program &program, const Ker
   }
   lastThreads = frame.threads;
   lastPlacement = plan->adStackPlacement(frame.threads);
-  frame.groups = groups(code, *plan, frame.threads);
+  frame.groups = groups(code, *plan, frame.threads, frame.cooperative);
   absl::StatusOr<std::vector<DeviceMirror *>> slots = mirrorSlots(kernel, *plan);
   if (!slots.ok())
     return slots.status();

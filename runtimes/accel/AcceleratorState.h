@@ -100,7 +100,7 @@ struct AcceleratorBackend::State {
   absl::StatusOr<int64_t> grid(const accel::DeviceKernel &code, const LaunchPlan &plan,
                                const Budget &budget) const;
   std::vector<uint32_t> groups(const accel::DeviceKernel &code, const LaunchPlan &plan,
-                               int64_t threads) const;
+                               int64_t threads, std::vector<bool> &cooperative) const;
   /// Grows the heap to at least `bytes` (with `doubling`, to twice the
   /// heap held where that is more, but never past the device's largest
   /// buffer or `budget`; a compacted heap grows to its bytes exactly).

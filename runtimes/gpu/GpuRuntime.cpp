@@ -90,22 +90,34 @@ GpuRuntime::compile(const Kernel &kernel, const accel::CompileRequest &request) 
     if (!fn.ok())
       return fn.status();
     c->functions.push_back(*fn);
-    unsigned block = l.kind == KernelLayout::Launch::Parallel ? blockSize_ : 1;
-    // A cooperative task's group shares the task's loops: the larger the
-    // group, the more threads share them and hide their loads' latency.
-    if (l.kind == KernelLayout::Launch::Parallel && layout.tasks.at(l.task).cooperative)
-      for (unsigned b = 1024; b > blockSize_; b /= 2)
-        if (absl::StatusOr<int> fits = device_->residentBlocks(*fn, b); fits.ok() && *fits > 0) {
-          block = b;
-          break;
-        }
-    c->blockSizes.push_back(block);
+    bool parallel = l.kind == KernelLayout::Launch::Parallel;
+    c->blockSizes.push_back(!parallel                             ? 1
+                            : layout.tasks.at(l.task).cooperative ? cooperativeBlock(*fn)
+                                                                  : blockSize_);
+    Function coop{};
+    if (!l.cooperativeFunction.empty()) {
+      auto alt = c->module->entry(l.cooperativeFunction);
+      if (!alt.ok())
+        return alt.status();
+      coop = *alt;
+    }
+    c->cooperative.push_back(coop);
+    c->cooperativeBlockSizes.push_back(coop ? cooperativeBlock(coop) : 0);
   }
   absl::StatusOr<int64_t> blocks = residentBlocks(*c, request);
   if (!blocks.ok())
     return blocks.status();
   c->threads = *blocks * int64_t(blockSize_);
   return std::unique_ptr<accel::DeviceKernel>(std::move(c));
+}
+
+unsigned GpuRuntime::cooperativeBlock(Function f) const {
+  // A cooperative task's group shares the task's loops: the larger the
+  // group, the more threads share them and hide their loads' latency.
+  for (unsigned b = 1024; b > blockSize_; b /= 2)
+    if (absl::StatusOr<int> fits = device_->residentBlocks(f, b); fits.ok() && *fits > 0)
+      return b;
+  return blockSize_;
 }
 
 absl::StatusOr<int64_t> GpuRuntime::residentBlocks(const GpuKernel &c,
@@ -336,7 +348,9 @@ absl::Status GpuRuntime::enqueue(GpuKernel &c, const accel::LaunchFrame &frame, 
   for (size_t i = 0; i < c.kernelLayout.launches.size() && launched.ok(); ++i) {
     if (frame.groups[i] == 0)
       continue;
-    launched = device_->launch(c.functions[i], frame.groups[i], c.blockSizes[i], ctxArg,
+    bool coop = i < frame.cooperative.size() && frame.cooperative[i];
+    launched = device_->launch(coop ? c.cooperative[i] : c.functions[i], frame.groups[i],
+                               coop ? c.cooperativeBlockSizes[i] : c.blockSizes[i], ctxArg,
                                c.kernelLayout.launches[i].function, stream);
   }
   if (launched.ok() && timer)

@@ -46,6 +46,10 @@ struct GpuKernel final : accel::DeviceKernel {
   /// Threads per block of each parallel entry: the backend's block size,
   /// or for a cooperative task the most (up to 1024) its code can run.
   std::vector<unsigned> blockSizes;
+  /// Per launch entry: its cooperative form (KernelLayout::Launch::
+  /// cooperativeFunction; null where there is none) and that form's block.
+  std::vector<Function> cooperative;
+  std::vector<unsigned> cooperativeBlockSizes;
   /// The resident grid of every parallel entry (whole blocks).
   int64_t threads = 1;
   bool stopChecks = false;
@@ -121,6 +125,9 @@ private:
   /// Buffers' device copies belong to the device (Buffer::prepareOnDevice).
   const void *owner() const { return static_cast<const accel::AcceleratorDevice *>(this); }
   /// The resident grid of `c`'s parallel entries, in blocks.
+  /// Threads per block of a cooperative function `f`: the most, up to 1024,
+  /// it can run (at least the backend's block size).
+  unsigned cooperativeBlock(Function f) const;
   absl::StatusOr<int64_t> residentBlocks(const GpuKernel &c,
                                          const accel::CompileRequest &request) const;
   /// The values of `c`'s launch words for `frame` whose bound buffers are

@@ -89,6 +89,12 @@ struct KernelLayout {
     enum Kind { Serial, Parallel } kind = Serial;
     std::string function;
     int task = -1; // index in `tasks` for Parallel entries
+    /// GPU targets, a parallel task whose trip count is known only at
+    /// launch: its cooperative code as well (qd/analysis/CooperativeTask.h),
+    /// which the runtime runs, a group per iteration, when the launch has
+    /// at most `cooperativeIterations` of them; "" when there is none.
+    std::string cooperativeFunction;
+    int64_t cooperativeIterations = 0;
   };
   std::vector<Launch> launches;
   /// GPU targets: slots of ctx->values.

@@ -56,6 +56,14 @@ struct CooperativeTaskOptions {
   /// A shared loop with a literal trip count needs at least this many
   /// iterations (one with a run-time trip count always qualifies).
   int64_t leastLoopIterations = 64;
+  /// A task whose trip count is known only at launch qualifies too (its
+  /// code generator then emits both forms, and the runtime chooses).
+  bool runTimeTrips = false;
+  /// Most iterations of a task whose shared loop scatters: adds atomically
+  /// to elements chosen by the loop's index. One iteration per thread, the
+  /// threads of a warp add to the same element at once and the warp sums
+  /// its adds first (uniformAtomicUpdate); shared, every add is its own.
+  int64_t mostScatteringIterations = 64;
   NdarrayAliasing aliasing = NdarrayAliasing::MayAlias;
 };
 
@@ -76,6 +84,10 @@ struct CooperativeTaskPlan {
   /// Why the task is not cooperative (empty when it is, or when it has no
   /// candidate loop at all).
   std::string refused;
+  /// The most iterations for which the cooperative form pays
+  /// (CooperativeTaskOptions::mostTaskIterations, or
+  /// ::mostScatteringIterations when a shared loop scatters).
+  int64_t mostIterations = 0;
 
   bool cooperative() const { return !loops.empty(); }
   /// The shared loop `s` is, or null.

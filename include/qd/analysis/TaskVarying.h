@@ -18,7 +18,8 @@ namespace qd {
 class ForStmt;
 class Value;
 
-/// The values of parallel task `task` that may differ between iterations.
+/// The values of parallel task `task` that may differ between iterations
+/// (of any `for` loop: what depends on its index).
 std::unordered_set<const Value *> taskVaryingValues(const ForStmt &task);
 
 } // namespace qd

@@ -87,6 +87,9 @@ struct LaunchFrame {
   /// Groups (blocks, workgroups) per KernelLayout::launches entry: 1 for a
   /// serial entry, 0 for a parallel one without iterations.
   std::vector<uint32_t> groups;
+  /// Per launch: run its cooperative function (KernelLayout::Launch::
+  /// cooperativeFunction), `groups` being then its iterations.
+  std::vector<bool> cooperative;
   /// The device copies of LaunchPlan::slotBuffers.
   std::vector<DeviceMirror *> slots;
   /// The stop word the code reads (null when it reads none).

@@ -55,22 +55,34 @@ CooperativeTaskPlan GpuTarget::planCooperative(const EmitContext &c, const ForSt
     return {};
   CooperativeTaskOptions o;
   o.mostTaskIterations = c.opts.cooperativeTaskIterations;
+  o.runTimeTrips = true;
   o.aliasing = c.opts.distinctNdarrays ? NdarrayAliasing::Distinct : NdarrayAliasing::MayAlias;
   return planCooperativeTask(task, o);
 }
 
 void GpuTarget::emitCooperativeTask(KernelEmitter &e, ForStmt &task,
-                                    const CooperativeTaskPlan &plan) {
+                                    const CooperativeTaskPlan &plan, bool alternative) {
   EmitContext &c = e.context();
   llvm::IRBuilder<> &b = c.b;
   FunctionState state;
   TaskVectorPlan vectorPlan; // its private atomics
-  beginTask(e, task, state, vectorPlan);
+  if (alternative) {
+    // The task's second form, next to its one-iteration-per-thread entry.
+    KernelLayout::Launch &l = c.layout.launches.back();
+    l.cooperativeFunction = l.function + "_coop";
+    l.cooperativeIterations = plan.mostIterations;
+    beginEntry(c, state, l.cooperativeFunction, nullptr);
+    vectorPlan = e.planTask(task);
+    state.taskPlan = &vectorPlan;
+    state.parallelTask = l.task;
+  } else {
+    beginTask(e, task, state, vectorPlan);
+    KernelLayout::Task t{&task, 1, "", KernelEmitter::taskBound(task.begin()),
+                         KernelEmitter::taskBound(task.end())};
+    t.cooperative = true;
+    c.layout.tasks.push_back(t);
+  }
   state.cooperative = &plan;
-  KernelLayout::Task t{&task, 1, "", KernelEmitter::taskBound(task.begin()),
-                       KernelEmitter::taskBound(task.end())};
-  t.cooperative = true;
-  c.layout.tasks.push_back(t);
   llvm::IRBuilder<> eb = c.entryBuilder();
   GroupIds ids = groupIds(c, eb);
   ids.groups = groupCount(c, eb, ids);

@@ -47,7 +47,7 @@ void GpuTarget::emitEntries(KernelEmitter &e) {
       continue;
     }
     std::string name = fmt::format("qd_serial_{}", serials++);
-    c.layout.launches.push_back({KernelLayout::Launch::Serial, name, -1});
+    c.layout.launches.push_back({KernelLayout::Launch::Serial, name, -1, "", 0});
     FunctionState state;
     beginEntry(c, state, name, c.b.getInt32(0));
     for (Stmt *s : entry.stmts) {
@@ -98,7 +98,7 @@ void GpuTarget::beginTask(KernelEmitter &e, ForStmt &task, FunctionState &state,
   EmitContext &c = e.context();
   int index = static_cast<int>(c.layout.tasks.size());
   std::string name = fmt::format("qd_task_{}", index);
-  c.layout.launches.push_back({KernelLayout::Launch::Parallel, name, index});
+  c.layout.launches.push_back({KernelLayout::Launch::Parallel, name, index, "", 0});
   beginEntry(c, state, name, nullptr);
   plan = e.planTask(task);
   state.taskPlan = &plan;
@@ -107,8 +107,10 @@ void GpuTarget::beginTask(KernelEmitter &e, ForStmt &task, FunctionState &state,
 
 void GpuTarget::emitParallelTask(KernelEmitter &e, ForStmt &task) {
   EmitContext &c = e.context();
-  if (CooperativeTaskPlan coop = planCooperative(c, task); coop.cooperative())
-    return emitCooperativeTask(e, task, coop);
+  CooperativeTaskPlan coop = planCooperative(c, task);
+  bool literal = task.begin().isConstant() && task.end().isConstant();
+  if (coop.cooperative() && literal)
+    return emitCooperativeTask(e, task, coop, false);
   llvm::IRBuilder<> &b = c.b;
   FunctionState state;
   TaskVectorPlan plan;
@@ -154,6 +156,10 @@ void GpuTarget::emitParallelTask(KernelEmitter &e, ForStmt &task) {
   b.CreateRetVoid();
   e.finishFunction();
   c.fn = nullptr;
+  // A run-time trip count: the cooperative form too, which the runtime
+  // runs when the launch has few iterations.
+  if (coop.cooperative())
+    emitCooperativeTask(e, task, coop, true);
 }
 
 LV *GpuTarget::devicePointer(llvm::IRBuilderBase &b, LV *p) {

@@ -132,7 +132,11 @@ private:
   /// Parallel task `task` run cooperatively (qd/analysis/CooperativeTask.h):
   /// a group per iteration, `plan.loop`'s iterations spread over its
   /// threads. GpuCooperative.cpp.
-  void emitCooperativeTask(KernelEmitter &e, ForStmt &task, const CooperativeTaskPlan &plan);
+  /// `alternative`: the task has a run-time trip count and was just emitted
+  /// one iteration per thread; this is its second form
+  /// (KernelLayout::Launch::cooperativeFunction).
+  void emitCooperativeTask(KernelEmitter &e, ForStmt &task, const CooperativeTaskPlan &plan,
+                           bool alternative);
   /// The shared loop: each thread's iterations, then the group's sums.
   void emitSharedLoop(KernelEmitter &e, const CooperativeTaskPlan::SharedLoop &plan,
                       const GroupIds &ids);

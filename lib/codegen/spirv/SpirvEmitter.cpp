@@ -213,7 +213,7 @@ absl::Status SpirvEmitter::run() {
       continue;
     }
     std::string name = fmt::format("qd_serial_{}", serials++);
-    layout_.launches.push_back({KernelLayout::Launch::Serial, name, -1});
+    layout_.launches.push_back({KernelLayout::Launch::Serial, name, -1, "", 0});
     Function fn;
     beginFunction(fn, name, false);
     for (Stmt *s : entry.stmts) {
@@ -305,7 +305,7 @@ void SpirvEmitter::emitBlock(Block &block) {
 void SpirvEmitter::emitParallelTask(ForStmt &task) {
   int index = int(layout_.tasks.size());
   std::string name = fmt::format("qd_task_{}", index);
-  layout_.launches.push_back({KernelLayout::Launch::Parallel, name, index});
+  layout_.launches.push_back({KernelLayout::Launch::Parallel, name, index, "", 0});
   bool band = task.numDims() > 1;
   layout_.tasks.push_back({&task, 1, "",
                            band ? KernelLayout::TaskBound() : taskBoundOf(task.begin()),
