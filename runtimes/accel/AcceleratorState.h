@@ -14,6 +14,7 @@
 #include "qd/runtime/AcceleratorBackend.h"
 #include "qd/runtime/LaunchPlan.h"
 
+#include <array>
 #include <deque>
 #include <map>
 #include <memory>
@@ -61,21 +62,24 @@ struct AcceleratorBackend::State {
   std::deque<Pending> pending;
   /// The compacted heap's table kernel's buffers (kept between launches),
   /// and the fill kernel's values.
-  std::optional<Buffer> tableDesc, table, tableSums, noRows, fillValues;
+  std::optional<Buffer> tableDesc, table, tableSums, tableOffsets, noRows, fillValues;
   /// The rows the fill kernel wrote last and what (first row, values): a
   /// launch that would write the same skips it (a try kernel never writes
   /// those rows; the table kernel does, and then forgets them).
   std::weak_ptr<Buffer> filledRows;
   int64_t filledFirst = 0;
   std::vector<int64_t> filled;
-  /// Per kernel, the group size its last compacted launch chose below 32
-  /// and for what (threads, the sum of own needs): the next launch of as
-  /// many threads runs the table kernel once at that size, and weighs the
-  /// sizes again only where the sum of own needs moved by more than 5%.
+  /// Per kernel, threads and forced group size (LaunchOptions::
+  /// adStackGroupThreads, 0: none), what its last compacted launch chose
+  /// (the group size, one column for all stacks or one each) and for what
+  /// sum of own needs: the next such launch runs the table kernel once at
+  /// that layout, and weighs the group sizes again (a run in groups of
+  /// 32) only where the sum of own needs moved by more than 5%.
   struct ChosenGroups {
-    int64_t lanes = 0, threads = 0, needBytes = 0;
+    int64_t lanes = 0, needBytes = 0;
+    bool oneColumn = false;
   };
-  std::map<const Kernel *, ChosenGroups> chosenGroups;
+  std::map<std::tuple<const Kernel *, int64_t, int64_t>, ChosenGroups> chosenGroups;
 
   absl::StatusOr<Variant *> variant(const Kernel &kernel, bool boundsChecked, bool stopChecks,
                                     const std::vector<int64_t> &local,
@@ -132,6 +136,14 @@ struct AcceleratorBackend::State {
   struct Compacted {
     int64_t threads = 0, lanes = 0, groups = 0, tableBytes = 0, heapBytes = 0, bytes = 0,
             needBytes = 0;
+    /// Every stack in one column of the table (GroupTableShape::
+    /// shareColumn), or one each.
+    bool oneColumn = false;
+    /// The regions' bytes with one column per stack and with one column
+    /// (this run's group size), and (a run in groups of 32) as groups of
+    /// 1 << k threads with one column per stack.
+    std::array<int64_t, 2> columnBytes{};
+    std::array<int64_t, accel::kGroupShifts> candidates{};
     DeviceMirror *table = nullptr;
   };
   /// The compacted heap of a launch whose stacks `shape` describes, on the
@@ -160,6 +172,11 @@ struct AcceleratorBackend::State {
   absl::Status runGroupTable(Program &program, const LaunchPlan &plan,
                              const accel::GroupTableShape &shape, const LaunchOptions &options,
                              int64_t threads, int64_t lanes, int64_t base);
+  /// One run of the table kernel for `threads` threads in groups of
+  /// `lanes`, the columns of `shape`, and its sums (one copy back).
+  absl::StatusOr<Compacted> layOut(Program &program, const LaunchPlan &plan,
+                                   const accel::GroupTableShape &shape,
+                                   const LaunchOptions &options, int64_t threads, int64_t lanes);
 };
 
 } // namespace qd
