@@ -147,6 +147,8 @@ void checkChosenGroups(Backend &backend) {
   AdStackHeapUsage next = *backend.lastAdStackHeapUsage();
   EXPECT_EQ(next.groupThreads, chosen);
   EXPECT_EQ(next.bytes, u.bytes);
+  EXPECT_EQ(next.tableRuns, 1);
+  EXPECT_EQ(next.tableColumns, 1); // one stack
 }
 
 TEST(AdStackBudgetTest, VulkanChosenGroupsHoldTheSumOfNeeds) {
@@ -188,10 +190,60 @@ void checkOneColumn(Backend &backend) {
     optimistictest::expectNear(*packed, *expected);
     EXPECT_EQ(u.threads, kElements);
     EXPECT_EQ(u.groupThreads, 1);
+    EXPECT_EQ(u.tableColumns, 1);
     EXPECT_EQ(u.bytes, tableBytes(u.threads, 1, 2, 1) + u.needBytes);
     EXPECT_EQ(tableBytes(u.threads, 1, 2, 1), (kElements + 8) * 4);
     EXPECT_LE(double(u.bytes), 1.05 * double(u.needBytes));
+    // The first launch weighs the sizes (a run in groups of 32, one column
+    // per stack) and lays out the chosen one; the next runs the table
+    // kernel once.
+    EXPECT_EQ(u.tableRuns, launch == 0 ? 2 : 1);
   }
+}
+
+/// The table kernel runs once per launch where the layout the kernel's
+/// last launch of as many threads chose still applies, launches under a
+/// budget (fewer threads, more waves) in between included: the skewed
+/// gradient (every 37th element at 60 iterations), then under 0.9x of its
+/// heap (a compacted heap on fewer threads, fewer bytes than the
+/// interleaved layout's under the same budget) twice, then without a
+/// budget again.
+void checkOneTableRun(Backend &backend) {
+  SkewedGradient g;
+  absl::StatusOr<std::vector<double>> flat = g.gradient(backend, counted(false));
+  ASSERT_TRUE(flat.ok()) << flat.status().message();
+  ASSERT_TRUE(g.gradient(backend, counted(true, 0, 0)).ok());
+  AdStackHeapUsage one = *backend.lastAdStackHeapUsage();
+  ASSERT_GT(one.groups, 0);
+  int64_t budget = one.bytes * 9 / 10;
+  for (int launch = 0; launch < 2; ++launch) {
+    absl::StatusOr<std::vector<double>> part = g.gradient(backend, counted(true, budget, 0));
+    ASSERT_TRUE(part.ok()) << part.status().message();
+    EXPECT_EQ(*part, *flat);
+    AdStackHeapUsage u = *backend.lastAdStackHeapUsage();
+    ASSERT_GT(u.groups, 0);
+    EXPECT_LT(u.threads, one.threads);
+    EXPECT_GT(u.waves, 1);
+    EXPECT_LE(u.bytes, budget);
+    if (launch == 1) {
+      EXPECT_EQ(u.tableRuns, 1);
+    }
+  }
+  absl::StatusOr<std::vector<double>> again = g.gradient(backend, counted(true, 0, 0));
+  ASSERT_TRUE(again.ok()) << again.status().message();
+  EXPECT_EQ(*again, *flat);
+  EXPECT_EQ(backend.lastAdStackHeapUsage()->tableRuns, 1);
+  EXPECT_EQ(backend.lastAdStackHeapUsage()->bytes, one.bytes);
+}
+
+TEST(AdStackBudgetTest, VulkanTableKernelRunsOncePerLaunch) {
+  REQUIRE(vulkan(), "vulkan");
+  checkOneTableRun(*vulkan());
+}
+
+TEST(AdStackBudgetTest, CudaTableKernelRunsOncePerLaunch) {
+  REQUIRE(cuda(), "cuda");
+  checkOneTableRun(*cuda());
 }
 
 TEST(AdStackBudgetTest, VulkanStacksThatGoTogetherShareOneColumn) {

@@ -361,6 +361,8 @@ absl::Status AcceleratorBackend::State::launchLocked(Program &program, const Ker
     lastUsage.needBytes = compacted->needBytes;
     lastUsage.groups = compacted->groups;
     lastUsage.groupThreads = compacted->lanes;
+    lastUsage.tableColumns = compacted->oneColumn ? 1 : shape->stacks;
+    lastUsage.tableRuns = compacted->runs;
   }
   lastThreads = frame.threads;
   lastPlacement = plan->adStackPlacement(frame.threads);

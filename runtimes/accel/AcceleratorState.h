@@ -80,6 +80,14 @@ struct AcceleratorBackend::State {
     bool oneColumn = false;
   };
   std::map<std::tuple<const Kernel *, int64_t, int64_t>, ChosenGroups> chosenGroups;
+  /// Per kernel, threads of one wave, the largest heap and forced group
+  /// size, the threads its last compacted launch that had to halve its
+  /// grid fitted and their sum of own needs: the next such launch starts
+  /// there (one run of the table kernel where the needs look the same).
+  struct FittedThreads {
+    int64_t threads = 0, needBytes = 0;
+  };
+  std::map<std::tuple<const Kernel *, int64_t, int64_t, int64_t>, FittedThreads> fittedThreads;
 
   absl::StatusOr<Variant *> variant(const Kernel &kernel, bool boundsChecked, bool stopChecks,
                                     const std::vector<int64_t> &local,
@@ -136,6 +144,8 @@ struct AcceleratorBackend::State {
   struct Compacted {
     int64_t threads = 0, lanes = 0, groups = 0, tableBytes = 0, heapBytes = 0, bytes = 0,
             needBytes = 0;
+    /// The table kernel's runs of the launch so far.
+    int64_t runs = 0;
     /// Every stack in one column of the table (GroupTableShape::
     /// shareColumn), or one each.
     bool oneColumn = false;
@@ -172,6 +182,13 @@ struct AcceleratorBackend::State {
   absl::Status runGroupTable(Program &program, const LaunchPlan &plan,
                              const accel::GroupTableShape &shape, const LaunchOptions &options,
                              int64_t threads, int64_t lanes, int64_t base);
+  /// The layout of a compacted heap on `t` threads: the one the last such
+  /// launch chose where the needs look the same, else the columns and
+  /// group size of fewer bytes (ChosenGroups); `runs` counts the table
+  /// kernel's runs.
+  absl::StatusOr<Compacted> chooseLayout(Program &program, const LaunchPlan &plan,
+                                         const accel::GroupTableShape &shape,
+                                         const LaunchOptions &options, int64_t t, int64_t &runs);
   /// One run of the table kernel for `threads` threads in groups of
   /// `lanes`, the columns of `shape`, and its sums (one copy back).
   absl::StatusOr<Compacted> layOut(Program &program, const LaunchPlan &plan,

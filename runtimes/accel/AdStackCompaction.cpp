@@ -23,6 +23,12 @@ namespace {
 /// factor of the fewest bytes any group size takes.
 constexpr double kGroupSlack = 1.05;
 
+/// Whether a sum of own needs moved by more than the slack from `before`
+/// (a remembered layout no longer applies).
+bool moved(int64_t now, int64_t before) {
+  return std::abs(double(now) - double(before)) > (kGroupSlack - 1) * double(before);
+}
+
 /// `b` as a buffer of `n` elements of `type` (exactly, or at least), kept
 /// where it is one already.
 absl::Status sizedBuffer(std::optional<Buffer> &b, int64_t n, bool exact,
@@ -177,6 +183,66 @@ AcceleratorBackend::State::layOut(Program &program, const LaunchPlan &plan,
   return c;
 }
 
+absl::StatusOr<AcceleratorBackend::State::Compacted>
+AcceleratorBackend::State::chooseLayout(Program &program, const LaunchPlan &plan,
+                                        const accel::GroupTableShape &shape,
+                                        const LaunchOptions &options, int64_t t, int64_t &runs) {
+  const int64_t group = abi::kAdStackGroupThreads;
+  const int64_t forced = options.adStackGroupThreads;
+  const accel::GroupTableShape shared = shape.shareColumn();
+  auto run = [&](int64_t lanes, bool oneColumn) {
+    ++runs;
+    return layOut(program, plan, oneColumn && shape.stacks > 1 ? shared : shape, options, t, lanes);
+  };
+  auto tableBytes = [&](int64_t lanes, bool oneColumn) {
+    return accel::groupTableWords((t + lanes - 1) / lanes, shape.stacks,
+                                  oneColumn ? 1 : shape.stacks) *
+           4;
+  };
+  // The layout the kernel's last launch of as many threads chose, where
+  // the needs look the same (ChosenGroups).
+  auto key = std::tuple(&plan.kernel(), t, forced);
+  auto last = chosenGroups.find(key);
+  bool again = last != chosenGroups.end();
+  absl::StatusOr<Compacted> c =
+      again ? run(last->second.lanes, last->second.oneColumn) : run(forced ? forced : group, false);
+  if (!c.ok())
+    return c.status();
+  if (again && moved(c->needBytes, last->second.needBytes)) {
+    again = false;
+    if (!forced && c->lanes != group)
+      c = run(group, c->oneColumn);
+    if (!c.ok())
+      return c.status();
+  }
+  int64_t lanes = c->lanes;
+  bool oneColumn = c->oneColumn;
+  if (!again) {
+    // One column for every stack where its regions and table take fewer
+    // bytes than one column each (stacks whose needs go together).
+    oneColumn = shape.stacks > 1 && c->columnBytes[1] + tableBytes(lanes, true) <
+                                        c->columnBytes[0] + tableBytes(lanes, false);
+    if (!forced) {
+      // The largest group whose regions and table are within 1.05x of
+      // the fewest bytes any group size takes (groups of 1: the sum of
+      // the needs, plus the largest table).
+      std::array<int64_t, accel::kGroupShifts> total{};
+      for (int k = 0; k < accel::kGroupShifts; ++k)
+        total[size_t(k)] = c->candidates[size_t(k)] + tableBytes(int64_t(1) << k, oneColumn);
+      int64_t fewest = *std::min_element(total.begin(), total.end());
+      for (int k = 0; k < accel::kGroupShifts; ++k)
+        if (double(total[size_t(k)]) <= kGroupSlack * double(fewest))
+          lanes = int64_t(1) << k;
+    }
+  }
+  if (lanes != c->lanes || oneColumn != c->oneColumn)
+    c = run(lanes, oneColumn);
+  if (!c.ok())
+    return c.status();
+  chosenGroups[key] = {lanes, c->needBytes, oneColumn};
+  return c;
+}
+
 absl::StatusOr<std::optional<AcceleratorBackend::State::Compacted>>
 AcceleratorBackend::State::compact(Program &program, const LaunchPlan &plan,
                                    const accel::GroupTableShape &shape,
@@ -194,68 +260,38 @@ AcceleratorBackend::State::compact(Program &program, const LaunchPlan &plan,
   // The table's offsets (the heap's end included) are 32 bits.
   largest = std::min({largest, budget, abi::kAdStackMaxCompactedBytes,
                       int64_t(UINT32_MAX) * int64_t(device.groupTableUnit())});
-  const accel::GroupTableShape shared = shape.shareColumn();
-  auto run = [&](int64_t t, int64_t lanes, bool oneColumn) {
-    return layOut(program, plan, oneColumn && shape.stacks > 1 ? shared : shape, options, t, lanes);
+  int64_t runs = 0;
+  auto fits = [&](Compacted c) -> absl::StatusOr<std::optional<Compacted>> {
+    absl::StatusOr<DeviceMirror *> m = tableOffsets->prepareOnDevice(&device, [&] {
+      return absl::StatusOr<std::unique_ptr<DeviceMirror>>(device.mirror(*tableOffsets));
+    });
+    if (!m.ok())
+      return m.status();
+    c.table = *m;
+    c.runs = runs;
+    return std::optional<Compacted>(c);
   };
-  auto tableBytes = [&](int64_t t, int64_t lanes, bool oneColumn) {
-    return accel::groupTableWords((t + lanes - 1) / lanes, shape.stacks,
-                                  oneColumn ? 1 : shape.stacks) *
-           4;
-  };
+  // Where the last such launch fitted fewer threads, with needs that look
+  // the same, start there (FittedThreads).
+  auto fitKey = std::tuple(&plan.kernel(), threads, largest, forced);
+  if (auto f = fittedThreads.find(fitKey);
+      f != fittedThreads.end() && f->second.threads < threads) {
+    absl::StatusOr<Compacted> c =
+        chooseLayout(program, plan, shape, options, f->second.threads, runs);
+    if (!c.ok())
+      return c.status();
+    if (c->bytes <= largest && !moved(c->needBytes, f->second.needBytes))
+      return fits(*c);
+  }
   // Fewer threads hold fewer iterations at once: halve the grid (whole
   // groups of 32) until the heap fits.
   for (int64_t t = threads;; t = std::max(group, t / 2 / group * group)) {
-    // The layout the kernel's last launch of as many threads chose, where
-    // the needs look the same (ChosenGroups).
-    auto key = std::tuple(&plan.kernel(), t, forced);
-    auto last = chosenGroups.find(key);
-    bool again = last != chosenGroups.end();
-    absl::StatusOr<Compacted> c = again ? run(t, last->second.lanes, last->second.oneColumn)
-                                        : run(t, forced ? forced : group, false);
+    absl::StatusOr<Compacted> c = chooseLayout(program, plan, shape, options, t, runs);
     if (!c.ok())
       return c.status();
-    if (again && std::abs(double(c->needBytes) - double(last->second.needBytes)) >
-                     (kGroupSlack - 1) * double(last->second.needBytes)) {
-      again = false;
-      if (!forced && c->lanes != group)
-        c = run(t, group, c->oneColumn);
-      if (!c.ok())
-        return c.status();
-    }
-    int64_t lanes = c->lanes;
-    bool oneColumn = c->oneColumn;
-    if (!again) {
-      // One column for every stack where its regions and table take fewer
-      // bytes than one column each (stacks whose needs go together).
-      oneColumn = shape.stacks > 1 && c->columnBytes[1] + tableBytes(t, lanes, true) <
-                                          c->columnBytes[0] + tableBytes(t, lanes, false);
-      if (!forced) {
-        // The largest group whose regions and table are within 1.05x of
-        // the fewest bytes any group size takes (groups of 1: the sum of
-        // the needs, plus the largest table).
-        std::array<int64_t, accel::kGroupShifts> total{};
-        for (int k = 0; k < accel::kGroupShifts; ++k)
-          total[size_t(k)] = c->candidates[size_t(k)] + tableBytes(t, int64_t(1) << k, oneColumn);
-        int64_t fewest = *std::min_element(total.begin(), total.end());
-        for (int k = 0; k < accel::kGroupShifts; ++k)
-          if (double(total[size_t(k)]) <= kGroupSlack * double(fewest))
-            lanes = int64_t(1) << k;
-      }
-    }
-    if (lanes != c->lanes || oneColumn != c->oneColumn)
-      c = run(t, lanes, oneColumn);
-    if (!c.ok())
-      return c.status();
-    chosenGroups[key] = {lanes, c->needBytes, oneColumn};
     if (c->bytes <= largest) {
-      absl::StatusOr<DeviceMirror *> m = tableOffsets->prepareOnDevice(&device, [&] {
-        return absl::StatusOr<std::unique_ptr<DeviceMirror>>(device.mirror(*tableOffsets));
-      });
-      if (!m.ok())
-        return m.status();
-      c->table = *m;
-      return std::optional<Compacted>(*c);
+      fittedThreads[fitKey] = {t, c->needBytes};
+      return fits(*c);
     }
     if (t <= group)
       return std::optional<Compacted>();

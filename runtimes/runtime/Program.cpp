@@ -529,11 +529,20 @@ Program::countAdStacksOnce(const Kernel &kernel, const KernelSizing &sizing,
   std::unique_lock<std::mutex> held(state.mutex, std::try_to_lock);
   std::optional<Buffer> own;
   std::optional<Buffer> &needSlot = held.owns_lock() && !perIteration ? state.need : own;
-  if (absl::Status s = zeroedBuffer(needSlot, ScalarType::I64, sizing.numCounted() * spread);
-      !s.ok())
-    return s;
-  if (perIteration)
-    perIteration->need = std::make_shared<Buffer>(*std::move(own));
+  const int64_t elements = sizing.numCounted() * spread;
+  std::shared_ptr<Buffer> &kept = state.perIteration;
+  if (perIteration && held.owns_lock() && kept && kept.use_count() == 1 &&
+      kept->numElements() == elements) {
+    kept->fill(Scalar::ofInt(ScalarType::I64, 0));
+    perIteration->need = kept;
+  } else {
+    if (absl::Status s = zeroedBuffer(needSlot, ScalarType::I64, elements); !s.ok())
+      return s;
+    if (perIteration)
+      perIteration->need = std::make_shared<Buffer>(*std::move(own));
+    if (perIteration && held.owns_lock())
+      kept = perIteration->need;
+  }
   Buffer *need = perIteration ? perIteration->need.get() : &*needSlot;
   NdarrayArg needArg;
   needArg.primal = need;

@@ -316,6 +316,12 @@ struct AdStackHeapUsage {
   /// interleaved layout, every thread at the launch's largest need).
   int64_t groups = 0;
   int64_t groupThreads = 0;
+  /// A compacted heap: the columns of its table (1: every stack shares
+  /// one region per group), and how many times the launch ran the table
+  /// kernel (1 where the layout the kernel's last launch of as many
+  /// threads chose still applies).
+  int64_t tableColumns = 0;
+  int64_t tableRuns = 0;
 };
 
 /// A way of executing kernels (the interpreter, the CPU JIT, ...).
@@ -460,6 +466,10 @@ private:
     std::mutex mutex;
     /// The counting kernel's `need`, zeroed before each run.
     std::optional<Buffer> need;
+    /// Its per-iteration `need` (MeasuredAdStackNeeds::need), kept for the
+    /// next launch, which zeroes and reuses it where nothing else holds it
+    /// (no device allocation per launch).
+    std::shared_ptr<Buffer> perIteration;
     /// The bounds of its bounded stacks for the next launch (in `need`
     /// order; other slots unused; empty before the first). Guarded by the
     /// program's mutex_.
