@@ -256,6 +256,40 @@ TEST(AdStackBudgetTest, CudaStacksThatGoTogetherShareOneColumn) {
   checkOneColumn(*cuda());
 }
 
+/// The counting kernel's per-iteration needs (70 000 iterations: a 1 MiB
+/// buffer, zeroed on the device once the table kernel read them and reused
+/// by the next launch as it is): after a launch whose deep iterations need
+/// 300 entries, one whose deep iterations need 40 lays out exactly that
+/// (no stale maximum), and the one after, with 300 back, that again.
+void checkNeedsStartFromZero(Backend &backend) {
+  auto skewed = [](int deep) { return [deep](int i) { return i % 997 == 3 ? deep : 2 + i % 2; }; };
+  PushCounts counts(70000, skewed(300));
+  int64_t unit = regionUnit(backend);
+  std::vector<AdStackHeapUsage> used;
+  for (int deep : {300, 40, 300}) {
+    for (int i = 0; i < 70000; ++i)
+      counts.setNeed(i, skewed(deep)(i));
+    counts.launch(backend, counted(true, 0, 1));
+    AdStackHeapUsage u = *backend.lastAdStackHeapUsage();
+    ASSERT_GT(u.groups, 0) << deep;
+    EXPECT_EQ(u.needBytes, counts.ownNeedBytes(u.threads, unit)) << deep;
+    EXPECT_EQ(u.bytes, tableBytes(u.threads, 1) + u.needBytes) << deep;
+    used.push_back(u);
+  }
+  EXPECT_LT(used[1].needBytes, used[0].needBytes);
+  EXPECT_EQ(used[2].bytes, used[0].bytes);
+}
+
+TEST(AdStackBudgetTest, VulkanCountedNeedsStartFromZero) {
+  REQUIRE(vulkan(), "vulkan");
+  checkNeedsStartFromZero(*vulkan());
+}
+
+TEST(AdStackBudgetTest, CudaCountedNeedsStartFromZero) {
+  REQUIRE(cuda(), "cuda");
+  checkNeedsStartFromZero(*cuda());
+}
+
 /// The compacted heap is laid out before the waves are chosen: a task
 /// of `n` iterations (more than the interleaved layout's grid, so that it
 /// runs in waves) needing `need(i)` entries, one of them (7) far more

@@ -210,6 +210,11 @@ kernel @k() {{
       program_->field("m")->set(i, Scalar::ofInt(ScalarType::I32, needs_.back()));
     }
   }
+  /// Iteration i pushes `need` values from the next launch on.
+  void setNeed(int i, int need) {
+    needs_.at(size_t(i)) = need;
+    program_->field("m")->set(i, Scalar::ofInt(ScalarType::I32, need));
+  }
   /// Launches @k and checks @y.
   void launch(Backend &backend, const LaunchOptions &options) {
     ASSERT_TRUE(program_->launch("k", {}, backend, options).ok());

@@ -170,6 +170,11 @@ struct AcceleratorBackend::State {
   /// of its row of `capacities` (the fill kernel).
   absl::Status fillCapacities(Program &program, const LaunchPlan &plan,
                               const AdStackIterationCapacities &capacities);
+  /// Zeroes the counting kernel's per-iteration needs on the device where
+  /// the launch allows it (MeasuredAdStackNeeds::zeroAfterUse) and says so
+  /// (::zeroed).
+  absl::Status zeroNeeds(Program &program, const LaunchPlan &plan,
+                         const MeasuredAdStackNeeds &needs);
   /// Runs one of the backend's own kernels (the table or fill kernel) for
   /// `plan`'s launch; errors name that launch.
   absl::Status runOwnKernel(Program &program, const LaunchPlan &plan, const Kernel &kernel,

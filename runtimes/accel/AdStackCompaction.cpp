@@ -23,6 +23,11 @@ namespace {
 /// factor of the fewest bytes any group size takes.
 constexpr double kGroupSlack = 1.05;
 
+/// Per-iteration needs of at least this many bytes are zeroed on the
+/// device after the table kernel read them (one small dispatch); fewer
+/// cost less to fill on the host and upload with the next counting kernel.
+constexpr int64_t kZeroOnDeviceBytes = int64_t(1) << 20;
+
 /// Whether a sum of own needs moved by more than the slack from `before`
 /// (a remembered layout no longer applies).
 bool moved(int64_t now, int64_t before) {
@@ -117,6 +122,22 @@ absl::Status AcceleratorBackend::State::runGroupTable(Program &program, const La
                             LaunchArg::i32(int32_t((groups + block - 1) / block)),
                             LaunchArg::i32(int32_t(lanes))};
   return runOwnKernel(program, plan, **kernel, args);
+}
+
+absl::Status AcceleratorBackend::State::zeroNeeds(Program &program, const LaunchPlan &plan,
+                                                  const MeasuredAdStackNeeds &needs) {
+  if (!needs.zeroAfterUse || needs.rows || !needs.need ||
+      int64_t(needs.need->sizeInBytes()) < kZeroOnDeviceBytes)
+    return absl::OkStatus();
+  absl::StatusOr<const Kernel *> kernel = accel::zeroNeedsKernel();
+  if (!kernel.ok())
+    return kernel.status();
+  NdarrayArg need{needs.need.get()};
+  const LaunchArg args[] = {LaunchArg::ndarray(&need),
+                            LaunchArg::i32(int32_t(needs.need->numElements()))};
+  absl::Status s = runOwnKernel(program, plan, **kernel, args);
+  needs.zeroed = s.ok();
+  return s;
 }
 
 absl::Status

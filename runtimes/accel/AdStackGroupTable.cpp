@@ -424,6 +424,17 @@ std::string expandRounds(std::string_view text) {
   return out;
 }
 
+/// Zeroes the first `count` elements of `b`: the counting kernel's
+/// per-iteration needs once the table kernel has read them.
+constexpr const char *kZeroKernel = R"(
+kernel @adstack_zero_needs(%b: ndarray<i64, 1>, %count: i32) {
+  %zero = const 0 : i64
+  parallel for %i = 0 to %count {
+    store %b[%i], %zero
+  }
+}
+)";
+
 std::string replaced(std::string text, std::string_view marker, std::string_view with) {
   for (size_t at = 0; (at = text.find(marker, at)) != std::string::npos; at += with.size())
     text.replace(at, marker.size(), with);
@@ -545,7 +556,7 @@ std::string moduleText() {
   std::string rows = replaced(
       replaced(replaced(table, "NAME", "adstack_group_table_rows"), "NEED_TYPE", "ndarray<i64, 2>"),
       "NEED_LOAD", kRowsNeed);
-  return spread + rows + kFillKernel;
+  return spread + rows + kFillKernel + kZeroKernel;
 }
 
 absl::StatusOr<const Kernel *> moduleKernel(std::string_view name) {
@@ -658,6 +669,10 @@ absl::StatusOr<const Kernel *> groupTableKernel(bool rows) {
 
 absl::StatusOr<const Kernel *> fillRowsKernel() {
   return moduleKernel("adstack_fill_rows");
+}
+
+absl::StatusOr<const Kernel *> zeroNeedsKernel() {
+  return moduleKernel("adstack_zero_needs");
 }
 
 } // namespace qd::accel

@@ -108,4 +108,7 @@ absl::StatusOr<const Kernel *> groupTableKernel(bool rows);
 /// rows[first + r, j] for every column j < columns.
 absl::StatusOr<const Kernel *> fillRowsKernel();
 
+/// @adstack_zero_needs(b, count): 0 to b[i] for i < count.
+absl::StatusOr<const Kernel *> zeroNeedsKernel();
+
 } // namespace qd::accel
