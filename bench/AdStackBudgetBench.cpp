@@ -139,8 +139,10 @@ void printTimes(const std::vector<std::string> &what, const std::vector<std::vec
                 const std::vector<qd::AdStackHeapUsage> &used, const std::vector<size_t> &base) {
   for (size_t f = 0; f < what.size(); ++f) {
     size_t b = base[f];
-    std::string layout = used[f].groups ? fmt::format("groups of {}", used[f].groupThreads)
-                                        : std::string("interleaved");
+    std::string layout =
+        used[f].groups ? fmt::format("groups of {}, {} column(s), {} table run(s)",
+                                     used[f].groupThreads, used[f].tableColumns, used[f].tableRuns)
+                       : std::string("interleaved");
     fmt::print("  {} ({}): heap {} bytes ({:.1f}x smaller), own needs {} bytes, {} {}, {} waves: "
                "{:.3f} ms, {:.2f}x of {}\n",
                what[f], layout, used[f].bytes,

@@ -16,22 +16,27 @@ using namespace budgettest;
 
 /// Exact bytes: 12 iterations needing 0-11 entries. On 64 invocations
 /// (Vulkan) group 0 holds them all at capacity 11 (32 x 11 x 4 = 1408
-/// bytes), group 1 none (0 bytes); the table is 2 groups x 1 stack x 8
-/// = 16 bytes. Each thread's own need, rounded to 8 bytes, sums to 296.
+/// bytes), group 1 none (0 bytes); the table is a header of 4 words, 2
+/// groups x 1 stack and the end, 7 words (28 bytes). Each thread's own
+/// need, rounded to the unit (Vulkan: 4 bytes; CUDA: 8), sums to 268
+/// (296).
 void checkExactBytes(Backend &backend) {
   PushCounts counts(12, [](int i) { return i; });
   counts.launch(backend, counted(true));
   AdStackHeapUsage u = *backend.lastAdStackHeapUsage();
+  int64_t unit = regionUnit(backend);
   EXPECT_EQ(u.groups, (u.threads + 31) / 32);
   EXPECT_EQ(u.bytes, tableBytes(u.threads) + 1408);
-  EXPECT_EQ(counts.groupNeedBytes(u.threads), 1408);
-  EXPECT_EQ(u.needBytes, 296);
+  EXPECT_EQ(counts.groupNeedBytes(u.threads, 32, unit), 1408);
+  EXPECT_EQ(u.needBytes, unit == 4 ? 268 : 296);
+  EXPECT_EQ(u.needBytes, counts.ownNeedBytes(u.threads, unit));
 }
 
 TEST(AdStackBudgetTest, VulkanCompactedHeapHoldsTheSumOfNeeds) {
   REQUIRE(vulkan(), "vulkan");
   checkExactBytes(*vulkan());
   EXPECT_EQ(vulkan()->lastAdStackHeapUsage()->threads, 64);
+  EXPECT_EQ(tableBytes(64), 28);
 }
 
 TEST(AdStackBudgetTest, CudaCompactedHeapHoldsTheSumOfNeeds) {
@@ -51,10 +56,11 @@ void checkGroupNeeds(Backend &backend) {
   AdStackHeapUsage u = *backend.lastAdStackHeapUsage();
   ASSERT_GT(u.groups, 0);
   EXPECT_EQ(u.threads, flat.threads);
-  int64_t sum = counts.groupNeedBytes(u.threads);
-  EXPECT_EQ(u.bytes, tableBytes(u.threads) + sum);
+  int64_t unit = regionUnit(backend);
+  int64_t sum = counts.groupNeedBytes(u.threads, u.groupThreads, unit);
+  EXPECT_EQ(u.bytes, tableBytes(u.threads, u.groupThreads) + sum);
   EXPECT_LE(double(u.bytes), 1.05 * double(sum));
-  EXPECT_EQ(u.needBytes, counts.ownNeedBytes(u.threads));
+  EXPECT_EQ(u.needBytes, counts.ownNeedBytes(u.threads, unit));
   EXPECT_LT(u.bytes * 5, flat.bytes);
 }
 
@@ -113,14 +119,15 @@ void checkChosenGroups(Backend &backend) {
   AdStackHeapUsage one = *backend.lastAdStackHeapUsage();
   ASSERT_EQ(one.groupThreads, 1);
   int64_t threads = one.threads;
+  int64_t unit = regionUnit(backend);
   EXPECT_EQ(one.bytes, tableBytes(threads, 1) + one.needBytes);
-  EXPECT_EQ(one.needBytes, counts.ownNeedBytes(threads));
-  EXPECT_EQ(counts.groupNeedBytes(threads, 1), one.needBytes);
+  EXPECT_EQ(one.needBytes, counts.ownNeedBytes(threads, unit));
+  EXPECT_EQ(counts.groupNeedBytes(threads, 1, unit), one.needBytes);
 
   int64_t fewest = INT64_MAX, chosen = 0;
   std::vector<int64_t> total;
   for (int64_t lanes = 1; lanes <= 32; lanes *= 2) {
-    total.push_back(tableBytes(threads, lanes) + counts.groupNeedBytes(threads, lanes));
+    total.push_back(tableBytes(threads, lanes) + counts.groupNeedBytes(threads, lanes, unit));
     fewest = std::min(fewest, total.back());
   }
   for (size_t k = 0; k < total.size(); ++k)
@@ -130,7 +137,7 @@ void checkChosenGroups(Backend &backend) {
   AdStackHeapUsage u = *backend.lastAdStackHeapUsage();
   EXPECT_EQ(u.threads, threads);
   EXPECT_EQ(u.groupThreads, chosen);
-  EXPECT_EQ(u.bytes, tableBytes(threads, chosen) + counts.groupNeedBytes(threads, chosen));
+  EXPECT_EQ(u.bytes, tableBytes(threads, chosen) + counts.groupNeedBytes(threads, chosen, unit));
   EXPECT_LE(double(u.bytes), 1.05 * double(fewest));
   // Groups of 32 take far more: a deep iteration costs its group 32 rows.
   EXPECT_GT(total.back(), u.bytes * 3 / 2);
@@ -140,6 +147,8 @@ void checkChosenGroups(Backend &backend) {
   AdStackHeapUsage next = *backend.lastAdStackHeapUsage();
   EXPECT_EQ(next.groupThreads, chosen);
   EXPECT_EQ(next.bytes, u.bytes);
+  EXPECT_EQ(next.tableRuns, 1);
+  EXPECT_EQ(next.tableColumns, 1); // one stack
 }
 
 TEST(AdStackBudgetTest, VulkanChosenGroupsHoldTheSumOfNeeds) {
@@ -150,6 +159,135 @@ TEST(AdStackBudgetTest, VulkanChosenGroupsHoldTheSumOfNeeds) {
 TEST(AdStackBudgetTest, CudaChosenGroupsHoldTheSumOfNeeds) {
   REQUIRE(cuda(), "cuda");
   checkChosenGroups(*cuda());
+}
+
+/// The gradient of the benchmark's skewed loop (qd-bench-adstack-budget:
+/// one element in 100 at 1000 iterations, the others at 3): its two
+/// stacks (f32 and i32, pushed together) need the same entries in every
+/// iteration, so the launch puts them in one column of the table, in
+/// groups of one thread: the heap is the sum of the iterations' own needs
+/// plus a table of one word per thread (and 8 more: the header of two
+/// stacks, the end), within 1.05x of that sum, with the interleaved
+/// layout's and the interpreter's gradient.
+void checkOneColumn(Backend &backend) {
+  auto deep = [](SkewedGradient &g) {
+    for (int i = 0; i < kElements; ++i)
+      g.setIterations(i, i % 100 == 50 ? 1000 : 3);
+  };
+  SkewedGradient g, oracle;
+  deep(g);
+  deep(oracle);
+  Interpreter interp;
+  absl::StatusOr<std::vector<double>> expected = oracle.gradient(interp, {});
+  ASSERT_TRUE(expected.ok()) << expected.status().message();
+  absl::StatusOr<std::vector<double>> flat = g.gradient(backend, counted(false));
+  ASSERT_TRUE(flat.ok()) << flat.status().message();
+  for (int launch = 0; launch < 2; ++launch) {
+    absl::StatusOr<std::vector<double>> packed = g.gradient(backend, counted(true, 0, 0));
+    ASSERT_TRUE(packed.ok()) << packed.status().message();
+    AdStackHeapUsage u = *backend.lastAdStackHeapUsage();
+    EXPECT_EQ(*packed, *flat);
+    optimistictest::expectNear(*packed, *expected);
+    EXPECT_EQ(u.threads, kElements);
+    EXPECT_EQ(u.groupThreads, 1);
+    EXPECT_EQ(u.tableColumns, 1);
+    EXPECT_EQ(u.bytes, tableBytes(u.threads, 1, 2, 1) + u.needBytes);
+    EXPECT_EQ(tableBytes(u.threads, 1, 2, 1), (kElements + 8) * 4);
+    EXPECT_LE(double(u.bytes), 1.05 * double(u.needBytes));
+    // The first launch weighs the sizes (a run in groups of 32, one column
+    // per stack) and lays out the chosen one; the next runs the table
+    // kernel once.
+    EXPECT_EQ(u.tableRuns, launch == 0 ? 2 : 1);
+  }
+}
+
+/// The table kernel runs once per launch where the layout the kernel's
+/// last launch of as many threads chose still applies, launches under a
+/// budget (fewer threads, more waves) in between included: the skewed
+/// gradient (every 37th element at 60 iterations), then under 0.9x of its
+/// heap (a compacted heap on fewer threads, fewer bytes than the
+/// interleaved layout's under the same budget) twice, then without a
+/// budget again.
+void checkOneTableRun(Backend &backend) {
+  SkewedGradient g;
+  absl::StatusOr<std::vector<double>> flat = g.gradient(backend, counted(false));
+  ASSERT_TRUE(flat.ok()) << flat.status().message();
+  ASSERT_TRUE(g.gradient(backend, counted(true, 0, 0)).ok());
+  AdStackHeapUsage one = *backend.lastAdStackHeapUsage();
+  ASSERT_GT(one.groups, 0);
+  int64_t budget = one.bytes * 9 / 10;
+  for (int launch = 0; launch < 2; ++launch) {
+    absl::StatusOr<std::vector<double>> part = g.gradient(backend, counted(true, budget, 0));
+    ASSERT_TRUE(part.ok()) << part.status().message();
+    EXPECT_EQ(*part, *flat);
+    AdStackHeapUsage u = *backend.lastAdStackHeapUsage();
+    ASSERT_GT(u.groups, 0);
+    EXPECT_LT(u.threads, one.threads);
+    EXPECT_GT(u.waves, 1);
+    EXPECT_LE(u.bytes, budget);
+    if (launch == 1) {
+      EXPECT_EQ(u.tableRuns, 1);
+    }
+  }
+  absl::StatusOr<std::vector<double>> again = g.gradient(backend, counted(true, 0, 0));
+  ASSERT_TRUE(again.ok()) << again.status().message();
+  EXPECT_EQ(*again, *flat);
+  EXPECT_EQ(backend.lastAdStackHeapUsage()->tableRuns, 1);
+  EXPECT_EQ(backend.lastAdStackHeapUsage()->bytes, one.bytes);
+}
+
+TEST(AdStackBudgetTest, VulkanTableKernelRunsOncePerLaunch) {
+  REQUIRE(vulkan(), "vulkan");
+  checkOneTableRun(*vulkan());
+}
+
+TEST(AdStackBudgetTest, CudaTableKernelRunsOncePerLaunch) {
+  REQUIRE(cuda(), "cuda");
+  checkOneTableRun(*cuda());
+}
+
+TEST(AdStackBudgetTest, VulkanStacksThatGoTogetherShareOneColumn) {
+  REQUIRE(vulkan(), "vulkan");
+  checkOneColumn(*vulkan());
+}
+
+TEST(AdStackBudgetTest, CudaStacksThatGoTogetherShareOneColumn) {
+  REQUIRE(cuda(), "cuda");
+  checkOneColumn(*cuda());
+}
+
+/// The counting kernel's per-iteration needs (70 000 iterations: a 1 MiB
+/// buffer, zeroed on the device once the table kernel read them and reused
+/// by the next launch as it is): after a launch whose deep iterations need
+/// 300 entries, one whose deep iterations need 40 lays out exactly that
+/// (no stale maximum), and the one after, with 300 back, that again.
+void checkNeedsStartFromZero(Backend &backend) {
+  auto skewed = [](int deep) { return [deep](int i) { return i % 997 == 3 ? deep : 2 + i % 2; }; };
+  PushCounts counts(70000, skewed(300));
+  int64_t unit = regionUnit(backend);
+  std::vector<AdStackHeapUsage> used;
+  for (int deep : {300, 40, 300}) {
+    for (int i = 0; i < 70000; ++i)
+      counts.setNeed(i, skewed(deep)(i));
+    counts.launch(backend, counted(true, 0, 1));
+    AdStackHeapUsage u = *backend.lastAdStackHeapUsage();
+    ASSERT_GT(u.groups, 0) << deep;
+    EXPECT_EQ(u.needBytes, counts.ownNeedBytes(u.threads, unit)) << deep;
+    EXPECT_EQ(u.bytes, tableBytes(u.threads, 1) + u.needBytes) << deep;
+    used.push_back(u);
+  }
+  EXPECT_LT(used[1].needBytes, used[0].needBytes);
+  EXPECT_EQ(used[2].bytes, used[0].bytes);
+}
+
+TEST(AdStackBudgetTest, VulkanCountedNeedsStartFromZero) {
+  REQUIRE(vulkan(), "vulkan");
+  checkNeedsStartFromZero(*vulkan());
+}
+
+TEST(AdStackBudgetTest, CudaCountedNeedsStartFromZero) {
+  REQUIRE(cuda(), "cuda");
+  checkNeedsStartFromZero(*cuda());
 }
 
 /// The compacted heap is laid out before the waves are chosen: a task
@@ -167,7 +305,8 @@ void checkOneWave(Backend &backend, int n, const std::function<int(int)> &need) 
   AdStackHeapUsage flat = *backend.lastAdStackHeapUsage();
   ASSERT_GT(flat.waves, 1);
   int64_t oneWaveInterleaved = flat.bytes / flat.threads * n;
-  int64_t sum = counts.groupNeedBytes(n);
+  int64_t unit = regionUnit(backend);
+  int64_t sum = counts.groupNeedBytes(n, 32, unit);
   ASSERT_LT(tableBytes(n) + sum, flat.bytes);
   int64_t budget = std::max(tableBytes(n) + sum + sum / 10, flat.bytes);
   ASSERT_LT(budget, oneWaveInterleaved);
@@ -179,7 +318,7 @@ void checkOneWave(Backend &backend, int n, const std::function<int(int)> &need) 
   EXPECT_EQ(u.bytes, tableBytes(u.threads) + sum);
   EXPECT_LE(double(u.bytes), 1.05 * double(sum));
   EXPECT_LE(u.bytes, budget);
-  EXPECT_EQ(u.needBytes, counts.ownNeedBytes(u.threads));
+  EXPECT_EQ(u.needBytes, counts.ownNeedBytes(u.threads, unit));
 }
 
 /// Where one wave's groups take more bytes than the interleaved layout's

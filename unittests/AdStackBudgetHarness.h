@@ -210,6 +210,11 @@ kernel @k() {{
       program_->field("m")->set(i, Scalar::ofInt(ScalarType::I32, needs_.back()));
     }
   }
+  /// Iteration i pushes `need` values from the next launch on.
+  void setNeed(int i, int need) {
+    needs_.at(size_t(i)) = need;
+    program_->field("m")->set(i, Scalar::ofInt(ScalarType::I32, need));
+  }
   /// Launches @k and checks @y.
   void launch(Backend &backend, const LaunchOptions &options) {
     ASSERT_TRUE(program_->launch("k", {}, backend, options).ok());
@@ -221,27 +226,27 @@ kernel @k() {{
   /// The regions of a compacted heap on `threads` threads in groups of
   /// `lanes`: thread t runs iterations t, t + threads, ...; each group
   /// holds `lanes` rows of its largest need (at least 1 where it runs an
-  /// iteration), 8-byte aligned.
-  int64_t groupNeedBytes(int64_t threads, int64_t lanes = 32) const {
+  /// iteration), rounded up to `unit` bytes.
+  int64_t groupNeedBytes(int64_t threads, int64_t lanes = 32, int64_t unit = 8) const {
     int64_t bytes = 0;
     for (int64_t g = 0; g * lanes < threads; ++g) {
       int64_t most = 0;
       for (int64_t t = g * lanes; t < std::min<int64_t>(threads, g * lanes + lanes); ++t)
         for (int64_t i = t; i < n_; i += threads)
           most = std::max<int64_t>(most, std::max(needs_[i], 1));
-      bytes += (lanes * most * 4 + 7) / 8 * 8;
+      bytes += (lanes * most * 4 + unit - 1) / unit * unit;
     }
     return bytes;
   }
   /// The bytes of each thread's own need (its largest iteration's, rounded
-  /// to 8 bytes), summed: the needs of the iterations in flight.
-  int64_t ownNeedBytes(int64_t threads) const {
+  /// to `unit` bytes), summed: the needs of the iterations in flight.
+  int64_t ownNeedBytes(int64_t threads, int64_t unit = 8) const {
     int64_t bytes = 0;
     for (int64_t t = 0; t < std::min<int64_t>(threads, n_); ++t) {
       int64_t most = 1;
       for (int64_t i = t; i < n_; i += threads)
         most = std::max<int64_t>(most, needs_[i]);
-      bytes += (most * 4 + 7) / 8 * 8;
+      bytes += (most * 4 + unit - 1) / unit * unit;
     }
     return bytes;
   }
@@ -255,8 +260,19 @@ private:
 
 /// The table's bytes for `threads` threads in groups of `lanes` and one
 /// stack: an i64 per group.
-inline int64_t tableBytes(int64_t threads, int64_t lanes = 32) {
-  return (threads + lanes - 1) / lanes * 8;
+/// The bytes of a compacted heap's table (docs/runtime.md, "Compacted
+/// heap") for `threads` threads in groups of `lanes`, `stacks` stacks in
+/// `columns` columns: u32 words, a header of 1 + 3 x stacks, one offset
+/// per group and column, and the heap's end.
+inline int64_t tableBytes(int64_t threads, int64_t lanes = 32, int64_t stacks = 1,
+                          int64_t columns = 1) {
+  return (1 + 3 * stacks + (threads + lanes - 1) / lanes * columns + 1) * 4;
+}
+
+/// The unit of a compacted heap's offsets and regions on `backend`: words
+/// on Vulkan, 8 bytes on CUDA and HIP.
+inline int64_t regionUnit(const Backend &backend) {
+  return backend.name() == "vulkan" ? 4 : 8;
 }
 
 } // namespace qd::budgettest

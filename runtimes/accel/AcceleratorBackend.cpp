@@ -339,6 +339,10 @@ absl::Status AcceleratorBackend::State::launchLocked(Program &program, const Ker
     if (!c.ok())
       return c.status();
     compacted = *c;
+    // The table kernel has read the needs: zeroed on the device for the
+    // next counting kernel.
+    if (absl::Status s = zeroNeeds(program, *plan, *options.measuredNeeds); !s.ok())
+      return s;
   }
   // A compacted heap (at its waves) that is not smaller than the
   // interleaved one under the same budget (at its waves) gives way to it:
@@ -378,6 +382,8 @@ absl::Status AcceleratorBackend::State::launchLocked(Program &program, const Ker
     lastUsage.needBytes = compacted->needBytes;
     lastUsage.groups = compacted->groups;
     lastUsage.groupThreads = compacted->lanes;
+    lastUsage.tableColumns = compacted->oneColumn ? 1 : shape->stacks;
+    lastUsage.tableRuns = compacted->runs;
   }
   lastThreads = frame.threads;
   lastPlacement = plan->adStackPlacement(frame.threads);

@@ -14,6 +14,7 @@
 #include "qd/runtime/AcceleratorBackend.h"
 #include "qd/runtime/LaunchPlan.h"
 
+#include <array>
 #include <deque>
 #include <map>
 #include <memory>
@@ -65,21 +66,32 @@ struct AcceleratorBackend::State {
   std::deque<Pending> pending;
   /// The compacted heap's table kernel's buffers (kept between launches),
   /// and the fill kernel's values.
-  std::optional<Buffer> tableDesc, table, tableSums, noRows, fillValues;
+  std::optional<Buffer> tableDesc, table, tableSums, tableOffsets, noRows, fillValues;
   /// The rows the fill kernel wrote last and what (first row, values): a
   /// launch that would write the same skips it (a try kernel never writes
   /// those rows; the table kernel does, and then forgets them).
   std::weak_ptr<Buffer> filledRows;
   int64_t filledFirst = 0;
   std::vector<int64_t> filled;
-  /// Per kernel, the group size its last compacted launch chose below 32
-  /// and for what (threads, the sum of own needs): the next launch of as
-  /// many threads runs the table kernel once at that size, and weighs the
-  /// sizes again only where the sum of own needs moved by more than 5%.
+  /// Per kernel, threads and forced group size (LaunchOptions::
+  /// adStackGroupThreads, 0: none), what its last compacted launch chose
+  /// (the group size, one column for all stacks or one each) and for what
+  /// sum of own needs: the next such launch runs the table kernel once at
+  /// that layout, and weighs the group sizes again (a run in groups of
+  /// 32) only where the sum of own needs moved by more than 5%.
   struct ChosenGroups {
-    int64_t lanes = 0, threads = 0, needBytes = 0;
+    int64_t lanes = 0, needBytes = 0;
+    bool oneColumn = false;
   };
-  std::map<const Kernel *, ChosenGroups> chosenGroups;
+  std::map<std::tuple<const Kernel *, int64_t, int64_t>, ChosenGroups> chosenGroups;
+  /// Per kernel, threads of one wave, the largest heap and forced group
+  /// size, the threads its last compacted launch that had to halve its
+  /// grid fitted and their sum of own needs: the next such launch starts
+  /// there (one run of the table kernel where the needs look the same).
+  struct FittedThreads {
+    int64_t threads = 0, needBytes = 0;
+  };
+  std::map<std::tuple<const Kernel *, int64_t, int64_t, int64_t>, FittedThreads> fittedThreads;
 
   absl::StatusOr<Variant *> variant(const Kernel &kernel, bool boundsChecked, bool stopChecks,
                                     const std::vector<int64_t> &local,
@@ -136,6 +148,16 @@ struct AcceleratorBackend::State {
   struct Compacted {
     int64_t threads = 0, lanes = 0, groups = 0, tableBytes = 0, heapBytes = 0, bytes = 0,
             needBytes = 0;
+    /// The table kernel's runs of the launch so far.
+    int64_t runs = 0;
+    /// Every stack in one column of the table (GroupTableShape::
+    /// shareColumn), or one each.
+    bool oneColumn = false;
+    /// The regions' bytes with one column per stack and with one column
+    /// (this run's group size), and (a run in groups of 32) as groups of
+    /// 1 << k threads with one column per stack.
+    std::array<int64_t, 2> columnBytes{};
+    std::array<int64_t, accel::kGroupShifts> candidates{};
     DeviceMirror *table = nullptr;
   };
   /// The compacted heap of a launch whose stacks `shape` describes, on the
@@ -152,6 +174,11 @@ struct AcceleratorBackend::State {
   /// of its row of `capacities` (the fill kernel).
   absl::Status fillCapacities(Program &program, const LaunchPlan &plan,
                               const AdStackIterationCapacities &capacities);
+  /// Zeroes the counting kernel's per-iteration needs on the device where
+  /// the launch allows it (MeasuredAdStackNeeds::zeroAfterUse) and says so
+  /// (::zeroed).
+  absl::Status zeroNeeds(Program &program, const LaunchPlan &plan,
+                         const MeasuredAdStackNeeds &needs);
   /// Runs one of the backend's own kernels (the table or fill kernel) for
   /// `plan`'s launch; errors name that launch.
   absl::Status runOwnKernel(Program &program, const LaunchPlan &plan, const Kernel &kernel,
@@ -164,6 +191,18 @@ struct AcceleratorBackend::State {
   absl::Status runGroupTable(Program &program, const LaunchPlan &plan,
                              const accel::GroupTableShape &shape, const LaunchOptions &options,
                              int64_t threads, int64_t lanes, int64_t base);
+  /// The layout of a compacted heap on `t` threads: the one the last such
+  /// launch chose where the needs look the same, else the columns and
+  /// group size of fewer bytes (ChosenGroups); `runs` counts the table
+  /// kernel's runs.
+  absl::StatusOr<Compacted> chooseLayout(Program &program, const LaunchPlan &plan,
+                                         const accel::GroupTableShape &shape,
+                                         const LaunchOptions &options, int64_t t, int64_t &runs);
+  /// One run of the table kernel for `threads` threads in groups of
+  /// `lanes`, the columns of `shape`, and its sums (one copy back).
+  absl::StatusOr<Compacted> layOut(Program &program, const LaunchPlan &plan,
+                                   const accel::GroupTableShape &shape,
+                                   const LaunchOptions &options, int64_t threads, int64_t lanes);
 };
 
 } // namespace qd

@@ -23,12 +23,24 @@ namespace {
 /// factor of the fewest bytes any group size takes.
 constexpr double kGroupSlack = 1.05;
 
-/// `b` as an i64 buffer of `n` elements (exactly, or at least), kept where
-/// it is one already.
-absl::Status sizedBuffer(std::optional<Buffer> &b, int64_t n, bool exact) {
+/// Per-iteration needs of at least this many bytes are zeroed on the
+/// device after the table kernel read them (one small dispatch); fewer
+/// cost less to fill on the host and upload with the next counting kernel.
+constexpr int64_t kZeroOnDeviceBytes = int64_t(1) << 20;
+
+/// Whether a sum of own needs moved by more than the slack from `before`
+/// (a remembered layout no longer applies).
+bool moved(int64_t now, int64_t before) {
+  return std::abs(double(now) - double(before)) > (kGroupSlack - 1) * double(before);
+}
+
+/// `b` as a buffer of `n` elements of `type` (exactly, or at least), kept
+/// where it is one already.
+absl::Status sizedBuffer(std::optional<Buffer> &b, int64_t n, bool exact,
+                         ScalarType type = ScalarType::I64) {
   if (b && (exact ? b->numElements() == n : b->numElements() >= n))
     return absl::OkStatus();
-  absl::StatusOr<Buffer> made = Buffer::create(ScalarType::I64, {n});
+  absl::StatusOr<Buffer> made = Buffer::create(type, {n});
   if (!made.ok())
     return made.status();
   b = *std::move(made);
@@ -70,9 +82,11 @@ absl::Status AcceleratorBackend::State::runGroupTable(Program &program, const La
   const int64_t groups = (threads + lanes - 1) / lanes;
   const int64_t elements = accel::groupTableElements(groups, shape.stacks, lanes);
   const int64_t block = accel::groupTableBlock(groups);
+  const int64_t words = accel::groupTableWords(groups, shape.stacks, shape.columns);
   for (absl::Status s : {sizedBuffer(tableDesc, int64_t(shape.desc.size()), true),
                          sizedBuffer(table, elements, false),
-                         sizedBuffer(tableSums, accel::groupTableSums(groups, block), false)})
+                         sizedBuffer(tableSums, accel::groupTableSums(groups, block), false),
+                         sizedBuffer(tableOffsets, words, false, ScalarType::I32)})
     if (!s.ok())
       return s;
   writeValues(*tableDesc, shape.desc);
@@ -88,14 +102,16 @@ absl::Status AcceleratorBackend::State::runGroupTable(Program &program, const La
     noRows = *std::move(b);
   }
   NdarrayArg need{needs.need.get()}, desc{&*tableDesc}, out{&*table}, sums{&*tableSums},
-      rowsArg{rows ? rows : &*noRows};
+      rowsArg{rows ? rows : &*noRows}, offsets{&*tableOffsets};
   const LaunchArg args[] = {LaunchArg::ndarray(&need),
                             LaunchArg::ndarray(&desc),
                             LaunchArg::ndarray(&out),
                             LaunchArg::ndarray(&sums),
                             LaunchArg::ndarray(&rowsArg),
+                            LaunchArg::ndarray(&offsets),
                             LaunchArg::i32(int32_t(groups)),
                             LaunchArg::i32(int32_t(shape.stacks)),
+                            LaunchArg::i32(int32_t(shape.columns)),
                             LaunchArg::i32(int32_t(threads)),
                             LaunchArg::i32(int32_t(shape.begin)),
                             LaunchArg::i32(int32_t(shape.end)),
@@ -106,6 +122,22 @@ absl::Status AcceleratorBackend::State::runGroupTable(Program &program, const La
                             LaunchArg::i32(int32_t((groups + block - 1) / block)),
                             LaunchArg::i32(int32_t(lanes))};
   return runOwnKernel(program, plan, **kernel, args);
+}
+
+absl::Status AcceleratorBackend::State::zeroNeeds(Program &program, const LaunchPlan &plan,
+                                                  const MeasuredAdStackNeeds &needs) {
+  if (!needs.zeroAfterUse || needs.rows || !needs.need ||
+      int64_t(needs.need->sizeInBytes()) < kZeroOnDeviceBytes)
+    return absl::OkStatus();
+  absl::StatusOr<const Kernel *> kernel = accel::zeroNeedsKernel();
+  if (!kernel.ok())
+    return kernel.status();
+  NdarrayArg need{needs.need.get()};
+  const LaunchArg args[] = {LaunchArg::ndarray(&need),
+                            LaunchArg::i32(int32_t(needs.need->numElements()))};
+  absl::Status s = runOwnKernel(program, plan, **kernel, args);
+  needs.zeroed = s.ok();
+  return s;
 }
 
 absl::Status
@@ -139,6 +171,99 @@ AcceleratorBackend::State::fillCapacities(Program &program, const LaunchPlan &pl
   return ran;
 }
 
+absl::StatusOr<AcceleratorBackend::State::Compacted>
+AcceleratorBackend::State::layOut(Program &program, const LaunchPlan &plan,
+                                  const accel::GroupTableShape &shape, const LaunchOptions &options,
+                                  int64_t threads, int64_t lanes) {
+  Compacted c;
+  c.threads = threads;
+  c.lanes = lanes;
+  c.groups = (threads + lanes - 1) / lanes;
+  c.oneColumn = shape.columns == 1 && shape.stacks > 1;
+  c.tableBytes = accel::groupTableWords(c.groups, shape.stacks, shape.columns) * 4;
+  int64_t base = device.groupTableInHeap() ? c.tableBytes : 0;
+  if (absl::Status s = runGroupTable(program, plan, shape, options, threads, lanes, base); !s.ok())
+    return s;
+  // The totals in one copy: the heap's bytes, the own needs, the bytes of
+  // each group size (from a run in groups of 32) and of either columns.
+  absl::StatusOr<DeviceMirror *> sums = tableSums->prepareOnDevice(&device, [&] {
+    return absl::StatusOr<std::unique_ptr<DeviceMirror>>(device.mirror(*tableSums));
+  });
+  if (!sums.ok())
+    return sums.status();
+  std::array<int64_t, 4 + accel::kGroupShifts> head{};
+  if (absl::Status s = (*sums)->download(reinterpret_cast<std::byte *>(head.data()),
+                                         head.size() * sizeof(int64_t));
+      !s.ok())
+    return s;
+  c.heapBytes = base + head[0];
+  c.bytes = c.tableBytes + head[0];
+  c.needBytes = head[1];
+  std::copy(head.begin() + 2, head.begin() + 2 + accel::kGroupShifts, c.candidates.begin());
+  c.columnBytes = {head[2 + accel::kGroupShifts], head[3 + accel::kGroupShifts]};
+  return c;
+}
+
+absl::StatusOr<AcceleratorBackend::State::Compacted>
+AcceleratorBackend::State::chooseLayout(Program &program, const LaunchPlan &plan,
+                                        const accel::GroupTableShape &shape,
+                                        const LaunchOptions &options, int64_t t, int64_t &runs) {
+  const int64_t group = abi::kAdStackGroupThreads;
+  const int64_t forced = options.adStackGroupThreads;
+  const accel::GroupTableShape shared = shape.shareColumn();
+  auto run = [&](int64_t lanes, bool oneColumn) {
+    ++runs;
+    return layOut(program, plan, oneColumn && shape.stacks > 1 ? shared : shape, options, t, lanes);
+  };
+  auto tableBytes = [&](int64_t lanes, bool oneColumn) {
+    return accel::groupTableWords((t + lanes - 1) / lanes, shape.stacks,
+                                  oneColumn ? 1 : shape.stacks) *
+           4;
+  };
+  // The layout the kernel's last launch of as many threads chose, where
+  // the needs look the same (ChosenGroups).
+  auto key = std::tuple(&plan.kernel(), t, forced);
+  auto last = chosenGroups.find(key);
+  bool again = last != chosenGroups.end();
+  absl::StatusOr<Compacted> c =
+      again ? run(last->second.lanes, last->second.oneColumn) : run(forced ? forced : group, false);
+  if (!c.ok())
+    return c.status();
+  if (again && moved(c->needBytes, last->second.needBytes)) {
+    again = false;
+    if (!forced && c->lanes != group)
+      c = run(group, c->oneColumn);
+    if (!c.ok())
+      return c.status();
+  }
+  int64_t lanes = c->lanes;
+  bool oneColumn = c->oneColumn;
+  if (!again) {
+    // One column for every stack where its regions and table take fewer
+    // bytes than one column each (stacks whose needs go together).
+    oneColumn = shape.stacks > 1 && c->columnBytes[1] + tableBytes(lanes, true) <
+                                        c->columnBytes[0] + tableBytes(lanes, false);
+    if (!forced) {
+      // The largest group whose regions and table are within 1.05x of
+      // the fewest bytes any group size takes (groups of 1: the sum of
+      // the needs, plus the largest table).
+      std::array<int64_t, accel::kGroupShifts> total{};
+      for (int k = 0; k < accel::kGroupShifts; ++k)
+        total[size_t(k)] = c->candidates[size_t(k)] + tableBytes(int64_t(1) << k, oneColumn);
+      int64_t fewest = *std::min_element(total.begin(), total.end());
+      for (int k = 0; k < accel::kGroupShifts; ++k)
+        if (double(total[size_t(k)]) <= kGroupSlack * double(fewest))
+          lanes = int64_t(1) << k;
+    }
+  }
+  if (lanes != c->lanes || oneColumn != c->oneColumn)
+    c = run(lanes, oneColumn);
+  if (!c.ok())
+    return c.status();
+  chosenGroups[key] = {lanes, c->needBytes, oneColumn};
+  return c;
+}
+
 absl::StatusOr<std::optional<AcceleratorBackend::State::Compacted>>
 AcceleratorBackend::State::compact(Program &program, const LaunchPlan &plan,
                                    const accel::GroupTableShape &shape,
@@ -153,94 +278,41 @@ AcceleratorBackend::State::compact(Program &program, const LaunchPlan &plan,
   int64_t largest = limits.maxHeapBytes == 0 || limits.maxHeapBytes > uint64_t(INT64_MAX)
                         ? INT64_MAX
                         : int64_t(limits.maxHeapBytes);
-  // The table's offsets and capacities are 32 bits each.
-  largest = std::min({largest, budget, abi::kAdStackMaxCompactedBytes});
-  // One run of the table kernel for groups of `lanes` threads; `candidates`
-  // gets, from a run with groups of 32, the regions' bytes as groups of
-  // 1 << k threads.
-  auto layOut =
-      [&](int64_t t, int64_t lanes,
-          std::array<int64_t, accel::kGroupShifts> *candidates) -> absl::StatusOr<Compacted> {
-    Compacted c;
-    c.threads = t;
-    c.lanes = lanes;
-    c.groups = (t + lanes - 1) / lanes;
-    c.tableBytes = c.groups * shape.stacks * 8;
-    int64_t base = device.groupTableInHeap() ? c.tableBytes : 0;
-    if (absl::Status s = runGroupTable(program, plan, shape, options, t, lanes, base); !s.ok())
-      return s;
-    // The totals in one copy: the heap's bytes, the own needs and (from a
-    // run in groups of 32) the bytes of each group size.
-    absl::StatusOr<DeviceMirror *> sums = tableSums->prepareOnDevice(&device, [&] {
-      return absl::StatusOr<std::unique_ptr<DeviceMirror>>(device.mirror(*tableSums));
+  // The table's offsets (the heap's end included) are 32 bits.
+  largest = std::min({largest, budget, abi::kAdStackMaxCompactedBytes,
+                      int64_t(UINT32_MAX) * int64_t(device.groupTableUnit())});
+  int64_t runs = 0;
+  auto fits = [&](Compacted c) -> absl::StatusOr<std::optional<Compacted>> {
+    absl::StatusOr<DeviceMirror *> m = tableOffsets->prepareOnDevice(&device, [&] {
+      return absl::StatusOr<std::unique_ptr<DeviceMirror>>(device.mirror(*tableOffsets));
     });
-    if (!sums.ok())
-      return sums.status();
-    std::array<int64_t, 2 + accel::kGroupShifts> head{};
-    size_t read = (candidates ? head.size() : 2) * sizeof(int64_t);
-    if (absl::Status s = (*sums)->download(reinterpret_cast<std::byte *>(head.data()), read);
-        !s.ok())
-      return s;
-    c.heapBytes = base + head[0];
-    c.bytes = c.tableBytes + head[0];
-    c.needBytes = head[1];
-    if (candidates)
-      std::copy(head.begin() + 2, head.end(), candidates->begin());
-    return c;
+    if (!m.ok())
+      return m.status();
+    c.table = *m;
+    c.runs = runs;
+    return std::optional<Compacted>(c);
   };
-  // Fewer threads hold fewer iterations at once: halve the grid (whole
-  // groups of 32) until the heap fits.
-  const Kernel *kernel = &plan.kernel();
-  for (int64_t t = threads;; t = std::max(group, t / 2 / group * group)) {
-    std::array<int64_t, accel::kGroupShifts> candidates{};
-    // The size the kernel's last launch chose, where the needs look the
-    // same (ChosenGroups).
-    auto last = chosenGroups.find(kernel);
-    bool again = !forced && last != chosenGroups.end() && last->second.threads == t;
+  // Where the last such launch fitted fewer threads, with needs that look
+  // the same, start there (FittedThreads).
+  auto fitKey = std::tuple(&plan.kernel(), threads, largest, forced);
+  if (auto f = fittedThreads.find(fitKey);
+      f != fittedThreads.end() && f->second.threads < threads) {
     absl::StatusOr<Compacted> c =
-        again ? layOut(t, last->second.lanes, nullptr)
-              : layOut(t, forced ? forced : group, forced ? nullptr : &candidates);
+        chooseLayout(program, plan, shape, options, f->second.threads, runs);
     if (!c.ok())
       return c.status();
-    if (again && std::abs(double(c->needBytes) - double(last->second.needBytes)) >
-                     (kGroupSlack - 1) * double(last->second.needBytes)) {
-      again = false;
-      c = layOut(t, group, &candidates);
-      if (!c.ok())
-        return c.status();
-    }
-    if (!forced && !again) {
-      // The largest group whose regions and table are within 1.05x of
-      // the fewest bytes any group size takes (groups of 1: the sum of the
-      // needs, plus the largest table).
-      int64_t fewest = INT64_MAX;
-      std::array<int64_t, accel::kGroupShifts> total{};
-      for (int k = 0; k < accel::kGroupShifts; ++k) {
-        int64_t lanes = int64_t(1) << k;
-        total[size_t(k)] = candidates[size_t(k)] + (t + lanes - 1) / lanes * shape.stacks * 8;
-        fewest = std::min(fewest, total[size_t(k)]);
-      }
-      int chosen = 0;
-      for (int k = 0; k < accel::kGroupShifts; ++k)
-        if (double(total[size_t(k)]) <= kGroupSlack * double(fewest))
-          chosen = k;
-      if (chosen != accel::kGroupShifts - 1)
-        c = layOut(t, int64_t(1) << chosen, nullptr);
-      if (!c.ok())
-        return c.status();
-      if (chosen != accel::kGroupShifts - 1)
-        chosenGroups[kernel] = {c->lanes, t, c->needBytes};
-      else
-        chosenGroups.erase(kernel);
-    }
+    if (c->bytes <= largest && !moved(c->needBytes, f->second.needBytes))
+      return fits(*c);
+  }
+  // Fewer threads hold fewer iterations at once: halve the grid (whole
+  // groups of 32) until the heap fits.
+  for (int64_t t = threads;; t = std::max(group, t / 2 / group * group)) {
+    absl::StatusOr<Compacted> c = chooseLayout(program, plan, shape, options, t, runs);
+    if (!c.ok())
+      return c.status();
     if (c->bytes <= largest) {
-      absl::StatusOr<DeviceMirror *> m = table->prepareOnDevice(&device, [&] {
-        return absl::StatusOr<std::unique_ptr<DeviceMirror>>(device.mirror(*table));
-      });
-      if (!m.ok())
-        return m.status();
-      c->table = *m;
-      return std::optional<Compacted>(*c);
+      fittedThreads[fitKey] = {t, c->needBytes};
+      return fits(*c);
     }
     if (t <= group)
       return std::optional<Compacted>();

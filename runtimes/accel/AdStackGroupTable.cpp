@@ -7,8 +7,10 @@
 #include <absl/status/status.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <utility>
 
 namespace qd::accel {
@@ -17,62 +19,87 @@ namespace {
 
 // Pass 1, per group g of %lanes threads: for each stack, the largest need
 // of the iterations its threads run (a stack that is not measured: its
-// capacity; 0 for a group whose threads run no iteration), the region's
-// bytes (lanes x capacity x entry bytes rounded up to 8; the capacity is
-// stored in the group's entry), the group's bytes (table[pairs + g]) and the bytes of each
-// thread's own need (table[pairs + groups + g]); with 32 lanes also the
-// candidates (below: CAND_*). Pass 2, per block of `block` groups: the
-// exclusive scan of its groups' bytes in place and the block's sums. Pass
+// capacity; 0 for a group whose threads run no iteration), folded into its
+// column's capacity (table[g * stacks + column], the largest over the
+// column's stacks); each column's region (lanes x capacity x the column's
+// entry bytes, rounded up to %unit); the group's bytes (table[pairs + g])
+// and the bytes of each thread's own need (table[pairs + groups + g]);
+// with 32 lanes also the candidates (below: CAND_*). Pass 2, per block of
+// `block` groups: the exclusive scan of its groups' bytes in place and the
+// block's sums, and its sums of two more per-group numbers (below). Pass
 // 3 (one thread): the exclusive scan of the blocks' bytes (from `base`)
-// and the totals (sums[0], sums[1], sums[2 + k]); the blocks' sums are at
-// sums[8 + b] (bytes), sums[8 + blocks + b] (own needs) and sums[8 + (2 +
-// k) * blocks + b] (candidates). Pass 4, per group: each region's offset in
-// units (its
-// block's start plus its own), packed with the capacity: offset | capacity
-// << 32. Where a stack's desc names a row of `rows` (an optimistic
-// launch's per-iteration capacities), pass 1 also writes the group's
-// capacity there for each iteration its threads run. Sums are i64; indices i32
+// and the totals (sums[0], sums[1], sums[2 + k], sums[8], sums[9]); the
+// blocks' sums are at sums[10 + b] (bytes), sums[10 + blocks + b] (own
+// needs), sums[10 + (2 + k) * blocks + b] (candidates) and sums[10 + (8 +
+// j) * blocks + b]; j = 0: the regions' bytes with one column per stack,
+// j = 1: with one column for every stack (pass 1 computes both, per group,
+// whatever the columns of this run); the header of
+// `offsets` and its last entry, the heap's end in units. Pass 4, per
+// group: each column's region's offset in units (its block's start plus
+// its own) at offsets[head + g * columns + column]. Where a stack's desc
+// names a row of `rows` (an optimistic launch's per-iteration
+// capacities), pass 1 also writes the group's capacity there for each
+// iteration its threads run. Sums are i64; indices i32
 // (Program::perIterationNeeds keeps slot * spread below 2^30).
 constexpr const char *kTableKernel = R"(
 kernel @NAME(%need: NEED_TYPE, %desc: ndarray<i64, 1>,
                             %table: ndarray<i64, 1>, %sums: ndarray<i64, 1>,
-                            %rows: ndarray<i64, 2>, %groups: i32,
-                            %stacks: i32, %threads: i32, %begin: i32, %end: i32, %spread: i32,
-                            %unit: i64, %base: i64, %block: i32,
+                            %rows: ndarray<i64, 2>, %offsets: ndarray<i32, 1>, %groups: i32,
+                            %stacks: i32, %columns: i32, %threads: i32, %begin: i32, %end: i32,
+                            %spread: i32, %unit: i64, %base: i64, %block: i32,
                             %blocks: i32, %lanes: i32) {
   %one = const 1 : i32
   %two = const 2 : i32
   %three = const 3 : i32
   %four = const 4 : i32
+  %five = const 5 : i32
+  %six = const 6 : i32
+  %seven = const 7 : i32
+  %eight = const 8 : i32
   %full = const 32 : i32
-  %head = const 8 : i32
+  %head = const 10 : i32
   %zero = const 0 : i32
   %zero64 = const 0 : i64
-  %seven64 = const 7 : i64
-  %eight64 = const 8 : i64
-  %thirtyTwo64 = const 32 : i64
+  %one64 = const 1 : i64
+  %unitm1 = sub %unit, %one64 : i64
   %lanes64 = cast %lanes : i32 to i64
   %mask = sub %spread, %one : i32
   %pairs = mul %groups, %stacks : i32
   %exacts = add %pairs, %groups : i32
-  %cands = add %exacts, %groups : i32
+  %alts = add %exacts, %groups : i32
+  %alts2 = add %alts, %groups : i32
+  %cands = add %alts2, %groups : i32
+  %hstacks = mul %stacks, %three : i32
+  %header = add %hstacks, %one : i32
   parallel for %g = 0 to %groups {
     %bytes = alloca i64
     %exact = alloca i64
+    %apart = alloca i64
+    %amax = alloca i64
+    %aeb = alloca i64
     store %bytes, %zero64
     store %exact, %zero64
+    store %apart, %zero64
+    store %amax, %zero64
+    store %aeb, %zero64
 CAND_INIT
     %gl = mul %g, %lanes : i32
     %gn = mul %g, %stacks : i32
+    for %z = 0 to %stacks {
+      %zAt = add %gn, %z : i32
+      store %table[%zAt], %zero64
+    }
     for %s = 0 to %stacks {
-      %d = mul %s, %four : i32
+      %d = mul %s, %eight : i32
       %d1 = add %d, %one : i32
       %d2 = add %d, %two : i32
       %d3 = add %d, %three : i32
+      %d4 = add %d, %four : i32
       %eb = load %desc[%d] : i64
       %slot = load %desc[%d1] : i64
       %fixed = load %desc[%d2] : i64
       %capsRow = load %desc[%d3] : i64
+      %column = load %desc[%d4] : i64
       %measured = cmp ge %slot, %zero64 : i64
       %slot32 = cast %slot : i64 to i32
       %sbase = mul %slot32, %spread : i32
@@ -108,9 +135,7 @@ NEED_LOAD
         %gm = max %gold, %gmine : i64
         store %gcap, %gm
         %tb = mul %tc, %eb : i64
-        %tb7 = add %tb, %seven64 : i64
-        %tbd = div %tb7, %eight64 : i64
-        %tb8 = mul %tbd, %eight64 : i64
+        ROUND %tb8 = %tb
         %mine = select %active, %tb8, %zero64 : i64
         %eold = load %exact : i64
         %enew = add %eold, %mine : i64
@@ -139,15 +164,28 @@ CAND_LANE
           store %rows[%row, %col], %gc
         }
       }
-      %e = add %gn, %s : i32
-      store %table[%e], %gc
-      %rb = mul %gc, %eb : i64
-      %rl = mul %rb, %lanes64 : i64
-      %rl7 = add %rl, %seven64 : i64
-      %rld = div %rl7, %eight64 : i64
-      %region = mul %rld, %eight64 : i64
+      %arb = mul %gc, %eb : i64
+      %arl = mul %arb, %lanes64 : i64
+      ROUND %areg = %arl
+      %apo = load %apart : i64
+      %apn = add %apo, %areg : i64
+      store %apart, %apn
+      %amo = load %amax : i64
+      %amn = max %amo, %gc : i64
+      store %amax, %amn
+      %aeo = load %aeb : i64
+      %aen = add %aeo, %eb : i64
+      store %aeb, %aen
+      %column32 = cast %column : i64 to i32
+      %e = add %gn, %column32 : i32
+      %cold = load %table[%e] : i64
+      %cnew = max %cold, %gc : i64
+      store %table[%e], %cnew
+    }
+    for %r = 0 to %stacks {
+REGION(r)
       %bold = load %bytes : i64
-      %bnew = add %bold, %region : i64
+      %bnew = add %bold, %rregion : i64
       store %bytes, %bnew
     }
     %gb = load %bytes : i64
@@ -156,6 +194,16 @@ CAND_LANE
     %ge = load %exact : i64
     %geAt = add %exacts, %g : i32
     store %table[%geAt], %ge
+    %gap = load %apart : i64
+    %gapAt = add %alts, %g : i32
+    store %table[%gapAt], %gap
+    %gam = load %amax : i64
+    %gae = load %aeb : i64
+    %gsb = mul %gam, %gae : i64
+    %gsl = mul %gsb, %lanes64 : i64
+    ROUND %gshared = %gsl
+    %gshAt = add %alts2, %g : i32
+    store %table[%gshAt], %gshared
     %sizedG = cmp eq %lanes, %full : i32
     if %sizedG {
 CAND_STORE
@@ -177,17 +225,79 @@ SCAN_BLOCK
     %sizedB = cmp eq %lanes, %full : i32
     %candCount = select %sizedB, %inBlock, %zero : i32
 CAND_BLOCK
+    for %aj = 0 to %two {
+      %ajg = mul %aj, %groups : i32
+      %ajs = add %alts, %ajg : i32
+      %ajf = add %ajs, %lo : i32
+      %ajacc = alloca i64
+      store %ajacc, %zero64
+      for %ah = 0 to %inBlock {
+        %ahi = add %ajf, %ah : i32
+        %ahv = load %table[%ahi] : i64
+        %aho = load %ajacc : i64
+        %ahn = add %aho, %ahv : i64
+        store %ajacc, %ahn
+      }
+      %ajk = add %aj, %eight : i32
+      %ajw = mul %ajk, %blocks : i32
+      %ajx = add %head, %ajw : i32
+      %ajy = add %ajx, %b : i32
+      %ajz = load %ajacc : i64
+      store %sums[%ajy], %ajz
+    }
   }
   serial {
     %sizedS = cmp eq %lanes, %full : i32
     %candBlocks = select %sizedS, %blocks, %zero : i32
 SCAN_SUMS
 CAND_TOTAL
+    for %zj = 0 to %two {
+      %zjacc = alloca i64
+      store %zjacc, %zero64
+      %zjk = add %zj, %eight : i32
+      %zjw = mul %zjk, %blocks : i32
+      %zjx = add %head, %zjw : i32
+      for %zb = 0 to %blocks {
+        %zbi = add %zjx, %zb : i32
+        %zbv = load %sums[%zbi] : i64
+        %zbo = load %zjacc : i64
+        %zbn = add %zbo, %zbv : i64
+        store %zjacc, %zbn
+      }
+      %zjz = load %zjacc : i64
+      %zjAt = add %zj, %eight : i32
+      store %sums[%zjAt], %zjz
+    }
     %rend = load %srun : i64
     %used = sub %rend, %base : i64
     store %sums[%zero], %used
     %aend = load %sall : i64
     store %sums[%one], %aend
+    %endUnits = div %rend, %unit : i64
+    %endUnits32 = cast %endUnits : i64 to i32
+    %entries = mul %groups, %columns : i32
+    %lastAt = add %header, %entries : i32
+    store %offsets[%lastAt], %endUnits32
+    store %offsets[%zero], %columns
+    for %h = 0 to %stacks {
+      %hd = mul %h, %eight : i32
+      %hw = mul %h, %three : i32
+      %hw1 = add %hw, %one : i32
+      %hw2 = add %hw, %two : i32
+      %hw3 = add %hw, %three : i32
+      %hd4 = add %hd, %four : i32
+      %hd5 = add %hd, %five : i32
+      %hd6 = add %hd, %six : i32
+      %hcol = load %desc[%hd4] : i64
+      %hpre = load %desc[%hd5] : i64
+      %heb = load %desc[%hd6] : i64
+      %hcol32 = cast %hcol : i64 to i32
+      %hpre32 = cast %hpre : i64 to i32
+      %heb32 = cast %heb : i64 to i32
+      store %offsets[%hw1], %hcol32
+      store %offsets[%hw2], %hpre32
+      store %offsets[%hw3], %heb32
+    }
   }
   parallel for %q = 0 to %groups {
     %qAt = add %pairs, %q : i32
@@ -199,27 +309,49 @@ CAND_TOTAL
     %cur = alloca i64
     store %cur, %start
     %qn = mul %q, %stacks : i32
+    %qk = mul %q, %columns : i32
+    %qh = add %header, %qk : i32
     for %u = 0 to %stacks {
-      %x = add %qn, %u : i32
-      %qcap = load %table[%x] : i64
-      %qd = mul %u, %four : i32
-      %qeb = load %desc[%qd] : i64
-      %qrb = mul %qcap, %qeb : i64
-      %qrl = mul %qrb, %lanes64 : i64
-      %qrl7 = add %qrl, %seven64 : i64
-      %qrld = div %qrl7, %eight64 : i64
-      %rbytes = mul %qrld, %eight64 : i64
       %c0 = load %cur : i64
       %off = div %c0, %unit : i64
-      %high = shl %qcap, %thirtyTwo64 : i64
-      %packed = or %off, %high : i64
-      store %table[%x], %packed
-      %c1 = add %c0, %rbytes : i64
+      %off32 = cast %off : i64 to i32
+      %pfd = mul %u, %eight : i32
+      %pfd7 = add %pfd, %seven : i32
+      %pfirst = load %desc[%pfd7] : i64
+      %pis = cmp ne %pfirst, %zero64 : i64
+      if %pis {
+        %pfd4 = add %pfd, %four : i32
+        %pcol = load %desc[%pfd4] : i64
+        %pcol32 = cast %pcol : i64 to i32
+        %pAt = add %qh, %pcol32 : i32
+        store %offsets[%pAt], %off32
+      }
+REGION(u)
+      %c1 = add %c0, %uregion : i64
       store %cur, %c1
     }
   }
 }
 )";
+
+/// The bytes of the region of group NAME's column whose first stack is
+/// stack %X (0 where %X is not the first of its column): lanes x the
+/// column's capacity x its entry bytes, rounded up to %unit.
+constexpr const char *kRegion = R"(      %Xd = mul %X, %eight : i32
+      %Xd6 = add %Xd, %six : i32
+      %Xd7 = add %Xd, %seven : i32
+      %Xd4 = add %Xd, %four : i32
+      %Xceb = load %desc[%Xd6] : i64
+      %Xfirst = load %desc[%Xd7] : i64
+      %Xcol = load %desc[%Xd4] : i64
+      %Xcol32 = cast %Xcol : i64 to i32
+      %XAt = add GN, %Xcol32 : i32
+      %Xcap = load %table[%XAt] : i64
+      %Xrb = mul %Xcap, %Xceb : i64
+      %Xrl = mul %Xrb, %lanes64 : i64
+      ROUND %Xall = %Xrl
+      %Xis = cmp ne %Xfirst, %zero64 : i64
+      %Xregion = select %Xis, %Xall, %zero64 : i64)";
 
 /// An exclusive scan in place on one thread (names prefixed %X): COUNT
 /// elements of BUF from FIRST, from START; the sum of the COUNT elements
@@ -266,6 +398,43 @@ kernel @adstack_fill_rows(%rows: ndarray<i64, 2>, %values: ndarray<i64, 1>, %fir
 }
 )";
 
+/// `text` with every line `ROUND %out = %in` replaced by the lines that
+/// round %in up to a multiple of %unit (%unitm1 is %unit - 1), into %out.
+std::string expandRounds(std::string_view text) {
+  std::string out;
+  for (size_t at = 0; at < text.size();) {
+    size_t end = std::min(text.find('\n', at), text.size());
+    std::string_view line = text.substr(at, end - at);
+    size_t round = line.find("ROUND ");
+    size_t eq = line.find(" = ");
+    if (round == std::string_view::npos || eq == std::string_view::npos) {
+      out.append(line);
+    } else {
+      std::string_view indent = line.substr(0, round);
+      std::string result(line.substr(round + 6, eq - round - 6));
+      std::string_view in = line.substr(eq + 3);
+      out += fmt::format("{0}{1}u = add {2}, %unitm1 : i64\n{0}{1}d = div {1}u, %unit : i64\n"
+                         "{0}{1} = mul {1}d, %unit : i64",
+                         indent, result, in);
+    }
+    if (end < text.size())
+      out += '\n';
+    at = end + 1;
+  }
+  return out;
+}
+
+/// Zeroes the first `count` elements of `b`: the counting kernel's
+/// per-iteration needs once the table kernel has read them.
+constexpr const char *kZeroKernel = R"(
+kernel @adstack_zero_needs(%b: ndarray<i64, 1>, %count: i32) {
+  %zero = const 0 : i64
+  parallel for %i = 0 to %count {
+    store %b[%i], %zero
+  }
+}
+)";
+
 std::string replaced(std::string text, std::string_view marker, std::string_view with) {
   for (size_t at = 0; (at = text.find(marker, at)) != std::string::npos; at += with.size())
     text.replace(at, marker.size(), with);
@@ -286,8 +455,8 @@ std::string scan(std::string_view prefix, std::string_view buffer, std::string_v
 /// The table kernel's candidates (docs/runtime.md, "Compacted heap"): in
 /// a run with groups of 32, per group, the regions' bytes it would take as
 /// groups of 1, 2, 4, 8, 16 and 32 threads (each sub-group of 2^k lanes at
-/// its largest need, 8-byte aligned, as the regions are), at
-/// table[cands + k * groups + g]; their sums per block at sums[8 + 2 *
+/// its largest need, rounded up to the unit, as the regions are), at
+/// table[cands + k * groups + g]; their sums per block at sums[10 + 2 *
 /// blocks + k * blocks + b] and over the launch at sums[2 + k].
 std::string candidates(std::string text) {
   std::string init, sub, lane, store, block, total;
@@ -303,9 +472,7 @@ std::string candidates(std::string text) {
         %yasz{0} = const {2} : i64
         %yasb{0} = mul %yasx{0}, %eb : i64
         %yasc{0} = mul %yasb{0}, %yasz{0} : i64
-        %yas7{0} = add %yasc{0}, %seven64 : i64
-        %yas8{0} = div %yas7{0}, %eight64 : i64
-        %yasr{0} = mul %yas8{0}, %eight64 : i64
+        ROUND %yasr{0} = %yasc{0}
         %yasa{0} = select %yasd{0}, %yasr{0}, %zero64 : i64
         %yaao{0} = load %acc{0} : i64
         %yaan{0} = add %yaao{0}, %yasa{0} : i64
@@ -378,13 +545,18 @@ std::string moduleText() {
                         scan("b", "%table", "%blockFirst", "%inBlock", "%groups", "%zero64")),
                "SCAN_SUMS", scan("s", "%sums", "%head", "%blocks", "%blocks", "%base"));
   table = candidates(table);
+  for (auto [marker, index, group] :
+       {std::tuple{"REGION(r)", "r", "%gn"}, std::tuple{"REGION(u)", "u", "%qn"}})
+    table = replaced(table, marker,
+                     replaced(replaced(kRegion, "GN", group), "%X", "%" + std::string(index)));
+  table = expandRounds(table);
   std::string spread = replaced(
       replaced(replaced(table, "NAME", "adstack_group_table"), "NEED_TYPE", "ndarray<i64, 1>"),
       "NEED_LOAD", kSpreadNeed);
   std::string rows = replaced(
       replaced(replaced(table, "NAME", "adstack_group_table_rows"), "NEED_TYPE", "ndarray<i64, 2>"),
       "NEED_LOAD", kRowsNeed);
-  return spread + rows + kFillKernel;
+  return spread + rows + kFillKernel + kZeroKernel;
 }
 
 absl::StatusOr<const Kernel *> moduleKernel(std::string_view name) {
@@ -423,17 +595,19 @@ std::optional<GroupTableShape> groupTableShape(const LaunchPlan &plan,
     if (inHeap)
       task = st.parallelTask;
     measured |= perIteration;
-    shape.desc.push_back(inHeap ? st.entryBytes : 0);
-    shape.desc.push_back(perIteration ? slot->second : -1);
-    shape.desc.push_back(perIteration ? 1 : plan.heap().capacities[i]);
     int64_t capacityRow = -1;
     if (perIteration && capacities)
       if (auto row = capacities->slots.find(st.stmt); row != capacities->slots.end())
         capacityRow = capacities->firstRow + row->second;
-    shape.desc.push_back(capacityRow);
+    int64_t entryBytes = inHeap ? st.entryBytes : 0;
+    // One column per stack (GroupTableShape::shareColumn merges them).
+    shape.desc.insert(shape.desc.end(), {entryBytes, perIteration ? slot->second : -1,
+                                         perIteration ? 1 : plan.heap().capacities[i], capacityRow,
+                                         int64_t(i), 0, entryBytes, 1});
   }
   if (!measured)
     return std::nullopt;
+  shape.columns = shape.stacks;
   const KernelLayout::Task &t = layout.tasks.at(task);
   std::optional<int64_t> begin = plan.taskBound(t.begin), end = plan.taskBound(t.end);
   if (!begin || !end || t.begin.kind == KernelLayout::TaskBound::FieldElement ||
@@ -448,8 +622,33 @@ std::optional<GroupTableShape> groupTableShape(const LaunchPlan &plan,
   return shape;
 }
 
+GroupTableShape GroupTableShape::shareColumn() const {
+  GroupTableShape shared = *this;
+  int64_t prefix = 0;
+  for (int64_t s = 0; s < stacks; ++s)
+    prefix += desc[size_t(s * kDescElements)];
+  for (int64_t s = 0, before = 0; s < stacks; ++s) {
+    int64_t *d = &shared.desc[size_t(s * kDescElements)];
+    d[4] = 0;
+    d[5] = before;
+    d[6] = prefix;
+    d[7] = s == 0;
+    before += d[0];
+  }
+  shared.columns = 1;
+  return shared;
+}
+
+int64_t groupTableHeader(int64_t stacks) {
+  return 1 + 3 * stacks;
+}
+
+int64_t groupTableWords(int64_t groups, int64_t stacks, int64_t columns) {
+  return groupTableHeader(stacks) + groups * columns + 1;
+}
+
 int64_t groupTableElements(int64_t groups, int64_t stacks, int64_t lanes) {
-  return groups * stacks + 2 * groups +
+  return groups * stacks + 4 * groups +
          (lanes == abi::kAdStackGroupThreads ? kGroupShifts * groups : 0);
 }
 
@@ -461,7 +660,7 @@ int64_t groupTableBlock(int64_t groups) {
 }
 
 int64_t groupTableSums(int64_t groups, int64_t block) {
-  return 2 + kGroupShifts + (2 + kGroupShifts) * ((groups + block - 1) / block);
+  return 4 + kGroupShifts + (4 + kGroupShifts) * ((groups + block - 1) / block);
 }
 
 absl::StatusOr<const Kernel *> groupTableKernel(bool rows) {
@@ -470,6 +669,10 @@ absl::StatusOr<const Kernel *> groupTableKernel(bool rows) {
 
 absl::StatusOr<const Kernel *> fillRowsKernel() {
   return moduleKernel("adstack_fill_rows");
+}
+
+absl::StatusOr<const Kernel *> zeroNeedsKernel() {
+  return moduleKernel("adstack_zero_needs");
 }
 
 } // namespace qd::accel

@@ -307,7 +307,7 @@ size_t GpuRuntime::layoutArena(const GpuKernel &c, const accel::LaunchFrame &fra
       .taskLanes = static_cast<const int32_t *>(at(lanesOff)),
       .threads = frame.threads,
       .groupTable = frame.groupTable
-                        ? reinterpret_cast<const int64_t *>(uintptr_t(frame.groupTable->address()))
+                        ? reinterpret_cast<const uint32_t *>(uintptr_t(frame.groupTable->address()))
                         : nullptr,
       .groupShift = frame.groupShift,
       .values = static_cast<int64_t *>(at(valuesOff)),

@@ -339,10 +339,13 @@ absl::Status Program::launchSized(const Kernel &k, std::span<const LaunchArg> ar
     return launchOptimistic(k, sz, args, backend, sized, *optimistic);
   }
   int countingRuns = 0;
+  std::shared_ptr<MeasuredAdStackNeeds> perIteration;
   if (measure) {
-    std::shared_ptr<MeasuredAdStackNeeds> perIteration;
     if (backend.compactsAdStacks() && options.compactAdStacks)
       perIteration = perIterationNeeds(sz, args);
+    // Nothing reads the needs after this launch but an optimistic state.
+    if (perIteration)
+      perIteration->zeroAfterUse = !optimistic;
     absl::StatusOr<std::vector<int64_t>> need =
         countAdStacks(k, sz, args, backend, sized, countingRuns, perIteration.get());
     sized.measuredNeeds = perIteration;
@@ -364,7 +367,15 @@ absl::Status Program::launchSized(const Kernel &k, std::span<const LaunchArg> ar
   if (record)
     recordLaunch(sized, {measure ? MeasuredLaunch::Path::Counted : MeasuredLaunch::Path::None, 0,
                          countingRuns});
-  return backend.launch(*this, k, args, sized);
+  absl::Status launched = backend.launch(*this, k, args, sized);
+  if (perIteration && perIteration->zeroed) {
+    // The buffer the next counted launch reuses is zero on the device.
+    CountState &state = countState(k);
+    std::lock_guard<std::mutex> lock(state.mutex);
+    if (state.perIteration == perIteration->need)
+      state.perIterationZeroed = true;
+  }
+  return launched;
 }
 
 void Program::recordLaunch(const LaunchOptions &sized, MeasuredLaunch measured) {
@@ -529,11 +540,24 @@ Program::countAdStacksOnce(const Kernel &kernel, const KernelSizing &sizing,
   std::unique_lock<std::mutex> held(state.mutex, std::try_to_lock);
   std::optional<Buffer> own;
   std::optional<Buffer> &needSlot = held.owns_lock() && !perIteration ? state.need : own;
-  if (absl::Status s = zeroedBuffer(needSlot, ScalarType::I64, sizing.numCounted() * spread);
-      !s.ok())
-    return s;
-  if (perIteration)
-    perIteration->need = std::make_shared<Buffer>(*std::move(own));
+  const int64_t elements = sizing.numCounted() * spread;
+  std::shared_ptr<Buffer> &kept = state.perIteration;
+  if (perIteration && held.owns_lock() && kept && kept.use_count() == 1 &&
+      kept->numElements() == elements) {
+    if (!state.perIterationZeroed)
+      kept->fill(Scalar::ofInt(ScalarType::I64, 0));
+    state.perIterationZeroed = false;
+    perIteration->need = kept;
+  } else {
+    if (absl::Status s = zeroedBuffer(needSlot, ScalarType::I64, elements); !s.ok())
+      return s;
+    if (perIteration)
+      perIteration->need = std::make_shared<Buffer>(*std::move(own));
+    if (perIteration && held.owns_lock()) {
+      kept = perIteration->need;
+      state.perIterationZeroed = false;
+    }
+  }
   Buffer *need = perIteration ? perIteration->need.get() : &*needSlot;
   NdarrayArg needArg;
   needArg.primal = need;

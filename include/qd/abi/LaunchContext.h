@@ -76,10 +76,14 @@ inline constexpr unsigned kDeviceStopPollInterval = 1024;
 /// coalesce within a group. G is a power of two chosen per launch
 /// (QdLaunchContext::groupShift), at most this many.
 inline constexpr unsigned kAdStackGroupThreads = 32;
-/// A compacted heap's table holds one i64 per group and stack: the
-/// region's offset from the heap's start in units of this many bytes (GPU
-/// targets; SPIR-V: in words) in its low 32 bits, the group's capacity in
-/// its high 32 bits. A compacted heap is at most kAdStackMaxCompactedBytes.
+/// A compacted heap's table (u32 words): word 0 the columns K; per stack
+/// id s, words 1 + 3s..3 + 3s its column c, its prefix bytes P and its
+/// column's entry bytes E; then, from word 1 + 3 * stacks, per group and
+/// column (group-major) the region's offset from the heap's start in units
+/// of this many bytes (GPU targets; SPIR-V: words), and last the heap's
+/// end. A region's capacity is the distance to the next offset over G x E;
+/// stack s keeps entry d of lane l at region + (d * G * E) + G * P + l x
+/// its entry bytes. A compacted heap is at most kAdStackMaxCompactedBytes.
 inline constexpr unsigned kAdStackGroupTableUnit = 8;
 inline constexpr int64_t kAdStackMaxCompactedBytes = int64_t(1) << 34;
 
@@ -129,9 +133,9 @@ enum class StopReason : int32_t {
   X(Ptr, const int32_t *, taskLanes, 1)                                                            \
   /* GPU: the threads of a parallel launch's grid (T of the interleaved heap layout) */            \
   X(I64, int64_t, threads, 1)                                                                      \
-  /* GPU, a compacted heap: per group of 1 << groupShift threads and stack id, its region's */     \
-  /* offset (kAdStackGroupTableUnit) | capacity << 32, group-major; null: interleaved layout */    \
-  X(Ptr, const int64_t *, groupTable, 1)                                                           \
+  /* GPU, a compacted heap: its table (kAdStackGroupTableUnit: a header, then per group of */      \
+  /* 1 << groupShift threads and column its region's offset); null: the interleaved layout */      \
+  X(Ptr, const uint32_t *, groupTable, 1)                                                          \
   /* GPU, a compacted heap: log2 of its group's threads (0-5: groups of 1-32 threads) */           \
   X(I64, int64_t, groupShift, 1)                                                                   \
   /* GPU: the top-level values of the kernel, one 8-byte slot each                */               \

@@ -103,10 +103,10 @@ struct LaunchFrame {
   /// Never with a stop word or timing. Only for a device with streams().
   bool async = false;
   /// A compacted heap (docs/runtime.md, "Compacted heap"): the device copy
-  /// of its table (per group of 1 << groupShift threads and
-  /// stack id, the region's offset from the heap's start in
-  /// AcceleratorDevice::groupTableUnit() bytes and the capacity, i64
-  /// pairs), and its size in bytes; null: the interleaved layout. A device
+  /// of its table (u32 words: a header, then per group of 1 << groupShift
+  /// threads and column the region's offset from the heap's start in
+  /// AcceleratorDevice::groupTableUnit() bytes, then the heap's end), and
+  /// its size in bytes; null: the interleaved layout. A device
   /// whose code reads the table from the heap (groupTableInHeap: Vulkan)
   /// copies it to the heap's first bytes, which are kept for it.
   DeviceMirror *groupTable = nullptr;

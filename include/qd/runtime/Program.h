@@ -7,7 +7,6 @@
 
 #include <absl/status/status.h>
 
-#include <atomic>
 #include <chrono>
 #include <map>
 #include <memory>
@@ -263,6 +262,12 @@ struct MeasuredAdStackNeeds {
   bool rows = false;
   /// The measured stacks and their slots.
   std::unordered_map<const AdStackAllocaStmt *, int> slots;
+  /// Set by the launch: nothing reads `need` after it, so a backend that
+  /// laid out a compacted heap from it zeroes it on the device once done
+  /// and sets `zeroed` (the next counted launch then reuses it as it is:
+  /// no host fill and upload).
+  bool zeroAfterUse = false;
+  mutable bool zeroed = false;
 };
 
 /// Where a launch writes each iteration's capacities (LaunchOptions::
@@ -274,6 +279,12 @@ struct AdStackIterationCapacities {
   int64_t firstRow = 0;
   /// The measured stacks and their slots.
   std::unordered_map<const AdStackAllocaStmt *, int> slots;
+  /// Set by the launch: nothing reads `need` after it, so a backend that
+  /// laid out a compacted heap from it zeroes it on the device once done
+  /// and sets `zeroed` (the next counted launch then reuses it as it is:
+  /// no host fill and upload).
+  bool zeroAfterUse = false;
+  mutable bool zeroed = false;
 };
 
 /// The default adstack memory budget (LaunchOptions::adStackMemoryBudget =
@@ -316,6 +327,12 @@ struct AdStackHeapUsage {
   /// interleaved layout, every thread at the launch's largest need).
   int64_t groups = 0;
   int64_t groupThreads = 0;
+  /// A compacted heap: the columns of its table (1: every stack shares
+  /// one region per group), and how many times the launch ran the table
+  /// kernel (1 where the layout the kernel's last launch of as many
+  /// threads chose still applies).
+  int64_t tableColumns = 0;
+  int64_t tableRuns = 0;
 };
 
 /// A way of executing kernels (the interpreter, the CPU JIT, ...).
@@ -460,6 +477,12 @@ private:
     std::mutex mutex;
     /// The counting kernel's `need`, zeroed before each run.
     std::optional<Buffer> need;
+    /// Its per-iteration `need` (MeasuredAdStackNeeds::need), kept for the
+    /// next launch, which zeroes and reuses it where nothing else holds it
+    /// (no device allocation per launch; no zeroing either where the last
+    /// launch's backend zeroed it on the device: perIterationZeroed).
+    std::shared_ptr<Buffer> perIteration;
+    bool perIterationZeroed = false;
     /// The bounds of its bounded stacks for the next launch (in `need`
     /// order; other slots unused; empty before the first). Guarded by the
     /// program's mutex_.

@@ -86,10 +86,11 @@ struct AdStackFrame {
   /// rows, all i32.
   llvm::AllocaInst *depth = nullptr;
   LV *capacity32 = nullptr, *rowBytes32 = nullptr;
-  /// GPU, a compacted heap (docs/runtime.md, "Compacted heap"): the
-  /// address of this thread's group's (region, capacity) pair for the
-  /// stack (ptr addrspace(1)); null outside a parallel task.
-  LV *groupPair = nullptr;
+  /// GPU, a compacted heap (docs/runtime.md, "Compacted heap"), from the
+  /// table: the bytes from the heap's start to lane 0 of the stack's first
+  /// row in this thread's group's region, its capacity and the bytes
+  /// between its rows (i64); null outside a parallel task.
+  LV *groupStart = nullptr, *groupCapacity = nullptr, *groupRow = nullptr;
   std::map<unsigned, AdStackRows> rows;  // by width, made on demand
   llvm::AllocaInst *laneCount = nullptr; // per lane (a lane stack), made on demand
   /// A lane stack's guess of the depth its active lanes share (i64): the
@@ -164,10 +165,12 @@ struct FunctionState {
   /// launch; global data could otherwise alias it).
   std::unordered_map<CtxField, LV *> ctxFields;
   std::unordered_map<unsigned, AdStackFrame> stacks;
-  /// GPU: whether the launch has a compacted heap's table (i1), and this
-  /// thread's group's first element in it and the launch's threads per
-  /// group (i64), computed at the first stack.
-  LV *adStackGrouped = nullptr, *adStackGroupAt = nullptr, *adStackGroupLanes = nullptr;
+  /// GPU: whether the launch has a compacted heap's table (i1), the table
+  /// (u32 words, ptr addrspace(1); the launch context where there is
+  /// none), this thread's group's first entry in it and the launch's
+  /// threads per group (i64), computed at the first stack.
+  LV *adStackGrouped = nullptr, *adStackTable = nullptr, *adStackGroupAt = nullptr,
+     *adStackGroupLanes = nullptr;
   std::unordered_map<unsigned, LV *> shapes, slots;
   /// Launch words loaded in the entry block, by word index.
   std::unordered_map<unsigned, LV *> words;

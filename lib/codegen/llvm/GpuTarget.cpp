@@ -180,29 +180,53 @@ AdStackFrame *GpuTarget::groupSlot(EmitContext &c, unsigned id) {
   if (fn.parallelTask < 0)
     return nullptr;
   AdStackFrame &f = fn.stacks[id];
-  if (f.groupPair)
+  if (f.groupStart)
     return &f;
   llvm::IRBuilder<> eb = c.entryBuilder();
   auto *global = llvm::PointerType::get(c.llvm, 1);
+  // Word `at` of the table (u32, zero-extended); word 0 of the launch
+  // context where there is none.
+  auto word = [&](LV *at) {
+    LV *index = eb.CreateSelect(fn.adStackGrouped, at, eb.getInt64(0));
+    return eb.CreateZExt(eb.CreateLoad(c.i32, eb.CreateGEP(c.i32, fn.adStackTable, index)), c.i64);
+  };
   if (!fn.adStackGrouped) {
     LV *table = c.launchWord({KernelLayout::LaunchWord::GroupTable, 0});
     if (!table)
       table = eb.CreatePtrToInt(c.ctxField(CtxField::groupTable), c.i64);
     fn.adStackGrouped = eb.CreateICmpNE(table, eb.getInt64(0), "adstack.grouped");
+    fn.adStackTable = eb.CreateSelect(fn.adStackGrouped, eb.CreateIntToPtr(table, global),
+                                      eb.CreateAddrSpaceCast(fn.ctxArg, global), "adstack.table");
     // The launch's threads per group, 1 << shift (1-32).
     LV *shift = c.launchWord({KernelLayout::LaunchWord::GroupShift, 0});
     if (!shift)
       shift = c.ctxField(CtxField::groupShift);
     fn.adStackGroupLanes = eb.CreateShl(eb.getInt64(1), shift, "adstack.group.lanes");
-    // The group's first entry, (group * stacks), group-major.
+    // The group's first entry: after the header, (group * columns),
+    // group-major.
     LV *group = eb.CreateLShr(eb.CreateZExt(threadIndex(c), c.i64), shift);
-    LV *first = eb.CreateMul(group, eb.getInt64(int64_t(numStacks_)));
-    fn.adStackGroupAt =
-        eb.CreateGEP(c.i64, eb.CreateIntToPtr(table, global), first, "adstack.group.at");
+    LV *columns = word(eb.getInt64(0));
+    fn.adStackGroupAt = eb.CreateAdd(eb.CreateMul(group, columns),
+                                     eb.getInt64(1 + 3 * int64_t(numStacks_)), "adstack.group.at");
   }
-  LV *entry = eb.CreateGEP(c.i64, fn.adStackGroupAt, eb.getInt64(int64_t(id)));
-  f.groupPair = eb.CreateSelect(fn.adStackGrouped, entry, eb.CreateAddrSpaceCast(fn.ctxArg, global),
-                                fmt::format("adstack{}.group", id));
+  // The stack's column, prefix bytes and column entry bytes (the header),
+  // its region's offset and the next one.
+  LV *column = word(eb.getInt64(1 + 3 * int64_t(id)));
+  LV *prefix = word(eb.getInt64(2 + 3 * int64_t(id)));
+  LV *columnBytes = word(eb.getInt64(3 + 3 * int64_t(id)));
+  LV *at = eb.CreateAdd(fn.adStackGroupAt, column);
+  LV *unit = eb.getInt64(abi::kAdStackGroupTableUnit);
+  LV *region = eb.CreateMul(word(at), unit);
+  LV *next = eb.CreateMul(word(eb.CreateAdd(at, eb.getInt64(1))), unit);
+  LV *lanes = fn.adStackGroupLanes;
+  f.groupStart = eb.CreateAdd(region, eb.CreateMul(lanes, prefix));
+  // Capacity: the region's bytes over G x E (E at least 1: without a
+  // table the words are the context's).
+  LV *perLevel = eb.CreateMul(lanes, columnBytes);
+  f.groupCapacity =
+      eb.CreateUDiv(eb.CreateSub(next, region),
+                    eb.CreateBinaryIntrinsic(llvm::Intrinsic::umax, perLevel, eb.getInt64(1)));
+  f.groupRow = perLevel;
   return &f;
 }
 
@@ -228,13 +252,11 @@ LV *GpuTarget::adStackBase(EmitContext &c, unsigned id) {
   AdStackFrame *g = groupSlot(c, id);
   if (!g)
     return interleaved;
-  // Compacted: heap + the group's region (the entry's low 32 bits, in
-  // units) + lane * entry bytes.
+  // Compacted: heap + the stack's start in its group's region + lane *
+  // entry bytes.
   LV *heap = eb.CreateAddrSpaceCast(c.ctxField(CtxField::heap), global);
   LV *lane = eb.CreateAnd(thread, eb.CreateSub(c.fn->adStackGroupLanes, eb.getInt64(1)));
-  LV *units = eb.CreateAnd(eb.CreateLoad(c.i64, g->groupPair), eb.getInt64(0xffffffff));
-  LV *own = eb.CreateMul(units, eb.getInt64(abi::kAdStackGroupTableUnit));
-  LV *start = eb.CreateAdd(own, eb.CreateMul(lane, eb.getInt64(entryBytes)));
+  LV *start = eb.CreateAdd(g->groupStart, eb.CreateMul(lane, eb.getInt64(entryBytes)));
   LV *compacted = eb.CreateGEP(eb.getInt8Ty(), heap, start);
   return eb.CreateSelect(c.fn->adStackGrouped, compacted, interleaved,
                          fmt::format("adstack{}.base", id));
@@ -248,8 +270,7 @@ LV *GpuTarget::adStackRowBytes(EmitContext &c, const StackRef &stack, unsigned) 
   AdStackFrame *g = groupSlot(c, stack.id);
   if (!g)
     return row;
-  return eb.CreateSelect(c.fn->adStackGrouped,
-                         eb.CreateMul(c.fn->adStackGroupLanes, eb.getInt64(stack.entryBytes)), row,
+  return eb.CreateSelect(c.fn->adStackGrouped, g->groupRow, row,
                          fmt::format("adstack{}.row", stack.id));
 }
 
@@ -258,9 +279,7 @@ LV *GpuTarget::adStackCapacity(EmitContext &c, unsigned id, LV *capacity) {
   if (!g)
     return capacity;
   llvm::IRBuilder<> eb = c.entryBuilder();
-  // The entry's high 32 bits.
-  LV *own = eb.CreateLShr(eb.CreateLoad(c.i64, g->groupPair), eb.getInt64(32));
-  return eb.CreateSelect(c.fn->adStackGrouped, own, capacity,
+  return eb.CreateSelect(c.fn->adStackGrouped, g->groupCapacity, capacity,
                          fmt::format("adstack{}.capacity", id));
 }
 

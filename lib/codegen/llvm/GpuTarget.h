@@ -105,11 +105,11 @@ protected:
 private:
   /// ctx->threads (T), from the launch words.
   LV *threads(EmitContext &c);
-  /// Stack `id`'s frame with AdStackFrame::grouped and ::groupPair set in
-  /// a parallel task (the table's entry of this thread's group; the launch
-  /// context's first bytes where the launch has no table, so that the
-  /// loads stay in bounds); null outside one, whose stacks are never
-  /// compacted.
+  /// Stack `id`'s frame with AdStackFrame::groupStart, ::groupCapacity
+  /// and ::groupRow set in a parallel task (from the table's header and
+  /// this thread's group's entries; every load reads the launch context's
+  /// first word where the launch has no table, so that it stays in
+  /// bounds); null outside one, whose stacks are never compacted.
   AdStackFrame *groupSlot(EmitContext &c, unsigned id);
   /// One device entry: a parallel task, or a run of other top-level
   /// statements.

@@ -204,11 +204,13 @@ const StackState &SpirvEmitter::stack(unsigned id) {
         Id base = b_.iadd(u32, b_.imul(u32, offset, threads), b_.imul(u32, fn_->thread, words));
         Id row = b_.imul(u32, threads, words);
         // A compacted heap (docs/runtime.md, "Compacted heap"): the table
-        // at its start gives each group of G = 1 << (word - 1) invocations
-        // (1-32, per launch), per stack, a region (word offset) and a
-        // capacity (one i64: the region's word offset, then the
-        // capacity); the group's invocations interleave there.
-        // (Word 0 where there is no table: every heap with stacks has it.)
+        // at its start (u32 words) gives each group of G = 1 << (word - 1)
+        // invocations (1-32, per launch), per column of stacks, a region
+        // (its word offset; its capacity is the distance to the next offset
+        // over G x the column's entry words); the header gives the stack's
+        // column, its prefix and its column's entry bytes. The group's
+        // invocations interleave there. (Word 0 where there is no table:
+        // every heap with stacks has it.)
         Id on = b_.cmp(spv::Op::OpINotEqual, compacted, b_.u32(0));
         Id shift =
             b_.select(u32, on, b_.op(spv::Op::OpISub, u32, {compacted, b_.u32(1)}), b_.u32(0));
@@ -216,15 +218,26 @@ const StackState &SpirvEmitter::stack(unsigned id) {
         Id g = b_.op(spv::Op::OpShiftRightLogical, u32, {fn_->thread, shift});
         Id lane = b_.op(spv::Op::OpBitwiseAnd, u32,
                         {fn_->thread, b_.op(spv::Op::OpISub, u32, {group, b_.u32(1)})});
-        Id entry = b_.imul(
-            u32, b_.iadd(u32, b_.imul(u32, g, b_.u32(uint32_t(layout_.stacks.size()))), b_.u32(id)),
-            b_.u32(2));
-        Id at = b_.select(u32, on, entry, b_.u32(0));
-        Id capAt = b_.select(u32, on, b_.iadd(u32, entry, b_.u32(1)), b_.u32(0));
-        Id region = b_.load(u32, heapPtr(at));
-        st.base = b_.select(u32, on, b_.iadd(u32, region, b_.imul(u32, lane, words)), base);
-        st.row = b_.select(u32, on, b_.imul(u32, group, words), row);
-        st.capacity = b_.select(u32, on, b_.load(u32, heapPtr(capAt)), capacity);
+        auto word = [&](Id at) { return b_.load(u32, heapPtr(b_.select(u32, on, at, b_.u32(0)))); };
+        auto words4 = [&](Id bytes) {
+          return b_.op(spv::Op::OpShiftRightLogical, u32, {bytes, b_.u32(2)});
+        };
+        uint32_t header = 1 + 3 * uint32_t(layout_.stacks.size());
+        Id column = word(b_.u32(1 + 3 * id));
+        Id prefix = words4(word(b_.u32(2 + 3 * id)));
+        Id perLevel = b_.imul(u32, group, words4(word(b_.u32(3 + 3 * id))));
+        Id entry =
+            b_.iadd(u32, b_.iadd(u32, b_.imul(u32, g, word(b_.u32(0))), b_.u32(header)), column);
+        Id region = word(entry);
+        Id next = word(b_.iadd(u32, entry, b_.u32(1)));
+        Id start = b_.iadd(u32, region, b_.imul(u32, group, prefix));
+        st.base = b_.select(u32, on, b_.iadd(u32, start, b_.imul(u32, lane, words)), base);
+        st.row = b_.select(u32, on, perLevel, row);
+        Id none = b_.cmp(spv::Op::OpIEqual, perLevel, b_.u32(0));
+        Id divisor = b_.select(u32, none, b_.u32(1), perLevel);
+        Id own =
+            b_.op(spv::Op::OpUDiv, u32, {b_.op(spv::Op::OpISub, u32, {next, region}), divisor});
+        st.capacity = b_.select(u32, on, own, capacity);
         return 0;
       });
     }
