@@ -133,12 +133,11 @@ TEST(CooperativeTaskTest, TheGradientSharesItsLoopWhereNdarraysAreDistinct) {
   EXPECT_EQ(d.mostIterations, 64);
   for (const CooperativeTaskPlan::SharedLoop &l : d.loops)
     EXPECT_EQ(l.sums.size(), 1u);
-  // Where %x.grad may be %x, the reverse loop reads what it adds into; the
-  // forward replay could be shared, but the reverse loop's atomics, outside
-  // it and under control flow, write what the task reads.
+  // Where %x.grad may be %x, the reverse loop reads what it adds into, so
+  // it cannot be shared, and neither is the forward replay.
   CooperativeTaskPlan m = plan(*task);
   EXPECT_FALSE(m.cooperative());
-  EXPECT_NE(m.refused.find("under control flow outside the loop"), std::string::npos) << m.refused;
+  EXPECT_NE(m.refused.find("which it updates atomically"), std::string::npos) << m.refused;
 }
 
 TEST(CooperativeTaskTest, WhatTheLoopCarriesKeepsTheTaskOneIterationPerThread) {
@@ -174,6 +173,14 @@ TEST(CooperativeTaskTest, WhatTheLoopCarriesKeepsTheTaskOneIterationPerThread) {
       store %h[%u], %y
     }
 )";
+  const std::string secondLoop = R"(    for %k = 0 to %n {
+      %xk = load %x[%k] : f32
+      %sk = load %s : f32
+      %pk = mul %sk, %xk : f32
+      store %s, %pk
+    }
+    store %h[%u], %y
+)";
   std::vector<Case> cases = {
       {hiddenKernel("8", scale), "local %s carries a value"},
       {hiddenKernel("8", store), "stores to global memory"},
@@ -181,6 +188,8 @@ TEST(CooperativeTaskTest, WhatTheLoopCarriesKeepsTheTaskOneIterationPerThread) {
       {hiddenKernel("8", twice), "local %s carries a value"},
       {hiddenKernel("100000"), "100000 iterations, more than 4096"},
       {hiddenKernel("8", "", guarded), "under control flow outside the loop"},
+      // The first loop could be shared, the second not: neither is.
+      {hiddenKernel("8", "", secondLoop), "local %s carries a value"},
   };
   for (const Case &c : cases) {
     Parsed p = parse(c.text);

@@ -313,15 +313,17 @@ CooperativeTaskPlan planCooperativeTask(const ForStmt &task, const CooperativeTa
     plan.refused = bad;
     return plan;
   }
+  // Every long loop must be shared: one that is not would run on every
+  // thread of the group, its stores and atomics on the first one only.
   for (const ForStmt *loop : candidates) {
     std::vector<const AllocaStmt *> sums;
-    if (std::string bad = LoopCheck(*loop, o.aliasing).run(sums); !bad.empty())
-      plan.refused = bad;
-    else
-      plan.loops.push_back({loop, std::move(sums)});
+    if (std::string bad = LoopCheck(*loop, o.aliasing).run(sums); !bad.empty()) {
+      CooperativeTaskPlan refused;
+      refused.refused = bad;
+      return refused;
+    }
+    plan.loops.push_back({loop, std::move(sums)});
   }
-  if (!plan.cooperative())
-    return plan;
   if (std::string bad = guardOutside(task, o.aliasing, plan); !bad.empty()) {
     CooperativeTaskPlan refused;
     refused.refused = bad;

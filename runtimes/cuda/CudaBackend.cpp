@@ -22,7 +22,9 @@ struct CudaBackend::Impl final : gpu::GpuRuntime {
       : GpuRuntime("cuda", "CudaBackendOptions", device, std::move(reducer), options.blockSize,
                    options.maxThreads, options.localTapeBytes, options.localTapeBytesPerSm),
         options(options), cudaDevice(std::move(device)),
-        arch(options.arch.empty() ? cudaDevice->smArch() : options.arch) {}
+        arch(options.arch.empty() ? cudaDevice->smArch() : options.arch) {
+    cooperativeTaskIterations_ = options.cooperativeTaskIterations;
+  }
 
   CodegenTarget target() const override { return CodegenTarget::Nvptx; }
   absl::StatusOr<std::string> translate(llvm::Module &module) override {

@@ -13,6 +13,8 @@ absl::Status registerCudaBackend() {
       {"arch", "sm_N", "the PTX architecture (default: the device's own)"},
       {"block-size", "1..1024", "threads per block of parallel tasks (default 128)"},
       {"max-threads", "N", "upper bound of the grid's threads (0: from the occupancy)"},
+      {"cooperative-tasks", "N",
+       "tasks of at most N iterations share their long loops over a block (0: never)"},
       {"max-registers", "N", "registers per thread the JIT may use (0: its choice)"},
       {"local-tape-bytes", "N", "adstacks up to N bytes per thread in local memory (0: heap)"},
       {"local-tape-bytes-per-sm", "N", "local tapes resident per multiprocessor (0: no cap)"},
@@ -24,6 +26,7 @@ absl::Status registerCudaBackend() {
     read.string("arch", o.arch);
     read.integer("block-size", o.blockSize, 1, 1024);
     read.integer("max-threads", o.maxThreads, 0);
+    read.integer("cooperative-tasks", o.cooperativeTaskIterations, 0);
     read.integer("max-registers", o.maxRegisters, 0, 255);
     read.integer("local-tape-bytes", o.localTapeBytes, 0);
     read.integer("local-tape-bytes-per-sm", o.localTapeBytesPerSm, 0);

@@ -166,6 +166,10 @@ private:
   unsigned blockSize_;
   int64_t maxThreads_;
   int64_t localTapeBytes_, localTapeBytesPerSm_;
+
+protected:
+  /// CodegenOptions::cooperativeTaskIterations of the backend's code.
+  int64_t cooperativeTaskIterations_ = CodegenOptions().cooperativeTaskIterations;
   /// Guards the launch state below against skippedUploads().
   mutable std::mutex mutex_;
   DeviceBuffer heap_;

@@ -19,7 +19,8 @@
 //    result is deterministic from launch to launch, within rounding of the
 //    serial order).
 //
-// Every loop of the task's body that qualifies is shared. The plan says
+// Every long loop of the task's body (a run-time trip count, or a literal
+// one of at least leastLoopIterations) must qualify, and is shared. The plan says
 // whether a task may run so: the loop's iterations must be
 // independent apart from those sums (other locals it writes must be
 // defined inside it, or hold at the end of each iteration the value they

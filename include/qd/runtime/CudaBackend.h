@@ -50,6 +50,11 @@ struct CudaBackendOptions {
   std::string arch;
   /// Threads per block of parallel tasks.
   unsigned blockSize = 128;
+  /// A task of at most this many iterations around a long serial loop
+  /// runs a block per iteration that shares the loop (CodegenOptions::
+  /// cooperativeTaskIterations, docs/runtime.md "Cooperative tasks"); 0:
+  /// never.
+  int64_t cooperativeTaskIterations = 4096;
   /// Upper bound of the grid's threads (0: resident blocks from the
   /// kernel's occupancy times the number of SMs).
   int64_t maxThreads = 0;
