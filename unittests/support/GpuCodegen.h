@@ -25,10 +25,12 @@ namespace qd {
 /// "" when `layout`'s launches are well formed for `m`: every parallel task
 /// once, in order, named qd_task_<n>; serial entries numbered in order and
 /// never adjacent; every entry a kernel (a function of calling convention
-/// `kernelConv`) of `m` and every kernel an entry.
+/// `kernelConv`) of `m` and every kernel an entry or a task's cooperative
+/// form (`<entry>_coop`).
 inline std::string checkLaunches(const KernelLayout &layout, const llvm::Module &m,
                                  llvm::CallingConv::ID kernelConv) {
   int nextTask = 0, nextSerial = 0;
+  size_t alternatives = 0;
   bool lastSerial = false;
   for (const KernelLayout::Launch &l : layout.launches) {
     const llvm::Function *f = m.getFunction(l.function);
@@ -38,6 +40,17 @@ inline std::string checkLaunches(const KernelLayout &layout, const llvm::Module 
       if (l.task != nextTask || l.function != fmt::format("qd_task_{}", nextTask))
         return fmt::format("parallel launch '{}' (task {}) out of order; expected task {}",
                            l.function, l.task, nextTask);
+      // A task with a run-time trip count may have its cooperative form
+      // too, a kernel of its own.
+      if (!l.cooperativeFunction.empty()) {
+        const llvm::Function *coop = m.getFunction(l.cooperativeFunction);
+        if (!coop || coop->getCallingConv() != kernelConv ||
+            l.cooperativeFunction != l.function + "_coop" || l.cooperativeIterations <= 0)
+          return fmt::format("launch '{}': its cooperative form '{}' is not a kernel of the "
+                             "module (or has no iterations)",
+                             l.function, l.cooperativeFunction);
+        ++alternatives;
+      }
       ++nextTask;
       lastSerial = false;
     } else {
@@ -53,8 +66,9 @@ inline std::string checkLaunches(const KernelLayout &layout, const llvm::Module 
   size_t kernels = 0;
   for (const llvm::Function &f : m)
     kernels += f.getCallingConv() == kernelConv;
-  if (kernels != layout.launches.size())
-    return fmt::format("{} kernels for {} launches", kernels, layout.launches.size());
+  if (kernels != layout.launches.size() + alternatives)
+    return fmt::format("{} kernels for {} launches and {} cooperative forms", kernels,
+                       layout.launches.size(), alternatives);
   for (const KernelLayout::Task &t : layout.tasks)
     if (t.lanes != 1)
       return "a task with SIMD lanes";
