@@ -24,6 +24,7 @@ struct CudaBackend::Impl final : gpu::GpuRuntime {
         options(options), cudaDevice(std::move(device)),
         arch(options.arch.empty() ? cudaDevice->smArch() : options.arch) {
     cooperativeTaskIterations_ = options.cooperativeTaskIterations;
+    cooperativeScatteringIterations_ = options.cooperativeScatteringIterations;
   }
 
   CodegenTarget target() const override { return CodegenTarget::Nvptx; }

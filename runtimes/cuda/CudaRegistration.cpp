@@ -15,6 +15,8 @@ absl::Status registerCudaBackend() {
       {"max-threads", "N", "upper bound of the grid's threads (0: from the occupancy)"},
       {"cooperative-tasks", "N",
        "tasks of at most N iterations share their long loops over a block (0: never)"},
+      {"cooperative-scatter-tasks", "N",
+       "the same for tasks whose shared loop scatters atomic adds (default 64)"},
       {"max-registers", "N", "registers per thread the JIT may use (0: its choice)"},
       {"local-tape-bytes", "N", "adstacks up to N bytes per thread in local memory (0: heap)"},
       {"local-tape-bytes-per-sm", "N", "local tapes resident per multiprocessor (0: no cap)"},
@@ -27,6 +29,7 @@ absl::Status registerCudaBackend() {
     read.integer("block-size", o.blockSize, 1, 1024);
     read.integer("max-threads", o.maxThreads, 0);
     read.integer("cooperative-tasks", o.cooperativeTaskIterations, 0);
+    read.integer("cooperative-scatter-tasks", o.cooperativeScatteringIterations, 0);
     read.integer("max-registers", o.maxRegisters, 0, 255);
     read.integer("local-tape-bytes", o.localTapeBytes, 0);
     read.integer("local-tape-bytes-per-sm", o.localTapeBytesPerSm, 0);

@@ -61,6 +61,7 @@ GpuRuntime::compile(const Kernel &kernel, const accel::CompileRequest &request) 
   opts.stopChecks = request.stopChecks;
   opts.distinctNdarrays = request.distinctNdarrays;
   opts.cooperativeTaskIterations = cooperativeTaskIterations_;
+  opts.cooperativeScatteringIterations = cooperativeScatteringIterations_;
   opts.localAdStackEntries = request.localAdStackEntries;
   auto module = emitKernel(kernel, context, opts, c->kernelLayout, target());
   if (!module.ok())

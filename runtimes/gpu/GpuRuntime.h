@@ -170,6 +170,7 @@ private:
 protected:
   /// CodegenOptions::cooperativeTaskIterations of the backend's code.
   int64_t cooperativeTaskIterations_ = CodegenOptions().cooperativeTaskIterations;
+  int64_t cooperativeScatteringIterations_ = CodegenOptions().cooperativeScatteringIterations;
   /// Guards the launch state below against skippedUploads().
   mutable std::mutex mutex_;
   DeviceBuffer heap_;

@@ -55,6 +55,9 @@ struct CudaBackendOptions {
   /// cooperativeTaskIterations, docs/runtime.md "Cooperative tasks"); 0:
   /// never.
   int64_t cooperativeTaskIterations = 4096;
+  /// The same for a task whose shared loop adds atomically to elements its
+  /// index chooses (CodegenOptions::cooperativeScatteringIterations).
+  int64_t cooperativeScatteringIterations = 64;
   /// Upper bound of the grid's threads (0: resident blocks from the
   /// kernel's occupancy times the number of SMs).
   int64_t maxThreads = 0;

@@ -56,6 +56,7 @@ CooperativeTaskPlan GpuTarget::planCooperative(const EmitContext &c, const ForSt
   CooperativeTaskOptions o;
   o.mostTaskIterations = c.opts.cooperativeTaskIterations;
   o.runTimeTrips = true;
+  o.mostScatteringIterations = c.opts.cooperativeScatteringIterations;
   o.aliasing = c.opts.distinctNdarrays ? NdarrayAliasing::Distinct : NdarrayAliasing::MayAlias;
   return planCooperativeTask(task, o);
 }

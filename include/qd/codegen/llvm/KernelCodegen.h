@@ -118,6 +118,9 @@ struct CodegenOptions {
   /// one iteration per thread always. Off under boundsChecked and
   /// stopChecks. Ignored by the CPU.
   int64_t cooperativeTaskIterations = 4096;
+  /// The same bound for a task whose shared loop scatters atomic adds by
+  /// its index (CooperativeTaskOptions::mostScatteringIterations).
+  int64_t cooperativeScatteringIterations = 64;
   /// GPU targets: stacks kept in a local array of each thread (`entries`
   /// entries, PTX local memory, which the GPU caches in L1) instead of the
   /// interleaved heap. A launch of such code must give each of them a
