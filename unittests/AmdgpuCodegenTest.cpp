@@ -34,7 +34,8 @@ struct Results : corpus::CompileResults {
   int linked[kArchCount] = {0, 0, 0};
 };
 
-/// "" when the code object's kernels are exactly `layout`'s launches, each
+/// "" when the code object's kernels are exactly `layout`'s launches (and
+/// their tasks' cooperative forms), each
 /// with a descriptor, `arch`'s wave size and the context as its one
 /// argument.
 std::string checkCodeObject(const std::string &hsaco, const KernelLayout &layout,
@@ -43,8 +44,11 @@ std::string checkCodeObject(const std::string &hsaco, const KernelLayout &layout
   if (!kernels.ok())
     return std::string(kernels.status().message());
   std::set<std::string> expected, seen;
-  for (const KernelLayout::Launch &l : layout.launches)
+  for (const KernelLayout::Launch &l : layout.launches) {
     expected.insert(l.function);
+    if (!l.cooperativeFunction.empty())
+      expected.insert(l.cooperativeFunction);
+  }
   for (const HsacoKernelInfo &k : *kernels) {
     seen.insert(k.name);
     if (!k.hasDescriptor)
