@@ -20,6 +20,7 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <map>
 #include <unordered_map>
 
@@ -177,7 +178,9 @@ private:
     Sym x = of(b.lhs()), y = of(b.rhs());
     if (b.op() == BinaryOp::Add && x.kind == Sym::Zero)
       return y;
-    if (y.kind == Sym::Zero)
+    // x - (-0.0) is x + 0.0, which turns -0.0 into +0.0; x - 0 is exact
+    // for integers.
+    if (y.kind == Sym::Zero && (b.op() == BinaryOp::Add || !b.type().isFloatScalar()))
       return x;
     auto chain = [](const Sym &s) { return s.kind == Sym::Entry || s.kind == Sym::Sum; };
     if (chain(x) && !(y.deps >> x.var & 1)) {
