@@ -288,7 +288,9 @@ kernel @k(%m: i32) {
   parallel for %i = 0 to 8 {
     for %j = 0 to %m {
       %f = cast %j : i32 to f32
-      atomic_add @x[%i], %f : f32
+      %one = const 1 : i32
+      %pair = xor %i, %one : i32
+      atomic_add @x[%pair], %f : f32
     }
   }
 })");
@@ -327,11 +329,11 @@ kernel @k(%m: i32) {
                                "run the kernel on another Vulkan device or backend, or spread "
                                "the work over the iterations of a parallel task (in kernel @k, "
                                "task at t.qd:4:3: `while` loop)");
-    says(messages[1], "t.qd:20:7: error: the Vulkan driver ended the compare-exchange loop of "
+    says(messages[1], "t.qd:22:7: error: the Vulkan driver ended the compare-exchange loop of "
                       "this `atomic_add` " +
                           lavapipe);
     says(messages[1], "or give each invocation fewer loop iterations to run");
-    says(messages[1], "(in kernel @k, task at t.qd:17:3: atomic_add @x[%i], %f : f32)");
+    says(messages[1], "(in kernel @k, task at t.qd:17:3: atomic_add @x[%pair], %f : f32)");
     says(messages[2], "t.qd:18:5: error: the Vulkan driver ended this `for` loop " + lavapipe);
     says(messages[2], "(in kernel @k, task at t.qd:17:3: `for` loop)");
     EXPECT_EQ(messages[3], "t.qd:17:3: error: the Vulkan driver ended this parallel task's "

@@ -97,6 +97,15 @@ void SpirvEmitter::globalAccess(GlobalAccessStmt &g) {
     auto &rmw = cast<AtomicRmwStmt>(g);
     switch (rmw.op()) {
     case AtomicOp::Add: {
+      if (elem != ScalarType::I1 && fn_->ownership && fn_->ownership->isPrivateAtomic(&g)) {
+        // No other iteration touches the element: a plain update.
+        Id raw = b_.load(slot.storage, ptr);
+        Id t = b_.typeOf(elem);
+        Id old = slot.floatAsBits ? b_.bitcast(t, raw) : raw;
+        Id v = get(rmw.value());
+        b_.store(ptr, toStorage(isFloat(elem) ? b_.fadd(t, old, v) : b_.iadd(t, old, v)));
+        break;
+      }
       bool uniform = !fn_->varying.empty() &&
                      std::none_of(g.operandUses().begin(), g.operandUses().end() - 1,
                                   [&](const Use &u) { return fn_->varying.count(u.get()); });

@@ -313,6 +313,7 @@ void SpirvEmitter::emitParallelTask(ForStmt &task) {
   Function fn;
   beginFunction(fn, name, true);
   fn.parallelTask = index;
+  fn.ownership = ElementOwnership::compute(task);
   if (opts_.features.subgroupArithmetic)
     fn.varying = taskVaryingValues(task);
   Id u32 = b_.tU32();

@@ -15,12 +15,14 @@
 #include "SpirvBuilder.h"
 
 #include "qd/abi/DeviceEntries.h"
+#include "qd/analysis/ElementOwnership.h"
 #include "qd/analysis/StopChecks.h"
 #include "qd/codegen/spirv/SpirvCodegen.h"
 #include "qd/ir/Visitor.h"
 
 #include <array>
 #include <map>
+#include <optional>
 #include <set>
 #include <unordered_map>
 #include <unordered_set>
@@ -137,6 +139,9 @@ private:
     /// an atomic add whose indices are none of them is summed over the
     /// subgroup first.
     std::unordered_set<const Value *> varying;
+    /// A parallel task's elements its iterations own: an atomic add to an
+    /// element only its own iteration touches is a plain update.
+    std::optional<ElementOwnership> ownership;
   };
 
   // Kernel structure (NvptxTarget's entries, here as entry points).
