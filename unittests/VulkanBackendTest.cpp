@@ -45,6 +45,23 @@ TEST_F(VulkanBackendTest, UniformAtomicAddsMatchTheInterpreter) {
   std::cout << "[vulkan] subgroup arithmetic: "
             << (gpu()->deviceInfo().features.subgroupArithmetic ? "yes" : "no") << "\n";
   expectUniformSumsMatch(*gpu());
+  auto m = parseModule(kUniformSums);
+  ASSERT_TRUE(m.ok());
+  auto code = gpu()->spirv(*(*m)->findKernel("sums"));
+  ASSERT_TRUE(code.ok()) << code.status().message();
+  bool sums = gpu()->deviceInfo().features.subgroupArithmetic;
+  EXPECT_EQ(disassembleSpirv((*code)->words)->find("OpGroupNonUniformFAdd") != std::string::npos,
+            sums);
+  // subgroupSums = false: one add per invocation, the same sums.
+  VulkanBackendOptions o = validated();
+  o.subgroupSums = false;
+  auto plain = VulkanBackend::create(o);
+  ASSERT_TRUE(plain.ok()) << plain.status().message();
+  auto plainCode = (*plain)->spirv(*(*m)->findKernel("sums"));
+  ASSERT_TRUE(plainCode.ok());
+  EXPECT_EQ(disassembleSpirv((*plainCode)->words)->find("OpGroupNonUniform"), std::string::npos);
+  expectUniformSumsMatch(**plain);
+  expectValidatedAndClean(**plain, "the backend without subgroup sums");
 }
 
 /// The error of a loop the driver ended (SpirvOptions::checkLoopExits).

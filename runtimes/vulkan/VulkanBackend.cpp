@@ -282,6 +282,7 @@ VulkanBackend::Impl::compile(const Kernel &kernel, const accel::CompileRequest &
   so.features = device->info().features;
   so.features.atomicFloat32Add &= options.floatAtomics;
   so.features.atomicFloat64Add &= options.floatAtomics;
+  so.features.subgroupArithmetic &= options.subgroupSums;
   so.checkLoopExits = device->info().checkLoopExits;
   so.stopChecks = request.stopChecks;
   // A device on the host's processor reads the word as cheaply as the CPU

@@ -21,6 +21,8 @@ absl::Status registerVulkanBackend() {
        "check that loops end where the program says (auto: on "
        "llvmpipe only)"},
       {"float-atomics", "true|false", "the device's float atomic adds where it has them"},
+      {"subgroup-sums", "true|false",
+       "atomic adds to one element summed over the subgroup first where the device can"},
   };
   info.create = [](const BackendOptions &given) -> absl::StatusOr<std::unique_ptr<Backend>> {
     VulkanBackendOptions o;
@@ -37,6 +39,7 @@ absl::Status registerVulkanBackend() {
     read.choice<C>("loop-checks", o.loopExitChecks,
                    {{"auto", C::Auto}, {"on", C::On}, {"off", C::Off}});
     read.boolean("float-atomics", o.floatAtomics);
+    read.boolean("subgroup-sums", o.subgroupSums);
     if (!read.status().ok())
       return read.status();
     o.onValidationMessage = given.onDiagnostic;

@@ -115,6 +115,10 @@ struct VulkanBackendOptions {
   /// Use the device's float atomic adds where it has them; false: the
   /// compare-exchange loop every device runs (tests both on one device).
   bool floatAtomics = true;
+  /// Sum atomic adds to one element over the subgroup first where the
+  /// device has subgroup vote and arithmetic operations
+  /// (SpirvFeatures::subgroupArithmetic); false: one add per invocation.
+  bool subgroupSums = true;
   /// Loop exit checks: Mesa's lavapipe ends the loops of an invocation
   /// after 65535 iterations in all, silently; with the checks such a loop
   /// is a ResourceExhausted error naming it (VulkanDeviceInfo::
