@@ -61,6 +61,9 @@ std::string assemble(const std::string &ptx, const std::string &arch, const std:
 
 struct Results : corpus::CompileResults {
   int assembled[2] = {0, 0};
+  /// Tasks run cooperatively (a literal trip count) and tasks with a
+  /// cooperative form chosen at launch, in the code without bounds checks.
+  int cooperative = 0, cooperativeForms = 0;
 };
 
 /// Compiles `k` for both architectures (and assembles the PTX with ptxas).
@@ -78,6 +81,13 @@ void compileKernel(const Kernel &k, const std::string &tag, bool ptxas, Results 
     if (std::string bad = checkLaunches(layout, **m, llvm::CallingConv::PTX_Kernel); !bad.empty()) {
       r.fail(fmt::format("{} @{}: {}", tag, k.name(), bad));
       return;
+    }
+    if (a == 0) {
+      std::lock_guard<std::mutex> lock(r.mutex);
+      for (const KernelLayout::Task &t : layout.tasks)
+        r.cooperative += t.cooperative;
+      for (const KernelLayout::Launch &l : layout.launches)
+        r.cooperativeForms += !l.cooperativeFunction.empty();
     }
     PtxOptions po;
     po.arch = kArchs[a];
@@ -111,11 +121,16 @@ TEST(NvptxCodegenTest, CorpusKernelsCompileToPtxAndAssemble) {
     compileKernel(k, tag, ptxas, r, id);
   });
   std::cout << fmt::format("[nvptx] {} kernels ({} gradient/dual) compiled to PTX; assembled by "
-                           "ptxas: {} for sm_80, {} for sm_90\n",
-                           r.kernels, r.derived, r.assembled[0], r.assembled[1]);
+                           "ptxas: {} for sm_80, {} for sm_90; {} cooperative tasks, {} "
+                           "cooperative forms chosen at launch\n",
+                           r.kernels, r.derived, r.assembled[0], r.assembled[1], r.cooperative,
+                           r.cooperativeForms);
   for (const std::string &f : r.failures)
     ADD_FAILURE() << f;
   EXPECT_GT(r.kernels, 150);
+  // The corpus exercises cooperative tasks (CudaBackendTest runs it on a GPU).
+  EXPECT_GT(r.cooperative, 5);
+  EXPECT_GT(r.cooperativeForms, 2);
   if (!ptxas)
     GTEST_SKIP() << "ptxas is not at " << kPtxas << ": the PTX was not assembled";
   EXPECT_EQ(r.assembled[0], r.kernels);
