@@ -200,6 +200,26 @@ TEST(CooperativeTaskTest, WhatTheLoopCarriesKeepsTheTaskOneIterationPerThread) {
   }
 }
 
+// Each local declared outside the loop takes a bit of the symbolic
+// evaluation; past 60 of them the plan refuses rather than lose track.
+TEST(CooperativeTaskTest, ALoopReadingTooManyOuterLocalsIsRefused) {
+  std::string decls, reads;
+  for (int k = 0; k < 70; ++k) {
+    decls += fmt::format("    %l{} = alloca f32\n", k);
+    reads += fmt::format("      %r{0} = load %l{0} : f32\n      %q{0} = mul %r{0}, %xv : f32\n"
+                         "      %o{0} = load %s : f32\n      %n{0} = add %o{0}, %q{0} : f32\n"
+                         "      store %s, %n{0}\n",
+                         k);
+  }
+  std::string text = hiddenKernel("8", "      %xv = load %x[%j] : f32\n" + reads);
+  text.replace(text.find("    %s = alloca f32\n"), 0, decls);
+  Parsed p = parse(text);
+  ASSERT_TRUE(p.task);
+  CooperativeTaskPlan c = plan(*p.task);
+  EXPECT_FALSE(c.cooperative());
+  EXPECT_NE(c.refused.find("too many locals"), std::string::npos) << c.refused;
+}
+
 TEST(CooperativeTaskTest, AReadOnlyOrRestoredLocalIsNotASum) {
   // %a is read by every iteration and put back as it was (the adjoint
   // pattern of a reverse loop: load, store -0.0, add back).

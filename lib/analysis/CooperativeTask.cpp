@@ -71,6 +71,8 @@ public:
     for (Stmt &s : loop_.body())
       if (std::string bad = step(s); !bad.empty())
         return bad;
+    if (tooMany_)
+      return "the loop touches too many locals declared outside it";
     for (auto &[alloca, index] : outer_) {
       Sym end = content(alloca);
       if (!written_.count(alloca) || (end.kind == Sym::Entry && end.var == index))
@@ -120,6 +122,10 @@ private:
     if (a->parent()->isNestedIn(&loop_.body()))
       return -1;
     auto [it, added] = outer_.try_emplace(a, int(outer_.size()));
+    if (it->second >= kMostOuter) {
+      tooMany_ = true; // the plan is refused: no bit to track it with
+      return -1;
+    }
     return it->second;
   }
 
@@ -139,7 +145,7 @@ private:
   void use(const Value *v) { leaked_ |= of(v).deps; }
 
   std::string step(Stmt &s) {
-    if (outer_.size() > 60)
+    if (tooMany_)
       return "the loop touches too many locals declared outside it";
     if (s.isContainer())
       return nested(s);
@@ -233,8 +239,13 @@ private:
     return bad;
   }
 
+  /// Locals declared outside the loop that one evaluation tracks (a bit
+  /// each in Sym::deps).
+  static constexpr int kMostOuter = 60;
+
   const ForStmt &loop_;
   NdarrayAliasing aliasing_;
+  bool tooMany_ = false;
   std::map<const AllocaStmt *, int> outer_;
   std::set<const AllocaStmt *> written_;
   std::unordered_map<const Value *, Sym> values_;
