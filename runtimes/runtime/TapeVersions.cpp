@@ -1,6 +1,8 @@
 //===- TapeVersions.cpp - What a launch tape keeps of each launch ---------===//
 #include "TapeVersions.h"
 
+#include "qd/ir/Casting.h"
+#include "qd/ir/Stmt.h"
 #include "qd/ir/Visitor.h"
 
 #include <fmt/format.h>
@@ -47,6 +49,63 @@ std::string TapeRecord::nameOf(const Buffer *b) const {
   return "";
 }
 
+namespace {
+
+/// Widens `f` by the first index of `g`.
+void widen(KernelGlobal::FirstIndex &f, const GlobalAccessStmt &g) {
+  int argument = -1;
+  int64_t offset = 0;
+  bool known = true;
+  if (g.numIndices() > 0) {
+    const Value *i = g.index(0);
+    auto *b = dyn_cast<BinaryStmt>(i);
+    auto *c = b ? dyn_cast<ConstStmt>(b->rhs()) : nullptr;
+    if (auto *k = dyn_cast<ConstStmt>(i)) {
+      offset = k->intValue();
+    } else if (auto *a = dyn_cast<Argument>(i); a && a->type().isIntegerScalar()) {
+      argument = int(a->index());
+    } else if (b && c && isa<Argument>(b->lhs()) && b->lhs()->type().isIntegerScalar() &&
+               (b->op() == BinaryOp::Add || b->op() == BinaryOp::Sub)) {
+      argument = int(cast<Argument>(b->lhs())->index());
+      offset = b->op() == BinaryOp::Add ? c->intValue() : -c->intValue();
+    } else {
+      known = false;
+    }
+  }
+  if (!known || (f.seen && f.argument != argument)) {
+    f.known = false;
+  } else if (!f.seen) {
+    f.argument = argument;
+    f.lo = f.hi = offset;
+  } else {
+    f.lo = std::min(f.lo, offset);
+    f.hi = std::max(f.hi, offset);
+  }
+  f.seen = true;
+}
+
+/// The range `f` gives with `args` into `use` (widened where `use`
+/// already has one).
+void rangeOf(const KernelGlobal::FirstIndex &f, std::span<const LaunchArg> args, TapeUse &use) {
+  int64_t base = 0;
+  bool known = f.known && f.seen;
+  if (known && f.argument >= 0) {
+    known = size_t(f.argument) < args.size() && !args[f.argument].isNdarray() &&
+            isInteger(args[f.argument].scalarValue().type);
+    if (known)
+      base = args[f.argument].scalarValue().i;
+  }
+  if (!known) {
+    use.lo = INT64_MIN;
+    use.hi = INT64_MAX;
+    return;
+  }
+  use.lo = base + f.lo;
+  use.hi = base + f.hi;
+}
+
+} // namespace
+
 std::vector<KernelGlobal> kernelGlobals(const Kernel &kernel) {
   std::vector<KernelGlobal> out;
   size_t position = 0;
@@ -59,13 +118,22 @@ std::vector<KernelGlobal> kernelGlobals(const Kernel &kernel) {
     auto it = std::find_if(out.begin(), out.end(), [&](const KernelGlobal &k) {
       return k.field == field && k.ndarray == ndarray && k.component == g->component();
     });
-    if (it == out.end())
-      it = out.insert(out.end(), {field, ndarray, g->component()});
+    if (it == out.end()) {
+      KernelGlobal k;
+      k.field = field;
+      k.ndarray = ndarray;
+      k.component = g->component();
+      it = out.insert(out.end(), k);
+    }
     size_t at = position++;
-    if (isa<GlobalLoadStmt>(g) || isa<AtomicRmwStmt>(g))
+    if (isa<GlobalLoadStmt>(g) || isa<AtomicRmwStmt>(g)) {
       it->firstRead = std::min(it->firstRead, at);
-    if (!isa<GlobalLoadStmt>(g))
+      widen(it->readIndex, *g);
+    }
+    if (!isa<GlobalLoadStmt>(g)) {
       it->firstWrite = std::min(it->firstWrite, at);
+      widen(it->writeIndex, *g);
+    }
   });
   return out;
 }
@@ -94,21 +162,59 @@ std::vector<TapeUse> kernelUses(std::span<const KernelGlobal> globals, Program &
     }
     if (component != Component::Primal)
       use.name += fmt::format(".{}", toString(component));
-    if (use.buffer && std::none_of(out.begin(), out.end(),
-                                   [&](const TapeUse &u) { return u.buffer == use.buffer; }))
+    if (!use.buffer)
+      continue;
+    // The first index's range: of the reads, of the writes, or of both.
+    TapeUse range;
+    if (reads && g->firstRead != SIZE_MAX)
+      rangeOf(g->readIndex, args, range);
+    if (writes && g->firstWrite != SIZE_MAX) {
+      TapeUse w;
+      rangeOf(g->writeIndex, args, w);
+      bool first = !(reads && g->firstRead != SIZE_MAX);
+      range.lo = first ? w.lo : std::min(range.lo, w.lo);
+      range.hi = first ? w.hi : std::max(range.hi, w.hi);
+    }
+    use.lo = range.lo;
+    use.hi = range.hi;
+    auto same = std::find_if(out.begin(), out.end(),
+                             [&](const TapeUse &u) { return u.buffer == use.buffer; });
+    if (same == out.end()) {
       out.push_back(std::move(use));
+    } else { // two arguments over one buffer: both ranges
+      same->lo = std::min(same->lo, use.lo);
+      same->hi = std::max(same->hi, use.hi);
+    }
   }
   return out;
 }
 
 absl::Status VersionLog::beforeLaunch(const TapeRecord &writer,
                                       const std::vector<TapeRecord> &records, bool allowCopies) {
+  // A reader whose gradient reads other slices of the buffer than the
+  // writer writes (the first index's ranges apart) keeps the live
+  // contents.
+  auto overlapping = [&](const TapeUse &w) {
+    std::vector<size_t> out;
+    auto it = liveReaders_.find(w.buffer);
+    if (it == liveReaders_.end())
+      return out;
+    for (size_t reader : it->second) {
+      bool meets = true;
+      for (const TapeUse &u : records[reader].gradientReads)
+        if (u.buffer == w.buffer)
+          meets = u.overlaps(w);
+      if (meets)
+        out.push_back(reader);
+    }
+    return out;
+  };
   // Everything is checked before anything is copied.
   for (const TapeUse &w : writer.writes) {
-    auto it = liveReaders_.find(w.buffer);
-    if (it == liveReaders_.end() || it->second.empty())
+    std::vector<size_t> readers = overlapping(w);
+    if (readers.empty())
       continue;
-    const TapeRecord &reader = records[it->second.back()];
+    const TapeRecord &reader = records[readers.back()];
     std::string readerName = reader.nameOf(w.buffer);
     std::string what =
         fmt::format("{} writes {}, which the gradient of {} reads as that launch left it{}",
@@ -126,14 +232,16 @@ absl::Status VersionLog::beforeLaunch(const TapeRecord &writer,
                       what, w.buffer->sizeInBytes(), why));
   }
   for (const TapeUse &w : writer.writes) {
-    auto it = liveReaders_.find(w.buffer);
-    if (it == liveReaders_.end() || it->second.empty())
+    std::vector<size_t> readers = overlapping(w);
+    if (readers.empty())
       continue;
     auto snapshot = std::make_shared<const Bytes>(copyOf(*w.buffer));
     snapshotBytes_ += snapshot->size();
-    for (size_t reader : it->second)
+    for (size_t reader : readers)
       snapshots_[{reader, w.buffer}] = snapshot;
-    it->second.clear();
+    std::erase_if(liveReaders_[w.buffer], [&](size_t reader) {
+      return std::find(readers.begin(), readers.end(), reader) != readers.end();
+    });
   }
   return absl::OkStatus();
 }

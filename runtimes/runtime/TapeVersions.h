@@ -35,6 +35,11 @@ void restore(Buffer &b, const Bytes &bytes);
 struct TapeUse {
   Buffer *buffer = nullptr;
   std::string name;
+  /// The values its first index takes in the accesses (every element when
+  /// unknown): a launch that writes slice t + 1 of a buffer leaves alone
+  /// what a gradient reading slice t reads.
+  int64_t lo = INT64_MIN, hi = INT64_MAX;
+  bool overlaps(const TapeUse &o) const { return !(hi < o.lo || o.hi < lo); }
 };
 
 /// One recorded launch. Moved, never copied: `args` point into
@@ -71,6 +76,16 @@ struct KernelGlobal {
   const Argument *ndarray = nullptr;
   Component component = Component::Primal;
   size_t firstRead = SIZE_MAX, firstWrite = SIZE_MAX;
+  /// The first index of its reads and of its writes, over all of them:
+  /// scalar argument `argument` (-1: none) plus lo..hi, when every access
+  /// has that form (a constant, an argument, an argument plus or minus a
+  /// constant).
+  struct FirstIndex {
+    bool seen = false, known = true;
+    int argument = -1;
+    int64_t lo = 0, hi = 0;
+  };
+  FirstIndex readIndex, writeIndex;
 };
 /// Every global `kernel` accesses, one walk of it: what its launches use
 /// does not change from launch to launch (kernelUses maps it to buffers).
