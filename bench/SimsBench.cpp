@@ -19,9 +19,9 @@
 //   heap        the largest adstack heap a launch used
 //   tape        the copies a qd::LaunchTape keeps over the same run (its
 //               peak; one more untimed run, where the arrays and adjoints
-//               take at most --tape-max-mib: the tape snapshots a whole
-//               array before each step writes its next slice, and hashes
-//               what it keeps on the host after every launch)
+//               take at most --tape-max-mib: the tape copies an array
+//               where a step writes a row an earlier gradient reads, and
+//               hashes what it keeps on the host after every launch)
 //   data        the arrays and their adjoints
 //   loss, and the sum and L2 norm of d loss / d (the parameter's initial
 //               contents) (SimRun::parameterGradient), from the first run;
