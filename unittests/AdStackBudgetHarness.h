@@ -47,42 +47,6 @@ inline Backend *cuda() {
 
 inline constexpr int kElements = 256;
 
-// kWhile of OptimisticLaunchHarness.h over kElements elements.
-inline std::string whileKernel() {
-  return fmt::format(R"(
-field @x : f32[{0}] grad
-field @m : i32[{0}]
-field @y : f32[{0}] grad
-
-kernel @k() {{
-  parallel for %i = 0 to {0} {{
-    %v = alloca f32
-    %c = alloca i32
-    %x = load @x[%i] : f32
-    store %v, %x
-    %m = load @m[%i] : i32
-    while {{
-      %k = load %c : i32
-      %done = cmp ge %k, %m : i32
-      if %done {{
-        break
-      }}
-      %a = load %v : f32
-      %s = sin %a : f32
-      %b = add %s, %x : f32
-      store %v, %b
-      %one = const 1 : i32
-      %k1 = add %k, %one : i32
-      store %c, %k1
-    }}
-    %r = load %v : f32
-    store @y[%i], %r
-  }}
-}}
-)",
-                     kElements);
-}
-
 /// Most elements need 3 iterations, every 37th needs 60.
 inline int skewedNeed(int i) {
   return i % 37 == 5 ? 60 : 3;
@@ -90,7 +54,8 @@ inline int skewedNeed(int i) {
 
 class SkewedGradient {
 public:
-  SkewedGradient() : module_(optimistictest::parseWithGradient(whileKernel().c_str())) {
+  SkewedGradient()
+      : module_(optimistictest::parseWithGradient(optimistictest::whileKernel(kElements).c_str())) {
     program_ = *Program::create(*module_);
     for (int i = 0; i < kElements; ++i) {
       program_->field("x")->set(i, Scalar::ofFloat(ScalarType::F32, 0.1 * (i % 5) - 0.2));

@@ -1,7 +1,7 @@
 //===- OptimisticLaunchHarness.h - Optimistic launch harness ----*- C++ -*-===//
 //
 // What the OptimisticLaunch*Test files share: the gradient of a
-// data-dependent while loop (kWhile) launched on each backend, the backends
+// data-dependent while loop (whileKernel) launched on each backend, the backends
 // this machine has, and the reference gradient.
 //
 //===----------------------------------------------------------------------===//
@@ -18,7 +18,9 @@
 #include "qd/transforms/AutoDiff.h"
 
 #include "ProgramGen.h"
+
 #include "VerifiedModule.h"
+#include <fmt/format.h>
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -34,26 +36,27 @@ inline std::string message(const absl::Status &s) {
   return std::string(s.message());
 }
 
-// Element i iterates m[i] times: the tape of `v` and of the counter are
-// measured at launch, each needing max(m) entries.
-constexpr const char *kWhile = R"(
-field @x : f32[16] grad
-field @m : i32[16]
-field @y : f32[16] grad
+// Element i of n iterates m[i] times: the tape of `v` and of the counter
+// are measured at launch, each needing max(m) entries.
+inline std::string whileKernel(int n) {
+  return fmt::format(R"(
+field @x : f32[{0}] grad
+field @m : i32[{0}]
+field @y : f32[{0}] grad
 
-kernel @k() {
-  parallel for %i = 0 to 16 {
+kernel @k() {{
+  parallel for %i = 0 to {0} {{
     %v = alloca f32
     %c = alloca i32
     %x = load @x[%i] : f32
     store %v, %x
     %m = load @m[%i] : i32
-    while {
+    while {{
       %k = load %c : i32
       %done = cmp ge %k, %m : i32
-      if %done {
+      if %done {{
         break
-      }
+      }}
       %a = load %v : f32
       %s = sin %a : f32
       %b = add %s, %x : f32
@@ -61,12 +64,14 @@ kernel @k() {
       %one = const 1 : i32
       %k1 = add %k, %one : i32
       store %c, %k1
-    }
+    }}
     %r = load %v : f32
     store @y[%i], %r
-  }
+  }}
+}}
+)",
+                     n);
 }
-)";
 
 inline std::unique_ptr<Module> parseWithGradient(const char *text) {
   std::unique_ptr<Module> m = parseVerified(text);
@@ -128,11 +133,11 @@ inline std::vector<Backend *> compiledBackends(Interpreter &interp) {
   if (!(backend))                                                                                  \
   GTEST_SKIP() << "no " what " backend on this machine"
 
-/// One instance of kWhile's module: sets @x and @m, seeds @y's adjoint,
+/// One instance of whileKernel(16)'s module: sets @x and @m, seeds @y's adjoint,
 /// launches @k_grad and reads @x's adjoint.
 class WhileGradient {
 public:
-  WhileGradient() : module_(parseWithGradient(kWhile)) {
+  WhileGradient() : module_(parseWithGradient(whileKernel(16).c_str())) {
     program_ = *Program::create(*module_);
     for (int i = 0; i < 16; ++i)
       program_->field("x")->set(i, Scalar::ofFloat(ScalarType::F32, 0.1 * (i % 5) - 0.2));

@@ -24,7 +24,7 @@ using namespace optimistictest;
 using optimistictest::cuda; // the backend, not the namespace qd::cuda
 
 TEST(OptimisticLaunchTest, TheGradientHasATryAndARerunKernel) {
-  std::unique_ptr<Module> m = parseWithGradient(kWhile);
+  std::unique_ptr<Module> m = parseWithGradient(whileKernel(16).c_str());
   KernelSizing sizing = sizeAdStacks(*m->findKernel("k_grad"));
   ASSERT_EQ(sizing.numCounted(), 2);
   const OptimisticLaunch *o = sizing.optimistic();
