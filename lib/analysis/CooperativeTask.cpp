@@ -349,9 +349,8 @@ CooperativeTaskPlan planCooperativeTask(const ForStmt &task, const CooperativeTa
   for (const CooperativeTaskPlan::SharedLoop &l : plan.loops) {
     std::unordered_set<const Value *> byIndex = taskVaryingValues(*l.loop);
     walk(l.loop->body(), [&](Stmt &s) {
-      if (isa<AtomicRmwStmt>(s))
-        for (unsigned i = 0; i + 1 < s.numOperands(); ++i)
-          scatters |= byIndex.count(s.operand(i)) > 0;
+      if (auto *a = dyn_cast<AtomicRmwStmt>(&s))
+        scatters |= hasVaryingIndex(*a, byIndex);
     });
   }
   plan.mostIterations =

@@ -28,4 +28,12 @@ std::unordered_set<const Value *> taskVaryingValues(const ForStmt &task) {
   return varying;
 }
 
+bool hasVaryingIndex(const GlobalAccessStmt &access,
+                     const std::unordered_set<const Value *> &varying) {
+  for (unsigned i = 0; i < access.numIndices(); ++i)
+    if (varying.count(access.index(i)))
+      return true;
+  return false;
+}
+
 } // namespace qd

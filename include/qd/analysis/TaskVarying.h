@@ -16,10 +16,16 @@
 namespace qd {
 
 class ForStmt;
+class GlobalAccessStmt;
 class Value;
 
 /// The values of parallel task `task` that may differ between iterations
 /// (of any `for` loop: what depends on its index).
 std::unordered_set<const Value *> taskVaryingValues(const ForStmt &task);
+
+/// Whether an index of `access` (not the value it stores or adds) is one
+/// of `varying`: the element it touches may differ between iterations.
+bool hasVaryingIndex(const GlobalAccessStmt &access,
+                     const std::unordered_set<const Value *> &varying);
 
 } // namespace qd

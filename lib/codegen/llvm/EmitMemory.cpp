@@ -7,6 +7,8 @@
 //===----------------------------------------------------------------------===//
 #include "KernelEmitter.h"
 
+#include "qd/analysis/TaskVarying.h"
+
 namespace qd::codegen {
 namespace {
 
@@ -230,9 +232,7 @@ void MemoryLowering::globalAccess(GlobalAccessStmt &g) {
       b.CreateStore(addOf(b.CreateLoad(mem, ptr), v, elem), ptr);
     else if (plan && plan->isNearAtomic(&rmw)) // no iteration that runs meanwhile does
       b.CreateStore(combine(rmw, b.CreateLoad(mem, ptr), v), ptr);
-    else if (c_.fn->taskVarying &&
-             std::none_of(g.operandUses().begin(), g.operandUses().end() - 1,
-                          [&](const Use &u) { return c_.fn->taskVarying->count(u.get()); }))
+    else if (c_.fn->taskVarying && !hasVaryingIndex(g, *c_.fn->taskVarying))
       c_.target.uniformAtomicUpdate(c_, atomicOp(rmw, elem), ptr, v,
                                     llvm::Align(storageBytes(elem)));
     else

@@ -72,10 +72,7 @@ void GpuTarget::emitCooperativeTask(KernelEmitter &e, ForStmt &task,
     KernelLayout::Launch &l = c.layout.launches.back();
     l.cooperativeFunction = l.function + "_coop";
     l.cooperativeIterations = plan.mostIterations;
-    beginEntry(c, state, l.cooperativeFunction, nullptr);
-    vectorPlan = e.planTask(task);
-    state.taskPlan = &vectorPlan;
-    state.parallelTask = l.task;
+    beginTask(e, task, state, vectorPlan, &l.cooperativeFunction);
   } else {
     beginTask(e, task, state, vectorPlan);
     KernelLayout::Task t{&task, 1, "", KernelEmitter::taskBound(task.begin()),

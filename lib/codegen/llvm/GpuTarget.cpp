@@ -94,11 +94,16 @@ void GpuTarget::beginEntry(EmitContext &c, FunctionState &state, const std::stri
 }
 
 void GpuTarget::beginTask(KernelEmitter &e, ForStmt &task, FunctionState &state,
-                          TaskVectorPlan &plan) {
+                          TaskVectorPlan &plan, const std::string *alternative) {
   EmitContext &c = e.context();
   int index = static_cast<int>(c.layout.tasks.size());
   std::string name = fmt::format("qd_task_{}", index);
-  c.layout.launches.push_back({KernelLayout::Launch::Parallel, name, index, "", 0});
+  if (alternative) { // the task's second form: its launch exists already
+    index = c.layout.launches.back().task;
+    name = *alternative;
+  } else {
+    c.layout.launches.push_back({KernelLayout::Launch::Parallel, name, index, "", 0});
+  }
   beginEntry(c, state, name, nullptr);
   plan = e.planTask(task);
   state.taskPlan = &plan;

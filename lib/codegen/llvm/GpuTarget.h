@@ -127,7 +127,10 @@ private:
   void beginEntry(EmitContext &c, FunctionState &state, const std::string &name, LV *thread);
   /// Starts the entry of parallel task `task` (its launch, function and
   /// plan, which `state` points to); the layout's task is the caller's.
-  void beginTask(KernelEmitter &e, ForStmt &task, FunctionState &state, TaskVectorPlan &plan);
+  /// `alternative`: the name of a second function of the task just
+  /// emitted, which adds no launch.
+  void beginTask(KernelEmitter &e, ForStmt &task, FunctionState &state, TaskVectorPlan &plan,
+                 const std::string *alternative = nullptr);
 
   /// Parallel task `task` run cooperatively (qd/analysis/CooperativeTask.h):
   /// a group per iteration, `plan.loop`'s iterations spread over its

@@ -8,6 +8,7 @@
 #include "SpirvEmitter.h"
 
 #include "qd/abi/LaunchErrors.h"
+#include "qd/analysis/TaskVarying.h"
 
 namespace qd::spirv {
 
@@ -106,9 +107,7 @@ void SpirvEmitter::globalAccess(GlobalAccessStmt &g) {
         b_.store(ptr, toStorage(isFloat(elem) ? b_.fadd(t, old, v) : b_.iadd(t, old, v)));
         break;
       }
-      bool uniform = !fn_->varying.empty() &&
-                     std::none_of(g.operandUses().begin(), g.operandUses().end() - 1,
-                                  [&](const Use &u) { return fn_->varying.count(u.get()); });
+      bool uniform = !fn_->varying.empty() && !hasVaryingIndex(g, fn_->varying);
       if (uniform)
         subgroupAtomicAdd(cast<AtomicAddStmt>(g), slot, ptr, flat, get(rmw.value()));
       else
