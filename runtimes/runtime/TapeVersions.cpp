@@ -210,8 +210,9 @@ absl::Status VersionLog::beforeLaunch(const TapeRecord &writer,
     return out;
   };
   // Everything is checked before anything is copied.
+  std::vector<std::vector<size_t>> readersOf;
   for (const TapeUse &w : writer.writes) {
-    std::vector<size_t> readers = overlapping(w);
+    const std::vector<size_t> &readers = readersOf.emplace_back(overlapping(w));
     if (readers.empty())
       continue;
     const TapeRecord &reader = records[readers.back()];
@@ -231,8 +232,9 @@ absl::Status VersionLog::beforeLaunch(const TapeRecord &writer,
                       "LaunchTapeOptions::checkpointBudget to recompute instead of copying",
                       what, w.buffer->sizeInBytes(), why));
   }
-  for (const TapeUse &w : writer.writes) {
-    std::vector<size_t> readers = overlapping(w);
+  for (size_t k = 0; k < writer.writes.size(); ++k) {
+    const TapeUse &w = writer.writes[k];
+    const std::vector<size_t> &readers = readersOf[k];
     if (readers.empty())
       continue;
     auto snapshot = std::make_shared<const Bytes>(copyOf(*w.buffer));
