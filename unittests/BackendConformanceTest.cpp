@@ -342,6 +342,66 @@ kernel @k(%n: i32) {
     EXPECT_BOTH(p, "bins", b, I32(n / 8));
 }
 
+// The shape of a gradient iteration: read an output's adjoint and zero it,
+// run a loop, add to an input's adjoint. With distinct buffers the zeroing
+// may be emitted last (docs/runtime.md, "Deferred stores"); with one
+// buffer for both ndarrays it must stay first, or the add would be lost.
+TEST_P(BackendConformanceTest, AnAdjointZeroedBeforeAnotherArgumentsAddStaysZeroedFirst) {
+  auto m = parseModule(R"(
+kernel @k(%x: ndarray<f32, 1> grad, %y: ndarray<f32, 1> grad) {
+  %n = shape %x, 0 : i32
+  parallel for %i = 0 to %n {
+    %zero = const 0.0 : f32
+    %half = const 0.5 : f32
+    %a = load %y.grad[%i] : f32
+    store %y.grad[%i], %zero
+    %v = alloca f32
+    store %v, %a
+    for %j = 0 to 3 {
+      %t = load %v : f32
+      %u = mul %t, %half : f32
+      store %v, %u
+    }
+    %r = load %v : f32
+    atomic_add %x.grad[%i], %r : f32
+  }
+}
+)",
+                       {"t.qd", 1});
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  std::unique_ptr<Program> program = *Program::create(**m);
+  const int64_t n = 1000;
+  auto filled = [&](float scale) {
+    Buffer b = *Buffer::create(ScalarType::F32, {n});
+    for (int64_t i = 0; i < n; ++i)
+      b.set(i, F32(scale * float(i % 64)));
+    return b;
+  };
+  // One buffer for both: each element ends as its own adjoint over 8.
+  Buffer primal = filled(1), grad = filled(8);
+  NdarrayArg shared{&primal, &grad};
+  ASSERT_TRUE(
+      program
+          ->launch("k",
+                   std::vector<LaunchArg>{LaunchArg::ndarray(&shared), LaunchArg::ndarray(&shared)},
+                   backend())
+          .ok());
+  for (int64_t i = 0; i < n; ++i)
+    ASSERT_EQ(grad.get(i).asDouble(), double(i % 64)) << "element " << i;
+  // Distinct buffers: y's adjoint ends zeroed, x's gains y's over 8.
+  Buffer xp = filled(1), xg = filled(1), yp = filled(1), yg = filled(8);
+  NdarrayArg x{&xp, &xg}, y{&yp, &yg};
+  ASSERT_TRUE(program
+                  ->launch("k",
+                           std::vector<LaunchArg>{LaunchArg::ndarray(&x), LaunchArg::ndarray(&y)},
+                           backend())
+                  .ok());
+  for (int64_t i = 0; i < n; ++i) {
+    ASSERT_EQ(yg.get(i).asDouble(), 0.0) << "element " << i;
+    ASSERT_EQ(xg.get(i).asDouble(), 2.0 * double(i % 64)) << "element " << i;
+  }
+}
+
 //===----------------------------------------------------------------------===//
 // Stop checks
 //===----------------------------------------------------------------------===//

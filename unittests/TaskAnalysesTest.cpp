@@ -145,6 +145,62 @@ kernel @k(%a: ndarray<f32, 1> grad, %b: ndarray<f32, 1>, %c: ndarray<i32, 1>,
       << own.lanesRefused();
 }
 
+TEST(ElementOwnershipTest, StoresThatMayWaitForTheEndOfTheIteration) {
+  // The shape of a gradient iteration: read an output's adjoint, zero it,
+  // then the reverse loop and the input's adjoint.
+  Parsed p = parse(R"(
+field @f : f32[8]
+field @g : f32[8]
+kernel @k(%x: ndarray<f32, 1> grad, %y: ndarray<f32, 1> grad, %m: ndarray<i32, 1>) {
+  parallel for %i = 0 to 8 {
+    %zero = const 0.0 : f32
+    %one = const 1 : i32
+    %a = load %y.grad[%i] : f32
+    store %y.grad[%i], %zero
+    store %m[%i], %one
+    store @f[%i], %zero
+    store @g[%i], %a
+    for %j = 0 to 4 {
+      %t = load %x[%j] : f32
+      if %one {
+        continue
+      }
+      atomic_add %x.grad[%i], %t : f32
+    }
+    store @f[%i], %a
+  }
+}
+)");
+  auto names = [](const std::vector<GlobalStoreStmt *> &stores) {
+    std::string out;
+    for (const GlobalStoreStmt *s : stores)
+      out += describe(aliasClassOf(*s, NdarrayAliasing::Distinct)) + " ";
+    return out;
+  };
+  // May alias: %y.grad shares a class with %x and %x.grad, read later; @f
+  // is stored again; @g stores a computed value. %m is of its own class.
+  EXPECT_EQ(names(deferrableStores(p.task->body(), NdarrayAliasing::MayAlias)), "%m ");
+  // Distinct buffers: %y.grad too (only %x and %x.grad come later).
+  EXPECT_EQ(names(deferrableStores(p.task->body(), NdarrayAliasing::Distinct)), "%y.grad %m ");
+
+  // A break or continue of the iteration itself keeps the stores before
+  // it where they are; one of a nested loop (above) does not.
+  Parsed q = parse(R"(
+kernel @k(%y: ndarray<f32, 1> grad) {
+  parallel for %i = 0 to 8 {
+    %zero = const 0.0 : f32
+    %c = const 1 : i32
+    store %y.grad[%i], %zero
+    if %c {
+      continue
+    }
+    %z = const 0 : i32
+  }
+}
+)");
+  EXPECT_EQ(names(deferrableStores(q.task->body(), NdarrayAliasing::Distinct)), "");
+}
+
 TEST(UniformityTest, VaryingValuesDivergentArmsAndMaskedLoops) {
   Parsed p = parse(R"(
 field @m : i32[8]

@@ -43,6 +43,45 @@ std::string describe(const AliasClass &cls) {
   return name;
 }
 
+std::vector<GlobalStoreStmt *> deferrableStores(Block &body, NdarrayAliasing aliasing) {
+  // Backwards over the top level: the alias classes the statements after
+  // each store touch (a few: one per global) and whether one of them may
+  // leave the iteration.
+  std::vector<AliasClass> later;
+  bool leaves = false;
+  std::vector<GlobalStoreStmt *> out;
+  std::vector<Stmt *> top;
+  for (Stmt &s : body)
+    top.push_back(&s);
+  for (auto it = top.rbegin(); it != top.rend(); ++it) {
+    auto *st = dyn_cast<GlobalStoreStmt>(*it);
+    if (st && !leaves && isa<ConstStmt>(st->value()) &&
+        std::find(later.begin(), later.end(), aliasClassOf(*st, aliasing)) == later.end())
+      out.push_back(st);
+    auto note = [&](Stmt &s) {
+      if (auto *g = dyn_cast<GlobalAccessStmt>(&s)) {
+        AliasClass c = aliasClassOf(*g, aliasing);
+        if (std::find(later.begin(), later.end(), c) == later.end())
+          later.push_back(c);
+      }
+      if (s.kind() != StmtKind::Break && s.kind() != StmtKind::Continue)
+        return;
+      // One inside a loop nested in the iteration leaves only that loop.
+      bool nested = false;
+      for (Stmt *p = &s; p != *it && !nested;) {
+        p = p->parentStmt();
+        nested = p->kind() == StmtKind::For || p->kind() == StmtKind::While;
+      }
+      leaves |= !nested;
+    };
+    note(**it);
+    for (unsigned b = 0; b < (*it)->numBlocks(); ++b)
+      walk((*it)->block(b), note);
+  }
+  std::reverse(out.begin(), out.end());
+  return out;
+}
+
 uint64_t ownedIndexPositions(const ForStmt &task,
                              std::span<const GlobalAccessStmt *const> accesses) {
   if (accesses.empty())

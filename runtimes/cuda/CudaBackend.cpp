@@ -25,6 +25,7 @@ struct CudaBackend::Impl final : gpu::GpuRuntime {
         arch(options.arch.empty() ? cudaDevice->smArch() : options.arch) {
     cooperativeTaskIterations_ = options.cooperativeTaskIterations;
     cooperativeScatteringIterations_ = options.cooperativeScatteringIterations;
+    distinctNdarrays_ = options.distinctNdarrays;
   }
 
   CodegenTarget target() const override { return CodegenTarget::Nvptx; }

@@ -20,6 +20,8 @@ absl::Status registerCudaBackend() {
       {"max-registers", "N", "registers per thread the JIT may use (0: its choice)"},
       {"local-tape-bytes", "N", "adstacks up to N bytes per thread in local memory (0: heap)"},
       {"local-tape-bytes-per-sm", "N", "local tapes resident per multiprocessor (0: no cap)"},
+      {"distinct-ndarrays", "true|false",
+       "code for distinct buffers where a launch's ndarray buffers do not overlap"},
   };
   info.create = [](const BackendOptions &given) -> absl::StatusOr<std::unique_ptr<Backend>> {
     CudaBackendOptions o;
@@ -33,6 +35,7 @@ absl::Status registerCudaBackend() {
     read.integer("max-registers", o.maxRegisters, 0, 255);
     read.integer("local-tape-bytes", o.localTapeBytes, 0);
     read.integer("local-tape-bytes-per-sm", o.localTapeBytesPerSm, 0);
+    read.boolean("distinct-ndarrays", o.distinctNdarrays);
     if (!read.status().ok())
       return read.status();
     return CudaBackend::create(o);

@@ -97,7 +97,7 @@ public:
   /// the launch word of ctx->groupTable; offsets are in units of
   /// abi::kAdStackGroupTableUnit bytes.
   unsigned groupTableUnit() const override { return abi::kAdStackGroupTableUnit; }
-  bool compilesDistinctNdarrays() const override { return true; }
+  bool compilesDistinctNdarrays() const override { return distinctNdarrays_; }
   absl::StatusOr<std::unique_ptr<accel::DeviceKernel>>
   compile(const Kernel &kernel, const accel::CompileRequest &request) override;
   absl::Status allocateHeap(size_t bytes) override;
@@ -171,6 +171,9 @@ protected:
   /// CodegenOptions::cooperativeTaskIterations of the backend's code.
   int64_t cooperativeTaskIterations_ = CodegenOptions().cooperativeTaskIterations;
   int64_t cooperativeScatteringIterations_ = CodegenOptions().cooperativeScatteringIterations;
+  /// Whether launches whose ndarray buffers do not overlap get their own
+  /// code (compilesDistinctNdarrays).
+  bool distinctNdarrays_ = true;
   /// Guards the launch state below against skippedUploads().
   mutable std::mutex mutex_;
   DeviceBuffer heap_;

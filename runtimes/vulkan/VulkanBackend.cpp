@@ -225,6 +225,7 @@ struct VulkanBackend::Impl final : accel::AcceleratorDevice {
   /// 64-bit integers.
   unsigned groupTableUnit() const override { return device->info().features.int64 ? 4 : 0; }
   bool groupTableInHeap() const override { return true; }
+  bool compilesDistinctNdarrays() const override { return options.distinctNdarrays; }
   absl::StatusOr<std::unique_ptr<accel::DeviceKernel>>
   compile(const Kernel &kernel, const accel::CompileRequest &request) override;
   absl::Status allocateHeap(size_t bytes) override;
@@ -292,6 +293,7 @@ VulkanBackend::Impl::compile(const Kernel &kernel, const accel::CompileRequest &
   so.stopCheckInterval = onHost ? abi::kStopCheckInterval : abi::kDeviceStopCheckInterval;
   so.stopCheckSpread = onHost ? 64 : abi::kDeviceStopCheckSpread;
   so.localAdStackEntries = request.localAdStackEntries;
+  so.distinctNdarrays = request.distinctNdarrays;
   auto spirv = emitSpirv(kernel, so);
   if (!spirv.ok())
     return spirv.status();

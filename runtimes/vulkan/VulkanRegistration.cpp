@@ -23,6 +23,8 @@ absl::Status registerVulkanBackend() {
       {"float-atomics", "true|false", "the device's float atomic adds where it has them"},
       {"subgroup-sums", "true|false",
        "atomic adds to one element summed over the subgroup first where the device can"},
+      {"distinct-ndarrays", "true|false",
+       "code for distinct buffers where a launch's ndarray buffers do not overlap"},
   };
   info.create = [](const BackendOptions &given) -> absl::StatusOr<std::unique_ptr<Backend>> {
     VulkanBackendOptions o;
@@ -40,6 +42,7 @@ absl::Status registerVulkanBackend() {
                    {{"auto", C::Auto}, {"on", C::On}, {"off", C::Off}});
     read.boolean("float-atomics", o.floatAtomics);
     read.boolean("subgroup-sums", o.subgroupSums);
+    read.boolean("distinct-ndarrays", o.distinctNdarrays);
     if (!read.status().ok())
       return read.status();
     o.onValidationMessage = given.onDiagnostic;

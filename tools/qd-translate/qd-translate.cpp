@@ -113,9 +113,9 @@ constexpr const char *kUsage =
     "                         per thread instead of the heap (what the CUDA and Vulkan\n"
     "                         backends run when a launch's capacities fit,\n"
     "                         docs/runtime.md)\n"
-    "  --distinct-ndarrays    cpu, nvptx, amdgpu: code that takes every ndarray\n"
-    "                         argument's buffers to be distinct (what the\n"
-    "                         backends run when a launch's buffers do not overlap)\n"
+    "  --distinct-ndarrays    code that takes every ndarray argument's buffers\n"
+    "                         to be distinct (what the backends run when a\n"
+    "                         launch's buffers do not overlap)\n"
     "  --cooperative-tasks=N  nvptx, amdgpu: a parallel task of at most N\n"
     "                         iterations around a long serial loop runs a group\n"
     "                         of threads per iteration (default: 4096; 0: never)\n"
@@ -356,6 +356,7 @@ std::string emitSpirvOutputs(const Options &opts, const std::vector<const qd::Ke
   options.features.subgroupArithmetic = opts.subgroupArithmetic;
   options.checkLoopExits = opts.checkLoopExits;
   options.stopChecks = opts.stopChecks;
+  options.distinctNdarrays = opts.distinctNdarrays;
   for (const qd::Kernel *kernel : kernels) {
     options.localAdStackEntries = localTapes(*kernel, opts.localAdStacks);
     auto emitted = qd::emitSpirv(*kernel, options);

@@ -59,6 +59,7 @@
 
 #include "qd/ir/Stmt.h"
 
+#include <algorithm>
 #include <compare>
 #include <cstdint>
 #include <ostream>
@@ -113,6 +114,30 @@ std::string describe(const AliasClass &cls);
 inline bool mayAlias(const GlobalAccessStmt &a, const GlobalAccessStmt &b,
                      NdarrayAliasing aliasing = NdarrayAliasing::MayAlias) {
   return aliasClassOf(a, aliasing) == aliasClassOf(b, aliasing);
+}
+
+/// The stores at the top level of `body` (a parallel task's) that store a
+/// constant and after which nothing in `body` may touch their memory (no
+/// access of an alias class they may share under `aliasing`) or leave the
+/// iteration early (`break`, `continue`): program order. Emitting such a
+/// store at the end of the iteration instead changes no result. A
+/// gradient's zeroing of an output's adjoint is one: on a GPU, a store
+/// between an iteration's forward and reverse loops waits for the load of
+/// the same element before it, and the reverse loop's tape loads wait
+/// behind it (docs/runtime.md, "Deferred stores").
+std::vector<GlobalStoreStmt *> deferrableStores(Block &body, NdarrayAliasing aliasing);
+
+/// Calls `emit(s)` for the statements of `body` (a parallel task's) in the
+/// order a code generator emits one iteration: deferrableStores last.
+/// Stops where `emit` returns false (a break or continue ended the block).
+template <typename Emit>
+void forEachInEmissionOrder(Block &body, NdarrayAliasing aliasing, Emit &&emit) {
+  std::vector<GlobalStoreStmt *> last = deferrableStores(body, aliasing);
+  for (Stmt &s : body)
+    if (std::find(last.begin(), last.end(), &s) == last.end() && !emit(s))
+      return;
+  for (GlobalStoreStmt *s : last)
+    emit(*s);
 }
 
 /// The index positions (bit d: index d) at which every access in `accesses`

@@ -58,6 +58,10 @@ struct CudaBackendOptions {
   /// The same for a task whose shared loop adds atomically to elements its
   /// index chooses (CodegenOptions::cooperativeScatteringIterations).
   int64_t cooperativeScatteringIterations = 64;
+  /// Launches whose ndarray buffers do not overlap run code compiled for
+  /// distinct buffers (CodegenOptions::distinctNdarrays); false: every
+  /// launch runs the code that lets buffers overlap.
+  bool distinctNdarrays = true;
   /// Upper bound of the grid's threads (0: resident blocks from the
   /// kernel's occupancy times the number of SMs).
   int64_t maxThreads = 0;

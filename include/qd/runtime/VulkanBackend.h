@@ -119,6 +119,10 @@ struct VulkanBackendOptions {
   /// device has subgroup vote and arithmetic operations
   /// (SpirvFeatures::subgroupArithmetic); false: one add per invocation.
   bool subgroupSums = true;
+  /// Launches whose ndarray buffers do not overlap run code compiled for
+  /// distinct buffers (SpirvOptions::distinctNdarrays); false: every launch
+  /// runs the code that lets buffers overlap.
+  bool distinctNdarrays = true;
   /// Loop exit checks: Mesa's lavapipe ends the loops of an invocation
   /// after 65535 iterations in all, silently; with the checks such a loop
   /// is a ResourceExhausted error naming it (VulkanDeviceInfo::

@@ -140,7 +140,7 @@ void CpuTarget::emitParallelTask(KernelEmitter &e, ForStmt &task) {
   } else {
     e.control().countedLoop(first, last, c.i64, &task, [&](LV *i) {
       c.set(&task, b.CreateTrunc(i, c.i32));
-      e.emitBlock(task.body());
+      e.emitTaskBody(task);
     });
   }
   b.CreateRetVoid();
@@ -208,7 +208,7 @@ void CpuTarget::emitBandChunk(KernelEmitter &e, ForStmt &task, const TaskVectorP
       });
     e.control().countedLoop(jFirst, jLast, c.i64, &task, [&](LV *j) {
       e.setBandInner(task, shape, j);
-      e.emitBlock(task.body());
+      e.emitTaskBody(task);
     });
   });
 }
@@ -242,7 +242,7 @@ void CpuTarget::emitLaneGroups(KernelEmitter &e, ForStmt &task, const TaskVector
           lanes.clearMask(laneLoop.skipped);
           state.lanes.loops[&task] = laneLoop;
         }
-        e.emitBlock(task.body());
+        e.emitTaskBody(task);
         state.lanes.loops.erase(&task);
       },
       width);

@@ -155,7 +155,7 @@ void GpuTarget::emitParallelTask(KernelEmitter &e, ForStmt &task) {
         } else {
           c.set(&task, b.CreateTrunc(i, c.i32));
         }
-        e.emitBlock(task.body());
+        e.emitTaskBody(task);
       },
       threads(c));
   b.CreateRetVoid();

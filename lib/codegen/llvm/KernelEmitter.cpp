@@ -2,11 +2,13 @@
 #include "KernelEmitter.h"
 
 #include "qd/abi/DeviceEntries.h"
+#include "qd/analysis/ElementOwnership.h"
 
 #include <llvm/IR/Module.h>
 #include <llvm/IR/Verifier.h>
 #include <llvm/Support/raw_ostream.h>
 
+#include <algorithm>
 #include <unordered_set>
 
 namespace qd::codegen {
@@ -69,6 +71,18 @@ void KernelEmitter::emitBlock(Block &block) {
     if (c_.b.GetInsertBlock()->getTerminator())
       return; // after break/continue (always the last statement)
   }
+}
+
+void KernelEmitter::emitTaskBody(ForStmt &task) {
+  // A cooperative task's stores have their place between its barriers.
+  if (c_.fn && c_.fn->cooperative)
+    return emitBlock(task.body());
+  NdarrayAliasing aliasing =
+      c_.opts.distinctNdarrays ? NdarrayAliasing::Distinct : NdarrayAliasing::MayAlias;
+  forEachInEmissionOrder(task.body(), aliasing, [&](Stmt &s) {
+    visit(s);
+    return !c_.b.GetInsertBlock()->getTerminator(); // after break/continue: the end
+  });
 }
 
 void KernelEmitter::guarded(Stmt &s, const std::function<void()> &emit) {

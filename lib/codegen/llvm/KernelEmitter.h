@@ -225,6 +225,10 @@ public:
   AdStackLowering &adstacks() { return adstacks_; }
   /// Emits the statements of `block` (up to a break or continue).
   void emitBlock(Block &block);
+  /// Emits one iteration of parallel task `task`: its body, with the
+  /// stores that may wait for the end of the iteration
+  /// (qd/analysis/ElementOwnership.h, deferrableStores) emitted last.
+  void emitTaskBody(ForStmt &task);
   /// Emits one statement of a block.
   void emitStatement(Stmt &s) { visit(s); }
   /// Emits top-level statement `s` in the current function: a parallel task

@@ -313,7 +313,9 @@ void SpirvEmitter::emitParallelTask(ForStmt &task) {
   Function fn;
   beginFunction(fn, name, true);
   fn.parallelTask = index;
-  fn.ownership = ElementOwnership::compute(task);
+  TaskAssumptions assume;
+  assume.aliasing = aliasing();
+  fn.ownership = ElementOwnership::compute(task, assume);
   if (opts_.features.subgroupArithmetic)
     fn.varying = taskVaryingValues(task);
   Id u32 = b_.tU32();
@@ -365,7 +367,10 @@ void SpirvEmitter::emitParallelTask(ForStmt &task) {
         }
         set(&task, fn.bandIndex[0]);
         stopCheck(task);
-        emitBlock(task.body());
+        forEachInEmissionOrder(task.body(), aliasing(), [&](Stmt &s) {
+          visit(s);
+          return b_.open; // closed after break/continue: the end
+        });
       },
       [&] {
         Id cur = b_.load(u32, k);

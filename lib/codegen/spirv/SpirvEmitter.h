@@ -104,6 +104,9 @@ public:
   void visitTaskIndexStmt(TaskIndexStmt &s);
   void visitForStmt(ForStmt &s);
   void visitSerialStmt(SerialStmt &s) { emitBlock(s.body()); }
+  NdarrayAliasing aliasing() const {
+    return opts_.distinctNdarrays ? NdarrayAliasing::Distinct : NdarrayAliasing::MayAlias;
+  }
   void visitWhileStmt(WhileStmt &s);
   void visitBreakStmt(BreakStmt &s);
   void visitContinueStmt(ContinueStmt &s);
@@ -213,6 +216,11 @@ private:
   Id floatMinMax(Id x, Id y, ScalarType t, bool isMin);
   void globalAccess(GlobalAccessStmt &g);
   unsigned slotOf(const GlobalAccessStmt &g);
+  /// Whether the device adds to `slot`'s elements atomically by itself (no
+  /// compare-exchange loop).
+  static bool nativeAdd(const SlotInfo &slot);
+  /// Whether `s` is inside a loop of parallel task `task`'s iteration.
+  static bool inLoopOfTask(const Stmt &s, const ForStmt &task);
   /// `add`'s add of `value` to *ptr (its loop's error site names `add`).
   void atomicAdd(const AtomicAddStmt &add, const SlotInfo &slot, Id ptr, Id value);
   /// atomicAdd of an element the iteration does not choose (index `flat`):

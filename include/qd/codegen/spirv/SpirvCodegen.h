@@ -111,6 +111,12 @@ struct SpirvOptions {
   /// keeps in its cached local memory) instead of the heap; their
   /// KernelLayout::Stack::localEntries says so to the runtime.
   std::map<const AdStackAllocaStmt *, int64_t> localAdStackEntries;
+  /// Code for launches whose ndarray buffers do not overlap: every
+  /// component of every ndarray argument is an alias class of its own
+  /// (NdarrayAliasing::Distinct), so more atomics are private and more
+  /// stores wait for the end of their iteration (CodegenOptions::
+  /// distinctNdarrays is the LLVM targets' counterpart).
+  bool distinctNdarrays = false;
 };
 
 /// Word offsets of the launch data buffer (binding 0) of a kernel, from its
