@@ -244,9 +244,10 @@ TEST(CooperativeTaskTest, AReadOnlyOrRestoredLocalIsNotASum) {
 }
 
 std::string emitted(const Kernel &k, CodegenTarget target, KernelLayout &layout,
-                    int64_t most = 4096) {
+                    int64_t most = 4096, bool distinctNdarrays = false) {
   CodegenOptions o;
   o.cooperativeTaskIterations = most;
+  o.distinctNdarrays = distinctNdarrays;
   llvm::LLVMContext context;
   auto m = emitKernel(k, context, o, layout, target);
   EXPECT_TRUE(m.ok()) << m.status().message();
@@ -349,6 +350,39 @@ TEST(CooperativeTaskTest, CudaMatchesTheInterpreter) {
       for (size_t i = 0; i < want.size(); ++i)
         ASSERT_NEAR(got[i], want[i], 1e-5 + 1e-5 * std::fabs(want[i])) << i;
     }
+}
+
+// An add to the task's own element inside the shared loop (a private
+// atomic in one-thread-per-iteration code) comes from every thread of the
+// group at once: it stays atomic, and the sums are the interpreter's.
+TEST(CooperativeTaskTest, AddsToTheTasksOwnElementInTheSharedLoopStayAtomic) {
+  Parsed p = parse(hiddenKernel("8", R"(      %wv = load %w[%u, %j] : f32
+      %xv = load %x[%j] : f32
+      %t = mul %wv, %xv : f32
+      atomic_add %h[%u], %t : f32
+)",
+                                ""));
+  ASSERT_TRUE(p.task);
+  // %x is read in the loop: with overlapping buffers it may be %h.
+  CooperativeTaskPlan c = plan(*p.task, NdarrayAliasing::Distinct);
+  ASSERT_TRUE(c.cooperative()) << c.refused;
+  for (CodegenTarget target : {CodegenTarget::Nvptx, CodegenTarget::Amdgpu}) {
+    KernelLayout layout;
+    std::string ir = emitted(*p.module->findKernel("hidden"), target, layout, 4096, true);
+    EXPECT_NE(ir.find("atomicrmw fadd"), std::string::npos) << ir;
+  }
+  ASSERT_TRUE(buildGradientKernel(*p.module, *p.module->findKernel("hidden")).ok());
+  if (!gpu(128))
+    GTEST_SKIP() << "no CUDA device or driver on this machine";
+  for (int64_t n : {5, 4099}) {
+    SCOPED_TRACE(fmt::format("{} inputs", n));
+    Interpreter interp;
+    std::vector<float> want = runHidden(*p.module, interp, n);
+    std::vector<float> got = runHidden(*p.module, *gpu(128), n);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i)
+      ASSERT_NEAR(got[i], want[i], 1e-4 + 1e-4 * std::fabs(want[i])) << i;
+  }
 }
 
 // A task whose trip count is known only at launch has both forms; the

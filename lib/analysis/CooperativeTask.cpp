@@ -312,6 +312,13 @@ std::string guardOutside(const ForStmt &task, NdarrayAliasing aliasing, Cooperat
 
 } // namespace
 
+bool CooperativeTaskPlan::inSharedLoop(const Stmt &s) const {
+  for (const Stmt *p = s.parentStmt(); p; p = p->parentStmt())
+    if (shared(p))
+      return true;
+  return false;
+}
+
 CooperativeTaskPlan planCooperativeTask(const ForStmt &task, const CooperativeTaskOptions &o) {
   CooperativeTaskPlan plan;
   std::vector<const ForStmt *> candidates;

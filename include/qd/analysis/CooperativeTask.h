@@ -98,6 +98,11 @@ struct CooperativeTaskPlan {
         return &l;
     return nullptr;
   }
+  /// Whether `s` is inside one of the shared loops, where the group's
+  /// threads run different iterations of the loop at once: an atomic add
+  /// there stays atomic even to an element only its task iteration touches
+  /// (a private atomic elsewhere).
+  bool inSharedLoop(const Stmt &s) const;
 };
 
 /// Plans `task` (a top-level parallel for).

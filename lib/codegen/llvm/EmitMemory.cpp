@@ -228,7 +228,10 @@ void MemoryLowering::globalAccess(GlobalAccessStmt &g) {
     LV *v = c_.toMem(c_.get(rmw.value()), elem);
     const TaskVectorPlan *plan = c_.fn->taskPlan;
     auto *add = dyn_cast<AtomicAddStmt>(&g);
-    if (add && plan && plan->isPrivateAtomic(add)) // no other iteration touches it
+    // No other iteration touches it (but in a cooperative task's shared
+    // loop the group's threads do).
+    if (add && plan && plan->isPrivateAtomic(add) &&
+        !(c_.fn->cooperative && c_.fn->cooperative->inSharedLoop(g)))
       b.CreateStore(addOf(b.CreateLoad(mem, ptr), v, elem), ptr);
     else if (plan && plan->isNearAtomic(&rmw)) // no iteration that runs meanwhile does
       b.CreateStore(combine(rmw, b.CreateLoad(mem, ptr), v), ptr);
