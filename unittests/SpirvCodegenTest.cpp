@@ -296,7 +296,9 @@ kernel @k(%m: i32) {
 })");
   ASSERT_TRUE(m);
   const Kernel &k = *m->findKernel("k");
-  auto plain = emitSpirv(k);
+  SpirvOptions one; // one invocation per iteration (no cooperative task's barriers)
+  one.cooperativeTaskIterations = 0;
+  auto plain = emitSpirv(k, one);
   ASSERT_TRUE(plain.ok()) << plain.status().message();
   for (const KernelLayout::ErrorSite &site : plain->layout.sites)
     EXPECT_FALSE(site.loopExitCheck);

@@ -4,6 +4,7 @@
 // (VulkanBackendHarness.h says where it runs and what every test asserts).
 //
 //===----------------------------------------------------------------------===//
+#include "CooperativeKernels.h"
 #include "UniformSums.h"
 #include "VulkanBackendHarness.h"
 
@@ -62,6 +63,57 @@ TEST_F(VulkanBackendTest, UniformAtomicAddsMatchTheInterpreter) {
   EXPECT_EQ(disassembleSpirv((*plainCode)->words)->find("OpGroupNonUniform"), std::string::npos);
   expectUniformSumsMatch(**plain);
   expectValidatedAndClean(**plain, "the backend without subgroup sums");
+}
+
+// A task of few iterations around a long loop runs a workgroup per
+// iteration that shares the loop (docs/runtime.md, "Cooperative tasks"),
+// its gradient too: with a literal and a run-time trip count (on both sides
+// of the threshold), workgroups of 256 and of 100 invocations, and an add
+// to the task's own element inside the shared loop, the results are the
+// interpreter's. Loop exit checks are off: they refuse the cooperative
+// form (their error sites would leave a workgroup waiting at a barrier).
+TEST_F(VulkanBackendTest, CooperativeTasksMatchTheInterpreter) {
+  REQUIRE_DEVICE();
+  const std::string ownAdd = R"(      %wv = load %w[%u, %j] : f32
+      %xv = load %x[%j] : f32
+      %t = mul %wv, %xv : f32
+      atomic_add %h[%u], %t : f32
+)";
+  for (unsigned group : {256u, 100u}) {
+    VulkanBackendOptions o = validated();
+    o.loopExitChecks = VulkanLoopExitChecks::Off;
+    o.cooperativeGroupSize = group;
+    auto backend = VulkanBackend::create(o);
+    ASSERT_TRUE(backend.ok()) << backend.status().message();
+    struct Case {
+      std::string text;
+      std::vector<int64_t> units;
+      bool cooperativeAnyway; // also where buffers may overlap (what spirv() compiles)
+    };
+    for (const Case &c :
+         {Case{hiddenKernel("8"), {8}, true}, Case{hiddenKernel("%units"), {3, 4097}, true},
+          Case{hiddenKernel("8", ownAdd, ""), {8}, false}}) {
+      auto m = parseModule(c.text, {"coop.qd", 1});
+      ASSERT_TRUE(m.ok()) << m.status().message();
+      ASSERT_TRUE(buildGradientKernel(**m, *(*m)->findKernel("hidden")).ok());
+      auto code = (*backend)->spirv(*(*m)->findKernel("hidden"));
+      ASSERT_TRUE(code.ok()) << code.status().message();
+      EXPECT_EQ(disassembleSpirv((*code)->words)->find("OpControlBarrier") != std::string::npos,
+                c.cooperativeAnyway);
+      for (int64_t units : c.units)
+        for (int64_t n : {1, 129, 1000}) {
+          SCOPED_TRACE(
+              fmt::format("groups of {}, {} units, {} inputs:\n{}", group, units, n, c.text));
+          Interpreter interp;
+          std::vector<float> want = runHidden(**m, interp, n, units);
+          std::vector<float> got = runHidden(**m, **backend, n, units);
+          ASSERT_EQ(got.size(), want.size());
+          for (size_t i = 0; i < want.size(); ++i)
+            ASSERT_NEAR(got[i], want[i], 1e-4 + 1e-4 * std::fabs(want[i])) << i;
+        }
+    }
+    expectValidatedAndClean(**backend, fmt::format("the backend with groups of {}", group));
+  }
 }
 
 /// The error of a loop the driver ended (SpirvOptions::checkLoopExits).

@@ -119,6 +119,9 @@ struct VulkanKernel final : accel::DeviceKernel {
     VkDevice d = device->handle();
     for (VkPipeline p : pipelines)
       api.DestroyPipeline(d, p, nullptr);
+    for (VkPipeline p : cooperativePipelines)
+      if (p)
+        api.DestroyPipeline(d, p, nullptr);
     if (pool)
       api.DestroyDescriptorPool(d, pool, nullptr);
     if (pipelineLayout)
@@ -138,6 +141,9 @@ struct VulkanKernel final : accel::DeviceKernel {
   VkDescriptorPool pool = VK_NULL_HANDLE;
   VkDescriptorSet set = VK_NULL_HANDLE;
   std::vector<VkPipeline> pipelines; // per layout.launches entry
+  /// Per layout.launches entry: its cooperative function's pipeline
+  /// (KernelLayout::Launch::cooperativeFunction), or null.
+  std::vector<VkPipeline> cooperativePipelines;
 };
 
 /// The Vulkan objects of `c` (its SPIR-V emitted): shader module,
@@ -191,21 +197,35 @@ absl::Status createPipelines(const vk::Device &device, const Kernel &kernel, Vul
           device.check(api.AllocateDescriptorSets(d, &dsa, &c.set), "vkAllocateDescriptorSets");
       !s.ok())
     return s;
-  for (const KernelLayout::Launch &l : c.spirv.layout.launches) {
+  auto pipeline = [&](const std::string &function) -> absl::StatusOr<VkPipeline> {
     auto cp = vk::make<VkComputePipelineCreateInfo>(VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO);
     cp.stage = vk::make<VkPipelineShaderStageCreateInfo>(
         VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO);
     cp.stage.stage = VK_SHADER_STAGE_COMPUTE_BIT;
     cp.stage.module = c.module;
-    cp.stage.pName = l.function.c_str();
+    cp.stage.pName = function.c_str();
     cp.layout = c.pipelineLayout;
     VkPipeline p = VK_NULL_HANDLE;
     if (absl::Status s = device.check(
             api.CreateComputePipelines(d, VK_NULL_HANDLE, 1, &cp, nullptr, &p),
-            fmt::format("vkCreateComputePipelines (kernel @{}, {})", kernel.name(), l.function));
+            fmt::format("vkCreateComputePipelines (kernel @{}, {})", kernel.name(), function));
         !s.ok())
       return s;
-    c.pipelines.push_back(p);
+    return p;
+  };
+  for (const KernelLayout::Launch &l : c.spirv.layout.launches) {
+    absl::StatusOr<VkPipeline> p = pipeline(l.function);
+    if (!p.ok())
+      return p.status();
+    c.pipelines.push_back(*p);
+    VkPipeline coop = VK_NULL_HANDLE;
+    if (!l.cooperativeFunction.empty()) {
+      absl::StatusOr<VkPipeline> q = pipeline(l.cooperativeFunction);
+      if (!q.ok())
+        return q.status();
+      coop = *q;
+    }
+    c.cooperativePipelines.push_back(coop);
   }
   return absl::OkStatus();
 }
@@ -294,6 +314,12 @@ VulkanBackend::Impl::compile(const Kernel &kernel, const accel::CompileRequest &
   so.stopCheckSpread = onHost ? 64 : abi::kDeviceStopCheckSpread;
   so.localAdStackEntries = request.localAdStackEntries;
   so.distinctNdarrays = request.distinctNdarrays;
+  // A workgroup per iteration: no more than one dispatch may have.
+  so.cooperativeTaskIterations =
+      std::min<int64_t>(options.cooperativeTaskIterations, device->info().maxWorkgroupsX);
+  so.cooperativeScatteringIterations = options.cooperativeScatteringIterations;
+  so.cooperativeGroupSize =
+      std::min(options.cooperativeGroupSize, device->info().maxWorkgroupInvocations);
   auto spirv = emitSpirv(kernel, so);
   if (!spirv.ok())
     return spirv.status();
@@ -481,7 +507,9 @@ absl::Status VulkanBackend::Impl::execute(accel::DeviceKernel &kernel,
     for (size_t i = 0; i < layout.launches.size(); ++i) {
       if (frame.groups[i] == 0)
         continue;
-      api.CmdBindPipeline(cb, VK_PIPELINE_BIND_POINT_COMPUTE, c.pipelines[i]);
+      bool coop = i < frame.cooperative.size() && frame.cooperative[i];
+      api.CmdBindPipeline(cb, VK_PIPELINE_BIND_POINT_COMPUTE,
+                          coop ? c.cooperativePipelines[i] : c.pipelines[i]);
       api.CmdBindDescriptorSets(cb, VK_PIPELINE_BIND_POINT_COMPUTE, c.pipelineLayout, 0, 1, &c.set,
                                 0, nullptr);
       api.CmdDispatch(cb, frame.groups[i], 1, 1);

@@ -311,6 +311,8 @@ absl::StatusOr<std::shared_ptr<Device>> Device::open(const VulkanBackendOptions 
   info.timestampValidBits = fam[family].timestampValidBits;
   info.timestampPeriodNs = p->limits.timestampPeriod;
   info.maxWorkgroupsX = p->limits.maxComputeWorkGroupCount[0];
+  info.maxWorkgroupInvocations =
+      std::min(p->limits.maxComputeWorkGroupInvocations, p->limits.maxComputeWorkGroupSize[0]);
   d->pollMicroseconds_ = info.cpu ? 0 : std::max<int64_t>(options.pollMicroseconds, 0);
   d->queryFeatures(exts);
   if (absl::Status s = d->createLogicalDevice(uint32_t(family)); !s.ok())

@@ -25,6 +25,10 @@ absl::Status registerVulkanBackend() {
        "atomic adds to one element summed over the subgroup first where the device can"},
       {"distinct-ndarrays", "true|false",
        "code for distinct buffers where a launch's ndarray buffers do not overlap"},
+      {"cooperative-tasks", "N",
+       "tasks of at most N iterations share their long loops over a workgroup (0: never)"},
+      {"cooperative-scatter-tasks", "N",
+       "the same for tasks whose shared loop scatters atomic adds (default 64)"},
   };
   info.create = [](const BackendOptions &given) -> absl::StatusOr<std::unique_ptr<Backend>> {
     VulkanBackendOptions o;
@@ -43,6 +47,8 @@ absl::Status registerVulkanBackend() {
     read.boolean("float-atomics", o.floatAtomics);
     read.boolean("subgroup-sums", o.subgroupSums);
     read.boolean("distinct-ndarrays", o.distinctNdarrays);
+    read.integer("cooperative-tasks", o.cooperativeTaskIterations, 0);
+    read.integer("cooperative-scatter-tasks", o.cooperativeScatteringIterations, 0);
     if (!read.status().ok())
       return read.status();
     o.onValidationMessage = given.onDiagnostic;

@@ -116,7 +116,7 @@ constexpr const char *kUsage =
     "  --distinct-ndarrays    code that takes every ndarray argument's buffers\n"
     "                         to be distinct (what the backends run when a\n"
     "                         launch's buffers do not overlap)\n"
-    "  --cooperative-tasks=N  nvptx, amdgpu: a parallel task of at most N\n"
+    "  --cooperative-tasks=N  nvptx, amdgpu, spirv: a parallel task of at most N\n"
     "                         iterations around a long serial loop runs a group\n"
     "                         of threads per iteration (default: 4096; 0: never)\n"
     "  --stop-checks          loops check the launch's stop word (what a launch\n"
@@ -357,6 +357,7 @@ std::string emitSpirvOutputs(const Options &opts, const std::vector<const qd::Ke
   options.checkLoopExits = opts.checkLoopExits;
   options.stopChecks = opts.stopChecks;
   options.distinctNdarrays = opts.distinctNdarrays;
+  options.cooperativeTaskIterations = opts.cooperative;
   for (const qd::Kernel *kernel : kernels) {
     options.localAdStackEntries = localTapes(*kernel, opts.localAdStacks);
     auto emitted = qd::emitSpirv(*kernel, options);

@@ -123,6 +123,14 @@ struct VulkanBackendOptions {
   /// distinct buffers (SpirvOptions::distinctNdarrays); false: every launch
   /// runs the code that lets buffers overlap.
   bool distinctNdarrays = true;
+  /// Cooperative tasks (SpirvOptions::cooperativeTaskIterations, docs/
+  /// runtime.md "Cooperative tasks"): a task of at most this many
+  /// iterations around long serial loops runs a workgroup per iteration
+  /// that shares the loops; 0: never. The workgroups have
+  /// `cooperativeGroupSize` invocations, at most what the device allows.
+  int64_t cooperativeTaskIterations = 4096;
+  int64_t cooperativeScatteringIterations = 64;
+  unsigned cooperativeGroupSize = 256;
   /// Loop exit checks: Mesa's lavapipe ends the loops of an invocation
   /// after 65535 iterations in all, silently; with the checks such a loop
   /// is a ResourceExhausted error naming it (VulkanDeviceInfo::
@@ -152,6 +160,9 @@ struct VulkanDeviceInfo {
   bool checkLoopExits = false;
   /// VkPhysicalDeviceLimits::maxComputeWorkGroupCount[0].
   uint32_t maxWorkgroupsX = 65535;
+  /// VkPhysicalDeviceLimits::maxComputeWorkGroupInvocations and
+  /// maxComputeWorkGroupSize[0] (at least 128 on every Vulkan device).
+  uint32_t maxWorkgroupInvocations = 128;
   /// Timestamps of the compute queue: valid bits (0: none) and nanoseconds
   /// per tick (VkPhysicalDeviceLimits::timestampPeriod).
   uint32_t timestampValidBits = 0;

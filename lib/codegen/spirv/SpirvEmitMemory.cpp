@@ -99,7 +99,8 @@ void SpirvEmitter::globalAccess(GlobalAccessStmt &g) {
     switch (rmw.op()) {
     case AtomicOp::Add: {
       if (elem != ScalarType::I1 && fn_->ownership && fn_->ownership->isPrivateAtomic(&g) &&
-          !(nativeAdd(slot) && inLoopOfTask(g, *fn_->ownership->task()))) {
+          !(nativeAdd(slot) && inLoopOfTask(g, *fn_->ownership->task())) &&
+          !(fn_->cooperative && fn_->cooperative->inSharedLoop(g))) {
         // No other iteration touches the element: a plain update. Not in
         // a loop where the device adds atomically by itself: there each
         // update's load waits for the store before it (the driver cannot

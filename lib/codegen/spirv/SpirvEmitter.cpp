@@ -243,6 +243,7 @@ absl::Status SpirvEmitter::run() {
 void SpirvEmitter::beginFunction(Function &fn, const std::string &name, bool parallel) {
   fn_ = &fn;
   fn.id = m_.newId();
+  fn.groupSize = parallel ? opts_.workgroupSize : 1;
   b_.out = &fn.words.body;
   b_.open = true;
   if (parallel) {
@@ -274,9 +275,12 @@ void SpirvEmitter::endFunction(Function &fn, const std::string &name, bool paral
     words.insert(words.end(), w->begin(), w->end());
   emitInst(words, spv::Op::OpFunctionEnd, {});
   m_.addFunction(words);
-  m_.entryPoint(fn.id, name, {gidVar_});
-  unsigned size = parallel ? opts_.workgroupSize : 1;
-  m_.executionMode(fn.id, spv::ExecutionMode::LocalSize, {size, 1, 1});
+  std::vector<Id> inputs{gidVar_};
+  for (auto [which, var] : builtIns_)
+    inputs.push_back(var);
+  m_.entryPoint(fn.id, name, inputs);
+  (void)parallel;
+  m_.executionMode(fn.id, spv::ExecutionMode::LocalSize, {fn.groupSize, 1, 1});
   m_.name(fn.id, name);
   fn_ = nullptr;
 }
@@ -303,6 +307,9 @@ void SpirvEmitter::emitBlock(Block &block) {
 }
 
 void SpirvEmitter::emitParallelTask(ForStmt &task) {
+  CooperativeTaskPlan coop = planCooperative(task);
+  if (coop.cooperative() && task.begin().isConstant() && task.end().isConstant())
+    return emitCooperativeTask(task, coop, false);
   int index = int(layout_.tasks.size());
   std::string name = fmt::format("qd_task_{}", index);
   layout_.launches.push_back({KernelLayout::Launch::Parallel, name, index, "", 0});
@@ -379,6 +386,10 @@ void SpirvEmitter::emitParallelTask(ForStmt &task) {
         b_.store(k, b_.select(u32, b_.cmp(spv::Op::OpULessThan, next, cur), count, next));
       });
   endFunction(fn, name, true);
+  // A run-time trip count: the cooperative form too, which the runtime
+  // runs when the launch has few iterations.
+  if (coop.cooperative())
+    emitCooperativeTask(task, coop, true);
 }
 
 //===--- Values -----------------------------------------------------------===//
@@ -670,24 +681,27 @@ void SpirvEmitter::loop(const Stmt *stmt, const std::function<Id()> &cond,
   checkExit(exited, *stmt);
 }
 
-void SpirvEmitter::visitForStmt(ForStmt &s) {
+void SpirvEmitter::countedLoop(const Stmt *stmt, Id first, Id end, Id step,
+                               const std::function<void(Id)> &body) {
   Id i32 = b_.tI32();
-  Id begin = loopBound(s, s.begin()), end = loopBound(s, s.end());
   Id counter = localVariable(i32);
-  b_.store(counter, begin);
+  b_.store(counter, first);
   Id i = 0;
   loop(
-      &s,
+      stmt,
       [&] {
         i = b_.load(i32, counter);
         return b_.cmp(spv::Op::OpSLessThan, i, end);
       },
-      [&] {
-        set(&s, i);
-        stopCheck(s);
-        emitBlock(s.body());
-      },
-      [&] { b_.store(counter, b_.iadd(i32, b_.load(i32, counter), m_.constI32(1))); });
+      [&] { body(i); }, [&] { b_.store(counter, b_.iadd(i32, b_.load(i32, counter), step)); });
+}
+
+void SpirvEmitter::visitForStmt(ForStmt &s) {
+  countedLoop(&s, loopBound(s, s.begin()), loopBound(s, s.end()), m_.constI32(1), [&](Id i) {
+    set(&s, i);
+    stopCheck(s);
+    emitBlock(s.body());
+  });
 }
 
 void SpirvEmitter::visitWhileStmt(WhileStmt &s) {

@@ -15,6 +15,7 @@
 #include "SpirvBuilder.h"
 
 #include "qd/abi/DeviceEntries.h"
+#include "qd/analysis/CooperativeTask.h"
 #include "qd/analysis/ElementOwnership.h"
 #include "qd/analysis/StopChecks.h"
 #include "qd/codegen/spirv/SpirvCodegen.h"
@@ -97,9 +98,15 @@ public:
   void visitLocalLoadStmt(LocalLoadStmt &s);
   void visitLocalStoreStmt(LocalStoreStmt &s);
   void visitGlobalLoadStmt(GlobalLoadStmt &s) { globalAccess(s); }
-  void visitGlobalStoreStmt(GlobalStoreStmt &s) { globalAccess(s); }
-  void visitAtomicAddStmt(AtomicAddStmt &s) { globalAccess(s); }
-  void visitAtomicMaxStmt(AtomicMaxStmt &s) { globalAccess(s); }
+  void visitGlobalStoreStmt(GlobalStoreStmt &s) {
+    guarded(s, [&] { globalAccess(s); });
+  }
+  void visitAtomicAddStmt(AtomicAddStmt &s) {
+    guarded(s, [&] { globalAccess(s); });
+  }
+  void visitAtomicMaxStmt(AtomicMaxStmt &s) {
+    guarded(s, [&] { globalAccess(s); });
+  }
   void visitShapeStmt(ShapeStmt &s);
   void visitTaskIndexStmt(TaskIndexStmt &s);
   void visitForStmt(ForStmt &s);
@@ -145,6 +152,12 @@ private:
     /// A parallel task's elements its iterations own: an atomic add to an
     /// element only its own iteration touches is a plain update.
     std::optional<ElementOwnership> ownership;
+    /// Invocations of a workgroup (LocalSize).
+    unsigned groupSize = 1;
+    /// A cooperative task's plan, and its invocation in the workgroup (u32)
+    /// and whether it is the first (bool).
+    const CooperativeTaskPlan *cooperative = nullptr;
+    Id lane = 0, leader = 0;
   };
 
   // Kernel structure (NvptxTarget's entries, here as entry points).
@@ -153,6 +166,21 @@ private:
   void beginFunction(Function &fn, const std::string &name, bool parallel);
   void endFunction(Function &fn, const std::string &name, bool parallel);
   void emitParallelTask(ForStmt &task);
+  // Cooperative tasks (SpirvCooperative.cpp).
+  CooperativeTaskPlan planCooperative(const ForStmt &task) const;
+  /// The task's entry running a workgroup per iteration: `qd_task_<n>`, or
+  /// with `alternative` its second form `qd_task_<n>_coop`.
+  void emitCooperativeTask(ForStmt &task, const CooperativeTaskPlan &plan, bool alternative);
+  void emitSharedLoop(const CooperativeTaskPlan::SharedLoop &shared);
+  /// The sum over the workgroup of each invocation's `partial` (the same
+  /// on every invocation).
+  Id groupSum(Id partial, ScalarType t);
+  void groupBarrier();
+  /// A u32 built-in input (component 0 of its uvec3), loaded in the prologue.
+  Id builtIn(spv::BuiltIn which);
+  /// `emit()` on the workgroup's first invocation only where the task is
+  /// cooperative and `s` is a global store or atomic its plan guards.
+  void guarded(const Stmt &s, const std::function<void()> &emit);
   void emitTopLevel(Stmt &s);
   void emitBlock(Block &block);
 
@@ -233,6 +261,10 @@ private:
   /// body (null: always), `body()`, a continue block running `step()`.
   void loop(const Stmt *stmt, const std::function<Id()> &cond, const std::function<void()> &body,
             const std::function<void()> &step);
+  /// loop() over an i32 counter: from `first` while below `end`, adding
+  /// `step` (i32 ids); `body` gets the counter's value.
+  void countedLoop(const Stmt *stmt, Id first, Id end, Id step,
+                   const std::function<void(Id)> &body);
 
   const Kernel &kernel_;
   const SpirvOptions &opts_;
@@ -250,6 +282,10 @@ private:
   std::map<const Stmt *, unsigned> slotOfStmt_;
   std::unordered_map<const Value *, unsigned> stackIds_;
   Id controlVar_ = 0, heapVar_ = 0, uintPtr_ = 0, gidVar_ = 0, stopVar_ = 0;
+  /// Built-in inputs besides GlobalInvocationId (an entry lists those it
+  /// reads), and the cooperative sums' Workgroup arrays, by element type.
+  std::map<spv::BuiltIn, Id> builtIns_;
+  std::map<ScalarType, Id> groupScratch_;
   /// The loop exit flags: `uint[loopFlagWords_ * workgroupSize]` in
   /// Workgroup memory, declared at the end (when the deepest nesting is
   /// known); word `level / 32 * workgroupSize + local invocation` holds

@@ -117,6 +117,17 @@ struct SpirvOptions {
   /// stores wait for the end of their iteration (CodegenOptions::
   /// distinctNdarrays is the LLVM targets' counterpart).
   bool distinctNdarrays = false;
+  /// Cooperative tasks (qd/analysis/CooperativeTask.h; the LLVM targets'
+  /// CodegenOptions::cooperativeTaskIterations and
+  /// ::cooperativeScatteringIterations): a task of at most this many
+  /// iterations around long serial loops runs a workgroup of
+  /// `cooperativeGroupSize` invocations per iteration; 0: never. Not with
+  /// boundsChecked, stopChecks or checkLoopExits (their error sites leave
+  /// an invocation early, and its workgroup would wait for it at the next
+  /// barrier).
+  int64_t cooperativeTaskIterations = 4096;
+  int64_t cooperativeScatteringIterations = 64;
+  unsigned cooperativeGroupSize = 256;
 };
 
 /// Word offsets of the launch data buffer (binding 0) of a kernel, from its
