@@ -24,6 +24,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <optional>
 #include <string>
@@ -290,6 +291,60 @@ RC_GTEST_PROP(CheckpointChoiceTest, ChoiceMatchesBruteForce, ()) {
     RC_ASSERT(k == largestFit);
   else
     RC_ASSERT(checkpointedBytes(c, k) == least);
+}
+
+/// The launch's choice with the device's parallelism: fully taped where
+/// every iteration in flight fits taped or half of them do, else the
+/// largest k at which all fit checkpointed, else one iteration's choice
+/// (fully taped in waves when one taped iteration fits). The costs at
+/// k = 1 are asked for only when checkpointing is considered.
+RC_GTEST_PROP(CheckpointChoiceTest, TheLaunchKeepsTheDeviceBusy, ()) {
+  CheckpointCosts c{*rc::gen::inRange<int64_t>(2, 400), *rc::gen::inRange<int64_t>(1, 64),
+                    *rc::gen::inRange<int64_t>(1, 64), *rc::gen::inRange<int64_t>(0, 256)};
+  const int64_t n = c.tripCount, full = checkpointedBytes(c, n);
+  const int64_t p = *rc::gen::inRange<int64_t>(1, 300);
+  const int64_t budget = *rc::gen::inRange<int64_t>(1, 300 * 30000);
+  int asked = 0;
+  int64_t k = chooseLaunchCheckpointInterval(full, budget, p, [&] {
+    ++asked;
+    return c;
+  });
+  const int64_t kFull = std::numeric_limits<int32_t>::max();
+  const int64_t taped = budget / full;
+  if (taped >= p || taped * kCheckpointParallelismRatio >= p) {
+    RC_ASSERT(k == kFull);
+    RC_ASSERT(asked == 0);
+    return;
+  }
+  int64_t allFit = 0; // the largest k < n at which p iterations fit
+  for (int64_t j = 1; j < n; ++j)
+    if (p > 1 && checkpointedBytes(c, j) <= budget / p)
+      allFit = j;
+  if (allFit > 0)
+    RC_ASSERT(k == allFit);
+  else if (taped >= 1)
+    RC_ASSERT(k == kFull);
+  else
+    RC_ASSERT(k == chooseCheckpointInterval(c, budget) || k == kFull);
+}
+
+TEST(CheckpointChoiceTest, AGpuGridUnderOneGibCheckpointsInsteadOfRunningWaves) {
+  // The long-loop benchmark's iteration on an H200 (10^4 steps of 12
+  // bytes; a resident grid of 270 336 threads): one full tape, 120 KB,
+  // fits 1 GiB 8 738 times, so the launch used to run 119 waves of fully
+  // taped threads; now every thread is resident with a segment of k steps.
+  CheckpointCosts c{10000, 12, 12, 0};
+  const int64_t budget = int64_t(1) << 30, grid = 270336;
+  int64_t k =
+      chooseLaunchCheckpointInterval(checkpointedBytes(c, 10000), budget, grid, [&] { return c; });
+  EXPECT_LE(checkpointedBytes(c, k) * grid, budget);
+  EXPECT_GT(checkpointedBytes(c, k + 1) * grid, budget);
+  EXPECT_GT(k, 100);
+  EXPECT_LT(k, 400);
+  // One iteration at a time (the interpreter): fully taped, as before.
+  EXPECT_EQ(
+      chooseLaunchCheckpointInterval(checkpointedBytes(c, 10000), budget, 1, [&] { return c; }),
+      std::numeric_limits<int32_t>::max());
 }
 
 /// Random trip counts and intervals on the interpreter: always the fully

@@ -518,6 +518,13 @@ int64_t AcceleratorBackend::adStackIterationBudget(const Kernel &, int64_t budge
   return most == 0 || most >= uint64_t(budget) ? budget : int64_t(most);
 }
 
+int64_t AcceleratorBackend::adStackParallelism(const Kernel &kernel) {
+  // The grid of the code whose stacks live in the heap (what a launch
+  // with adstacks runs, all threads resident).
+  absl::StatusOr<DeviceKernel *> code = heapCode(kernel, false, false);
+  return code.ok() ? std::max<int64_t>((*code)->gridThreads(), 1) : 1;
+}
+
 bool AcceleratorBackend::compactsAdStacks() const {
   return device_->groupTableUnit() != 0;
 }

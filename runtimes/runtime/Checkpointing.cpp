@@ -64,6 +64,26 @@ int64_t chooseCheckpointInterval(const CheckpointCosts &c, int64_t budget) {
   return best;
 }
 
+int64_t chooseLaunchCheckpointInterval(int64_t fullBytes, int64_t budget, int64_t parallelism,
+                                       const std::function<CheckpointCosts()> &one) {
+  const int64_t p = std::max<int64_t>(parallelism, 1);
+  const int64_t taped = fullBytes > 0 ? budget / fullBytes : p; // fully taped in flight
+  if (taped >= p || taped * kCheckpointParallelismRatio >= p)
+    return kFullyTaped;
+  CheckpointCosts costs = one();
+  // Checkpointed, every iteration in flight: the largest k that lets them
+  // all fit (each k < n recomputes every iteration once).
+  if (int64_t each = budget / p; each > 0 && p > 1) {
+    int64_t k = chooseCheckpointInterval(costs, each);
+    if (checkpointedBytes(costs, k) <= each)
+      return costs.checkpointBytes > 0 && k >= costs.tripCount ? kFullyTaped : k;
+  }
+  if (taped >= 1)
+    return kFullyTaped; // waves of fully taped iterations
+  int64_t k = chooseCheckpointInterval(costs, budget);
+  return costs.checkpointBytes > 0 && k >= costs.tripCount ? kFullyTaped : k;
+}
+
 absl::StatusOr<int64_t> Program::setCheckpointInterval(const Kernel &k, const KernelSizing &sizing,
                                                        std::span<const LaunchArg> args,
                                                        const LaunchOptions &options,
@@ -114,17 +134,16 @@ absl::StatusOr<int64_t> Program::setCheckpointInterval(const Kernel &k, const Ke
     // What one iteration may take: the budget, or the backend's default
     // (a launch that does not fit it checkpoints instead of failing).
     int64_t budget = backend.adStackIterationBudget(k, options.adStackMemoryBudget);
-    if (fullBytes <= budget) {
-      interval = kFullyTaped;
-    } else {
-      // At k = 1 the stored states number n, and a segment tapes one
-      // iteration.
-      if (absl::Status s = bytesAt(1, one); !s.ok())
-        return s;
-      interval = chooseCheckpointInterval(one, budget);
-      if (one.checkpointBytes > 0 && interval >= one.tripCount)
-        interval = kFullyTaped;
-    }
+    // At k = 1 the stored states number n, and a segment tapes one
+    // iteration.
+    absl::Status costsAtOne;
+    interval =
+        chooseLaunchCheckpointInterval(fullBytes, budget, backend.adStackParallelism(k), [&] {
+          costsAtOne = bytesAt(1, one);
+          return one;
+        });
+    if (!costsAtOne.ok())
+      return costsAtOne;
   }
   interval = std::min(interval, kFullyTaped);
   absl::StatusOr<int64_t> now = storage->readInteger(0);

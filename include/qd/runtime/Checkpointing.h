@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 
 namespace qd {
 
@@ -40,5 +41,24 @@ int64_t checkpointedBytes(const CheckpointCosts &costs, int64_t k);
 /// each iteration once); else, when none fits, the k that needs the least
 /// memory (about sqrt(n * checkpointBytes / tapeBytesPerIteration)).
 int64_t chooseCheckpointInterval(const CheckpointCosts &costs, int64_t budget);
+
+/// Fully taped iterations in flight must be at least this fraction of the
+/// device's parallelism before a launch that could run all of it
+/// checkpointed tapes fully instead (checkpointing recomputes every
+/// iteration once: 1.1x to 1.5x the time of the taped gradient, measured
+/// on an H200 and on 2 CPU workers, docs/performance.md "Long loops under
+/// a budget").
+inline constexpr int64_t kCheckpointParallelismRatio = 2;
+
+/// The interval of a launch whose device holds `parallelism` iterations at
+/// once (1 or less: not known), `budget` bytes for them all, `fullBytes`
+/// the bytes of one fully taped iteration and `one` the costs at k = 1
+/// (called only when checkpointing is considered). Returns n (fully taped)
+/// where every iteration in flight fits taped, or where at least 1 /
+/// kCheckpointParallelismRatio of them does; else the largest k at which
+/// all of them fit checkpointed; else chooseCheckpointInterval for one
+/// iteration in flight (the launch then runs in waves).
+int64_t chooseLaunchCheckpointInterval(int64_t fullBytes, int64_t budget, int64_t parallelism,
+                                       const std::function<CheckpointCosts()> &one);
 
 } // namespace qd

@@ -357,6 +357,15 @@ public:
   virtual int64_t adStackIterationBudget(const Kernel &kernel, int64_t budget) {
     return budget > 0 ? budget : INT64_MAX;
   }
+  /// How many iterations of `kernel`'s parallel tasks (each as many as
+  /// adStackIterationBudget counts as one) the backend runs at once: the
+  /// CPU's workers, a GPU's resident grid; 1 where that is not known.
+  /// Program::launch checkpoints long loops more often rather than run
+  /// fewer of them at once (chooseLaunchCheckpointInterval).
+  virtual int64_t adStackParallelism(const Kernel &kernel) {
+    (void)kernel;
+    return 1;
+  }
   /// Whether launches may lay out a compacted adstack heap from per-
   /// iteration needs (LaunchOptions::compactAdStacks, ::measuredNeeds).
   virtual bool compactsAdStacks() const { return false; }
