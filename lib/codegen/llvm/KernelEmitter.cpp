@@ -74,8 +74,9 @@ void KernelEmitter::emitBlock(Block &block) {
 }
 
 void KernelEmitter::emitTaskBody(ForStmt &task) {
-  // A cooperative task's stores have their place between its barriers.
-  if (c_.fn && c_.fn->cooperative)
+  // A cooperative task's stores have their place between its barriers;
+  // bounds-checked code reports the first bad index the interpreter would.
+  if ((c_.fn && c_.fn->cooperative) || c_.opts.boundsChecked)
     return emitBlock(task.body());
   NdarrayAliasing aliasing =
       c_.opts.distinctNdarrays ? NdarrayAliasing::Distinct : NdarrayAliasing::MayAlias;

@@ -374,6 +374,8 @@ void SpirvEmitter::emitParallelTask(ForStmt &task) {
         }
         set(&task, fn.bandIndex[0]);
         stopCheck(task);
+        if (opts_.boundsChecked) // the first bad index is the interpreter's
+          return emitBlock(task.body());
         forEachInEmissionOrder(task.body(), aliasing(), [&](Stmt &s) {
           visit(s);
           return b_.open; // closed after break/continue: the end
