@@ -399,6 +399,62 @@ TEST(CheckpointBudgetTest, LaunchChoosesAnIntervalThatFitsTheBudget) {
   EXPECT_LE((*p)->lastCheckpointInterval(), 16);
 }
 
+/// The runtime shape's kernel with 64 iterations per loop, its fully taped
+/// and its checkpointed gradient, and the fully taped gradient's bits on
+/// `backend`.
+struct SixtyFour {
+  Shape shape = shapes()[0];
+  std::unique_ptr<Module> full, checkpointed;
+  std::vector<uint64_t> expected;
+  explicit SixtyFour(Backend &backend) {
+    shape.trips = {64, 64, 64, 64};
+    ReverseADOptions o;
+    full = gradientModule(shape.text, o);
+    o.checkpointLoops = true;
+    checkpointed = gradientModule(shape.text, o);
+    auto reference = Program::create(*full);
+    EXPECT_TRUE(reference.ok());
+    if (reference.ok())
+      expected = gradientBits(**reference, backend, shape, {});
+  }
+};
+
+/// A budget that holds one fully taped iteration but not two, on four
+/// workers and four iterations, checkpoints instead (Backend::adStackParallelism:
+/// chooseLaunchCheckpointInterval), so that every worker runs; one worker
+/// alone tapes fully under the same budget. Both give the fully taped
+/// gradient.
+TEST(CheckpointBudgetTest, AllWorkersRunCheckpointedRatherThanOneTaped) {
+  CpuBackendOptions four;
+  four.threads = 4;
+  four.vectorWidth = 1; // a worker per iteration of the 4
+  CpuBackendOptions one = four;
+  one.threads = 1;
+  auto many = CpuBackend::create(four);
+  auto single = CpuBackend::create(one);
+  ASSERT_TRUE(many.ok() && single.ok());
+  SixtyFour g(**single);
+  const Shape &shape = g.shape;
+  const std::vector<uint64_t> &expected = g.expected;
+  // 64 iterations taping an f32 and an i32: 512 bytes and a bit an
+  // iteration; 700 bytes hold one fully taped, not two.
+  LaunchOptions options;
+  options.adStackMemoryBudget = 700;
+  auto cp = Program::create(*g.checkpointed);
+  ASSERT_TRUE(cp.ok());
+  EXPECT_EQ(gradientBits(**cp, **single, shape, options), expected);
+  EXPECT_EQ((*cp)->lastCheckpointInterval(), 0);
+  EXPECT_EQ(gradientBits(**cp, **many, shape, options), expected);
+  int64_t k = (*cp)->lastCheckpointInterval();
+  EXPECT_GT(k, 1);
+  EXPECT_LT(k, 64);
+  std::optional<AdStackHeapUsage> u = (*many)->lastAdStackHeapUsage();
+  ASSERT_TRUE(u);
+  EXPECT_EQ(u->threads, 4);
+  EXPECT_EQ(u->waves, 1);
+  EXPECT_LE(u->bytes, options.adStackMemoryBudget);
+}
+
 /// With the default budget (LaunchOptions::adStackMemoryBudget = 0), a
 /// launch whose one iteration's full tape does not fit what the host can
 /// spare checkpoints instead of failing: on a CPU backend told the host has
@@ -408,12 +464,6 @@ TEST(CheckpointBudgetTest, LaunchChoosesAnIntervalThatFitsTheBudget) {
 /// one runs with an interval chosen from the default budget, within it,
 /// and gives the fully taped gradient.
 TEST(CheckpointBudgetTest, TheDefaultBudgetCheckpointsWhatDoesNotFit) {
-  Shape shape = shapes()[0];
-  shape.trips = {64, 64, 64, 64};
-  ReverseADOptions o;
-  auto full = gradientModule(shape.text, o);
-  o.checkpointLoops = true;
-  auto checkpointed = gradientModule(shape.text, o);
   CpuBackendOptions roomy;
   roomy.threads = 1;
   roomy.vectorWidth = 8;
@@ -422,9 +472,10 @@ TEST(CheckpointBudgetTest, TheDefaultBudgetCheckpointsWhatDoesNotFit) {
   auto big = CpuBackend::create(roomy);
   auto small = CpuBackend::create(tight);
   ASSERT_TRUE(big.ok() && small.ok());
-  auto reference = Program::create(*full);
-  ASSERT_TRUE(reference.ok());
-  std::vector<uint64_t> expected = gradientBits(**reference, **big, shape, {});
+  SixtyFour g(**big);
+  const Shape &shape = g.shape;
+  const std::vector<uint64_t> &expected = g.expected;
+  const std::unique_ptr<Module> &full = g.full, &checkpointed = g.checkpointed;
   // 64 iterations tape an f32 and an i32 each: 512 bytes per lane, over
   // the budget for the worker's lanes.
   auto taped = Program::create(*full);

@@ -518,11 +518,12 @@ int64_t AcceleratorBackend::adStackIterationBudget(const Kernel &, int64_t budge
   return most == 0 || most >= uint64_t(budget) ? budget : int64_t(most);
 }
 
-int64_t AcceleratorBackend::adStackParallelism(const Kernel &kernel) {
+int64_t AcceleratorBackend::adStackParallelism(const Kernel &kernel, int64_t iterations) {
   // The grid of the code whose stacks live in the heap (what a launch
   // with adstacks runs, all threads resident).
   absl::StatusOr<DeviceKernel *> code = heapCode(kernel, false, false);
-  return code.ok() ? std::max<int64_t>((*code)->gridThreads(), 1) : 1;
+  int64_t threads = code.ok() ? std::max<int64_t>((*code)->gridThreads(), 1) : 1;
+  return iterations > 0 ? std::min(threads, iterations) : threads;
 }
 
 bool AcceleratorBackend::compactsAdStacks() const {

@@ -503,6 +503,18 @@ int64_t CpuBackend::adStackIterationBudget(const Kernel &kernel, int64_t budget)
   return std::max<int64_t>(budget - padding, 0) / lanes;
 }
 
+int64_t CpuBackend::adStackParallelism(const Kernel &kernel, int64_t iterations) {
+  int64_t workers = numThreads();
+  if (iterations <= 0)
+    return workers;
+  // A worker holds a group of lanes at a time.
+  int64_t lanes = 1;
+  if (absl::StatusOr<const KernelLayout *> l = layout(kernel); l.ok())
+    for (const KernelLayout::Task &t : (*l)->tasks)
+      lanes = std::max<int64_t>(lanes, t.lanes);
+  return std::max<int64_t>(1, std::min(workers, (iterations + lanes - 1) / lanes));
+}
+
 std::vector<int32_t> CpuBackend::lastTaskLanes() const {
   std::lock_guard<std::mutex> lock(impl_->launchMutex);
   return impl_->lastTaskLanes;

@@ -3,6 +3,7 @@
 
 #include "LaunchInputs.h"
 
+#include "qd/abi/DeviceEntries.h"
 #include "qd/abi/KernelLayout.h"
 #include "qd/ir/Checkpointing.h"
 #include "qd/runtime/Program.h"
@@ -20,6 +21,59 @@ constexpr int64_t kSaturated = std::numeric_limits<int64_t>::max();
 constexpr int64_t kFullyTaped = std::numeric_limits<int32_t>::max();
 /// The most intervals chooseCheckpointInterval tries in each search.
 constexpr int64_t kSearchLimit = int64_t(1) << 22;
+
+/// A task bound's value at this launch, or nullopt where the launch does
+/// not say it (a bound computed in the kernel).
+std::optional<int64_t> boundAt(Program &p, Bound b, std::span<const LaunchArg> args) {
+  KernelLayout::TaskBound t = taskBoundOf(b);
+  switch (t.kind) {
+  case KernelLayout::TaskBound::Constant:
+    return t.constant;
+  case KernelLayout::TaskBound::Argument:
+    if (t.argument < args.size() && !args[t.argument].isNdarray())
+      return args[t.argument].scalarValue().i;
+    break;
+  case KernelLayout::TaskBound::NdarrayExtent:
+    if (t.argument < args.size() && args[t.argument].isNdarray())
+      if (const Buffer *a = args[t.argument].ndarrayValue().primal; a && t.axis < a->ndim())
+        return a->shape()[t.axis];
+    break;
+  case KernelLayout::TaskBound::FieldElement:
+    if (const Buffer *f = p.field(*t.field, t.component))
+      return f->get(t.constant).i;
+    break;
+  case KernelLayout::TaskBound::Unknown:
+    break;
+  }
+  return std::nullopt;
+}
+
+/// The iterations of the parallel tasks that hold checkpointed loops (the
+/// most of them), or 0 where the launch does not say.
+int64_t checkpointedIterations(Program &p, const KernelSizing &sizing,
+                               std::span<const LaunchArg> args) {
+  int64_t most = 0;
+  for (const AdStackSize &s : sizing.stacks()) {
+    if (!hasNameHint(s.stack->name(), kCheckpointStackName))
+      continue;
+    const Stmt *task = s.stack;
+    while (task->parentStmt())
+      task = task->parentStmt();
+    auto *loop = dyn_cast<ForStmt>(task);
+    if (!loop || !loop->isParallel())
+      continue;
+    int64_t n = 1;
+    for (unsigned d = 0; d < loop->numDims(); ++d) {
+      std::optional<int64_t> lo = boundAt(p, loop->begin(d), args);
+      std::optional<int64_t> hi = boundAt(p, loop->end(d), args);
+      if (!lo || !hi)
+        return 0;
+      n *= std::max<int64_t>(*hi - *lo, 0);
+    }
+    most = std::max(most, n);
+  }
+  return most;
+}
 
 int64_t mulAdd(int64_t acc, int64_t a, int64_t b) {
   int64_t p;
@@ -137,11 +191,12 @@ absl::StatusOr<int64_t> Program::setCheckpointInterval(const Kernel &k, const Ke
     // At k = 1 the stored states number n, and a segment tapes one
     // iteration.
     absl::Status costsAtOne;
-    interval =
-        chooseLaunchCheckpointInterval(fullBytes, budget, backend.adStackParallelism(k), [&] {
-          costsAtOne = bytesAt(1, one);
-          return one;
-        });
+    int64_t parallelism =
+        backend.adStackParallelism(k, checkpointedIterations(*this, sizing, args));
+    interval = chooseLaunchCheckpointInterval(fullBytes, budget, parallelism, [&] {
+      costsAtOne = bytesAt(1, one);
+      return one;
+    });
     if (!costsAtOne.ok())
       return costsAtOne;
   }

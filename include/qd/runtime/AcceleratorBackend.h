@@ -227,7 +227,7 @@ public:
   /// The budget (or the device's default), at most the device's largest
   /// heap: a thread holds one iteration.
   int64_t adStackIterationBudget(const Kernel &kernel, int64_t budget) override;
-  int64_t adStackParallelism(const Kernel &kernel) override;
+  int64_t adStackParallelism(const Kernel &kernel, int64_t iterations) override;
 
   /// The threads the last launch ran its parallel entries on (0 before the
   /// first): the code's resident grid; fewer where its tasks have fewer

@@ -116,7 +116,7 @@ public:
   /// The budget (or the default) over the lanes of the kernel's widest
   /// task with heap stacks: a worker's slice holds a group of lanes.
   int64_t adStackIterationBudget(const Kernel &kernel, int64_t budget) override;
-  int64_t adStackParallelism(const Kernel &kernel) override { return numThreads(); }
+  int64_t adStackParallelism(const Kernel &kernel, int64_t iterations) override;
 
   /// The last launch's heap: one slice per worker that ran (fewer than
   /// numThreads() where LaunchOptions::adStackMemoryBudget holds fewer).

@@ -358,12 +358,13 @@ public:
     return budget > 0 ? budget : INT64_MAX;
   }
   /// How many iterations of `kernel`'s parallel tasks (each as many as
-  /// adStackIterationBudget counts as one) the backend runs at once: the
-  /// CPU's workers, a GPU's resident grid; 1 where that is not known.
+  /// adStackIterationBudget counts as one) the backend runs at once, of a
+  /// task of `iterations` (0: not known): the CPU's workers, a GPU's
+  /// resident grid, no more than the task has; 1 where that is not known.
   /// Program::launch checkpoints long loops more often rather than run
   /// fewer of them at once (chooseLaunchCheckpointInterval).
-  virtual int64_t adStackParallelism(const Kernel &kernel) {
-    (void)kernel;
+  virtual int64_t adStackParallelism(const Kernel &kernel, int64_t iterations) {
+    (void)kernel, (void)iterations;
     return 1;
   }
   /// Whether launches may lay out a compacted adstack heap from per-
