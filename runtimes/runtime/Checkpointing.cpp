@@ -68,7 +68,9 @@ int64_t checkpointedIterations(Program &p, const KernelSizing &sizing,
       std::optional<int64_t> hi = boundAt(p, loop->end(d), args);
       if (!lo || !hi)
         return 0;
-      n *= std::max<int64_t>(*hi - *lo, 0);
+      // (A band's points, saturated: only the comparison with a grid matters.)
+      int64_t extent = std::max<int64_t>(*hi - *lo, 0);
+      n = extent != 0 && n > (int64_t(1) << 40) / extent ? int64_t(1) << 40 : n * extent;
     }
     most = std::max(most, n);
   }
