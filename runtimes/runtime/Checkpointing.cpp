@@ -22,25 +22,25 @@ constexpr int64_t kFullyTaped = std::numeric_limits<int32_t>::max();
 /// The most intervals chooseCheckpointInterval tries in each search.
 constexpr int64_t kSearchLimit = int64_t(1) << 22;
 
-/// A task bound's value at this launch, or nullopt where the launch does
-/// not say it (a bound computed in the kernel).
-std::optional<int64_t> boundAt(Program &p, Bound b, std::span<const LaunchArg> args) {
+/// A task bound's value at this launch (read through the inputs the
+/// sizing reads), or nullopt where the launch does not say it (a bound
+/// computed in the kernel).
+std::optional<int64_t> boundAt(const SizeExprInputs &in, Bound b) {
   KernelLayout::TaskBound t = taskBoundOf(b);
   switch (t.kind) {
   case KernelLayout::TaskBound::Constant:
     return t.constant;
   case KernelLayout::TaskBound::Argument:
-    if (t.argument < args.size() && !args[t.argument].isNdarray())
-      return args[t.argument].scalarValue().i;
-    break;
+    return in.scalarArg(t.argument);
   case KernelLayout::TaskBound::NdarrayExtent:
-    if (t.argument < args.size() && args[t.argument].isNdarray())
-      if (const Buffer *a = args[t.argument].ndarrayValue().primal; a && t.axis < a->ndim())
-        return a->shape()[t.axis];
-    break;
+    return in.ndarrayShape(t.argument, t.axis);
   case KernelLayout::TaskBound::FieldElement:
-    if (const Buffer *f = p.field(*t.field, t.component))
-      return f->get(t.constant).i;
+    if (auto *ld = dyn_cast<GlobalLoadStmt>(b.value); ld && t.component == Component::Primal) {
+      std::vector<int64_t> idx;
+      for (unsigned d = 0; d < ld->numIndices(); ++d)
+        idx.push_back(cast<ConstStmt>(ld->index(d))->intValue()); // constants (taskBoundOf)
+      return in.fieldElement(t.field->name(), idx);
+    }
     break;
   case KernelLayout::TaskBound::Unknown:
     break;
@@ -50,8 +50,7 @@ std::optional<int64_t> boundAt(Program &p, Bound b, std::span<const LaunchArg> a
 
 /// The iterations of the parallel tasks that hold checkpointed loops (the
 /// most of them), or 0 where the launch does not say.
-int64_t checkpointedIterations(Program &p, const KernelSizing &sizing,
-                               std::span<const LaunchArg> args) {
+int64_t checkpointedIterations(const KernelSizing &sizing, const SizeExprInputs &in) {
   int64_t most = 0;
   for (const AdStackSize &s : sizing.stacks()) {
     if (!hasNameHint(s.stack->name(), kCheckpointStackName))
@@ -64,8 +63,7 @@ int64_t checkpointedIterations(Program &p, const KernelSizing &sizing,
       continue;
     int64_t n = 1;
     for (unsigned d = 0; d < loop->numDims(); ++d) {
-      std::optional<int64_t> lo = boundAt(p, loop->begin(d), args);
-      std::optional<int64_t> hi = boundAt(p, loop->end(d), args);
+      std::optional<int64_t> lo = boundAt(in, loop->begin(d)), hi = boundAt(in, loop->end(d));
       if (!lo || !hi)
         return 0;
       // (A band's points, saturated: only the comparison with a grid matters.)
@@ -124,20 +122,24 @@ int64_t chooseLaunchCheckpointInterval(int64_t fullBytes, int64_t budget, int64_
                                        const std::function<CheckpointCosts()> &one) {
   const int64_t p = std::max<int64_t>(parallelism, 1);
   const int64_t taped = fullBytes > 0 ? budget / fullBytes : p; // fully taped in flight
+  // (taped >= p first: taped may be near INT64_MAX without a budget.)
   if (taped >= p || taped * kCheckpointParallelismRatio >= p)
     return kFullyTaped;
   CheckpointCosts costs = one();
+  // A k covering the whole trip count tapes fully.
+  auto interval = [&](int64_t k) {
+    return costs.checkpointBytes > 0 && k >= costs.tripCount ? kFullyTaped : k;
+  };
   // Checkpointed, every iteration in flight: the largest k that lets them
   // all fit (each k < n recomputes every iteration once).
   if (int64_t each = budget / p; each > 0 && p > 1) {
     int64_t k = chooseCheckpointInterval(costs, each);
     if (checkpointedBytes(costs, k) <= each)
-      return costs.checkpointBytes > 0 && k >= costs.tripCount ? kFullyTaped : k;
+      return interval(k);
   }
   if (taped >= 1)
     return kFullyTaped; // waves of fully taped iterations
-  int64_t k = chooseCheckpointInterval(costs, budget);
-  return costs.checkpointBytes > 0 && k >= costs.tripCount ? kFullyTaped : k;
+  return interval(chooseCheckpointInterval(costs, budget));
 }
 
 absl::StatusOr<int64_t> Program::setCheckpointInterval(const Kernel &k, const KernelSizing &sizing,
@@ -193,8 +195,7 @@ absl::StatusOr<int64_t> Program::setCheckpointInterval(const Kernel &k, const Ke
     // At k = 1 the stored states number n, and a segment tapes one
     // iteration.
     absl::Status costsAtOne;
-    int64_t parallelism =
-        backend.adStackParallelism(k, checkpointedIterations(*this, sizing, args));
+    int64_t parallelism = backend.adStackParallelism(k, checkpointedIterations(sizing, inputs));
     interval = chooseLaunchCheckpointInterval(fullBytes, budget, parallelism, [&] {
       costsAtOne = bytesAt(1, one);
       return one;

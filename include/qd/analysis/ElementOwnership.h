@@ -84,6 +84,12 @@ enum class NdarrayAliasing : uint8_t {
   Distinct,
 };
 
+/// Distinct for code compiled for launches whose buffers do not overlap
+/// (the code generators' distinctNdarrays option), else MayAlias.
+inline NdarrayAliasing ndarrayAliasing(bool distinctNdarrays) {
+  return distinctNdarrays ? NdarrayAliasing::Distinct : NdarrayAliasing::MayAlias;
+}
+
 /// What the backend that runs a task guarantees, for the analysis to use.
 struct TaskAssumptions {
   /// How far the ndarray arguments' buffers may share storage.
@@ -128,11 +134,15 @@ inline bool mayAlias(const GlobalAccessStmt &a, const GlobalAccessStmt &b,
 std::vector<GlobalStoreStmt *> deferrableStores(Block &body, NdarrayAliasing aliasing);
 
 /// Calls `emit(s)` for the statements of `body` (a parallel task's) in the
-/// order a code generator emits one iteration: deferrableStores last.
-/// Stops where `emit` returns false (a break or continue ended the block).
+/// order a code generator emits one iteration: deferrableStores last, or
+/// program order without `defer` (bounds-checked code, whose first bad
+/// index must be the one the interpreter reports). Stops where `emit`
+/// returns false (a break or continue ended the block).
 template <typename Emit>
-void forEachInEmissionOrder(Block &body, NdarrayAliasing aliasing, Emit &&emit) {
-  std::vector<GlobalStoreStmt *> last = deferrableStores(body, aliasing);
+void forEachInEmissionOrder(Block &body, NdarrayAliasing aliasing, bool defer, Emit &&emit) {
+  std::vector<GlobalStoreStmt *> last;
+  if (defer)
+    last = deferrableStores(body, aliasing);
   for (Stmt &s : body)
     if (std::find(last.begin(), last.end(), &s) == last.end() && !emit(s))
       return;

@@ -57,7 +57,7 @@ CooperativeTaskPlan GpuTarget::planCooperative(const EmitContext &c, const ForSt
   o.mostTaskIterations = c.opts.cooperativeTaskIterations;
   o.runTimeTrips = true;
   o.mostScatteringIterations = c.opts.cooperativeScatteringIterations;
-  o.aliasing = c.opts.distinctNdarrays ? NdarrayAliasing::Distinct : NdarrayAliasing::MayAlias;
+  o.aliasing = ndarrayAliasing(c.opts.distinctNdarrays);
   return planCooperativeTask(task, o);
 }
 

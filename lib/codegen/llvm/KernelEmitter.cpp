@@ -74,13 +74,10 @@ void KernelEmitter::emitBlock(Block &block) {
 }
 
 void KernelEmitter::emitTaskBody(ForStmt &task) {
-  // A cooperative task's stores have their place between its barriers;
-  // bounds-checked code reports the first bad index the interpreter would.
-  if ((c_.fn && c_.fn->cooperative) || c_.opts.boundsChecked)
-    return emitBlock(task.body());
-  NdarrayAliasing aliasing =
-      c_.opts.distinctNdarrays ? NdarrayAliasing::Distinct : NdarrayAliasing::MayAlias;
-  forEachInEmissionOrder(task.body(), aliasing, [&](Stmt &s) {
+  // (A cooperative task emits its body itself, its stores between its
+  // barriers: GpuCooperative.cpp.)
+  NdarrayAliasing aliasing = ndarrayAliasing(c_.opts.distinctNdarrays);
+  forEachInEmissionOrder(task.body(), aliasing, !c_.opts.boundsChecked, [&](Stmt &s) {
     visit(s);
     return !c_.b.GetInsertBlock()->getTerminator(); // after break/continue: the end
   });
@@ -101,8 +98,7 @@ void KernelEmitter::guarded(Stmt &s, const std::function<void()> &emit) {
 
 TaskVectorPlan KernelEmitter::planTask(const ForStmt &task) const {
   TaskAssumptions assume;
-  assume.aliasing =
-      c_.opts.distinctNdarrays ? NdarrayAliasing::Distinct : NdarrayAliasing::MayAlias;
+  assume.aliasing = ndarrayAliasing(c_.opts.distinctNdarrays);
   assume.nearIterationsApart = c_.target.keepsNearIterationsApart();
   return planTaskVectorization(task, assume);
 }

@@ -91,12 +91,8 @@ void SpirvEmitter::emitCooperativeTask(ForStmt &task, const CooperativeTaskPlan 
     layout_.tasks.push_back(t);
   }
   Function fn;
-  beginFunction(fn, name, true);
+  beginTask(fn, name, task, index);
   fn.groupSize = opts_.cooperativeGroupSize;
-  fn.parallelTask = index;
-  TaskAssumptions assume;
-  assume.aliasing = aliasing();
-  fn.ownership = ElementOwnership::compute(task, assume);
   fn.cooperative = &plan;
   fn.lane = builtIn(spv::BuiltIn::LocalInvocationId);
   fn.leader = inPrologue([&] { return b_.cmp(spv::Op::OpIEqual, fn.lane, b_.u32(0)); });
@@ -120,7 +116,7 @@ void SpirvEmitter::emitCooperativeTask(ForStmt &task, const CooperativeTaskPlan 
       }
     }
   });
-  endFunction(fn, name, true);
+  endFunction(fn, name);
 }
 
 void SpirvEmitter::emitSharedLoop(const CooperativeTaskPlan::SharedLoop &shared) {

@@ -225,7 +225,7 @@ absl::Status SpirvEmitter::run() {
         b_.store(controlPtr(b_.u32(at + 1)), hi);
       }
     }
-    endFunction(fn, name, false);
+    endFunction(fn, name);
   }
   if (loopFlagsVar_) {
     Id u32 = b_.tU32();
@@ -263,7 +263,7 @@ void SpirvEmitter::beginFunction(Function &fn, const std::string &name, bool par
   }
 }
 
-void SpirvEmitter::endFunction(Function &fn, const std::string &name, bool parallel) {
+void SpirvEmitter::endFunction(Function &fn, const std::string &name) {
   if (b_.open)
     b_.ret();
   Words words;
@@ -279,7 +279,6 @@ void SpirvEmitter::endFunction(Function &fn, const std::string &name, bool paral
   for (auto [which, var] : builtIns_)
     inputs.push_back(var);
   m_.entryPoint(fn.id, name, inputs);
-  (void)parallel;
   m_.executionMode(fn.id, spv::ExecutionMode::LocalSize, {fn.groupSize, 1, 1});
   m_.name(fn.id, name);
   fn_ = nullptr;
@@ -306,6 +305,15 @@ void SpirvEmitter::emitBlock(Block &block) {
   }
 }
 
+void SpirvEmitter::beginTask(Function &fn, const std::string &name, const ForStmt &task,
+                             int index) {
+  beginFunction(fn, name, true);
+  fn.parallelTask = index;
+  TaskAssumptions assume;
+  assume.aliasing = aliasing();
+  fn.ownership = ElementOwnership::compute(task, assume);
+}
+
 void SpirvEmitter::emitParallelTask(ForStmt &task) {
   CooperativeTaskPlan coop = planCooperative(task);
   if (coop.cooperative() && task.begin().isConstant() && task.end().isConstant())
@@ -318,11 +326,7 @@ void SpirvEmitter::emitParallelTask(ForStmt &task) {
                            band ? KernelLayout::TaskBound() : taskBoundOf(task.begin()),
                            band ? KernelLayout::TaskBound() : taskBoundOf(task.end())});
   Function fn;
-  beginFunction(fn, name, true);
-  fn.parallelTask = index;
-  TaskAssumptions assume;
-  assume.aliasing = aliasing();
-  fn.ownership = ElementOwnership::compute(task, assume);
+  beginTask(fn, name, task, index);
   if (opts_.features.subgroupArithmetic)
     fn.varying = taskVaryingValues(task);
   Id u32 = b_.tU32();
@@ -374,9 +378,7 @@ void SpirvEmitter::emitParallelTask(ForStmt &task) {
         }
         set(&task, fn.bandIndex[0]);
         stopCheck(task);
-        if (opts_.boundsChecked) // the first bad index is the interpreter's
-          return emitBlock(task.body());
-        forEachInEmissionOrder(task.body(), aliasing(), [&](Stmt &s) {
+        forEachInEmissionOrder(task.body(), aliasing(), !opts_.boundsChecked, [&](Stmt &s) {
           visit(s);
           return b_.open; // closed after break/continue: the end
         });
@@ -387,7 +389,7 @@ void SpirvEmitter::emitParallelTask(ForStmt &task) {
         // Past 2^32: done.
         b_.store(k, b_.select(u32, b_.cmp(spv::Op::OpULessThan, next, cur), count, next));
       });
-  endFunction(fn, name, true);
+  endFunction(fn, name);
   // A run-time trip count: the cooperative form too, which the runtime
   // runs when the launch has few iterations.
   if (coop.cooperative())

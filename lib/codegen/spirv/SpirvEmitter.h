@@ -111,9 +111,6 @@ public:
   void visitTaskIndexStmt(TaskIndexStmt &s);
   void visitForStmt(ForStmt &s);
   void visitSerialStmt(SerialStmt &s) { emitBlock(s.body()); }
-  NdarrayAliasing aliasing() const {
-    return opts_.distinctNdarrays ? NdarrayAliasing::Distinct : NdarrayAliasing::MayAlias;
-  }
   void visitWhileStmt(WhileStmt &s);
   void visitBreakStmt(BreakStmt &s);
   void visitContinueStmt(ContinueStmt &s);
@@ -164,8 +161,14 @@ private:
   absl::Status prescan();
   void declareBindings();
   void beginFunction(Function &fn, const std::string &name, bool parallel);
-  void endFunction(Function &fn, const std::string &name, bool parallel);
+  void endFunction(Function &fn, const std::string &name);
+  /// beginFunction for parallel task `task` (its index `index`) and what
+  /// every form of it knows: its owned elements.
+  void beginTask(Function &fn, const std::string &name, const ForStmt &task, int index);
   void emitParallelTask(ForStmt &task);
+  /// How far this code lets ndarray arguments share storage
+  /// (SpirvOptions::distinctNdarrays).
+  NdarrayAliasing aliasing() const { return ndarrayAliasing(opts_.distinctNdarrays); }
   // Cooperative tasks (SpirvCooperative.cpp).
   CooperativeTaskPlan planCooperative(const ForStmt &task) const;
   /// The task's entry running a workgroup per iteration: `qd_task_<n>`, or
