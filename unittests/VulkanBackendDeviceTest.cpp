@@ -99,6 +99,52 @@ TEST_F(VulkanBackendTest, ALaunchWithoutHeapRunsOneInvocationPerIteration) {
   }
 }
 
+// Host transfers go through staging memory the device keeps, at most 64
+// MiB at a time (vk::Device::kStagingChunkBytes): a field of more than
+// that goes up and comes back whole, and the maxima sizing reads from the
+// device see the elements past the first piece.
+TEST_F(VulkanBackendTest, TransfersLargerThanTheStagingMemoryGoInPieces) {
+  REQUIRE_DEVICE();
+  constexpr int64_t n = (int64_t(64) << 20) / 4 + 4099;
+  std::string text = R"(field @y : i32[N]
+field @z : i32[N]
+kernel @fill() {
+  parallel for %i = 0 to N {
+    store @y[%i], %i
+  }
+}
+kernel @copy() {
+  parallel for %i = 0 to N {
+    %v = load @y[%i] : i32
+    store @z[%i], %v
+  }
+}
+)";
+  for (size_t at; (at = text.find('N')) != std::string::npos;)
+    text.replace(at, 1, std::to_string(n));
+  auto module = parseModule(text, {"pieces.qd", 1});
+  ASSERT_TRUE(module.ok()) << module.status().message();
+  auto program = *Program::create(**module);
+  Buffer &y = *program->field("y");
+  Buffer &z = *program->field("z");
+  ASSERT_TRUE(program->launch("fill", {}, *gpu()).ok());
+  ASSERT_FALSE(y.hostIsCurrent());
+  // Read on the device copy, across the pieces.
+  EXPECT_EQ(*y.maxInteger(0, n), n - 1);
+  EXPECT_EQ(*y.maxInteger(1000, 2000), 1999);
+  EXPECT_EQ(*y.readInteger(n - 2), n - 2);
+  EXPECT_EQ(y.get(n - 1).i, n - 1); // the whole field comes back
+  EXPECT_EQ(y.get(int64_t(1) << 24).i, int64_t(1) << 24);
+  y.set(n - 1, Scalar::ofInt(ScalarType::I32, -7));
+  y.set(3, Scalar::ofInt(ScalarType::I32, 11));
+  ASSERT_TRUE(program->launch("copy", {}, *gpu()).ok()); // y goes up whole
+  EXPECT_EQ(z.get(n - 1).i, -7);
+  EXPECT_EQ(z.get(n - 4099).i, n - 4099);
+  EXPECT_EQ(z.get(3).i, 11);
+  EXPECT_EQ(*z.maxInteger(n - 10, n), n - 2);
+  expectValidatedAndClean(*gpu(), "the backend");
+}
+
 TEST_F(VulkanBackendTest, KernelTimesComeFromTimestampQueries) {
   REQUIRE_DEVICE();
   if (gpu()->deviceInfo().timestampValidBits == 0) {

@@ -5,6 +5,7 @@
 
 #include "qd/codegen/KernelSizingCache.h"
 #include "qd/runtime/LaunchPlan.h"
+#include "qd/runtime/LaunchTrace.h"
 #include "qd/runtime/LaunchWatchdog.h"
 
 #include <fmt/format.h>
@@ -12,6 +13,7 @@
 #include <algorithm>
 #include <atomic>
 #include <bit>
+#include <chrono>
 #include <deque>
 #include <map>
 #include <mutex>
@@ -51,6 +53,17 @@ std::string slotName(const KernelLayout::GlobalSlot &slot) {
 absl::Status prefixed(const Kernel &kernel, const absl::Status &s) {
   return absl::Status(s.code(),
                       fmt::format("kernel @{}: {}", kernel.name(), std::string(s.message())));
+}
+
+/// A QD_TRACE_LAUNCHES line for a launch whose execute took `us`.
+void traceLaunch(const Kernel &kernel, const accel::LaunchFrame &frame, double us) {
+  std::string groups;
+  for (size_t i = 0; i < frame.groups.size(); ++i)
+    groups += fmt::format("{}{}{}", i ? "," : "", frame.groups[i],
+                          i < frame.cooperative.size() && frame.cooperative[i] ? "c" : "");
+  launchTrace(fmt::format("@{} threads {} groups [{}]{}{}: {:.1f} us", kernel.name(), frame.threads,
+                          groups, frame.async ? " async" : "", frame.groupTable ? " compacted" : "",
+                          us));
 }
 
 /// The error an asynchronous launch reported, returned by a later call:
@@ -421,7 +434,10 @@ absl::Status AcceleratorBackend::State::run(DeviceKernel &code, accel::LaunchFra
       if (stop)
         stop->store(int32_t(why), std::memory_order_release);
     });
+    auto start = std::chrono::steady_clock::now();
     ran = device.execute(code, frame, report);
+    if (launchTraceOn())
+      traceLaunch(kernel, frame, microsecondsSince(start));
   }
   if (ran.ok() && report.ticket)
     pending.push_back({report.ticket, plan.detached()});

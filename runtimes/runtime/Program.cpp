@@ -6,12 +6,14 @@
 #include "qd/ir/Casting.h"
 #include "qd/ir/Checkpointing.h"
 #include "qd/ir/Visitor.h"
+#include "qd/runtime/LaunchTrace.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include <algorithm>
 #include <bit>
+#include <chrono>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -257,7 +259,14 @@ absl::Status Program::launch(std::string_view name, std::span<const LaunchArg> a
     return absl::NotFoundError(fmt::format("no kernel named '@{}' in the module", name));
   if (absl::Status s = validateLaunchArgs(*k, args); !s.ok())
     return s;
-  return launchSized(*k, args, backend, options, /*record=*/true);
+  if (!launchTraceOn())
+    return launchSized(*k, args, backend, options, /*record=*/true);
+  launchTrace(fmt::format("Program::launch @{} on {} begins", name, backend.name()));
+  auto start = std::chrono::steady_clock::now();
+  absl::Status s = launchSized(*k, args, backend, options, /*record=*/true);
+  launchTrace(fmt::format("Program::launch @{} on {}: {:.1f} us", name, backend.name(),
+                          microsecondsSince(start)));
+  return s;
 }
 
 absl::Status Program::launchSized(const Kernel &k, std::span<const LaunchArg> args,

@@ -63,42 +63,36 @@ public:
     return absl::OkStatus();
   }
   absl::StatusOr<int64_t> readInteger(ScalarType elem, int64_t flat) override {
-    auto v = readRange(elem, flat, flat + 1);
-    if (!v.ok())
-      return v.status();
-    return (*v)[0];
+    return maxInteger(elem, flat, flat + 1);
   }
-  /// On the host, after copying the range back (a reduction shader would
-  /// save the copy; ranges read for sizing are small).
+  /// On the host, over the staging memory the range is copied back to (a
+  /// reduction shader would save the copy; ranges read for sizing are at
+  /// most a few MiB per stack).
   absl::StatusOr<int64_t> maxInteger(ScalarType elem, int64_t begin, int64_t end) override {
-    auto v = readRange(elem, begin, end);
-    if (!v.ok())
-      return v.status();
-    return *std::max_element(v->begin(), v->end());
+    const size_t eb = deviceElementBytes(elem);
+    int64_t most = INT64_MIN;
+    absl::Status s = device_->read(buffer_, size_t(begin) * eb, size_t(end - begin) * eb, eb,
+                                   [&](const std::byte *piece, size_t bytes) {
+                                     for (size_t at = 0; at < bytes; at += eb) {
+                                       int64_t v;
+                                       if (eb == 8) {
+                                         std::memcpy(&v, piece + at, 8);
+                                       } else {
+                                         int32_t w;
+                                         std::memcpy(&w, piece + at, 4);
+                                         v = elem == ScalarType::I1 ? int64_t(w != 0) : int64_t(w);
+                                       }
+                                       most = std::max(most, v);
+                                     }
+                                   });
+    if (!s.ok())
+      return s;
+    return most;
   }
 
 private:
   VulkanMirror(const void *owner, std::shared_ptr<const vk::Device> device, ScalarType elem)
       : owner_(owner), device_(std::move(device)), elem_(elem) {}
-
-  absl::StatusOr<std::vector<int64_t>> readRange(ScalarType elem, int64_t begin, int64_t end) {
-    size_t eb = deviceElementBytes(elem);
-    std::vector<std::byte> raw(size_t(end - begin) * eb);
-    if (absl::Status s = device_->download(buffer_, size_t(begin) * eb, raw.data(), raw.size());
-        !s.ok())
-      return s;
-    std::vector<int64_t> out(size_t(end - begin));
-    for (size_t i = 0; i < out.size(); ++i) {
-      if (eb == 8) {
-        std::memcpy(&out[i], raw.data() + 8 * i, 8);
-      } else {
-        int32_t v;
-        std::memcpy(&v, raw.data() + 4 * i, 4);
-        out[i] = elem == ScalarType::I1 ? int64_t(v != 0) : int64_t(v);
-      }
-    }
-    return out;
-  }
 
   const void *owner_;
   std::shared_ptr<const vk::Device> device_; // declared first: outlives buffer_

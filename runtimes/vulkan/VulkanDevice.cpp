@@ -564,6 +564,8 @@ void Device::identifyDriver(const VulkanBackendOptions &options, bool hasDriverP
 }
 
 Device::~Device() {
+  uploadStaging_.reset();
+  downloadStaging_.reset();
   if (device_) {
     if (fence_)
       api_.DestroyFence(device_, fence_, nullptr);
@@ -645,114 +647,6 @@ void fullBarrier(const Api &api, VkCommandBuffer cb) {
                      VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT |
                          VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT,
                      VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT);
-}
-
-absl::Status Device::upload(const DeviceBuffer &dst, size_t offset, const void *src,
-                            size_t bytes) const {
-  if (bytes == 0)
-    return absl::OkStatus();
-  auto staging = DeviceBuffer::allocate(shared_from_this(), bytes, true);
-  if (!staging.ok())
-    return staging.status();
-  std::memcpy(staging->mapped(), src, bytes);
-  return run([&](VkCommandBuffer cb) {
-    VkBufferCopy region{0, offset, bytes};
-    api_.CmdCopyBuffer(cb, staging->get(), dst.get(), 1, &region);
-  });
-}
-
-absl::Status Device::download(const DeviceBuffer &src, size_t offset, void *dst,
-                              size_t bytes) const {
-  if (bytes == 0)
-    return absl::OkStatus();
-  auto staging = DeviceBuffer::allocate(shared_from_this(), bytes, true);
-  if (!staging.ok())
-    return staging.status();
-  if (absl::Status s = run([&](VkCommandBuffer cb) {
-        VkBufferCopy region{offset, 0, bytes};
-        api_.CmdCopyBuffer(cb, src.get(), staging->get(), 1, &region);
-      });
-      !s.ok())
-    return s;
-  std::memcpy(dst, staging->mapped(), bytes);
-  return absl::OkStatus();
-}
-
-//===--- DeviceBuffer -----------------------------------------------------===//
-
-DeviceBuffer &DeviceBuffer::operator=(DeviceBuffer &&o) noexcept {
-  if (this != &o) {
-    reset();
-    device_ = std::move(o.device_);
-    buffer_ = std::exchange(o.buffer_, VkBuffer(VK_NULL_HANDLE));
-    memory_ = std::exchange(o.memory_, VkDeviceMemory(VK_NULL_HANDLE));
-    size_ = std::exchange(o.size_, 0);
-    mapped_ = std::exchange(o.mapped_, nullptr);
-    flags_ = std::exchange(o.flags_, 0);
-  }
-  return *this;
-}
-
-void DeviceBuffer::reset() {
-  if (device_) {
-    const Api &api = device_->api();
-    if (buffer_)
-      api.DestroyBuffer(device_->handle(), buffer_, nullptr);
-    if (memory_)
-      api.FreeMemory(device_->handle(), memory_, nullptr);
-  }
-  device_.reset();
-  buffer_ = VK_NULL_HANDLE;
-  memory_ = VK_NULL_HANDLE;
-  size_ = 0;
-  mapped_ = nullptr;
-}
-
-absl::StatusOr<DeviceBuffer> DeviceBuffer::allocate(std::shared_ptr<const Device> device,
-                                                    size_t bytes, bool hostVisible,
-                                                    VkMemoryPropertyFlags prefer) {
-  const Api &api = device->api();
-  DeviceBuffer b;
-  b.device_ = device;
-  b.size_ = std::max<size_t>(bytes, 4); // Vulkan buffers are never empty
-  auto bci = vk::make<VkBufferCreateInfo>(VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO);
-  bci.size = b.size_;
-  bci.usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
-              VK_BUFFER_USAGE_TRANSFER_DST_BIT;
-  bci.sharingMode = VK_SHARING_MODE_EXCLUSIVE;
-  if (absl::Status s = device->check(api.CreateBuffer(device->handle(), &bci, nullptr, &b.buffer_),
-                                     fmt::format("vkCreateBuffer ({} bytes)", b.size_));
-      !s.ok())
-    return s;
-  VkMemoryRequirements req;
-  api.GetBufferMemoryRequirements(device->handle(), b.buffer_, &req);
-  VkMemoryPropertyFlags flags =
-      hostVisible ? VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT : 0;
-  VkMemoryPropertyFlags preferred =
-      hostVisible ? flags | prefer : VkMemoryPropertyFlags(VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT);
-  auto type = device->memoryType(req.memoryTypeBits, flags, preferred);
-  if (!type.ok())
-    return type.status();
-  b.flags_ = device->memoryTypeFlags(*type);
-  auto mai = vk::make<VkMemoryAllocateInfo>(VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO);
-  mai.allocationSize = req.size;
-  mai.memoryTypeIndex = *type;
-  if (absl::Status s =
-          device->check(api.AllocateMemory(device->handle(), &mai, nullptr, &b.memory_),
-                        fmt::format("vkAllocateMemory ({} bytes)", req.size));
-      !s.ok())
-    return s;
-  if (absl::Status s = device->check(
-          api.BindBufferMemory(device->handle(), b.buffer_, b.memory_, 0), "vkBindBufferMemory");
-      !s.ok())
-    return s;
-  if (hostVisible)
-    if (absl::Status s = device->check(
-            api.MapMemory(device->handle(), b.memory_, 0, VK_WHOLE_SIZE, 0, &b.mapped_),
-            "vkMapMemory");
-        !s.ok())
-      return s;
-  return b;
 }
 
 } // namespace qd::vk

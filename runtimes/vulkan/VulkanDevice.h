@@ -196,9 +196,19 @@ public:
   /// the compute queue and waits for it (serialised per device).
   absl::Status run(const std::function<void(VkCommandBuffer)> &record) const;
   /// Copies between host memory and a device buffer through a staging
-  /// buffer.
+  /// buffer the device keeps (one per direction, grown to the largest
+  /// transfer up to kStagingChunkBytes; larger ones go in chunks). The
+  /// download staging prefers host-cached memory, which the host reads
+  /// at memory speed (uncached memory reads are many times slower).
   absl::Status upload(const DeviceBuffer &dst, size_t offset, const void *src, size_t bytes) const;
   absl::Status download(const DeviceBuffer &src, size_t offset, void *dst, size_t bytes) const;
+  /// Downloads [offset, offset + bytes) of `src` and hands it to `consume`
+  /// piece by piece in the staging memory (each piece a whole number of
+  /// `unit`s, which divides kStagingChunkBytes): a reduction of device
+  /// data needs no host copy of it.
+  absl::Status read(const DeviceBuffer &src, size_t offset, size_t bytes, size_t unit,
+                    const std::function<void(const std::byte *, size_t)> &consume) const;
+  static constexpr size_t kStagingChunkBytes = size_t(64) << 20;
 
 private:
   Device() = default;
@@ -220,6 +230,10 @@ private:
   absl::Status createLogicalDevice(uint32_t family);
   /// The compute queue of `family`, the command pool, buffer and fence.
   absl::Status createCommandObjects(uint32_t family);
+  /// `kept`, grown to hold `bytes` (at most kStagingChunkBytes) of
+  /// host-visible memory preferring `prefer`; stagingMutex_ held.
+  absl::StatusOr<const DeviceBuffer *> staging(DeviceBuffer &kept, size_t bytes,
+                                               VkMemoryPropertyFlags prefer) const;
   Api api_;
   // Declared before the handles: outlives the messenger and the instance.
   std::unique_ptr<ValidationLog> validation_;
@@ -238,6 +252,10 @@ private:
   /// VulkanBackendOptions::pollMicroseconds (0 on a CPU device).
   int64_t pollMicroseconds_ = 0;
   mutable std::mutex mutex_;
+  /// The staging buffers of upload and download (they refer to this
+  /// device without owning it) and the lock of a transfer's use of them.
+  mutable DeviceBuffer uploadStaging_, downloadStaging_;
+  mutable std::mutex stagingMutex_;
 };
 
 /// A barrier making every earlier shader and transfer write visible to
