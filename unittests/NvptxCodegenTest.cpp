@@ -11,6 +11,7 @@
 #include "CodegenCorpus.h"
 #include "GpuCodegen.h"
 
+#include "qd/abi/DeviceEntries.h"
 #include "qd/codegen/llvm/KernelCodegen.h"
 #include "qd/codegen/llvm/Ptx.h"
 #include "qd/ir/Parser.h"
@@ -26,6 +27,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 namespace qd {
@@ -155,12 +157,19 @@ TEST(NvptxCodegenTest, LaunchesAlternateSerialRunsAndParallelTasks) {
   EXPECT_EQ(l[4].function, "qd_task_2");
   EXPECT_EQ(l[4].kind, KernelLayout::Launch::Parallel);
   EXPECT_EQ(checkLaunches(c->layout, *c->llvmModule, llvm::CallingConv::PTX_Kernel), "");
-  // %t (used by task 0 and serial 1), %nn (task 0's bound), %q (task 1's).
-  EXPECT_EQ(c->layout.numValues, 3u);
+  // %nn (task 0's bound); %t and %q are recomputed where they are used.
+  EXPECT_EQ(c->layout.numValues, 1u);
   ASSERT_EQ(c->layout.tasks.size(), 3u);
   EXPECT_EQ(c->layout.tasks[0].end.kind, KernelLayout::TaskBound::FieldElement);
   EXPECT_EQ(c->layout.tasks[2].end.kind, KernelLayout::TaskBound::Constant);
   EXPECT_EQ(c->llvmModule->getTargetTriple(), kNvptxTriple);
+}
+
+/// One launch, the parallel task's, and no value slots.
+void expectOnlyTheTask(const EmittedKernel &c) {
+  ASSERT_EQ(c.layout.launches.size(), 1u);
+  EXPECT_EQ(c.layout.launches[0].function, "qd_task_0");
+  EXPECT_EQ(c.layout.numValues, 0u);
 }
 
 TEST(NvptxCodegenTest, ParallelTasksOnlyNeedNoSerialLaunchOrValues) {
@@ -175,9 +184,68 @@ kernel @k() {
 )",
                    "k");
   ASSERT_TRUE(c);
-  ASSERT_EQ(c->layout.launches.size(), 1u);
-  EXPECT_EQ(c->layout.launches[0].function, "qd_task_0");
-  EXPECT_EQ(c->layout.numValues, 0u);
+  expectOnlyTheTask(*c);
+}
+
+// Top-level values made of launch inputs with arithmetic that cannot fail
+// are recomputed by each entry that uses them (with the values they are
+// made of): what a front-end writes before a task over an ndarray needs
+// no serial entry and no value slot. A division (it may fail) and a load
+// (a task may have stored to it) stay in a serial entry.
+TEST(NvptxCodegenTest, TopLevelValuesOfLaunchInputsAreRecomputed) {
+  auto parsed = parseModule(R"(
+field @f : i32
+kernel @k(%a: ndarray<f32, 2>, %s: i32) {
+  %n = shape %a, 0 : i32
+  %one = const 1 : i32
+  %last = sub %n, %one : i32
+  %w = shape %a, 1 : i32
+  %unused = mul %w, %s : i32
+  %half = div %s, %one : i32
+  %g = load @f[] : i32
+  %flag = cmp lt %last, %s : i32
+  parallel for %i = 0 to %last {
+    %v = load %a[%i, %half] : f32
+    %c = select %flag, %g, %i : i32
+    %x = cast %c : i32 to f32
+    %y = add %v, %x : f32
+    store %a[%i, %one], %y
+  }
+}
+)");
+  ASSERT_TRUE(parsed.ok()) << parsed.status().message();
+  Kernel &k = *(*parsed)->findKernel("k");
+  std::set<const Stmt *> found;
+  std::vector<std::string> recomputed;
+  for (Stmt &s : k.body())
+    if (isRecomputedTopLevel(s, found)) {
+      found.insert(&s);
+      recomputed.push_back(s.name());
+    }
+  EXPECT_EQ(recomputed, (std::vector<std::string>{"n", "one", "last", "w", "unused", "flag"}));
+  DeviceEntryPlan plan = planDeviceEntries(k);
+  ASSERT_EQ(plan.entries.size(), 2u); // %half and %g, then the task
+  EXPECT_EQ(plan.entries[0].stmts.size(), 2u);
+  EXPECT_EQ(plan.numValues, 2u);
+  std::vector<std::string> task;
+  for (const Stmt *s : plan.recomputes[1])
+    task.push_back(s->name());
+  EXPECT_EQ(task, (std::vector<std::string>{"n", "one", "last", "flag"}));
+  ASSERT_EQ(plan.recomputes[0].size(), 1u); // %half's divisor
+  EXPECT_EQ(plan.recomputes[0][0]->name(), "one");
+  auto c = compile(R"(
+kernel @k(%a: ndarray<f32, 1>) {
+  %n = shape %a, 0 : i32
+  parallel for %i = 0 to %n {
+    %v = load %a[%i] : f32
+    store %a[%i], %v
+  }
+}
+)",
+                   "k");
+  ASSERT_TRUE(c);
+  expectOnlyTheTask(*c);
+  EXPECT_EQ(c->layout.tasks[0].end.kind, KernelLayout::TaskBound::NdarrayExtent);
 }
 
 TEST(NvptxCodegenTest, CpuLayoutHasNoLaunches) {

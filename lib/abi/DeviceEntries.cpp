@@ -8,10 +8,55 @@
 
 namespace qd {
 
+bool isRecomputedTopLevel(const Stmt &s, const std::set<const Stmt *> &recomputed) {
+  auto input = [&](Value *v) {
+    if (auto *a = dyn_cast<Argument>(v))
+      return !a->isNdarray();
+    auto *d = dyn_cast<Stmt>(v);
+    return d && recomputed.count(d) != 0;
+  };
+  auto inputs = [&] {
+    for (unsigned i = 0; i < s.numOperands(); ++i)
+      if (!input(s.operand(i)))
+        return false;
+    return true;
+  };
+  if (isa<ConstStmt>(s))
+    return true;
+  if (auto *sh = dyn_cast<ShapeStmt>(&s))
+    return isa<Argument>(sh->ndarray());
+  if (auto *b = dyn_cast<BinaryStmt>(&s)) {
+    switch (b->op()) {
+    case BinaryOp::Add:
+    case BinaryOp::Sub:
+    case BinaryOp::Mul:
+    case BinaryOp::Min:
+    case BinaryOp::Max:
+    case BinaryOp::And:
+    case BinaryOp::Or:
+    case BinaryOp::Xor:
+      return inputs();
+    default:
+      return false;
+    }
+  }
+  if (auto *u = dyn_cast<UnaryStmt>(&s))
+    return (u->op() == UnaryOp::Neg || u->op() == UnaryOp::Abs || u->op() == UnaryOp::Not) &&
+           inputs();
+  if (auto *c = dyn_cast<CastStmt>(&s))
+    return !isFloat(c->from()) && inputs();
+  return (isa<CmpStmt>(s) || isa<SelectStmt>(s)) && inputs();
+}
+
 DeviceEntryPlan planDeviceEntries(Kernel &kernel) {
   DeviceEntryPlan plan;
+  std::set<const Stmt *> recomputed;
   std::map<const Stmt *, unsigned> entryOf;
   for (Stmt &s : kernel.body()) {
+    if (isRecomputedTopLevel(s, recomputed)) {
+      recomputed.insert(&s);
+      continue;
+    }
     auto *task = dyn_cast<ForStmt>(&s);
     if (task && task->isParallel())
       plan.entries.push_back({task, {&s}});
@@ -21,13 +66,25 @@ DeviceEntryPlan planDeviceEntries(Kernel &kernel) {
       plan.entries.back().stmts.push_back(&s);
     entryOf[&s] = unsigned(plan.entries.size() - 1);
   }
-  // Which top-level values each entry uses from earlier entries.
-  std::vector<std::set<const Stmt *>> uses(plan.entries.size());
+  // Which top-level values each entry uses from earlier entries, and which
+  // recomputed ones (with the recomputed values they are made of).
+  std::vector<std::set<const Stmt *>> uses(plan.entries.size()), remade(plan.entries.size());
+  auto remake = [&](auto &self, unsigned entry, const Stmt &def) -> void {
+    if (!remade[entry].insert(&def).second)
+      return;
+    for (unsigned i = 0; i < def.numOperands(); ++i)
+      if (auto *d = dyn_cast<Stmt>(def.operand(i)); d && recomputed.count(d))
+        self(self, entry, *d);
+  };
   auto note = [&](unsigned entry, Stmt &user) {
     for (unsigned i = 0; i < user.numOperands(); ++i) {
       Value *v = user.operand(i);
       auto *def = v ? dyn_cast<Stmt>(v) : nullptr;
-      if (def && !def->parentStmt() && !def->isTask() && entryOf.at(def) < entry)
+      if (!def || def->parentStmt() || def->isTask())
+        continue;
+      if (recomputed.count(def))
+        remake(remake, entry, *def);
+      else if (entryOf.at(def) < entry)
         uses[entry].insert(def);
     }
   };
@@ -44,10 +101,14 @@ DeviceEntryPlan planDeviceEntries(Kernel &kernel) {
     if (exported.count(&s))
       plan.slotOf[&s] = plan.numValues++;
   plan.imports.resize(plan.entries.size());
+  plan.recomputes.resize(plan.entries.size());
   for (unsigned e = 0; e < plan.entries.size(); ++e) {
     plan.imports[e].assign(uses[e].begin(), uses[e].end());
     std::sort(plan.imports[e].begin(), plan.imports[e].end(),
               [&](const Stmt *x, const Stmt *y) { return plan.slotOf.at(x) < plan.slotOf.at(y); });
+    for (Stmt &s : kernel.body())
+      if (remade[e].count(&s))
+        plan.recomputes[e].push_back(&s);
   }
   return plan;
 }

@@ -4,8 +4,13 @@
 // a kernel's launches (KernelLayout::launches): the device entries — a
 // maximal run of top-level statements and serial tasks, or one parallel
 // task — and the top-level values a later entry uses, which travel through
-// 8-byte value slots (QdLaunchContext::values). Also what a runtime can
-// read of a task bound before the launch (KernelLayout::TaskBound).
+// 8-byte value slots (QdLaunchContext::values). Top-level values that only
+// combine launch inputs (constants, scalar arguments, ndarray extents)
+// with arithmetic that cannot fail are recomputed by each entry that uses
+// them instead: `%n = shape %x, 0` before a task, what a front-end writes
+// for every ndarray kernel, costs no serial entry (one dispatch and
+// barrier less per launch). Also what a runtime can read of a task bound
+// before the launch (KernelLayout::TaskBound).
 //
 //===----------------------------------------------------------------------===//
 #pragma once
@@ -13,6 +18,7 @@
 #include "qd/abi/KernelLayout.h"
 
 #include <map>
+#include <set>
 #include <vector>
 
 namespace qd {
@@ -31,7 +37,18 @@ struct DeviceEntryPlan {
   unsigned numValues = 0;
   /// Per entry: the values it reads from slots, in slot order.
   std::vector<std::vector<const Stmt *>> imports;
+  /// Per entry: the recomputed top-level values it uses (directly or
+  /// through another), in kernel order; it emits them first. They are in
+  /// no entry's `stmts` and have no slot.
+  std::vector<std::vector<Stmt *>> recomputes;
 };
+
+/// Whether top-level `s` is one an entry recomputes: a constant, an
+/// ndarray argument's extent, or add/sub/mul/min/max/and/or/xor, neg, abs,
+/// not, a comparison, a select or a cast from an integer whose operands
+/// are scalar arguments or such values (`recomputed` holds the earlier
+/// top-level ones found so).
+bool isRecomputedTopLevel(const Stmt &s, const std::set<const Stmt *> &recomputed);
 
 /// Splits `kernel` into device entries.
 DeviceEntryPlan planDeviceEntries(Kernel &kernel);

@@ -26,6 +26,7 @@ void GpuTarget::planEntries(EmitContext &c) {
   slotOf_ = std::move(plan.slotOf);
   c.layout.numValues = plan.numValues;
   imports_ = std::move(plan.imports);
+  recomputes_ = std::move(plan.recomputes);
   // Stacks get their ids as they are emitted; a compacted heap's table
   // is indexed by the kernel's count of them from the start.
   numStacks_ = 0;
@@ -49,7 +50,7 @@ void GpuTarget::emitEntries(KernelEmitter &e) {
     std::string name = fmt::format("qd_serial_{}", serials++);
     c.layout.launches.push_back({KernelLayout::Launch::Serial, name, -1, "", 0});
     FunctionState state;
-    beginEntry(c, state, name, c.b.getInt32(0));
+    beginEntry(e, state, name, c.b.getInt32(0));
     for (Stmt *s : entry.stmts) {
       e.emitTopLevel(*s);
       if (auto slot = slotOf_.find(s); slot != slotOf_.end())
@@ -65,8 +66,9 @@ void GpuTarget::emitEntries(KernelEmitter &e) {
                           c.kernel.name(), numStacks_, c.layout.stacks.size());
 }
 
-void GpuTarget::beginEntry(EmitContext &c, FunctionState &state, const std::string &name,
+void GpuTarget::beginEntry(KernelEmitter &e, FunctionState &state, const std::string &name,
                            LV *thread) {
+  EmitContext &c = e.context();
   llvm::IRBuilder<> &b = c.b;
   llvm::Function *fn = declareEntry(c, name);
   c.beginFunction(state, fn, nullptr, thread);
@@ -91,6 +93,8 @@ void GpuTarget::beginEntry(EmitContext &c, FunctionState &state, const std::stri
         c.i64, b.CreateGEP(c.i64, c.ctxField(CtxField::values), b.getInt64(slotOf_.at(v))));
     c.set(v, c.fromSlot(raw, v->type().element()));
   }
+  for (Stmt *v : recomputes_[current_])
+    e.emitTopLevel(*v);
 }
 
 void GpuTarget::beginTask(KernelEmitter &e, ForStmt &task, FunctionState &state,
@@ -104,7 +108,7 @@ void GpuTarget::beginTask(KernelEmitter &e, ForStmt &task, FunctionState &state,
   } else {
     c.layout.launches.push_back({KernelLayout::Launch::Parallel, name, index, "", 0});
   }
-  beginEntry(c, state, name, nullptr);
+  beginEntry(e, state, name, nullptr);
   plan = e.planTask(task);
   state.taskPlan = &plan;
   state.parallelTask = index;

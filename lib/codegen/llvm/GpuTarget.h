@@ -122,9 +122,10 @@ private:
   /// top-level value a later entry uses.
   void planEntries(EmitContext &c);
   /// Starts entry function `name` (the current entry's): the error check,
-  /// then the values it loads from ctx->values. `thread`: its thread index
+  /// then the values it loads from ctx->values and those it recomputes.
+  /// `thread`: its thread index
   /// (null: the global thread id).
-  void beginEntry(EmitContext &c, FunctionState &state, const std::string &name, LV *thread);
+  void beginEntry(KernelEmitter &e, FunctionState &state, const std::string &name, LV *thread);
   /// Starts the entry of parallel task `task` (its launch, function and
   /// plan, which `state` points to); the layout's task is the caller's.
   /// `alternative`: the name of a second function of the task just
@@ -154,6 +155,8 @@ private:
   std::map<const Value *, unsigned> slotOf_;
   /// Per entry: the values it loads, in slot order.
   std::vector<std::vector<const Stmt *>> imports_;
+  /// Per entry: the top-level values it computes itself, in kernel order.
+  std::vector<std::vector<Stmt *>> recomputes_;
   unsigned current_ = 0;
   /// The kernel's adstacks (KernelLayout::stacks, once emitted).
   size_t numStacks_ = 0;

@@ -261,6 +261,8 @@ void SpirvEmitter::beginFunction(Function &fn, const std::string &name, bool par
     uint32_t at = out_.data.values + 2 * plan_.slotOf.at(v);
     set(v, fromWords(controlWord(at), controlWord(at + 1), v->type().element()));
   }
+  for (Stmt *v : plan_.recomputes[current_])
+    visit(*v);
 }
 
 void SpirvEmitter::endFunction(Function &fn, const std::string &name) {
