@@ -179,6 +179,10 @@ void SpirvEmitter::declareBindings() {
     if (g.component != Component::Primal)
       name += "." + std::string(toString(g.component));
     s.var = buffer(s.storage, wordsOf(s.elem) * 4, kFirstSlotBinding + i, name);
+    // A buffer the kernel only reads: the driver may read it through its
+    // read-only caches.
+    if (!g.written)
+      m_.decorate(s.var, spv::Decoration::NonWritable, {});
     s.pointer = m_.typePointer(spv::StorageClass::StorageBuffer, s.storage);
   }
   if (opts_.stopChecks) {
