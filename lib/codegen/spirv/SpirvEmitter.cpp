@@ -125,6 +125,10 @@ unsigned SpirvEmitter::slotOf(const GlobalAccessStmt &g) {
   const Field *f = g.isField() ? g.field() : nullptr;
   const Argument *a = g.isField() ? nullptr : cast<Argument>(g.ndarray());
   bool writes = !isa<GlobalLoadStmt>(g);
+  AliasClass cls = aliasClassOf(g, aliasing());
+  if (writes && std::find(writtenClasses_.begin(), writtenClasses_.end(), cls) ==
+                    writtenClasses_.end())
+    writtenClasses_.push_back(cls);
   auto &slots = layout_.slots;
   for (unsigned i = 0; i < slots.size(); ++i)
     if (slots[i].field == f && slots[i].ndarray == a && slots[i].component == g.component()) {
@@ -132,7 +136,10 @@ unsigned SpirvEmitter::slotOf(const GlobalAccessStmt &g) {
       return i;
     }
   slots.push_back({f, a, g.component(), writes});
-  slots_.push_back({g.elementType()});
+  SlotInfo info;
+  info.elem = g.elementType();
+  info.cls = cls;
+  slots_.push_back(info);
   return unsigned(slots.size() - 1);
 }
 
@@ -179,9 +186,12 @@ void SpirvEmitter::declareBindings() {
     if (g.component != Component::Primal)
       name += "." + std::string(toString(g.component));
     s.var = buffer(s.storage, wordsOf(s.elem) * 4, kFirstSlotBinding + i, name);
-    // A buffer the kernel only reads: the driver may read it through its
-    // read-only caches.
-    if (!g.written)
+    // A buffer nothing in the kernel may write (no access of its alias
+    // class stores to it, ElementOwnership.h): the driver may read it
+    // through its read-only caches, which need not see the dispatch's
+    // own writes.
+    if (std::find(writtenClasses_.begin(), writtenClasses_.end(), s.cls) ==
+        writtenClasses_.end())
       m_.decorate(s.var, spv::Decoration::NonWritable, {});
     s.pointer = m_.typePointer(spv::StorageClass::StorageBuffer, s.storage);
   }

@@ -49,12 +49,14 @@ inline std::string whereOf(const Stmt &s) {
 
 /// How a global slot's elements are stored.
 struct SlotInfo {
-  ScalarType elem;
+  ScalarType elem = ScalarType::F32;
   /// The storage element type (bool: uint; a float with a compare-exchange
   /// add: uint/ulong) and its variable (binding 2 + slot).
   Id storage = 0, var = 0, pointer = 0;
   /// Floats stored as integers (a compare-exchange loop adds to them).
   bool floatAsBits = false;
+  /// Its accesses' alias class (ElementOwnership.h) under the options.
+  AliasClass cls;
 };
 
 /// An adstack's per-function state: its first word for this invocation,
@@ -282,6 +284,9 @@ private:
   std::string error_;
 
   std::vector<SlotInfo> slots_;
+  /// The alias classes some access of the kernel writes (a slot of any
+  /// other class is NonWritable).
+  std::vector<AliasClass> writtenClasses_;
   std::map<const Stmt *, unsigned> slotOfStmt_;
   std::unordered_map<const Value *, unsigned> stackIds_;
   Id controlVar_ = 0, heapVar_ = 0, uintPtr_ = 0, gidVar_ = 0, stopVar_ = 0;
