@@ -32,6 +32,26 @@ AliasClass aliasClassOf(const GlobalAccessStmt &access, NdarrayAliasing aliasing
   return c;
 }
 
+WrittenAliasClasses::WrittenAliasClasses(const Kernel &kernel, NdarrayAliasing aliasing)
+    : aliasing_(aliasing) {
+  walk(const_cast<Kernel &>(kernel), [&](Stmt &s) {
+    auto *g = dyn_cast<GlobalAccessStmt>(&s);
+    if (!g || isa<GlobalLoadStmt>(g))
+      return;
+    AliasClass cls = aliasClassOf(*g, aliasing);
+    if (!written(cls))
+      classes_.push_back(cls);
+  });
+}
+
+bool WrittenAliasClasses::written(const AliasClass &cls) const {
+  return std::find(classes_.begin(), classes_.end(), cls) != classes_.end();
+}
+
+bool WrittenAliasClasses::written(const GlobalAccessStmt &access) const {
+  return written(aliasClassOf(access, aliasing_));
+}
+
 std::string describe(const AliasClass &cls) {
   if (!cls.field && !cls.ndarray)
     return fmt::format("ndarrays of {}, rank {}", toString(cls.element), cls.rank);

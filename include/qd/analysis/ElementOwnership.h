@@ -116,6 +116,22 @@ AliasClass aliasClassOf(const GlobalAccessStmt &access,
                         NdarrayAliasing aliasing = NdarrayAliasing::MayAlias);
 /// `@x`, `@x.grad`, `%a.grad` (Distinct) or `ndarrays of f32, rank 1`.
 std::string describe(const AliasClass &cls);
+
+/// The alias classes that some store or atomic of `kernel` writes, under
+/// `aliasing`. A global that no class of it names is read-only for the
+/// whole launch: the code generators let the device read it through its
+/// read-only caches (SPIR-V NonWritable, LLVM !invariant.load).
+class WrittenAliasClasses {
+public:
+  WrittenAliasClasses(const Kernel &kernel, NdarrayAliasing aliasing);
+  /// Whether some access of `access`'s class writes.
+  bool written(const GlobalAccessStmt &access) const;
+  bool written(const AliasClass &cls) const;
+
+private:
+  NdarrayAliasing aliasing_;
+  std::vector<AliasClass> classes_;
+};
 /// True unless `a` and `b` are proved to touch distinct storage.
 inline bool mayAlias(const GlobalAccessStmt &a, const GlobalAccessStmt &b,
                      NdarrayAliasing aliasing = NdarrayAliasing::MayAlias) {

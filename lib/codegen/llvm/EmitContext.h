@@ -13,6 +13,7 @@
 
 #include "LlvmTarget.h"
 #include "qd/analysis/CooperativeTask.h"
+#include "qd/analysis/ElementOwnership.h"
 #include "qd/analysis/StopChecks.h"
 #include "qd/analysis/TaskVectorPlan.h"
 
@@ -312,6 +313,8 @@ public:
   /// every message that names a statement (one namer per task would walk
   /// the whole kernel once per task).
   LazyValueNamer valueNames;
+  /// What the kernel writes, by alias class (LlvmTarget::marksReadOnlyLoads).
+  WrittenAliasClasses written;
 };
 
 /// Helpers of vector code: values with one element per lane, masks.

@@ -220,7 +220,10 @@ void MemoryLowering::globalAccess(GlobalAccessStmt &g) {
     c_.raiseIf(bad, indexSite(g), indices);
   LV *ptr = b.CreateGEP(mem, base, flat);
   if (g.kind() == StmtKind::GlobalLoad) {
-    c_.set(&g, c_.fromMem(b.CreateLoad(mem, ptr), elem));
+    llvm::LoadInst *v = b.CreateLoad(mem, ptr);
+    if (c_.target.marksReadOnlyLoads() && !c_.written.written(g))
+      v->setMetadata(llvm::LLVMContext::MD_invariant_load, llvm::MDNode::get(c_.llvm, {}));
+    c_.set(&g, c_.fromMem(v, elem));
   } else if (auto *st = dyn_cast<GlobalStoreStmt>(&g)) {
     b.CreateStore(c_.toMem(c_.get(st->value()), elem), ptr);
   } else {

@@ -51,6 +51,7 @@ namespace qd::codegen {
 
 class GpuTarget : public LlvmTarget {
 public:
+  bool marksReadOnlyLoads() const override { return true; }
   void emitEntries(KernelEmitter &emitter) final;
   void emitParallelTask(KernelEmitter &emitter, ForStmt &task) final;
   LV *threadIndex(EmitContext &c) final { return c.fn->thread; }

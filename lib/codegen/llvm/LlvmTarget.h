@@ -61,6 +61,12 @@ public:
   /// false, every thread of a launch may run at once.
   virtual bool keepsNearIterationsApart() const { return false; }
 
+  /// Whether loads of globals that no access of the kernel may write
+  /// (WrittenAliasClasses) carry !invariant.load, which lets the device
+  /// read them through its read-only caches (NVPTX: ld.global.nc). GPU
+  /// targets: true; an entry runs once per launch. The CPU: false.
+  virtual bool marksReadOnlyLoads() const { return false; }
+
   /// The index (i32) of the thread running the current function, which
   /// selects its slice of per-thread memory (the adstack heap).
   /// CPU: the worker argument of `qd_task_<n>` (0 in the entry function).

@@ -21,7 +21,8 @@
 namespace qd::spirv {
 
 SpirvEmitter::SpirvEmitter(const Kernel &kernel, const SpirvOptions &options, SpirvKernel &out)
-    : kernel_(kernel), opts_(options), out_(out), layout_(out.layout), b_(m_) {
+    : kernel_(kernel), opts_(options), out_(out), layout_(out.layout),
+      written_(kernel, ndarrayAliasing(options.distinctNdarrays)), b_(m_) {
   if (opts_.stopChecks)
     stopPlan_ = StopCheckPlan(kernel, opts_.stopCheckMinWork);
 }
@@ -125,10 +126,6 @@ unsigned SpirvEmitter::slotOf(const GlobalAccessStmt &g) {
   const Field *f = g.isField() ? g.field() : nullptr;
   const Argument *a = g.isField() ? nullptr : cast<Argument>(g.ndarray());
   bool writes = !isa<GlobalLoadStmt>(g);
-  AliasClass cls = aliasClassOf(g, aliasing());
-  if (writes && std::find(writtenClasses_.begin(), writtenClasses_.end(), cls) ==
-                    writtenClasses_.end())
-    writtenClasses_.push_back(cls);
   auto &slots = layout_.slots;
   for (unsigned i = 0; i < slots.size(); ++i)
     if (slots[i].field == f && slots[i].ndarray == a && slots[i].component == g.component()) {
@@ -138,7 +135,7 @@ unsigned SpirvEmitter::slotOf(const GlobalAccessStmt &g) {
   slots.push_back({f, a, g.component(), writes});
   SlotInfo info;
   info.elem = g.elementType();
-  info.cls = cls;
+  info.readOnly = !written_.written(g);
   slots_.push_back(info);
   return unsigned(slots.size() - 1);
 }
@@ -187,11 +184,9 @@ void SpirvEmitter::declareBindings() {
       name += "." + std::string(toString(g.component));
     s.var = buffer(s.storage, wordsOf(s.elem) * 4, kFirstSlotBinding + i, name);
     // A buffer nothing in the kernel may write (no access of its alias
-    // class stores to it, ElementOwnership.h): the driver may read it
-    // through its read-only caches, which need not see the dispatch's
-    // own writes.
-    if (std::find(writtenClasses_.begin(), writtenClasses_.end(), s.cls) ==
-        writtenClasses_.end())
+    // class stores to it): the driver may read it through its read-only
+    // caches, which need not see the dispatch's own writes.
+    if (s.readOnly)
       m_.decorate(s.var, spv::Decoration::NonWritable, {});
     s.pointer = m_.typePointer(spv::StorageClass::StorageBuffer, s.storage);
   }

@@ -55,8 +55,8 @@ struct SlotInfo {
   Id storage = 0, var = 0, pointer = 0;
   /// Floats stored as integers (a compare-exchange loop adds to them).
   bool floatAsBits = false;
-  /// Its accesses' alias class (ElementOwnership.h) under the options.
-  AliasClass cls;
+  /// No access of its alias class writes (WrittenAliasClasses).
+  bool readOnly = false;
 };
 
 /// An adstack's per-function state: its first word for this invocation,
@@ -275,6 +275,8 @@ private:
   const SpirvOptions &opts_;
   SpirvKernel &out_;
   KernelLayout &layout_;
+  /// What the kernel writes, by alias class (NonWritable slots).
+  WrittenAliasClasses written_;
   /// The loops that read the stop word (SpirvOptions::stopChecks).
   StopCheckPlan stopPlan_;
   SpirvModule m_;
@@ -284,9 +286,6 @@ private:
   std::string error_;
 
   std::vector<SlotInfo> slots_;
-  /// The alias classes some access of the kernel writes (a slot of any
-  /// other class is NonWritable).
-  std::vector<AliasClass> writtenClasses_;
   std::map<const Stmt *, unsigned> slotOfStmt_;
   std::unordered_map<const Value *, unsigned> stackIds_;
   Id controlVar_ = 0, heapVar_ = 0, uintPtr_ = 0, gidVar_ = 0, stopVar_ = 0;
