@@ -61,7 +61,7 @@ public:
   /// false, every thread of a launch may run at once.
   virtual bool keepsNearIterationsApart() const { return false; }
 
-  /// Whether loads of globals that no access of the kernel may write
+  /// Whether loads of fields that no access of the kernel writes
   /// (WrittenAliasClasses) carry !invariant.load, which lets the device
   /// read them through its read-only caches (NVPTX: ld.global.nc). GPU
   /// targets: true; an entry runs once per launch. The CPU: false.

@@ -135,7 +135,9 @@ unsigned SpirvEmitter::slotOf(const GlobalAccessStmt &g) {
   slots.push_back({f, a, g.component(), writes});
   SlotInfo info;
   info.elem = g.elementType();
-  info.readOnly = !written_.written(g);
+  // Fields only: read-only ndarrays of distinct-ndarray code made as
+  // NonWritable gave wrong gradients on NVIDIA's driver (docs/runtime.md).
+  info.readOnly = g.isField() && !written_.written(g);
   slots_.push_back(info);
   return unsigned(slots.size() - 1);
 }
