@@ -51,8 +51,9 @@ bool isRecomputedTopLevel(const Stmt &s, const std::set<const Stmt *> &recompute
 DeviceEntryPlan planDeviceEntries(Kernel &kernel) {
   DeviceEntryPlan plan;
   std::set<const Stmt *> recomputed;
-  std::map<const Stmt *, unsigned> entryOf;
+  std::map<const Stmt *, unsigned> entryOf, order;
   for (Stmt &s : kernel.body()) {
+    order[&s] = unsigned(order.size());
     if (isRecomputedTopLevel(s, recomputed)) {
       recomputed.insert(&s);
       continue;
@@ -106,9 +107,10 @@ DeviceEntryPlan planDeviceEntries(Kernel &kernel) {
     plan.imports[e].assign(uses[e].begin(), uses[e].end());
     std::sort(plan.imports[e].begin(), plan.imports[e].end(),
               [&](const Stmt *x, const Stmt *y) { return plan.slotOf.at(x) < plan.slotOf.at(y); });
-    for (Stmt &s : kernel.body())
-      if (remade[e].count(&s))
-        plan.recomputes[e].push_back(&s);
+    for (const Stmt *r : remade[e])
+      plan.recomputes[e].push_back(const_cast<Stmt *>(r));
+    std::sort(plan.recomputes[e].begin(), plan.recomputes[e].end(),
+              [&](const Stmt *x, const Stmt *y) { return order.at(x) < order.at(y); });
   }
   return plan;
 }

@@ -185,9 +185,7 @@ void SpirvEmitter::declareBindings() {
     if (g.component != Component::Primal)
       name += "." + std::string(toString(g.component));
     s.var = buffer(s.storage, wordsOf(s.elem) * 4, kFirstSlotBinding + i, name);
-    // A buffer nothing in the kernel may write (no access of its alias
-    // class stores to it): the driver may read it through its read-only
-    // caches, which need not see the dispatch's own writes.
+    // The driver may read it through its read-only caches.
     if (s.readOnly)
       m_.decorate(s.var, spv::Decoration::NonWritable, {});
     s.pointer = m_.typePointer(spv::StorageClass::StorageBuffer, s.storage);

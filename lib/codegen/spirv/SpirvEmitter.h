@@ -55,7 +55,8 @@ struct SlotInfo {
   Id storage = 0, var = 0, pointer = 0;
   /// Floats stored as integers (a compare-exchange loop adds to them).
   bool floatAsBits = false;
-  /// No access of its alias class writes (WrittenAliasClasses).
+  /// A field no access of the kernel writes (WrittenAliasClasses):
+  /// NonWritable.
   bool readOnly = false;
 };
 
