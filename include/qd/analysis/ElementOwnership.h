@@ -119,8 +119,8 @@ std::string describe(const AliasClass &cls);
 
 /// The alias classes that some store or atomic of `kernel` writes, under
 /// `aliasing`. A global that no class of it names is read-only for the
-/// whole launch: the code generators let the device read it through its
-/// read-only caches (SPIR-V NonWritable, LLVM !invariant.load).
+/// whole launch: the LLVM GPU targets let the device read such fields
+/// through its read-only caches (!invariant.load).
 class WrittenAliasClasses {
 public:
   WrittenAliasClasses(const Kernel &kernel, NdarrayAliasing aliasing);

@@ -21,8 +21,7 @@
 namespace qd::spirv {
 
 SpirvEmitter::SpirvEmitter(const Kernel &kernel, const SpirvOptions &options, SpirvKernel &out)
-    : kernel_(kernel), opts_(options), out_(out), layout_(out.layout),
-      written_(kernel, ndarrayAliasing(options.distinctNdarrays)), b_(m_) {
+    : kernel_(kernel), opts_(options), out_(out), layout_(out.layout), b_(m_) {
   if (opts_.stopChecks)
     stopPlan_ = StopCheckPlan(kernel, opts_.stopCheckMinWork);
 }
@@ -133,12 +132,7 @@ unsigned SpirvEmitter::slotOf(const GlobalAccessStmt &g) {
       return i;
     }
   slots.push_back({f, a, g.component(), writes});
-  SlotInfo info;
-  info.elem = g.elementType();
-  // Fields only: read-only ndarrays of distinct-ndarray code made as
-  // NonWritable gave wrong gradients on NVIDIA's driver (docs/runtime.md).
-  info.readOnly = g.isField() && !written_.written(g);
-  slots_.push_back(info);
+  slots_.push_back({g.elementType()});
   return unsigned(slots.size() - 1);
 }
 
@@ -185,9 +179,6 @@ void SpirvEmitter::declareBindings() {
     if (g.component != Component::Primal)
       name += "." + std::string(toString(g.component));
     s.var = buffer(s.storage, wordsOf(s.elem) * 4, kFirstSlotBinding + i, name);
-    // The driver may read it through its read-only caches.
-    if (s.readOnly)
-      m_.decorate(s.var, spv::Decoration::NonWritable, {});
     s.pointer = m_.typePointer(spv::StorageClass::StorageBuffer, s.storage);
   }
   if (opts_.stopChecks) {

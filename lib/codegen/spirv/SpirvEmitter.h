@@ -55,9 +55,6 @@ struct SlotInfo {
   Id storage = 0, var = 0, pointer = 0;
   /// Floats stored as integers (a compare-exchange loop adds to them).
   bool floatAsBits = false;
-  /// A field no access of the kernel writes (WrittenAliasClasses):
-  /// NonWritable.
-  bool readOnly = false;
 };
 
 /// An adstack's per-function state: its first word for this invocation,
@@ -276,8 +273,6 @@ private:
   const SpirvOptions &opts_;
   SpirvKernel &out_;
   KernelLayout &layout_;
-  /// What the kernel writes, by alias class (NonWritable slots).
-  WrittenAliasClasses written_;
   /// The loops that read the stop word (SpirvOptions::stopChecks).
   StopCheckPlan stopPlan_;
   SpirvModule m_;
