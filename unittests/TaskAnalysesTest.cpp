@@ -145,6 +145,43 @@ kernel @k(%a: ndarray<f32, 1> grad, %b: ndarray<f32, 1>, %c: ndarray<i32, 1>,
       << own.lanesRefused();
 }
 
+// WrittenAliasClasses: a kernel's written classes, across its tasks. With
+// MayAlias a read-only ndarray shares the class of a written one of its
+// type and rank (and of an adjoint); with Distinct each component of each
+// argument is its own. A field's grad is another class than the field.
+TEST(ElementOwnershipTest, TheClassesAKernelWrites) {
+  Parsed p = parse(R"(
+field @f : f32[8] grad
+kernel @k(%a: ndarray<f32, 1> grad, %b: ndarray<f32, 1>, %c: ndarray<i32, 1>) {
+  parallel for %i = 0 to 8 {
+    %x = load %a[%i] : f32
+    %y = load @f[%i] : f32
+    %w = load %c[%i] : i32
+    store %b[%i], %x
+  }
+  parallel for %j = 0 to 8 {
+    %u = load %b[%j] : f32
+    atomic_add @f.grad[%j], %u : f32
+  }
+}
+)");
+  auto &x = access(find(*p.kernel, "x"));
+  auto &y = access(find(*p.kernel, "y"));
+  auto &w = access(find(*p.kernel, "w"));
+  auto &u = access(find(*p.kernel, "u"));
+  WrittenAliasClasses may(*p.kernel, NdarrayAliasing::MayAlias);
+  EXPECT_TRUE(may.written(x)); // %b, of its type and rank, is stored to
+  EXPECT_TRUE(may.written(u));
+  EXPECT_FALSE(may.written(y)); // @f.grad is another buffer than @f
+  EXPECT_FALSE(may.written(w)); // no i32 ndarray is written
+  EXPECT_TRUE(may.written(access(nth(*p.kernel, StmtKind::AtomicAdd, 0))));
+  WrittenAliasClasses distinct(*p.kernel, NdarrayAliasing::Distinct);
+  EXPECT_FALSE(distinct.written(x)); // %a is its own buffer
+  EXPECT_TRUE(distinct.written(u));  // written by the first task
+  EXPECT_FALSE(distinct.written(y));
+  EXPECT_FALSE(distinct.written(w));
+}
+
 TEST(ElementOwnershipTest, StoresThatMayWaitForTheEndOfTheIteration) {
   // The shape of a gradient iteration: read an output's adjoint, zero it,
   // then the reverse loop and the input's adjoint.
