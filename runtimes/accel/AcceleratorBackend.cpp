@@ -434,9 +434,10 @@ absl::Status AcceleratorBackend::State::run(DeviceKernel &code, accel::LaunchFra
       if (stop)
         stop->store(int32_t(why), std::memory_order_release);
     });
-    auto start = std::chrono::steady_clock::now();
+    const bool trace = launchTraceOn();
+    auto start = trace ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
     ran = device.execute(code, frame, report);
-    if (launchTraceOn())
+    if (trace)
       traceLaunch(kernel, frame, microsecondsSince(start));
   }
   if (ran.ok() && report.ticket)

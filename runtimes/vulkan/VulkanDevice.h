@@ -230,10 +230,13 @@ private:
   absl::Status createLogicalDevice(uint32_t family);
   /// The compute queue of `family`, the command pool, buffer and fence.
   absl::Status createCommandObjects(uint32_t family);
-  /// `kept`, grown to hold `bytes` (at most kStagingChunkBytes) of
-  /// host-visible memory preferring `prefer`; stagingMutex_ held.
-  absl::StatusOr<const DeviceBuffer *> staging(DeviceBuffer &kept, size_t bytes,
-                                               VkMemoryPropertyFlags prefer) const;
+  /// Runs `piece(staging, done, n)` for the pieces [done, done + n) of a
+  /// transfer of `bytes` (each a whole number of `unit`s) in `kept`, grown
+  /// to hold a piece (at most kStagingChunkBytes) of host-visible memory
+  /// preferring `prefer`, under stagingMutex_.
+  absl::Status
+  inPieces(DeviceBuffer &kept, VkMemoryPropertyFlags prefer, size_t bytes, size_t unit,
+           const std::function<absl::Status(const DeviceBuffer &, size_t, size_t)> &piece) const;
   Api api_;
   // Declared before the handles: outlives the messenger and the instance.
   std::unique_ptr<ValidationLog> validation_;

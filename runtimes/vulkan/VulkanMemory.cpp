@@ -18,12 +18,14 @@ namespace {
 /// when it ends.
 class TransferTrace {
 public:
-  TransferTrace(const char *what, size_t bytes)
-      : what_(what), bytes_(bytes), start_(std::chrono::steady_clock::now()) {}
+  TransferTrace(const char *what, size_t bytes) : what_(what), bytes_(bytes), on_(launchTraceOn()) {
+    if (on_)
+      start_ = std::chrono::steady_clock::now();
+  }
   TransferTrace(const TransferTrace &) = delete;
   TransferTrace &operator=(const TransferTrace &) = delete;
   ~TransferTrace() {
-    if (launchTraceOn())
+    if (on_)
       launchTrace(fmt::format("vulkan {} of {} bytes: {:.1f} us", what_, bytes_,
                               microsecondsSince(start_)));
   }
@@ -31,24 +33,35 @@ public:
 private:
   const char *what_;
   size_t bytes_;
+  bool on_;
   std::chrono::steady_clock::time_point start_;
 };
 
 } // namespace
 
-absl::StatusOr<const DeviceBuffer *> Device::staging(DeviceBuffer &kept, size_t bytes,
-                                                     VkMemoryPropertyFlags prefer) const {
-  if (kept.get() && kept.size() >= bytes)
-    return &kept;
-  size_t size = std::min(std::bit_ceil(std::max(bytes, size_t(1) << 20)), kStagingChunkBytes);
-  kept.reset();
-  // Not owning: the device outlives its own staging buffers.
-  std::shared_ptr<const Device> self(std::shared_ptr<const Device>(), this);
-  absl::StatusOr<DeviceBuffer> made = DeviceBuffer::allocate(std::move(self), size, true, prefer);
-  if (!made.ok())
-    return made.status();
-  kept = *std::move(made);
-  return &kept;
+absl::Status Device::inPieces(
+    DeviceBuffer &kept, VkMemoryPropertyFlags prefer, size_t bytes, size_t unit,
+    const std::function<absl::Status(const DeviceBuffer &, size_t, size_t)> &piece) const {
+  std::lock_guard<std::mutex> lock(stagingMutex_);
+  const size_t chunk = kStagingChunkBytes / unit * unit;
+  for (size_t done = 0; done < bytes;) {
+    const size_t n = std::min(bytes - done, chunk);
+    if (!kept.get() || kept.size() < n) {
+      kept.reset();
+      // Not owning: the device outlives its own staging buffers.
+      std::shared_ptr<const Device> self(std::shared_ptr<const Device>(), this);
+      absl::StatusOr<DeviceBuffer> made = DeviceBuffer::allocate(
+          std::move(self), std::min(std::bit_ceil(std::max(n, size_t(1) << 20)), chunk), true,
+          prefer);
+      if (!made.ok())
+        return made.status();
+      kept = *std::move(made);
+    }
+    if (absl::Status s = piece(kept, done, n); !s.ok())
+      return s;
+    done += n;
+  }
+  return absl::OkStatus();
 }
 
 absl::Status Device::upload(const DeviceBuffer &dst, size_t offset, const void *src,
@@ -56,31 +69,22 @@ absl::Status Device::upload(const DeviceBuffer &dst, size_t offset, const void *
   if (bytes == 0)
     return absl::OkStatus();
   TransferTrace trace("upload", bytes);
-  std::lock_guard<std::mutex> lock(stagingMutex_);
-  for (size_t done = 0; done < bytes;) {
-    const size_t n = std::min(bytes - done, kStagingChunkBytes);
-    absl::StatusOr<const DeviceBuffer *> staged = staging(uploadStaging_, n, 0);
-    if (!staged.ok())
-      return staged.status();
-    std::memcpy((*staged)->mapped(), static_cast<const std::byte *>(src) + done, n);
-    if (absl::Status s = run([&](VkCommandBuffer cb) {
-          VkBufferCopy region{0, offset + done, n};
-          api_.CmdCopyBuffer(cb, (*staged)->get(), dst.get(), 1, &region);
-        });
-        !s.ok())
-      return s;
-    done += n;
-  }
-  return absl::OkStatus();
+  return inPieces(uploadStaging_, 0, bytes, 1,
+                  [&](const DeviceBuffer &staged, size_t done, size_t n) {
+                    std::memcpy(staged.mapped(), static_cast<const std::byte *>(src) + done, n);
+                    return run([&](VkCommandBuffer cb) {
+                      VkBufferCopy region{0, offset + done, n};
+                      api_.CmdCopyBuffer(cb, staged.get(), dst.get(), 1, &region);
+                    });
+                  });
 }
 
 absl::Status Device::download(const DeviceBuffer &src, size_t offset, void *dst,
                               size_t bytes) const {
-  return read(src, offset, bytes, 1,
-              [&, at = static_cast<std::byte *>(dst)](const std::byte *piece, size_t n) mutable {
-                std::memcpy(at, piece, n);
-                at += n;
-              });
+  return read(src, offset, bytes, 1, [&](const std::byte *piece, size_t n) {
+    std::memcpy(static_cast<std::byte *>(dst), piece, n);
+    dst = static_cast<std::byte *>(dst) + n;
+  });
 }
 
 absl::Status Device::read(const DeviceBuffer &src, size_t offset, size_t bytes, size_t unit,
@@ -88,24 +92,17 @@ absl::Status Device::read(const DeviceBuffer &src, size_t offset, size_t bytes, 
   if (bytes == 0)
     return absl::OkStatus();
   TransferTrace trace("download", bytes);
-  std::lock_guard<std::mutex> lock(stagingMutex_);
-  const size_t chunk = kStagingChunkBytes / unit * unit;
-  for (size_t done = 0; done < bytes;) {
-    const size_t n = std::min(bytes - done, chunk);
-    absl::StatusOr<const DeviceBuffer *> staged =
-        staging(downloadStaging_, n, VK_MEMORY_PROPERTY_HOST_CACHED_BIT);
-    if (!staged.ok())
-      return staged.status();
-    if (absl::Status s = run([&](VkCommandBuffer cb) {
-          VkBufferCopy region{offset + done, 0, n};
-          api_.CmdCopyBuffer(cb, src.get(), (*staged)->get(), 1, &region);
-        });
-        !s.ok())
-      return s;
-    consume(static_cast<const std::byte *>((*staged)->mapped()), n);
-    done += n;
-  }
-  return absl::OkStatus();
+  return inPieces(downloadStaging_, VK_MEMORY_PROPERTY_HOST_CACHED_BIT, bytes, unit,
+                  [&](const DeviceBuffer &staged, size_t done, size_t n) {
+                    if (absl::Status s = run([&](VkCommandBuffer cb) {
+                          VkBufferCopy region{offset + done, 0, n};
+                          api_.CmdCopyBuffer(cb, src.get(), staged.get(), 1, &region);
+                        });
+                        !s.ok())
+                      return s;
+                    consume(static_cast<const std::byte *>(staged.mapped()), n);
+                    return absl::OkStatus();
+                  });
 }
 
 //===--- DeviceBuffer -----------------------------------------------------===//

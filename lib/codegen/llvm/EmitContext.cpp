@@ -11,8 +11,9 @@ namespace qd::codegen {
 EmitContext::EmitContext(const Kernel &k, llvm::LLVMContext &c, const CodegenOptions &o,
                          KernelLayout &l, LlvmTarget &t)
     : kernel(k), llvm(c), opts(o), layout(l), target(t),
-      module(std::make_unique<llvm::Module>("qd." + k.name(), c)), b(c), valueNames(k),
-      written(k, ndarrayAliasing(o.distinctNdarrays)) {
+      module(std::make_unique<llvm::Module>("qd." + k.name(), c)), b(c), valueNames(k) {
+  if (t.marksReadOnlyLoads())
+    written.emplace(k, ndarrayAliasing(o.distinctNdarrays));
   ptrTy = llvm::PointerType::getUnqual(c);
   i64 = b.getInt64Ty();
   i32 = b.getInt32Ty();

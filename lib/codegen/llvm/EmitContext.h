@@ -27,6 +27,7 @@
 #include <array>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -313,8 +314,10 @@ public:
   /// every message that names a statement (one namer per task would walk
   /// the whole kernel once per task).
   LazyValueNamer valueNames;
-  /// What the kernel writes, by alias class (LlvmTarget::marksReadOnlyLoads).
-  WrittenAliasClasses written;
+  /// What the kernel writes, by alias class, on a target that marks the
+  /// loads of read-only fields (LlvmTarget::marksReadOnlyLoads); none
+  /// elsewhere (the CPU walks no kernel for it).
+  std::optional<WrittenAliasClasses> written;
 };
 
 /// Helpers of vector code: values with one element per lane, masks.

@@ -221,7 +221,7 @@ void MemoryLowering::globalAccess(GlobalAccessStmt &g) {
   LV *ptr = b.CreateGEP(mem, base, flat);
   if (g.kind() == StmtKind::GlobalLoad) {
     llvm::LoadInst *v = b.CreateLoad(mem, ptr);
-    if (c_.target.marksReadOnlyLoads() && g.isField() && !c_.written.written(g))
+    if (c_.written && g.isField() && !c_.written->written(g))
       v->setMetadata(llvm::LLVMContext::MD_invariant_load, llvm::MDNode::get(c_.llvm, {}));
     c_.set(&g, c_.fromMem(v, elem));
   } else if (auto *st = dyn_cast<GlobalStoreStmt>(&g)) {
