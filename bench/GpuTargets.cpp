@@ -90,6 +90,7 @@ Target vulkanTarget(const Options &o, int64_t threads, bool labelGrid) {
   qd::VulkanBackendOptions options;
   options.device = o.vulkanDevice;
   options.workgroupSize = o.vulkanWorkgroup;
+  options.readOnlyBuffers = o.vulkanReadOnlyBuffers;
   options.maxThreads = threads ? threads : kVulkanGpuThreads;
   auto created = qd::VulkanBackend::create(options);
   if (created.ok() && (*created)->deviceInfo().cpu) {

@@ -145,6 +145,66 @@ kernel @copy() {
   expectValidatedAndClean(*gpu(), "the backend");
 }
 
+TEST_F(VulkanBackendTest, MaximaOfLongRangesAreReducedOnTheDevice) {
+  REQUIRE_DEVICE();
+  // Negative i32s, and i64s whose high words tie for many elements (the
+  // low word, unsigned, decides; half of them have its top bit set).
+  constexpr int64_t n = 100003;
+  std::string text = R"(field @a : i32[N]
+field @b : i64[N]
+kernel @fill() {
+  parallel for %i = 0 to N {
+    %base = const -1000000 : i32
+    %v = sub %base, %i : i32
+    store @a[%i], %v
+    %k = const 1000 : i32
+    %r = rem %i, %k : i32
+    %half = const 500 : i32
+    %h = sub %r, %half : i32
+    %h64 = cast %h : i32 to i64
+    %s = const 32 : i64
+    %high = shl %h64, %s : i64
+    %i64 = cast %i : i32 to i64
+    %m = const 2654435761 : i64
+    %p = mul %i64, %m : i64
+    %mask = const 4294967295 : i64
+    %low = and %p, %mask : i64
+    %w = or %high, %low : i64
+    store @b[%i], %w
+  }
+}
+)";
+  for (size_t at; (at = text.find('N')) != std::string::npos;)
+    text.replace(at, 1, std::to_string(n));
+  auto module = parseModule(text, {"maxima.qd", 1});
+  ASSERT_TRUE(module.ok()) << module.status().message();
+  auto program = *Program::create(**module);
+  Buffer &a = *program->field("a");
+  Buffer &b = *program->field("b");
+  ASSERT_TRUE(program->launch("fill", {}, *gpu()).ok());
+  ASSERT_FALSE(a.hostIsCurrent());
+  auto value = [](int64_t i) {
+    return int64_t(uint64_t(i % 1000 - 500) << 32 | (uint64_t(i) * 2654435761u & 0xffffffffu));
+  };
+  auto expected = [&](int64_t begin, int64_t end) {
+    int64_t most = INT64_MIN;
+    for (int64_t i = begin; i < end; ++i)
+      most = std::max(most, value(i));
+    return most;
+  };
+  // Longer than the reducer's lanes (on the device), and not (the host).
+  for (auto [begin, end] : {std::pair<int64_t, int64_t>{0, n},
+                            {77, n - 5},
+                            {n - 40000, n},
+                            {12345, 12345 + 20000},
+                            {5, 1005}}) {
+    EXPECT_EQ(*a.maxInteger(begin, end), -1000000 - begin) << begin << ".." << end;
+    EXPECT_EQ(*b.maxInteger(begin, end), expected(begin, end)) << begin << ".." << end;
+  }
+  EXPECT_EQ(*b.readInteger(n - 1), value(n - 1));
+  expectValidatedAndClean(*gpu(), "the backend");
+}
+
 TEST_F(VulkanBackendTest, KernelTimesComeFromTimestampQueries) {
   REQUIRE_DEVICE();
   if (gpu()->deviceInfo().timestampValidBits == 0) {

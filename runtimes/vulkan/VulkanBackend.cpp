@@ -2,6 +2,7 @@
 #include "qd/runtime/VulkanBackend.h"
 
 #include "VulkanDevice.h"
+#include "VulkanReduction.h"
 
 #include "qd/abi/LaunchErrors.h"
 #include "qd/runtime/LaunchPlan.h"
@@ -65,11 +66,13 @@ public:
   absl::StatusOr<int64_t> readInteger(ScalarType elem, int64_t flat) override {
     return maxInteger(elem, flat, flat + 1);
   }
-  /// On the host, over the staging memory the range is copied back to (a
-  /// reduction shader would save the copy; ranges read for sizing are at
-  /// most a few MiB per stack).
+  /// A range of more than vk::Reducer::kLanes elements is reduced on the
+  /// device (one dispatch, a 128 KiB read); a shorter one on the host, over
+  /// the staging memory it is copied back to.
   absl::StatusOr<int64_t> maxInteger(ScalarType elem, int64_t begin, int64_t end) override {
     const size_t eb = deviceElementBytes(elem);
+    if (end - begin > int64_t(vk::Reducer::kLanes))
+      return device_->reducer().max(buffer_, uint64_t(begin), uint64_t(end), eb == 8);
     int64_t most = INT64_MIN;
     absl::Status s = device_->read(buffer_, size_t(begin) * eb, size_t(end - begin) * eb, eb,
                                    [&](const std::byte *piece, size_t bytes) {
@@ -89,6 +92,7 @@ public:
       return s;
     return most;
   }
+  bool reducesOnDevice() const override { return true; }
 
 private:
   VulkanMirror(const void *owner, std::shared_ptr<const vk::Device> device, ScalarType elem)
@@ -106,34 +110,12 @@ struct VulkanKernel final : accel::DeviceKernel {
   int64_t gridThreads() const override { return threads; }
   bool readsStopWord() const override { return spirv.stopBinding != 0; }
 
-  ~VulkanKernel() override {
-    if (!device)
-      return;
-    const vk::Api &api = device->api();
-    VkDevice d = device->handle();
-    for (VkPipeline p : pipelines)
-      api.DestroyPipeline(d, p, nullptr);
-    for (VkPipeline p : cooperativePipelines)
-      if (p)
-        api.DestroyPipeline(d, p, nullptr);
-    if (pool)
-      api.DestroyDescriptorPool(d, pool, nullptr);
-    if (pipelineLayout)
-      api.DestroyPipelineLayout(d, pipelineLayout, nullptr);
-    if (setLayout)
-      api.DestroyDescriptorSetLayout(d, setLayout, nullptr);
-    if (module)
-      api.DestroyShaderModule(d, module, nullptr);
-  }
-
-  std::shared_ptr<const vk::Device> device;
+  std::shared_ptr<const vk::Device> device; // declared first: outlives program
   SpirvKernel spirv;
   int64_t threads = 0;
-  VkShaderModule module = VK_NULL_HANDLE;
-  VkDescriptorSetLayout setLayout = VK_NULL_HANDLE;
-  VkPipelineLayout pipelineLayout = VK_NULL_HANDLE;
-  VkDescriptorPool pool = VK_NULL_HANDLE;
-  VkDescriptorSet set = VK_NULL_HANDLE;
+  /// Bindings: launch data, heap, the slots, and the stop word after them
+  /// if any.
+  vk::ComputeProgram program;
   std::vector<VkPipeline> pipelines; // per layout.launches entry
   /// Per layout.launches entry: its cooperative function's pipeline
   /// (KernelLayout::Launch::cooperativeFunction), or null.
@@ -144,77 +126,20 @@ struct VulkanKernel final : accel::DeviceKernel {
 /// descriptor set of launch data, heap, slots and stop word, one pipeline
 /// per entry.
 absl::Status createPipelines(const vk::Device &device, const Kernel &kernel, VulkanKernel &c) {
-  const vk::Api &api = device.api();
-  VkDevice d = device.handle();
-  auto smi = vk::make<VkShaderModuleCreateInfo>(VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO);
-  smi.codeSize = c.spirv.words.size() * 4;
-  smi.pCode = c.spirv.words.data();
-  if (absl::Status s = device.check(api.CreateShaderModule(d, &smi, nullptr, &c.module),
-                                    "vkCreateShaderModule (kernel @" + kernel.name() + ")");
-      !s.ok())
-    return s;
-  // Launch data, heap, the slots, and the stop word after them if any.
   uint32_t bindings =
       c.spirv.stopBinding ? c.spirv.stopBinding + 1 : uint32_t(2 + c.spirv.layout.slots.size());
-  std::vector<VkDescriptorSetLayoutBinding> b(bindings);
-  for (uint32_t i = 0; i < bindings; ++i)
-    b[i] = {i, VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 1, VK_SHADER_STAGE_COMPUTE_BIT, nullptr};
-  auto dsl = vk::make<VkDescriptorSetLayoutCreateInfo>(
-      VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO);
-  dsl.bindingCount = bindings;
-  dsl.pBindings = b.data();
-  if (absl::Status s = device.check(api.CreateDescriptorSetLayout(d, &dsl, nullptr, &c.setLayout),
-                                    "vkCreateDescriptorSetLayout");
-      !s.ok())
-    return s;
-  auto pl = vk::make<VkPipelineLayoutCreateInfo>(VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO);
-  pl.setLayoutCount = 1;
-  pl.pSetLayouts = &c.setLayout;
-  if (absl::Status s = device.check(api.CreatePipelineLayout(d, &pl, nullptr, &c.pipelineLayout),
-                                    "vkCreatePipelineLayout");
-      !s.ok())
-    return s;
-  VkDescriptorPoolSize size{VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, bindings};
-  auto dp = vk::make<VkDescriptorPoolCreateInfo>(VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO);
-  dp.maxSets = 1;
-  dp.poolSizeCount = 1;
-  dp.pPoolSizes = &size;
-  if (absl::Status s = device.check(api.CreateDescriptorPool(d, &dp, nullptr, &c.pool),
-                                    "vkCreateDescriptorPool");
-      !s.ok())
-    return s;
-  auto dsa = vk::make<VkDescriptorSetAllocateInfo>(VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO);
-  dsa.descriptorPool = c.pool;
-  dsa.descriptorSetCount = 1;
-  dsa.pSetLayouts = &c.setLayout;
   if (absl::Status s =
-          device.check(api.AllocateDescriptorSets(d, &dsa, &c.set), "vkAllocateDescriptorSets");
+          c.program.create(device, c.spirv.words, bindings, 0, "kernel @" + kernel.name());
       !s.ok())
     return s;
-  auto pipeline = [&](const std::string &function) -> absl::StatusOr<VkPipeline> {
-    auto cp = vk::make<VkComputePipelineCreateInfo>(VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO);
-    cp.stage = vk::make<VkPipelineShaderStageCreateInfo>(
-        VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO);
-    cp.stage.stage = VK_SHADER_STAGE_COMPUTE_BIT;
-    cp.stage.module = c.module;
-    cp.stage.pName = function.c_str();
-    cp.layout = c.pipelineLayout;
-    VkPipeline p = VK_NULL_HANDLE;
-    if (absl::Status s = device.check(
-            api.CreateComputePipelines(d, VK_NULL_HANDLE, 1, &cp, nullptr, &p),
-            fmt::format("vkCreateComputePipelines (kernel @{}, {})", kernel.name(), function));
-        !s.ok())
-      return s;
-    return p;
-  };
   for (const KernelLayout::Launch &l : c.spirv.layout.launches) {
-    absl::StatusOr<VkPipeline> p = pipeline(l.function);
+    absl::StatusOr<VkPipeline> p = c.program.pipeline(l.function);
     if (!p.ok())
       return p.status();
     c.pipelines.push_back(*p);
     VkPipeline coop = VK_NULL_HANDLE;
     if (!l.cooperativeFunction.empty()) {
-      absl::StatusOr<VkPipeline> q = pipeline(l.cooperativeFunction);
+      absl::StatusOr<VkPipeline> q = c.program.pipeline(l.cooperativeFunction);
       if (!q.ok())
         return q.status();
       coop = *q;
@@ -308,6 +233,7 @@ VulkanBackend::Impl::compile(const Kernel &kernel, const accel::CompileRequest &
   so.stopCheckSpread = onHost ? 64 : abi::kDeviceStopCheckSpread;
   so.localAdStackEntries = request.localAdStackEntries;
   so.distinctNdarrays = request.distinctNdarrays;
+  so.readOnlyBuffers = options.readOnlyBuffers;
   // A workgroup per iteration: no more than one dispatch may have.
   so.cooperativeTaskIterations =
       std::min<int64_t>(options.cooperativeTaskIterations, device->info().maxWorkgroupsX);
@@ -446,28 +372,16 @@ absl::StatusOr<size_t> VulkanBackend::Impl::stageLaunchData(const VulkanKernel &
 }
 
 void VulkanBackend::Impl::bindBuffers(const VulkanKernel &c, const accel::LaunchFrame &frame) {
-  std::vector<VkDescriptorBufferInfo> infos;
-  infos.push_back({launchData.get(), 0, VK_WHOLE_SIZE});
-  infos.push_back({heap.get(), 0, VK_WHOLE_SIZE});
+  std::vector<VkBuffer> buffers = {launchData.get(), heap.get()};
   for (DeviceMirror *m : frame.slots)
-    infos.push_back({static_cast<VulkanMirror *>(m)->buffer().get(), 0, VK_WHOLE_SIZE});
+    buffers.push_back(static_cast<VulkanMirror *>(m)->buffer().get());
   if (c.spirv.stopBinding) {
-    assert(c.spirv.stopBinding == infos.size());
+    assert(c.spirv.stopBinding == buffers.size());
     // (A launch that may not be stopped binds the heap there: the code
     // reads the binding only when asked to stop.)
-    infos.push_back({frame.stopWord ? stopWordBuffer.get() : heap.get(), 0, VK_WHOLE_SIZE});
+    buffers.push_back(frame.stopWord ? stopWordBuffer.get() : heap.get());
   }
-  std::vector<VkWriteDescriptorSet> writes(infos.size());
-  for (size_t i = 0; i < infos.size(); ++i) {
-    writes[i] = vk::make<VkWriteDescriptorSet>(VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET);
-    writes[i].dstSet = c.set;
-    writes[i].dstBinding = uint32_t(i);
-    writes[i].descriptorCount = 1;
-    writes[i].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
-    writes[i].pBufferInfo = &infos[i];
-  }
-  device->api().UpdateDescriptorSets(device->handle(), uint32_t(writes.size()), writes.data(), 0,
-                                     nullptr);
+  c.program.bind(buffers);
 }
 
 absl::Status VulkanBackend::Impl::execute(accel::DeviceKernel &kernel,
@@ -502,10 +416,7 @@ absl::Status VulkanBackend::Impl::execute(accel::DeviceKernel &kernel,
       if (frame.groups[i] == 0)
         continue;
       bool coop = i < frame.cooperative.size() && frame.cooperative[i];
-      api.CmdBindPipeline(cb, VK_PIPELINE_BIND_POINT_COMPUTE,
-                          coop ? c.cooperativePipelines[i] : c.pipelines[i]);
-      api.CmdBindDescriptorSets(cb, VK_PIPELINE_BIND_POINT_COMPUTE, c.pipelineLayout, 0, 1, &c.set,
-                                0, nullptr);
+      c.program.use(cb, coop ? c.cooperativePipelines[i] : c.pipelines[i]);
       api.CmdDispatch(cb, frame.groups[i], 1, 1);
       vk::fullBarrier(api, cb);
     }

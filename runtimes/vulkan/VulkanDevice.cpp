@@ -1,6 +1,8 @@
 //===- VulkanDevice.cpp - The Vulkan loader, a device, its buffers --------===//
 #include "VulkanDevice.h"
 
+#include "VulkanReduction.h"
+
 #include <fmt/format.h>
 
 #include <dlfcn.h>
@@ -319,6 +321,7 @@ absl::StatusOr<std::shared_ptr<Device>> Device::open(const VulkanBackendOptions 
     return s;
   if (absl::Status s = d->createCommandObjects(uint32_t(family)); !s.ok())
     return s;
+  d->reducer_ = std::make_unique<Reducer>(*d);
   return d;
 }
 
@@ -564,6 +567,7 @@ void Device::identifyDriver(const VulkanBackendOptions &options, bool hasDriverP
 }
 
 Device::~Device() {
+  reducer_.reset();
   uploadStaging_.reset();
   downloadStaging_.reset();
   if (device_) {

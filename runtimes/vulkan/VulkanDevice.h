@@ -65,6 +65,7 @@ namespace qd::vk {
   X(CmdPipelineBarrier)                                                                            \
   X(CmdBindPipeline)                                                                               \
   X(CmdBindDescriptorSets)                                                                         \
+  X(CmdPushConstants)                                                                              \
   X(CmdDispatch)                                                                                   \
   X(CmdFillBuffer)                                                                                 \
   X(QueueSubmit)                                                                                   \
@@ -165,6 +166,8 @@ private:
   VkMemoryPropertyFlags flags_ = 0;
 };
 
+class Reducer;
+
 class Device : public std::enable_shared_from_this<Device> {
 public:
   /// The loader, an instance and the device `options` selects.
@@ -209,6 +212,8 @@ public:
   absl::Status read(const DeviceBuffer &src, size_t offset, size_t bytes, size_t unit,
                     const std::function<void(const std::byte *, size_t)> &consume) const;
   static constexpr size_t kStagingChunkBytes = size_t(64) << 20;
+  /// The device's reductions (VulkanReduction.h).
+  Reducer &reducer() const { return *reducer_; }
 
 private:
   Device() = default;
@@ -259,6 +264,41 @@ private:
   /// device without owning it) and the lock of a transfer's use of them.
   mutable DeviceBuffer uploadStaging_, downloadStaging_;
   mutable std::mutex stagingMutex_;
+  /// Refers to this device; destroyed first.
+  std::unique_ptr<Reducer> reducer_;
+};
+
+/// Compute shaders of one SPIR-V module over storage buffers 0..n-1 of
+/// descriptor set 0: the shader module, the set (with its layout and
+/// pool), the pipeline layout (with push constants if asked) and a
+/// pipeline per entry point. `device` must outlive it.
+class ComputeProgram {
+public:
+  ComputeProgram() = default;
+  ~ComputeProgram();
+  ComputeProgram(const ComputeProgram &) = delete;
+  ComputeProgram &operator=(const ComputeProgram &) = delete;
+
+  /// `what` names the module in errors ("kernel @k").
+  absl::Status create(const Device &device, const std::vector<uint32_t> &words, uint32_t buffers,
+                      uint32_t pushBytes, const std::string &what);
+  /// A pipeline for entry point `entry` (destroyed with the program).
+  absl::StatusOr<VkPipeline> pipeline(const std::string &entry);
+  /// Points binding i of the set at buffers[i] (whole buffers).
+  void bind(const std::vector<VkBuffer> &buffers) const;
+  /// Binds `p` and the set, for a dispatch.
+  void use(VkCommandBuffer cb, VkPipeline p) const;
+  VkPipelineLayout layout() const { return pipelineLayout_; }
+
+private:
+  const Device *device_ = nullptr;
+  std::string what_;
+  VkShaderModule module_ = VK_NULL_HANDLE;
+  VkDescriptorSetLayout setLayout_ = VK_NULL_HANDLE;
+  VkPipelineLayout pipelineLayout_ = VK_NULL_HANDLE;
+  VkDescriptorPool pool_ = VK_NULL_HANDLE;
+  VkDescriptorSet set_ = VK_NULL_HANDLE;
+  std::vector<VkPipeline> pipelines_;
 };
 
 /// A barrier making every earlier shader and transfer write visible to

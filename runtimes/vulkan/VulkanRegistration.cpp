@@ -25,6 +25,8 @@ absl::Status registerVulkanBackend() {
        "atomic adds to one element summed over the subgroup first where the device can"},
       {"distinct-ndarrays", "true|false",
        "code for distinct buffers where a launch's ndarray buffers do not overlap"},
+      {"read-only-buffers", "true|false",
+       "declare the buffers a kernel never writes NonWritable (default false)"},
       {"cooperative-tasks", "N",
        "tasks of at most N iterations share their long loops over a workgroup (0: never)"},
       {"cooperative-scatter-tasks", "N",
@@ -47,6 +49,7 @@ absl::Status registerVulkanBackend() {
     read.boolean("float-atomics", o.floatAtomics);
     read.boolean("subgroup-sums", o.subgroupSums);
     read.boolean("distinct-ndarrays", o.distinctNdarrays);
+    read.boolean("read-only-buffers", o.readOnlyBuffers);
     read.integer("cooperative-tasks", o.cooperativeTaskIterations, 0);
     read.integer("cooperative-scatter-tasks", o.cooperativeScatteringIterations, 0);
     if (!read.status().ok())

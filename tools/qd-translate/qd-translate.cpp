@@ -68,6 +68,7 @@ struct Options {
   bool boundsCheck = false;
   bool stopChecks = false;
   bool distinctNdarrays = false;
+  bool readOnlyBuffers = false;
   int64_t cooperative = qd::CodegenOptions().cooperativeTaskIterations;
   int64_t localAdStacks = 0;
   bool vectorMath = true;
@@ -116,6 +117,7 @@ constexpr const char *kUsage =
     "  --distinct-ndarrays    code that takes every ndarray argument's buffers\n"
     "                         to be distinct (what the backends run when a\n"
     "                         launch's buffers do not overlap)\n"
+    "  --read-only-buffers    spirv: buffers the kernel never writes are NonWritable\n"
     "  --cooperative-tasks=N  nvptx, amdgpu, spirv: a parallel task of at most N\n"
     "                         iterations around a long serial loop runs a group\n"
     "                         of threads per iteration (default: 4096; 0: never)\n"
@@ -189,6 +191,8 @@ std::optional<int> parseArgs(int argc, char **argv, Options &opts) {
       opts.stopChecks = true;
     } else if (arg == "--distinct-ndarrays") {
       opts.distinctNdarrays = true;
+    } else if (arg == "--read-only-buffers") {
+      opts.readOnlyBuffers = true;
     } else if (auto v = value("--cooperative-tasks")) {
       char *end = nullptr;
       long long n = std::strtoll(v->c_str(), &end, 10);
@@ -357,6 +361,7 @@ std::string emitSpirvOutputs(const Options &opts, const std::vector<const qd::Ke
   options.checkLoopExits = opts.checkLoopExits;
   options.stopChecks = opts.stopChecks;
   options.distinctNdarrays = opts.distinctNdarrays;
+  options.readOnlyBuffers = opts.readOnlyBuffers;
   options.cooperativeTaskIterations = opts.cooperative;
   for (const qd::Kernel *kernel : kernels) {
     options.localAdStackEntries = localTapes(*kernel, opts.localAdStacks);

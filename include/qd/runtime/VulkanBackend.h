@@ -123,6 +123,10 @@ struct VulkanBackendOptions {
   /// distinct buffers (SpirvOptions::distinctNdarrays); false: every launch
   /// runs the code that lets buffers overlap.
   bool distinctNdarrays = true;
+  /// Declare the buffers no access of a kernel writes NonWritable
+  /// (SpirvOptions::readOnlyBuffers; off: it gave wrong gradients on
+  /// NVIDIA's driver).
+  bool readOnlyBuffers = false;
   /// Cooperative tasks (SpirvOptions::cooperativeTaskIterations, docs/
   /// runtime.md "Cooperative tasks"): a task of at most this many
   /// iterations around long serial loops runs a workgroup per iteration

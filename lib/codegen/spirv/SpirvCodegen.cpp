@@ -54,6 +54,18 @@ std::string validateSpirv(std::span<const uint32_t> words) {
   return diag.text.empty() ? "invalid SPIR-V" : diag.text;
 }
 
+absl::StatusOr<std::vector<uint32_t>> assembleSpirv(std::string_view text) {
+  spvtools::SpirvTools tools(kTargetEnv);
+  Diagnostics diag;
+  diag.attach(tools);
+  std::vector<uint32_t> words;
+  if (!tools.Assemble(text.data(), text.size(), &words))
+    return absl::InvalidArgumentError("cannot assemble SPIR-V: " + diag.text);
+  if (std::string invalid = validateSpirv(words); !invalid.empty())
+    return absl::InvalidArgumentError("the assembled SPIR-V is not valid: " + invalid);
+  return words;
+}
+
 absl::StatusOr<std::string> disassembleSpirv(std::span<const uint32_t> words) {
   spvtools::SpirvTools tools(kTargetEnv);
   Diagnostics diag;

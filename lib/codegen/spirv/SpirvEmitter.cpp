@@ -22,6 +22,8 @@ namespace qd::spirv {
 
 SpirvEmitter::SpirvEmitter(const Kernel &kernel, const SpirvOptions &options, SpirvKernel &out)
     : kernel_(kernel), opts_(options), out_(out), layout_(out.layout), b_(m_) {
+  if (opts_.readOnlyBuffers)
+    written_.emplace(kernel, ndarrayAliasing(opts_.distinctNdarrays));
   if (opts_.stopChecks)
     stopPlan_ = StopCheckPlan(kernel, opts_.stopCheckMinWork);
 }
@@ -132,7 +134,12 @@ unsigned SpirvEmitter::slotOf(const GlobalAccessStmt &g) {
       return i;
     }
   slots.push_back({f, a, g.component(), writes});
-  slots_.push_back({g.elementType()});
+  SlotInfo info;
+  info.elem = g.elementType();
+  // No access of the kernel writes the slot's alias class (with
+  // MayAlias ndarrays, nor any ndarray that may share its buffer).
+  info.readOnly = written_ && !written_->written(g);
+  slots_.push_back(info);
   return unsigned(slots.size() - 1);
 }
 
@@ -179,6 +186,8 @@ void SpirvEmitter::declareBindings() {
     if (g.component != Component::Primal)
       name += "." + std::string(toString(g.component));
     s.var = buffer(s.storage, wordsOf(s.elem) * 4, kFirstSlotBinding + i, name);
+    if (s.readOnly)
+      m_.decorate(s.var, spv::Decoration::NonWritable, {});
     s.pointer = m_.typePointer(spv::StorageClass::StorageBuffer, s.storage);
   }
   if (opts_.stopChecks) {

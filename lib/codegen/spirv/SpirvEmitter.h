@@ -55,6 +55,8 @@ struct SlotInfo {
   Id storage = 0, var = 0, pointer = 0;
   /// Floats stored as integers (a compare-exchange loop adds to them).
   bool floatAsBits = false;
+  /// NonWritable (SpirvOptions::readOnlyBuffers).
+  bool readOnly = false;
 };
 
 /// An adstack's per-function state: its first word for this invocation,
@@ -273,6 +275,8 @@ private:
   const SpirvOptions &opts_;
   SpirvKernel &out_;
   KernelLayout &layout_;
+  /// What the kernel writes, by alias class (SpirvOptions::readOnlyBuffers).
+  std::optional<WrittenAliasClasses> written_;
   /// The loops that read the stop word (SpirvOptions::stopChecks).
   StopCheckPlan stopPlan_;
   SpirvModule m_;

@@ -52,6 +52,7 @@
 #include <map>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace qd {
@@ -117,6 +118,12 @@ struct SpirvOptions {
   /// stores wait for the end of their iteration (CodegenOptions::
   /// distinctNdarrays is the LLVM targets' counterpart).
   bool distinctNdarrays = false;
+  /// Declare the buffers of fields and ndarrays that no access of the
+  /// kernel may write (WrittenAliasClasses under the aliasing above)
+  /// NonWritable, so that the driver may read them through its read-only
+  /// caches. Off by default: on NVIDIA's driver it gave wrong gradients
+  /// (docs/runtime.md, "SPIR-V code generation").
+  bool readOnlyBuffers = false;
   /// Cooperative tasks (qd/analysis/CooperativeTask.h; the LLVM targets'
   /// CodegenOptions::cooperativeTaskIterations and
   /// ::cooperativeScatteringIterations): a task of at most this many
@@ -177,6 +184,10 @@ absl::StatusOr<SpirvKernel> emitSpirv(const Kernel &kernel, const SpirvOptions &
 /// Validates `words` for the Vulkan 1.1 environment: empty when valid, else
 /// SPIRV-Tools' diagnostics.
 std::string validateSpirv(std::span<const uint32_t> words);
+/// SPIRV-Tools' assembly of `text` (a hand-written shader of a runtime),
+/// validated as validateSpirv does, or the assembler's or validator's
+/// error.
+absl::StatusOr<std::vector<uint32_t>> assembleSpirv(std::string_view text);
 /// SPIRV-Tools' disassembly of `words` (friendly names), or its error.
 absl::StatusOr<std::string> disassembleSpirv(std::span<const uint32_t> words);
 
