@@ -337,5 +337,49 @@ TEST(CudaStreamTest, SixteenLaunchesStayInFlightAndMoreCollectTheOldest) {
   EXPECT_EQ(f.read(f.y)[kN / 2], 6.0f);
 }
 
+// A launch shape queued before goes as one recorded graph
+// (CudaBackendOptions::launchGraphs): each replay still runs with its own
+// arguments (the launch block it copies is the launch's), in order on the
+// stream, and an error a replayed launch raises is reported as a direct
+// launch reports it.
+TEST(CudaStreamTest, RepeatedLaunchShapesGoAsGraphsWithTheirOwnArguments) {
+  OPEN_OR_SKIP(f);
+  NdarrayArg x{&*f.bx};
+  // Compiled first: loading a module may wait for the device.
+  std::vector<LaunchArg> first = {LaunchArg::ndarray(&x), LaunchArg::i32(0)};
+  ASSERT_TRUE(f.program->launch("poke", first, *f.backend, f.onStream(false)).ok());
+  const int64_t before = f.backend->graphLaunches();
+  GateWatchdog watchdog(f);
+  f.closeGate(f.z, 1.0f); // the first ten launches wait for it on the stream
+  for (int k = 0; k < 60; ++k) {
+    if (k == 10)
+      f.openGate();
+    std::vector<LaunchArg> args = {LaunchArg::ndarray(&x), LaunchArg::i32(k)};
+    ASSERT_TRUE(f.program->launch("poke", args, *f.backend, f.onStream(true)).ok()) << k;
+  }
+  ASSERT_TRUE(f.backend->synchronize().ok());
+  watchdog.stop();
+  EXPECT_FALSE(watchdog.fired());
+  EXPECT_GT(f.backend->graphLaunches(), before + 20);
+  std::vector<float> got = f.read(f.x);
+  for (int k = 0; k < 80; ++k)
+    EXPECT_EQ(got[k], k < 60 ? 1.0f : 0.0f) << k;
+
+  LaunchOptions sync = f.onStream(false);
+  sync.boundsChecked = true;
+  std::vector<LaunchArg> bad = {LaunchArg::ndarray(&x), LaunchArg::i32(kN + 7)};
+  const int64_t direct = f.backend->graphLaunches();
+  for (int round = 0; round < 3; ++round) {
+    absl::Status s = f.program->launch("poke", bad, *f.backend, sync);
+    ASSERT_FALSE(s.ok()) << round;
+    EXPECT_NE(std::string(s.message()).find("index [1007] is out of range"), std::string::npos)
+        << s.message();
+  }
+  EXPECT_GT(f.backend->graphLaunches(), direct); // the same shape: recorded, replayed
+  std::vector<LaunchArg> good = {LaunchArg::ndarray(&x), LaunchArg::i32(kN - 1)};
+  ASSERT_TRUE(f.program->launch("poke", good, *f.backend, sync).ok());
+  EXPECT_EQ(f.read(f.x)[kN - 1], 1.0f);
+}
+
 } // namespace
 } // namespace qd

@@ -82,6 +82,15 @@ Loaded openDriver(const std::string &library) {
   l.status = resolve.status();
   if (!l.status.ok())
     return l;
+  // Graphs, where the driver has them all (Device::hasGraphs).
+  bool graphs = resolve.optional(a.cuStreamBeginCapture, "cuStreamBeginCapture_v2") &&
+                resolve.optional(a.cuStreamEndCapture, "cuStreamEndCapture") &&
+                resolve.optional(a.cuGraphInstantiateWithFlags, "cuGraphInstantiateWithFlags") &&
+                resolve.optional(a.cuGraphExecDestroy, "cuGraphExecDestroy") &&
+                resolve.optional(a.cuGraphDestroy, "cuGraphDestroy") &&
+                resolve.optional(a.cuGraphLaunch, "cuGraphLaunch");
+  if (!graphs)
+    a.cuGraphLaunch = nullptr;
   if (CUresult r = a.cuInit(0); r != 0) {
     const char *n = nullptr;
     a.cuGetErrorName(r, &n);
@@ -139,6 +148,8 @@ absl::StatusOr<std::unique_ptr<Device>> Device::open(int ordinal, std::string li
 }
 
 Device::~Device() {
+  if (captureStream_ && makeCurrent().ok())
+    api_->cuStreamDestroy(captureStream_);
   if (context_)
     api_->cuDevicePrimaryCtxRelease(device_);
 }
@@ -430,6 +441,69 @@ absl::StatusOr<CUfunction> Module::function(const std::string &name) const {
       !s.ok())
     return s;
   return f;
+}
+
+//===--- Graphs -----------------------------------------------------------===//
+
+namespace {
+constexpr unsigned kStreamNonBlocking = 1; // CU_STREAM_NON_BLOCKING
+constexpr int kCaptureModeRelaxed = 2;     // CU_STREAM_CAPTURE_MODE_RELAXED
+} // namespace
+
+absl::StatusOr<gpu::Stream> Device::beginCapture() const {
+  if (!hasGraphs())
+    return noGraphs("beginCapture");
+  if (absl::Status s = makeCurrent(); !s.ok())
+    return s;
+  std::lock_guard<std::mutex> lock(captureMutex_);
+  if (!captureStream_)
+    if (absl::Status s = check(api_->cuStreamCreate(&captureStream_, kStreamNonBlocking),
+                               "cuStreamCreate (the capture stream)");
+        !s.ok())
+      return s;
+  if (absl::Status s = check(api_->cuStreamBeginCapture(captureStream_, kCaptureModeRelaxed),
+                             "cuStreamBeginCapture");
+      !s.ok())
+    return s;
+  return static_cast<gpu::Stream>(captureStream_);
+}
+
+absl::StatusOr<gpu::Graph> Device::endCapture(gpu::Stream stream) const {
+  if (!hasGraphs())
+    return noGraphs("endCapture");
+  if (absl::Status s = makeCurrent(); !s.ok())
+    return s;
+  CUgraph graph = nullptr;
+  if (absl::Status s = check(api_->cuStreamEndCapture(static_cast<CUstream>(stream), &graph),
+                             "cuStreamEndCapture");
+      !s.ok()) {
+    if (graph)
+      api_->cuGraphDestroy(graph);
+    return s;
+  }
+  CUgraphExec exec = nullptr;
+  absl::Status made =
+      check(api_->cuGraphInstantiateWithFlags(&exec, graph, 0), "cuGraphInstantiateWithFlags");
+  api_->cuGraphDestroy(graph);
+  if (!made.ok())
+    return made;
+  return static_cast<gpu::Graph>(exec);
+}
+
+absl::Status Device::launchGraph(gpu::Graph graph, gpu::Stream stream) const {
+  if (!hasGraphs())
+    return noGraphs("launchGraph");
+  if (absl::Status s = makeCurrent(); !s.ok())
+    return s;
+  if (!stream)
+    noteDefaultStreamWork();
+  return check(api_->cuGraphLaunch(static_cast<CUgraphExec>(graph), static_cast<CUstream>(stream)),
+               "cuGraphLaunch");
+}
+
+void Device::destroyGraph(gpu::Graph graph) const {
+  if (graph && hasGraphs() && makeCurrent().ok())
+    api_->cuGraphExecDestroy(static_cast<CUgraphExec>(graph));
 }
 
 } // namespace qd::cuda

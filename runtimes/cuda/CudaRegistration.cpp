@@ -22,6 +22,8 @@ absl::Status registerCudaBackend() {
       {"local-tape-bytes-per-sm", "N", "local tapes resident per multiprocessor (0: no cap)"},
       {"distinct-ndarrays", "true|false",
        "code for distinct buffers where a launch's ndarray buffers do not overlap"},
+      {"launch-graphs", "true|false",
+       "a launch shape queued before goes as one recorded CUDA graph (default true)"},
   };
   info.create = [](const BackendOptions &given) -> absl::StatusOr<std::unique_ptr<Backend>> {
     CudaBackendOptions o;
@@ -36,6 +38,7 @@ absl::Status registerCudaBackend() {
     read.integer("local-tape-bytes", o.localTapeBytes, 0);
     read.integer("local-tape-bytes-per-sm", o.localTapeBytesPerSm, 0);
     read.boolean("distinct-ndarrays", o.distinctNdarrays);
+    read.boolean("launch-graphs", o.launchGraphs);
     if (!read.status().ok())
       return read.status();
     return CudaBackend::create(o);

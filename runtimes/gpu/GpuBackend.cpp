@@ -20,6 +20,10 @@ int64_t GpuBackend::skippedLaunchUploads() const {
   return runtime_.skippedUploads();
 }
 
+int64_t GpuBackend::graphLaunches() const {
+  return runtime_.graphLaunches();
+}
+
 absl::StatusOr<Buffer> GpuBackend::borrowDeviceArray(ScalarType elem, std::vector<int64_t> shape,
                                                      uint64_t devicePointer) {
   return runtime_.borrowDeviceArray(elem, std::move(shape), devicePointer);

@@ -41,6 +41,25 @@ absl::Status Device::waitEvent(Event) const {
   return noStreams("waitEvent");
 }
 
+absl::Status Device::noGraphs(std::string_view call) const {
+  return absl::UnimplementedError(
+      fmt::format("{}: {} is not implemented for this driver API (no graphs)", apiName(), call));
+}
+
+absl::StatusOr<Stream> Device::beginCapture() const {
+  return noGraphs("beginCapture");
+}
+
+absl::StatusOr<Graph> Device::endCapture(Stream) const {
+  return noGraphs("endCapture");
+}
+
+absl::Status Device::launchGraph(Graph, Stream) const {
+  return noGraphs("launchGraph");
+}
+
+void Device::destroyGraph(Graph) const {}
+
 absl::StatusOr<std::unique_ptr<MappedHostMemory>> MappedHostMemory::allocate(const Device &device,
                                                                              size_t bytes) {
   auto mapped = device.allocMapped(bytes);

@@ -165,8 +165,12 @@ bool LaunchArena::held(bool mayKeep) {
   return false;
 }
 
-absl::Status LaunchArena::upload(const Device &device, std::byte *staging, Stream stream) const {
+void LaunchArena::stage(std::byte *staging) const {
   std::memcpy(staging, host_.data(), host_.size());
+}
+
+absl::Status LaunchArena::upload(const Device &device, std::byte *staging, Stream stream) const {
+  stage(staging);
   return device.copyToDeviceAsync(block_.get(), staging, host_.size(), stream);
 }
 

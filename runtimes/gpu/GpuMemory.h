@@ -128,8 +128,9 @@ public:
   /// skipped upload when `mayKeep`); otherwise the layout is now taken to
   /// be on the device, and the caller uploads it with upload().
   bool held(bool mayKeep);
-  /// Copies the layout to `staging` (pinned) and queues its copy into the
-  /// device block on `stream`.
+  /// Copies the layout to `staging` (pinned), where a recorded copy reads it.
+  void stage(std::byte *staging) const;
+  /// stage(), then queues the copy into the device block on `stream`.
   absl::Status upload(const Device &device, std::byte *staging, Stream stream) const;
   /// What the code left in [offset, offset + bytes) of the device block,
   /// read back as `got`: where it differs from the layout the kernel wrote

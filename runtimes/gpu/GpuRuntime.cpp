@@ -37,6 +37,11 @@ int64_t GpuRuntime::skippedUploads() const {
   return arena_.skippedUploads();
 }
 
+int64_t GpuRuntime::graphLaunches() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return graphLaunches_;
+}
+
 absl::Status GpuRuntime::timeKernels(bool on) {
   if (!on) {
     timer_.reset();
@@ -54,6 +59,7 @@ absl::Status GpuRuntime::timeKernels(bool on) {
 absl::StatusOr<std::unique_ptr<accel::DeviceKernel>>
 GpuRuntime::compile(const Kernel &kernel, const accel::CompileRequest &request) {
   auto c = std::make_unique<GpuKernel>();
+  c->graphDevice = device_.get();
   c->stopChecks = request.stopChecks;
   llvm::LLVMContext context;
   CodegenOptions opts;
@@ -319,33 +325,14 @@ size_t GpuRuntime::layoutArena(const GpuKernel &c, const accel::LaunchFrame &fra
   return ctxOff;
 }
 
-absl::Status GpuRuntime::enqueue(GpuKernel &c, const accel::LaunchFrame &frame, size_t slot,
-                                 size_t ctxOff, std::span<const DevicePtr> slots, size_t recordOff,
-                                 size_t reportBytes, size_t reportAt) {
-  Stream stream = frame.stream;
-  std::byte *staging = queue_->staging(slot);
-  if (absl::Status s = queue_->order(stream); !s.ok())
-    return s;
-  // An asynchronous launch cannot tell whether the code wrote the record,
-  // so the next launch uploads again.
-  if (!arena_.held(!frame.async))
+absl::Status GpuRuntime::enqueueWork(GpuKernel &c, const accel::LaunchFrame &frame, bool upload,
+                                     std::byte *staging, size_t ctxOff, size_t recordOff,
+                                     size_t reportBytes, size_t reportAt, StreamTimer *timer,
+                                     Stream stream) {
+  if (upload)
     if (absl::Status s = arena_.upload(*device_, staging, stream); !s.ok())
       return s;
-  if (c.launchWords) {
-    std::vector<int64_t> words = launchWords(c, frame, slots);
-    if (words != c.wordsOnDevice) {
-      c.wordsOnDevice.clear();
-      size_t at = (arena_.size() + 15) & ~size_t(15);
-      std::memcpy(staging + at, words.data(), words.size() * 8);
-      if (absl::Status s =
-              device_->copyToDeviceAsync(c.launchWords, staging + at, words.size() * 8, stream);
-          !s.ok())
-        return s;
-      c.wordsOnDevice = std::move(words);
-    }
-  }
   uint64_t ctxArg[] = {arena_.base() + ctxOff};
-  StreamTimer *timer = frame.timed ? timer_.get() : nullptr;
   absl::Status launched = timer ? timer->start(stream) : absl::OkStatus();
   for (size_t i = 0; i < c.kernelLayout.launches.size() && launched.ok(); ++i) {
     if (frame.groups[i] == 0)
@@ -361,6 +348,91 @@ absl::Status GpuRuntime::enqueue(GpuKernel &c, const accel::LaunchFrame &frame, 
     launched = device_->copyToHostAsync(staging + reportAt, arena_.base() + recordOff, reportBytes,
                                         stream);
   return launched;
+}
+
+absl::StatusOr<Graph> GpuRuntime::graphFor(GpuKernel &c, const accel::LaunchFrame &frame,
+                                           size_t slot, bool upload, size_t ctxOff,
+                                           size_t recordOff, size_t reportBytes, size_t reportAt) {
+  if (!useGraphs_ || frame.timed || !device_->hasGraphs())
+    return nullptr;
+  // Launch shapes that keep changing (a grid per size) are not kept.
+  constexpr size_t kMaxShapes = 64;
+  if (c.graphs.size() >= kMaxShapes) {
+    for (auto &[key, g] : c.graphs)
+      device_->destroyGraph(g.graph);
+    c.graphs.clear();
+  }
+  GpuKernel::GraphKey key{.slot = slot,
+                          .block = arena_.base(),
+                          .context = arena_.base() + ctxOff,
+                          .upload = upload,
+                          .blockBytes = arena_.size(),
+                          .reportFrom = recordOff,
+                          .reportAt = reportAt,
+                          .reportBytes = reportBytes,
+                          .groups = frame.groups,
+                          .cooperative = frame.cooperative};
+  GpuKernel::GraphEntry &entry = c.graphs[key];
+  if (entry.graph || ++entry.queued < 2)
+    return entry.graph;
+  absl::StatusOr<Stream> capture = device_->beginCapture();
+  if (!capture.ok()) {
+    useGraphs_ = false; // the launches go one by one
+    return nullptr;
+  }
+  absl::Status work = enqueueWork(c, frame, upload, queue_->staging(slot), ctxOff, recordOff,
+                                  reportBytes, reportAt, nullptr, *capture);
+  absl::StatusOr<Graph> graph = device_->endCapture(*capture);
+  if (!work.ok()) {
+    if (graph.ok())
+      device_->destroyGraph(*graph);
+    return work;
+  }
+  if (!graph.ok()) {
+    useGraphs_ = false;
+    return nullptr;
+  }
+  entry.graph = *graph;
+  return entry.graph;
+}
+
+absl::Status GpuRuntime::enqueue(GpuKernel &c, const accel::LaunchFrame &frame, size_t slot,
+                                 size_t ctxOff, std::span<const DevicePtr> slots, size_t recordOff,
+                                 size_t reportBytes, size_t reportAt) {
+  Stream stream = frame.stream;
+  std::byte *staging = queue_->staging(slot);
+  if (absl::Status s = queue_->order(stream); !s.ok())
+    return s;
+  // An asynchronous launch cannot tell whether the code wrote the record,
+  // so the next launch uploads again.
+  const bool upload = !arena_.held(!frame.async);
+  if (c.launchWords) {
+    std::vector<int64_t> words = launchWords(c, frame, slots);
+    if (words != c.wordsOnDevice) {
+      c.wordsOnDevice.clear();
+      size_t at = (arena_.size() + 15) & ~size_t(15);
+      std::memcpy(staging + at, words.data(), words.size() * 8);
+      if (absl::Status s =
+              device_->copyToDeviceAsync(c.launchWords, staging + at, words.size() * 8, stream);
+          !s.ok())
+        return s;
+      c.wordsOnDevice = std::move(words);
+    }
+  }
+  absl::StatusOr<Graph> graph =
+      graphFor(c, frame, slot, upload, ctxOff, recordOff, reportBytes, reportAt);
+  if (!graph.ok())
+    return graph.status();
+  if (*graph) {
+    // The graph's copy reads the launch block from the slot's staging
+    // memory when it runs.
+    if (upload)
+      arena_.stage(staging);
+    ++graphLaunches_;
+    return device_->launchGraph(*graph, stream);
+  }
+  return enqueueWork(c, frame, upload, staging, ctxOff, recordOff, reportBytes, reportAt,
+                     frame.timed ? timer_.get() : nullptr, stream);
 }
 
 void GpuRuntime::readReport(size_t slot, accel::LaunchReport &report) const {

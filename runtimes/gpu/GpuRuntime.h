@@ -24,6 +24,8 @@
 #include "qd/runtime/AcceleratorBackend.h"
 
 #include <array>
+#include <compare>
+#include <map>
 #include <mutex>
 
 namespace llvm {
@@ -34,6 +36,11 @@ namespace qd::gpu {
 
 /// A kernel variant loaded on the GPU.
 struct GpuKernel final : accel::DeviceKernel {
+  /// Frees the graphs before the module their kernels belong to.
+  ~GpuKernel() override {
+    for (auto &[key, g] : graphs)
+      graphDevice->destroyGraph(g.graph);
+  }
   const KernelLayout &layout() const override { return kernelLayout; }
   int64_t gridThreads() const override { return threads; }
   bool readsStopWord() const override { return stopChecks; }
@@ -58,6 +65,28 @@ struct GpuKernel final : accel::DeviceKernel {
   /// The values the device's launch words hold (empty: unknown); a
   /// launch with the same values skips the copy.
   std::vector<int64_t> wordsOnDevice;
+
+  /// What a recorded launch depends on besides the bytes it copies: its
+  /// queue slot (the staging memory), the launch block's address and
+  /// size, the context's address (the entries' one argument), where the
+  /// report lies, and the entries' grids and forms.
+  struct GraphKey {
+    size_t slot = 0;
+    uint64_t block = 0, context = 0;
+    bool upload = false;
+    size_t blockBytes = 0, reportFrom = 0, reportAt = 0, reportBytes = 0;
+    std::vector<uint32_t> groups;
+    std::vector<bool> cooperative;
+    auto operator<=>(const GraphKey &) const = default;
+  };
+  struct GraphEntry {
+    int queued = 0;
+    Graph graph = nullptr;
+  };
+  /// Launches of this code by shape (GpuRuntime::enqueue): how often each
+  /// was queued and, from the second time, its graph.
+  std::map<GraphKey, GraphEntry> graphs;
+  const Device *graphDevice = nullptr;
 };
 
 class GpuRuntime : public accel::AcceleratorDevice {
@@ -83,6 +112,12 @@ public:
   const Device &device() const { return *device_; }
   /// Launch-block uploads skipped because the device held them already.
   int64_t skippedUploads() const;
+  /// Launches queued as one recorded graph (useGraphs).
+  int64_t graphLaunches() const;
+  /// Queue a launch shape seen before as a graph of its copies and
+  /// entries (where the device has graphs): one driver call instead of one
+  /// per entry and copy.
+  void useGraphs(bool on) { useGraphs_ = on; }
   /// An ndarray over caller device memory (GpuBackend::borrowDeviceArray).
   absl::StatusOr<Buffer> borrowDeviceArray(ScalarType elem, std::vector<int64_t> shape,
                                            uint64_t devicePointer);
@@ -152,6 +187,18 @@ private:
   absl::Status enqueue(GpuKernel &c, const accel::LaunchFrame &frame, size_t slot, size_t ctxOff,
                        std::span<const DevicePtr> slots, size_t recordOff, size_t reportBytes,
                        size_t reportAt);
+  /// Queues the launch block's copy, the entries and the report's copy of
+  /// `frame` on `stream`.
+  /// `timer` (or null) brackets the entries.
+  absl::Status enqueueWork(GpuKernel &c, const accel::LaunchFrame &frame, bool upload,
+                           std::byte *staging, size_t ctxOff, size_t recordOff, size_t reportBytes,
+                           size_t reportAt, StreamTimer *timer, Stream stream);
+  /// The graph of enqueueWork for `frame`'s launch shape in `slot`,
+  /// recorded the second time the shape is queued; null where there is
+  /// none (yet, or the device cannot record one).
+  absl::StatusOr<Graph> graphFor(GpuKernel &c, const accel::LaunchFrame &frame, size_t slot,
+                                 bool upload, size_t ctxOff, size_t recordOff, size_t reportBytes,
+                                 size_t reportAt);
   /// Fills `report` from the report in `slot` (the launch has finished).
   void readReport(size_t slot, accel::LaunchReport &report) const;
   MirrorContext mirrorContext() const { return {device_, reducer_, queue_}; }
@@ -183,6 +230,8 @@ protected:
   std::unique_ptr<MappedHostMemory> stopWord_;
   /// Set while timing is on.
   std::unique_ptr<StreamTimer> timer_;
+  bool useGraphs_ = true;
+  int64_t graphLaunches_ = 0;
 };
 
 } // namespace qd::gpu

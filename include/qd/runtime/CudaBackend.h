@@ -62,6 +62,12 @@ struct CudaBackendOptions {
   /// distinct buffers (CodegenOptions::distinctNdarrays); false: every
   /// launch runs the code that lets buffers overlap.
   bool distinctNdarrays = true;
+  /// A launch whose shape (kernel code, grids, launch block layout, queue
+  /// slot) was queued before is queued as a CUDA graph recorded from it:
+  /// one cuGraphLaunch instead of a cuLaunchKernel per entry and the
+  /// copies (docs/runtime.md, "Launch graphs"). False: every launch goes
+  /// call by call. Launches that time their kernels never use graphs.
+  bool launchGraphs = true;
   /// Upper bound of the grid's threads (0: resident blocks from the
   /// kernel's occupancy times the number of SMs).
   int64_t maxThreads = 0;

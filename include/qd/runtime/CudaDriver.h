@@ -21,6 +21,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -36,6 +37,8 @@ using CUmodule = struct CUmod_st *;
 using CUfunction = struct CUfunc_st *;
 using CUstream = struct CUstream_st *;
 using CUevent = struct CUevent_st *;
+using CUgraph = struct CUgraph_st *;
+using CUgraphExec = struct CUgraphExec_st *;
 
 /// The entry points qd calls, resolved by name from libcuda.so.1.
 struct DriverApi {
@@ -79,6 +82,13 @@ struct DriverApi {
   CUresult (*cuEventSynchronize)(CUevent);
   CUresult (*cuGetErrorName)(CUresult, const char **);
   CUresult (*cuGetErrorString)(CUresult, const char **);
+  // Graphs (CUDA 11.4 and later; null where the driver lacks them).
+  CUresult (*cuStreamBeginCapture)(CUstream, int);
+  CUresult (*cuStreamEndCapture)(CUstream, CUgraph *);
+  CUresult (*cuGraphInstantiateWithFlags)(CUgraphExec *, CUgraph, unsigned long long);
+  CUresult (*cuGraphLaunch)(CUgraphExec, CUstream);
+  CUresult (*cuGraphExecDestroy)(CUgraphExec);
+  CUresult (*cuGraphDestroy)(CUgraph);
 };
 
 /// What a device is.
@@ -147,12 +157,23 @@ public:
   absl::Status streamWaitEvent(gpu::Stream stream, gpu::Event event) const override;
   absl::Status waitEvent(gpu::Event event) const override;
 
+  /// The driver has the graph entry points.
+  bool hasGraphs() const override { return api_->cuGraphLaunch != nullptr; }
+  absl::StatusOr<gpu::Stream> beginCapture() const override;
+  absl::StatusOr<gpu::Graph> endCapture(gpu::Stream stream) const override;
+  absl::Status launchGraph(gpu::Graph graph, gpu::Stream stream) const override;
+  void destroyGraph(gpu::Graph graph) const override;
+
 private:
   Device() = default;
   const DriverApi *api_ = nullptr;
   CUdevice device_ = 0;
   CUcontext context_ = nullptr;
   DeviceInfo info_;
+  /// The stream graphs are recorded on (created at the first recording;
+  /// non-blocking: it never waits for the default stream).
+  mutable CUstream captureStream_ = nullptr;
+  mutable std::mutex captureMutex_;
 };
 
 using gpu::DeviceBuffer;

@@ -44,6 +44,9 @@ public:
   /// Launches whose launch block (context, buffer addresses, shapes, heap
   /// layout, error record) the device held already, so it was not copied.
   int64_t skippedLaunchUploads() const;
+  /// Launches queued as one recorded graph (CudaBackendOptions::
+  /// launchGraphs; HIP has none).
+  int64_t graphLaunches() const;
   /// An ndarray over device memory the caller owns (a device address of
   /// this backend's GPU, e.g. a framework's tensor): launches on this
   /// backend use it in place, without copies; host reads copy it back. The

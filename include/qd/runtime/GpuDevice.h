@@ -35,6 +35,9 @@ using Function = void *;
 using Stream = void *;
 /// An event (a CUevent, a hipEvent_t).
 using Event = void *;
+/// An executable graph: stream work recorded once and queued again by one
+/// call (a CUgraphExec).
+using Graph = void *;
 
 class StreamTimer;
 
@@ -99,6 +102,19 @@ public:
   /// last call (which clears it): work on a caller's stream that needs it
   /// must then wait for the default stream.
   bool takeDefaultStreamWork() const { return defaultStreamWork_.exchange(false); }
+  // Graphs. The calls below return Unimplemented, naming the API, where
+  // hasGraphs() is false (the default).
+  virtual bool hasGraphs() const { return false; }
+  /// Starts recording on the device's capture stream, which it returns:
+  /// the copies and launches queued on it until endCapture are recorded,
+  /// not run. One recording at a time per device.
+  virtual absl::StatusOr<Stream> beginCapture() const;
+  /// Ends the recording begun on `stream`: what it recorded, as an
+  /// executable graph (freed with destroyGraph). Ends it also on failure.
+  virtual absl::StatusOr<Graph> endCapture(Stream stream) const;
+  /// Queues `graph`'s work on `stream` (null: the default stream).
+  virtual absl::Status launchGraph(Graph graph, Stream stream) const;
+  virtual void destroyGraph(Graph graph) const;
   /// Blocks of `block` threads of `f` one multiprocessor keeps resident.
   virtual absl::StatusOr<int> residentBlocks(Function f, unsigned block) const = 0;
   /// A pair of marks on the default stream that time the GPU work between
@@ -107,6 +123,8 @@ public:
   virtual absl::StatusOr<std::unique_ptr<StreamTimer>> createTimer() const;
 
 protected:
+  /// The error of a graph call on an API without graphs.
+  absl::Status noGraphs(std::string_view call) const;
   /// Notes work queued on the default stream (takeDefaultStreamWork).
   void noteDefaultStreamWork() const { defaultStreamWork_.store(true); }
   /// The error of a stream call on an API without streams.
