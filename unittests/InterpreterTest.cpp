@@ -309,6 +309,46 @@ TEST(LaunchArgs, NdarraysOfDifferentTypesMustNotShareMemory) {
           .ok());
 }
 
+// ndarrayBuffersOverlap (which picks the distinct-ndarray code) against
+// every pair, for buffers at random places in one allocation and some
+// disjoint ones, in random argument order.
+TEST(LaunchArgs, OverlappingBuffersAreFoundWhereverTheyLie) {
+  std::vector<float> storage(64, 0.f), other(16, 0.f);
+  uint64_t state = 12345;
+  auto next = [&](uint64_t n) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return (state >> 33) % n;
+  };
+  int overlapping = 0;
+  for (int trial = 0; trial < 300; ++trial) {
+    std::vector<Buffer> buffers;
+    std::vector<std::pair<const float *, int64_t>> spans;
+    const int count = 1 + int(next(6));
+    for (int i = 0; i < count; ++i) {
+      bool far = next(4) == 0;
+      int64_t len = 1 + int64_t(next(8));
+      const float *at = far ? other.data() + next(8) : storage.data() + next(56);
+      buffers.push_back(*Buffer::borrow(ScalarType::F32, {len}, const_cast<float *>(at)));
+      spans.push_back({at, len});
+    }
+    bool expected = false;
+    for (int x = 0; x < count; ++x)
+      for (int y = x + 1; y < count; ++y)
+        expected |= spans[x].first < spans[y].first + spans[y].second &&
+                    spans[y].first < spans[x].first + spans[x].second;
+    overlapping += expected;
+    std::vector<NdarrayArg> nd;
+    for (Buffer &b : buffers)
+      nd.push_back({&b});
+    std::vector<LaunchArg> args;
+    for (NdarrayArg &a : nd)
+      args.push_back(LaunchArg::ndarray(&a));
+    EXPECT_EQ(ndarrayBuffersOverlap(args), expected) << "trial " << trial;
+  }
+  EXPECT_GT(overlapping, 50); // both outcomes are exercised
+  EXPECT_LT(overlapping, 250);
+}
+
 //===----------------------------------------------------------------------===//
 // Statements
 //===----------------------------------------------------------------------===//

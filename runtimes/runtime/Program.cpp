@@ -63,7 +63,7 @@ struct NdarrayRange {
 };
 
 /// The storage of every non-empty buffer `args` give an ndarray argument or
-/// companion.
+/// companion, ordered by memory space and first byte.
 std::vector<NdarrayRange> ndarrayRanges(std::span<const LaunchArg> args) {
   std::vector<NdarrayRange> ranges;
   for (unsigned i = 0; i < args.size(); ++i) {
@@ -73,50 +73,63 @@ std::vector<NdarrayRange> ndarrayRanges(std::span<const LaunchArg> args) {
       if (const Buffer *b = args[i].ndarrayValue().component(c); b && b->sizeInBytes() > 0)
         ranges.push_back({b->storageRange(), i, c});
   }
+  std::sort(ranges.begin(), ranges.end(), [](const NdarrayRange &a, const NdarrayRange &b) {
+    auto key = [](const NdarrayRange &r) {
+      return std::pair(reinterpret_cast<uintptr_t>(r.storage.space), r.storage.begin);
+    };
+    return key(a) < key(b);
+  });
   return ranges;
 }
 
-bool overlap(const NdarrayRange &a, const NdarrayRange &b) {
-  return a.storage.space == b.storage.space && a.storage.begin < b.storage.end &&
-         b.storage.begin < a.storage.end;
+/// Calls `f(a, b)` for every pair of `ranges` (ndarrayRanges' order) that
+/// overlap, until it returns true; whether one did. Each range meets only
+/// the ranges that start before it ends: no quadratic walk for a launch of
+/// many distinct buffers.
+template <typename F> bool anyOverlap(const std::vector<NdarrayRange> &ranges, F &&f) {
+  for (size_t x = 0; x < ranges.size(); ++x)
+    for (size_t y = x + 1;
+         y < ranges.size() && ranges[y].storage.space == ranges[x].storage.space &&
+         ranges[y].storage.begin < ranges[x].storage.end;
+         ++y)
+      if (f(ranges[x], ranges[y]))
+        return true;
+  return false;
 }
 
 absl::Status checkNdarrayOverlap(const Kernel &kernel, std::span<const LaunchArg> args) {
-  std::vector<NdarrayRange> ranges = ndarrayRanges(args);
-  for (size_t x = 0; x < ranges.size(); ++x)
-    for (size_t y = x + 1; y < ranges.size(); ++y) {
-      const NdarrayRange &a = ranges[x], &b = ranges[y];
-      const Type &ta = kernel.argument(a.arg)->type(), &tb = kernel.argument(b.arg)->type();
-      if (ta.element() == tb.element() && ta.ndim() == tb.ndim())
-        continue;
-      if (overlap(a, b)) {
-        auto name = [&](const NdarrayRange &r) {
-          std::string n = "%" + kernel.argument(r.arg)->name();
-          if (r.component != Component::Primal) {
-            n += '.';
-            n += toString(r.component);
-          }
-          return n;
-        };
-        return absl::InvalidArgumentError(fmt::format(
-            "kernel @{}: the buffers given for '{}' ({}) and '{}' ({}) overlap; ndarrays of "
-            "different element types or ranks must not share memory (qd's analyses take them to "
-            "be distinct)",
-            kernel.name(), name(a), ta.str(), name(b), tb.str()));
+  absl::Status status;
+  anyOverlap(ndarrayRanges(args), [&](const NdarrayRange &x, const NdarrayRange &y) {
+    const Type &tx = kernel.argument(x.arg)->type(), &ty = kernel.argument(y.arg)->type();
+    if (tx.element() == ty.element() && tx.ndim() == ty.ndim())
+      return false;
+    // Named in argument order.
+    bool inOrder = std::pair(x.arg, x.component) < std::pair(y.arg, y.component);
+    const NdarrayRange &a = inOrder ? x : y, &b = inOrder ? y : x;
+    auto name = [&](const NdarrayRange &r) {
+      std::string n = "%" + kernel.argument(r.arg)->name();
+      if (r.component != Component::Primal) {
+        n += '.';
+        n += toString(r.component);
       }
-    }
-  return absl::OkStatus();
+      return n;
+    };
+    status = absl::InvalidArgumentError(fmt::format(
+        "kernel @{}: the buffers given for '{}' ({}) and '{}' ({}) overlap; ndarrays of "
+        "different element types or ranks must not share memory (qd's analyses take them to "
+        "be distinct)",
+        kernel.name(), name(a), kernel.argument(a.arg)->type().str(), name(b),
+        kernel.argument(b.arg)->type().str()));
+    return true;
+  });
+  return status;
 }
 
 } // namespace
 
 bool ndarrayBuffersOverlap(std::span<const LaunchArg> args) {
-  std::vector<NdarrayRange> ranges = ndarrayRanges(args);
-  for (size_t x = 0; x < ranges.size(); ++x)
-    for (size_t y = x + 1; y < ranges.size(); ++y)
-      if (overlap(ranges[x], ranges[y]))
-        return true;
-  return false;
+  return anyOverlap(ndarrayRanges(args),
+                    [](const NdarrayRange &, const NdarrayRange &) { return true; });
 }
 
 absl::Status refuseGlobalAccessChecks(const Kernel &kernel, const LaunchOptions &options,
@@ -148,26 +161,28 @@ absl::Status validateLaunchArgs(const Kernel &kernel, std::span<const LaunchArg>
   for (unsigned i = 0; i < kernel.numArguments(); ++i) {
     const Argument &param = *kernel.argument(i);
     const LaunchArg &arg = args[i];
-    std::string what =
-        fmt::format("argument {} (%{}) of kernel @{}", i, param.name(), kernel.name());
+    // Formatted only for an error: this runs before every launch.
+    auto what = [&] {
+      return fmt::format("argument {} (%{}) of kernel @{}", i, param.name(), kernel.name());
+    };
     if (!param.isNdarray()) {
       if (arg.isNdarray())
         return absl::InvalidArgumentError(fmt::format(
-            "{} is a scalar of type {}, but an ndarray was given", what, param.type().str()));
+            "{} is a scalar of type {}, but an ndarray was given", what(), param.type().str()));
       if (arg.scalarValue().type != param.type().element())
         return absl::InvalidArgumentError(fmt::format("{} has type {}, but a {} value was given",
-                                                      what, param.type().str(),
+                                                      what(), param.type().str(),
                                                       toString(arg.scalarValue().type)));
       continue;
     }
     if (!arg.isNdarray() || !arg.ndarrayValue().primal)
       return absl::InvalidArgumentError(
-          fmt::format("{} is an {}, but a scalar was given", what, param.type().str()));
+          fmt::format("{} is an {}, but a scalar was given", what(), param.type().str()));
     const NdarrayArg &nd = arg.ndarrayValue();
     const Buffer &primal = *nd.primal;
     if (primal.elementType() != param.type().element() || primal.ndim() != param.type().ndim())
       return absl::InvalidArgumentError(
-          fmt::format("{} is an {}, but the buffer given holds {} with {} dimension{}", what,
+          fmt::format("{} is an {}, but the buffer given holds {} with {} dimension{}", what(),
                       param.type().str(), toString(primal.elementType()), primal.ndim(),
                       primal.ndim() == 1 ? "" : "s"));
     for (Component c : {Component::Grad, Component::Dual}) {
@@ -176,12 +191,12 @@ absl::Status validateLaunchArgs(const Kernel &kernel, std::span<const LaunchArg>
       const Buffer *b = nd.component(c);
       if (!b)
         return absl::InvalidArgumentError(
-            fmt::format("{} declares a {} companion, but no {} buffer was given", what, toString(c),
-                        toString(c)));
+            fmt::format("{} declares a {} companion, but no {} buffer was given", what(),
+                        toString(c), toString(c)));
       if (b->elementType() != primal.elementType() || b->shape() != primal.shape())
         return absl::InvalidArgumentError(
             fmt::format("the {} buffer of {} must have the primal's element type and shape",
-                        toString(c), what));
+                        toString(c), what()));
     }
   }
   return checkNdarrayOverlap(kernel, args);
