@@ -11,8 +11,10 @@
 //     the same run, with the sum of each thread's own need, as byte
 //     ratios, and the gradient's time with each (the median over rounds;
 //     each ratio is the ratio of the two medians printed);
-//   - the compacted heap under a budget of a quarter and an eighth of its
-//     size (fewer threads, more waves), against one wave, as time ratios;
+//   - the compacted heap under a budget of a tenth of the interleaved heap
+//     (where it binds: a launch at least 10x smaller than the interleaved
+//     one), and of a quarter and an eighth of its own size (fewer threads,
+//     more waves), against the interleaved layout, as time ratios;
 //   - the default path after a kernel's first launch, the optimistic launch
 //     (no counting kernel; the layout from the needs the last launch
 //     measured), with the interleaved layout and compacted, on programs of
@@ -190,30 +192,37 @@ int run(int argc, char **argv) {
   fmt::print("qd-bench-adstack-budget on {}: {} elements, 1 in {} takes {} steps, the others 3\n",
              backend.name(), o.n, o.every, o.deep);
   // Counted: the interleaved layout, the compacted heap, and the compacted
-  // heap under a quarter and an eighth of its bytes; then the optimistic
-  // launches, interleaved and compacted; taking turns per round.
+  // heap under a tenth of the interleaved heap's bytes and under a quarter
+  // and an eighth of its own; then the optimistic launches, interleaved
+  // and compacted; taking turns per round.
   std::vector<std::string> what{"interleaved", "compacted"};
-  std::vector<std::vector<double>> ms(6);
-  std::vector<qd::AdStackHeapUsage> used(6);
+  constexpr size_t kCounted = 5, kCases = 7;
+  std::vector<std::vector<double>> ms(kCases);
+  std::vector<qd::AdStackHeapUsage> used(kCases);
+  auto budgetOf = [&](size_t f) -> int64_t {
+    if (f < 2 || f >= kCounted)
+      return 0;
+    int64_t b = f == 2 ? used[0].bytes / 10 : used[1].bytes / (f == 3 ? 4 : 8);
+    // At least one thread's share (the CPU, which does not compact,
+    // cannot run less than one worker's slice).
+    return std::max(b, used[1].bytes / std::max<int64_t>(used[1].threads, 1));
+  };
   for (int r = 0; r < o.reps; ++r)
-    for (size_t f = 0; f < ms.size(); ++f) {
-      // At least one thread's share (the CPU, which does not compact,
-      // cannot run less than one worker's slice).
-      int64_t budget = f < 2 || f > 3
-                           ? 0
-                           : std::max(used[1].bytes / (f == 2 ? 4 : 8),
-                                      used[1].bytes / std::max<int64_t>(used[1].threads, 1));
-      ms[f].push_back(f < 4 ? gradient(*programs[0], counted(f > 0, o.group, budget))
-                            : gradient(*programs[f - 3], optimistic(f == 5, o.group)));
+    for (size_t f = 0; f < kCases; ++f) {
+      ms[f].push_back(f < kCounted
+                          ? gradient(*programs[0], counted(f > 0, o.group, budgetOf(f)))
+                          : gradient(*programs[f - kCounted + 1], optimistic(f == 6, o.group)));
       used[f] = *backend.lastAdStackHeapUsage();
       if (r == 0 && f < 2 && used[f].bytes == 0)
         die("the gradient used no heap (local tapes?): nothing to compare");
     }
-  what.push_back(fmt::format("compacted, budget {} bytes", used[2].budgetBytes));
+  what.push_back(
+      fmt::format("compacted, budget {} bytes (the interleaved heap / 10)", used[2].budgetBytes));
   what.push_back(fmt::format("compacted, budget {} bytes", used[3].budgetBytes));
+  what.push_back(fmt::format("compacted, budget {} bytes", used[4].budgetBytes));
   what.push_back("optimistic, interleaved");
   what.push_back("optimistic, compacted");
-  printTimes(what, ms, used, {0, 0, 0, 0, 4, 4});
+  printTimes(what, ms, used, {0, 0, 0, 0, 0, 5, 5});
   return 0;
 }
 
