@@ -325,14 +325,18 @@ size_t GpuRuntime::layoutArena(const GpuKernel &c, const accel::LaunchFrame &fra
   return ctxOff;
 }
 
-absl::Status GpuRuntime::enqueueWork(GpuKernel &c, const accel::LaunchFrame &frame, bool upload,
-                                     std::byte *staging, size_t ctxOff, size_t recordOff,
-                                     size_t reportBytes, size_t reportAt, StreamTimer *timer,
+absl::Status GpuRuntime::enqueueWork(GpuKernel &c, const accel::LaunchFrame &frame,
+                                     const Work &work, std::byte *staging, StreamTimer *timer,
                                      Stream stream) {
-  if (upload)
+  if (work.copyWords)
+    if (absl::Status s = device_->copyToDeviceAsync(c.launchWords, staging + work.wordsAt,
+                                                    c.wordsOnDevice.size() * 8, stream);
+        !s.ok())
+      return s;
+  if (work.upload)
     if (absl::Status s = arena_.upload(*device_, staging, stream); !s.ok())
       return s;
-  uint64_t ctxArg[] = {arena_.base() + ctxOff};
+  uint64_t ctxArg[] = {arena_.base() + work.ctxOff};
   absl::Status launched = timer ? timer->start(stream) : absl::OkStatus();
   for (size_t i = 0; i < c.kernelLayout.launches.size() && launched.ok(); ++i) {
     if (frame.groups[i] == 0)
@@ -345,14 +349,13 @@ absl::Status GpuRuntime::enqueueWork(GpuKernel &c, const accel::LaunchFrame &fra
   if (launched.ok() && timer)
     launched = timer->stop(stream);
   if (launched.ok())
-    launched = device_->copyToHostAsync(staging + reportAt, arena_.base() + recordOff, reportBytes,
-                                        stream);
+    launched = device_->copyToHostAsync(staging + work.reportAt, arena_.base() + work.recordOff,
+                                        work.reportBytes, stream);
   return launched;
 }
 
 absl::StatusOr<Graph> GpuRuntime::graphFor(GpuKernel &c, const accel::LaunchFrame &frame,
-                                           size_t slot, bool upload, size_t ctxOff,
-                                           size_t recordOff, size_t reportBytes, size_t reportAt) {
+                                           size_t slot, const Work &work) {
   if (!useGraphs_ || frame.timed || !device_->hasGraphs())
     return nullptr;
   // Launch shapes that keep changing (a grid per size) are not kept.
@@ -362,14 +365,16 @@ absl::StatusOr<Graph> GpuRuntime::graphFor(GpuKernel &c, const accel::LaunchFram
       device_->destroyGraph(g.graph);
     c.graphs.clear();
   }
+  // (The words' offset follows from the block's size.)
   GpuKernel::GraphKey key{.slot = slot,
                           .block = arena_.base(),
-                          .context = arena_.base() + ctxOff,
-                          .upload = upload,
+                          .context = arena_.base() + work.ctxOff,
+                          .upload = work.upload,
+                          .copyWords = work.copyWords,
                           .blockBytes = arena_.size(),
-                          .reportFrom = recordOff,
-                          .reportAt = reportAt,
-                          .reportBytes = reportBytes,
+                          .reportFrom = work.recordOff,
+                          .reportAt = work.reportAt,
+                          .reportBytes = work.reportBytes,
                           .groups = frame.groups,
                           .cooperative = frame.cooperative};
   GpuKernel::GraphEntry &entry = c.graphs[key];
@@ -380,13 +385,12 @@ absl::StatusOr<Graph> GpuRuntime::graphFor(GpuKernel &c, const accel::LaunchFram
     useGraphs_ = false; // the launches go one by one
     return nullptr;
   }
-  absl::Status work = enqueueWork(c, frame, upload, queue_->staging(slot), ctxOff, recordOff,
-                                  reportBytes, reportAt, nullptr, *capture);
+  absl::Status recorded = enqueueWork(c, frame, work, queue_->staging(slot), nullptr, *capture);
   absl::StatusOr<Graph> graph = device_->endCapture(*capture);
-  if (!work.ok()) {
+  if (!recorded.ok()) {
     if (graph.ok())
       device_->destroyGraph(*graph);
-    return work;
+    return recorded;
   }
   if (!graph.ok()) {
     useGraphs_ = false;
@@ -403,36 +407,33 @@ absl::Status GpuRuntime::enqueue(GpuKernel &c, const accel::LaunchFrame &frame, 
   std::byte *staging = queue_->staging(slot);
   if (absl::Status s = queue_->order(stream); !s.ok())
     return s;
+  Work work{.ctxOff = ctxOff,
+            .recordOff = recordOff,
+            .reportBytes = reportBytes,
+            .reportAt = reportAt,
+            .wordsAt = (arena_.size() + 15) & ~size_t(15)};
   // An asynchronous launch cannot tell whether the code wrote the record,
   // so the next launch uploads again.
-  const bool upload = !arena_.held(!frame.async);
+  work.upload = !arena_.held(!frame.async);
   if (c.launchWords) {
     std::vector<int64_t> words = launchWords(c, frame, slots);
     if (words != c.wordsOnDevice) {
-      c.wordsOnDevice.clear();
-      size_t at = (arena_.size() + 15) & ~size_t(15);
-      std::memcpy(staging + at, words.data(), words.size() * 8);
-      if (absl::Status s =
-              device_->copyToDeviceAsync(c.launchWords, staging + at, words.size() * 8, stream);
-          !s.ok())
-        return s;
+      std::memcpy(staging + work.wordsAt, words.data(), words.size() * 8);
       c.wordsOnDevice = std::move(words);
+      work.copyWords = true;
     }
   }
-  absl::StatusOr<Graph> graph =
-      graphFor(c, frame, slot, upload, ctxOff, recordOff, reportBytes, reportAt);
+  absl::StatusOr<Graph> graph = graphFor(c, frame, slot, work);
   if (!graph.ok())
     return graph.status();
-  if (*graph) {
-    // The graph's copy reads the launch block from the slot's staging
-    // memory when it runs.
-    if (upload)
-      arena_.stage(staging);
-    ++graphLaunches_;
-    return device_->launchGraph(*graph, stream);
-  }
-  return enqueueWork(c, frame, upload, staging, ctxOff, recordOff, reportBytes, reportAt,
-                     frame.timed ? timer_.get() : nullptr, stream);
+  if (!*graph)
+    return enqueueWork(c, frame, work, staging, frame.timed ? timer_.get() : nullptr, stream);
+  // The graph's copies read the launch block and the words from the
+  // slot's staging memory when it runs.
+  if (work.upload)
+    arena_.stage(staging);
+  ++graphLaunches_;
+  return device_->launchGraph(*graph, stream);
 }
 
 void GpuRuntime::readReport(size_t slot, accel::LaunchReport &report) const {

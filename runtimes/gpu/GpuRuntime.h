@@ -73,7 +73,7 @@ struct GpuKernel final : accel::DeviceKernel {
   struct GraphKey {
     size_t slot = 0;
     uint64_t block = 0, context = 0;
-    bool upload = false;
+    bool upload = false, copyWords = false;
     size_t blockBytes = 0, reportFrom = 0, reportAt = 0, reportBytes = 0;
     std::vector<uint32_t> groups;
     std::vector<bool> cooperative;
@@ -187,18 +187,22 @@ private:
   absl::Status enqueue(GpuKernel &c, const accel::LaunchFrame &frame, size_t slot, size_t ctxOff,
                        std::span<const DevicePtr> slots, size_t recordOff, size_t reportBytes,
                        size_t reportAt);
-  /// Queues the launch block's copy, the entries and the report's copy of
-  /// `frame` on `stream`.
-  /// `timer` (or null) brackets the entries.
-  absl::Status enqueueWork(GpuKernel &c, const accel::LaunchFrame &frame, bool upload,
-                           std::byte *staging, size_t ctxOff, size_t recordOff, size_t reportBytes,
-                           size_t reportAt, StreamTimer *timer, Stream stream);
+  /// What one launch queues, besides its entries: whether it copies the
+  /// launch block and the launch words (from the slot's staging memory,
+  /// the words at `wordsAt`), and where the context and the report lie.
+  struct Work {
+    bool upload = false, copyWords = false;
+    size_t ctxOff = 0, recordOff = 0, reportBytes = 0, reportAt = 0, wordsAt = 0;
+  };
+  /// Queues `work` of `frame` on `stream`; `timer` (or null) brackets the
+  /// entries.
+  absl::Status enqueueWork(GpuKernel &c, const accel::LaunchFrame &frame, const Work &work,
+                           std::byte *staging, StreamTimer *timer, Stream stream);
   /// The graph of enqueueWork for `frame`'s launch shape in `slot`,
   /// recorded the second time the shape is queued; null where there is
   /// none (yet, or the device cannot record one).
   absl::StatusOr<Graph> graphFor(GpuKernel &c, const accel::LaunchFrame &frame, size_t slot,
-                                 bool upload, size_t ctxOff, size_t recordOff, size_t reportBytes,
-                                 size_t reportAt);
+                                 const Work &work);
   /// Fills `report` from the report in `slot` (the launch has finished).
   void readReport(size_t slot, accel::LaunchReport &report) const;
   MirrorContext mirrorContext() const { return {device_, reducer_, queue_}; }
