@@ -19,7 +19,7 @@ const char *kUsage =
     "[--backends cuda,vulkan,cpu] [--device N] [--block-size N] [--max-registers N] "
     "[--cuda-threads N] [--cuda-tape-bytes-per-sm N] [--json FILE] "
     "[--vulkan-device NAME] [--vulkan-threads N[,N...]] [--vulkan-workgroup N] "
-    "[--vulkan-read-only-buffers] [--timeout-ms N]";
+    "[--vulkan-no-read-only-buffers] [--timeout-ms N]";
 
 } // namespace
 
@@ -63,8 +63,8 @@ Options parseOptions(int argc, char **argv) {
       o.vulkanThreads.clear();
       for (const std::string &t : splitList(next()))
         o.vulkanThreads.push_back(std::max<int64_t>(1, std::stoll(t)));
-    } else if (a == "--vulkan-read-only-buffers") {
-      o.vulkanReadOnlyBuffers = true;
+    } else if (a == "--vulkan-no-read-only-buffers") {
+      o.vulkanReadOnlyBuffers = false;
     } else if (a == "--vulkan-workgroup") {
       o.vulkanWorkgroup = unsigned(std::stoul(next()));
     } else if (a == "--timeout-ms") {

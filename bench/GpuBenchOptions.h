@@ -33,7 +33,7 @@ struct Options {
   std::string vulkanDevice;           // empty: QD_VULKAN_DEVICE, else the backend's choice
   std::vector<int64_t> vulkanThreads; // one Vulkan row each; empty: by the device
   unsigned vulkanWorkgroup = qd::VulkanBackendOptions().workgroupSize;
-  bool vulkanReadOnlyBuffers = false; // VulkanBackendOptions::readOnlyBuffers
+  bool vulkanReadOnlyBuffers = qd::VulkanBackendOptions().readOnlyBuffers;
   std::vector<std::string> peerFiles;
 };
 

@@ -54,7 +54,7 @@
 //                     [--device 0] [--block-size 128] [--max-registers 0]
 //                     [--cuda-threads 0] [--cuda-tape-bytes-per-sm 0] [--json FILE]
 //                     [--vulkan-device NAME] [--vulkan-threads N[,N...]]
-//                     [--vulkan-workgroup 64] [--vulkan-read-only-buffers] [--timeout-ms 0]
+//                     [--vulkan-workgroup 64] [--vulkan-no-read-only-buffers] [--timeout-ms 0]
 // --cuda-threads and --cuda-tape-bytes-per-sm: CudaBackendOptions::maxThreads
 // and localTapeBytesPerSm (0: the backend's default grid).
 // --backends (or --backend): the qd backends, one table row each per
@@ -70,8 +70,8 @@
 // discrete GPU), --vulkan-threads its grid (VulkanBackendOptions::maxThreads;
 // default 2^18 on a GPU, 65536 on a CPU device; several values give one
 // Vulkan row each, labelled vulkan:64K ...), --vulkan-workgroup its
-// workgroup size, --vulkan-read-only-buffers VulkanBackendOptions::
-// readOnlyBuffers. --timeout-ms launches with stop checks (every qd target).
+// workgroup size, --vulkan-no-read-only-buffers VulkanBackendOptions::
+// readOnlyBuffers = false (for A/B runs). --timeout-ms launches with stop checks (every qd target).
 // --max-n caps every size (a quick run).
 // Exit status 1 when a qd gradient FAILs its check.
 //

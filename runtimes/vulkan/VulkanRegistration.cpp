@@ -26,7 +26,7 @@ absl::Status registerVulkanBackend() {
       {"distinct-ndarrays", "true|false",
        "code for distinct buffers where a launch's ndarray buffers do not overlap"},
       {"read-only-buffers", "true|false",
-       "declare the buffers a kernel never writes NonWritable (default false)"},
+       "declare the buffers a kernel never writes NonWritable (default true)"},
       {"cooperative-tasks", "N",
        "tasks of at most N iterations share their long loops over a workgroup (0: never)"},
       {"cooperative-scatter-tasks", "N",

@@ -124,9 +124,10 @@ struct VulkanBackendOptions {
   /// runs the code that lets buffers overlap.
   bool distinctNdarrays = true;
   /// Declare the buffers no access of a kernel writes NonWritable
-  /// (SpirvOptions::readOnlyBuffers; off: it gave wrong gradients on
-  /// NVIDIA's driver).
-  bool readOnlyBuffers = false;
+  /// (SpirvOptions::readOnlyBuffers), except in kernels that add floats
+  /// with the device's atomic instruction (docs/runtime.md, "SPIR-V code
+  /// generation").
+  bool readOnlyBuffers = true;
   /// Cooperative tasks (SpirvOptions::cooperativeTaskIterations, docs/
   /// runtime.md "Cooperative tasks"): a task of at most this many
   /// iterations around long serial loops runs a workgroup per iteration

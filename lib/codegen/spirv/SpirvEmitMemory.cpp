@@ -161,6 +161,7 @@ void SpirvEmitter::atomicAdd(const AtomicAddStmt &add, const SlotInfo &slot, Id 
     m_.capability(slot.elem == ScalarType::F32 ? spv::Capability::AtomicFloat32AddEXT
                                                : spv::Capability::AtomicFloat64AddEXT);
     b_.op(Op::OpAtomicFAddEXT, slot.storage, {ptr, scope, none, value});
+    nativeFloatAdds_ = true;
     return;
   }
   // A compare-exchange loop on the bits.

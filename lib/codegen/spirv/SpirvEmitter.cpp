@@ -186,8 +186,6 @@ void SpirvEmitter::declareBindings() {
     if (g.component != Component::Primal)
       name += "." + std::string(toString(g.component));
     s.var = buffer(s.storage, wordsOf(s.elem) * 4, kFirstSlotBinding + i, name);
-    if (s.readOnly)
-      m_.decorate(s.var, spv::Decoration::NonWritable, {});
     s.pointer = m_.typePointer(spv::StorageClass::StorageBuffer, s.storage);
   }
   if (opts_.stopChecks) {
@@ -243,6 +241,13 @@ absl::Status SpirvEmitter::run() {
                       spv::StorageClass::Workgroup, loopFlagsVar_);
     m_.name(loopFlagsVar_, "loop_exit_flags");
   }
+  // Read-only buffers, once the code is known: not beside native float
+  // atomic adds, with which NVIDIA's driver gave wrong gradients
+  // (docs/runtime.md, "SPIR-V code generation").
+  if (!nativeFloatAdds_)
+    for (const SlotInfo &slot : slots_)
+      if (slot.readOnly)
+        m_.decorate(slot.var, spv::Decoration::NonWritable, {});
   if (!error_.empty())
     return absl::InternalError(error_);
   out_.words = m_.finish();

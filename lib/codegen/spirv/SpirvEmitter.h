@@ -277,6 +277,9 @@ private:
   KernelLayout &layout_;
   /// What the kernel writes, by alias class (SpirvOptions::readOnlyBuffers).
   std::optional<WrittenAliasClasses> written_;
+  /// The code adds floats atomically with the device's own instruction
+  /// (OpAtomicFAddEXT; not private atomics, not a compare-exchange loop).
+  bool nativeFloatAdds_ = false;
   /// The loops that read the stop word (SpirvOptions::stopChecks).
   StopCheckPlan stopPlan_;
   SpirvModule m_;

@@ -121,8 +121,10 @@ struct SpirvOptions {
   /// Declare the buffers of fields and ndarrays that no access of the
   /// kernel may write (WrittenAliasClasses under the aliasing above)
   /// NonWritable, so that the driver may read them through its read-only
-  /// caches. Off by default: on NVIDIA's driver it gave wrong gradients
-  /// (docs/runtime.md, "SPIR-V code generation").
+  /// caches; not in a kernel with native float atomic adds, beside which
+  /// NVIDIA's driver gave wrong gradients (docs/runtime.md, "SPIR-V code
+  /// generation"). The Vulkan backend turns it on
+  /// (VulkanBackendOptions::readOnlyBuffers).
   bool readOnlyBuffers = false;
   /// Cooperative tasks (qd/analysis/CooperativeTask.h; the LLVM targets'
   /// CodegenOptions::cooperativeTaskIterations and
