@@ -309,6 +309,44 @@ TEST(LaunchArgs, NdarraysOfDifferentTypesMustNotShareMemory) {
           .ok());
 }
 
+// Fields never share storage with ndarrays (docs/analyses.md): a launch
+// that gives a field the kernel accesses as an ndarray argument (or
+// companion) is refused, naming both; a field the kernel does not touch
+// may be passed, and so may a copy.
+TEST(LaunchArgs, AFieldTheKernelAccessesIsNoNdarrayArgument) {
+  Harness h(R"(field @w : f32[4] grad
+field @other : f32[4]
+kernel @k(%a: ndarray<f32, 1> grad) {
+  parallel for %i = 0 to 4 {
+    %v = load @w[%i] : f32
+    %one = const 1 : f32
+    %x = add %v, %one : f32
+    store %a[%i], %x
+  }
+})");
+  Buffer &w = *h.program->field("w");
+  Buffer &wGrad = *h.program->field("w", Component::Grad);
+  Buffer &other = *h.program->field("other");
+  for (int64_t i = 0; i < 4; ++i)
+    w.set(i, Scalar::ofFloat(ScalarType::F32, double(i)));
+  auto copy = *Buffer::create(ScalarType::F32, {4});
+  NdarrayArg same{&w, &other}, asGrad{&other, &w}, untouched{&other, &copy};
+  EXPECT_EQ(message(h.run("k", {LaunchArg::ndarray(&same)})),
+            "kernel @k: the buffer given for '%a' is the storage of field '@w', which the kernel "
+            "accesses; qd's analyses take fields and ndarrays to be distinct memory, so pass a "
+            "copy of the field (Buffer::create and copy its contents) instead");
+  EXPECT_NE(message(h.run("k", {LaunchArg::ndarray(&asGrad)}))
+                .find("'%a.grad' is the storage "
+                      "of field '@w'"),
+            std::string::npos);
+  ASSERT_TRUE(h.run("k", {LaunchArg::ndarray(&untouched)}).ok());
+  EXPECT_EQ(other.get(3).f, 4.0f);
+  // @w.grad is not accessed: passing it is fine.
+  NdarrayArg gradOk{&wGrad, &copy};
+  EXPECT_TRUE(h.run("k", {LaunchArg::ndarray(&gradOk)}).ok());
+  EXPECT_EQ(wGrad.get(2).f, 3.0f);
+}
+
 // ndarrayBuffersOverlap (which picks the distinct-ndarray code) against
 // every pair, for buffers at random places in one allocation and some
 // disjoint ones, in random argument order.

@@ -274,6 +274,8 @@ absl::Status Program::launch(std::string_view name, std::span<const LaunchArg> a
     return absl::NotFoundError(fmt::format("no kernel named '@{}' in the module", name));
   if (absl::Status s = validateLaunchArgs(*k, args); !s.ok())
     return s;
+  if (absl::Status s = checkFieldStorage(*k, args); !s.ok())
+    return s;
   if (!launchTraceOn())
     return launchSized(*k, args, backend, options, /*record=*/true);
   launchTrace(fmt::format("Program::launch @{} on {} begins", name, backend.name()));
@@ -282,6 +284,55 @@ absl::Status Program::launch(std::string_view name, std::span<const LaunchArg> a
   launchTrace(fmt::format("Program::launch @{} on {}: {:.1f} us", name, backend.name(),
                           microsecondsSince(start)));
   return s;
+}
+
+const std::vector<Program::AccessedField> &Program::accessedFields(const Kernel &k) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto [it, fresh] = accessedFields_.try_emplace(&k);
+  if (fresh)
+    walk(const_cast<Kernel &>(k), [&](Stmt &s) {
+      auto *g = dyn_cast<GlobalAccessStmt>(&s);
+      if (!g || !g->isField())
+        return;
+      const Buffer *b = field(*g->field(), g->component());
+      if (b && std::none_of(it->second.begin(), it->second.end(),
+                            [&](const AccessedField &a) { return a.buffer == b; }))
+        it->second.push_back({b, g->field(), g->component()});
+    });
+  return it->second;
+}
+
+absl::Status Program::checkFieldStorage(const Kernel &k, std::span<const LaunchArg> args) {
+  const std::vector<AccessedField> &fields = accessedFields(k);
+  for (unsigned i = 0; i < args.size() && !fields.empty(); ++i) {
+    if (!args[i].isNdarray())
+      continue;
+    for (Component c : {Component::Primal, Component::Grad, Component::Dual}) {
+      const Buffer *b = args[i].ndarrayValue().component(c);
+      if (!b)
+        continue;
+      const Buffer::StorageRange r = b->storageRange();
+      for (const AccessedField &f : fields) {
+        const Buffer::StorageRange fr = f.buffer->storageRange();
+        bool shared = f.buffer == b || (fr.space == r.space && fr.begin < r.end &&
+                                        r.begin < fr.end && b->sizeInBytes() > 0);
+        if (!shared)
+          continue;
+        std::string arg = "%" + std::string(k.argument(i)->name());
+        if (c != Component::Primal)
+          arg += "." + std::string(toString(c));
+        std::string fieldName = "@" + f.field->name();
+        if (f.component != Component::Primal)
+          fieldName += "." + std::string(toString(f.component));
+        return absl::InvalidArgumentError(fmt::format(
+            "kernel @{}: the buffer given for '{}' is the storage of field '{}', which the "
+            "kernel accesses; qd's analyses take fields and ndarrays to be distinct memory, so "
+            "pass a copy of the field (Buffer::create and copy its contents) instead",
+            k.name(), arg, fieldName));
+      }
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::Status Program::launchSized(const Kernel &k, std::span<const LaunchArg> args,

@@ -500,6 +500,17 @@ private:
   };
   CountState &countState(const Kernel &k);
   std::mutex &intervalTurn(const Kernel &k);
+  /// The field buffers `k` accesses, each with its field and component
+  /// (walked once per kernel).
+  struct AccessedField {
+    const Buffer *buffer;
+    const Field *field;
+    Component component;
+  };
+  const std::vector<AccessedField> &accessedFields(const Kernel &k);
+  /// Refuses an ndarray argument whose storage is (part of) a field's that
+  /// `k` accesses: the analyses take fields and ndarrays to be distinct.
+  absl::Status checkFieldStorage(const Kernel &k, std::span<const LaunchArg> args);
   /// `slot` as a zeroed buffer of `n` elements of `type`: kept where it has
   /// that size (on a GPU a new buffer is a device allocation per launch;
   /// zeroing it is one small upload), else made anew.
@@ -565,6 +576,7 @@ private:
   /// Per kernel with checkpointed loops: held from setting the interval's
   /// field to the end of the launch (launches of one gradient take turns).
   std::map<const Kernel *, std::unique_ptr<std::mutex>> intervalTurns_;
+  std::map<const Kernel *, std::vector<AccessedField>> accessedFields_;
   std::map<std::pair<const Field *, Component>, Buffer> fields_;
 };
 
