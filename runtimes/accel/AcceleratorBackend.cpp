@@ -56,14 +56,15 @@ absl::Status prefixed(const Kernel &kernel, const absl::Status &s) {
 }
 
 /// A QD_TRACE_LAUNCHES line for a launch whose execute took `us`.
-void traceLaunch(const Kernel &kernel, const accel::LaunchFrame &frame, double us) {
+void traceLaunch(const Kernel &kernel, const accel::LaunchFrame &frame,
+                 const accel::LaunchReport &report, double us) {
   std::string groups;
   for (size_t i = 0; i < frame.groups.size(); ++i)
     groups += fmt::format("{}{}{}", i ? "," : "", frame.groups[i],
                           i < frame.cooperative.size() && frame.cooperative[i] ? "c" : "");
-  launchTrace(fmt::format("@{} threads {} groups [{}]{}{}: {:.1f} us", kernel.name(), frame.threads,
-                          groups, frame.async ? " async" : "", frame.groupTable ? " compacted" : "",
-                          us));
+  launchTrace(fmt::format("@{} threads {} groups [{}]{}{}{}: {:.1f} us", kernel.name(),
+                          frame.threads, groups, frame.async ? " async" : "",
+                          frame.groupTable ? " compacted" : "", report.graph ? " graph" : "", us));
 }
 
 /// The error an asynchronous launch reported, returned by a later call:
@@ -438,7 +439,7 @@ absl::Status AcceleratorBackend::State::run(DeviceKernel &code, accel::LaunchFra
     auto start = trace ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
     ran = device.execute(code, frame, report);
     if (trace)
-      traceLaunch(kernel, frame, microsecondsSince(start));
+      traceLaunch(kernel, frame, report, microsecondsSince(start));
   }
   if (ran.ok() && report.ticket)
     pending.push_back({report.ticket, plan.detached()});

@@ -402,7 +402,7 @@ absl::StatusOr<Graph> GpuRuntime::graphFor(GpuKernel &c, const accel::LaunchFram
 
 absl::Status GpuRuntime::enqueue(GpuKernel &c, const accel::LaunchFrame &frame, size_t slot,
                                  size_t ctxOff, std::span<const DevicePtr> slots, size_t recordOff,
-                                 size_t reportBytes, size_t reportAt) {
+                                 size_t reportBytes, size_t reportAt, bool &graphed) {
   Stream stream = frame.stream;
   std::byte *staging = queue_->staging(slot);
   if (absl::Status s = queue_->order(stream); !s.ok())
@@ -433,6 +433,7 @@ absl::Status GpuRuntime::enqueue(GpuKernel &c, const accel::LaunchFrame &frame, 
   if (work.upload)
     arena_.stage(staging);
   ++graphLaunches_;
+  graphed = true;
   return device_->launchGraph(*graph, stream);
 }
 
@@ -468,7 +469,8 @@ absl::Status GpuRuntime::execute(accel::DeviceKernel &kernel, const accel::Launc
   if (!slot.ok())
     return slot.status();
   slotReports_[*slot] = {reportAt, reportBytes - report.needed.size() * 8, report.needed.size()};
-  absl::Status s = enqueue(c, frame, *slot, ctxOff, slots, recordOff, reportBytes, reportAt);
+  absl::Status s =
+      enqueue(c, frame, *slot, ctxOff, slots, recordOff, reportBytes, reportAt, report.graph);
   // The event goes after whatever was queued, so that the staging memory is
   // reused only once the stream has read it, even after a failure.
   absl::Status submitted = queue_->submit(*slot, frame.stream);

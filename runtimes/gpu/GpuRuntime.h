@@ -183,10 +183,11 @@ private:
                      size_t &reportBytes);
   /// Queues `frame` in queue slot `slot`: the launch block's copy (unless
   /// the device holds it), the launch words', the entries and the report's
-  /// copy back into the slot at `reportAt`, then the slot's event.
+  /// copy back into the slot at `reportAt` (or the graph recorded for
+  /// them, setting `graphed`).
   absl::Status enqueue(GpuKernel &c, const accel::LaunchFrame &frame, size_t slot, size_t ctxOff,
                        std::span<const DevicePtr> slots, size_t recordOff, size_t reportBytes,
-                       size_t reportAt);
+                       size_t reportAt, bool &graphed);
   /// What one launch queues, besides its entries: whether it copies the
   /// launch block and the launch words (from the slot's staging memory,
   /// the words at `wordsAt`), and where the context and the report lie.

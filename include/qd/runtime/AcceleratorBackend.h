@@ -125,6 +125,9 @@ struct LaunchReport {
   /// An asynchronous frame's ticket for collect(): the report is not
   /// filled yet.
   uint64_t ticket = 0;
+  /// The frame went as one recorded graph (CudaBackendOptions::
+  /// launchGraphs).
+  bool graph = false;
 };
 
 /// How a device bounds a launch.
