@@ -355,5 +355,39 @@ TEST(SpirvCodegenTest, ValidationRejectsBrokenModules) {
   EXPECT_FALSE(disassembleSpirv(words).ok());
 }
 
+// assembleSpirv (the runtimes' hand-written shaders): valid assembly
+// round-trips through the disassembler; text the assembler rejects, and
+// assembly that does not validate, are errors that say which.
+TEST(SpirvCodegenTest, AssemblyIsAssembledAndValidated) {
+  constexpr const char *kEmpty = R"(
+               OpCapability Shader
+               OpMemoryModel Logical GLSL450
+               OpEntryPoint GLCompute %main "main"
+               OpExecutionMode %main LocalSize 1 1 1
+       %void = OpTypeVoid
+         %fn = OpTypeFunction %void
+       %main = OpFunction %void None %fn
+      %entry = OpLabel
+               OpReturn
+               OpFunctionEnd
+)";
+  absl::StatusOr<std::vector<uint32_t>> words = assembleSpirv(kEmpty);
+  ASSERT_TRUE(words.ok()) << words.status().message();
+  EXPECT_EQ((*words)[0], 0x07230203u);
+  EXPECT_NE(disassembleSpirv(*words)->find("LocalSize 1 1 1"), std::string::npos);
+  absl::StatusOr<std::vector<uint32_t>> garbage = assembleSpirv("OpNoSuchInstruction %x");
+  ASSERT_FALSE(garbage.ok());
+  EXPECT_EQ(garbage.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(garbage.status().message().find("cannot assemble SPIR-V"), std::string::npos)
+      << garbage.status().message();
+  // Assembles, but a function without a terminator does not validate.
+  std::string broken = kEmpty;
+  broken.replace(broken.find("OpReturn"), 8, "");
+  absl::StatusOr<std::vector<uint32_t>> invalid = assembleSpirv(broken);
+  ASSERT_FALSE(invalid.ok());
+  EXPECT_NE(invalid.status().message().find("is not valid"), std::string::npos)
+      << invalid.status().message();
+}
+
 } // namespace
 } // namespace qd
