@@ -12,6 +12,13 @@ namespace qd {
 namespace {
 
 /// A field incremented per element on the device, and a read-only field.
+/// `text` with every N replaced by `n` (a field's extent).
+std::string withN(std::string text, int64_t n) {
+  for (size_t at; (at = text.find('N')) != std::string::npos;)
+    text.replace(at, 1, std::to_string(n));
+  return text;
+}
+
 constexpr const char *kResident = R"(field @f : f32[4096]
 field @w : f32[4096]
 field @b : i1[4096]
@@ -120,8 +127,7 @@ kernel @copy() {
   }
 }
 )";
-  for (size_t at; (at = text.find('N')) != std::string::npos;)
-    text.replace(at, 1, std::to_string(n));
+  text = withN(std::move(text), n);
   auto module = parseModule(text, {"pieces.qd", 1});
   ASSERT_TRUE(module.ok()) << module.status().message();
   auto program = *Program::create(**module);
@@ -174,8 +180,7 @@ kernel @fill() {
   }
 }
 )";
-  for (size_t at; (at = text.find('N')) != std::string::npos;)
-    text.replace(at, 1, std::to_string(n));
+  text = withN(std::move(text), n);
   auto module = parseModule(text, {"maxima.qd", 1});
   ASSERT_TRUE(module.ok()) << module.status().message();
   auto program = *Program::create(**module);

@@ -26,15 +26,21 @@ absl::Status statementError(const Kernel &kernel, const Stmt &s, const Stmt *tas
                                                    launchWhere(kernel, task), printStmtHeader(s)));
 }
 
-std::string globalAccessName(const GlobalAccessStmt &g) {
-  std::string name = g.field() ? "@" + g.field()->name() : "%" + g.ndarray()->name();
-  if (g.component() != Component::Primal) {
+std::string globalName(bool field, std::string_view name, Component c) {
+  std::string out(1, field ? '@' : '%');
+  out += name;
+  if (c != Component::Primal) {
     // Appended piecewise: `"." + std::string(...)` trips a false GCC 12
     // -Wrestrict at -O3.
-    name += '.';
-    name += toString(g.component());
+    out += '.';
+    out += toString(c);
   }
-  return name;
+  return out;
+}
+
+std::string globalAccessName(const GlobalAccessStmt &g) {
+  return globalName(g.field() != nullptr, g.field() ? g.field()->name() : g.ndarray()->name(),
+                    g.component());
 }
 
 std::string indexOutOfRangeText(std::string_view global, std::span<const int64_t> indices,

@@ -3,6 +3,7 @@
 
 #include "AcceleratorState.h"
 
+#include "qd/abi/LaunchErrors.h"
 #include "qd/codegen/KernelSizingCache.h"
 #include "qd/runtime/LaunchPlan.h"
 #include "qd/runtime/LaunchTrace.h"
@@ -43,11 +44,9 @@ namespace {
 
 /// "field @x", "argument %a.grad": a global slot in messages.
 std::string slotName(const KernelLayout::GlobalSlot &slot) {
-  std::string what = slot.field ? "field @" + std::string(slot.field->name())
-                                : "argument %" + std::string(slot.ndarray->name());
-  if (slot.component != Component::Primal)
-    what += "." + std::string(toString(slot.component));
-  return what;
+  return (slot.field ? "field " : "argument ") +
+         globalName(slot.field != nullptr, slot.field ? slot.field->name() : slot.ndarray->name(),
+                    slot.component);
 }
 
 absl::Status prefixed(const Kernel &kernel, const absl::Status &s) {

@@ -35,11 +35,10 @@ absl::StatusOr<LaunchPlan> LaunchPlan::bind(Program &program, const Kernel &kern
     Buffer *b = slot.field ? program.field(*slot.field, slot.component)
                            : args[slot.ndarray->index()].ndarrayValue().component(slot.component);
     if (!b) {
-      std::string name = slot.field ? "@" + slot.field->name() : "%" + slot.ndarray->name();
       return absl::FailedPreconditionError(fmt::format(
-          "kernel @{} uses '{}{}', which has no storage in this launch", kernel.name(), name,
-          slot.component == Component::Primal ? std::string()
-                                              : fmt::format(".{}", toString(slot.component))));
+          "kernel @{} uses '{}', which has no storage in this launch", kernel.name(),
+          globalName(slot.field != nullptr, slot.field ? slot.field->name() : slot.ndarray->name(),
+                     slot.component)));
     }
     plan.buffers_.push_back(b);
   }

@@ -3,6 +3,7 @@
 
 #include "LaunchInputs.h"
 
+#include "qd/abi/LaunchErrors.h"
 #include "qd/ir/Casting.h"
 #include "qd/ir/Checkpointing.h"
 #include "qd/ir/Visitor.h"
@@ -107,12 +108,7 @@ absl::Status checkNdarrayOverlap(const Kernel &kernel, std::span<const LaunchArg
     bool inOrder = std::pair(x.arg, x.component) < std::pair(y.arg, y.component);
     const NdarrayRange &a = inOrder ? x : y, &b = inOrder ? y : x;
     auto name = [&](const NdarrayRange &r) {
-      std::string n = "%" + kernel.argument(r.arg)->name();
-      if (r.component != Component::Primal) {
-        n += '.';
-        n += toString(r.component);
-      }
-      return n;
+      return globalName(false, kernel.argument(r.arg)->name(), r.component);
     };
     status = absl::InvalidArgumentError(fmt::format(
         "kernel @{}: the buffers given for '{}' ({}) and '{}' ({}) overlap; ndarrays of "
@@ -318,17 +314,12 @@ absl::Status Program::checkFieldStorage(const Kernel &k, std::span<const LaunchA
                                         r.begin < fr.end && b->sizeInBytes() > 0);
         if (!shared)
           continue;
-        std::string arg = "%" + std::string(k.argument(i)->name());
-        if (c != Component::Primal)
-          arg += "." + std::string(toString(c));
-        std::string fieldName = "@" + f.field->name();
-        if (f.component != Component::Primal)
-          fieldName += "." + std::string(toString(f.component));
         return absl::InvalidArgumentError(fmt::format(
             "kernel @{}: the buffer given for '{}' is the storage of field '{}', which the "
             "kernel accesses; qd's analyses take fields and ndarrays to be distinct memory, so "
             "pass a copy of the field (Buffer::create and copy its contents) instead",
-            k.name(), arg, fieldName));
+            k.name(), globalName(false, k.argument(i)->name(), c),
+            globalName(true, f.field->name(), f.component)));
       }
     }
   }

@@ -23,6 +23,7 @@ class AdStackAllocaStmt;
 class GlobalAccessStmt;
 class Kernel;
 class Stmt;
+enum class Component : uint8_t;
 
 /// The top-level task that holds `s` (null outside tasks).
 const Stmt *taskOf(const Stmt *s);
@@ -35,7 +36,10 @@ std::string launchWhere(const Kernel &kernel, const Stmt *task);
 absl::Status statementError(const Kernel &kernel, const Stmt &s, const Stmt *task,
                             std::string_view what);
 
-/// "@x", "%a", "@x.grad": the global a statement accesses.
+/// "@x", "%a", "@x.grad": a field's (`field`) or an ndarray argument's
+/// component by name.
+std::string globalName(bool field, std::string_view name, Component c);
+/// globalName of the global a statement accesses.
 std::string globalAccessName(const GlobalAccessStmt &g);
 
 /// "index [4, 1] is out of range for '@x' of shape [4, 4]". `truncated`:
