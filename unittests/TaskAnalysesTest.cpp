@@ -11,6 +11,7 @@
 
 #include <sstream>
 #include <string>
+#include <unordered_map>
 
 namespace qd {
 namespace {
@@ -182,7 +183,20 @@ kernel @k(%a: ndarray<f32, 1> grad, %b: ndarray<f32, 1>, %c: ndarray<i32, 1>) {
   EXPECT_FALSE(distinct.written(w));
 }
 
-TEST(ElementOwnershipTest, StoresThatMayWaitForTheEndOfTheIteration) {
+/// "<store's class>@<top-level position it sinks to, or end> ..." for the
+/// stores sunkStores moves in `task`.
+std::string sinkPlan(ForStmt &task, NdarrayAliasing aliasing) {
+  std::unordered_map<const Stmt *, size_t> position;
+  for (Stmt &s : task.body())
+    position.emplace(&s, position.size());
+  std::string out;
+  for (const SunkStore &k : sunkStores(task, aliasing))
+    out += describe(aliasClassOf(*k.store, NdarrayAliasing::Distinct)) + "@" +
+           (k.before ? std::to_string(position.at(k.before)) : "end") + " ";
+  return out;
+}
+
+TEST(ElementOwnershipTest, StoresOfConstantsSinkToWhatMayTouchTheirMemory) {
   // The shape of a gradient iteration: read an output's adjoint, zero it,
   // then the reverse loop and the input's adjoint.
   Parsed p = parse(R"(
@@ -208,17 +222,11 @@ kernel @k(%x: ndarray<f32, 1> grad, %y: ndarray<f32, 1> grad, %m: ndarray<i32, 1
   }
 }
 )");
-  auto names = [](const std::vector<GlobalStoreStmt *> &stores) {
-    std::string out;
-    for (const GlobalStoreStmt *s : stores)
-      out += describe(aliasClassOf(*s, NdarrayAliasing::Distinct)) + " ";
-    return out;
-  };
-  // May alias: %y.grad shares a class with %x and %x.grad, read later; @f
-  // is stored again; @g stores a computed value. %m is of its own class.
-  EXPECT_EQ(names(deferrableStores(p.task->body(), NdarrayAliasing::MayAlias)), "%m ");
-  // Distinct buffers: %y.grad too (only %x and %x.grad come later).
-  EXPECT_EQ(names(deferrableStores(p.task->body(), NdarrayAliasing::Distinct)), "%y.grad %m ");
+  // May alias: %y.grad shares a class with %x and %x.grad, which the loop
+  // (7) touches; @f is stored again (8); %m is of its own class.
+  EXPECT_EQ(sinkPlan(*p.task, NdarrayAliasing::MayAlias), "%y.grad@7 %m@end @f@8 ");
+  // Distinct buffers: %y.grad to the end too (only %x and %x.grad follow).
+  EXPECT_EQ(sinkPlan(*p.task, NdarrayAliasing::Distinct), "%y.grad@end %m@end @f@8 ");
 
   // A break or continue of the iteration itself keeps the stores before
   // it where they are; one of a nested loop (above) does not.
@@ -235,7 +243,51 @@ kernel @k(%y: ndarray<f32, 1> grad) {
   }
 }
 )");
-  EXPECT_EQ(names(deferrableStores(q.task->body(), NdarrayAliasing::Distinct)), "");
+  EXPECT_EQ(sinkPlan(*q.task, NdarrayAliasing::Distinct), "");
+}
+
+TEST(ElementOwnershipTest, StoresSinkPastOtherSlicesOfTheirArray) {
+  // A time step's gradient: zero p.grad[t + 1] after reading it, update
+  // slice t (never the same element), then the clamped slice max(t - 1, 0),
+  // which may be t + 1 (t = -1) and so stops the store.
+  Parsed p = parse(R"(
+kernel @k(%t: i32, %p: ndarray<f32, 2> grad) {
+  parallel for %i = 0 to 8 {
+    %zero = const 0.0 : f32
+    %one = const 1 : i32
+    %t1 = add %t, %one : i32
+    %a = load %p.grad[%t1, %i] : f32
+    store %p.grad[%t1, %i], %zero
+    %b = load %p.grad[%t, %i] : f32
+    %c = add %a, %b : f32
+    store %p.grad[%t, %i], %c
+    %u = sub %t, %one : i32
+    %n = const 0 : i32
+    %m = max %u, %n : i32
+    atomic_add %p.grad[%m, %i], %a : f32
+  }
+}
+)");
+  EXPECT_EQ(sinkPlan(*p.task, NdarrayAliasing::Distinct), "%p.grad@11 ");
+
+  // A store that stops at another store of a constant stays right before
+  // it, and that one stays where it is: sinking it past the load of x[t + 1]
+  // (apart from x[t], not from x[i]) would carry the first along.
+  Parsed q = parse(R"(
+kernel @k(%t: i32, %x: ndarray<f32, 1>) {
+  parallel for %i = 0 to 8 {
+    %zero = const 0.0 : f32
+    %one = const 1 : i32
+    %t1 = add %t, %one : i32
+    store %x[%i], %zero
+    %w = const 2 : i32
+    store %x[%t], %zero
+    %v = load %x[%t1] : f32
+    store %x[%i], %v
+  }
+}
+)");
+  EXPECT_EQ(sinkPlan(*q.task, NdarrayAliasing::Distinct), "%x@5 ");
 }
 
 TEST(UniformityTest, VaryingValuesDivergentArmsAndMaskedLoops) {

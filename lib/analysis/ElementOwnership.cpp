@@ -63,42 +63,79 @@ std::string describe(const AliasClass &cls) {
   return name;
 }
 
-std::vector<GlobalStoreStmt *> deferrableStores(Block &body, NdarrayAliasing aliasing) {
-  // Backwards over the top level: the alias classes the statements after
-  // each store touch (a few: one per global) and whether one of them may
-  // leave the iteration.
-  std::vector<AliasClass> later;
+namespace {
+
+/// What one top-level statement of a task body does that a store sunk past
+/// it must respect: the global accesses in it, and whether it may leave
+/// the iteration.
+struct TopLevelEffects {
+  std::vector<const GlobalAccessStmt *> accesses;
   bool leaves = false;
-  std::vector<GlobalStoreStmt *> out;
+};
+
+TopLevelEffects effectsOf(Stmt &top) {
+  TopLevelEffects e;
+  auto note = [&](Stmt &s) {
+    if (auto *g = dyn_cast<GlobalAccessStmt>(&s))
+      e.accesses.push_back(g);
+    if (s.kind() != StmtKind::Break && s.kind() != StmtKind::Continue)
+      return;
+    // One inside a loop nested in the iteration leaves only that loop.
+    bool nested = false;
+    for (Stmt *p = &s; p != &top && !nested;) {
+      p = p->parentStmt();
+      nested = p->kind() == StmtKind::For || p->kind() == StmtKind::While;
+    }
+    e.leaves |= !nested;
+  };
+  note(top);
+  for (unsigned b = 0; b < top.numBlocks(); ++b)
+    walk(top.block(b), note);
+  return e;
+}
+
+/// How many accesses one store is compared with before it stops sinking:
+/// the analysis stays linear in the body for any number of stores.
+constexpr size_t kSinkComparisons = 4096;
+
+} // namespace
+
+std::vector<SunkStore> sunkStores(ForStmt &task, NdarrayAliasing aliasing) {
   std::vector<Stmt *> top;
-  for (Stmt &s : body)
+  for (Stmt &s : task.body())
     top.push_back(&s);
-  for (auto it = top.rbegin(); it != top.rend(); ++it) {
-    auto *st = dyn_cast<GlobalStoreStmt>(*it);
-    if (st && !leaves && isa<ConstStmt>(st->value()) &&
-        std::find(later.begin(), later.end(), aliasClassOf(*st, aliasing)) == later.end())
-      out.push_back(st);
-    auto note = [&](Stmt &s) {
-      if (auto *g = dyn_cast<GlobalAccessStmt>(&s)) {
-        AliasClass c = aliasClassOf(*g, aliasing);
-        if (std::find(later.begin(), later.end(), c) == later.end())
-          later.push_back(c);
+  std::vector<TopLevelEffects> effects;
+  effects.reserve(top.size());
+  for (Stmt *s : top)
+    effects.push_back(effectsOf(*s));
+  // A store sunk to another store that could sink too stays right before
+  // it, which then stays where it is: the first is only known not to touch
+  // what lies before the second.
+  std::unordered_set<const Stmt *> pinned;
+  std::vector<SunkStore> out;
+  for (size_t i = 0; i < top.size(); ++i) {
+    auto *st = dyn_cast<GlobalStoreStmt>(top[i]);
+    if (!st || !isa<ConstStmt>(st->value()) || pinned.count(st))
+      continue;
+    size_t j = i + 1, compared = 0;
+    for (; j < top.size(); ++j) {
+      const TopLevelEffects &e = effects[j];
+      bool touches = e.leaves || compared + e.accesses.size() > kSinkComparisons;
+      for (const GlobalAccessStmt *g : e.accesses) {
+        if (touches)
+          break;
+        touches = mayAlias(*st, *g, aliasing) && !analysis_detail::provablyDisjoint(*st, *g, task);
       }
-      if (s.kind() != StmtKind::Break && s.kind() != StmtKind::Continue)
-        return;
-      // One inside a loop nested in the iteration leaves only that loop.
-      bool nested = false;
-      for (Stmt *p = &s; p != *it && !nested;) {
-        p = p->parentStmt();
-        nested = p->kind() == StmtKind::For || p->kind() == StmtKind::While;
-      }
-      leaves |= !nested;
-    };
-    note(**it);
-    for (unsigned b = 0; b < (*it)->numBlocks(); ++b)
-      walk((*it)->block(b), note);
+      compared += e.accesses.size();
+      if (touches)
+        break;
+    }
+    if (j == i + 1)
+      continue;
+    if (j < top.size())
+      pinned.insert(top[j]);
+    out.push_back({st, j < top.size() ? top[j] : nullptr});
   }
-  std::reverse(out.begin(), out.end());
   return out;
 }
 

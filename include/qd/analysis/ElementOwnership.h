@@ -138,32 +138,55 @@ inline bool mayAlias(const GlobalAccessStmt &a, const GlobalAccessStmt &b,
   return aliasClassOf(a, aliasing) == aliasClassOf(b, aliasing);
 }
 
-/// The stores at the top level of `body` (a parallel task's) that store a
-/// constant and after which nothing in `body` may touch their memory (no
-/// access of an alias class they may share under `aliasing`) or leave the
-/// iteration early (`break`, `continue`): program order. Emitting such a
-/// store at the end of the iteration instead changes no result. A
-/// gradient's zeroing of an output's adjoint is one: on a GPU, a store
-/// between an iteration's forward and reverse loops waits for the load of
-/// the same element before it, and the reverse loop's tape loads wait
-/// behind it (docs/runtime.md, "Deferred stores").
-std::vector<GlobalStoreStmt *> deferrableStores(Block &body, NdarrayAliasing aliasing);
+/// Where a code generator emits a top-level store of a constant of a
+/// parallel task's body: right before `before`, a later top-level
+/// statement of the body, or at the end of the iteration (`before` null).
+struct SunkStore {
+  GlobalStoreStmt *store = nullptr;
+  Stmt *before = nullptr;
+};
 
-/// Calls `emit(s)` for the statements of `body` (a parallel task's) in the
-/// order a code generator emits one iteration: deferrableStores last, or
-/// program order without `defer` (bounds-checked code, whose first bad
-/// index must be the one the interpreter reports). Stops where `emit`
-/// returns false (a break or continue ended the block).
+/// The top-level stores of a constant in `task`'s body that may be emitted
+/// later than where they stand, each as late as the first later top-level
+/// statement that may touch its memory (an access of an alias class it may
+/// share under `aliasing`, unless an index position proves them apart:
+/// slices `t + 1` and `t` of one array) or leave the iteration early (a
+/// `break` or `continue` of the task itself), else at the end of the
+/// iteration; program order. Emitting them so changes no result. A
+/// gradient's zeroing of an output's adjoint is one: on a GPU, a store
+/// issued while the load of the same element is in flight waits for it,
+/// and so do the iteration's memory accesses behind the store (a tape
+/// loop's loads; the next slice's adjoint updates) (docs/runtime.md,
+/// "Deferred stores").
+std::vector<SunkStore> sunkStores(ForStmt &task, NdarrayAliasing aliasing);
+
+/// Calls `emit(s)` for the statements of `task`'s body in the order a code
+/// generator emits one iteration: each of sunkStores right before the
+/// statement it sinks to, or program order without `defer`
+/// (bounds-checked code, whose first bad index must be the one the
+/// interpreter reports). Stops where `emit` returns false (a break or
+/// continue ended the block).
 template <typename Emit>
-void forEachInEmissionOrder(Block &body, NdarrayAliasing aliasing, bool defer, Emit &&emit) {
-  std::vector<GlobalStoreStmt *> last;
+void forEachInEmissionOrder(ForStmt &task, NdarrayAliasing aliasing, bool defer, Emit &&emit) {
+  std::unordered_set<const Stmt *> moved;
+  std::unordered_map<const Stmt *, std::vector<GlobalStoreStmt *>> at; // null: the end
   if (defer)
-    last = deferrableStores(body, aliasing);
-  for (Stmt &s : body)
-    if (std::find(last.begin(), last.end(), &s) == last.end() && !emit(s))
+    for (const SunkStore &k : sunkStores(task, aliasing)) {
+      moved.insert(k.store);
+      at[k.before].push_back(k.store);
+    }
+  auto emitBefore = [&](const Stmt *s) {
+    auto it = at.find(s);
+    if (it != at.end())
+      for (GlobalStoreStmt *k : it->second)
+        if (!emit(*k))
+          return false;
+    return true;
+  };
+  for (Stmt &s : task.body())
+    if (!moved.count(&s) && (!emitBefore(&s) || !emit(s)))
       return;
-  for (GlobalStoreStmt *s : last)
-    emit(*s);
+  emitBefore(nullptr);
 }
 
 /// The index positions (bit d: index d) at which every access in `accesses`

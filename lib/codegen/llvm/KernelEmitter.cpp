@@ -77,7 +77,7 @@ void KernelEmitter::emitTaskBody(ForStmt &task) {
   // (A cooperative task emits its body itself, its stores between its
   // barriers: GpuCooperative.cpp.)
   NdarrayAliasing aliasing = ndarrayAliasing(c_.opts.distinctNdarrays);
-  forEachInEmissionOrder(task.body(), aliasing, !c_.opts.boundsChecked, [&](Stmt &s) {
+  forEachInEmissionOrder(task, aliasing, !c_.opts.boundsChecked, [&](Stmt &s) {
     visit(s);
     return !c_.b.GetInsertBlock()->getTerminator(); // after break/continue: the end
   });

@@ -226,8 +226,8 @@ public:
   /// Emits the statements of `block` (up to a break or continue).
   void emitBlock(Block &block);
   /// Emits one iteration of parallel task `task`: its body, with the
-  /// stores that may wait for the end of the iteration
-  /// (qd/analysis/ElementOwnership.h, deferrableStores) emitted last.
+  /// stores of constants that may wait emitted as late as they may
+  /// (qd/analysis/ElementOwnership.h, sunkStores).
   void emitTaskBody(ForStmt &task);
   /// Emits one statement of a block.
   void emitStatement(Stmt &s) { visit(s); }

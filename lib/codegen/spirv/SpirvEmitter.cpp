@@ -394,7 +394,7 @@ void SpirvEmitter::emitParallelTask(ForStmt &task) {
         }
         set(&task, fn.bandIndex[0]);
         stopCheck(task);
-        forEachInEmissionOrder(task.body(), aliasing(), !opts_.boundsChecked, [&](Stmt &s) {
+        forEachInEmissionOrder(task, aliasing(), !opts_.boundsChecked, [&](Stmt &s) {
           visit(s);
           return b_.open; // closed after break/continue: the end
         });
