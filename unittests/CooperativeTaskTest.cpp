@@ -171,6 +171,87 @@ TEST(CooperativeTaskTest, WhatTheLoopCarriesKeepsTheTaskOneIterationPerThread) {
   }
 }
 
+/// A contact test: each task iteration sums what passes a test of data
+/// over every element (billiards' collisions); `body` goes inside the
+/// test's `if`, `cond` computes %c.
+std::string contactKernel(const std::string &cond, const std::string &body) {
+  return fmt::format(R"(
+kernel @hidden(%x: ndarray<f32, 1> grad, %h: ndarray<f32, 1> grad, %n: i32) {{
+  parallel for %u = 0 to 8 {{
+    %s = alloca f32
+    %z = const 0.0 : f32
+    store %s, %z
+    %xu = load %x[%u] : f32
+    for %j = 0 to %n {{
+      %xj = load %x[%j] : f32
+      %d = sub %xj, %xu : f32
+      %r = const 0.5 : f32
+{}      if %c {{
+{}      }}
+    }}
+    %y = load %s : f32
+    store %h[%u], %y
+  }}
+}}
+)",
+                     cond, body);
+}
+
+TEST(CooperativeTaskTest, ASumUnderATestOfDataIsStillASum) {
+  const std::string test = "      %c = cmp lt %d, %r : f32\n";
+  const std::string add = R"(        %old = load %s : f32
+        %new = add %old, %d : f32
+        store %s, %new
+)";
+  Parsed p = parse(contactKernel(test, add));
+  ASSERT_TRUE(p.task);
+  expectOneLoopSummingS(plan(*p.task));
+
+  // Nested tests, and an add in each arm of an if-else.
+  const std::string nested = R"(        %q = cmp gt %d, %z : f32
+        if %q {
+          %old = load %s : f32
+          %new = add %old, %d : f32
+          store %s, %new
+        } else {
+          %o2 = load %s : f32
+          %n2 = sub %o2, %r : f32
+          store %s, %n2
+        }
+)";
+  Parsed q = parse(contactKernel(test, nested));
+  ASSERT_TRUE(q.task);
+  expectOneLoopSummingS(plan(*q.task));
+
+  struct Case {
+    std::string cond, body, why;
+  };
+  const std::string bySum = R"(      %cur = load %s : f32
+      %c = cmp lt %cur, %r : f32
+)";
+  const std::string scale = R"(        %old = load %s : f32
+        %new = mul %old, %d : f32
+        store %s, %new
+)";
+  const std::string reset = "        store %s, %d\n";
+  const std::string leave = add + "        continue\n";
+  std::vector<Case> cases = {
+      // The test reads the partial sum: an iteration depends on the last.
+      {bySum, add, "local %s carries a value"},
+      {test, scale, "local %s under control flow"},
+      {test, reset, "local %s under control flow"},
+      // Leaving the iteration from inside the test: the old rule.
+      {test, leave, "under control flow"},
+  };
+  for (const Case &c : cases) {
+    Parsed r = parse(contactKernel(c.cond, c.body));
+    ASSERT_TRUE(r.task);
+    CooperativeTaskPlan d = plan(*r.task);
+    EXPECT_FALSE(d.cooperative()) << c.body;
+    EXPECT_NE(d.refused.find(c.why), std::string::npos) << d.refused << "\n" << c.body;
+  }
+}
+
 // Each local declared outside the loop takes a bit of the symbolic
 // evaluation; past 60 of them the plan refuses rather than lose track.
 TEST(CooperativeTaskTest, ALoopReadingTooManyOuterLocalsIsRefused) {
@@ -275,24 +356,27 @@ CudaBackend *gpu(unsigned blockSize) {
 TEST(CooperativeTaskTest, CudaMatchesTheInterpreter) {
   if (!gpu(128))
     GTEST_SKIP() << "no CUDA device or driver on this machine";
-  Parsed p = parse(hiddenKernel());
-  ASSERT_TRUE(p.task);
-  ASSERT_TRUE(buildGradientKernel(*p.module, *p.module->findKernel("hidden")).ok());
-  auto ptx = gpu(128)->ptx(*p.module->findKernel("hidden"));
-  ASSERT_TRUE(ptx.ok());
-  EXPECT_NE(ptx->find("bar.sync"), std::string::npos);
-  // Loops without iterations, shorter than a group, longer than several;
-  // groups of 128, of 100 (not a power of two) and of 1.
-  for (int64_t n : {1, 5, 100, 129, 4099})
-    for (unsigned block : {128u, 100u, 1u}) {
-      SCOPED_TRACE(fmt::format("{} inputs, groups of {}", n, block));
-      Interpreter interp;
-      std::vector<float> want = runHidden(*p.module, interp, n);
-      std::vector<float> got = runHidden(*p.module, *gpu(block), n);
-      ASSERT_EQ(got.size(), want.size());
-      for (size_t i = 0; i < want.size(); ++i)
-        ASSERT_NEAR(got[i], want[i], 1e-5 + 1e-5 * std::fabs(want[i])) << i;
-    }
+  // The sum, and a sum under a test of data.
+  for (const std::string &text : {hiddenKernel(), hiddenKernel("8", positiveTermsOnly())}) {
+    Parsed p = parse(text);
+    ASSERT_TRUE(p.task);
+    ASSERT_TRUE(buildGradientKernel(*p.module, *p.module->findKernel("hidden")).ok());
+    auto ptx = gpu(128)->ptx(*p.module->findKernel("hidden"));
+    ASSERT_TRUE(ptx.ok());
+    EXPECT_NE(ptx->find("bar.sync"), std::string::npos);
+    // Loops without iterations, shorter than a group, longer than several;
+    // groups of 128, of 100 (not a power of two) and of 1.
+    for (int64_t n : {1, 5, 100, 129, 4099})
+      for (unsigned block : {128u, 100u, 1u}) {
+        SCOPED_TRACE(fmt::format("{} inputs, groups of {}:\n{}", n, block, text));
+        Interpreter interp;
+        std::vector<float> want = runHidden(*p.module, interp, n);
+        std::vector<float> got = runHidden(*p.module, *gpu(block), n);
+        ASSERT_EQ(got.size(), want.size());
+        for (size_t i = 0; i < want.size(); ++i)
+          ASSERT_NEAR(got[i], want[i], 1e-5 + 1e-5 * std::fabs(want[i])) << i;
+      }
+  }
 }
 
 // An add to the task's own element inside the shared loop (a private

@@ -92,7 +92,8 @@ TEST_F(VulkanBackendTest, CooperativeTasksMatchTheInterpreter) {
     };
     for (const Case &c :
          {Case{hiddenKernel("8"), {8}, true}, Case{hiddenKernel("%units"), {3, 4097}, true},
-          Case{hiddenKernel("8", ownAdd, ""), {8}, false}}) {
+          Case{hiddenKernel("8", ownAdd, ""), {8}, false},
+          Case{hiddenKernel("8", positiveTermsOnly()), {8}, true}}) {
       auto m = parseModule(c.text, {"coop.qd", 1});
       ASSERT_TRUE(m.ok()) << m.status().message();
       ASSERT_TRUE(buildGradientKernel(**m, *(*m)->findKernel("hidden")).ok());

@@ -12,7 +12,10 @@
 //===----------------------------------------------------------------------===//
 #include "qd/analysis/CooperativeTask.h"
 
+#include "TaskPrinting.h"
 #include "qd/analysis/TaskVarying.h"
+#include "qd/ir/Module.h"
+#include "qd/ir/Printer.h"
 
 #include "qd/ir/Casting.h"
 #include "qd/ir/Stmt.h"
@@ -147,6 +150,8 @@ private:
   std::string step(Stmt &s) {
     if (tooMany_)
       return "the loop touches too many locals declared outside it";
+    if (auto *i = dyn_cast<IfStmt>(&s); i && !leavesBlock(*i))
+      return branch(*i);
     if (s.isContainer())
       return nested(s);
     if (auto *c = dyn_cast<ConstStmt>(&s)) {
@@ -205,6 +210,61 @@ private:
   /// A statement with nested blocks: locals declared outside the loop may
   /// be read there but not written; everything it computes depends on
   /// everything its statements read (to a fixed point over its loops).
+  /// Whether a `break` or `continue` inside `s` (outside loops nested in
+  /// it) leaves the block around it.
+  static bool leavesBlock(Stmt &s) {
+    bool leaves = false;
+    for (unsigned b = 0; b < s.numBlocks(); ++b)
+      walk(s.block(b), [&](Stmt &x) {
+        if (x.kind() != StmtKind::Break && x.kind() != StmtKind::Continue)
+          return;
+        bool inLoop = false;
+        for (Stmt *p = x.parentStmt(); p != &s && !inLoop; p = p->parentStmt())
+          inLoop = p->kind() == StmtKind::For || p->kind() == StmtKind::While;
+        leaves |= !inLoop;
+      });
+    return leaves;
+  }
+
+  /// An `if` evaluated arm by arm: a local declared outside the loop that
+  /// either arm adds into (and the other adds into or leaves) is still a
+  /// sum; `s = s + t` under a condition adds t or nothing.
+  std::string branch(IfStmt &s) {
+    use(s.cond());
+    const auto before = contents_;
+    std::unordered_map<const AllocaStmt *, Sym> arms[2];
+    for (unsigned b = 0; b < 2; ++b) {
+      contents_ = before;
+      for (Stmt &x : s.block(b))
+        if (std::string bad = step(x); !bad.empty())
+          return bad;
+      arms[b] = contents_;
+    }
+    contents_ = before;
+    auto chainOf = [](const Sym &v, int k) {
+      return (v.kind == Sym::Entry || v.kind == Sym::Sum) && v.var == k;
+    };
+    for (const auto &arm : arms)
+      for (const auto &[a, unused] : arm) {
+        auto in = [&](const std::unordered_map<const AllocaStmt *, Sym> &m) {
+          auto it = m.find(a);
+          return it != m.end() ? it->second : content(a);
+        };
+        Sym x = in(arms[0]), y = in(arms[1]);
+        int k = outerIndex(a);
+        if (k >= 0 && !(chainOf(x, k) && chainOf(y, k)))
+          return fmt::format("the loop writes local %{} under control flow", a->name());
+        if (k >= 0)
+          contents_[a] = Sym{x.kind == Sym::Sum || y.kind == Sym::Sum ? Sym::Sum : Sym::Entry, k,
+                             x.deps | y.deps | of(s.cond()).deps};
+        else if (x.kind == y.kind && x.var == y.var && x.deps == y.deps)
+          contents_[a] = x;
+        else
+          contents_[a] = Sym{Sym::Opaque, -1, x.deps | y.deps | of(s.cond()).deps};
+      }
+    return "";
+  }
+
   std::string nested(Stmt &container) {
     std::string bad;
     uint64_t deps = 0;
@@ -371,6 +431,32 @@ CooperativeTaskPlan planCooperativeTask(const ForStmt &task, const CooperativeTa
     return refused;
   }
   return plan;
+}
+
+void printCooperativeTasks(const Kernel &kernel, CooperativeTaskOptions options, std::ostream &os) {
+  using namespace analysis_detail;
+  ValueNamer names(kernel);
+  forEachPrintedTask(kernel, names, os, "cooperative plan", [&](ForStmt &task) {
+    for (NdarrayAliasing aliasing : {NdarrayAliasing::MayAlias, NdarrayAliasing::Distinct}) {
+      options.aliasing = aliasing;
+      CooperativeTaskPlan plan = planCooperativeTask(task, options);
+      std::string what;
+      if (plan.cooperative()) {
+        what = fmt::format("cooperative up to {} iterations;", plan.mostIterations);
+        for (const CooperativeTaskPlan::SharedLoop &l : plan.loops) {
+          what += fmt::format(" shares {} ({})", names[l.loop], lineCol(*l.loop));
+          for (const AllocaStmt *sum : l.sums)
+            what += fmt::format(", sum {}", names[sum]);
+        }
+      } else {
+        what = plan.refused.empty() ? "no long serial loop"
+                                    : "one iteration per thread: " + plan.refused;
+      }
+      os << fmt::format(
+          "  {}: {}\n",
+          aliasing == NdarrayAliasing::Distinct ? "distinct ndarrays" : "ndarrays may alias", what);
+    }
+  });
 }
 
 } // namespace qd

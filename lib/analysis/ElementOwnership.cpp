@@ -385,18 +385,13 @@ bool ElementOwnership::mayBeWritten(const GlobalAccessStmt &access) const {
 void printElementOwnership(const Kernel &kernel, std::ostream &os) {
   using namespace analysis_detail;
   ValueNamer names(kernel);
-  for (Stmt &top : const_cast<Kernel &>(kernel).body()) {
-    auto *task = dyn_cast<ForStmt>(&top);
-    if (!task || !task->isParallel())
-      continue;
+  forEachPrintedTask(kernel, names, os, "element ownership", [&](ForStmt &task) {
     // What the CPU makes of the task: near atomics are plain updates there
     // only (TaskAssumptions::nearIterationsApart).
     TaskAssumptions cpu;
     cpu.nearIterationsApart = true;
-    ElementOwnership own = ElementOwnership::compute(*task, cpu);
-    os << fmt::format("element ownership of task {} in @{} at {}:\n", names[task], kernel.name(),
-                      task->loc().str());
-    walk(task->body(), [&](Stmt &s) {
+    ElementOwnership own = ElementOwnership::compute(task, cpu);
+    walk(task.body(), [&](Stmt &s) {
       if (auto *g = dyn_cast<GlobalAccessStmt>(&s))
         os << fmt::format("  {} {}  [{}{}]\n", lineCol(*g), headline(*g, names),
                           own.owns(*g) ? "owned" : "not owned",
@@ -435,7 +430,7 @@ void printElementOwnership(const Kernel &kernel, std::ostream &os) {
       os << "  lanes: allowed\n";
     else
       os << "  lanes: refused: " << own.lanesRefused(names) << "\n";
-  }
+  });
 }
 
 } // namespace qd

@@ -392,13 +392,8 @@ Uniformity Uniformity::compute(const ForStmt &task, const ElementOwnership &owne
 void printUniformity(const Kernel &kernel, std::ostream &os) {
   using namespace analysis_detail;
   ValueNamer names(kernel);
-  for (Stmt &top : const_cast<Kernel &>(kernel).body()) {
-    auto *task = dyn_cast<ForStmt>(&top);
-    if (!task || !task->isParallel())
-      continue;
-    Uniformity u = Uniformity::compute(*task);
-    os << fmt::format("uniformity of task {} in @{} at {}:\n", names[task], kernel.name(),
-                      task->loc().str());
+  forEachPrintedTask(kernel, names, os, "uniformity", [&](ForStmt &task) {
+    Uniformity u = Uniformity::compute(task);
     auto line = [&](const Stmt &s) {
       std::string tags;
       auto tag = [&](bool on, const char *word) {
@@ -417,9 +412,9 @@ void printUniformity(const Kernel &kernel, std::ostream &os) {
       os << fmt::format("  {} {}  [{}]\n", lineCol(s), headline(s, names),
                         tags.empty() ? "-" : tags);
     };
-    line(*task);
-    walk(task->body(), line);
-  }
+    line(task);
+    walk(task.body(), line);
+  });
 }
 
 } // namespace qd

@@ -1,10 +1,12 @@
 //===- AnalysisPrinters.cpp - Passes that print an analysis ---------------===//
 //
-// `print-uniformity` and `print-element-ownership` change nothing: they print
-// what qd/analysis/Uniformity.h and qd/analysis/ElementOwnership.h say about
+// `print-uniformity`, `print-element-ownership` and `print-cooperative-tasks`
+// change nothing: they print what qd/analysis/Uniformity.h,
+// qd/analysis/ElementOwnership.h and qd/analysis/CooperativeTask.h say about
 // every parallel task, so lit tests check the analyses directly.
 //
 //===----------------------------------------------------------------------===//
+#include "qd/analysis/CooperativeTask.h"
 #include "qd/analysis/ElementOwnership.h"
 #include "qd/analysis/Uniformity.h"
 #include "qd/transforms/Passes.h"
@@ -31,6 +33,15 @@ private:
   std::ostream &os_;
 };
 
+/// The plan of the GPU code generators with their default limits, a
+/// task's trip count known at launch included.
+void printGpuCooperativeTasks(const Kernel &kernel, std::ostream &os) {
+  CooperativeTaskOptions options;
+  options.mostTaskIterations = kDefaultCooperativeTaskIterations;
+  options.runTimeTrips = true;
+  printCooperativeTasks(kernel, options, os);
+}
+
 } // namespace
 
 std::unique_ptr<Pass> createPrintUniformityPass() {
@@ -39,6 +50,11 @@ std::unique_ptr<Pass> createPrintUniformityPass() {
 
 std::unique_ptr<Pass> createPrintElementOwnershipPass() {
   return std::make_unique<AnalysisPrinterPass>("print-element-ownership", printElementOwnership,
+                                               std::cout);
+}
+
+std::unique_ptr<Pass> createPrintCooperativeTasksPass() {
+  return std::make_unique<AnalysisPrinterPass>("print-cooperative-tasks", printGpuCooperativeTasks,
                                                std::cout);
 }
 

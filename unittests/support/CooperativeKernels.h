@@ -49,6 +49,22 @@ inline std::string hiddenKernel(const std::string &taskEnd = "8", const std::str
       taskEnd, body, after);
 }
 
+/// hiddenKernel's loop body that adds only the positive terms (a sum under
+/// a test of data, billiards' contact test in miniature).
+inline std::string positiveTermsOnly() {
+  return R"(      %wv = load %w[%u, %j] : f32
+      %xv = load %x[%j] : f32
+      %t = mul %wv, %xv : f32
+      %lim = const 0.0 : f32
+      %c = cmp gt %t, %lim : f32
+      if %c {
+        %old = load %s : f32
+        %new = add %old, %t : f32
+        store %s, %new
+      }
+)";
+}
+
 /// @hidden and its gradient with h.grad = 1 over `n` inputs: h, then the
 /// gradients of w, x and b.
 inline std::vector<float> runHidden(Module &m, Backend &backend, int64_t n, int64_t units = 8) {

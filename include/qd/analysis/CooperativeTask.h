@@ -39,6 +39,7 @@
 #include "qd/analysis/ElementOwnership.h"
 
 #include <cstdint>
+#include <ostream>
 #include <set>
 #include <string>
 #include <vector>
@@ -47,7 +48,14 @@ namespace qd {
 
 class AllocaStmt;
 class ForStmt;
+class Kernel;
 class Stmt;
+
+/// The code generators' and backends' defaults: a task of at most this many
+/// iterations runs a group per iteration, and at most the second when a
+/// shared loop scatters.
+constexpr int64_t kDefaultCooperativeTaskIterations = 4096;
+constexpr int64_t kDefaultCooperativeScatteringIterations = 64;
 
 /// When a task is worth running cooperatively.
 struct CooperativeTaskOptions {
@@ -64,7 +72,7 @@ struct CooperativeTaskOptions {
   /// to elements chosen by the loop's index. One iteration per thread, the
   /// threads of a warp add to the same element at once and the warp sums
   /// its adds first (uniformAtomicUpdate); shared, every add is its own.
-  int64_t mostScatteringIterations = 64;
+  int64_t mostScatteringIterations = kDefaultCooperativeScatteringIterations;
   NdarrayAliasing aliasing = NdarrayAliasing::MayAlias;
 };
 
@@ -107,5 +115,11 @@ struct CooperativeTaskPlan {
 
 /// Plans `task` (a top-level parallel for).
 CooperativeTaskPlan planCooperativeTask(const ForStmt &task, const CooperativeTaskOptions &options);
+
+/// Prints, for every parallel task of `kernel`, the plan the GPU code
+/// generators make under `options` (aliasing both ways): the shared loops
+/// and their sums, or why the task runs one iteration per thread (the
+/// `print-cooperative-tasks` pass).
+void printCooperativeTasks(const Kernel &kernel, CooperativeTaskOptions options, std::ostream &os);
 
 } // namespace qd

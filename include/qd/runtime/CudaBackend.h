@@ -33,6 +33,7 @@
 #pragma once
 
 #include "qd/abi/KernelLayout.h"
+#include "qd/analysis/CooperativeTask.h"
 #include "qd/runtime/CudaDriver.h"
 #include "qd/runtime/GpuBackend.h"
 
@@ -54,10 +55,10 @@ struct CudaBackendOptions {
   /// runs a block per iteration that shares the loop (CodegenOptions::
   /// cooperativeTaskIterations, docs/runtime.md "Cooperative tasks"); 0:
   /// never.
-  int64_t cooperativeTaskIterations = 4096;
+  int64_t cooperativeTaskIterations = kDefaultCooperativeTaskIterations;
   /// The same for a task whose shared loop adds atomically to elements its
   /// index chooses (CodegenOptions::cooperativeScatteringIterations).
-  int64_t cooperativeScatteringIterations = 64;
+  int64_t cooperativeScatteringIterations = kDefaultCooperativeScatteringIterations;
   /// Launches whose ndarray buffers do not overlap run code compiled for
   /// distinct buffers (CodegenOptions::distinctNdarrays); false: every
   /// launch runs the code that lets buffers overlap.

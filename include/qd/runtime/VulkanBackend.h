@@ -133,8 +133,8 @@ struct VulkanBackendOptions {
   /// iterations around long serial loops runs a workgroup per iteration
   /// that shares the loops; 0: never. The workgroups have
   /// `cooperativeGroupSize` invocations, at most what the device allows.
-  int64_t cooperativeTaskIterations = 4096;
-  int64_t cooperativeScatteringIterations = 64;
+  int64_t cooperativeTaskIterations = kDefaultCooperativeTaskIterations;
+  int64_t cooperativeScatteringIterations = kDefaultCooperativeScatteringIterations;
   unsigned cooperativeGroupSize = 256;
   /// Loop exit checks: Mesa's lavapipe ends the loops of an invocation
   /// after 65535 iterations in all, silently; with the checks such a loop

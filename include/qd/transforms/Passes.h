@@ -62,6 +62,12 @@ std::unique_ptr<Pass> createPrintUniformityPass();
 /// (qd/analysis/ElementOwnership.h) to stdout.
 std::unique_ptr<Pass> createPrintElementOwnershipPass();
 
+/// `print-cooperative-tasks`: changes nothing; prints, for every parallel
+/// task, whether the GPU code generators run a thread group per iteration
+/// (qd/analysis/CooperativeTask.h, their default limits), with and without
+/// distinct ndarrays, or why not, to stdout.
+std::unique_ptr<Pass> createPrintCooperativeTasksPass();
+
 /// Registers every pass and alias of qd/transforms/Passes.def in `registry`
 /// (done automatically for `PassRegistry::global()`).
 /// Fails (with the first problem) only if Passes.def is malformed.

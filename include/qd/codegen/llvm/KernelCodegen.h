@@ -49,6 +49,7 @@
 #pragma once
 
 #include "qd/abi/KernelLayout.h"
+#include "qd/analysis/CooperativeTask.h"
 #include "qd/ir/Module.h"
 
 #include <absl/status/statusor.h>
@@ -117,10 +118,10 @@ struct CodegenOptions {
   /// iterations and add up its sums (qd/analysis/CooperativeTask.h); 0:
   /// one iteration per thread always. Off under boundsChecked and
   /// stopChecks. Ignored by the CPU.
-  int64_t cooperativeTaskIterations = 4096;
+  int64_t cooperativeTaskIterations = kDefaultCooperativeTaskIterations;
   /// The same bound for a task whose shared loop scatters atomic adds by
   /// its index (CooperativeTaskOptions::mostScatteringIterations).
-  int64_t cooperativeScatteringIterations = 64;
+  int64_t cooperativeScatteringIterations = kDefaultCooperativeScatteringIterations;
   /// GPU targets: stacks kept in a local array of each thread (`entries`
   /// entries, PTX local memory, which the GPU caches in L1) instead of the
   /// interleaved heap. A launch of such code must give each of them a

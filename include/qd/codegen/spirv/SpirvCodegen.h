@@ -44,6 +44,7 @@
 
 #include "qd/abi/KernelLayout.h"
 #include "qd/abi/LaunchContext.h"
+#include "qd/analysis/CooperativeTask.h"
 #include "qd/ir/Module.h"
 
 #include <absl/status/statusor.h>
@@ -134,8 +135,8 @@ struct SpirvOptions {
   /// boundsChecked, stopChecks or checkLoopExits (their error sites leave
   /// an invocation early, and its workgroup would wait for it at the next
   /// barrier).
-  int64_t cooperativeTaskIterations = 4096;
-  int64_t cooperativeScatteringIterations = 64;
+  int64_t cooperativeTaskIterations = kDefaultCooperativeTaskIterations;
+  int64_t cooperativeScatteringIterations = kDefaultCooperativeScatteringIterations;
   unsigned cooperativeGroupSize = 256;
 };
 
