@@ -123,8 +123,9 @@ TEST(PassManagerTest, UnknownPassListsTheRegisteredOnes) {
   EXPECT_EQ(p.status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(std::string(p.status().message()),
             "unknown pass 'fodl'; registered passes: check-global-accesses, dce, fold, forward-ad, "
-            "print-activity, print-element-ownership, print-uniformity, reverse-ad, simplify, "
-            "size-adstacks; aliases: reverse-ad-recompute");
+            "print-activity, print-cooperative-tasks, print-element-ownership, "
+            "print-uniformity, reverse-ad, simplify, size-adstacks; aliases: "
+            "reverse-ad-recompute");
 
   // The global registry may hold more passes; it lists at least these.
   PassManager pm;
