@@ -94,8 +94,9 @@ TopLevelEffects effectsOf(Stmt &top) {
   return e;
 }
 
-/// How many accesses one store is compared with before it stops sinking:
-/// the analysis stays linear in the body for any number of stores.
+/// How many later statements and accesses one store is compared with
+/// before it stops sinking: the analysis stays linear in the body for any
+/// number of stores.
 constexpr size_t kSinkComparisons = 4096;
 
 } // namespace
@@ -120,13 +121,14 @@ std::vector<SunkStore> sunkStores(ForStmt &task, NdarrayAliasing aliasing) {
     size_t j = i + 1, compared = 0;
     for (; j < top.size(); ++j) {
       const TopLevelEffects &e = effects[j];
-      bool touches = e.leaves || compared + e.accesses.size() > kSinkComparisons;
+      // Each statement counts, so that one store walks a bounded stretch.
+      bool touches = e.leaves || compared + e.accesses.size() + 1 > kSinkComparisons;
       for (const GlobalAccessStmt *g : e.accesses) {
         if (touches)
           break;
         touches = mayAlias(*st, *g, aliasing) && !analysis_detail::provablyDisjoint(*st, *g, task);
       }
-      compared += e.accesses.size();
+      compared += e.accesses.size() + 1;
       if (touches)
         break;
     }
