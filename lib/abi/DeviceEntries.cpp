@@ -144,4 +144,14 @@ KernelLayout::TaskBound taskBoundOf(Bound b) {
   return t;
 }
 
+std::vector<KernelLayout::TaskBound> bandBoundsOf(const ForStmt &task) {
+  std::vector<KernelLayout::TaskBound> out;
+  if (task.numDims() > 1)
+    for (unsigned d = 0; d < task.numDims(); ++d) {
+      out.push_back(taskBoundOf(task.begin(d)));
+      out.push_back(taskBoundOf(task.end(d)));
+    }
+  return out;
+}
+
 } // namespace qd

@@ -58,4 +58,8 @@ DeviceEntryPlan planDeviceEntries(Kernel &kernel);
 /// constant in-range indices.
 KernelLayout::TaskBound taskBoundOf(Bound b);
 
+/// KernelLayout::Task::band of `task`: taskBoundOf of each dimension's
+/// begin and end for a band, nothing for a task of one dimension.
+std::vector<KernelLayout::TaskBound> bandBoundsOf(const ForStmt &task);
+
 } // namespace qd

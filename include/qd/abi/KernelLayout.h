@@ -77,6 +77,11 @@ struct KernelLayout {
     /// (CodegenOptions::cooperativeTaskIterations): its launch takes one
     /// group per iteration.
     bool cooperative = false;
+    /// GPU targets, a band (a task of several dimensions, whose `begin`
+    /// and `end` are Unknown): each dimension's begin and end, in order,
+    /// so that the runtime knows its iterations (the product of the
+    /// extents); empty for a task of one dimension.
+    std::vector<TaskBound> band = {};
   };
   /// GPU targets: the device functions of the kernel in the order the
   /// runtime launches them, each `void fn(QdLaunchContext *ctx)` with `ctx`

@@ -72,9 +72,10 @@ public:
   /// The value of a task bound before the launch, when the runtime can
   /// know it (a field element is read now: an earlier task may change it).
   std::optional<int64_t> taskBound(const KernelLayout::TaskBound &bound) const;
-  /// The iterations of `task` (at least 0) when both its bounds stay fixed
-  /// for the whole launch (constants, scalar arguments, ndarray extents):
-  /// a GPU grid need not have more threads.
+  /// The iterations of `task` (at least 0) when both its bounds (a band's:
+  /// of every dimension, whose extents multiply) stay fixed for the whole
+  /// launch (constants, scalar arguments, ndarray extents): a GPU grid
+  /// need not have more threads.
   std::optional<int64_t> fixedIterations(const KernelLayout::Task &task) const;
   /// GPU layouts: the most iterations of any parallel entry when all are
   /// fixed (0 without one), else nullopt. A grid of more threads would lay

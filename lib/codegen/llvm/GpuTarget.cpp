@@ -134,6 +134,7 @@ void GpuTarget::emitParallelTask(KernelEmitter &e, ForStmt &task) {
            : "",
        band ? KernelLayout::TaskBound() : KernelEmitter::taskBound(task.begin()),
        band ? KernelLayout::TaskBound() : KernelEmitter::taskBound(task.end())});
+  c.layout.tasks.back().band = bandBoundsOf(task);
   // A band's iterations are numbered row-major: consecutive threads take
   // consecutive innermost indices.
   std::optional<KernelEmitter::BandShape> shape;

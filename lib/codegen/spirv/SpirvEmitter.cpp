@@ -341,6 +341,7 @@ void SpirvEmitter::emitParallelTask(ForStmt &task) {
   layout_.tasks.push_back({&task, 1, "",
                            band ? KernelLayout::TaskBound() : taskBoundOf(task.begin()),
                            band ? KernelLayout::TaskBound() : taskBoundOf(task.end())});
+  layout_.tasks.back().band = bandBoundsOf(task);
   Function fn;
   beginTask(fn, name, task, index);
   if (opts_.features.subgroupArithmetic)
