@@ -225,6 +225,9 @@ std::vector<int64_t> GpuRuntime::launchWords(const GpuKernel &c, const accel::La
     case K::GroupShift:
       words.push_back(frame.groupShift);
       break;
+    case K::Zero:
+      words.push_back(0);
+      break;
     }
   }
   return words;

@@ -120,6 +120,7 @@ struct KernelLayout {
       RowBytes,   // ctx->threads * stacks[index].entryBytes
       GroupTable, // ctx->groupTable as an integer (0: the interleaved layout)
       GroupShift, // ctx->groupShift
+      Zero,       // 0: a loop bound the device's compiler must not see as a constant
     } kind = Threads;
     unsigned index = 0;
     bool operator==(const LaunchWord &) const = default;

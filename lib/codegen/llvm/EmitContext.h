@@ -284,6 +284,11 @@ public:
   LV *get(const Value *v);
   void set(const Value *v, LV *value) { fn->values[v] = value; }
   LV *boundValue(Bound bound);
+  /// `end`, the bound of serial loop `loop`, as the device's code reads
+  /// it: a literal trip count of at least kOpaqueTapeLoopTrips in a loop
+  /// that pushes or pops an adstack is that constant plus a launch word
+  /// that is always 0 (GPU targets; as is elsewhere).
+  LV *tapeLoopBound(const ForStmt &loop, LV *end);
 
   /// Adds an error site for `s`; returns its id (1-based).
   unsigned site(const Stmt &s, std::string what);

@@ -78,10 +78,11 @@ void ControlFlowLowering::countedLoop(LV *begin, LV *end, llvm::Type *ty, const 
 void ControlFlowLowering::forLoop(ForStmt &loop) {
   if (lanes_.vectorMode() && lanes_.plan().isMaskedLoop(&loop))
     return maskedLoop(loop);
-  countedLoop(c_.boundValue(loop.begin()), c_.boundValue(loop.end()), c_.i32, &loop, [&](LV *i) {
-    c_.set(&loop, i);
-    e_.emitBlock(loop.body());
-  });
+  countedLoop(c_.boundValue(loop.begin()), c_.tapeLoopBound(loop, c_.boundValue(loop.end())),
+              c_.i32, &loop, [&](LV *i) {
+                c_.set(&loop, i);
+                e_.emitBlock(loop.body());
+              });
 }
 
 void ControlFlowLowering::whileLoop(WhileStmt &w) {
