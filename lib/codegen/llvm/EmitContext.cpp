@@ -177,19 +177,29 @@ LV *EmitContext::boundValue(Bound bound) {
   return bound.isConstant() ? b.getInt32(static_cast<int32_t>(bound.constant)) : get(bound.value);
 }
 
-LV *EmitContext::tapeLoopBound(const ForStmt &loop, LV *end) {
+bool EmitContext::isLongTapeLoop(const ForStmt &loop) {
   // A tape loop with a trip count the compilers can see took NVIDIA's
-  // Vulkan driver 1.74x and CUDA 1.05x the time of the same loop with the
-  // count read at launch (the sin and spring gradients, H200; CUDA 1.00x
-  // with the word: docs/runtime.md "Tape loop bounds"); short loops keep
-  // their constant, which lets LLVM unroll them.
-  constexpr int64_t kOpaqueTapeLoopTrips = 64;
-  auto *literal = llvm::dyn_cast<llvm::ConstantInt>(end);
-  if (!literal || literal->getSExtValue() < kOpaqueTapeLoopTrips)
-    return end;
-  bool tape = std::any_of(loop.body().begin(), loop.body().end(),
-                          [](const Stmt &s) { return isa<AdStackOpStmt>(&s); });
-  if (!tape)
+  // Vulkan driver 1.74x, CUDA 1.05x and the CPU 1.06x the time of the
+  // same loop with the count read at launch (the sin and spring
+  // gradients: docs/runtime.md "Tape loop bounds"); short loops keep their
+  // constant, which lets LLVM unroll them.
+  constexpr int64_t kLongTapeLoopTrips = 64;
+  auto literal = [](Bound b) -> std::optional<int64_t> {
+    if (b.isConstant())
+      return b.constant;
+    if (auto *c = dyn_cast<ConstStmt>(b.value))
+      return c->intValue();
+    return std::nullopt;
+  };
+  std::optional<int64_t> begin = literal(loop.begin()), end = literal(loop.end());
+  if (!begin || !end || *end - *begin < kLongTapeLoopTrips)
+    return false;
+  return std::any_of(loop.body().begin(), loop.body().end(),
+                     [](const Stmt &s) { return isa<AdStackOpStmt>(&s); });
+}
+
+LV *EmitContext::tapeLoopBound(const ForStmt &loop, LV *end) {
+  if (!isLongTapeLoop(loop))
     return end;
   LV *zero = launchWord({KernelLayout::LaunchWord::Zero, 0});
   return zero ? b.CreateAdd(end, b.CreateTrunc(zero, end->getType())) : end;
@@ -329,6 +339,14 @@ llvm::MDNode *EmitContext::noRuntimeUnroll() {
       llvm::MDNode::get(llvm, {llvm::MDString::get(llvm, "llvm.loop.unroll.runtime.disable")});
   llvm::MDNode *loop = llvm::MDNode::getDistinct(llvm, {nullptr, off});
   loop->replaceOperandWith(0, loop); // a loop ID refers to itself
+  return loop;
+}
+
+llvm::MDNode *EmitContext::noUnroll() {
+  llvm::MDNode *off =
+      llvm::MDNode::get(llvm, {llvm::MDString::get(llvm, "llvm.loop.unroll.disable")});
+  llvm::MDNode *loop = llvm::MDNode::getDistinct(llvm, {nullptr, off});
+  loop->replaceOperandWith(0, loop);
   return loop;
 }
 

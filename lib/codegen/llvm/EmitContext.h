@@ -284,10 +284,12 @@ public:
   LV *get(const Value *v);
   void set(const Value *v, LV *value) { fn->values[v] = value; }
   LV *boundValue(Bound bound);
-  /// `end`, the bound of serial loop `loop`, as the device's code reads
-  /// it: a literal trip count of at least kOpaqueTapeLoopTrips in a loop
-  /// that pushes or pops an adstack is that constant plus a launch word
-  /// that is always 0 (GPU targets; as is elsewhere).
+  /// Whether serial loop `loop` has a literal trip count of at least 64
+  /// and pushes or pops an adstack (a long tape loop).
+  static bool isLongTapeLoop(const ForStmt &loop);
+  /// `end`, the bound of serial loop `loop`, as the code reads it: a long
+  /// tape loop's is the constant plus a launch word that is always 0 (GPU
+  /// targets; as is on the CPU, which has no launch words).
   LV *tapeLoopBound(const ForStmt &loop, LV *end);
 
   /// Adds an error site for `s`; returns its id (1-based).
@@ -309,6 +311,9 @@ public:
   llvm::MDNode *unlikelySecond();
   /// Loop metadata that turns off runtime unrolling (see EmitControl.cpp).
   llvm::MDNode *noRuntimeUnroll();
+  /// Loop metadata that keeps LLVM from unrolling the loop at all (a long
+  /// tape loop: isLongTapeLoop).
+  llvm::MDNode *noUnroll();
   llvm::Function *intrinsic(llvm::Intrinsic::ID id, llvm::ArrayRef<llvm::Type *> types);
 
   /// A value as an 8-byte capture slot, and back.

@@ -48,7 +48,10 @@ void ControlFlowLowering::finishLoop(const LoopBlocks &blocks, const Stmt *loop,
   c_.b.SetInsertPoint(blocks.latch);
   step();
   c_.stopCheck(loop);
-  c_.b.CreateBr(blocks.header)->setMetadata(llvm::LLVMContext::MD_loop, c_.noRuntimeUnroll());
+  const ForStmt *f = loop ? dyn_cast<ForStmt>(loop) : nullptr;
+  c_.b.CreateBr(blocks.header)
+      ->setMetadata(llvm::LLVMContext::MD_loop,
+                    f && EmitContext::isLongTapeLoop(*f) ? c_.noUnroll() : c_.noRuntimeUnroll());
   c_.b.SetInsertPoint(blocks.exit);
 }
 
