@@ -207,9 +207,6 @@ private:
     return Sym{Sym::Opaque, -1, x.deps | y.deps};
   }
 
-  /// A statement with nested blocks: locals declared outside the loop may
-  /// be read there but not written; everything it computes depends on
-  /// everything its statements read (to a fixed point over its loops).
   /// Whether a `break` or `continue` inside `s` (outside loops nested in
   /// it) leaves the block around it.
   static bool leavesBlock(Stmt &s) {
@@ -250,14 +247,19 @@ private:
           auto it = m.find(a);
           return it != m.end() ? it->second : content(a);
         };
-        Sym x = in(arms[0]), y = in(arms[1]);
+        Sym x = in(arms[0]), y = in(arms[1]), was = in(before);
+        auto same = [](const Sym &p, const Sym &q) {
+          return p.kind == q.kind && p.var == q.var && p.deps == q.deps;
+        };
+        if (same(x, was) && same(y, was))
+          continue; // neither arm writes it
         int k = outerIndex(a);
         if (k >= 0 && !(chainOf(x, k) && chainOf(y, k)))
           return fmt::format("the loop writes local %{} under control flow", a->name());
         if (k >= 0)
           contents_[a] = Sym{x.kind == Sym::Sum || y.kind == Sym::Sum ? Sym::Sum : Sym::Entry, k,
                              x.deps | y.deps | of(s.cond()).deps};
-        else if (x.kind == y.kind && x.var == y.var && x.deps == y.deps)
+        else if (same(x, y))
           contents_[a] = x;
         else
           contents_[a] = Sym{Sym::Opaque, -1, x.deps | y.deps | of(s.cond()).deps};
@@ -265,6 +267,9 @@ private:
     return "";
   }
 
+  /// A statement with nested blocks: locals declared outside the loop may
+  /// be read there but not written; everything it computes depends on
+  /// everything its statements read (to a fixed point over its loops).
   std::string nested(Stmt &container) {
     std::string bad;
     uint64_t deps = 0;
