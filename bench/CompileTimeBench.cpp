@@ -58,6 +58,7 @@
 #include "qd/analysis/AdStackSizing.h"
 #include "qd/ir/Parser.h"
 #include "qd/ir/Verifier.h"
+#include "qd/ir/Visitor.h"
 #include "qd/runtime/CpuBackend.h"
 #include "qd/transforms/AutoDiff.h"
 
@@ -257,7 +258,8 @@ void series(const char *name, const char *unit, const std::vector<int> &sizes, i
 struct MpmRow {
   int steps = 0;
   size_t stacks = 0;
-  size_t functions = 0; // task functions compiled for @k_grad's tasks
+  size_t functions = 0;  // task functions compiled for @k_grad's tasks
+  size_t statements = 0; // of @k_grad, nested ones included
   double build = 0, verify = 0, reverse = 0, sizing = 0, launch = 0;
   qd::CompileTimes compile; // of @k_grad, by its first launch
 };
@@ -330,6 +332,7 @@ MpmRow measureMpm(int steps) {
   if (!grad.ok())
     die(std::string(grad.status().message()));
   r.reverse = since(t);
+  qd::walk((*grad)->body(), [&](qd::Stmt &) { ++r.statements; });
   t = Clock::now();
   qd::KernelSizing sizing = qd::sizeAdStacks(**grad);
   r.sizing = since(t);
@@ -344,8 +347,9 @@ MpmRow measureMpm(int steps) {
 /// and first_launch in ms.
 void mpmSeries(int minSteps, int maxSteps, BenchRecord &record) {
   fmt::print("\nmpm series (3S + 2 tasks; {} particles for the launch)\n{:>5} {:>6} {:>9} {:>9} "
-             "{:>10} {:>6} {:>8} {:>8} {:>8} {:>8} {:>5} {:>10} {:>8} {:>6} {:>6} {:>6} {:>6}\n",
-             kMpmParticles, "S", "tasks", "build ms", "verify ms", "reverse ms", "stacks",
+             "{:>10} {:>6} {:>8} {:>8} {:>8} {:>8} {:>8} {:>5} {:>10} {:>8} {:>6} {:>6} {:>6} "
+             "{:>6}\n",
+             kMpmParticles, "S", "tasks", "build ms", "verify ms", "reverse ms", "stacks", "stmts",
              "size ms", "emit ms", "opt ms", "mc ms", "fns", "launch ms", "g.verify", "g.rev",
              "g.size", "g.emit", "g.lnch");
   std::optional<MpmRow> prev;
@@ -363,12 +367,13 @@ void mpmSeries(int minSteps, int maxSteps, BenchRecord &record) {
       return prev ? growth(get(r), get(*prev), r.steps, prev->steps) : std::string("-");
     };
     fmt::print(
-        "{:>5} {:>6} {:>9.1f} {:>9.1f} {:>10.1f} {:>6} {:>8.1f} {:>8.1f} {:>8.0f} {:>8.0f} "
+        "{:>5} {:>6} {:>9.1f} {:>9.1f} {:>10.1f} {:>6} {:>8} {:>8.1f} {:>8.1f} {:>8.0f} {:>8.0f} "
         "{:>5} {:>10.0f} {:>8} {:>6} {:>6} {:>6} {:>6}\n",
         steps, 3 * steps + 2, r.build * 1e3, r.verify * 1e3, r.reverse * 1e3, r.stacks,
-        r.sizing * 1e3, r.compile.emit * 1e3, r.compile.optimize * 1e3, r.compile.codegen * 1e3,
-        r.functions, r.launch * 1e3, g([](const MpmRow &x) { return x.verify; }),
-        g([](const MpmRow &x) { return x.reverse; }), g([](const MpmRow &x) { return x.sizing; }),
+        r.statements, r.sizing * 1e3, r.compile.emit * 1e3, r.compile.optimize * 1e3,
+        r.compile.codegen * 1e3, r.functions, r.launch * 1e3,
+        g([](const MpmRow &x) { return x.verify; }), g([](const MpmRow &x) { return x.reverse; }),
+        g([](const MpmRow &x) { return x.sizing; }),
         g([](const MpmRow &x) { return x.compile.emit; }),
         g([](const MpmRow &x) { return x.launch; }));
     std::fflush(stdout);
@@ -376,6 +381,7 @@ void mpmSeries(int minSteps, int maxSteps, BenchRecord &record) {
                 {"steps", steps},
                 {"tasks", 3 * steps + 2},
                 {"stacks", r.stacks},
+                {"statements", r.statements},
                 {"functions", r.functions},
                 {"build_ms", r.build * 1e3},
                 {"verify_ms", r.verify * 1e3},
