@@ -428,6 +428,13 @@ TEST(CooperativeTaskTest, ARunTimeTripCountChoosesTheFormAtLaunch) {
     ASSERT_EQ(layout.launches.size(), 1u);
     EXPECT_EQ(layout.launches[0].cooperativeFunction, "qd_task_0_coop");
     EXPECT_EQ(layout.launches[0].cooperativeIterations, 4096);
+    // The shared loop's bounds, for the runtime to see whether it is long
+    // enough to share at launch (0 to the extent of %x).
+    const std::vector<KernelLayout::TaskBound> &loop = layout.launches[0].cooperativeLoops;
+    ASSERT_EQ(loop.size(), 2u);
+    EXPECT_EQ(loop[0].kind, KernelLayout::TaskBound::Constant);
+    EXPECT_EQ(loop[1].kind, KernelLayout::TaskBound::NdarrayExtent);
+    EXPECT_EQ(layout.launches[0].cooperativeLeastLoopIterations, 64);
     EXPECT_NE(ir.find("void @qd_task_0_coop("), std::string::npos) << ir;
   }
   if (!gpu(128))

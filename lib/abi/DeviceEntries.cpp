@@ -144,14 +144,17 @@ KernelLayout::TaskBound taskBoundOf(Bound b) {
   return t;
 }
 
-std::vector<KernelLayout::TaskBound> bandBoundsOf(const ForStmt &task) {
+std::vector<KernelLayout::TaskBound> boundsOf(const ForStmt &loop) {
   std::vector<KernelLayout::TaskBound> out;
-  if (task.numDims() > 1)
-    for (unsigned d = 0; d < task.numDims(); ++d) {
-      out.push_back(taskBoundOf(task.begin(d)));
-      out.push_back(taskBoundOf(task.end(d)));
-    }
+  for (unsigned d = 0; d < loop.numDims(); ++d) {
+    out.push_back(taskBoundOf(loop.begin(d)));
+    out.push_back(taskBoundOf(loop.end(d)));
+  }
   return out;
+}
+
+std::vector<KernelLayout::TaskBound> bandBoundsOf(const ForStmt &task) {
+  return task.numDims() > 1 ? boundsOf(task) : std::vector<KernelLayout::TaskBound>();
 }
 
 } // namespace qd

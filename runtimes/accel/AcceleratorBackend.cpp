@@ -242,7 +242,8 @@ std::vector<uint32_t> AcceleratorBackend::State::groups(const DeviceKernel &code
     // literals, so the count is known).
     // A task with cooperative code as well takes it where its iterations
     // are few enough.
-    bool chosen = !l.cooperativeFunction.empty() && count && *count <= l.cooperativeIterations;
+    bool chosen = !l.cooperativeFunction.empty() && count && *count <= l.cooperativeIterations &&
+                  plan.mayShareLoops(l);
     if (chosen)
       cooperative[groups.size()] = true;
     if ((task.cooperative || chosen) && count)

@@ -94,32 +94,44 @@ std::optional<int64_t> LaunchPlan::taskBound(const KernelLayout::TaskBound &b) c
   return std::nullopt;
 }
 
-std::optional<int64_t> LaunchPlan::fixedIterations(const KernelLayout::Task &task) const {
-  auto extent = [&](const KernelLayout::TaskBound &begin,
-                    const KernelLayout::TaskBound &end) -> std::optional<int64_t> {
-    auto fixed = [](const KernelLayout::TaskBound &b) {
-      return b.kind == KernelLayout::TaskBound::Constant ||
-             b.kind == KernelLayout::TaskBound::Argument ||
-             b.kind == KernelLayout::TaskBound::NdarrayExtent;
-    };
-    if (!fixed(begin) || !fixed(end))
-      return std::nullopt;
-    std::optional<int64_t> b = taskBound(begin), e = taskBound(end);
-    if (!b || !e)
-      return std::nullopt;
-    return std::max<int64_t>(*e - *b, 0);
+std::optional<int64_t> LaunchPlan::fixedExtent(const KernelLayout::TaskBound &begin,
+                                               const KernelLayout::TaskBound &end) const {
+  auto fixed = [](const KernelLayout::TaskBound &b) {
+    return b.kind == KernelLayout::TaskBound::Constant ||
+           b.kind == KernelLayout::TaskBound::Argument ||
+           b.kind == KernelLayout::TaskBound::NdarrayExtent;
   };
+  if (!fixed(begin) || !fixed(end))
+    return std::nullopt;
+  std::optional<int64_t> b = taskBound(begin), e = taskBound(end);
+  if (!b || !e)
+    return std::nullopt;
+  return std::max<int64_t>(*e - *b, 0);
+}
+
+std::optional<int64_t> LaunchPlan::fixedIterations(const KernelLayout::Task &task) const {
   if (task.band.empty())
-    return extent(task.begin, task.end);
+    return fixedExtent(task.begin, task.end);
   // A band: the product of its extents (each at most 2^31).
   int64_t n = 1;
   for (size_t d = 0; d + 1 < task.band.size(); d += 2) {
-    std::optional<int64_t> e = extent(task.band[d], task.band[d + 1]);
+    std::optional<int64_t> e = fixedExtent(task.band[d], task.band[d + 1]);
     if (!e || (*e != 0 && n > INT64_MAX / *e))
       return std::nullopt;
     n *= *e;
   }
   return n;
+}
+
+bool LaunchPlan::mayShareLoops(const KernelLayout::Launch &l) const {
+  if (l.cooperativeLoops.empty())
+    return true;
+  for (size_t i = 0; i + 1 < l.cooperativeLoops.size(); i += 2) {
+    std::optional<int64_t> e = fixedExtent(l.cooperativeLoops[i], l.cooperativeLoops[i + 1]);
+    if (!e || *e >= l.cooperativeLeastLoopIterations)
+      return true;
+  }
+  return false;
 }
 
 std::optional<int64_t> LaunchPlan::fixedParallelIterations() const {

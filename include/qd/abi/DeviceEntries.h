@@ -58,8 +58,10 @@ DeviceEntryPlan planDeviceEntries(Kernel &kernel);
 /// constant in-range indices.
 KernelLayout::TaskBound taskBoundOf(Bound b);
 
-/// KernelLayout::Task::band of `task`: taskBoundOf of each dimension's
-/// begin and end for a band, nothing for a task of one dimension.
+/// taskBoundOf of each dimension's begin and end of `loop`, in order.
+std::vector<KernelLayout::TaskBound> boundsOf(const ForStmt &loop);
+/// KernelLayout::Task::band of `task`: boundsOf a band, nothing for a
+/// task of one dimension.
 std::vector<KernelLayout::TaskBound> bandBoundsOf(const ForStmt &task);
 
 } // namespace qd

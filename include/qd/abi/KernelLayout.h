@@ -100,6 +100,12 @@ struct KernelLayout {
     /// at most `cooperativeIterations` of them; "" when there is none.
     std::string cooperativeFunction;
     int64_t cooperativeIterations = 0;
+    /// With cooperativeFunction: each shared loop's begin and end, in
+    /// pairs. Where every one of them has an extent known at launch below
+    /// cooperativeLeastLoopIterations, the group would have little to
+    /// share: the runtime keeps one iteration per thread.
+    std::vector<TaskBound> cooperativeLoops = {};
+    int64_t cooperativeLeastLoopIterations = 0;
   };
   std::vector<Launch> launches;
   /// GPU targets: slots of ctx->values.

@@ -56,6 +56,10 @@ class Stmt;
 /// shared loop scatters.
 constexpr int64_t kDefaultCooperativeTaskIterations = 4096;
 constexpr int64_t kDefaultCooperativeScatteringIterations = 64;
+/// A shared loop worth a group: a literal trip count of at least this many
+/// iterations (a run-time one qualifies at compile time; the runtime then
+/// checks it at launch, KernelLayout::Launch::cooperativeLoops).
+constexpr int64_t kLeastSharedLoopIterations = 64;
 
 /// When a task is worth running cooperatively.
 struct CooperativeTaskOptions {
@@ -64,7 +68,7 @@ struct CooperativeTaskOptions {
   int64_t mostTaskIterations = 0;
   /// A shared loop with a literal trip count needs at least this many
   /// iterations (one with a run-time trip count always qualifies).
-  int64_t leastLoopIterations = 64;
+  int64_t leastLoopIterations = kLeastSharedLoopIterations;
   /// A task whose trip count is known only at launch qualifies too (its
   /// code generator then emits both forms, and the runtime chooses).
   bool runTimeTrips = false;

@@ -77,6 +77,14 @@ public:
   /// launch (constants, scalar arguments, ndarray extents): a GPU grid
   /// need not have more threads.
   std::optional<int64_t> fixedIterations(const KernelLayout::Task &task) const;
+  /// The iterations from `begin` to `end` (at least 0) when both stay
+  /// fixed for the whole launch.
+  std::optional<int64_t> fixedExtent(const KernelLayout::TaskBound &begin,
+                                     const KernelLayout::TaskBound &end) const;
+  /// Whether launch `l`'s cooperative form has something to share: some
+  /// shared loop's extent is unknown at launch or at least
+  /// cooperativeLeastLoopIterations.
+  bool mayShareLoops(const KernelLayout::Launch &l) const;
   /// GPU layouts: the most iterations of any parallel entry when all are
   /// fixed (0 without one), else nullopt. A grid of more threads would lay
   /// out adstack heap for threads that have no iteration.

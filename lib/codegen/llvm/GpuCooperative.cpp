@@ -20,6 +20,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "GpuTarget.h"
+#include "qd/abi/DeviceEntries.h"
 
 #include "qd/ir/Casting.h"
 
@@ -72,6 +73,10 @@ void GpuTarget::emitCooperativeTask(KernelEmitter &e, ForStmt &task,
     KernelLayout::Launch &l = c.layout.launches.back();
     l.cooperativeFunction = l.function + "_coop";
     l.cooperativeIterations = plan.mostIterations;
+    for (const CooperativeTaskPlan::SharedLoop &shared : plan.loops)
+      for (const KernelLayout::TaskBound &b : boundsOf(*shared.loop))
+        l.cooperativeLoops.push_back(b);
+    l.cooperativeLeastLoopIterations = kLeastSharedLoopIterations;
     beginTask(e, task, state, vectorPlan, &l.cooperativeFunction);
   } else {
     beginTask(e, task, state, vectorPlan);

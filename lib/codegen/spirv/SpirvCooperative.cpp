@@ -21,6 +21,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "SpirvEmitter.h"
+#include "qd/abi/DeviceEntries.h"
 
 #include <fmt/format.h>
 
@@ -83,6 +84,10 @@ void SpirvEmitter::emitCooperativeTask(ForStmt &task, const CooperativeTaskPlan 
     index = l.task;
     l.cooperativeFunction = l.function + "_coop";
     l.cooperativeIterations = plan.mostIterations;
+    for (const CooperativeTaskPlan::SharedLoop &shared : plan.loops)
+      for (const KernelLayout::TaskBound &b : boundsOf(*shared.loop))
+        l.cooperativeLoops.push_back(b);
+    l.cooperativeLeastLoopIterations = kLeastSharedLoopIterations;
     name = l.cooperativeFunction;
   } else {
     layout_.launches.push_back({KernelLayout::Launch::Parallel, name, index, "", 0});
