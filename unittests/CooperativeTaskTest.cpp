@@ -203,10 +203,6 @@ TEST(CooperativeTaskTest, ASumUnderATestOfDataIsStillASum) {
         %new = add %old, %d : f32
         store %s, %new
 )";
-  Parsed p = parse(contactKernel(test, add));
-  ASSERT_TRUE(p.task);
-  expectOneLoopSummingS(plan(*p.task));
-
   // Nested tests, and an add in each arm of an if-else.
   const std::string nested = R"(        %q = cmp gt %d, %z : f32
         if %q {
@@ -219,9 +215,11 @@ TEST(CooperativeTaskTest, ASumUnderATestOfDataIsStillASum) {
           store %s, %n2
         }
 )";
-  Parsed q = parse(contactKernel(test, nested));
-  ASSERT_TRUE(q.task);
-  expectOneLoopSummingS(plan(*q.task));
+  for (const std::string &body : {add, nested}) {
+    Parsed p = parse(contactKernel(test, body));
+    ASSERT_TRUE(p.task);
+    expectOneLoopSummingS(plan(*p.task));
+  }
 
   struct Case {
     std::string cond, body, why;

@@ -102,9 +102,19 @@ constexpr size_t kSinkComparisons = 4096;
 } // namespace
 
 std::vector<SunkStore> sunkStores(ForStmt &task, NdarrayAliasing aliasing) {
+  auto constantStore = [](const Stmt &s) {
+    auto *st = dyn_cast<GlobalStoreStmt>(&s);
+    return st && isa<ConstStmt>(st->value());
+  };
+  // Most bodies have no such store: nothing to walk.
   std::vector<Stmt *> top;
-  for (Stmt &s : task.body())
+  bool any = false;
+  for (Stmt &s : task.body()) {
     top.push_back(&s);
+    any |= constantStore(s);
+  }
+  if (!any)
+    return {};
   std::vector<TopLevelEffects> effects;
   effects.reserve(top.size());
   for (Stmt *s : top)
@@ -115,9 +125,9 @@ std::vector<SunkStore> sunkStores(ForStmt &task, NdarrayAliasing aliasing) {
   std::unordered_set<const Stmt *> pinned;
   std::vector<SunkStore> out;
   for (size_t i = 0; i < top.size(); ++i) {
-    auto *st = dyn_cast<GlobalStoreStmt>(top[i]);
-    if (!st || !isa<ConstStmt>(st->value()) || pinned.count(st))
+    if (!constantStore(*top[i]) || pinned.count(top[i]))
       continue;
+    auto *st = cast<GlobalStoreStmt>(top[i]);
     size_t j = i + 1, compared = 0;
     for (; j < top.size(); ++j) {
       const TopLevelEffects &e = effects[j];

@@ -20,7 +20,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "GpuTarget.h"
-#include "qd/abi/DeviceEntries.h"
+#include "qd/codegen/CooperativeLayout.h"
 
 #include "qd/ir/Casting.h"
 
@@ -71,12 +71,7 @@ void GpuTarget::emitCooperativeTask(KernelEmitter &e, ForStmt &task,
   if (alternative) {
     // The task's second form, next to its one-iteration-per-thread entry.
     KernelLayout::Launch &l = c.layout.launches.back();
-    l.cooperativeFunction = l.function + "_coop";
-    l.cooperativeIterations = plan.mostIterations;
-    for (const CooperativeTaskPlan::SharedLoop &shared : plan.loops)
-      for (const KernelLayout::TaskBound &b : boundsOf(*shared.loop))
-        l.cooperativeLoops.push_back(b);
-    l.cooperativeLeastLoopIterations = kLeastSharedLoopIterations;
+    addCooperativeForm(l, plan);
     beginTask(e, task, state, vectorPlan, &l.cooperativeFunction);
   } else {
     beginTask(e, task, state, vectorPlan);

@@ -21,7 +21,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "SpirvEmitter.h"
-#include "qd/abi/DeviceEntries.h"
+#include "qd/codegen/CooperativeLayout.h"
 
 #include <fmt/format.h>
 
@@ -82,12 +82,7 @@ void SpirvEmitter::emitCooperativeTask(ForStmt &task, const CooperativeTaskPlan 
   if (alternative) { // the task's second form: its launch exists already
     KernelLayout::Launch &l = layout_.launches.back();
     index = l.task;
-    l.cooperativeFunction = l.function + "_coop";
-    l.cooperativeIterations = plan.mostIterations;
-    for (const CooperativeTaskPlan::SharedLoop &shared : plan.loops)
-      for (const KernelLayout::TaskBound &b : boundsOf(*shared.loop))
-        l.cooperativeLoops.push_back(b);
-    l.cooperativeLeastLoopIterations = kLeastSharedLoopIterations;
+    addCooperativeForm(l, plan);
     name = l.cooperativeFunction;
   } else {
     layout_.launches.push_back({KernelLayout::Launch::Parallel, name, index, "", 0});
