@@ -7,6 +7,8 @@
 // errors at the same statements, and size each step's stack as its own.
 //
 //===----------------------------------------------------------------------===//
+#include "qd/codegen/llvm/KernelCodegen.h"
+#include "qd/codegen/llvm/MergeTasks.h"
 #include "qd/interp/Interpreter.h"
 #include "qd/ir/Parser.h"
 #include "qd/ir/Verifier.h"
@@ -15,6 +17,9 @@
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <llvm/IR/LLVMContext.h>
+#include <llvm/IR/Module.h>
+#include <llvm/Support/raw_ostream.h>
 
 #include <cstring>
 #include <string>
@@ -164,6 +169,44 @@ TEST(CpuTaskMergingTest, ErrorsOfAMergedTaskNameItsOwnStatement) {
   // Step 3's load of @w is on line 6 + 16 * 3 + 4 of the text.
   EXPECT_NE(messages[0].find(fmt::format("steps.qd:{}:", 6 + 16 * 3 + 4)), std::string::npos)
       << messages[0];
+}
+
+/// The CPU module of `kernel`, its tasks merged as the emitter finishes
+/// them (`online`, CodegenOptions::taskMerger) or after the whole module
+/// (mergeEquivalentTasks), printed.
+std::string mergedModule(const Kernel &kernel, bool online, TaskMergeStats &stats) {
+  llvm::LLVMContext context;
+  CodegenOptions opts;
+  opts.vectorWidth = 8;
+  TaskMerger merger;
+  if (online)
+    opts.taskMerger = &merger;
+  KernelLayout layout;
+  auto module = emitKernel(kernel, context, opts, layout);
+  EXPECT_TRUE(module.ok()) << module.status();
+  if (!module.ok())
+    return "";
+  stats = online ? merger.finish() : mergeEquivalentTasks(**module);
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  (*module)->print(os, nullptr);
+  return text;
+}
+
+TEST(CpuTaskMergingTest, MergingWhileEmittingGivesTheModuleOfMergingAfterwards) {
+  constexpr int kSteps = 6;
+  std::unique_ptr<Module> m = stepsModule(kSteps, kSteps);
+  for (const char *name : {"k", "k_grad"}) {
+    TaskMergeStats online, after;
+    std::string a = mergedModule(*m->findKernel(name), true, online);
+    std::string b = mergedModule(*m->findKernel(name), false, after);
+    EXPECT_EQ(a, b) << name;
+    EXPECT_EQ(online.tasks, after.tasks) << name;
+    EXPECT_EQ(online.functions, after.functions) << name;
+    EXPECT_EQ(online.parameters, after.parameters) << name;
+    EXPECT_LT(online.functions, online.tasks) << name;
+    EXPECT_NE(a.find("task.param"), std::string::npos) << name;
+  }
 }
 
 } // namespace

@@ -242,12 +242,11 @@ bool provablyTight(const KernelFacts &facts, const AdStackSize &r,
 }
 
 // Most kernels (every forward kernel) have no stacks: one walk that
-// allocates nothing says so, before the facts map every statement.
+// allocates nothing says so, before the facts map every statement; a
+// gradient's first task usually has one, which ends the walk there.
 bool hasAdStack(const Kernel &kernel) {
-  bool anyStack = false;
-  walk(const_cast<Kernel &>(kernel).body(),
-       [&](Stmt &s) { anyStack |= s.kind() == StmtKind::AdStackAlloca; });
-  return anyStack;
+  return anyStmt(const_cast<Kernel &>(kernel).body(),
+                 [](const Stmt &s) { return s.kind() == StmtKind::AdStackAlloca; });
 }
 
 // The indices of the upper bounds worth refining by measuring: loose ones

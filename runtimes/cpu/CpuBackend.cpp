@@ -222,15 +222,16 @@ struct CpuBackend::Impl {
     opts.fitLanesToRegisters = fitLanes;
     opts.stopChecks = variant.stopChecks;
     opts.distinctNdarrays = variant.distinctNdarrays;
+    TaskMerger merger;
+    if (mergeTasks)
+      opts.taskMerger = &merger;
     auto module = emitKernel(kernel, context, opts, layout);
     if (!module.ok())
       return module.status();
     llvm::Module &m = **module;
     m.setDataLayout(jit->getDataLayout());
     m.setTargetTriple(jit->getTargetTriple().str());
-    TaskMergeStats merged;
-    if (mergeTasks)
-      merged = mergeEquivalentTasks(m);
+    TaskMergeStats merged = merger.finish();
     if (merge)
       *merge = merged;
     tier = chooseTier(m, tierLimits);

@@ -108,6 +108,19 @@ template <typename Fn> void walkMutable(Block &block, Fn &&fn) {
   }
 }
 
+/// Pre-order search: whether `pred` holds for some statement of `block` or
+/// of the blocks nested in it; stops at the first that it holds for.
+template <typename Pred> bool anyStmt(Block &block, Pred &&pred) {
+  for (Stmt &s : block) {
+    if (pred(s))
+      return true;
+    for (unsigned i = 0; i < s.numBlocks(); ++i)
+      if (anyStmt(s.block(i), pred))
+        return true;
+  }
+  return false;
+}
+
 template <typename Fn> void walk(Kernel &k, Fn &&fn) {
   walk(k.body(), std::forward<Fn>(fn));
 }

@@ -16,6 +16,7 @@
 //===----------------------------------------------------------------------===//
 #include "KernelEmitter.h"
 #include "qd/analysis/ConstantFolding.h"
+#include "qd/codegen/llvm/MergeTasks.h"
 
 #include <fmt/format.h>
 #include <llvm/IR/Module.h>
@@ -154,8 +155,11 @@ void CpuTarget::emitParallelTask(KernelEmitter &e, ForStmt &task) {
                               {c.ptrTy, c.ptrTy, c.ptrTy, c.i64, c.i64, c.i64, c.i64}, false));
   // Chunks are whole groups of the task's lanes; with near atomics, chunks
   // that run together are farther apart than their reach.
-  b.CreateCall(parallelFor, {c.fn->ctxArg, taskFn, buf, begin, end, b.getInt64(lanes),
-                             flatReach(e, task, plan.ownership)});
+  llvm::CallInst *call =
+      b.CreateCall(parallelFor, {c.fn->ctxArg, taskFn, buf, begin, end, b.getInt64(lanes),
+                                 flatReach(e, task, plan.ownership)});
+  if (c.opts.taskMerger)
+    c.opts.taskMerger->add(call);
 }
 
 // Iterations (i_0, ..., i_n-1) of a band are numbered row-major, so two

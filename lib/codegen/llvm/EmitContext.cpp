@@ -379,7 +379,13 @@ LV *EmitContext::fromSlot(LV *raw, ScalarType t) {
 //===--- Lanes -------------------------------------------------------------===//
 
 LV *Lanes::splat(LV *v) {
-  return v->getType()->isVectorTy() ? v : c_.b.CreateVectorSplat(width(), v);
+  if (v->getType()->isVectorTy())
+    return v;
+  // A constant's splat directly: the builder's insert-and-shuffle would be
+  // folded through two constant expressions of every lane.
+  if (auto *k = llvm::dyn_cast<llvm::Constant>(v))
+    return llvm::ConstantVector::getSplat(llvm::ElementCount::getFixed(width()), k);
+  return c_.b.CreateVectorSplat(width(), v);
 }
 
 Lanes::LaneArray Lanes::spill(LV *v) {

@@ -236,6 +236,9 @@ public:
   std::map<std::pair<int, unsigned>, unsigned> launchWordIndex;
   /// Set on an internal inconsistency; run() reports it.
   std::string error;
+  /// The instructions of the functions finished so far
+  /// (KernelEmitter::finishFunction).
+  size_t instructions = 0;
   /// The loops that read the stop word (empty without
   /// CodegenOptions::stopChecks).
   StopCheckPlan stopPlan;

@@ -4,6 +4,7 @@
 #include "qd/abi/DeviceEntries.h"
 #include "qd/analysis/ElementOwnership.h"
 
+#include <fmt/format.h>
 #include <llvm/IR/Module.h>
 #include <llvm/IR/Verifier.h>
 #include <llvm/Support/raw_ostream.h>
@@ -34,22 +35,28 @@ absl::StatusOr<std::unique_ptr<llvm::Module>> KernelEmitter::run() {
   c_.finishLaunchWords();
   if (!c_.error.empty())
     return absl::InternalError(c_.error);
-    // LLVM's verifier checks what the emitter produced, in time linear in the
-    // module but not small (6% of compiling a gradient of 375 000
-    // statements): release builds skip it for huge modules, whose shapes the
-    // tests cover at small sizes.
-#ifdef NDEBUG
-  constexpr size_t kVerifiedInstructions = 100000;
-#else
-  constexpr size_t kVerifiedInstructions = SIZE_MAX;
-#endif
-  if (c_.module->getInstructionCount() <= kVerifiedInstructions) {
+  // Every function was verified as it was finished (finishFunction); the
+  // module as a whole (its globals, declarations and everything again) only
+  // where that is cheap: a second walk of a large module that is no longer
+  // in cache cost 6% of compiling a gradient of 375 000 statements.
+  constexpr size_t kVerifiedModuleInstructions = 20000;
+  if (c_.instructions <= kVerifiedModuleInstructions) {
     std::string text;
     llvm::raw_string_ostream os(text);
     if (llvm::verifyModule(*c_.module, &os))
       return absl::InternalError("codegen produced invalid LLVM IR: " + os.str());
   }
   return std::move(c_.module);
+}
+
+void KernelEmitter::finishFunction() {
+  adstacks_.finishFunction();
+  llvm::Function &f = *c_.fn->fn;
+  c_.instructions += f.getInstructionCount();
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  if (c_.error.empty() && llvm::verifyFunction(f, &os))
+    c_.error = fmt::format("codegen produced invalid LLVM IR in @{}: {}", f.getName().str(), text);
 }
 
 void KernelEmitter::emitTopLevel(Stmt &s) {

@@ -236,9 +236,10 @@ public:
   /// top-level scalar statement.
   void emitTopLevel(Stmt &s);
   /// Completes the current function after its last return (the adstacks'
-  /// overflow report, AdStackLowering::finishFunction); every target calls
-  /// it for each function it emits.
-  void finishFunction() { adstacks_.finishFunction(); }
+  /// overflow report, AdStackLowering::finishFunction) and verifies it
+  /// while it is still in cache; every target calls it for each function
+  /// it emits.
+  void finishFunction();
   /// The plan of parallel task `task` under what the target and the
   /// options guarantee: near atomics only where the target keeps their
   /// iterations apart (LlvmTarget::keepsNearIterationsApart), distinct

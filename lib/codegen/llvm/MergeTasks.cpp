@@ -22,23 +22,25 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
 namespace qd {
-namespace {
-
-using llvm::Instruction;
-using llvm::Value;
 
 /// A task's call of qd_rt_parallel_for and what it passes.
-struct TaskCall {
+struct TaskMerger::Call {
   llvm::CallInst *call;
   llvm::Function *fn;
   llvm::AllocaInst *captures;
   uint64_t slots; // of the capture buffer
 };
+
+namespace {
+
+using llvm::Instruction;
+using llvm::Value;
 
 /// The scalar of an integer constant of at most 64 bits, or of a splat of
 /// one; null for anything else.
@@ -153,54 +155,92 @@ bool equivalent(const llvm::Function &f, const llvm::Function &g) {
   return true;
 }
 
-/// The task calls of `qd_kernel` whose function and capture buffer are
-/// theirs alone.
-std::vector<TaskCall> taskCalls(llvm::Module &module) {
-  std::vector<TaskCall> calls;
-  llvm::Function *kernel = module.getFunction("qd_kernel");
-  if (!kernel || kernel->isDeclaration())
-    return calls;
-  for (llvm::BasicBlock &bb : *kernel)
-    for (Instruction &i : bb) {
-      auto *call = llvm::dyn_cast<llvm::CallInst>(&i);
-      llvm::Function *callee = call ? call->getCalledFunction() : nullptr;
-      if (!callee || callee->getName() != "qd_rt_parallel_for" || call->arg_size() < 3)
-        continue;
-      auto *fn = llvm::dyn_cast<llvm::Function>(call->getArgOperand(1));
-      auto *buf = llvm::dyn_cast<llvm::AllocaInst>(call->getArgOperand(2));
-      auto *array = buf ? llvm::dyn_cast<llvm::ArrayType>(buf->getAllocatedType()) : nullptr;
-      if (!fn || fn->isDeclaration() || !fn->hasOneUse() || fn->arg_size() < 2 || !array ||
-          !array->getElementType()->isIntegerTy(64) || buf->getParent() != &kernel->getEntryBlock())
-        continue;
-      calls.push_back({call, fn, buf, array->getNumElements()});
-    }
-  return calls;
+/// `call`'s task, if `call` is a call of qd_rt_parallel_for whose function
+/// and capture buffer (an `alloca [n x i64]` of the caller's entry block)
+/// are its own.
+std::optional<TaskMerger::Call> taskCall(llvm::CallInst *call) {
+  llvm::Function *callee = call ? call->getCalledFunction() : nullptr;
+  if (!callee || callee->getName() != "qd_rt_parallel_for" || call->arg_size() < 3)
+    return std::nullopt;
+  auto *fn = llvm::dyn_cast<llvm::Function>(call->getArgOperand(1));
+  auto *buf = llvm::dyn_cast<llvm::AllocaInst>(call->getArgOperand(2));
+  auto *array = buf ? llvm::dyn_cast<llvm::ArrayType>(buf->getAllocatedType()) : nullptr;
+  if (!fn || fn->isDeclaration() || !fn->hasOneUse() || fn->arg_size() < 2 || !array ||
+      !array->getElementType()->isIntegerTy(64) ||
+      buf->getParent() != &call->getFunction()->getEntryBlock())
+    return std::nullopt;
+  return TaskMerger::Call{call, fn, buf, array->getNumElements()};
 }
 
-/// Keeps the first task of `group` (equivalent tasks, equal capture
-/// buffers) for all of them; returns the parameters it added.
-size_t mergeGroup(const std::vector<TaskCall> &group) {
-  llvm::Function *kept = group[0].fn;
-  uint64_t first = group[0].slots;
-  std::vector<std::vector<std::pair<Instruction *, unsigned>>> slots;
-  for (const TaskCall &t : group)
-    slots.push_back(integerSlots(*t.fn));
+/// The values at `f`'s integer slots (integerSlots), and their widths.
+void slotValues(llvm::Function &f, std::vector<int64_t> &values, std::vector<unsigned> *widths) {
+  for (auto [inst, k] : integerSlots(f)) {
+    const llvm::ConstantInt *c = integerOf(inst->getOperand(k));
+    values.push_back(c->getSExtValue());
+    if (widths)
+      widths->push_back(c->getBitWidth());
+  }
+}
+
+} // namespace
+
+/// A class of equivalent tasks: its first, whose function is kept, then the
+/// others, each with the values at its function's integer slots (taken
+/// before its body was deleted).
+struct TaskMerger::Class {
+  std::vector<Call> calls;
+  std::vector<std::vector<int64_t>> values;
+  std::vector<unsigned> widths; // of the first's slots
+};
+
+TaskMerger::TaskMerger() = default;
+TaskMerger::~TaskMerger() = default;
+
+void TaskMerger::add(llvm::CallInst *call) {
+  std::optional<TaskMerger::Call> t = taskCall(call);
+  if (!t)
+    return;
+  ++tasks_;
+  // Candidates by (hash, capture slots); within a bucket, classes by the
+  // walk. Classes in the order of their first task.
+  std::vector<size_t> &bucket = buckets_[llvm::hash_combine(shapeHash(*t->fn), t->slots)];
+  auto it = std::find_if(bucket.begin(), bucket.end(), [&](size_t c) {
+    return classes_[c].calls[0].slots == t->slots && equivalent(*classes_[c].calls[0].fn, *t->fn);
+  });
+  if (it == bucket.end()) {
+    bucket.push_back(classes_.size());
+    classes_.push_back({{*t}, {{}}, {}});
+    slotValues(*t->fn, classes_.back().values[0], &classes_.back().widths);
+    return;
+  }
+  // The function goes; only its constants are needed, and its body is
+  // freed now, while it is in cache.
+  Class &c = classes_[*it];
+  c.calls.push_back(*t);
+  slotValues(*t->fn, c.values.emplace_back(), nullptr);
+  t->fn->deleteBody();
+}
+
+/// Keeps the first task of class `c` for all of them; returns the
+/// parameters it added.
+static size_t mergeClass(const TaskMerger::Class &c) {
+  llvm::Function *kept = c.calls[0].fn;
+  uint64_t first = c.calls[0].slots;
+  std::vector<std::pair<Instruction *, unsigned>> slots = integerSlots(*kept);
   // A parameter per distinct column of values (width, value in each task).
   std::map<std::pair<unsigned, std::vector<int64_t>>, size_t> params;
   std::vector<std::vector<int64_t>> columns;    // by parameter
   std::vector<std::pair<size_t, size_t>> holes; // (slot, parameter)
-  for (size_t s = 0; s < slots[0].size(); ++s) {
+  for (size_t s = 0; s < slots.size(); ++s) {
     std::vector<int64_t> values;
     bool differ = false;
-    for (size_t t = 0; t < group.size(); ++t) {
-      auto [inst, k] = slots[t][s];
-      values.push_back(integerOf(inst->getOperand(k))->getSExtValue());
+    for (const std::vector<int64_t> &v : c.values) {
+      values.push_back(v[s]);
       differ = differ || values.back() != values.front();
     }
     if (!differ)
       continue;
-    unsigned width = integerOf(slots[0][s].first->getOperand(slots[0][s].second))->getBitWidth();
-    auto [it, added] = params.try_emplace({width, values}, columns.size());
+    auto [it, added] = params.try_emplace({c.widths[s], values}, columns.size());
     if (added)
       columns.push_back(values);
     holes.emplace_back(s, it->second);
@@ -215,7 +255,7 @@ size_t mergeGroup(const std::vector<TaskCall> &group) {
         b.CreateLoad(i64, b.CreateConstGEP1_64(i64, kept->getArg(1), first + p), "task.param"));
   std::map<std::pair<size_t, llvm::Type *>, Value *> typed;
   for (auto [s, p] : holes) {
-    auto [inst, k] = slots[0][s];
+    auto [inst, k] = slots[s];
     llvm::Type *ty = inst->getOperand(k)->getType();
     Value *&v = typed[{p, ty}];
     if (!v) {
@@ -227,8 +267,8 @@ size_t mergeGroup(const std::vector<TaskCall> &group) {
     inst->setOperand(k, v);
   }
   // Each caller passes its values after its captures.
-  for (size_t t = 0; t < group.size(); ++t) {
-    const TaskCall &call = group[t];
+  for (size_t t = 0; t < c.calls.size(); ++t) {
+    const TaskMerger::Call &call = c.calls[t];
     auto *type = llvm::ArrayType::get(i64, first + columns.size());
     auto *buf = new llvm::AllocaInst(type, call.captures->getAddressSpace(), nullptr,
                                      call.captures->getAlign(), "captures", call.captures);
@@ -246,33 +286,32 @@ size_t mergeGroup(const std::vector<TaskCall> &group) {
   return columns.size();
 }
 
-} // namespace
+TaskMergeStats TaskMerger::finish() {
+  TaskMergeStats stats;
+  stats.tasks = tasks_;
+  stats.functions = classes_.size();
+  for (const Class &c : classes_)
+    if (c.calls.size() > 1)
+      stats.parameters += mergeClass(c);
+  classes_.clear();
+  buckets_.clear();
+  tasks_ = 0;
+  return stats;
+}
 
 TaskMergeStats mergeEquivalentTasks(llvm::Module &module) {
-  TaskMergeStats stats;
-  std::vector<TaskCall> calls = taskCalls(module);
-  stats.tasks = calls.size();
-  // Candidates by (hash, capture slots); within a bucket, classes by the
-  // walk. Classes in the order of their first task.
-  std::vector<std::vector<TaskCall>> classes;
-  std::unordered_map<size_t, std::vector<size_t>> buckets;
-  for (const TaskCall &t : calls) {
-    std::vector<size_t> &bucket = buckets[llvm::hash_combine(shapeHash(*t.fn), t.slots)];
-    auto it = std::find_if(bucket.begin(), bucket.end(), [&](size_t c) {
-      return classes[c][0].slots == t.slots && equivalent(*classes[c][0].fn, *t.fn);
-    });
-    if (it != bucket.end()) {
-      classes[*it].push_back(t);
-      continue;
-    }
-    bucket.push_back(classes.size());
-    classes.push_back({t});
+  TaskMerger merger;
+  if (llvm::Function *kernel = module.getFunction("qd_kernel");
+      kernel && !kernel->isDeclaration()) {
+    std::vector<llvm::CallInst *> calls;
+    for (llvm::BasicBlock &bb : *kernel)
+      for (Instruction &i : bb)
+        if (auto *call = llvm::dyn_cast<llvm::CallInst>(&i))
+          calls.push_back(call);
+    for (llvm::CallInst *call : calls)
+      merger.add(call);
   }
-  stats.functions = classes.size();
-  for (const std::vector<TaskCall> &c : classes)
-    if (c.size() > 1)
-      stats.parameters += mergeGroup(c);
-  return stats;
+  return merger.finish();
 }
 
 } // namespace qd

@@ -68,6 +68,8 @@ class Module;
 
 namespace qd {
 
+class TaskMerger;
+
 /// The x86-64 vector extension whose libmvec variants generated code may
 /// call (CodegenOptions::vectorMath).
 enum class VectorMathIsa : uint8_t { None, Sse4, Avx2, Avx512 };
@@ -128,6 +130,11 @@ struct CodegenOptions {
   /// capacity of at most `entries` (LaunchPlan checks); KernelLayout::Stack::
   /// localEntries says which stacks these are.
   std::map<const AdStackAllocaStmt *, int64_t> localAdStackEntries;
+  /// CPU target: each task's call is handed to this merger as soon as the
+  /// task's function is complete (qd/codegen/llvm/MergeTasks.h); the caller
+  /// calls its finish() on the module emitKernel returns. Null: a function
+  /// per task.
+  TaskMerger *taskMerger = nullptr;
 };
 
 /// The values the loops of parallel task `task` carry per lane: scalar

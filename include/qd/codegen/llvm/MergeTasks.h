@@ -13,8 +13,12 @@
 #pragma once
 
 #include <cstddef>
+#include <memory>
+#include <unordered_map>
+#include <vector>
 
 namespace llvm {
+class CallInst;
 class Module;
 } // namespace llvm
 
@@ -46,5 +50,33 @@ struct TaskMergeStats {
 /// bit for bit: only where an integer comes from changes.
 /// Call before optimising the module.
 TaskMergeStats mergeEquivalentTasks(llvm::Module &module);
+
+/// mergeEquivalentTasks one task at a time, while each task's function is
+/// still in cache (a large kernel's functions are not by the time the
+/// module is finished: merging afterwards walked each one from memory
+/// again). add() takes each task's call of `qd_rt_parallel_for` as soon as
+/// its function is complete; a task equivalent to an earlier one has its
+/// body deleted there. finish() rewrites the calls and the kept functions,
+/// and must run before the module is used (CodegenOptions::taskMerger).
+class TaskMerger {
+public:
+  TaskMerger();
+  ~TaskMerger();
+  TaskMerger(const TaskMerger &) = delete;
+  TaskMerger &operator=(const TaskMerger &) = delete;
+
+  /// A call that is not a task's (mergeEquivalentTasks) is left alone.
+  void add(llvm::CallInst *call);
+  /// Merges the classes found; the merger is empty again afterwards.
+  TaskMergeStats finish();
+
+  struct Call;
+  struct Class;
+
+private:
+  std::vector<Class> classes_;
+  std::unordered_map<size_t, std::vector<size_t>> buckets_;
+  size_t tasks_ = 0;
+};
 
 } // namespace qd
