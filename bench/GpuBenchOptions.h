@@ -29,6 +29,8 @@ struct Options {
   bool backendsGiven = false; // --backends: a Vulkan CPU device runs too
   unsigned blockSize = qd::CudaBackendOptions().blockSize, maxRegisters = 0;
   int64_t cudaThreads = 0, cudaTapeBytesPerSm = 0;
+  /// CudaBackendOptions::gridWaves.
+  int64_t cudaGridWaves = 0;
   std::string json;                   // --json FILE
   std::string vulkanDevice;           // empty: QD_VULKAN_DEVICE, else the backend's choice
   std::vector<int64_t> vulkanThreads; // one Vulkan row each; empty: by the device

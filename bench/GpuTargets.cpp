@@ -53,6 +53,7 @@ Target cudaTarget(const Options &o) {
   options.blockSize = o.blockSize;
   options.maxRegisters = o.maxRegisters;
   options.maxThreads = o.cudaThreads;
+  options.gridWaves = o.cudaGridWaves;
   options.localTapeBytesPerSm = o.cudaTapeBytesPerSm;
   auto created = qd::CudaBackend::create(options);
   if (!created.ok()) {

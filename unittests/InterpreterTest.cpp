@@ -387,6 +387,28 @@ TEST(LaunchArgs, OverlappingBuffersAreFoundWhereverTheyLie) {
   EXPECT_LT(overlapping, 250);
 }
 
+TEST(Interpreter, NarrowOffsetsNeedEveryComponentBelow2To31Elements) {
+  // Borrowed over one float: only the shapes are read.
+  float cell = 0;
+  auto borrowed = [&](std::vector<int64_t> shape) {
+    return *Buffer::borrow(ScalarType::F32, std::move(shape), &cell);
+  };
+  Buffer small = borrowed({1024, 1024}), edge = borrowed({65536, 32767}),
+         past = borrowed({65536, 32768}), scalar = borrowed({});
+  auto fits = [](std::vector<NdarrayArg> nd) {
+    std::vector<LaunchArg> args = {LaunchArg::i32(3)};
+    for (NdarrayArg &a : nd)
+      args.push_back(LaunchArg::ndarray(&a));
+    return ndarraysFitNarrowOffsets(args);
+  };
+  EXPECT_TRUE(fits({}));
+  EXPECT_TRUE(fits({{&small}, {&scalar}}));
+  EXPECT_TRUE(fits({{&edge, &small}})) << "65536 x 32767 = 2^31 - 65536 elements";
+  EXPECT_FALSE(fits({{&past}})) << "2^31 elements";
+  EXPECT_FALSE(fits({{&small, &past}})) << "a gradient component past the limit";
+  EXPECT_FALSE(fits({{&small}, {&small, nullptr, &past}})) << "a dual component";
+}
+
 //===----------------------------------------------------------------------===//
 // Statements
 //===----------------------------------------------------------------------===//

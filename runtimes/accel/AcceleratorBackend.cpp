@@ -86,9 +86,9 @@ absl::Status deferredError(const absl::Status &s, size_t laterFailures) {
 absl::StatusOr<AcceleratorBackend::State::Variant *>
 AcceleratorBackend::State::variant(const Kernel &kernel, bool boundsChecked, bool stopChecks,
                                    const std::vector<int64_t> &local,
-                                   const KernelLayout *heapLayout, bool distinct) {
+                                   const KernelLayout *heapLayout, bool distinct, bool narrow) {
   std::lock_guard<std::mutex> lock(compileMutex);
-  auto key = std::tuple(kernel.uniqueId(), boundsChecked, stopChecks, distinct, local);
+  auto key = std::tuple(kernel.uniqueId(), boundsChecked, stopChecks, distinct, narrow, local);
   if (auto it = cache.find(key); it != cache.end())
     return &it->second;
   sizings.of(kernel);
@@ -96,6 +96,7 @@ AcceleratorBackend::State::variant(const Kernel &kernel, bool boundsChecked, boo
   request.boundsChecked = boundsChecked;
   request.stopChecks = stopChecks;
   request.distinctNdarrays = distinct;
+  request.narrowNdarrayOffsets = narrow;
   for (size_t i = 0; i < local.size() && heapLayout; ++i)
     request.localAdStackEntries[heapLayout->stacks.at(i).stmt] = local[i];
   absl::StatusOr<std::unique_ptr<DeviceKernel>> code = device.compile(kernel, request);
@@ -104,6 +105,7 @@ AcceleratorBackend::State::variant(const Kernel &kernel, bool boundsChecked, boo
   Variant &v = cache[key];
   v.code = *std::move(code);
   v.distinct = distinct;
+  v.narrow = narrow;
   return &v;
 }
 
@@ -118,8 +120,9 @@ absl::StatusOr<AcceleratorBackend::State::Variant *> AcceleratorBackend::State::
                        heapCode.localVariants, kMaxLocalVariants);
   if (local.empty())
     return &heapCode;
-  absl::StatusOr<Variant *> v = variant(kernel, options.boundsChecked, options.stoppable(), local,
-                                        &heapCode.code->layout(), heapCode.distinct);
+  absl::StatusOr<Variant *> v =
+      variant(kernel, options.boundsChecked, options.stoppable(), local, &heapCode.code->layout(),
+              heapCode.distinct, heapCode.narrow);
   if (!v.ok())
     return v.status();
   auto &known = heapCode.localVariants;
@@ -173,8 +176,17 @@ absl::StatusOr<int64_t> AcceleratorBackend::State::grid(const DeviceKernel &code
   // they free up (docs/runtime.md, "Grid").
   if (std::optional<int64_t> most = plan.fixedParallelIterations()) {
     int64_t cap = threads;
+    // Short iterations of the same cost run several to a thread: a block
+    // per 128 of them spent more on starting blocks than on the work
+    // (docs/runtime.md, "Grid").
+    const std::vector<KernelLayout::Task> &tasks = code.layout().tasks;
+    bool light = limits.gridWaves > 0 && !tasks.empty() &&
+                 std::all_of(tasks.begin(), tasks.end(),
+                             [](const KernelLayout::Task &t) { return t.loopFree; });
     if (limits.perIterationThreads > 0 && plan.heap().stride == 0)
-      cap = std::max(threads, limits.perIterationThreads);
+      cap =
+          std::max(threads, light ? std::min(limits.perIterationThreads, threads * limits.gridWaves)
+                                  : limits.perIterationThreads);
     threads = std::clamp<int64_t>((*most + group - 1) / group * group,
                                   std::min<int64_t>(group, threads), cap);
   }
@@ -302,10 +314,12 @@ absl::Status AcceleratorBackend::State::launch(Program &program, const Kernel &k
                                                const LaunchOptions &options) {
   // A launch that may be stopped runs code that checks; one whose ndarray
   // buffers do not overlap, code that takes them to be distinct where the
-  // device compiles such code.
+  // device compiles such code; one whose buffers all fit 32-bit offsets,
+  // code that computes them so.
   bool distinct = device.compilesDistinctNdarrays() && !ndarrayBuffersOverlap(args);
+  bool narrow = device.compilesNarrowNdarrayOffsets() && ndarraysFitNarrowOffsets(args);
   absl::StatusOr<Variant *> heapCode =
-      variant(kernel, options.boundsChecked, options.stoppable(), {}, nullptr, distinct);
+      variant(kernel, options.boundsChecked, options.stoppable(), {}, nullptr, distinct, narrow);
   if (!heapCode.ok())
     return heapCode.status();
   std::lock_guard<std::mutex> lock(launchMutex);

@@ -35,6 +35,9 @@ struct AcceleratorBackend::State {
     /// Compiled for ndarray buffers that do not overlap (CompileRequest::
     /// distinctNdarrays).
     bool distinct = false;
+    /// Compiled for 32-bit ndarray offsets (CompileRequest::
+    /// narrowNdarrayOffsets).
+    bool narrow = false;
   };
   static constexpr size_t kMaxLocalVariants = 4;
 
@@ -44,10 +47,11 @@ struct AcceleratorBackend::State {
   const accel::DeviceLimits limits;
   KernelSizingCache sizings;
   std::mutex compileMutex;
-  /// Keyed by (kernel, bounds checks, stop checks, distinct ndarrays, local
+  /// Keyed by (kernel, bounds checks, stop checks, distinct ndarrays, narrow
+  /// offsets, local
   /// array entries per stack id: empty for the code that keeps every stack
   /// in the heap).
-  std::map<std::tuple<uint64_t, bool, bool, bool, std::vector<int64_t>>, Variant> cache;
+  std::map<std::tuple<uint64_t, bool, bool, bool, bool, std::vector<int64_t>>, Variant> cache;
   mutable std::mutex launchMutex;
   size_t heapBytes = 0;
   bool heapAllocated = false;
@@ -95,7 +99,8 @@ struct AcceleratorBackend::State {
 
   absl::StatusOr<Variant *> variant(const Kernel &kernel, bool boundsChecked, bool stopChecks,
                                     const std::vector<int64_t> &local,
-                                    const KernelLayout *heapLayout, bool distinct = false);
+                                    const KernelLayout *heapLayout, bool distinct = false,
+                                    bool narrow = false);
   absl::StatusOr<Variant *> localTapeVariant(Variant &heapCode, absl::StatusOr<LaunchPlan> &plan,
                                              Program &program, const Kernel &kernel,
                                              std::span<const LaunchArg> args,

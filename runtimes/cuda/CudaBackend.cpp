@@ -26,6 +26,7 @@ struct CudaBackend::Impl final : gpu::GpuRuntime {
     cooperativeTaskIterations_ = options.cooperativeTaskIterations;
     cooperativeScatteringIterations_ = options.cooperativeScatteringIterations;
     distinctNdarrays_ = options.distinctNdarrays;
+    gridWaves_ = options.gridWaves;
     useGraphs(options.launchGraphs);
   }
 

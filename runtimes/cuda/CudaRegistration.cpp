@@ -13,6 +13,9 @@ absl::Status registerCudaBackend() {
       {"arch", "sm_N", "the PTX architecture (default: the device's own)"},
       {"block-size", "1..1024", "threads per block of parallel tasks (default 128)"},
       {"max-threads", "N", "upper bound of the grid's threads (0: from the occupancy)"},
+      {"grid-waves", "N",
+       "a launch without heap or loops runs at most N resident grids of threads (default 4; "
+       "0: one per iteration)"},
       {"cooperative-tasks", "N",
        "tasks of at most N iterations share their long loops over a block (0: never)"},
       {"cooperative-scatter-tasks", "N",
@@ -32,6 +35,7 @@ absl::Status registerCudaBackend() {
     read.string("arch", o.arch);
     read.integer("block-size", o.blockSize, 1, 1024);
     read.integer("max-threads", o.maxThreads, 0);
+    read.integer("grid-waves", o.gridWaves, 0);
     read.integer("cooperative-tasks", o.cooperativeTaskIterations, 0);
     read.integer("cooperative-scatter-tasks", o.cooperativeScatteringIterations, 0);
     read.integer("max-registers", o.maxRegisters, 0, 255);

@@ -22,12 +22,14 @@ accel::DeviceLimits GpuRuntime::limits() const {
   accel::DeviceLimits l;
   l.groupSize = blockSize_;
   // One thread per iteration beat the resident grid by 1.03x-1.12x on the
-  // gradient benchmarks without heap (docs/runtime.md, "Grid"); a
+  // gradient benchmarks without heap, but loses to a few iterations per
+  // thread on loop-free tasks (gridWaves_) (docs/runtime.md, "Grid"); a
   // thread cap or a budget of local tape bytes per SM keeps the resident
   // grid. At most 2^31 - 1 threads: HIP's limit of a grid (the grid-stride
   // loops run the rest).
   if (maxThreads_ == 0 && localTapeBytesPerSm_ == 0)
     l.perIterationThreads = int64_t(INT32_MAX) / blockSize_ * blockSize_;
+  l.gridWaves = gridWaves_;
   l.localTapeBytes = localTapeBytes_;
   return l;
 }
@@ -66,6 +68,7 @@ GpuRuntime::compile(const Kernel &kernel, const accel::CompileRequest &request) 
   opts.boundsChecked = request.boundsChecked;
   opts.stopChecks = request.stopChecks;
   opts.distinctNdarrays = request.distinctNdarrays;
+  opts.narrowNdarrayOffsets = request.narrowNdarrayOffsets;
   opts.cooperativeTaskIterations = cooperativeTaskIterations_;
   opts.cooperativeScatteringIterations = cooperativeScatteringIterations_;
   opts.localAdStackEntries = request.localAdStackEntries;

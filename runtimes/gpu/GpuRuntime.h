@@ -133,6 +133,7 @@ public:
   /// abi::kAdStackGroupTableUnit bytes.
   unsigned groupTableUnit() const override { return abi::kAdStackGroupTableUnit; }
   bool compilesDistinctNdarrays() const override { return distinctNdarrays_; }
+  bool compilesNarrowNdarrayOffsets() const override { return true; }
   absl::StatusOr<std::unique_ptr<accel::DeviceKernel>>
   compile(const Kernel &kernel, const accel::CompileRequest &request) override;
   absl::Status allocateHeap(size_t bytes) override;
@@ -222,6 +223,8 @@ private:
 protected:
   /// CodegenOptions::cooperativeTaskIterations of the backend's code.
   int64_t cooperativeTaskIterations_ = CodegenOptions().cooperativeTaskIterations;
+  /// DeviceLimits::gridWaves (CudaBackendOptions::gridWaves).
+  int64_t gridWaves_ = 0;
   int64_t cooperativeScatteringIterations_ = CodegenOptions().cooperativeScatteringIterations;
   /// Whether launches whose ndarray buffers do not overlap get their own
   /// code (compilesDistinctNdarrays).

@@ -17,6 +17,7 @@
 #include <chrono>
 #include <cstring>
 #include <deque>
+#include <limits>
 #include <map>
 #include <optional>
 
@@ -126,6 +127,16 @@ absl::Status checkNdarrayOverlap(const Kernel &kernel, std::span<const LaunchArg
 bool ndarrayBuffersOverlap(std::span<const LaunchArg> args) {
   return anyOverlap(ndarrayRanges(args),
                     [](const NdarrayRange &, const NdarrayRange &) { return true; });
+}
+
+bool ndarraysFitNarrowOffsets(std::span<const LaunchArg> args) {
+  for (const LaunchArg &a : args)
+    if (a.isNdarray())
+      for (Component c : {Component::Primal, Component::Grad, Component::Dual})
+        if (const Buffer *b = a.ndarrayValue().component(c);
+            b && b->numElements() > std::numeric_limits<int32_t>::max())
+          return false;
+  return true;
 }
 
 absl::Status refuseGlobalAccessChecks(const Kernel &kernel, const LaunchOptions &options,

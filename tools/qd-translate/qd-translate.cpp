@@ -68,6 +68,7 @@ struct Options {
   bool boundsCheck = false;
   bool stopChecks = false;
   bool distinctNdarrays = false;
+  bool narrowOffsets = false;
   bool readOnlyBuffers = false;
   int64_t cooperative = qd::CodegenOptions().cooperativeTaskIterations;
   int64_t localAdStacks = 0;
@@ -117,6 +118,9 @@ constexpr const char *kUsage =
     "  --distinct-ndarrays    code that takes every ndarray argument's buffers\n"
     "                         to be distinct (what the backends run when a\n"
     "                         launch's buffers do not overlap)\n"
+    "  --narrow-ndarray-offsets  nvptx, amdgpu: ndarray element offsets in 32 bits\n"
+    "                         (what the CUDA and HIP backends run when every ndarray\n"
+    "                         buffer of a launch has at most 2^31 - 1 elements)\n"
     "  --read-only-buffers    spirv: buffers the kernel never writes are NonWritable\n"
     "  --cooperative-tasks=N  nvptx, amdgpu, spirv: a parallel task of at most N\n"
     "                         iterations around a long serial loop runs a group\n"
@@ -191,6 +195,8 @@ std::optional<int> parseArgs(int argc, char **argv, Options &opts) {
       opts.stopChecks = true;
     } else if (arg == "--distinct-ndarrays") {
       opts.distinctNdarrays = true;
+    } else if (arg == "--narrow-ndarray-offsets") {
+      opts.narrowOffsets = true;
     } else if (arg == "--read-only-buffers") {
       opts.readOnlyBuffers = true;
     } else if (auto v = value("--cooperative-tasks")) {
@@ -401,6 +407,7 @@ std::string emitLlvmOutputs(const Options &opts, qd::CodegenTarget target,
   codegen.boundsChecked = opts.boundsCheck;
   codegen.stopChecks = opts.stopChecks;
   codegen.distinctNdarrays = opts.distinctNdarrays;
+  codegen.narrowNdarrayOffsets = opts.narrowOffsets;
   codegen.cooperativeTaskIterations = opts.cooperative;
   codegen.vectorWidth = opts.vectorWidth;
   // The backend also checks that the host can call libmvec; printing IR

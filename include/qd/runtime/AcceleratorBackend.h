@@ -73,6 +73,11 @@ struct CompileRequest {
   /// (CodegenOptions::distinctNdarrays). Only for a device whose
   /// compilesDistinctNdarrays().
   bool distinctNdarrays = false;
+  /// Every ndarray buffer of the launch has at most INT32_MAX elements
+  /// (ndarraysFitNarrowOffsets): element offsets may be computed in 32 bits
+  /// (CodegenOptions::narrowNdarrayOffsets). Only for a device whose
+  /// compilesNarrowNdarrayOffsets().
+  bool narrowNdarrayOffsets = false;
   /// Local tapes: entries of the per-thread array of each stack kept out
   /// of the heap (empty: every stack in the heap).
   std::map<const AdStackAllocaStmt *, int64_t> localAdStackEntries;
@@ -137,6 +142,12 @@ struct DeviceLimits {
   /// The most threads of a launch of one thread per iteration, which a
   /// launch without heap whose iterations are known may use (0: never).
   int64_t perIterationThreads = 0;
+  /// Such a launch whose parallel tasks are all loop-free
+  /// (KernelLayout::Task::loopFree) runs at most this many times the
+  /// code's resident grid (each thread then runs several iterations
+  /// through its task's grid-stride loop); 0: no bound but
+  /// perIterationThreads.
+  int64_t gridWaves = 0;
   /// The most bytes of the adstack heap (0: what memory allows); the grid
   /// shrinks until its heap fits.
   uint64_t maxHeapBytes = 0;
@@ -178,6 +189,9 @@ public:
   /// Whether the device compiles separate code for launches whose ndarray
   /// buffers do not overlap (CompileRequest::distinctNdarrays).
   virtual bool compilesDistinctNdarrays() const { return false; }
+  /// Whether the device compiles separate code for launches whose ndarray
+  /// buffers fit 32-bit offsets (CompileRequest::narrowNdarrayOffsets).
+  virtual bool compilesNarrowNdarrayOffsets() const { return false; }
   /// Replaces the adstack heap by one of `bytes` bytes (its contents need
   /// not survive; 0: no heap).
   virtual absl::Status allocateHeap(size_t bytes) = 0;

@@ -72,6 +72,12 @@ struct CudaBackendOptions {
   /// Upper bound of the grid's threads (0: resident blocks from the
   /// kernel's occupancy times the number of SMs).
   int64_t maxThreads = 0;
+  /// A launch that needs no heap, whose iterations are known at launch and
+  /// whose parallel tasks have no loops runs at most this many times the
+  /// resident grid's threads, each thread several iterations where there
+  /// are more (0: one thread per iteration, up to 2^31 - 1 threads, as a
+  /// launch with loops always does) (docs/runtime.md, "Grid").
+  int64_t gridWaves = 4;
   /// Registers per thread the JIT may use (0: its own choice). Fewer
   /// registers, more resident threads: see docs/performance.md.
   unsigned maxRegisters = 0;

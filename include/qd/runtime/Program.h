@@ -196,6 +196,11 @@ absl::Status validateLaunchArgs(const Kernel &kernel, std::span<const LaunchArg>
 /// (qd/analysis/ElementOwnership.h) runs only when none do.
 bool ndarrayBuffersOverlap(std::span<const LaunchArg> args);
 
+/// Whether every buffer `args` give ndarray arguments (every component) has
+/// at most INT32_MAX elements, so that code computing element offsets in 32
+/// bits (CodegenOptions::narrowNdarrayOffsets) may run the launch.
+bool ndarraysFitNarrowOffsets(std::span<const LaunchArg> args);
+
 /// For a compiled backend, which does not check global accesses:
 /// Unimplemented, naming `backend` and the alternatives, when `options`
 /// asks for the check (LaunchOptions::checkGlobalAccesses).

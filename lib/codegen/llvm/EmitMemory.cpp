@@ -120,6 +120,16 @@ std::vector<LV *> MemoryLowering::extentsOf(const GlobalAccessStmt &g) {
   return extents;
 }
 
+LV *MemoryLowering::narrowExtent(LV *extent) {
+  // The low half of the launch word (both GPU targets are little-endian),
+  // loaded as such in the entry block.
+  auto *word = llvm::dyn_cast<llvm::LoadInst>(extent);
+  if (!word)
+    return c_.b.CreateTrunc(extent, c_.i32);
+  llvm::IRBuilder<> eb(word->getNextNode());
+  return eb.CreateLoad(c_.i32, word->getPointerOperand());
+}
+
 unsigned MemoryLowering::indexSite(GlobalAccessStmt &g) {
   unsigned id = c_.site(g, "index out of range");
   c_.layout.sites.back().indexCheck = true;
@@ -205,16 +215,25 @@ void MemoryLowering::globalAccess(GlobalAccessStmt &g) {
   ScalarType elem = g.elementType();
   llvm::Type *mem = c_.memTypeOf(elem);
   std::vector<LV *> extents = extentsOf(g);
-  LV *flat = b.getInt64(0);
+  // CodegenOptions::narrowNdarrayOffsets: an ndarray's offset in 32 bits.
+  const bool narrow = c_.opts.narrowNdarrayOffsets && !g.isField();
+  LV *flat = narrow ? b.getInt32(0) : b.getInt64(0);
   LV *bad = b.getFalse();
   std::vector<LV *> indices;
   for (unsigned d = 0; d < g.numIndices(); ++d) {
-    LV *idx = b.CreateSExt(c_.get(g.index(d)), c_.i64);
+    LV *idx32 = c_.get(g.index(d));
+    LV *idx = b.CreateSExt(idx32, c_.i64);
     indices.push_back(idx);
     if (c_.opts.boundsChecked)
       bad = b.CreateOr(bad, b.CreateICmpUGE(idx, extents[d])); // negative is huge unsigned
-    flat = b.CreateAdd(b.CreateMul(flat, extents[d]), idx);
+    if (narrow) // no nsw, no trunc of the i64 extent: LLVM would widen either back
+      flat = b.CreateAdd(b.CreateMul(flat, narrowExtent(extents[d])),
+                         b.CreateSExtOrTrunc(idx32, c_.i32));
+    else
+      flat = b.CreateAdd(b.CreateMul(flat, extents[d]), idx);
   }
+  if (narrow)
+    flat = b.CreateSExt(flat, c_.i64);
   LV *base = slotBase(slotOf(g));
   if (c_.opts.boundsChecked && g.numIndices() > 0)
     c_.raiseIf(bad, indexSite(g), indices);

@@ -62,6 +62,10 @@ private:
   /// in the entry block: stores to global data could otherwise alias them,
   /// and LLVM would reload them in every iteration.
   LV *ndShape(const Argument *a, unsigned axis);
+  /// An ndarray extent (ndShape) as an i32 of its own (not a trunc of it,
+  /// which LLVM turns back into 64-bit arithmetic), for
+  /// CodegenOptions::narrowNdarrayOffsets.
+  LV *narrowExtent(LV *extent);
   LV *slotBase(unsigned slot);
   /// The extents of the global `g` accesses (i64).
   std::vector<LV *> extentsOf(const GlobalAccessStmt &g);

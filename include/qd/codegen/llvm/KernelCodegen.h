@@ -114,6 +114,14 @@ struct CodegenOptions {
   /// run it (ndarrayBuffersOverlap): the CPU, CUDA and HIP runtimes check
   /// each launch and compile both variants.
   bool distinctNdarrays = false;
+  /// GPU targets: the element offset of an ndarray access is computed in
+  /// 32 bits (one multiply-add per index instead of a 64-bit product by the
+  /// run-time extent). Only a launch each of whose ndarray buffers has at
+  /// most INT32_MAX elements may run it (ndarraysFitNarrowOffsets): an
+  /// in-bounds access's offset, and every partial sum of it, is then below
+  /// 2^31. The CUDA and HIP runtimes check each launch and compile both
+  /// variants. Ignored by the CPU.
+  bool narrowNdarrayOffsets = false;
   /// GPU targets: a parallel task of at most this many iterations (a
   /// literal trip count) whose body holds a long serial loop runs each
   /// iteration on a whole group of threads that share the loop's
