@@ -106,6 +106,25 @@ TEST_F(VulkanBackendTest, ALaunchWithoutHeapRunsOneInvocationPerIteration) {
   }
 }
 
+// A launch without heap whose tasks have no loop runs at most gridWaves
+// grids of maxThreads invocations, each several iterations; gridWaves = 0
+// gives each iteration an invocation. The same values either way.
+TEST_F(VulkanBackendTest, ALoopFreeLaunchRunsSeveralIterationsToAnInvocation) {
+  REQUIRE_DEVICE();
+  constexpr int64_t rows = 40, cols = 500; // 20 000 iterations
+  for (int64_t waves : {int64_t(4), int64_t(0)}) {
+    VulkanBackendOptions o = validated();
+    o.maxThreads = 1024;
+    o.gridWaves = waves;
+    auto b = VulkanBackend::create(o);
+    ASSERT_TRUE(b.ok()) << b.status().message();
+    EXPECT_EQ(corpus::expectLoopFreeStencilMatchesTheHost(
+                  **b, rows, cols, [&] { return (*b)->lastLaunchThreads(); }),
+              waves ? 4 * 1024 : (rows * cols + 63) / 64 * 64);
+    expectValidatedAndClean(**b, "the grid-waves backend");
+  }
+}
+
 // Host transfers go through staging memory the device keeps, at most 64
 // MiB at a time (vk::Device::kStagingChunkBytes): a field of more than
 // that goes up and comes back whole, and the maxima sizing reads from the

@@ -157,4 +157,10 @@ std::vector<KernelLayout::TaskBound> bandBoundsOf(const ForStmt &task) {
   return task.numDims() > 1 ? boundsOf(task) : std::vector<KernelLayout::TaskBound>();
 }
 
+bool loopFreeTask(const ForStmt &task) {
+  return !anyStmt(const_cast<ForStmt &>(task).body(), [](const Stmt &s) {
+    return s.kind() == StmtKind::For || s.kind() == StmtKind::While;
+  });
+}
+
 } // namespace qd

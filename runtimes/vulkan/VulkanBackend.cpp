@@ -210,6 +210,7 @@ accel::DeviceLimits VulkanBackend::Impl::limits() const {
                                         : info.maxStorageBufferRange;
   l.maxHeapSource = fmt::format("maxStorageBufferRange {}, VulkanBackendOptions::maxHeapBytes {}",
                                 info.maxStorageBufferRange, options.maxHeapBytes);
+  l.gridWaves = options.gridWaves;
   l.localTapeBytes = options.localTapeBytes;
   return l;
 }

@@ -14,6 +14,9 @@ absl::Status registerVulkanBackend() {
        "QD_VULKAN_DEVICE, else the first discrete GPU)"},
       {"workgroup-size", "1..1024", "invocations per workgroup of parallel tasks (default 64)"},
       {"max-threads", "N", "invocations of the grid of parallel tasks (default 65536)"},
+      {"grid-waves", "N",
+       "a launch without heap or loops runs at most N grids of invocations (default 4; 0: one "
+       "per iteration)"},
       {"max-heap-bytes", "N", "largest adstack heap (0: the device's storage buffer range)"},
       {"local-tape-bytes", "N", "adstacks up to N bytes per invocation in local arrays"},
       {"validation", "off|if-installed|required", "the Khronos validation layer (default off)"},
@@ -38,6 +41,7 @@ absl::Status registerVulkanBackend() {
     read.string("device", o.device);
     read.integer("workgroup-size", o.workgroupSize, 1, 1024);
     read.integer("max-threads", o.maxThreads, 1);
+    read.integer("grid-waves", o.gridWaves, 0);
     read.integer("max-heap-bytes", o.maxHeapBytes, 0);
     read.integer("local-tape-bytes", o.localTapeBytes, 0);
     using V = VulkanBackendOptions::Validation;

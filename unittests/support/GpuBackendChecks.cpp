@@ -113,4 +113,53 @@ void expectOverflowIsAnErrorAndTheNextLaunchWorks(Backend &backend) {
     ASSERT_NEAR(out[i], ref[i], 1e-5) << i;
 }
 
+const char *const kLoopFreeStencil = R"(kernel @s(%p: ndarray<f32, 2>, %o: ndarray<f32, 2>) {
+  %rows = shape %p, 0 : i32
+  %cols = shape %p, 1 : i32
+  parallel for (%i, %j) = (0, 0) to (%rows, %cols) {
+    %one = const 1 : i32
+    %zero = const 0 : i32
+    %im = sub %i, %one : i32
+    %up = max %im, %zero : i32
+    %a = load %p[%i, %j] : f32
+    %b = load %p[%up, %j] : f32
+    %two = const 2.0 : f32
+    %c = mul %a, %two : f32
+    %d = add %c, %b : f32
+    store %o[%i, %j], %d
+  }
+}
+)";
+
+int64_t expectLoopFreeStencilMatchesTheHost(Backend &backend, int64_t rows, int64_t cols,
+                                            const std::function<int64_t()> &lastThreads) {
+  auto module = parseModule(kLoopFreeStencil, {"stencil.qd", 1});
+  EXPECT_TRUE(module.ok()) << module.status().message();
+  if (!module.ok())
+    return -1;
+  auto program = *Program::create(**module);
+  auto p = *Buffer::create(ScalarType::F32, {rows, cols});
+  auto o = *Buffer::create(ScalarType::F32, {rows, cols});
+  // Multiples of 1/4 below 256: every sum exact in f32.
+  for (int64_t e = 0; e < rows * cols; ++e)
+    p.set(e, Scalar::ofFloat(ScalarType::F32, double(e % 977) * 0.25));
+  NdarrayArg ap{&p}, ao{&o};
+  std::vector<LaunchArg> args{LaunchArg::ndarray(&ap), LaunchArg::ndarray(&ao)};
+  absl::Status s = program->launch("s", args, backend);
+  EXPECT_TRUE(s.ok()) << s.message();
+  if (!s.ok())
+    return -1;
+  int64_t threads = lastThreads();
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) {
+      double want = 2 * p.get(i * cols + j).f + p.get(std::max<int64_t>(i - 1, 0) * cols + j).f;
+      if (o.get(i * cols + j).f != want) {
+        ADD_FAILURE() << "o[" << i << ", " << j << "] = " << o.get(i * cols + j).f << ", not "
+                      << want;
+        return threads;
+      }
+    }
+  return threads;
+}
+
 } // namespace qd::corpus

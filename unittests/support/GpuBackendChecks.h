@@ -47,4 +47,14 @@ void expectLocalTapesWhereStacksFit(Backend &backend,
 /// and the next launch (sized) succeeds.
 void expectOverflowIsAnErrorAndTheNextLaunchWorks(Backend &backend);
 
+/// Kernel @s, a loop-free band over 2-D ndarrays: o[i, j] = 2 p[i, j] +
+/// p[max(i - 1, 0), j].
+extern const char *const kLoopFreeStencil;
+
+/// kLoopFreeStencil over `rows` x `cols` on `backend`, every element
+/// checked against the host; the threads the launch ran (`lastThreads()`),
+/// or -1 when it failed.
+int64_t expectLoopFreeStencilMatchesTheHost(Backend &backend, int64_t rows, int64_t cols,
+                                            const std::function<int64_t()> &lastThreads);
+
 } // namespace qd::corpus

@@ -63,5 +63,7 @@ std::vector<KernelLayout::TaskBound> boundsOf(const ForStmt &loop);
 /// KernelLayout::Task::band of `task`: boundsOf a band, nothing for a
 /// task of one dimension.
 std::vector<KernelLayout::TaskBound> bandBoundsOf(const ForStmt &task);
+/// KernelLayout::Task::loopFree of `task`: its body holds no loop.
+bool loopFreeTask(const ForStmt &task);
 
 } // namespace qd

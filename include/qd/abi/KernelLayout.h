@@ -82,8 +82,8 @@ struct KernelLayout {
     /// so that the runtime knows its iterations (the product of the
     /// extents); empty for a task of one dimension.
     std::vector<TaskBound> band = {};
-    /// LLVM GPU targets: the task's body has no loop, so its iterations
-    /// cost about the same (DeviceLimits::gridWaves).
+    /// GPU targets: the task's body has no loop, so its iterations cost
+    /// about the same (DeviceLimits::gridWaves).
     bool loopFree = false;
   };
   /// GPU targets: the device functions of the kernel in the order the

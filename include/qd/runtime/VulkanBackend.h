@@ -75,6 +75,12 @@ struct VulkanBackendOptions {
   /// H200 the sin x64 gradient's kernel took 2.39 instead of 2.65 ms at
   /// 2^24 elements. false: maxThreads for every launch.
   bool invocationPerIteration = true;
+  /// With invocationPerIteration, a launch whose parallel tasks have no
+  /// loops runs at most this many times maxThreads invocations, each
+  /// several iterations where there are more (0: no bound)
+  /// (docs/runtime.md, "Grid"): on the H200 `wave`'s forward at 2048^2
+  /// took 0.26-0.27 ms per step at a thread per cell and 0.21 at 4.
+  int64_t gridWaves = 4;
   /// How long a launch polls its fence before it sleeps in
   /// vkWaitForFences, in microseconds. Waking from the driver's wait took
   /// about 20 us on NVIDIA's driver (launch overhead 57 us asleep, 36 us

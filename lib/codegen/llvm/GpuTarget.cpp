@@ -135,9 +135,7 @@ void GpuTarget::emitParallelTask(KernelEmitter &e, ForStmt &task) {
        band ? KernelLayout::TaskBound() : KernelEmitter::taskBound(task.begin()),
        band ? KernelLayout::TaskBound() : KernelEmitter::taskBound(task.end())});
   c.layout.tasks.back().band = bandBoundsOf(task);
-  c.layout.tasks.back().loopFree = !anyStmt(task.body(), [](const Stmt &s) {
-    return s.kind() == StmtKind::For || s.kind() == StmtKind::While;
-  });
+  c.layout.tasks.back().loopFree = loopFreeTask(task);
   // A band's iterations are numbered row-major: consecutive threads take
   // consecutive innermost indices.
   std::optional<KernelEmitter::BandShape> shape;

@@ -342,6 +342,7 @@ void SpirvEmitter::emitParallelTask(ForStmt &task) {
                            band ? KernelLayout::TaskBound() : taskBoundOf(task.begin()),
                            band ? KernelLayout::TaskBound() : taskBoundOf(task.end())});
   layout_.tasks.back().band = bandBoundsOf(task);
+  layout_.tasks.back().loopFree = loopFreeTask(task);
   Function fn;
   beginTask(fn, name, task, index);
   if (opts_.features.subgroupArithmetic)
