@@ -174,6 +174,8 @@ struct FunctionState {
   LV *adStackGrouped = nullptr, *adStackTable = nullptr, *adStackGroupAt = nullptr,
      *adStackGroupLanes = nullptr;
   std::unordered_map<unsigned, LV *> shapes, slots;
+  /// Each ndarray extent as an i32 of its own (MemoryLowering::narrowExtent).
+  std::unordered_map<LV *, LV *> narrowExtents;
   /// Launch words loaded in the entry block, by word index.
   std::unordered_map<unsigned, LV *> words;
   std::vector<LoopFrame> loops;

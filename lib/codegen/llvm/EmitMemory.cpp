@@ -126,8 +126,12 @@ LV *MemoryLowering::narrowExtent(LV *extent) {
   auto *word = llvm::dyn_cast<llvm::LoadInst>(extent);
   if (!word)
     return c_.b.CreateTrunc(extent, c_.i32);
-  llvm::IRBuilder<> eb(word->getNextNode());
-  return eb.CreateLoad(c_.i32, word->getPointerOperand());
+  LV *&narrow = c_.fn->narrowExtents[extent];
+  if (!narrow) {
+    llvm::IRBuilder<> eb(word->getNextNode());
+    narrow = eb.CreateLoad(c_.i32, word->getPointerOperand());
+  }
+  return narrow;
 }
 
 unsigned MemoryLowering::indexSite(GlobalAccessStmt &g) {
