@@ -176,17 +176,17 @@ absl::StatusOr<int64_t> AcceleratorBackend::State::grid(const DeviceKernel &code
   // they free up (docs/runtime.md, "Grid").
   if (std::optional<int64_t> most = plan.fixedParallelIterations()) {
     int64_t cap = threads;
-    // Short iterations of the same cost run several to a thread: a block
-    // per 128 of them spent more on starting blocks than on the work
-    // (docs/runtime.md, "Grid").
-    const std::vector<KernelLayout::Task> &tasks = code.layout().tasks;
-    bool light = limits.gridWaves > 0 && !tasks.empty() &&
-                 std::all_of(tasks.begin(), tasks.end(),
-                             [](const KernelLayout::Task &t) { return t.loopFree; });
-    if (limits.perIterationThreads > 0 && plan.heap().stride == 0)
-      cap =
-          std::max(threads, light ? std::min(limits.perIterationThreads, threads * limits.gridWaves)
-                                  : limits.perIterationThreads);
+    if (limits.perIterationThreads > 0 && plan.heap().stride == 0) {
+      cap = std::max(threads, limits.perIterationThreads);
+      // Short iterations of the same cost run several to a thread: a block
+      // per 128 of them spent more on starting blocks than on the work
+      // (docs/runtime.md, "Grid").
+      const std::vector<KernelLayout::Task> &tasks = code.layout().tasks;
+      if (limits.gridWaves > 0 && !tasks.empty() &&
+          std::all_of(tasks.begin(), tasks.end(),
+                      [](const KernelLayout::Task &t) { return t.loopFree; }))
+        cap = std::max(threads, std::min(limits.perIterationThreads, threads * limits.gridWaves));
+    }
     threads = std::clamp<int64_t>((*most + group - 1) / group * group,
                                   std::min<int64_t>(group, threads), cap);
   }

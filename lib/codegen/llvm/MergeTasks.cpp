@@ -172,25 +172,22 @@ std::optional<TaskMerger::Call> taskCall(llvm::CallInst *call) {
   return TaskMerger::Call{call, fn, buf, array->getNumElements()};
 }
 
-/// The values at `f`'s integer slots (integerSlots), and their widths.
-void slotValues(llvm::Function &f, std::vector<int64_t> &values, std::vector<unsigned> *widths) {
-  for (auto [inst, k] : integerSlots(f)) {
-    const llvm::ConstantInt *c = integerOf(inst->getOperand(k));
-    values.push_back(c->getSExtValue());
-    if (widths)
-      widths->push_back(c->getBitWidth());
-  }
+/// The value at each of `f`'s integer slots (integerSlots).
+std::vector<int64_t> slotValues(llvm::Function &f) {
+  std::vector<int64_t> values;
+  for (auto [inst, k] : integerSlots(f))
+    values.push_back(integerOf(inst->getOperand(k))->getSExtValue());
+  return values;
 }
 
 } // namespace
 
 /// A class of equivalent tasks: its first, whose function is kept, then the
-/// others, each with the values at its function's integer slots (taken
-/// before its body was deleted).
+/// others, each with the values at its function's integer slots (`values[t
+/// - 1]` for `calls[t]`, taken before its body was deleted).
 struct TaskMerger::Class {
   std::vector<Call> calls;
   std::vector<std::vector<int64_t>> values;
-  std::vector<unsigned> widths; // of the first's slots
 };
 
 TaskMerger::TaskMerger() = default;
@@ -209,15 +206,14 @@ void TaskMerger::add(llvm::CallInst *call) {
   });
   if (it == bucket.end()) {
     bucket.push_back(classes_.size());
-    classes_.push_back({{*t}, {{}}, {}});
-    slotValues(*t->fn, classes_.back().values[0], &classes_.back().widths);
+    classes_.push_back({{*t}, {}});
     return;
   }
   // The function goes; only its constants are needed, and its body is
   // freed now, while it is in cache.
   Class &c = classes_[*it];
   c.calls.push_back(*t);
-  slotValues(*t->fn, c.values.emplace_back(), nullptr);
+  c.values.push_back(slotValues(*t->fn));
   t->fn->deleteBody();
 }
 
@@ -232,7 +228,8 @@ static size_t mergeClass(const TaskMerger::Class &c) {
   std::vector<std::vector<int64_t>> columns;    // by parameter
   std::vector<std::pair<size_t, size_t>> holes; // (slot, parameter)
   for (size_t s = 0; s < slots.size(); ++s) {
-    std::vector<int64_t> values;
+    const llvm::ConstantInt *own = integerOf(slots[s].first->getOperand(slots[s].second));
+    std::vector<int64_t> values{own->getSExtValue()};
     bool differ = false;
     for (const std::vector<int64_t> &v : c.values) {
       values.push_back(v[s]);
@@ -240,7 +237,7 @@ static size_t mergeClass(const TaskMerger::Class &c) {
     }
     if (!differ)
       continue;
-    auto [it, added] = params.try_emplace({c.widths[s], values}, columns.size());
+    auto [it, added] = params.try_emplace({own->getBitWidth(), values}, columns.size());
     if (added)
       columns.push_back(values);
     holes.emplace_back(s, it->second);
