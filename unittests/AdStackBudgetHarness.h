@@ -134,11 +134,16 @@ inline std::vector<double> reference() {
 /// (need(i) - 1) / 2.
 class PushCounts {
 public:
-  PushCounts(int n, const std::function<int(int)> &need) : n_(n) {
-    module_ = parseVerified(fmt::format(R"(
+  /// With `serialFirst`, the kernel stores to @w before its task: a serial
+  /// entry ahead of the parallel one.
+  PushCounts(int n, const std::function<int(int)> &need, bool serialFirst = false) : n_(n) {
+    module_ = parseVerified(fmt::format(
+        R"(
 field @m : i32[{0}]
 field @y : f32[{0}]
+field @w : i32
 kernel @k() {{
+  {1}
   parallel for %i = 0 to {0} {{
     %s = adstack.alloca f32, capacity 0
     %c = alloca i32
@@ -168,7 +173,7 @@ kernel @k() {{
   }}
 }}
 )",
-                                        n));
+        n, serialFirst ? "serial {\n    %z = const 7 : i32\n    store @w[], %z\n  }" : ""));
     program_ = *Program::create(*module_);
     for (int i = 0; i < n; ++i) {
       needs_.push_back(need(i));
@@ -213,6 +218,15 @@ kernel @k() {{
         most = std::max<int64_t>(most, needs_[i]);
       bytes += (most * 4 + unit - 1) / unit * unit;
     }
+    return bytes;
+  }
+
+  /// The own needs (rounded to `unit` bytes) of iterations [first, last)
+  /// on a thread each: a window's regions in groups of one thread.
+  int64_t windowNeedBytes(int64_t first, int64_t last, int64_t unit) const {
+    int64_t bytes = 0;
+    for (int64_t i = first; i < std::min<int64_t>(last, n_); ++i)
+      bytes += (std::max(needs_[size_t(i)], 1) * 4 + unit - 1) / unit * unit;
     return bytes;
   }
 

@@ -163,4 +163,9 @@ bool loopFreeTask(const ForStmt &task) {
   });
 }
 
+bool taskHasAdStack(const ForStmt &task) {
+  return anyStmt(const_cast<ForStmt &>(task).body(),
+                 [](const Stmt &s) { return s.kind() == StmtKind::AdStackAlloca; });
+}
+
 } // namespace qd

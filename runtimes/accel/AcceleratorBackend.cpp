@@ -361,9 +361,25 @@ absl::Status AcceleratorBackend::State::launchLocked(Program &program, const Ker
   if (options.measuredNeeds && device.groupTableUnit() != 0)
     shape = accel::groupTableShape(*plan, *options.measuredNeeds, capacities);
   std::optional<Compacted> compacted;
+  // The interleaved heap under the same budget (at its waves): a compacted
+  // heap that is not smaller gives way to it (compacting never takes more
+  // memory), and windows are chosen below it.
+  int64_t interleavedBytes = INT64_MAX;
   if (shape) {
+    absl::StatusOr<int64_t> t = grid(code, *plan, heapBudget);
+    absl::StatusOr<int64_t> bytes = t.ok() ? plan->heapBytes(*t) : t.status();
+    if (bytes.ok())
+      interleavedBytes = *bytes;
+    // Windows run the kernel once each: only a kernel of one parallel
+    // dispatch (no serial entries to repeat), not in its cooperative form.
+    const std::vector<KernelLayout::Launch> &launches = code.layout().launches;
+    std::vector<bool> cooperative;
+    groups(code, *plan, 1, cooperative);
+    bool windowed = launches.size() == 1 && launches[0].kind == KernelLayout::Launch::Parallel &&
+                    !cooperative[0];
     absl::StatusOr<std::optional<Compacted>> c =
-        compact(program, *plan, *shape, options, oneWave(code, *shape), heapBudget.bytes);
+        compact(program, *plan, *shape, options, oneWave(code, *shape), heapBudget.bytes,
+                windowed ? interleavedBytes - 1 : 0);
     if (!c.ok())
       return c.status();
     compacted = *c;
@@ -372,16 +388,8 @@ absl::Status AcceleratorBackend::State::launchLocked(Program &program, const Ker
     if (absl::Status s = zeroNeeds(program, *plan, *options.measuredNeeds); !s.ok())
       return s;
   }
-  // A compacted heap (at its waves) that is not smaller than the
-  // interleaved one under the same budget (at its waves) gives way to it:
-  // compacting never takes more memory.
-  absl::StatusOr<int64_t> interleavedThreads =
-      compacted ? grid(code, *plan, heapBudget) : absl::StatusOr<int64_t>(0);
-  if (compacted && interleavedThreads.ok()) {
-    absl::StatusOr<int64_t> interleaved = plan->heapBytes(*interleavedThreads);
-    if (interleaved.ok() && compacted->bytes >= *interleaved)
-      compacted.reset();
-  }
+  if (compacted && compacted->bytes >= interleavedBytes)
+    compacted.reset();
   absl::StatusOr<int64_t> threads =
       compacted ? absl::StatusOr<int64_t>(compacted->threads) : grid(code, *plan, heapBudget);
   if (!threads.ok())
@@ -420,8 +428,37 @@ absl::Status AcceleratorBackend::State::launchLocked(Program &program, const Ker
   if (!slots.ok())
     return slots.status();
   frame.slots = *std::move(slots);
-
+  if (compacted && !compacted->windows.empty()) {
+    // In flight: the threads of one window.
+    lastUsage.waves = int64_t(compacted->windows.size());
+    lastUsage.threads = compacted->windows.front().threads;
+    return runWindows(code, frame, *plan, options, compacted->windows);
+  }
   return run(code, frame, *plan, options);
+}
+
+absl::Status AcceleratorBackend::State::runWindows(DeviceKernel &code, accel::LaunchFrame &frame,
+                                                   const LaunchPlan &plan,
+                                                   const LaunchOptions &options,
+                                                   std::span<const Compacted::Window> windows) {
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point start = Clock::now();
+  LaunchOptions each = options;
+  double kernelMs = 0;
+  for (const Compacted::Window &w : windows) {
+    frame.threadOffset = w.first;
+    frame.heapShift = w.shift;
+    frame.groups = groups(code, plan, w.threads, frame.cooperative);
+    // The launch's timeout covers all of its windows.
+    if (options.timeout.count() > 0)
+      each.timeout = std::max(options.timeout - (Clock::now() - start), Clock::duration(1));
+    if (absl::Status s = run(code, frame, plan, each); !s.ok())
+      return s;
+    kernelMs += lastKernelMs;
+  }
+  if (frame.timed)
+    lastKernelMs = kernelMs;
+  return absl::OkStatus();
 }
 
 absl::Status AcceleratorBackend::State::run(DeviceKernel &code, accel::LaunchFrame &frame,

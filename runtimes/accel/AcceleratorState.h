@@ -151,8 +151,8 @@ struct AcceleratorBackend::State {
   /// the table where the device reads it from the heap) and what it takes
   /// in all (bytes: the table's pairs and the regions).
   struct Compacted {
-    int64_t threads = 0, lanes = 0, groups = 0, tableBytes = 0, heapBytes = 0, bytes = 0,
-            needBytes = 0;
+    int64_t threads = 0, lanes = 0, groups = 0, columns = 0, tableBytes = 0, heapBytes = 0,
+            bytes = 0, needBytes = 0;
     /// The table kernel's runs of the launch so far.
     int64_t runs = 0;
     /// Every stack in one column of the table (GroupTableShape::
@@ -164,9 +164,36 @@ struct AcceleratorBackend::State {
     std::array<int64_t, 2> columnBytes{};
     std::array<int64_t, accel::kGroupShifts> candidates{};
     DeviceMirror *table = nullptr;
+    /// Over the budget: windows of consecutive threads, a dispatch each
+    /// (docs/runtime.md, "Windows"), each window's regions at the heap's
+    /// start (after the table where the device reads it there), `shift`
+    /// bytes before where the table puts them, and their bytes; heapBytes
+    /// and bytes hold the largest window's. Empty: one dispatch of every
+    /// thread.
+    struct Window {
+      int64_t first = 0, threads = 0, shift = 0, bytes = 0;
+    };
+    std::vector<Window> windows;
   };
+  /// The most windows a compacted launch runs (each a dispatch, and a read
+  /// of the table where it starts); past it the grid halves instead.
+  static constexpr int64_t kMaxWindows = 64;
+  /// Windows of `c`'s threads whose regions each fit `largest` bytes with
+  /// the table, the fewest of equal threads (a power of two of them, whole
+  /// groups of the table and of the device); none where kMaxWindows do not
+  /// fit.
+  absl::StatusOr<std::vector<Compacted::Window>>
+  windowsOf(const Compacted &c, const accel::GroupTableShape &shape, int64_t largest);
+  /// Runs `frame` once per window of `windows` (the rest of the launch's
+  /// timeout for each).
+  absl::Status runWindows(accel::DeviceKernel &code, accel::LaunchFrame &frame,
+                          const LaunchPlan &plan, const LaunchOptions &options,
+                          std::span<const Compacted::Window> windows);
   /// The compacted heap of a launch whose stacks `shape` describes, on the
-  /// most threads up to `threads` (halved while it does not fit `budget`),
+  /// most threads up to `threads` (with `windowBytes`, in windows of them
+  /// where they do not fit `budget` together, their heap at most that
+  /// many bytes too; else, or where even kMaxWindows do not fit, halved
+  /// while it does not fit),
   /// in groups of LaunchOptions::adStackGroupThreads or else of the
   /// largest size whose bytes are within 1.05x of the fewest,
   /// or nullopt where even one group's does not (the interleaved layout
@@ -174,7 +201,7 @@ struct AcceleratorBackend::State {
   absl::StatusOr<std::optional<Compacted>> compact(Program &program, const LaunchPlan &plan,
                                                    const accel::GroupTableShape &shape,
                                                    const LaunchOptions &options, int64_t threads,
-                                                   int64_t budget);
+                                                   int64_t budget, int64_t windowBytes);
   /// Writes the launch's capacity of each measured stack to every column
   /// of its row of `capacities` (the fill kernel).
   absl::Status fillCapacities(Program &program, const LaunchPlan &plan,

@@ -14,6 +14,7 @@
 #include <array>
 #include <bit>
 #include <cmath>
+#include <numeric>
 
 namespace qd {
 
@@ -180,6 +181,7 @@ AcceleratorBackend::State::layOut(Program &program, const LaunchPlan &plan,
   c.lanes = lanes;
   c.groups = (threads + lanes - 1) / lanes;
   c.oneColumn = shape.columns == 1 && shape.stacks > 1;
+  c.columns = shape.columns;
   c.tableBytes = accel::groupTableWords(c.groups, shape.stacks, shape.columns) * 4;
   int64_t base = device.groupTableInHeap() ? c.tableBytes : 0;
   if (absl::Status s = runGroupTable(program, plan, shape, options, threads, lanes, base); !s.ok())
@@ -264,10 +266,60 @@ AcceleratorBackend::State::chooseLayout(Program &program, const LaunchPlan &plan
   return c;
 }
 
+absl::StatusOr<std::vector<AcceleratorBackend::State::Compacted::Window>>
+AcceleratorBackend::State::windowsOf(const Compacted &c, const accel::GroupTableShape &shape,
+                                     int64_t largest) {
+  using Window = Compacted::Window;
+  const int64_t room = largest - c.tableBytes; // one window's regions
+  const int64_t regions = c.bytes - c.tableBytes;
+  if (room <= 0 || regions <= 0)
+    return std::vector<Window>();
+  absl::StatusOr<DeviceMirror *> table = tableOffsets->prepareOnDevice(&device, [&] {
+    return absl::StatusOr<std::unique_ptr<DeviceMirror>>(device.mirror(*tableOffsets));
+  });
+  if (!table.ok())
+    return table.status();
+  // Windows of whole groups of the table and of the device.
+  const int64_t unit =
+      std::lcm<int64_t>(abi::kAdStackGroupThreads, std::max<int64_t>(limits.groupSize, 1));
+  const int64_t header = accel::groupTableHeader(shape.stacks);
+  const int64_t bytesPerUnit = device.groupTableUnit();
+  // The fewest windows of equal threads whose regions each fit: from the
+  // regions over the room up, a quarter more each time. Where window w's
+  // regions start is the offset of its first group's first column
+  // (group-major), and the last ends at the heap's end: one read of the
+  // table per try.
+  for (int64_t n = (regions + room - 1) / room; n <= kMaxWindows; n = std::max(n + 1, n * 5 / 4)) {
+    const int64_t span = ((c.threads + n - 1) / n + unit - 1) / unit * unit;
+    const int64_t count = (c.threads + span - 1) / span;
+    std::vector<int64_t> words;
+    for (int64_t k = 0; k <= count; ++k)
+      words.push_back(header + std::min(k * span / c.lanes, c.groups) * c.columns);
+    absl::StatusOr<std::vector<int64_t>> at = (*table)->readIntegers(ScalarType::I32, words);
+    if (!at.ok())
+      return at.status();
+    auto offset = [&](size_t k) { return int64_t(uint32_t((*at)[k])) * bytesPerUnit; };
+    std::vector<Window> windows;
+    bool fit = true;
+    for (size_t k = 0; k + 1 < words.size() && fit; ++k) {
+      int64_t a = int64_t(k) * span;
+      int64_t bytes = offset(k + 1) - offset(k);
+      fit = bytes <= room;
+      windows.push_back({a, std::min(a + span, c.threads) - a, offset(k) - offset(0), bytes});
+    }
+    if (fit)
+      return windows;
+    if (span <= unit)
+      break;
+  }
+  return std::vector<Window>();
+}
+
 absl::StatusOr<std::optional<AcceleratorBackend::State::Compacted>>
 AcceleratorBackend::State::compact(Program &program, const LaunchPlan &plan,
                                    const accel::GroupTableShape &shape,
-                                   const LaunchOptions &options, int64_t threads, int64_t budget) {
+                                   const LaunchOptions &options, int64_t threads, int64_t budget,
+                                   int64_t windowBytes) {
   const int64_t group = abi::kAdStackGroupThreads;
   const int64_t forced = options.adStackGroupThreads;
   if (forced != 0 && (forced < 0 || forced > group || !std::has_single_bit(uint64_t(forced))))
@@ -313,6 +365,23 @@ AcceleratorBackend::State::compact(Program &program, const LaunchPlan &plan,
     if (c->bytes <= largest) {
       fittedThreads[fitKey] = {t, c->needBytes};
       return fits(*c);
+    }
+    // Windows of one wave's threads hold at most the regions of one
+    // window at a time: every thread still runs only its own iterations.
+    if (windowBytes > 0 && t == threads) {
+      absl::StatusOr<std::vector<Compacted::Window>> windows =
+          windowsOf(*c, shape, std::min(largest, windowBytes));
+      if (!windows.ok())
+        return windows.status();
+      if (!windows->empty()) {
+        int64_t most = 0;
+        for (const Compacted::Window &w : *windows)
+          most = std::max(most, w.bytes);
+        c->heapBytes += most - (c->bytes - c->tableBytes);
+        c->bytes = c->tableBytes + most;
+        c->windows = *std::move(windows);
+        return fits(*c);
+      }
     }
     if (t <= group)
       return std::optional<Compacted>();

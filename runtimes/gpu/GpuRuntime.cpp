@@ -228,6 +228,9 @@ std::vector<int64_t> GpuRuntime::launchWords(const GpuKernel &c, const accel::La
     case K::GroupShift:
       words.push_back(frame.groupShift);
       break;
+    case K::ThreadOffset:
+      words.push_back(frame.threadOffset);
+      break;
     case K::Zero:
       words.push_back(0);
       break;
@@ -311,7 +314,7 @@ size_t GpuRuntime::layoutArena(const GpuKernel &c, const accel::LaunchFrame &fra
       .globals = static_cast<void **>(at(globalsOff)),
       .ndShapes = static_cast<const int64_t *>(at(shapesOff)),
       .scalars = static_cast<const int64_t *>(at(scalarsOff)),
-      .heap = reinterpret_cast<char *>(uintptr_t(heap_.get())),
+      .heap = reinterpret_cast<char *>(uintptr_t(heap_.get()) - uintptr_t(frame.heapShift)),
       .stride = plan.heap().stride,
       .offsets = static_cast<const int64_t *>(at(offsetsOff)),
       .capacities = static_cast<const int64_t *>(at(capsOff)),
@@ -326,7 +329,8 @@ size_t GpuRuntime::layoutArena(const GpuKernel &c, const accel::LaunchFrame &fra
       .groupShift = frame.groupShift,
       .values = static_cast<int64_t *>(at(valuesOff)),
       .stop = frame.stopWord ? reinterpret_cast<const int32_t *>(uintptr_t(stopWord_->device()))
-                             : nullptr};
+                             : nullptr,
+      .threadOffset = frame.threadOffset};
   arena_.write(ctxOff, &ctx, sizeof(ctx));
   return ctxOff;
 }

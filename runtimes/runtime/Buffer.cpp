@@ -79,6 +79,19 @@ struct Buffer::Residency {
 
 DeviceMirror::~DeviceMirror() = default;
 
+absl::StatusOr<std::vector<int64_t>> DeviceMirror::readIntegers(ScalarType elem,
+                                                                std::span<const int64_t> flat) {
+  std::vector<int64_t> out;
+  out.reserve(flat.size());
+  for (int64_t at : flat) {
+    absl::StatusOr<int64_t> v = readInteger(elem, at);
+    if (!v.ok())
+      return v.status();
+    out.push_back(*v);
+  }
+  return out;
+}
+
 Buffer::Buffer() = default;
 Buffer::Buffer(Buffer &&) noexcept = default;
 Buffer &Buffer::operator=(Buffer &&) noexcept = default;

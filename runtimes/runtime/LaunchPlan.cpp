@@ -337,7 +337,8 @@ QdLaunchContext LaunchPlan::hostContext(std::vector<void *> &globals, char *heap
                          .groupTable = nullptr,
                          .groupShift = 0,
                          .values = nullptr,
-                         .stop = stop};
+                         .stop = stop,
+                         .threadOffset = 0};
 }
 
 std::string LaunchPlan::indexErrorText(const GlobalAccessStmt &g,

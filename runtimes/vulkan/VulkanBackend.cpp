@@ -66,6 +66,29 @@ public:
   absl::StatusOr<int64_t> readInteger(ScalarType elem, int64_t flat) override {
     return maxInteger(elem, flat, flat + 1);
   }
+  absl::StatusOr<std::vector<int64_t>> readIntegers(ScalarType elem,
+                                                    std::span<const int64_t> flat) override {
+    const size_t eb = deviceElementBytes(elem);
+    std::vector<size_t> offsets;
+    for (int64_t at : flat)
+      offsets.push_back(size_t(at) * eb);
+    std::vector<std::byte> raw(offsets.size() * eb);
+    if (absl::Status s = device_->gather(buffer_, offsets, eb, raw.data()); !s.ok())
+      return s;
+    std::vector<int64_t> out;
+    for (size_t k = 0; k < offsets.size(); ++k) {
+      int32_t w;
+      int64_t v;
+      if (eb == 8) {
+        std::memcpy(&v, raw.data() + k * 8, 8);
+      } else {
+        std::memcpy(&w, raw.data() + k * 4, 4);
+        v = elem == ScalarType::I1 ? int64_t(w != 0) : int64_t(w);
+      }
+      out.push_back(v);
+    }
+    return out;
+  }
   /// A range of more than vk::Reducer::kLanes elements is reduced on the
   /// device (one dispatch, a 128 KiB read); a shorter one on the host, over
   /// the staging memory it is copied back to.
@@ -347,6 +370,8 @@ absl::StatusOr<size_t> VulkanBackend::Impl::stageLaunchData(const VulkanKernel &
   std::vector<uint32_t> words(data.words, 0);
   words[SpirvLaunchData::kThreads] = uint32_t(frame.threads);
   words[SpirvLaunchData::kGroupTable] = frame.groupTable ? uint32_t(1 + frame.groupShift) : 0;
+  words[SpirvLaunchData::kThreadOffset] = uint32_t(frame.threadOffset);
+  words[SpirvLaunchData::kHeapShift] = uint32_t(frame.heapShift / 4);
   for (size_t s = 0; s < layout.stacks.size(); ++s) {
     words[data.capacities + s] = uint32_t(plan.heap().capacities[s]);
     words[data.offsets + s] = uint32_t(plan.heap().offsets[s] / 4);

@@ -21,6 +21,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -211,6 +212,10 @@ public:
   /// data needs no host copy of it.
   absl::Status read(const DeviceBuffer &src, size_t offset, size_t bytes, size_t unit,
                     const std::function<void(const std::byte *, size_t)> &consume) const;
+  /// Copies `unit` bytes at each of `offsets` of `src` to `dst`, one after
+  /// another, in one submission (at most kStagingChunkBytes in all).
+  absl::Status gather(const DeviceBuffer &src, std::span<const size_t> offsets, size_t unit,
+                      void *dst) const;
   static constexpr size_t kStagingChunkBytes = size_t(64) << 20;
   /// The device's reductions (VulkanReduction.h).
   Reducer &reducer() const { return *reducer_; }

@@ -105,6 +105,32 @@ absl::Status Device::read(const DeviceBuffer &src, size_t offset, size_t bytes, 
                   });
 }
 
+absl::Status Device::gather(const DeviceBuffer &src, std::span<const size_t> offsets, size_t unit,
+                            void *dst) const {
+  const size_t bytes = offsets.size() * unit;
+  if (bytes == 0)
+    return absl::OkStatus();
+  if (bytes > kStagingChunkBytes)
+    return absl::InvalidArgumentError(fmt::format(
+        "vulkan: gathering {} bytes in one copy, more than {}", bytes, kStagingChunkBytes));
+  TransferTrace trace("download", bytes);
+  return inPieces(downloadStaging_, VK_MEMORY_PROPERTY_HOST_CACHED_BIT, bytes, unit,
+                  [&](const DeviceBuffer &staged, size_t, size_t) {
+                    std::vector<VkBufferCopy> regions;
+                    regions.reserve(offsets.size());
+                    for (size_t k = 0; k < offsets.size(); ++k)
+                      regions.push_back({offsets[k], k * unit, unit});
+                    if (absl::Status s = run([&](VkCommandBuffer cb) {
+                          api_.CmdCopyBuffer(cb, src.get(), staged.get(), uint32_t(regions.size()),
+                                             regions.data());
+                        });
+                        !s.ok())
+                      return s;
+                    std::memcpy(dst, staged.mapped(), bytes);
+                    return absl::OkStatus();
+                  });
+}
+
 //===--- DeviceBuffer -----------------------------------------------------===//
 
 DeviceBuffer &DeviceBuffer::operator=(DeviceBuffer &&o) noexcept {

@@ -65,5 +65,8 @@ std::vector<KernelLayout::TaskBound> boundsOf(const ForStmt &loop);
 std::vector<KernelLayout::TaskBound> bandBoundsOf(const ForStmt &task);
 /// KernelLayout::Task::loopFree of `task`: its body holds no loop.
 bool loopFreeTask(const ForStmt &task);
+/// Whether `task` holds an adstack: its threads may run in windows of a
+/// compacted heap (QdLaunchContext::threadOffset).
+bool taskHasAdStack(const ForStmt &task);
 
 } // namespace qd

@@ -120,16 +120,17 @@ struct KernelLayout {
   /// take it as an operand, instead of in registers for the whole task.
   struct LaunchWord {
     enum Kind : uint8_t {
-      Threads,    // ctx->threads
-      Global,     // ctx->globals[index]
-      Shape,      // ctx->ndShapes[index]
-      Scalar,     // ctx->scalars[index]
-      Capacity,   // ctx->capacities[index]
-      StackBase,  // ctx->heap + ctx->offsets[index] * ctx->threads
-      RowBytes,   // ctx->threads * stacks[index].entryBytes
-      GroupTable, // ctx->groupTable as an integer (0: the interleaved layout)
-      GroupShift, // ctx->groupShift
-      Zero,       // 0: a loop bound the device's compiler must not see as a constant
+      Threads,      // ctx->threads
+      Global,       // ctx->globals[index]
+      Shape,        // ctx->ndShapes[index]
+      Scalar,       // ctx->scalars[index]
+      Capacity,     // ctx->capacities[index]
+      StackBase,    // ctx->heap + ctx->offsets[index] * ctx->threads
+      RowBytes,     // ctx->threads * stacks[index].entryBytes
+      GroupTable,   // ctx->groupTable as an integer (0: the interleaved layout)
+      GroupShift,   // ctx->groupShift
+      ThreadOffset, // ctx->threadOffset
+      Zero,         // 0: a loop bound the device's compiler must not see as a constant
     } kind = Threads;
     unsigned index = 0;
     bool operator==(const LaunchWord &) const = default;

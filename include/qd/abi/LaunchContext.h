@@ -143,7 +143,11 @@ enum class StopReason : int32_t {
   X(Ptr, int64_t *, values, 1)                                                                     \
   /* nonzero once the host asks the launch to stop (qd::StopReason); code compiled with stop */    \
   /* checks reads it at loop back edges and raises the loop's stop site */                         \
-  X(Ptr, const int32_t *, stop, 1)
+  X(Ptr, const int32_t *, stop, 1)                                                                 \
+  /* GPU: the first thread of the window of threads this dispatch runs (a compacted heap over */   \
+  /* a budget, docs/runtime.md "Windows"); a parallel task with adstacks adds it to its thread */  \
+  /* index. 0: the dispatch runs every thread */                                                   \
+  X(I64, int64_t, threadOffset, 1)
 
 namespace qd {
 

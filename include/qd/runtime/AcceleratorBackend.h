@@ -118,6 +118,13 @@ struct LaunchFrame {
   int64_t groupTableBytes = 0;
   /// log2 of the compacted heap's threads per group (0-5).
   int64_t groupShift = 0;
+  /// A compacted heap run in windows (docs/runtime.md, "Windows"): the
+  /// first of the `threads` this frame runs (the parallel entry with the
+  /// heap runs `groups` groups from there; 0: every thread), and the bytes
+  /// its regions start at in the table past where they start in the heap
+  /// (the code's heap is the heap's address less this).
+  int64_t threadOffset = 0;
+  int64_t heapShift = 0;
 };
 
 /// What a frame's code reported.

@@ -63,6 +63,10 @@ public:
   virtual absl::Status upload(const std::byte *host, size_t bytes) = 0;
   /// Integer element `flat` of the device contents (type `elem`).
   virtual absl::StatusOr<int64_t> readInteger(ScalarType elem, int64_t flat) = 0;
+  /// Integer elements `flat` (each as readInteger), in one transfer where
+  /// the device can (the default reads them one by one).
+  virtual absl::StatusOr<std::vector<int64_t>> readIntegers(ScalarType elem,
+                                                            std::span<const int64_t> flat);
   /// The maximum of integer elements [begin, end) (0 <= begin < end <=
   /// elements), computed on the device.
   virtual absl::StatusOr<int64_t> maxInteger(ScalarType elem, int64_t begin, int64_t end) = 0;

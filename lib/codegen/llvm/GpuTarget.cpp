@@ -124,6 +124,17 @@ void GpuTarget::emitParallelTask(KernelEmitter &e, ForStmt &task) {
   FunctionState state;
   TaskVectorPlan plan;
   beginTask(e, task, state, plan); // private atomics (no near ones: all threads run at once)
+  // A compacted heap over a budget runs its threads in windows, a dispatch
+  // each (docs/runtime.md, "Windows"): this dispatch's threads start at
+  // the window's first.
+  if (taskHasAdStack(task)) {
+    LV *offset = c.launchWord({KernelLayout::LaunchWord::ThreadOffset, 0});
+    if (!offset)
+      offset = c.ctxField(CtxField::threadOffset);
+    llvm::IRBuilder<> eb = c.entryBuilder();
+    state.thread = eb.CreateAdd(state.thread, eb.CreateTrunc(offset, state.thread->getType()),
+                                "thread.in.launch");
+  }
   std::unordered_set<const Value *> varying = taskVaryingValues(task);
   state.taskVarying = &varying;
   bool band = task.numDims() > 1;

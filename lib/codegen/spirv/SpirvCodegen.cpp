@@ -34,7 +34,7 @@ struct Diagnostics {
 SpirvLaunchData SpirvLaunchData::of(const KernelLayout &layout, unsigned numArguments) {
   SpirvLaunchData d;
   uint32_t stacks = uint32_t(layout.stacks.size());
-  d.needed = kGroupTable + 1;
+  d.needed = kHeapShift + 1;
   d.capacities = d.needed + stacks;
   d.offsets = d.capacities + stacks;
   d.scalars = d.offsets + stacks;

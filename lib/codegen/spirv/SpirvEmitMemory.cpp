@@ -226,6 +226,7 @@ const StackState &SpirvEmitter::stack(unsigned id) {
       st.row = words;
     } else {
       Id compacted = controlWord(SpirvLaunchData::kGroupTable);
+      Id heapShift = controlWord(SpirvLaunchData::kHeapShift);
       Id capacity = st.capacity;
       inPrologue([&] {
         Id base = b_.iadd(u32, b_.imul(u32, offset, threads), b_.imul(u32, fn_->thread, words));
@@ -257,7 +258,9 @@ const StackState &SpirvEmitter::stack(unsigned id) {
             b_.iadd(u32, b_.iadd(u32, b_.imul(u32, g, word(b_.u32(0))), b_.u32(header)), column);
         Id region = word(entry);
         Id next = word(b_.iadd(u32, entry, b_.u32(1)));
-        Id start = b_.iadd(u32, region, b_.imul(u32, group, prefix));
+        // (A window's regions start `heapShift` words before their offset.)
+        Id shifted = b_.op(spv::Op::OpISub, u32, {region, heapShift});
+        Id start = b_.iadd(u32, shifted, b_.imul(u32, group, prefix));
         st.base = b_.select(u32, on, b_.iadd(u32, start, b_.imul(u32, lane, words)), base);
         st.row = b_.select(u32, on, perLevel, row);
         Id none = b_.cmp(spv::Op::OpIEqual, perLevel, b_.u32(0));

@@ -345,6 +345,13 @@ void SpirvEmitter::emitParallelTask(ForStmt &task) {
   layout_.tasks.back().loopFree = loopFreeTask(task);
   Function fn;
   beginTask(fn, name, task, index);
+  // A compacted heap over a budget runs its invocations in windows, a
+  // dispatch each (docs/runtime.md, "Windows"): this dispatch's
+  // invocations start at the window's first.
+  if (taskHasAdStack(task)) {
+    Id offset = controlWord(SpirvLaunchData::kThreadOffset);
+    fn.thread = inPrologue([&] { return b_.iadd(b_.tU32(), fn.thread, offset); });
+  }
   if (opts_.features.subgroupArithmetic)
     fn.varying = taskVaryingValues(task);
   Id u32 = b_.tU32();

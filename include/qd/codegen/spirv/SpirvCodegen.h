@@ -154,6 +154,13 @@ struct SpirvLaunchData {
   /// capacities per group and stack (an i64 each, group-major: the region's
   /// offset in words, then the capacity).
   static constexpr uint32_t kGroupTable = kZero + 1;
+  /// A compacted heap run in windows (docs/runtime.md, "Windows"): the
+  /// first invocation of this dispatch's window (a parallel task with
+  /// adstacks adds it to its invocation index), and the words its regions
+  /// start at in the table past where they start in the heap (subtracted
+  /// from every region offset). Both 0 for a launch of one dispatch.
+  static constexpr uint32_t kThreadOffset = kGroupTable + 1;
+  static constexpr uint32_t kHeapShift = kThreadOffset + 1;
   uint32_t needed = 0;     // per stack: pushes past the capacity (u32, atomic max)
   uint32_t capacities = 0; // per stack (u32)
   uint32_t offsets = 0;    // per stack: its offset in an invocation's slice, in words
