@@ -212,7 +212,7 @@ AcceleratorBackend::State::chooseLayout(Program &program, const LaunchPlan &plan
                                         const LaunchOptions &options, int64_t t, int64_t &runs) {
   const int64_t group = abi::kAdStackGroupThreads;
   const int64_t forced = options.adStackGroupThreads;
-  const accel::GroupTableShape shared = shape.shareColumn();
+  const accel::GroupTableShape shared = shape.shareColumn(device.groupTableUnit());
   auto run = [&](int64_t lanes, bool oneColumn) {
     ++runs;
     return layOut(program, plan, oneColumn && shape.stacks > 1 ? shared : shape, options, t, lanes);

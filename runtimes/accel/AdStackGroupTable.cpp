@@ -622,19 +622,31 @@ std::optional<GroupTableShape> groupTableShape(const LaunchPlan &plan,
   return shape;
 }
 
-GroupTableShape GroupTableShape::shareColumn() const {
+GroupTableShape GroupTableShape::shareColumn(int64_t align) const {
   GroupTableShape shared = *this;
-  int64_t prefix = 0;
+  // Stacks whose entries are whole multiples of `align` bytes first, so
+  // that each of their entries starts at a multiple of it (their elements
+  // may be that wide); the column's entry padded to it, so that every
+  // level keeps that.
+  auto aligned = [&](int64_t s) {
+    int64_t bytes = desc[size_t(s * kDescElements)];
+    return bytes > 0 && bytes % align == 0;
+  };
+  int64_t before = 0;
+  bool anyAligned = false;
+  for (int pass = 0; pass < 2; ++pass)
+    for (int64_t s = 0; s < stacks; ++s)
+      if (aligned(s) == (pass == 0)) {
+        int64_t *d = &shared.desc[size_t(s * kDescElements)];
+        d[4] = 0;
+        d[5] = before;
+        d[7] = s == 0;
+        before += d[0];
+        anyAligned |= pass == 0;
+      }
+  const int64_t entry = anyAligned ? (before + align - 1) / align * align : before;
   for (int64_t s = 0; s < stacks; ++s)
-    prefix += desc[size_t(s * kDescElements)];
-  for (int64_t s = 0, before = 0; s < stacks; ++s) {
-    int64_t *d = &shared.desc[size_t(s * kDescElements)];
-    d[4] = 0;
-    d[5] = before;
-    d[6] = prefix;
-    d[7] = s == 0;
-    before += d[0];
-  }
+    shared.desc[size_t(s * kDescElements + 6)] = entry;
   shared.columns = 1;
   return shared;
 }

@@ -46,8 +46,12 @@ struct GroupTableShape {
   int64_t begin = 0, end = 0;
   /// `need` holds an optimistic launch's rows (MeasuredAdStackNeeds::rows).
   bool rows = false;
-  /// This shape with every stack in one column (in stack id order).
-  GroupTableShape shareColumn() const;
+  /// This shape with every stack in one column: stacks whose entries are
+  /// multiples of `align` bytes first (in stack id order), then the rest,
+  /// the column's entry padded to `align` where it holds any of the first
+  /// (on CUDA and HIP, 8: an f64 or i64 entry of a group of one thread
+  /// stays 8-byte aligned).
+  GroupTableShape shareColumn(int64_t align) const;
 };
 
 /// The table's shape for `plan` (after layoutAdStacks), when the launch
