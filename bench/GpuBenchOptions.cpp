@@ -17,7 +17,8 @@ const char *kUsage =
     "usage: qd-bench-gpu [--reps N] [--warmup N] [--only a,b,c] [--shapes fields,ndarray] "
     "[--peers FILE]... [--max-n N] "
     "[--backends cuda,vulkan,cpu] [--device N] [--block-size N] [--max-registers N] "
-    "[--cuda-threads N] [--cuda-grid-waves N] [--cuda-tape-bytes-per-sm N] [--json FILE] "
+    "[--cuda-threads N] [--cuda-grid-waves N] [--cuda-narrow-offsets] [--cuda-tape-bytes-per-sm N] "
+    "[--json FILE] "
     "[--vulkan-device NAME] [--vulkan-threads N[,N...]] [--vulkan-workgroup N] "
     "[--vulkan-no-read-only-buffers] [--timeout-ms N]";
 
@@ -57,6 +58,8 @@ Options parseOptions(int argc, char **argv) {
       o.cudaThreads = std::stoll(next());
     } else if (a == "--cuda-grid-waves") {
       o.cudaGridWaves = std::stoll(next());
+    } else if (a == "--cuda-narrow-offsets") {
+      o.cudaNarrowOffsets = true;
     } else if (a == "--cuda-tape-bytes-per-sm") {
       o.cudaTapeBytesPerSm = std::stoll(next());
     } else if (a == "--vulkan-device") {

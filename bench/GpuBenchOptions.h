@@ -31,6 +31,8 @@ struct Options {
   int64_t cudaThreads = 0, cudaTapeBytesPerSm = 0;
   /// CudaBackendOptions::gridWaves.
   int64_t cudaGridWaves = 0;
+  /// CudaBackendOptions::narrowNdarrayOffsets (--cuda-narrow-offsets).
+  bool cudaNarrowOffsets = false;
   std::string json;                   // --json FILE
   std::string vulkanDevice;           // empty: QD_VULKAN_DEVICE, else the backend's choice
   std::vector<int64_t> vulkanThreads; // one Vulkan row each; empty: by the device

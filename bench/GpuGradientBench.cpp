@@ -52,13 +52,14 @@
 // Usage: qd-bench-gpu [--reps 20] [--warmup 3] [--only a,b,c] [--peers FILE]...
 //                     [--shapes fields,ndarray] [--max-n N] [--backends cuda,vulkan,cpu]
 //                     [--device 0] [--block-size 128] [--max-registers 0]
-//                     [--cuda-threads 0] [--cuda-grid-waves 0] [--cuda-tape-bytes-per-sm 0] [--json
-//                     FILE]
+//                     [--cuda-threads 0] [--cuda-grid-waves 0] [--cuda-narrow-offsets]
+//                     [--cuda-tape-bytes-per-sm 0] [--json FILE]
 //                     [--vulkan-device NAME] [--vulkan-threads N[,N...]]
 //                     [--vulkan-workgroup 64] [--vulkan-no-read-only-buffers] [--timeout-ms 0]
 // --cuda-threads, --cuda-grid-waves and --cuda-tape-bytes-per-sm:
 // CudaBackendOptions::maxThreads, gridWaves and localTapeBytesPerSm (0: the
-// backend's default grid).
+// backend's default grid). --cuda-narrow-offsets: CudaBackendOptions::
+// narrowNdarrayOffsets (32-bit offsets where the ndarrays fit them).
 // --backends (or --backend): the qd backends, one table row each per
 // workload, in this order; the ratio column compares each with the first
 // that runs. Default cuda,vulkan: every GPU backend that can be created; one

@@ -54,6 +54,7 @@ Target cudaTarget(const Options &o) {
   options.maxRegisters = o.maxRegisters;
   options.maxThreads = o.cudaThreads;
   options.gridWaves = o.cudaGridWaves;
+  options.narrowNdarrayOffsets = o.cudaNarrowOffsets;
   options.localTapeBytesPerSm = o.cudaTapeBytesPerSm;
   auto created = qd::CudaBackend::create(options);
   if (!created.ok()) {

@@ -314,8 +314,9 @@ TEST(CudaBackendTest, KernelTimesComeFromTheGpu) {
 // A launch without heap whose tasks have no loop runs on at most
 // CudaBackendOptions::gridWaves resident grids, each thread several
 // iterations; gridWaves = 0 gives each iteration a thread. Its ndarrays
-// fit 32-bit offsets (CodegenOptions::narrowNdarrayOffsets): the same
-// values either way, those of the host.
+// fit 32-bit offsets (CodegenOptions::narrowNdarrayOffsets), which the
+// second backend computes them in (CudaBackendOptions::
+// narrowNdarrayOffsets): the same values either way, those of the host.
 TEST(CudaBackendTest, ALoopFreeLaunchRunsSeveralIterationsToAThread) {
   REQUIRE_GPU();
   auto module = *parseModule(kLoopFreeStencil, {"stencil.qd", 1});
@@ -323,6 +324,7 @@ TEST(CudaBackendTest, ALoopFreeLaunchRunsSeveralIterationsToAThread) {
   const int64_t cols = 1024, rows = 16 * resident / cols + 3;
   CudaBackendOptions perIteration;
   perIteration.gridWaves = 0;
+  perIteration.narrowNdarrayOffsets = true;
   auto one = CudaBackend::create(perIteration);
   ASSERT_TRUE(one.ok()) << one.status().message();
   EXPECT_EQ(expectLoopFreeStencilMatchesTheHost(*gpu(), rows, cols,

@@ -163,9 +163,14 @@ bool loopFreeTask(const ForStmt &task) {
   });
 }
 
-bool taskHasAdStack(const ForStmt &task) {
-  return anyStmt(const_cast<ForStmt &>(task).body(),
-                 [](const Stmt &s) { return s.kind() == StmtKind::AdStackAlloca; });
+bool taskHasHeapAdStack(const ForStmt &task,
+                        const std::map<const AdStackAllocaStmt *, int64_t> &localEntries) {
+  return anyStmt(const_cast<ForStmt &>(task).body(), [&](const Stmt &s) {
+    if (s.kind() != StmtKind::AdStackAlloca)
+      return false;
+    auto local = localEntries.find(static_cast<const AdStackAllocaStmt *>(&s));
+    return local == localEntries.end() || local->second <= 0;
+  });
 }
 
 } // namespace qd

@@ -26,6 +26,7 @@ struct CudaBackend::Impl final : gpu::GpuRuntime {
     cooperativeTaskIterations_ = options.cooperativeTaskIterations;
     cooperativeScatteringIterations_ = options.cooperativeScatteringIterations;
     distinctNdarrays_ = options.distinctNdarrays;
+    narrowNdarrayOffsets_ = options.narrowNdarrayOffsets;
     gridWaves_ = options.gridWaves;
     useGraphs(options.launchGraphs);
   }

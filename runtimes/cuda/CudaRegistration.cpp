@@ -25,6 +25,9 @@ absl::Status registerCudaBackend() {
       {"local-tape-bytes-per-sm", "N", "local tapes resident per multiprocessor (0: no cap)"},
       {"distinct-ndarrays", "true|false",
        "code for distinct buffers where a launch's ndarray buffers do not overlap"},
+      {"narrow-ndarray-offsets", "true|false",
+       "code with 32-bit ndarray offsets where every ndarray has below 2^31 elements "
+       "(default false)"},
       {"launch-graphs", "true|false",
        "a launch shape queued before goes as one recorded CUDA graph (default true)"},
   };
@@ -42,6 +45,7 @@ absl::Status registerCudaBackend() {
     read.integer("local-tape-bytes", o.localTapeBytes, 0);
     read.integer("local-tape-bytes-per-sm", o.localTapeBytesPerSm, 0);
     read.boolean("distinct-ndarrays", o.distinctNdarrays);
+    read.boolean("narrow-ndarray-offsets", o.narrowNdarrayOffsets);
     read.boolean("launch-graphs", o.launchGraphs);
     if (!read.status().ok())
       return read.status();

@@ -133,7 +133,7 @@ public:
   /// abi::kAdStackGroupTableUnit bytes.
   unsigned groupTableUnit() const override { return abi::kAdStackGroupTableUnit; }
   bool compilesDistinctNdarrays() const override { return distinctNdarrays_; }
-  bool compilesNarrowNdarrayOffsets() const override { return true; }
+  bool compilesNarrowNdarrayOffsets() const override { return narrowNdarrayOffsets_; }
   absl::StatusOr<std::unique_ptr<accel::DeviceKernel>>
   compile(const Kernel &kernel, const accel::CompileRequest &request) override;
   absl::Status allocateHeap(size_t bytes) override;
@@ -229,6 +229,9 @@ protected:
   /// Whether launches whose ndarray buffers do not overlap get their own
   /// code (compilesDistinctNdarrays).
   bool distinctNdarrays_ = true;
+  /// Whether launches whose ndarrays fit 32-bit offsets get their own code
+  /// (compilesNarrowNdarrayOffsets).
+  bool narrowNdarrayOffsets_ = false;
   /// Guards the launch state below against skippedUploads().
   mutable std::mutex mutex_;
   DeviceBuffer heap_;

@@ -65,8 +65,10 @@ std::vector<KernelLayout::TaskBound> boundsOf(const ForStmt &loop);
 std::vector<KernelLayout::TaskBound> bandBoundsOf(const ForStmt &task);
 /// KernelLayout::Task::loopFree of `task`: its body holds no loop.
 bool loopFreeTask(const ForStmt &task);
-/// Whether `task` holds an adstack: its threads may run in windows of a
-/// compacted heap (QdLaunchContext::threadOffset).
-bool taskHasAdStack(const ForStmt &task);
+/// Whether `task` holds an adstack kept in the heap (one without entries in
+/// `localEntries`, the stacks a variant keeps in local arrays): its threads
+/// may run in windows of a compacted heap (QdLaunchContext::threadOffset).
+bool taskHasHeapAdStack(const ForStmt &task,
+                        const std::map<const AdStackAllocaStmt *, int64_t> &localEntries);
 
 } // namespace qd

@@ -63,6 +63,13 @@ struct CudaBackendOptions {
   /// distinct buffers (CodegenOptions::distinctNdarrays); false: every
   /// launch runs the code that lets buffers overlap.
   bool distinctNdarrays = true;
+  /// Launches whose ndarray buffers each hold at most 2^31 - 1 elements run
+  /// code that computes their offsets in 32 bits (CodegenOptions::
+  /// narrowNdarrayOffsets); false: every launch runs the 64-bit code. Off by
+  /// default: on an H200 it made the spring gradient over ndarrays 5%
+  /// slower and no simulation faster (docs/runtime.md, "Narrow ndarray
+  /// offsets").
+  bool narrowNdarrayOffsets = false;
   /// A launch whose shape (kernel code, grids, launch block layout, queue
   /// slot) was queued before is queued as a CUDA graph recorded from it:
   /// one cuGraphLaunch instead of a cuLaunchKernel per entry and the

@@ -127,13 +127,14 @@ void GpuTarget::emitParallelTask(KernelEmitter &e, ForStmt &task) {
   // A compacted heap over a budget runs its threads in windows, a dispatch
   // each (docs/runtime.md, "Windows"): this dispatch's threads start at
   // the window's first.
-  if (taskHasAdStack(task)) {
+  if (taskHasHeapAdStack(task, c.opts.localAdStackEntries)) {
     LV *offset = c.launchWord({KernelLayout::LaunchWord::ThreadOffset, 0});
     if (!offset)
       offset = c.ctxField(CtxField::threadOffset);
     llvm::IRBuilder<> eb = c.entryBuilder();
+    // (Both below 2^31: no wrap, and the widened index stays a sum.)
     state.thread = eb.CreateAdd(state.thread, eb.CreateTrunc(offset, state.thread->getType()),
-                                "thread.in.launch");
+                                "thread.in.launch", /*HasNUW=*/true, /*HasNSW=*/true);
   }
   std::unordered_set<const Value *> varying = taskVaryingValues(task);
   state.taskVarying = &varying;

@@ -348,7 +348,7 @@ void SpirvEmitter::emitParallelTask(ForStmt &task) {
   // A compacted heap over a budget runs its invocations in windows, a
   // dispatch each (docs/runtime.md, "Windows"): this dispatch's
   // invocations start at the window's first.
-  if (taskHasAdStack(task)) {
+  if (taskHasHeapAdStack(task, opts_.localAdStackEntries)) {
     Id offset = controlWord(SpirvLaunchData::kThreadOffset);
     fn.thread = inPrologue([&] { return b_.iadd(b_.tU32(), fn.thread, offset); });
   }
