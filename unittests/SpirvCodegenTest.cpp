@@ -245,13 +245,15 @@ kernel @k(%n: i32, %a: ndarray<f32, 2>) {
   EXPECT_EQ(SpirvLaunchData::kThreads, 34u); // after the 136-byte error record
   EXPECT_EQ(SpirvLaunchData::kZero, 35u);
   EXPECT_EQ(SpirvLaunchData::kGroupTable, 36u);
-  EXPECT_EQ(d.needed, 37u);
-  EXPECT_EQ(d.capacities, 38u);
-  EXPECT_EQ(d.offsets, 39u);
-  EXPECT_EQ(d.scalars, 40u);
-  EXPECT_EQ(d.shapes, 44u); // 2 arguments x 2 words
-  EXPECT_EQ(d.values, 48u); // 2 extents x 2 words
-  EXPECT_EQ(d.words, 50u);  // %m
+  EXPECT_EQ(SpirvLaunchData::kThreadOffset, 37u);
+  EXPECT_EQ(SpirvLaunchData::kHeapShift, 38u);
+  EXPECT_EQ(d.needed, 39u);
+  EXPECT_EQ(d.capacities, 40u);
+  EXPECT_EQ(d.offsets, 41u);
+  EXPECT_EQ(d.scalars, 42u);
+  EXPECT_EQ(d.shapes, 46u); // 2 arguments x 2 words
+  EXPECT_EQ(d.values, 50u); // 2 extents x 2 words
+  EXPECT_EQ(d.words, 52u);  // %m
   ASSERT_EQ(s->entryWords.size(), 1u);
   EXPECT_EQ(s->entryWords[0], 2u); // primal and adjoint
   EXPECT_EQ(s->layout.stacks[0].entryBytes, 8u);
