@@ -179,9 +179,9 @@ struct AcceleratorBackend::State {
   /// of the table where it starts); past it the grid halves instead.
   static constexpr int64_t kMaxWindows = 64;
   /// Windows of `c`'s threads whose regions each fit `largest` bytes with
-  /// the table, the fewest of equal threads (a power of two of them, whole
-  /// groups of the table and of the device); none where kMaxWindows do not
-  /// fit.
+  /// the table: the fewest windows of equal threads (whole groups of the
+  /// table and of the device) tried, from the regions over the room up, a
+  /// quarter more per try; none where kMaxWindows do not fit.
   absl::StatusOr<std::vector<Compacted::Window>>
   windowsOf(const Compacted &c, const accel::GroupTableShape &shape, int64_t largest);
   /// Runs `frame` once per window of `windows` (the rest of the launch's
