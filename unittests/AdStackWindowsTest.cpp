@@ -113,6 +113,50 @@ TEST(AdStackWindowsTest, CudaGradientInWindows) {
   checkGradientWindows(*cuda());
 }
 
+/// Optimistic launches (the default after the first, counted, one) in
+/// windows, under two thirds of the compacted heap's regions: with the
+/// needs the count saw, and after element 200 grows from 3 to 10
+/// iterations (beyond its group's capacity: it reruns) and element 10
+/// from 3 to 30 (within its group's, which element 5's 60 set), the
+/// gradient of the interleaved layout bit for bit.
+void checkOptimisticWindows(Backend &backend) {
+  using Path = Program::MeasuredLaunch::Path;
+  SkewedGradient flat, packed;
+  ASSERT_TRUE(packed.gradient(backend, groupsOf32()).ok());
+  ASSERT_EQ(packed.program().lastMeasuredLaunch().path, Path::Counted);
+  AdStackHeapUsage first = *backend.lastAdStackHeapUsage();
+  ASSERT_GT(first.groups, 0);
+  int64_t table = tableBytes(first.threads, first.groupThreads, 2, first.tableColumns);
+  LaunchOptions tight = groupsOf32(table + (first.bytes - table) * 2 / 3);
+  for (int grown = 0; grown < 2; ++grown) {
+    if (grown)
+      for (SkewedGradient *g : {&flat, &packed}) {
+        g->setIterations(200, 10);
+        g->setIterations(10, 30);
+      }
+    absl::StatusOr<std::vector<double>> want = flat.gradient(backend, counted(false));
+    absl::StatusOr<std::vector<double>> got = packed.gradient(backend, tight);
+    ASSERT_TRUE(want.ok() && got.ok()) << grown;
+    EXPECT_EQ(*got, *want) << grown;
+    EXPECT_EQ(packed.program().lastMeasuredLaunch().path, Path::Optimistic) << grown;
+    EXPECT_EQ(packed.program().lastMeasuredLaunch().rerunIterations, grown) << grown;
+    AdStackHeapUsage u = *backend.lastAdStackHeapUsage();
+    EXPECT_LE(u.bytes, tight.adStackMemoryBudget) << grown;
+    EXPECT_GT(u.waves, 1) << grown;
+    EXPECT_EQ(u.groups, first.groups) << grown; // windows: the table of one wave
+  }
+}
+
+TEST(AdStackWindowsTest, VulkanOptimisticLaunchesInWindows) {
+  REQUIRE(vulkan(), "vulkan");
+  checkOptimisticWindows(*vulkan());
+}
+
+TEST(AdStackWindowsTest, CudaOptimisticLaunchesInWindows) {
+  REQUIRE(cuda(), "cuda");
+  checkOptimisticWindows(*cuda());
+}
+
 /// A kernel whose task follows a serial entry is not run in windows (the
 /// entry would run once per window): under the same budget as
 /// checkFourWindows, its grid halves (fewer threads, each group of its
