@@ -381,5 +381,57 @@ TEST(CudaStreamTest, RepeatedLaunchShapesGoAsGraphsWithTheirOwnArguments) {
   EXPECT_EQ(f.read(f.x)[kN - 1], 1.0f);
 }
 
+// A recorded launch copies its launch block through its queue slot's
+// pinned staging memory. A larger launch block in between (400 scalar
+// arguments) grows that memory, which frees the old one: the next launch of
+// the first shape records a graph again (GpuKernel::GraphKey::staging)
+// instead of replaying copies from the freed memory.
+TEST(CudaStreamTest, AGraphIsRecordedAgainWhenItsStagingMemoryGrew) {
+  OPEN_OR_SKIP(f);
+  std::string text = "field @out : i32[4]\n"
+                     "kernel @small(%v: i32) {\n"
+                     "  parallel for %i = 0 to 4 {\n"
+                     "    store @out[%i], %v\n"
+                     "  }\n"
+                     "}\n"
+                     "kernel @big(";
+  for (int a = 0; a < 400; ++a)
+    text += (a ? ", %a" : "%a") + std::to_string(a) + ": i32";
+  text += ") {\n"
+          "  parallel for %i = 0 to 4 {\n"
+          "    %s = add %a0, %a399 : i32\n"
+          "    store @out[%i], %s\n"
+          "  }\n"
+          "}\n";
+  std::unique_ptr<Module> m = *parseModule(text, {"staging.qd", 1});
+  std::unique_ptr<Program> p = *Program::create(*m);
+  auto expectOut = [&](int32_t want, const char *what) {
+    Buffer &out = *p->field("out");
+    ASSERT_TRUE(out.syncToHost().ok()) << what;
+    for (int i = 0; i < 4; ++i)
+      EXPECT_EQ(out.get(i).i, want) << what << " " << i;
+  };
+  const int64_t before = f.backend->graphLaunches();
+  for (int32_t v : {1, 2, 3, 4}) {
+    std::vector<LaunchArg> one = {LaunchArg::i32(v)};
+    ASSERT_TRUE(p->launch("small", one, *f.backend).ok()) << v;
+    expectOut(v, "small");
+  }
+  EXPECT_GT(f.backend->graphLaunches(), before); // recorded, replayed
+  std::vector<LaunchArg> many(400, LaunchArg::i32(0));
+  many[0] = LaunchArg::i32(10);
+  many[399] = LaunchArg::i32(20);
+  for (int round = 0; round < 3; ++round) {
+    ASSERT_TRUE(p->launch("big", many, *f.backend).ok()) << round;
+    expectOut(30, "big");
+  }
+  for (int32_t v : {5, 6, 7, 8}) {
+    std::vector<LaunchArg> one = {LaunchArg::i32(v)};
+    absl::Status s = p->launch("small", one, *f.backend);
+    ASSERT_TRUE(s.ok()) << v << ": " << s.message();
+    expectOut(v, "small after big");
+  }
+}
+
 } // namespace
 } // namespace qd

@@ -377,6 +377,7 @@ absl::StatusOr<Graph> GpuRuntime::graphFor(GpuKernel &c, const accel::LaunchFram
   }
   // (The words' offset follows from the block's size.)
   GpuKernel::GraphKey key{.slot = slot,
+                          .staging = uint64_t(uintptr_t(queue_->staging(slot))),
                           .block = arena_.base(),
                           .context = arena_.base() + work.ctxOff,
                           .upload = work.upload,

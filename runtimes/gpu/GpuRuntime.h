@@ -72,6 +72,10 @@ struct GpuKernel final : accel::DeviceKernel {
   /// report lies, and the entries' grids and forms.
   struct GraphKey {
     size_t slot = 0;
+    /// The slot's pinned staging memory, which the graph's copies read and
+    /// write: a slot that grew has new memory (LaunchQueue::acquire), and a
+    /// graph recorded before would copy from and to the freed one.
+    uint64_t staging = 0;
     uint64_t block = 0, context = 0;
     bool upload = false, copyWords = false;
     size_t blockBytes = 0, reportFrom = 0, reportAt = 0, reportBytes = 0;
