@@ -441,6 +441,21 @@ absl::Status AcceleratorBackend::State::runWindows(DeviceKernel &code, accel::La
                                                    const LaunchPlan &plan,
                                                    const LaunchOptions &options,
                                                    std::span<const Compacted::Window> windows) {
+  if (device.executesWindows()) {
+    // One execute: the first window is the frame's, the rest follow it.
+    frame.moreWindows.clear();
+    for (const Compacted::Window &w : windows) {
+      std::vector<uint32_t> g = groups(code, plan, w.threads, frame.cooperative);
+      if (&w == &windows.front()) {
+        frame.threadOffset = w.first;
+        frame.heapShift = w.shift;
+        frame.groups = std::move(g);
+      } else {
+        frame.moreWindows.push_back({w.first, w.shift, g.at(0)});
+      }
+    }
+    return run(code, frame, plan, options);
+  }
   using Clock = std::chrono::steady_clock;
   const Clock::time_point start = Clock::now();
   LaunchOptions each = options;

@@ -187,6 +187,7 @@ struct VulkanBackend::Impl final : accel::AcceleratorDevice {
   /// 64-bit integers.
   unsigned groupTableUnit() const override { return device->info().features.int64 ? 4 : 0; }
   bool groupTableInHeap() const override { return true; }
+  bool executesWindows() const override { return true; }
   bool compilesDistinctNdarrays() const override { return options.distinctNdarrays; }
   absl::StatusOr<std::unique_ptr<accel::DeviceKernel>>
   compile(const Kernel &kernel, const accel::CompileRequest &request) override;
@@ -385,15 +386,27 @@ absl::StatusOr<size_t> VulkanBackend::Impl::stageLaunchData(const VulkanKernel &
   for (unsigned s = 0; s < layout.numShapes; ++s)
     put64(data.shapes + 2 * s, plan.shapes()[s]);
   size_t bytes = words.size() * 4;
-  for (DeviceBuffer *buf : {&launchData, &launchStaging})
-    if (buf->size() < bytes) {
-      auto made = DeviceBuffer::allocate(device, std::max<size_t>(bytes, 2 * buf->size()),
+  // After the words, each later window's first invocation and heap shift
+  // (kThreadOffset, kHeapShift), copied over the launch data's before its
+  // dispatch.
+  std::vector<uint32_t> windows;
+  for (const accel::LaunchFrame::Window &w : frame.moreWindows)
+    windows.insert(windows.end(), {uint32_t(w.threadOffset), uint32_t(w.heapShift / 4)});
+  const size_t staged = bytes + windows.size() * 4;
+  for (DeviceBuffer *buf : {&launchData, &launchStaging}) {
+    size_t need = buf == &launchStaging ? staged : bytes;
+    if (buf->size() < need) {
+      auto made = DeviceBuffer::allocate(device, std::max<size_t>(need, 2 * buf->size()),
                                          buf == &launchStaging);
       if (!made.ok())
         return made.status();
       *buf = *std::move(made);
     }
+  }
   std::memcpy(launchStaging.mapped(), words.data(), bytes);
+  if (!windows.empty())
+    std::memcpy(static_cast<std::byte *>(launchStaging.mapped()) + bytes, windows.data(),
+                windows.size() * 4);
   return bytes;
 }
 
@@ -444,6 +457,20 @@ absl::Status VulkanBackend::Impl::execute(accel::DeviceKernel &kernel,
       bool coop = i < frame.cooperative.size() && frame.cooperative[i];
       c.program.use(cb, coop ? c.cooperativePipelines[i] : c.pipelines[i]);
       api.CmdDispatch(cb, frame.groups[i], 1, 1);
+      vk::fullBarrier(api, cb);
+    }
+    // Later windows of a compacted heap (one parallel entry): their first
+    // invocation and heap shift, then the same pipeline again (the error
+    // record and the counters stay in the launch data between them).
+    static_assert(SpirvLaunchData::kHeapShift == SpirvLaunchData::kThreadOffset + 1);
+    for (size_t w = 0; w < frame.moreWindows.size(); ++w) {
+      if (frame.moreWindows[w].groups == 0)
+        continue;
+      VkBufferCopy words{*dataBytes + 8 * w, SpirvLaunchData::kThreadOffset * 4, 8};
+      api.CmdCopyBuffer(cb, launchStaging.get(), launchData.get(), 1, &words);
+      vk::fullBarrier(api, cb);
+      c.program.use(cb, c.pipelines[0]);
+      api.CmdDispatch(cb, frame.moreWindows[w].groups, 1, 1);
       vk::fullBarrier(api, cb);
     }
     if (timer)

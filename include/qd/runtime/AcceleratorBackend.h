@@ -125,6 +125,15 @@ struct LaunchFrame {
   /// (the code's heap is the heap's address less this).
   int64_t threadOffset = 0;
   int64_t heapShift = 0;
+  /// The windows after this frame's own (threadOffset, heapShift, groups),
+  /// for a device that runs them all in one execute
+  /// (AcceleratorDevice::executesWindows): each then runs the frame's one
+  /// parallel entry with its first thread, shift and groups.
+  struct Window {
+    int64_t threadOffset = 0, heapShift = 0;
+    uint32_t groups = 0;
+  };
+  std::vector<Window> moreWindows;
 };
 
 /// What a frame's code reported.
@@ -199,6 +208,10 @@ public:
   /// Whether the device compiles separate code for launches whose ndarray
   /// buffers fit 32-bit offsets (CompileRequest::narrowNdarrayOffsets).
   virtual bool compilesNarrowNdarrayOffsets() const { return false; }
+  /// Whether execute() runs a frame's LaunchFrame::moreWindows after its
+  /// own window, in one submission (else the backend executes a frame per
+  /// window).
+  virtual bool executesWindows() const { return false; }
   /// Replaces the adstack heap by one of `bytes` bytes (its contents need
   /// not survive; 0: no heap).
   virtual absl::Status allocateHeap(size_t bytes) = 0;
