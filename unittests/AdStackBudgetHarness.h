@@ -134,9 +134,18 @@ inline std::vector<double> reference() {
 /// (need(i) - 1) / 2.
 class PushCounts {
 public:
-  /// With `serialFirst`, the kernel stores to @w before its task: a serial
-  /// entry ahead of the parallel one.
-  PushCounts(int n, const std::function<int(int)> &need, bool serialFirst = false) : n_(n) {
+  enum Extra {
+    None,
+    /// The kernel stores to @w before its task: a serial entry ahead of
+    /// the parallel one.
+    SerialFirst,
+    /// An f64 stack takes the same values alongside (8 bytes an entry,
+    /// pushed and popped with the f32 one): y[i] = need(i) * (need(i) - 1).
+    F64Twin,
+  };
+  PushCounts(int n, const std::function<int(int)> &need, Extra extra = None)
+      : n_(n), factor_(extra == F64Twin ? 2 : 1) {
+    const bool twin = extra == F64Twin;
     module_ = parseVerified(fmt::format(
         R"(
 field @m : i32[{0}]
@@ -146,6 +155,7 @@ kernel @k() {{
   {1}
   parallel for %i = 0 to {0} {{
     %s = adstack.alloca f32, capacity 0
+    {2}
     %c = alloca i32
     %acc = alloca f32
     %n = load @m[%i] : i32
@@ -157,14 +167,16 @@ kernel @k() {{
       }}
       %f = cast %k : i32 to f32
       adstack.push %s, %f
+      {3}
       %one = const 1 : i32
       %k1 = add %k, %one : i32
       store %c, %k1
     }}
     for %q = 0 to %n {{
       %t = adstack.load_top %s : f32
+      {4}
       %a = load %acc : f32
-      %b = add %a, %t : f32
+      %b = add %a, {5} : f32
       store %acc, %b
       adstack.pop %s
     }}
@@ -173,7 +185,13 @@ kernel @k() {{
   }}
 }}
 )",
-        n, serialFirst ? "serial {\n    %z = const 7 : i32\n    store @w[], %z\n  }" : ""));
+        n, extra == SerialFirst ? "serial {\n    %z = const 7 : i32\n    store @w[], %z\n  }" : "",
+        twin ? "%d = adstack.alloca f64, capacity 0" : "",
+        twin ? "%g = cast %k : i32 to f64\n      adstack.push %d, %g" : "",
+        twin ? "%h = adstack.load_top %d : f64\n      %hf = cast %h : f64 to f32\n"
+               "      %t2 = add %t, %hf : f32\n      adstack.pop %d"
+             : "",
+        twin ? "%t2" : "%t"));
     program_ = *Program::create(*module_);
     for (int i = 0; i < n; ++i) {
       needs_.push_back(need(i));
@@ -191,7 +209,7 @@ kernel @k() {{
     Buffer &y = *program_->field("y");
     ASSERT_TRUE(y.syncToHost().ok());
     for (int i = 0; i < n_; ++i)
-      ASSERT_EQ(y.get(i).f, double(int64_t(needs_[i]) * (needs_[i] - 1) / 2)) << i;
+      ASSERT_EQ(y.get(i).f, double(factor_ * int64_t(needs_[i]) * (needs_[i] - 1) / 2)) << i;
   }
   /// The regions of a compacted heap on `threads` threads in groups of
   /// `lanes`: thread t runs iterations t, t + threads, ...; each group
@@ -232,6 +250,7 @@ kernel @k() {{
 
 private:
   int n_;
+  int64_t factor_;
   std::vector<int> needs_;
   std::unique_ptr<Module> module_;
   std::unique_ptr<Program> program_;

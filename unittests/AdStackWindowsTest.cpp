@@ -162,7 +162,7 @@ TEST(AdStackWindowsTest, CudaOptimisticLaunchesInWindows) {
 /// checkFourWindows, its grid halves (fewer threads, each group of its
 /// own), with exact results.
 void checkSerialEntryHalves(Backend &backend) {
-  PushCounts counts(kIterations, skewed, true);
+  PushCounts counts(kIterations, skewed, PushCounts::SerialFirst);
   counts.launch(backend, counted(true, 0, 1));
   AdStackHeapUsage one = *backend.lastAdStackHeapUsage();
   ASSERT_EQ(one.waves, 1);

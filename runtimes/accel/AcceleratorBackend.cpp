@@ -441,19 +441,20 @@ absl::Status AcceleratorBackend::State::runWindows(DeviceKernel &code, accel::La
                                                    const LaunchPlan &plan,
                                                    const LaunchOptions &options,
                                                    std::span<const Compacted::Window> windows) {
+  auto enter = [&](const Compacted::Window &w) {
+    frame.threadOffset = w.first;
+    frame.heapShift = w.shift;
+    frame.groups = groups(code, plan, w.threads, frame.cooperative);
+  };
   if (device.executesWindows()) {
-    // One execute: the first window is the frame's, the rest follow it.
+    // One execute: the first window is the frame's, the rest follow it
+    // (one parallel entry: one group count each).
     frame.moreWindows.clear();
-    for (const Compacted::Window &w : windows) {
-      std::vector<uint32_t> g = groups(code, plan, w.threads, frame.cooperative);
-      if (&w == &windows.front()) {
-        frame.threadOffset = w.first;
-        frame.heapShift = w.shift;
-        frame.groups = std::move(g);
-      } else {
-        frame.moreWindows.push_back({w.first, w.shift, g.at(0)});
-      }
+    for (const Compacted::Window &w : windows.subspan(1)) {
+      enter(w);
+      frame.moreWindows.push_back({w.first, w.shift, frame.groups.at(0)});
     }
+    enter(windows.front());
     return run(code, frame, plan, options);
   }
   using Clock = std::chrono::steady_clock;
@@ -461,9 +462,7 @@ absl::Status AcceleratorBackend::State::runWindows(DeviceKernel &code, accel::La
   LaunchOptions each = options;
   double kernelMs = 0;
   for (const Compacted::Window &w : windows) {
-    frame.threadOffset = w.first;
-    frame.heapShift = w.shift;
-    frame.groups = groups(code, plan, w.threads, frame.cooperative);
+    enter(w);
     // The launch's timeout covers all of its windows.
     if (options.timeout.count() > 0)
       each.timeout = std::max(options.timeout - (Clock::now() - start), Clock::duration(1));

@@ -25,6 +25,19 @@ size_t deviceElementBytes(ScalarType t) {
   return t == ScalarType::I1 ? 4 : storageBytes(t);
 }
 
+/// The integer of type `elem` at `p` in a device's layout (`eb` bytes:
+/// 8, or a 32-bit word; i1 is a word that is 0 or not).
+int64_t integerAt(const std::byte *p, size_t eb, ScalarType elem) {
+  if (eb == 8) {
+    int64_t v;
+    std::memcpy(&v, p, 8);
+    return v;
+  }
+  int32_t w;
+  std::memcpy(&w, p, 4);
+  return elem == ScalarType::I1 ? int64_t(w != 0) : int64_t(w);
+}
+
 /// The device copy of a Buffer (always owned: Vulkan memory the caller owns
 /// is not borrowed yet).
 class VulkanMirror : public DeviceMirror {
@@ -76,17 +89,8 @@ public:
     if (absl::Status s = device_->gather(buffer_, offsets, eb, raw.data()); !s.ok())
       return s;
     std::vector<int64_t> out;
-    for (size_t k = 0; k < offsets.size(); ++k) {
-      int32_t w;
-      int64_t v;
-      if (eb == 8) {
-        std::memcpy(&v, raw.data() + k * 8, 8);
-      } else {
-        std::memcpy(&w, raw.data() + k * 4, 4);
-        v = elem == ScalarType::I1 ? int64_t(w != 0) : int64_t(w);
-      }
-      out.push_back(v);
-    }
+    for (size_t at = 0; at < raw.size(); at += eb)
+      out.push_back(integerAt(raw.data() + at, eb, elem));
     return out;
   }
   /// A range of more than vk::Reducer::kLanes elements is reduced on the
@@ -99,17 +103,8 @@ public:
     int64_t most = INT64_MIN;
     absl::Status s = device_->read(buffer_, size_t(begin) * eb, size_t(end - begin) * eb, eb,
                                    [&](const std::byte *piece, size_t bytes) {
-                                     for (size_t at = 0; at < bytes; at += eb) {
-                                       int64_t v;
-                                       if (eb == 8) {
-                                         std::memcpy(&v, piece + at, 8);
-                                       } else {
-                                         int32_t w;
-                                         std::memcpy(&w, piece + at, 4);
-                                         v = elem == ScalarType::I1 ? int64_t(w != 0) : int64_t(w);
-                                       }
-                                       most = std::max(most, v);
-                                     }
+                                     for (size_t at = 0; at < bytes; at += eb)
+                                       most = std::max(most, integerAt(piece + at, eb, elem));
                                    });
     if (!s.ok())
       return s;
