@@ -9,6 +9,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "AdStackBudgetHarness.h"
+#include "SelfBoundedStack.h"
 
 namespace qd {
 namespace {
@@ -99,6 +100,7 @@ void checkTooSmall(Backend &backend) {
   absl::StatusOr<std::vector<double>> r = g.gradient(backend, withBudget(perThread - 1));
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(isOverBudget(r.status()));
   std::string m(r.status().message());
   EXPECT_NE(m.find("kernel @k_grad"), std::string::npos) << m;
   EXPECT_NE(m.find(fmt::format("one iteration's adstacks need {} bytes of heap", perThread)),
@@ -361,6 +363,35 @@ TEST(AdStackBudgetTest, VulkanOptimisticLaunchesAreCompacted) {
 TEST(AdStackBudgetTest, CudaOptimisticLaunchesAreCompacted) {
   REQUIRE(cuda(), "cuda");
   checkOptimisticCompacted(*cuda());
+}
+
+/// A stack whose pushes depend on its own values is counted with a bound
+/// (first the default capacity, 256 entries): a budget below that bound's
+/// heap but above the need lowers the bound (256 -> 64 -> 16 entries of
+/// 4 bytes) instead of failing, and the launch gets the exact need; a need
+/// beyond the budget fails as one iteration over it, at one entry more than
+/// the largest bound that fits and that the need exceeds.
+TEST(AdStackBudgetTest, CpuACountingBoundGoesDownToFitTheBudget) {
+  std::string text = "field @out : i32\nkernel @k(%n: i32) {\n  serial {" +
+                     testtext::selfBoundedStack("@out[]") + "  }\n}\n";
+  std::unique_ptr<Module> m = *parseModule(text, {"bound.qd", 1});
+  std::unique_ptr<Program> p = *Program::create(*m);
+  LaunchOptions o = withBudget(200);
+  o.optimisticAdStacks = false;
+  auto n = [](int32_t v) { return std::vector<LaunchArg>{LaunchArg::i32(v)}; };
+  ASSERT_TRUE(p->launch("k", n(9), cpu(1), o).ok());
+  EXPECT_EQ(p->lastMeasuredLaunch().countingRuns, 3);
+  ASSERT_TRUE(p->field("out")->syncToHost().ok());
+  EXPECT_EQ(p->field("out")->get(0).i, 9);
+  EXPECT_LE(cpu(1).lastAdStackHeapUsage()->bytes, 200);
+  absl::Status over = p->launch("k", n(100), cpu(1), o);
+  ASSERT_FALSE(over.ok());
+  EXPECT_TRUE(isOverBudget(over)) << over.message();
+  // (A bound of 50 entries of 4 bytes fills the 200 bytes; the need exceeds it.)
+  EXPECT_NE(std::string(over.message()).find("capacity 51,"), std::string::npos) << over.message();
+  ASSERT_TRUE(p->launch("k", n(100), cpu(1), withBudget(0)).ok());
+  ASSERT_TRUE(p->field("out")->syncToHost().ok());
+  EXPECT_EQ(p->field("out")->get(0).i, 100);
 }
 
 } // namespace

@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "AdStackSizingHarness.h"
+#include "SelfBoundedStack.h"
 
 namespace qd {
 namespace {
@@ -174,26 +175,8 @@ TEST(AdStackSizingTest, WhileLoopWithPositiveNetIsMeasuredExactly) {
 TEST(AdStackSizingTest, AStackWhosePushesDependOnItsOwnValuesIsCountedWithABound) {
   for (const char *task : {"serial", "parallel for %i = 0 to 3"}) {
     SCOPED_TRACE(task);
-    Harness h(fmt::format(R"(
-kernel @k(%n: i32) {{
-  {} {{
-    %s = adstack.alloca i32, capacity 0
-    %zero = const 0 : i32
-    %one = const 1 : i32
-    adstack.push %s, %zero
-    while {{
-      %t = adstack.load_top %s : i32
-      %done = cmp ge %t, %n : i32
-      if %done {{
-        break
-      }}
-      %t1 = add %t, %one : i32
-      adstack.push %s, %t1
-    }}
-  }}
-}}
-)",
-                          task));
+    Harness h(fmt::format("kernel @k(%n: i32) {{\n  {} {{{}  }}\n}}\n", task,
+                          testtext::selfBoundedStack()));
     ASSERT_TRUE(h.ok());
     const AdStackSize &s = h.stack("%s");
     EXPECT_EQ(s.tier, SizingTier::Measured);

@@ -382,11 +382,13 @@ TEST(CudaStreamTest, RepeatedLaunchShapesGoAsGraphsWithTheirOwnArguments) {
 }
 
 // A recorded launch copies its launch block through its queue slot's
-// pinned staging memory. A larger launch block in between (400 scalar
-// arguments) grows that memory, which frees the old one: the next launch of
-// the first shape records a graph again (GpuKernel::GraphKey::staging)
-// instead of replaying copies from the freed memory.
-TEST(CudaStreamTest, AGraphIsRecordedAgainWhenItsStagingMemoryGrew) {
+// pinned staging memory into the device's launch block. A larger launch
+// block in between (400 scalar arguments) grows both, which frees the old
+// memory, whose addresses the driver may hand out again: the graphs recorded
+// before are dropped (GpuKernel::graphsMemory), and the first shape records
+// a new one instead of replaying copies between freed memory (which crashed
+// inside cuGraphLaunch on an H200).
+TEST(CudaStreamTest, AGraphIsRecordedAgainWhenItsMemoryMoved) {
   OPEN_OR_SKIP(f);
   std::string text = "field @out : i32[4]\n"
                      "kernel @small(%v: i32) {\n"
@@ -425,12 +427,14 @@ TEST(CudaStreamTest, AGraphIsRecordedAgainWhenItsStagingMemoryGrew) {
     ASSERT_TRUE(p->launch("big", many, *f.backend).ok()) << round;
     expectOut(30, "big");
   }
+  const int64_t afterBig = f.backend->graphLaunches();
   for (int32_t v : {5, 6, 7, 8}) {
     std::vector<LaunchArg> one = {LaunchArg::i32(v)};
     absl::Status s = p->launch("small", one, *f.backend);
     ASSERT_TRUE(s.ok()) << v << ": " << s.message();
     expectOut(v, "small after big");
   }
+  EXPECT_GT(f.backend->graphLaunches(), afterBig); // recorded again, replayed
 }
 
 } // namespace

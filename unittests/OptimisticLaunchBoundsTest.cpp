@@ -7,6 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "OptimisticLaunchHarness.h"
+#include "SelfBoundedStack.h"
 
 #include <cmath>
 
@@ -159,32 +160,10 @@ kernel @k() {
 // as many counting runs as the bound needs to double; threads of one
 // vector group or warp stop past the bound at different points.
 TEST(OptimisticLaunchTest, AStackBoundedByItsOwnValuesIsCountedOnEveryBackend) {
-  constexpr const char *kText = R"(
-field @len : i32[64]
-field @out : i32[64]
-
-kernel @k() {
-  parallel for %i = 0 to 64 {
-    %n = load @len[%i] : i32
-    %s = adstack.alloca i32, capacity 0
-    %zero = const 0 : i32
-    %one = const 1 : i32
-    adstack.push %s, %zero
-    while {
-      %t = adstack.load_top %s : i32
-      %done = cmp ge %t, %n : i32
-      if %done {
-        break
-      }
-      %t1 = add %t, %one : i32
-      adstack.push %s, %t1
-    }
-    %top = adstack.load_top %s : i32
-    store @out[%i], %top
-  }
-}
-)";
-  std::unique_ptr<Module> m = parseVerified(kText);
+  const std::string text = "field @len : i32[64]\nfield @out : i32[64]\nkernel @k() {\n"
+                           "  parallel for %i = 0 to 64 {\n    %n = load @len[%i] : i32" +
+                           testtext::selfBoundedStack("@out[%i]") + "  }\n}\n";
+  std::unique_ptr<Module> m = parseVerified(text);
   ASSERT_TRUE(m);
   Interpreter interp;
   for (Backend *backend : compiledBackends(interp)) {

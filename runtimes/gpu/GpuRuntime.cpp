@@ -364,20 +364,29 @@ absl::Status GpuRuntime::enqueueWork(GpuKernel &c, const accel::LaunchFrame &fra
   return launched;
 }
 
+void GpuKernel::dropGraphs() {
+  for (auto &[key, g] : graphs)
+    graphDevice->destroyGraph(g.graph);
+  graphs.clear();
+}
+
+uint64_t GpuRuntime::memoryMoves() const {
+  return arenaMoves_ + queue_->reallocations();
+}
+
 absl::StatusOr<Graph> GpuRuntime::graphFor(GpuKernel &c, const accel::LaunchFrame &frame,
                                            size_t slot, const Work &work) {
   if (!useGraphs_ || frame.timed || !device_->hasGraphs())
     return nullptr;
-  // Launch shapes that keep changing (a grid per size) are not kept.
+  // Launch shapes that keep changing (a grid per size) are not kept, nor
+  // graphs recorded against memory freed since.
   constexpr size_t kMaxShapes = 64;
-  if (c.graphs.size() >= kMaxShapes) {
-    for (auto &[key, g] : c.graphs)
-      device_->destroyGraph(g.graph);
-    c.graphs.clear();
+  if (c.graphs.size() >= kMaxShapes || c.graphsMemory != memoryMoves()) {
+    c.dropGraphs();
+    c.graphsMemory = memoryMoves();
   }
   // (The words' offset follows from the block's size.)
   GpuKernel::GraphKey key{.slot = slot,
-                          .staging = uint64_t(uintptr_t(queue_->staging(slot))),
                           .block = arena_.base(),
                           .context = arena_.base() + work.ctxOff,
                           .upload = work.upload,
@@ -471,6 +480,7 @@ absl::Status GpuRuntime::execute(accel::DeviceKernel &kernel, const accel::Launc
       return s;
     if (absl::Status s = arena_.reserve(*device_); !s.ok())
       return s;
+    ++arenaMoves_;
     ctxOff = layoutArena(c, frame, slots, report.needed.size(), recordOff, reportBytes);
   }
   // The slot's staging memory: the launch block, the launch words, the report.

@@ -37,10 +37,7 @@ namespace qd::gpu {
 /// A kernel variant loaded on the GPU.
 struct GpuKernel final : accel::DeviceKernel {
   /// Frees the graphs before the module their kernels belong to.
-  ~GpuKernel() override {
-    for (auto &[key, g] : graphs)
-      graphDevice->destroyGraph(g.graph);
-  }
+  ~GpuKernel() override { dropGraphs(); }
   const KernelLayout &layout() const override { return kernelLayout; }
   int64_t gridThreads() const override { return threads; }
   bool readsStopWord() const override { return stopChecks; }
@@ -69,13 +66,10 @@ struct GpuKernel final : accel::DeviceKernel {
   /// What a recorded launch depends on besides the bytes it copies: its
   /// queue slot (the staging memory), the launch block's address and
   /// size, the context's address (the entries' one argument), where the
-  /// report lies, and the entries' grids and forms.
+  /// report lies, and the entries' grids and forms. (A slot's staging
+  /// memory or the launch block that moved drops every graph: graphsMemory.)
   struct GraphKey {
     size_t slot = 0;
-    /// The slot's pinned staging memory, which the graph's copies read and
-    /// write: a slot that grew has new memory (LaunchQueue::acquire), and a
-    /// graph recorded before would copy from and to the freed one.
-    uint64_t staging = 0;
     uint64_t block = 0, context = 0;
     bool upload = false, copyWords = false;
     size_t blockBytes = 0, reportFrom = 0, reportAt = 0, reportBytes = 0;
@@ -91,6 +85,14 @@ struct GpuKernel final : accel::DeviceKernel {
   /// was queued and, from the second time, its graph.
   std::map<GraphKey, GraphEntry> graphs;
   const Device *graphDevice = nullptr;
+  /// GpuRuntime::memoryMoves when `graphs` were recorded: a graph's copies
+  /// and its kernels' argument hold the addresses of the staging memory
+  /// and the launch block, which the driver may hand out again once freed
+  /// (replaying such a graph crashed inside cuGraphLaunch or failed with
+  /// CUDA_ERROR_INVALID_VALUE).
+  uint64_t graphsMemory = 0;
+  /// Destroys every recorded graph.
+  void dropGraphs();
 };
 
 class GpuRuntime : public accel::AcceleratorDevice {
@@ -240,6 +242,11 @@ protected:
   mutable std::mutex mutex_;
   DeviceBuffer heap_;
   LaunchArena arena_;
+  /// How often the launch block was freed for a larger one.
+  uint64_t arenaMoves_ = 0;
+  /// Frees of memory that recorded graphs may hold the address of (the
+  /// launch block's and the queue slots' staging).
+  uint64_t memoryMoves() const;
   /// QdLaunchContext::stop: a host word the device reads (allocated at the
   /// first launch that may be stopped).
   std::unique_ptr<MappedHostMemory> stopWord_;

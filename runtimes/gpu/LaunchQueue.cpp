@@ -27,6 +27,8 @@ absl::StatusOr<size_t> LaunchQueue::acquire(size_t bytes) {
     if (s.bytes < bytes) {
       // Grown by doubling: launch blocks of one backend differ little.
       size_t grown = std::max(bytes, 2 * s.bytes);
+      if (s.memory)
+        ++reallocations_;
       s.memory.reset();
       s.bytes = 0;
       auto m = MappedHostMemory::allocate(*device_, grown);
@@ -43,6 +45,11 @@ absl::StatusOr<size_t> LaunchQueue::acquire(size_t bytes) {
   }
   return absl::ResourceExhaustedError(
       fmt::format("{}: all {} launch slots are in flight", device_->apiName(), kSlots));
+}
+
+uint64_t LaunchQueue::reallocations() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return reallocations_;
 }
 
 std::byte *LaunchQueue::staging(size_t slot) const {

@@ -47,6 +47,9 @@ public:
   absl::StatusOr<size_t> acquire(size_t bytes);
   /// The slot's pinned memory.
   std::byte *staging(size_t slot) const;
+  /// How often a slot's pinned memory was freed for a larger one: what was
+  /// recorded against the old memory (a launch graph's copies) is stale.
+  uint64_t reallocations() const;
   /// Orders `stream` after the last submitted launch still in flight on
   /// another stream, and after the default stream's work when `stream` is
   /// not the default stream and there was some (Device::
@@ -72,6 +75,7 @@ private:
   std::shared_ptr<const Device> device_;
   mutable std::mutex mutex_;
   std::array<Slot, kSlots> slots_;
+  uint64_t reallocations_ = 0;
   /// The slot of the last submitted launch (-1: none in flight).
   int last_ = -1;
   /// Recorded on the default stream for a caller's stream to wait on.

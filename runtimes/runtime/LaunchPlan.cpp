@@ -269,7 +269,7 @@ absl::Status LaunchPlan::overBudgetError(int64_t budget, std::string_view source
     if (layout_->stacks[i].localEntries == 0 && heap_.stackBytes[i] > heap_.stackBytes[most])
       most = i;
   const KernelLayout::Stack &st = layout_->stacks.at(most);
-  return absl::ResourceExhaustedError(fmt::format(
+  absl::Status error = absl::ResourceExhaustedError(fmt::format(
       "{}: error: one iteration's adstacks need {} bytes of heap ({}; the largest, adstack "
       "%{}: capacity {}, {} bytes), more than the adstack memory budget of {} bytes ({}); raise "
       "the budget (LaunchOptions::adStackMemoryBudget, qd-run --adstack-memory-budget=BYTES), "
@@ -277,6 +277,12 @@ absl::Status LaunchPlan::overBudgetError(int64_t budget, std::string_view source
       "fewer iterations at a time cannot help: one alone does not fit)",
       st.stmt->loc().str(), heap_.stride, launchWhere(*kernel_, st.task), st.stmt->name(),
       heap_.capacities[most], heap_.stackBytes[most], budget, source));
+  error.SetPayload(kOverBudgetPayload, absl::Cord(std::to_string(heap_.stride)));
+  return error;
+}
+
+bool isOverBudget(const absl::Status &s) {
+  return s.GetPayload(kOverBudgetPayload).has_value();
 }
 
 AdStackHeapUsage LaunchPlan::heapUsage(int64_t threads, int64_t budget,

@@ -4,6 +4,7 @@
 #include "AdjointFill.h"
 #include "TapeVersions.h"
 
+#include "qd/ir/Status.h"
 #include "qd/ir/Visitor.h"
 
 #include <fmt/format.h>
@@ -267,8 +268,7 @@ absl::Status LaunchTape::Impl::launch(const TapeKernels &kernels, std::span<cons
   records_.push_back(std::move(r));
   if (!s.ok()) {
     broken_ = s;
-    return absl::Status(s.code(),
-                        fmt::format("{}: {}", records_.back().label(), std::string(s.message())));
+    return reworded(s, fmt::format("{}: {}", records_.back().label(), std::string(s.message())));
   }
   if (!checkpointing())
     log_.afterLaunch(records_.back());
@@ -281,8 +281,7 @@ absl::Status LaunchTape::Impl::runForward(const TapeRecord &r, const Kernel &k,
   absl::Status s = program_.launch(k.name(), r.args, backend_, options_.launch);
   if (s.ok())
     return s;
-  return absl::Status(s.code(),
-                      fmt::format("{} of {}: {}", role, r.label(), std::string(s.message())));
+  return reworded(s, fmt::format("{} of {}: {}", role, r.label(), std::string(s.message())));
 }
 
 absl::StatusOr<std::vector<Companion>> LaunchTape::Impl::companions(Component c) const {

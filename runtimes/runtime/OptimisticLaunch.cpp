@@ -11,6 +11,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "LaunchInputs.h"
+#include "qd/ir/Status.h"
 #include "qd/runtime/Program.h"
 
 #include <fmt/format.h>
@@ -124,8 +125,8 @@ absl::Status Program::launchOptimistic(const Kernel &k, const KernelSizing &sizi
   auto failedIn = [&](const Kernel &variant, const absl::Status &s) {
     state.dirty = true;
     state.rowsMeasured = false;
-    return absl::Status(s.code(), fmt::format("kernel @{} (its optimistic launch, @{}): {}",
-                                              k.name(), variant.name(), std::string(s.message())));
+    return reworded(s, fmt::format("kernel @{} (its optimistic launch, @{}): {}", k.name(),
+                                   variant.name(), std::string(s.message())));
   };
   runtime_detail::LaunchInputs inputs(*this, args);
   absl::StatusOr<int64_t> iterations = evaluateSizeExpr(*o.iterations, inputs);

@@ -6,6 +6,7 @@
 #include "qd/abi/LaunchErrors.h"
 #include "qd/ir/Casting.h"
 #include "qd/ir/Checkpointing.h"
+#include "qd/ir/Status.h"
 #include "qd/ir/Visitor.h"
 #include "qd/runtime/LaunchTrace.h"
 
@@ -552,6 +553,28 @@ Program::OptimisticState &Program::optimisticState(const Kernel &k) {
   return stateOf(mutex_, optimistic_, k);
 }
 
+namespace {
+
+/// Lowers the bounds of a counting kernel's bounded stacks after a launch
+/// whose one iteration did not fit the budget: halfway down to the largest
+/// bound a stack's need is known to exceed (`beyond`), or to a quarter
+/// where none is known (at least one). False when no bound can go lower.
+bool lowerCountBounds(const std::vector<int> &boundArgs, std::span<const int64_t> beyond,
+                      std::vector<int64_t> &bounds) {
+  bool lowered = false;
+  for (size_t i = 0; i < boundArgs.size(); ++i) {
+    if (boundArgs[i] < 0 || bounds[i] <= std::max<int64_t>(beyond[i] + 1, 1))
+      continue;
+    bounds[i] = beyond[i] > 0 ? beyond[i] + (bounds[i] - beyond[i]) / 2
+                              : std::max<int64_t>(bounds[i] / 4, 1);
+    bounds[i] = std::max(bounds[i], beyond[i] + 1);
+    lowered = true;
+  }
+  return lowered;
+}
+
+} // namespace
+
 absl::StatusOr<std::vector<int64_t>> Program::countAdStacks(
     const Kernel &kernel, const KernelSizing &sizing, std::span<const LaunchArg> args,
     Backend &backend, const LaunchOptions &options, int &runs, MeasuredAdStackNeeds *perIteration) {
@@ -575,9 +598,18 @@ absl::StatusOr<std::vector<int64_t>> Program::countAdStacks(
       if (s.measuredAtLaunch())
         bounds[s.countSlot] = std::clamp<int64_t>(s.capacity, 1, kMaxCountBound);
   }
+  // Under a budget that one iteration of the counting kernel at these
+  // bounds exceeds, the bounds (guesses) go down, but never to one a need
+  // is known to exceed (`beyond`): the count fails only where one more
+  // entry than that does not fit, and then the kernel's own stacks, which
+  // hold at least as much, do not either.
+  std::vector<int64_t> beyond(boundArgs.size(), 0);
   for (;; ++runs) {
     absl::StatusOr<std::vector<int64_t>> need =
         countAdStacksOnce(kernel, sizing, args, backend, options, bounds, perIteration);
+    if (!need.ok() && isOverBudget(need.status()) && options.adStackMemoryBudget > 0 &&
+        lowerCountBounds(boundArgs, beyond, bounds))
+      continue;
     if (!need.ok())
       return need.status();
     bool again = false;
@@ -590,6 +622,7 @@ absl::StatusOr<std::vector<int64_t>> Program::countAdStacks(
             "times (the largest bound its counting kernel @{} takes); give the stack an explicit "
             "capacity (LaunchOptions::adStackCapacities) to run it anyway",
             kernel.name(), kMaxCountBound, sizing.countKernel()->name()));
+      beyond[i] = bounds[i];
       bounds[i] = std::min<int64_t>(std::max((*need)[i], 2 * bounds[i]), kMaxCountBound);
       again = true;
     }
@@ -692,11 +725,11 @@ Program::countAdStacksOnce(const Kernel &kernel, const KernelSizing &sizing,
   countOptions.adStackCapacities.clear();
   const Kernel &counter = *sizing.countKernel();
   if (absl::Status s = launchSized(counter, countArgs, backend, countOptions, /*record=*/false);
-      !s.ok())
-    return absl::Status(s.code(),
-                        fmt::format("kernel @{}: measuring its adstacks before the launch (the "
-                                    "counting kernel @{}) failed: {}",
-                                    kernel.name(), counter.name(), std::string(s.message())));
+      !s.ok()) {
+    return reworded(s, fmt::format("kernel @{}: measuring its adstacks before the launch (the "
+                                   "counting kernel @{}) failed: {}",
+                                   kernel.name(), counter.name(), std::string(s.message())));
+  }
   std::vector<int64_t> out(sizing.numCounted());
   for (int i = 0; i < sizing.numCounted(); ++i) {
     absl::StatusOr<int64_t> v = need->maxInteger(i * spread, (i + 1) * spread);

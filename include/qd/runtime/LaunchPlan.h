@@ -111,7 +111,8 @@ public:
   /// ResourceExhausted for a launch where one thread's stacks (one
   /// iteration, or one group of SIMD lanes) need more than `budget` bytes:
   /// names the kernel, the stack with the most bytes, the need and the
-  /// budget (`source` says where it came from), and what to change.
+  /// budget (`source` says where it came from), and what to change; with
+  /// the payload kOverBudgetPayload (isOverBudget).
   absl::Status overBudgetError(int64_t budget, std::string_view source) const;
   /// What the heap of a launch over `threads` threads holds, for reports
   /// (bytes, need, waves; AdStackHeapUsage without the thread kind).

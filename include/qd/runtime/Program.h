@@ -302,6 +302,13 @@ inline constexpr double kDefaultAdStackBudgetFraction = 0.5;
 /// then no budget: INT64_MAX).
 int64_t defaultAdStackBudget(uint64_t freeBytes);
 
+/// The type URL of the payload on a launch's "one iteration's adstacks need
+/// more than the budget" error (LaunchPlan::overBudgetError): no grid, wave
+/// or window can run it.
+inline constexpr char kOverBudgetPayload[] = "type.qd/adstack-over-budget";
+/// Whether `s` is that error.
+bool isOverBudget(const absl::Status &s);
+
 /// The adstack heap a backend's last launch used, for reports.
 struct AdStackHeapUsage {
   /// Bytes laid out: threads x the bytes of one thread's stacks.
