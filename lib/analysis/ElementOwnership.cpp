@@ -357,9 +357,16 @@ void ElementOwnership::findNearReach(ClassUse &u) const {
 std::string ElementOwnership::lanesRefused() const {
   if (!refusedAt_)
     return {};
-  if (!refusedAt_->kernel())
-    return lanesRefused(printStmt(*refusedAt_));
-  return lanesRefused(ValueNamer(*refusedAt_->kernel()));
+  // The access without its operands (`store @x[...]`): printing them would
+  // name them through a namer of the whole kernel, a walk of every
+  // statement for each task the CPU backend emits.
+  const GlobalAccessStmt &g = *refusedAt_;
+  std::string target = g.isField()                   ? "@" + g.field()->name()
+                       : g.ndarray()->name().empty() ? std::string("%<ndarray>")
+                                                     : "%" + g.ndarray()->name();
+  if (g.component() != Component::Primal)
+    target += fmt::format(".{}", toString(g.component()));
+  return lanesRefused(fmt::format("{} {}[...]", mnemonic(g.kind()), target));
 }
 
 std::string ElementOwnership::lanesRefused(const ValueNamer &names) const {

@@ -242,9 +242,9 @@ public:
   /// Whether consecutive iterations may run together as lanes.
   bool lanesAllowed() const { return refusedAt_ == nullptr; }
   /// Empty when consecutive iterations may run together as lanes, else why
-  /// not, naming the statement and its location. Printing the statement
-  /// names the values of its whole kernel: where several tasks of one
-  /// kernel are asked, pass one namer of the kernel to the second form.
+  /// not: the first form names the access by the field or ndarray it
+  /// touches and its location (no walk of the kernel); the second prints
+  /// the statement with `names`, a namer of its whole kernel.
   std::string lanesRefused() const;
   std::string lanesRefused(const ValueNamer &names) const;
 

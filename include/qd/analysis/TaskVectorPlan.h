@@ -24,8 +24,8 @@ struct TaskVectorPlan {
   /// Whether the task can be vectorised.
   bool ok() const { return ownership.lanesAllowed(); }
   /// Empty when the task can be vectorised, else why not
-  /// (ElementOwnership::lanesRefused: pass a namer of the kernel when
-  /// asking for several tasks of one kernel).
+  /// (ElementOwnership::lanesRefused; the second form prints the culprit
+  /// statement with a namer of its kernel).
   std::string refused() const { return ownership.lanesRefused(); }
   std::string refused(const ValueNamer &names) const { return ownership.lanesRefused(names); }
   bool isVarying(const Value *v) const { return uniformity.isVarying(v); }

@@ -127,7 +127,7 @@ void CpuTarget::emitParallelTask(KernelEmitter &e, ForStmt &task) {
   // A band's chunk sizes are not a task bound the runtime reads: it keeps
   // the lanes (Unknown bounds).
   c.layout.tasks.push_back(
-      {&task, lanes, width > 1 && !plan.ok() ? plan.refused(c.valueNames.get()) : "",
+      {&task, lanes, width > 1 && !plan.ok() ? plan.refused() : "",
        band ? KernelLayout::TaskBound() : KernelEmitter::taskBound(task.begin()),
        band ? KernelLayout::TaskBound() : KernelEmitter::taskBound(task.end())});
   if (band) {

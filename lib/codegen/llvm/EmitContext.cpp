@@ -11,7 +11,7 @@ namespace qd::codegen {
 EmitContext::EmitContext(const Kernel &k, llvm::LLVMContext &c, const CodegenOptions &o,
                          KernelLayout &l, LlvmTarget &t)
     : kernel(k), llvm(c), opts(o), layout(l), target(t),
-      module(std::make_unique<llvm::Module>("qd." + k.name(), c)), b(c), valueNames(k) {
+      module(std::make_unique<llvm::Module>("qd." + k.name(), c)), b(c) {
   if (t.marksReadOnlyLoads())
     written.emplace(k, ndarrayAliasing(o.distinctNdarrays));
   ptrTy = llvm::PointerType::getUnqual(c);

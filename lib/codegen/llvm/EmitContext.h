@@ -325,10 +325,6 @@ public:
   LV *toSlot(LV *v);
   LV *fromSlot(LV *raw, ScalarType t);
 
-  /// Printed names of the kernel's values, built on first use and shared by
-  /// every message that names a statement (one namer per task would walk
-  /// the whole kernel once per task).
-  LazyValueNamer valueNames;
   /// What the kernel writes, by alias class, on a target that marks the
   /// loads of read-only fields (LlvmTarget::marksReadOnlyLoads); none
   /// elsewhere (the CPU walks no kernel for it).
