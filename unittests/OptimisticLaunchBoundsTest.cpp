@@ -113,11 +113,12 @@ kernel @k() {
     std::unique_ptr<Program> p = *Program::create(*m);
     // x = 2^e pushes e + 1 entries (the push before the halving that
     // drops below 1).
-    auto launch = [&](int most, bool optimisticOn) -> absl::Status {
+    auto launch = [&](int most, bool optimisticOn, int64_t refineAbove = 0) -> absl::Status {
       for (int i = 0; i < 64; ++i)
         p->field("x")->set(i, Scalar::ofFloat(ScalarType::F32, std::ldexp(1.0, i % most)));
       LaunchOptions o;
       o.optimisticAdStacks = optimisticOn;
+      o.refineAdStacksAboveBytes = refineAbove;
       absl::Status st = p->launch("k", {}, *backend, o);
       Buffer &y = *p->field("y");
       EXPECT_TRUE(y.syncToHost().ok());
@@ -146,6 +147,18 @@ kernel @k() {
       EXPECT_EQ(p->lastAdStackCapacities().at(s.stack), step.capacity);
       EXPECT_EQ(p->lastMeasuredLaunch().rerunIterations > 0, step.reruns);
     }
+    // By default a bound this small (100 entries of 8 bytes, value and
+    // adjoint, for 64 iterations: 51 200 bytes) is not worth a wait for the
+    // device's counts: the launch runs at it, unmeasured; one byte below
+    // that, it measures again.
+    ASSERT_TRUE(launch(20, true, LaunchOptions().refineAdStacksAboveBytes).ok());
+    EXPECT_EQ(p->lastMeasuredLaunch().path, Path::None);
+    EXPECT_EQ(p->lastAdStackCapacities().at(s.stack), 100);
+    ASSERT_TRUE(launch(20, true, 51200).ok());
+    EXPECT_EQ(p->lastMeasuredLaunch().path, Path::None);
+    ASSERT_TRUE(launch(20, true, 51199).ok());
+    EXPECT_EQ(p->lastMeasuredLaunch().path, Path::Optimistic);
+    EXPECT_EQ(p->lastAdStackCapacities().at(s.stack), 20);
   }
   SizingOptions off;
   off.refineUpperBounds = false;

@@ -122,7 +122,9 @@ TEST(PassManagerTest, UnknownPassListsTheRegisteredOnes) {
   ASSERT_FALSE(p.ok());
   EXPECT_EQ(p.status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(std::string(p.status().message()),
-            "unknown pass 'fodl'; registered passes: check-global-accesses, dce, fold, forward-ad, "
+            "unknown pass 'fodl'; registered passes: bound-capped-loops, check-global-accesses, "
+            "dce, fold, "
+            "forward-ad, "
             "print-activity, print-cooperative-tasks, print-element-ownership, "
             "print-uniformity, reverse-ad, simplify, size-adstacks; aliases: "
             "reverse-ad-recompute");

@@ -14,6 +14,7 @@
 #include "qd/ir/Clone.h"
 #include "qd/ir/Printer.h"
 #include "qd/ir/Visitor.h"
+#include "qd/transforms/Passes.h"
 
 #include <fmt/format.h>
 
@@ -95,6 +96,9 @@ absl::StatusOr<Kernel *> buildGradientKernel(Module &module, const Kernel &kerne
         "reverse-ad: the module already has a kernel named '@{}'; remove it or pick another name",
         gradName));
   std::unique_ptr<Kernel> source = cloneKernel(kernel, kernel.name());
+  // A while loop with an iteration cap as a for loop: its tapes get a
+  // constant bound (`bound-capped-loops`).
+  boundCappedLoops(*source);
   std::unordered_set<const Stmt *> breaking = reverse::lowerJumps(*source);
   Activity activity(*source, ActivityMode::Reverse);
   if (absl::Status s = checkDifferentiable(*source, activity); !s.ok())

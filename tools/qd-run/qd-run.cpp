@@ -9,6 +9,7 @@
 //          [--backward NAME[=SEED]]... [--checkpoint-budget=BYTES]
 //          [--checkpoint-interval=K]
 //          [--report-adstacks] [--no-adstack-sizing] [--[no-]optimistic-adstacks]
+//          [--refine-adstacks-above=BYTES]
 //          [--vector-width=N]
 //          [--no-vector-math] [--threads=N] [--light] [--timeout-ms=N] [--max-loop-iterations=N]
 //          [--vulkan-device=NAME] [--vulkan-validation=off|if-installed|required]
@@ -133,6 +134,10 @@ constexpr const char *kUsage =
     "                         vulkan backends)\n"
     "  --no-optimistic-adstacks\n"
     "                         count before every launch (the interpreter's default)\n"
+    "  --refine-adstacks-above=BYTES\n"
+    "                         adstacks with a static upper bound run at it, unmeasured,\n"
+    "                         where it holds at most BYTES over the launch's iterations\n"
+    "                         (default 1048576; 0: always measure)\n"
     "  --check-global-accesses\n"
     "                         fail when a launch writes a field or ndarray element\n"
     "                         it read earlier in the same launch\n"
@@ -514,6 +519,8 @@ bool launchValue(ArgReader &args, qd::LaunchOptions &o) {
     o.defaultAdStackCapacity = integerOption("--adstack-capacity", *v, 0, INT64_MAX);
   } else if (auto v = args.value("--adstack-memory-budget")) {
     o.adStackMemoryBudget = integerOption("--adstack-memory-budget", *v, 0, INT64_MAX);
+  } else if (auto v = args.value("--refine-adstacks-above")) {
+    o.refineAdStacksAboveBytes = integerOption("--refine-adstacks-above", *v, 0, INT64_MAX);
   } else if (auto v = args.value("--timeout-ms")) {
     // Nanoseconds in 64 bits: about 292 years.
     o.timeout =

@@ -338,7 +338,12 @@ protected:
     ++indent_;
     line("break");
     close();
-    std::string next = bin("add", cur, constI32(1), "i32");
+    // Every other loop steps its counter as `sub %c, -1`, which
+    // bound-capped-loops does not recognise: reverse-ad turns the others
+    // into `for` loops, and these keep the `while` paths (tapes measured at
+    // launch) covered.
+    std::string next = whileLoops_++ % 2 ? bin("sub", cur, constI32(-1), "i32")
+                                         : bin("add", cur, constI32(1), "i32");
     line(fmt::format("store {}, {}", w, next));
     ++loopDepth_;
     frames_.emplace_back();

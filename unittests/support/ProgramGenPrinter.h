@@ -502,6 +502,8 @@ protected:
   int indent_ = 0;
   int counter_ = 0;
   int loopDepth_ = 0;
+  /// While loops printed so far (every other one steps its counter by `sub`).
+  int whileLoops_ = 0;
   std::vector<std::string> prelude_;
   std::set<std::string> preludeNames_, zeros_;
   std::vector<Frame> frames_;

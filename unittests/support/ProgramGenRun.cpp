@@ -236,6 +236,7 @@ std::string checkOptimisticLaunch(const GenProgram &p, const Module &module,
   count.optimisticAdStacks = false;
   guess.optimisticAdStacks = true;
   guess.optimisticInitialCapacity = 1;
+  guess.refineAdStacksAboveBytes = 0; // refined bounds measured, however small
   if (kernel != "k") {
     for (auto [in, backend] : {std::pair{counted->get(), &counting}, {tried->get(), &optimistic}}) {
       if (absl::Status st = in->program->launch("k", in->args, *backend, count); !st.ok())

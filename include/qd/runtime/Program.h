@@ -103,6 +103,13 @@ struct LaunchOptions {
   /// kernel's first optimistic launch (0: the first launch counts instead).
   /// Iterations that need more run twice.
   int64_t optimisticInitialCapacity = 0;
+  /// Stacks with a static upper bound that launches also measure (refined,
+  /// docs/sizing.md) run at their bounds, unmeasured, where those bounds
+  /// hold at most this many bytes over the launch's iterations (an entry
+  /// counted as its value and its adjoint): measuring reads the device's
+  /// counts back, a wait of the host each launch, to save memory that
+  /// small. 0: always measure.
+  int64_t refineAdStacksAboveBytes = int64_t(1) << 20;
   /// Per-launch capacities, overriding the declared and sized capacity.
   std::unordered_map<const AdStackAllocaStmt *, int64_t> adStackCapacities;
   /// Lay out a compacted adstack heap where the backend can
@@ -542,6 +549,12 @@ private:
                                                      std::span<const LaunchArg> args,
                                                      Backend &backend, const LaunchOptions &options,
                                                      int &runs, MeasuredAdStackNeeds *perIteration);
+  /// Whether the refined stacks of `sz` at their bounds (`capacities`)
+  /// hold at most LaunchOptions::refineAdStacksAboveBytes over the
+  /// launch's iterations (the optimistic launch's count of them).
+  bool boundsAreSmall(const KernelSizing &sz,
+                      const std::unordered_map<const AdStackAllocaStmt *, int64_t> &capacities,
+                      std::span<const LaunchArg> args, const LaunchOptions &options);
   /// One run of the counting kernel, with `bounds` for its bounded stacks
   /// (KernelSizing::countBoundArgs; empty when it has none).
   absl::StatusOr<std::vector<int64_t>>

@@ -27,6 +27,16 @@ std::unique_ptr<Pass> createDcePass();
 /// never run.
 std::unique_ptr<Pass> createSimplifyPass();
 
+/// `bound-capped-loops`: a `while` loop that breaks whenever a local
+/// counter has reached a constant (the counter a constant when the loop
+/// starts, one added to it by each iteration that goes on, no `continue`)
+/// becomes a `for` loop of the iterations it runs at most, with the same
+/// body (`boundCappedLoops`): the sizing analysis then bounds the adstacks
+/// its gradient fills. `reverse-ad` does it to its copy of the kernel.
+std::unique_ptr<Pass> createBoundCappedLoopsPass();
+/// Rewrites `kernel`'s capped `while` loops (above); whether one changed.
+bool boundCappedLoops(Kernel &kernel);
+
 /// `size-adstacks`: writes the capacity of every adstack whose size is a
 /// compile-time constant (tier 1 of qd/analysis/AdStackSizing.h) into its
 /// `adstack.alloca`; the others stay 0 and are sized at launch.
