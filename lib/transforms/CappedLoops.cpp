@@ -78,81 +78,151 @@ std::optional<int64_t> entryValue(WhileStmt &w, const Value *local) {
   return std::nullopt;
 }
 
-/// The iterations `w` runs at most, if one of its breaks is taken whenever
-/// a local counter reaches a constant: the counter is a constant when the
-/// loop starts, and each iteration that goes on adds one to it (one store
-/// at the top level of the body, of a load of it plus 1; no `continue`).
+/// A condition `load %c >= K` (ge) or `> K` (gt, K + 1) that breaks the
+/// loop alone.
+struct CapCheck {
+  LocalLoadStmt *load;
+  int64_t cap;
+};
+
+CmpPredicate swapped(CmpPredicate p) { // a < b is b > a
+  switch (p) {
+  case CmpPredicate::Lt:
+    return CmpPredicate::Gt;
+  case CmpPredicate::Le:
+    return CmpPredicate::Ge;
+  case CmpPredicate::Gt:
+    return CmpPredicate::Lt;
+  case CmpPredicate::Ge:
+    return CmpPredicate::Le;
+  default:
+    return p;
+  }
+}
+
+CmpPredicate inverted(CmpPredicate p) { // not (a < b) is a >= b (integers)
+  switch (p) {
+  case CmpPredicate::Lt:
+    return CmpPredicate::Ge;
+  case CmpPredicate::Le:
+    return CmpPredicate::Gt;
+  case CmpPredicate::Gt:
+    return CmpPredicate::Le;
+  case CmpPredicate::Ge:
+    return CmpPredicate::Lt;
+  case CmpPredicate::Eq:
+    return CmpPredicate::Ne;
+  default:
+    return CmpPredicate::Eq;
+  }
+}
+
+/// The integer comparisons of a local with a constant that alone make
+/// `cond` (or, `negated`, its negation) true: through `or`s (`and`s when
+/// negated) and `not`s, `c >= K`, `K <= c`, `not (c < K)` and the like.
+void capChecks(Value *cond, bool negated, std::vector<CapCheck> &out) {
+  if (auto *u = dyn_cast<UnaryStmt>(cond); u && u->op() == UnaryOp::Not) {
+    capChecks(u->input(), !negated, out);
+    return;
+  }
+  if (auto *b = dyn_cast<BinaryStmt>(cond);
+      b && b->op() == (negated ? BinaryOp::And : BinaryOp::Or)) {
+    capChecks(b->lhs(), negated, out);
+    capChecks(b->rhs(), negated, out);
+    return;
+  }
+  auto *cmp = dyn_cast<CmpStmt>(cond);
+  if (!cmp || !isInteger(cmp->operandType()))
+    return;
+  CmpPredicate p = cmp->predicate();
+  auto *load = dyn_cast<LocalLoadStmt>(cmp->lhs());
+  std::optional<int64_t> limit = intConstant(cmp->rhs());
+  if (!load) {
+    load = dyn_cast<LocalLoadStmt>(cmp->rhs());
+    limit = intConstant(cmp->lhs());
+    p = swapped(p);
+  }
+  if (negated)
+    p = inverted(p);
+  if (!load || !limit || (p != CmpPredicate::Ge && p != CmpPredicate::Gt))
+    return;
+  // The counter must reach the cap before it wraps: `c > max` never holds.
+  unsigned bits = bitWidth(cmp->operandType());
+  int64_t most = bits >= 64 ? std::numeric_limits<int64_t>::max() : (int64_t(1) << (bits - 1)) - 1;
+  if (bits < 8 || *limit > most || (p == CmpPredicate::Gt && *limit == most))
+    return;
+  out.push_back({load, p == CmpPredicate::Ge ? *limit : *limit + 1});
+}
+
+/// The checks `w` runs at most if `check` breaks it: its counter is a
+/// constant when the loop starts, and each iteration that goes on adds one
+/// to it (one store at the top level of the body, of a load of it plus 1,
+/// after the load the check reads).
+std::optional<int64_t> tripsUnder(WhileStmt &w, const CapCheck &check) {
+  Block &body = w.body();
+  Value *local = check.load->local();
+  LocalStoreStmt *step = nullptr;
+  bool other = false;
+  walk(body, [&](Stmt &s) {
+    if (auto *st = dyn_cast<LocalStoreStmt>(&s); st && st->local() == local) {
+      other |= step != nullptr;
+      step = st;
+    }
+  });
+  if (!step || other || step->parent() != &body)
+    return std::nullopt;
+  auto *add = dyn_cast<BinaryStmt>(step->value());
+  if (!add || add->op() != BinaryOp::Add)
+    return std::nullopt;
+  auto *from = dyn_cast<LocalLoadStmt>(add->lhs());
+  std::optional<int64_t> one = intConstant(add->rhs());
+  if (!from) {
+    from = dyn_cast<LocalLoadStmt>(add->rhs());
+    one = intConstant(add->lhs());
+  }
+  Stmt *loadTop = topIn(body, check.load), *fromTop = from ? topIn(body, from) : nullptr;
+  if (!from || from->local() != local || one != 1 || !loadTop || !fromTop ||
+      !before(loadTop, step) || !before(fromTop, step))
+    return std::nullopt;
+  std::optional<int64_t> start = entryValue(w, local);
+  if (!start)
+    return std::nullopt;
+  // Check j (from 0) reads start + j; the first with start + j >= cap
+  // breaks, so at most cap - start + 1 checks run.
+  int64_t trips = std::max<int64_t>(check.cap - std::min(*start, check.cap), 0) + 1;
+  if (trips > std::numeric_limits<int32_t>::max())
+    return std::nullopt;
+  return trips;
+}
+
+/// The iterations `w` runs at most, if an `if` at the top level of its body
+/// breaks it (from either arm) whenever a local counter reaches a constant
+/// (tripsUnder); no `continue` may skip the counter's step.
 std::optional<int64_t> cappedTrips(WhileStmt &w) {
   Block &body = w.body();
   bool continues = false;
   walk(body, [&](Stmt &s) { continues |= s.kind() == StmtKind::Continue && jumpTarget(s) == &w; });
   if (continues)
     return std::nullopt;
+  auto breaks = [](Block &arm) {
+    for (Stmt &t : arm)
+      if (t.kind() == StmtKind::Break)
+        return true;
+    return false;
+  };
   std::optional<int64_t> best;
   for (Stmt &top : body) {
     auto *i = dyn_cast<IfStmt>(&top);
-    bool breaks = false;
-    if (i)
-      for (Stmt &t : i->thenBlock())
-        breaks |= t.kind() == StmtKind::Break;
-    if (!breaks)
+    if (!i)
       continue;
-    // The or-tree of the condition: a leaf `load %c >= K` (or `> K - 1`)
-    // alone breaks the loop.
-    std::vector<Value *> pending = {i->cond()};
-    while (!pending.empty()) {
-      Value *v = pending.back();
-      pending.pop_back();
-      if (auto *b = dyn_cast<BinaryStmt>(v); b && b->op() == BinaryOp::Or) {
-        pending.push_back(b->lhs());
-        pending.push_back(b->rhs());
-        continue;
-      }
-      auto *cmp = dyn_cast<CmpStmt>(v);
-      if (!cmp || (cmp->predicate() != CmpPredicate::Ge && cmp->predicate() != CmpPredicate::Gt))
-        continue;
-      auto *load = dyn_cast<LocalLoadStmt>(cmp->lhs());
-      std::optional<int64_t> limit = intConstant(cmp->rhs());
-      if (!load || !limit || !isInteger(load->type().element()))
-        continue;
-      Value *local = load->local();
-      // The one write of the counter in the loop: `store %c, load %c + 1`
-      // at the top level, after the load the check reads.
-      LocalStoreStmt *step = nullptr;
-      bool other = false;
-      walk(body, [&](Stmt &s) {
-        if (auto *st = dyn_cast<LocalStoreStmt>(&s); st && st->local() == local) {
-          other |= step != nullptr;
-          step = st;
-        }
-      });
-      if (!step || other || step->parent() != &body)
-        continue;
-      auto *add = dyn_cast<BinaryStmt>(step->value());
-      if (!add || add->op() != BinaryOp::Add)
-        continue;
-      auto *from = dyn_cast<LocalLoadStmt>(add->lhs());
-      std::optional<int64_t> one = intConstant(add->rhs());
-      if (!from) {
-        from = dyn_cast<LocalLoadStmt>(add->rhs());
-        one = intConstant(add->lhs());
-      }
-      Stmt *loadTop = topIn(body, load), *fromTop = from ? topIn(body, from) : nullptr;
-      if (!from || from->local() != local || one != 1 || !loadTop || !fromTop ||
-          !before(loadTop, step) || !before(fromTop, step))
-        continue;
-      std::optional<int64_t> start = entryValue(w, local);
-      if (!start)
-        continue;
-      // Check j (from 0) reads start + j; the first with start + j >= cap
-      // breaks, so at most cap - start + 1 checks run.
-      int64_t cap = cmp->predicate() == CmpPredicate::Ge ? *limit : *limit + 1;
-      int64_t trips = std::max<int64_t>(cap - std::min(*start, cap), 0) + 1;
-      if (*limit == std::numeric_limits<int64_t>::max() ||
-          trips > std::numeric_limits<int32_t>::max())
-        continue;
-      best = best ? std::min(*best, trips) : trips;
-    }
+    std::vector<CapCheck> checks;
+    if (breaks(i->thenBlock()))
+      capChecks(i->cond(), false, checks);
+    if (breaks(i->elseBlock()))
+      capChecks(i->cond(), true, checks);
+    for (const CapCheck &check : checks)
+      if (std::optional<int64_t> trips = tripsUnder(w, check))
+        best = best ? std::min(*best, *trips) : *trips;
   }
   return best;
 }

@@ -29,7 +29,8 @@ std::unique_ptr<Pass> createSimplifyPass();
 
 /// `bound-capped-loops`: a `while` loop that breaks whenever a local
 /// counter has reached a constant (the counter a constant when the loop
-/// starts, one added to it by each iteration that goes on, no `continue`)
+/// starts, one added to it by each iteration that goes on, no `continue`;
+/// the forms of the check: docs/passes.md)
 /// becomes a `for` loop of the iterations it runs at most, with the same
 /// body (`boundCappedLoops`): the sizing analysis then bounds the adstacks
 /// its gradient fills. `reverse-ad` does it to its copy of the kernel.
