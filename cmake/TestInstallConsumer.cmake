@@ -110,7 +110,7 @@ expect_output(qd-consumer-cpu "${step_output}" "y = 1 3 5 7 9 11 13 15")
 run_step("run the registry consumer" ${consumer_build}/qd-consumer-registry)
 expect_output(qd-consumer-registry "${step_output}" "backends: interp cpu" "x = 0 1 4 9")
 run_step("run the C API consumer" ${consumer_build}/qd-consumer-capi)
-expect_output(qd-consumer-capi "${step_output}" "qd 0.2.0: y = 2 4 6")
+expect_output(qd-consumer-capi "${step_output}" "qd 0.3.0: y = 2 4 6")
 
 # The Python package, from where the package installs it, finds the
 # library next to it (no QD_C_LIBRARY, no build tree) and runs a kernel
@@ -124,7 +124,7 @@ p = m.program(qd.backend('cpu'))
 p.kernel('k')(n=42)
 print(qd.version(), qd._lib.lib._name, int(p.field('r').numpy()))")
   expect_output("the installed Python package" "${step_output}"
-                "0.2.0 ${prefix}/lib/libqd-c.so 42")
+                "0.3.0 ${prefix}/lib/libqd-c.so 42")
 endif()
 
 # The front-end example, from where the package installs it, on two

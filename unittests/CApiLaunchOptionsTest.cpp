@@ -80,11 +80,14 @@ TEST(CApiLaunchOptions, Defaults) {
   EXPECT_EQ(o.optimistic_initial_capacity, 0);
   EXPECT_EQ(o.optimistic_adstacks, -1);
   EXPECT_EQ(o.size_adstacks, 1);
+  EXPECT_EQ(o.adstack_memory_budget, 0);
+  EXPECT_EQ(o.refine_adstacks_above_bytes, int64_t(1) << 20);
   // The layout the Python package declares (python/qd/_lib.py, LaunchOptionsC).
   EXPECT_EQ(offsetof(qd_launch_options, stream), 8u);
   EXPECT_EQ(offsetof(qd_launch_options, optimistic_adstacks), 40u);
-  EXPECT_EQ(sizeof(qd_launch_options), 48u);
-  EXPECT_STREQ(qd_version(), "0.2.0");
+  EXPECT_EQ(offsetof(qd_launch_options, adstack_memory_budget), QD_LAUNCH_OPTIONS_SIZE_0_2);
+  EXPECT_EQ(sizeof(qd_launch_options), 64u);
+  EXPECT_STREQ(qd_version(), "0.3.0");
   auto [code, text] = take(qd_backend_synchronize(nullptr));
   EXPECT_EQ(code, QD_INVALID_ARGUMENT);
   EXPECT_EQ(text, "qd_backend_synchronize: backend is NULL");
@@ -104,7 +107,7 @@ TEST_P(CApiLaunchOptionsTest, SizeAndValuesAreChecked) {
   auto [code, text] = take(launch("scale", scaleArgs(1), &o));
   EXPECT_EQ(code, QD_INVALID_ARGUMENT);
   EXPECT_NE(text.find("qd_program_launch_with_options: options->size is 40, but this library "
-                      "(0.2.0) takes a qd_launch_options of 48 bytes"),
+                      "(0.3.0) takes a qd_launch_options of 64 bytes (or 48, the size of 0.2's)"),
             std::string::npos)
       << text;
   o = qd_launch_options_default();
@@ -117,7 +120,42 @@ TEST_P(CApiLaunchOptionsTest, SizeAndValuesAreChecked) {
   std::tie(code, text) = take(launch("scale", scaleArgs(1), &o));
   EXPECT_EQ(code, QD_INVALID_ARGUMENT);
   EXPECT_NE(text.find("default_adstack_capacity is negative"), std::string::npos) << text;
+  o = qd_launch_options_default();
+  o.adstack_memory_budget = -1;
+  std::tie(code, text) = take(launch("scale", scaleArgs(1), &o));
+  EXPECT_EQ(code, QD_INVALID_ARGUMENT);
+  EXPECT_NE(text.find("adstack_memory_budget is negative"), std::string::npos) << text;
   EXPECT_EQ(y, (std::vector<float>{0, 0, 0, 0})); // nothing ran
+}
+
+// A caller compiled against 0.2 passes 48 bytes: the fields appended since
+// are not read (here they hold what would fail), and keep their defaults.
+TEST_P(CApiLaunchOptionsTest, TheSizeOfAnOlderVersionReadsOnlyItsFields) {
+  qd_launch_options o = qd_launch_options_default();
+  o.size = QD_LAUNCH_OPTIONS_SIZE_0_2;
+  o.adstack_memory_budget = -7;
+  o.refine_adstacks_above_bytes = -7;
+  ASSERT_EQ(message(launch("scale", scaleArgs(2), &o)), "");
+  EXPECT_EQ(y, (std::vector<float>{2, 4, 6, 8}));
+}
+
+// adstack_memory_budget reaches the launch: on the CPU one iteration of the
+// gradient's tape of sin's inputs (3 entries) does not fit in 1 byte.
+TEST_P(CApiLaunchOptionsTest, TheAdStackBudgetReachesTheLaunch) {
+  std::vector<qd_arg> args = {{"seeds", QD_ARG_NDARRAY, 0, 0, bx, bgx, nullptr},
+                              {"n", QD_ARG_INT, 0, 3, nullptr, nullptr, nullptr},
+                              {"y", QD_ARG_NDARRAY, 0, 0, by, bgy, nullptr}};
+  qd_seed seed = {"y", 1.0};
+  qd_launch_options o = qd_launch_options_default();
+  o.adstack_memory_budget = 1;
+  auto [code, text] = take(qd_program_launch_with_gradient_options(
+      program, backend, "sinloop", "sinloop_grad", args.size(), args.data(), 1, &seed, &o));
+  if (std::string(GetParam()) == "interp") { // it keeps each stack apart, unbudgeted
+    EXPECT_EQ(code, QD_OK) << text;
+    return;
+  }
+  EXPECT_EQ(code, QD_RESOURCE_EXHAUSTED) << text;
+  EXPECT_NE(text.find("more than the adstack memory budget of 1 bytes"), std::string::npos) << text;
 }
 
 TEST_P(CApiLaunchOptionsTest, BoundsChecksNameTheStatement) {

@@ -32,10 +32,10 @@ extern "C" {
 /* The version of the C API: major.minor.patch of the qd it ships with. A
  * minor release only adds calls. */
 #define QD_C_VERSION_MAJOR 0
-#define QD_C_VERSION_MINOR 2
+#define QD_C_VERSION_MINOR 3
 #define QD_C_VERSION_PATCH 0
 
-/* "0.2.0": the version of the library loaded at run time. */
+/* "0.3.0": the version of the library loaded at run time. */
 QD_C_API const char *qd_version(void);
 
 /* ---- status objects ------------------------------------------------------ */

@@ -130,8 +130,11 @@ typedef struct qd_arg {
 /* Launch options beyond the flags (qd::LaunchOptions). Start from
  * qd_launch_options_default(), which sets `size`, and change what you
  * need: `size` says which version of the struct the caller was compiled
- * with (a later minor version may append fields and reads only those the
- * size covers). */
+ * with. Fields are only ever appended, and the library reads only those
+ * the size covers (the others keep their defaults): it takes
+ * QD_LAUNCH_OPTIONS_SIZE_0_2 (48, up to size_adstacks) and
+ * sizeof(qd_launch_options). */
+#define QD_LAUNCH_OPTIONS_SIZE_0_2 48u
 typedef struct qd_launch_options {
   uint32_t size;  /* sizeof(qd_launch_options) */
   uint32_t flags; /* QD_LAUNCH_* */
@@ -153,6 +156,14 @@ typedef struct qd_launch_options {
   /* Non-zero (the default): size capacity-0 adstacks before the launch;
    * 0: every such stack gets default_adstack_capacity. */
   int32_t size_adstacks;
+  /* (Since 0.3.) The most adstack heap a launch may lay out, in bytes (0:
+   * the default, half of what the device can spare); a launch one of whose
+   * iterations needs more fails with QD_RESOURCE_EXHAUSTED. */
+  int64_t adstack_memory_budget;
+  /* (Since 0.3.) Stacks with a static upper bound run at it, unmeasured,
+   * where it holds at most this many bytes over the launch's iterations
+   * (default 1 MiB; 0: always measure; docs/sizing.md). */
+  int64_t refine_adstacks_above_bytes;
 } qd_launch_options;
 
 /* The defaults: size set, no flags, no stream, no timeout, the sizing's

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstddef>
 #include <cstring>
 
 using namespace qd::capi;
@@ -137,22 +138,27 @@ absl::StatusOr<qd::LaunchOptions> launchOptions(const char *call,
                                                 const qd_launch_options *options) {
   if (!options)
     return qd::LaunchOptions();
-  const qd_launch_options &o = *options;
-  if (o.size != sizeof(qd_launch_options))
+  // A caller compiled against 0.2 passes the struct up to size_adstacks:
+  // the fields appended since keep their defaults.
+  qd_launch_options o = qd_launch_options_default();
+  if (options->size != sizeof(qd_launch_options) && options->size != QD_LAUNCH_OPTIONS_SIZE_0_2)
     return absl::InvalidArgumentError(fmt::format(
-        "{}: options->size is {}, but this library ({}) takes a qd_launch_options of {} bytes; "
-        "start from qd_launch_options_default(), which sets it",
-        call, o.size, qd_version(), sizeof(qd_launch_options)));
+        "{}: options->size is {}, but this library ({}) takes a qd_launch_options of {} bytes "
+        "(or {}, the size of 0.2's); start from qd_launch_options_default(), which sets it",
+        call, options->size, qd_version(), sizeof(qd_launch_options), QD_LAUNCH_OPTIONS_SIZE_0_2));
+  std::memcpy(&o, options, options->size);
+  static_assert(offsetof(qd_launch_options, adstack_memory_budget) == QD_LAUNCH_OPTIONS_SIZE_0_2);
   if (o.optimistic_adstacks < -1 || o.optimistic_adstacks > 1)
     return absl::InvalidArgumentError(
         fmt::format("{}: options->optimistic_adstacks is {}; pass -1 (the backend's choice), 0 "
                     "(count) or 1 (optimistic)",
                     call, o.optimistic_adstacks));
-  if (o.default_adstack_capacity < 0 || o.optimistic_initial_capacity < 0)
-    return absl::InvalidArgumentError(fmt::format("{}: options->{} is negative", call,
-                                                  o.default_adstack_capacity < 0
-                                                      ? "default_adstack_capacity"
-                                                      : "optimistic_initial_capacity"));
+  for (auto [value, name] : {std::pair{o.default_adstack_capacity, "default_adstack_capacity"},
+                             {o.optimistic_initial_capacity, "optimistic_initial_capacity"},
+                             {o.adstack_memory_budget, "adstack_memory_budget"},
+                             {o.refine_adstacks_above_bytes, "refine_adstacks_above_bytes"}})
+    if (value < 0)
+      return absl::InvalidArgumentError(fmt::format("{}: options->{} is negative", call, name));
   qd::LaunchOptions l = launchOptions(o.flags);
   l.stream = o.stream;
   l.timeout = std::chrono::nanoseconds(int64_t(std::min<uint64_t>(o.timeout_ns, INT64_MAX)));
@@ -161,6 +167,8 @@ absl::StatusOr<qd::LaunchOptions> launchOptions(const char *call,
   if (o.optimistic_adstacks >= 0)
     l.optimisticAdStacks = o.optimistic_adstacks == 1;
   l.sizeAdStacks = o.size_adstacks != 0;
+  l.adStackMemoryBudget = o.adstack_memory_budget;
+  l.refineAdStacksAboveBytes = o.refine_adstacks_above_bytes;
   return l;
 }
 
@@ -451,6 +459,7 @@ qd_launch_options qd_launch_options_default(void) {
   o.size = sizeof(qd_launch_options);
   o.optimistic_adstacks = -1;
   o.size_adstacks = 1;
+  o.refine_adstacks_above_bytes = qd::LaunchOptions().refineAdStacksAboveBytes;
   return o;
 }
 

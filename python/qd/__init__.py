@@ -27,7 +27,7 @@ _GRAD, _DUAL = 1, 2
 
 
 def version():
-    """The version of the loaded libqd-c ("0.2.0")."""
+    """The version of the loaded libqd-c ("0.3.0")."""
     return lib.qd_version().decode()
 
 
@@ -264,20 +264,27 @@ class LaunchOptions:
     timeout: seconds after which the launch stops (None: no limit); such a launch waits.
     default_adstack_capacity, optimistic_adstacks (None: the backend's choice),
     optimistic_initial_capacity, size_adstacks: adstack sizing (docs/sizing.md).
+    adstack_memory_budget: the most adstack heap a launch may lay out, bytes (0: the
+      default); refine_adstacks_above_bytes: static adstack bounds holding at most this
+      many bytes run unmeasured (None: the library's default, 1 MiB; 0: always measure).
     """
 
     __slots__ = ("bounds_checked", "stream", "asynchronous", "timeout",
                  "default_adstack_capacity", "optimistic_adstacks",
-                 "optimistic_initial_capacity", "size_adstacks")
+                 "optimistic_initial_capacity", "size_adstacks", "adstack_memory_budget",
+                 "refine_adstacks_above_bytes")
 
     def __init__(self, bounds_checked=False, stream=None, asynchronous=None, timeout=None,
                  default_adstack_capacity=0, optimistic_adstacks=None,
-                 optimistic_initial_capacity=0, size_adstacks=True):
+                 optimistic_initial_capacity=0, size_adstacks=True, adstack_memory_budget=0,
+                 refine_adstacks_above_bytes=None):
         self.bounds_checked, self.stream, self.asynchronous = bounds_checked, stream, asynchronous
         self.timeout, self.default_adstack_capacity = timeout, default_adstack_capacity
         self.optimistic_adstacks = optimistic_adstacks
         self.optimistic_initial_capacity = optimistic_initial_capacity
         self.size_adstacks = size_adstacks
+        self.adstack_memory_budget = adstack_memory_budget
+        self.refine_adstacks_above_bytes = refine_adstacks_above_bytes
 
     def _c(self, device):
         """The qd_launch_options of a launch whose CUDA tensors are on torch `device` (None:
@@ -300,6 +307,9 @@ class LaunchOptions:
         c.optimistic_adstacks = -1 if self.optimistic_adstacks is None else \
             int(bool(self.optimistic_adstacks))
         c.size_adstacks = int(bool(self.size_adstacks))
+        c.adstack_memory_budget = self.adstack_memory_budget
+        if self.refine_adstacks_above_bytes is not None:
+            c.refine_adstacks_above_bytes = self.refine_adstacks_above_bytes
         return c
 
 

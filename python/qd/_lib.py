@@ -81,7 +81,9 @@ class LaunchOptionsC(ctypes.Structure):
                 ("stream", ctypes.c_void_p), ("timeout_ns", ctypes.c_uint64),
                 ("default_adstack_capacity", ctypes.c_int64),
                 ("optimistic_initial_capacity", ctypes.c_int64),
-                ("optimistic_adstacks", ctypes.c_int32), ("size_adstacks", ctypes.c_int32)]
+                ("optimistic_adstacks", ctypes.c_int32), ("size_adstacks", ctypes.c_int32),
+                ("adstack_memory_budget", ctypes.c_int64),
+                ("refine_adstacks_above_bytes", ctypes.c_int64)]
 
 
 LAUNCH_BOUNDS_CHECKED, LAUNCH_ASYNC = 1, 2

@@ -85,6 +85,22 @@ def test_gradient_launch_with_an_argument_named_seeds(backend):
     np.testing.assert_allclose(x_grad, np.cos(x), rtol=1e-6)
 
 
+def test_adstack_memory_budget_reaches_the_launch():
+    module = qd.Module.parse(KERNELS)
+    module.gradient("sinloop")
+    program = qd.Program(module, qd.backend("cpu"))
+    x = np.linspace(0.1, 1.0, 4, dtype=np.float32)
+    x_grad, y, y_grad = (np.zeros(4, np.float32) for _ in range(3))
+    args = dict(seeds=qd.Ndarray(x, grad=x_grad), n=3, y=qd.Ndarray(y, grad=y_grad))
+    with pytest.raises(qd.Error) as e:
+        program.launch_with_gradient("sinloop", "sinloop_grad", {"y": 1.0},
+                                     qd.LaunchOptions(adstack_memory_budget=1), **args)
+    assert "more than the adstack memory budget of 1 bytes" in str(e.value)
+    assert e.value.code == 8  # QD_RESOURCE_EXHAUSTED
+    program.launch_with_gradient("sinloop", "sinloop_grad", {"y": 1.0},
+                                 qd.LaunchOptions(refine_adstacks_above_bytes=0), **args)
+
+
 def test_tape_launch_with_an_argument_named_kernel_and_heap_report(backend):
     module = qd.Module.parse(KERNELS)
     tape = qd.Tape(module, backend)

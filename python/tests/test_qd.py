@@ -32,7 +32,7 @@ def backend(request):
 
 
 def test_version_and_backends():
-    assert qd.version() == "0.2.0"
+    assert qd.version() == "0.3.0"
     assert qd.backends()[:2] == ["interp", "cpu"]
 
 

@@ -173,7 +173,7 @@ int main(int argc, char **argv) {
   qd_kernel grad;
   char *text, *accumulated, *consumed;
   int a;
-  if (strcmp(qd_version(), "0.2.0") != 0) {
+  if (strcmp(qd_version(), "0.3.0") != 0) {
     fprintf(stderr, "FAIL qd_version() = %s\n", qd_version());
     return 1;
   }
