@@ -277,7 +277,10 @@ absl::Status LaunchPlan::overBudgetError(int64_t budget, std::string_view source
       "fewer iterations at a time cannot help: one alone does not fit)",
       st.stmt->loc().str(), heap_.stride, launchWhere(*kernel_, st.task), st.stmt->name(),
       heap_.capacities[most], heap_.stackBytes[most], budget, source));
-  error.SetPayload(kOverBudgetPayload, absl::Cord(std::to_string(heap_.stride)));
+  // (From a string_view: Debian's Abseil has no Cord(std::string&&) that
+  // clang's mangling of the template finds.)
+  std::string stride = std::to_string(heap_.stride);
+  error.SetPayload(kOverBudgetPayload, absl::Cord(absl::string_view(stride)));
   return error;
 }
 
