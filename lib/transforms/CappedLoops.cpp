@@ -24,6 +24,9 @@
 
 #include <limits>
 #include <optional>
+#include <span>
+#include <unordered_set>
+#include <vector>
 
 namespace qd {
 namespace {
@@ -44,17 +47,13 @@ bool before(Stmt *a, Stmt *b) {
   return false;
 }
 
-/// Whether `s` or a statement nested in it stores to `local`.
-bool writes(Stmt &s, const Value *local) {
-  bool found = false;
-  auto visit = [&](Stmt &t) {
-    if (auto *st = dyn_cast<LocalStoreStmt>(&t); st && st->local() == local)
-      found = true;
-  };
-  visit(s);
-  for (unsigned i = 0; i < s.numBlocks() && !found; ++i)
-    walk(s.block(i), visit);
-  return found;
+/// The stores to `local` (through its uses: no walk of the kernel).
+std::vector<LocalStoreStmt *> storesTo(const Value *local) {
+  std::vector<LocalStoreStmt *> out;
+  for (const Use &u : local->uses())
+    if (auto *st = dyn_cast<LocalStoreStmt>(u.user()); st && st->local() == local)
+      out.push_back(st);
+  return out;
 }
 
 std::optional<int64_t> intConstant(const Value *v) {
@@ -65,14 +64,19 @@ std::optional<int64_t> intConstant(const Value *v) {
 }
 
 /// The value `local` holds when `w` starts: a constant stored to it before
-/// `w` in `w`'s block, with no other write in between.
-std::optional<int64_t> entryValue(WhileStmt &w, const Value *local) {
+/// `w` in `w`'s block, with no other write in between (`stores`: all of
+/// local's).
+std::optional<int64_t> entryValue(WhileStmt &w, const Value *local,
+                                  std::span<LocalStoreStmt *const> stores) {
   Block &block = *w.parent();
+  std::unordered_set<const Stmt *> writers; // w's siblings that store to local
+  for (LocalStoreStmt *st : stores)
+    writers.insert(topIn(block, st));
   for (auto it = Block::iteratorTo(&w); it != block.begin();) {
     Stmt &s = *--it;
     if (auto *st = dyn_cast<LocalStoreStmt>(&s); st && st->local() == local)
       return intConstant(st->value());
-    if (&s == local || writes(s, local))
+    if (&s == local || writers.count(&s))
       return std::nullopt;
   }
   return std::nullopt;
@@ -161,15 +165,15 @@ void capChecks(Value *cond, bool negated, std::vector<CapCheck> &out) {
 std::optional<int64_t> tripsUnder(WhileStmt &w, const CapCheck &check) {
   Block &body = w.body();
   Value *local = check.load->local();
+  std::vector<LocalStoreStmt *> stores = storesTo(local);
   LocalStoreStmt *step = nullptr;
-  bool other = false;
-  walk(body, [&](Stmt &s) {
-    if (auto *st = dyn_cast<LocalStoreStmt>(&s); st && st->local() == local) {
-      other |= step != nullptr;
+  for (LocalStoreStmt *st : stores)
+    if (st->parent()->isNestedIn(&body)) {
+      if (step)
+        return std::nullopt; // a second store in the loop
       step = st;
     }
-  });
-  if (!step || other || step->parent() != &body)
+  if (!step || step->parent() != &body)
     return std::nullopt;
   auto *add = dyn_cast<BinaryStmt>(step->value());
   if (!add || add->op() != BinaryOp::Add)
@@ -184,7 +188,7 @@ std::optional<int64_t> tripsUnder(WhileStmt &w, const CapCheck &check) {
   if (!from || from->local() != local || one != 1 || !loadTop || !fromTop ||
       !before(loadTop, step) || !before(fromTop, step))
     return std::nullopt;
-  std::optional<int64_t> start = entryValue(w, local);
+  std::optional<int64_t> start = entryValue(w, local, stores);
   if (!start)
     return std::nullopt;
   // Check j (from 0) reads start + j; the first with start + j >= cap

@@ -381,9 +381,10 @@ absl::StatusOr<Graph> GpuRuntime::graphFor(GpuKernel &c, const accel::LaunchFram
   // Launch shapes that keep changing (a grid per size) are not kept, nor
   // graphs recorded against memory freed since.
   constexpr size_t kMaxShapes = 64;
-  if (c.graphs.size() >= kMaxShapes || c.graphsMemory != memoryMoves()) {
+  const uint64_t moves = memoryMoves();
+  if (c.graphs.size() >= kMaxShapes || c.graphsMemory != moves) {
     c.dropGraphs();
-    c.graphsMemory = memoryMoves();
+    c.graphsMemory = moves;
   }
   // (The words' offset follows from the block's size.)
   GpuKernel::GraphKey key{.slot = slot,

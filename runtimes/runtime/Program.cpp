@@ -15,8 +15,6 @@
 #include <algorithm>
 #include <bit>
 #include <chrono>
-#include <cstring>
-#include <deque>
 #include <limits>
 #include <map>
 #include <optional>
