@@ -12,6 +12,15 @@ config.excludes = ["CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py", "lit.site.
 config.test_source_root = os.path.dirname(__file__)
 config.test_exec_root = os.path.join(config.qd_obj_root, "test")
 
+# Every run starts from empty Output directories, as CI's clean clone does: a
+# RUN line that reads a file a later RUN line writes fails here too, instead
+# of passing on what an earlier run left behind.
+import shutil as _shutil
+for _dir, _subdirs, _files in os.walk(config.test_exec_root):
+    if "Output" in _subdirs:
+        _shutil.rmtree(os.path.join(_dir, "Output"), ignore_errors=True)
+        _subdirs.remove("Output")
+
 # Tests must not depend on the caller's locale; tools are substituted by full
 # path, so a stray qd-opt in PATH is never used.
 config.environment["LC_ALL"] = "C"
