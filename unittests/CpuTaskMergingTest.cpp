@@ -17,8 +17,11 @@
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <llvm/AsmParser/Parser.h>
 #include <llvm/IR/LLVMContext.h>
 #include <llvm/IR/Module.h>
+#include <llvm/IR/Verifier.h>
+#include <llvm/Support/SourceMgr.h>
 #include <llvm/Support/raw_ostream.h>
 
 #include <cstring>
@@ -206,6 +209,88 @@ TEST(CpuTaskMergingTest, MergingWhileEmittingGivesTheModuleOfMergingAfterwards) 
     EXPECT_EQ(online.parameters, after.parameters) << name;
     EXPECT_LT(online.functions, online.tasks) << name;
     EXPECT_NE(a.find("task.param"), std::string::npos) << name;
+  }
+}
+
+/// A module whose @qd_kernel calls qd_rt_parallel_for once for each task
+/// body of `bodies`, each with its own function and capture buffer; a body
+/// may use %p (a pointer into the task's data), %i (the iteration, i64)
+/// and %v (a <4 x i32>).
+std::string tasksModule(const std::vector<std::string> &bodies) {
+  std::string text = "declare void @qd_rt_parallel_for(ptr, ptr, ptr, i64, i64, i64, i64)\n"
+                     "declare i32 @llvm.smax.i32(i32, i32)\n"
+                     "declare void @ext(i32)\n";
+  std::string calls;
+  for (size_t t = 0; t < bodies.size(); ++t) {
+    text += fmt::format("define void @task{}(ptr %ctx, ptr %cap, i64 %i, i64 %e, ptr %s) {{\n"
+                        "entry:\n  %p = load ptr, ptr %cap\n"
+                        "  %v = load <4 x i32>, ptr %p\n{}\n  ret void\n}}\n",
+                        t, bodies[t]);
+    calls += fmt::format("  %cap{0} = alloca [1 x i64]\n", t);
+  }
+  for (size_t t = 0; t < bodies.size(); ++t)
+    calls += fmt::format("  call void @qd_rt_parallel_for(ptr %ctx, ptr @task{0}, ptr %cap{0}, "
+                         "i64 0, i64 8, i64 1, i64 0)\n",
+                         t);
+  return text + "define void @qd_kernel(ptr %ctx) {\nentry:\n" + calls + "  ret void\n}\n";
+}
+
+/// Tasks that differ in an integer constant where a run-time value may
+/// stand share a function; tasks that differ in anything else (a
+/// predicate, an atomic operation, an alignment, a shuffle mask, a callee,
+/// an intrinsic's immediate, a floating-point constant, a flag) keep their
+/// own. Each case is the first body against the second.
+TEST(CpuTaskMergingTest, OnlyIntegerOperandsMayDiffer) {
+  struct Case {
+    const char *what, *a, *b;
+    bool merged;
+  };
+  const Case cases[] = {
+      {"an add's constant", "%x = add i64 %i, 3\n  store i64 %x, ptr %p",
+       "%x = add i64 %i, 5\n  store i64 %x, ptr %p", true},
+      {"a splat", "%x = add <4 x i32> %v, splat (i32 1)\n  store <4 x i32> %x, ptr %p",
+       "%x = add <4 x i32> %v, splat (i32 7)\n  store <4 x i32> %x, ptr %p", true},
+      {"a stored constant", "store i32 1, ptr %p", "store i32 2, ptr %p", true},
+      {"a predicate", "%c = icmp slt i64 %i, 4\n  store i1 %c, ptr %p",
+       "%c = icmp sle i64 %i, 4\n  store i1 %c, ptr %p", false},
+      {"an atomic operation", "%o = atomicrmw add ptr %p, i32 1 monotonic",
+       "%o = atomicrmw max ptr %p, i32 1 monotonic", false},
+      {"an alignment", "store i32 1, ptr %p, align 4", "store i32 1, ptr %p, align 8", false},
+      {"a volatile store", "store i32 1, ptr %p", "store volatile i32 1, ptr %p", false},
+      {"a shuffle mask",
+       "%x = shufflevector <4 x i32> %v, <4 x i32> %v, <4 x i32> <i32 0, i32 1, i32 2, i32 3>\n"
+       "  store <4 x i32> %x, ptr %p",
+       "%x = shufflevector <4 x i32> %v, <4 x i32> %v, <4 x i32> <i32 3, i32 2, i32 1, i32 0>\n"
+       "  store <4 x i32> %x, ptr %p",
+       false},
+      {"an element index", "%x = extractelement <4 x i32> %v, i32 0\n  store i32 %x, ptr %p",
+       "%x = extractelement <4 x i32> %v, i32 1\n  store i32 %x, ptr %p", false},
+      {"a call's argument", "call void @ext(i32 1)", "call void @ext(i32 2)", true},
+      {"a callee", "%x = call i32 @llvm.smax.i32(i32 1, i32 2)\n  call void @ext(i32 %x)",
+       "call void @ext(i32 2)", false},
+      {"a tail call", "call void @ext(i32 1)", "tail call void @ext(i32 1)", false},
+      {"a float constant", "store float 1.0, ptr %p", "store float 2.0, ptr %p", false},
+      {"a wrap flag", "%x = add nsw i64 %i, 3\n  store i64 %x, ptr %p",
+       "%x = add i64 %i, 3\n  store i64 %x, ptr %p", false},
+      {"an operand's order", "%x = sub i64 %i, %e\n  store i64 %x, ptr %p",
+       "%x = sub i64 %e, %i\n  store i64 %x, ptr %p", false},
+      {"a GEP's element type", "%q = getelementptr i32, ptr %p, i64 %i\n  store i32 1, ptr %q",
+       "%q = getelementptr i64, ptr %p, i64 %i\n  store i32 1, ptr %q", false},
+      {"a GEP's index", "%q = getelementptr i32, ptr %p, i64 2\n  store i32 1, ptr %q",
+       "%q = getelementptr i32, ptr %p, i64 6\n  store i32 1, ptr %q", true},
+  };
+  for (const Case &c : cases) {
+    llvm::LLVMContext context;
+    llvm::SMDiagnostic diag;
+    std::unique_ptr<llvm::Module> m =
+        llvm::parseAssemblyString(tasksModule({c.a, c.b, c.a}), diag, context);
+    ASSERT_TRUE(m) << c.what << ": " << diag.getMessage().str();
+    TaskMergeStats stats = mergeEquivalentTasks(*m);
+    EXPECT_EQ(stats.tasks, 3u) << c.what;
+    EXPECT_EQ(stats.functions, c.merged ? 1u : 2u) << c.what;
+    std::string errors;
+    llvm::raw_string_ostream os(errors);
+    EXPECT_FALSE(llvm::verifyModule(*m, &os)) << c.what << ": " << errors;
   }
 }
 

@@ -4,7 +4,6 @@
 #include "qd/ir/Printer.h"
 #include "qd/ir/Visitor.h"
 
-#include <unordered_set>
 #include <vector>
 
 namespace qd {
@@ -58,9 +57,9 @@ bool isDifferentiable(const Stmt &s, unsigned &first) {
 //           through arithmetic, loads of locals and the stores to useful
 //           locals.
 Activity::Activity(const Kernel &kernel, ActivityMode mode) : mode_(mode) {
-  std::unordered_set<const Stmt *> inKernel;
+  absl::flat_hash_set<const Stmt *> inKernel;
   std::vector<const Value *> variedWork, usefulWork;
-  auto mark = [](std::unordered_set<const Value *> &set, std::vector<const Value *> &work,
+  auto mark = [](absl::flat_hash_set<const Value *> &set, std::vector<const Value *> &work,
                  const Value *v) {
     if (v && set.insert(v).second)
       work.push_back(v);

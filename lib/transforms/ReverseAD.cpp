@@ -99,7 +99,7 @@ absl::StatusOr<Kernel *> buildGradientKernel(Module &module, const Kernel &kerne
   // A while loop with an iteration cap as a for loop: its tapes get a
   // constant bound (`bound-capped-loops`).
   boundCappedLoops(*source);
-  std::unordered_set<const Stmt *> breaking = reverse::lowerJumps(*source);
+  reverse::StmtSet breaking = reverse::lowerJumps(*source);
   Activity activity(*source, ActivityMode::Reverse);
   if (absl::Status s = checkDifferentiable(*source, activity); !s.ok())
     return s;

@@ -22,9 +22,10 @@
 
 #include "qd/ir/Module.h"
 
+#include <absl/container/flat_hash_set.h>
+
 #include <cstdint>
 #include <ostream>
-#include <unordered_set>
 
 namespace qd {
 
@@ -57,7 +58,7 @@ public:
 
 private:
   ActivityMode mode_;
-  std::unordered_set<const Value *> varied_, useful_;
+  absl::flat_hash_set<const Value *> varied_, useful_;
 };
 
 } // namespace qd

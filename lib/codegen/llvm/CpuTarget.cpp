@@ -145,7 +145,9 @@ void CpuTarget::emitParallelTask(KernelEmitter &e, ForStmt &task) {
     });
   }
   b.CreateRetVoid();
-  e.finishFunction();
+  // A task equivalent to an earlier one is deleted by the merger: only the
+  // functions that stay are verified.
+  e.finishFunction(/*verify=*/!c.opts.taskMerger);
 
   c.fn = caller;
   b.restoreIP(callerIP);
@@ -158,8 +160,8 @@ void CpuTarget::emitParallelTask(KernelEmitter &e, ForStmt &task) {
   llvm::CallInst *call =
       b.CreateCall(parallelFor, {c.fn->ctxArg, taskFn, buf, begin, end, b.getInt64(lanes),
                                  flatReach(e, task, plan.ownership)});
-  if (c.opts.taskMerger)
-    c.opts.taskMerger->add(call);
+  if (c.opts.taskMerger && c.opts.taskMerger->add(call))
+    e.verifyFunction(*taskFn);
 }
 
 // Iterations (i_0, ..., i_n-1) of a band are numbered row-major, so two

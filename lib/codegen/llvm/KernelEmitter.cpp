@@ -49,10 +49,15 @@ absl::StatusOr<std::unique_ptr<llvm::Module>> KernelEmitter::run() {
   return std::move(c_.module);
 }
 
-void KernelEmitter::finishFunction() {
+void KernelEmitter::finishFunction(bool verify) {
   adstacks_.finishFunction();
   llvm::Function &f = *c_.fn->fn;
   c_.instructions += f.getInstructionCount();
+  if (verify)
+    verifyFunction(f);
+}
+
+void KernelEmitter::verifyFunction(llvm::Function &f) {
   std::string text;
   llvm::raw_string_ostream os(text);
   if (c_.error.empty() && llvm::verifyFunction(f, &os))

@@ -241,9 +241,12 @@ public:
   void emitTopLevel(Stmt &s);
   /// Completes the current function after its last return (the adstacks'
   /// overflow report, AdStackLowering::finishFunction) and verifies it
-  /// while it is still in cache; every target calls it for each function
-  /// it emits.
-  void finishFunction();
+  /// while it is still in cache (unless `verify` is false: the caller
+  /// calls verifyFunction itself if the function stays); every target
+  /// calls it for each function it emits.
+  void finishFunction(bool verify = true);
+  /// Verifies `f`; the first failure becomes the emission's error.
+  void verifyFunction(llvm::Function &f);
   /// The plan of parallel task `task` under what the target and the
   /// options guarantee: near atomics only where the target keeps their
   /// iterations apart (LlvmTarget::keepsNearIterationsApart), distinct

@@ -4,9 +4,10 @@
 // blocks and instructions one to one, each pair the same operation
 // (Instruction::isSameOperationAs, and the same flags) whose operands are
 // paired values of the two functions, the same constant or global, or two
-// integer constants of one type where a run-time value may stand. Classes
-// are found by a structural hash first (integer constants hashed by type
-// only), then by the walk against each class's first function.
+// integer constants of one type where a run-time value may stand. Each
+// task's function is flattened into words as it is added (Shape); classes
+// are found by the words' hash, then by comparing the words with those of
+// each class's first function, which is long out of cache by then.
 //
 //===----------------------------------------------------------------------===//
 #include "qd/codegen/llvm/MergeTasks.h"
@@ -82,26 +83,139 @@ bool isLocal(const Value *v) {
   return llvm::isa<llvm::Argument, Instruction, llvm::BasicBlock>(v);
 }
 
-/// A hash equal for equivalent functions.
-size_t shapeHash(const llvm::Function &f) {
-  llvm::hash_code h = llvm::hash_value(f.size());
-  for (const llvm::BasicBlock &bb : f)
-    for (const Instruction &i : bb) {
-      h = llvm::hash_combine(h, i.getOpcode(), i.getType(), i.getNumOperands());
-      for (unsigned k = 0; k < i.getNumOperands(); ++k) {
-        const Value *v = i.getOperand(k);
-        const void *key = isLocal(v) ? nullptr
-                          : integerOf(v) && runtimeOperand(i, k)
-                              ? static_cast<const void *>(v->getType())
-                              : v;
-        h = llvm::hash_combine(h, key);
-      }
-    }
-  return h;
+uint64_t pointer(const void *p) {
+  return reinterpret_cast<uint64_t>(p);
 }
 
+/// Whether everything LLVM's hasSameSpecialState compares for `i` goes into
+/// its shape (Shape::special); the others are compared with
+/// isSameOperationAs against the class's first function.
+bool encodedSpecialState(const Instruction &i) {
+  if (const auto *call = llvm::dyn_cast<llvm::CallInst>(&i))
+    return !call->hasOperandBundles();
+  return llvm::isa<llvm::BinaryOperator, llvm::UnaryOperator, llvm::CastInst, llvm::SelectInst,
+                   llvm::PHINode, llvm::BranchInst, llvm::ReturnInst, llvm::SwitchInst,
+                   llvm::UnreachableInst, llvm::FreezeInst, llvm::ExtractElementInst,
+                   llvm::InsertElementInst, llvm::ShuffleVectorInst, llvm::CmpInst,
+                   llvm::AllocaInst, llvm::LoadInst, llvm::StoreInst, llvm::GetElementPtrInst,
+                   llvm::AtomicRMWInst, llvm::ExtractValueInst, llvm::InsertValueInst>(i);
+}
+
+} // namespace
+
+/// What add() reuses from one task to the next: a large task's words
+/// would otherwise be reallocated (and, past malloc's mmap threshold,
+/// faulted in afresh) at every doubling, and its map of locals rehashed.
+struct TaskMerger::Scratch {
+  llvm::DenseMap<const Value *, uint64_t> ids;
+  std::vector<uint64_t> words;
+};
+
+namespace {
+
+/// A task function flattened into words, taken in one walk while the
+/// function is in cache: two functions are equivalent (the file's comment)
+/// exactly when their words are equal and their `unencoded` instructions
+/// pair up under isSameOperationAs. Locals (arguments, blocks,
+/// instructions) are numbered in the order the walk meets them, so equal
+/// words pair them one to one; an integer constant where a run-time value
+/// may stand is a word for its type, and its value goes to `values`. The
+/// words are built in the scratch's buffer; a class's first function keeps
+/// a copy (`words`).
+struct Shape {
+  std::vector<uint64_t> words;
+  std::vector<int64_t> values;
+  std::vector<const Instruction *> unencoded;
+  size_t hash = 0;
+
+  Shape(const llvm::Function &f, TaskMerger::Scratch &scratch) {
+    auto &ids = scratch.ids;
+    std::vector<uint64_t> &out = scratch.words;
+    ids.clear();
+    out.clear();
+    for (const llvm::Argument &a : f.args())
+      ids[&a] = ids.size();
+    auto local = [&](const Value *v) { return ids.try_emplace(v, ids.size()).first->second; };
+    enum : uint64_t { kBlock = 1, kLocal, kConstant, kInteger };
+    out.push_back(pointer(f.getFunctionType()));
+    for (const llvm::BasicBlock &bb : f) {
+      out.insert(out.end(), {kBlock, local(&bb)});
+      for (const Instruction &i : bb) {
+        out.insert(out.end(), {local(&i), i.getOpcode(), pointer(i.getType()), i.getNumOperands(),
+                               i.getRawSubclassOptionalData()});
+        for (unsigned k = 0; k < i.getNumOperands(); ++k) {
+          const Value *v = i.getOperand(k);
+          if (isLocal(v)) {
+            out.insert(out.end(), {kLocal, local(v)});
+          } else if (const llvm::ConstantInt *c = integerOf(v); c && runtimeOperand(i, k)) {
+            out.insert(out.end(), {kInteger, pointer(v->getType())});
+            values.push_back(c->getSExtValue());
+          } else {
+            out.insert(out.end(), {kConstant, pointer(v)});
+          }
+        }
+        special(i, local, out);
+      }
+    }
+    hash = llvm::hash_combine_range(out.begin(), out.end());
+  }
+
+  /// Whether the function of `other`, whose words are `otherWords`, is
+  /// equivalent to this one's.
+  bool matches(const Shape &other, const std::vector<uint64_t> &otherWords) const {
+    if (hash != other.hash || words != otherWords || unencoded.size() != other.unencoded.size())
+      return false;
+    for (size_t k = 0; k < unencoded.size(); ++k)
+      if (!unencoded[k]->isSameOperationAs(other.unencoded[k]))
+        return false;
+    return true;
+  }
+
+private:
+  /// What hasSameSpecialState compares for `i`, and a PHI's incoming blocks.
+  template <typename Local>
+  void special(const Instruction &i, Local &local, std::vector<uint64_t> &words) {
+    auto add = [&](std::initializer_list<uint64_t> w) { words.insert(words.end(), w); };
+    if (const auto *phi = llvm::dyn_cast<llvm::PHINode>(&i)) {
+      for (const llvm::BasicBlock *bb : phi->blocks())
+        words.push_back(local(bb));
+    } else if (const auto *cmp = llvm::dyn_cast<llvm::CmpInst>(&i)) {
+      add({cmp->getPredicate()});
+    } else if (const auto *gep = llvm::dyn_cast<llvm::GetElementPtrInst>(&i)) {
+      add({pointer(gep->getSourceElementType())});
+    } else if (const auto *a = llvm::dyn_cast<llvm::AllocaInst>(&i)) {
+      add({pointer(a->getAllocatedType()), a->getAlign().value()});
+    } else if (const auto *l = llvm::dyn_cast<llvm::LoadInst>(&i)) {
+      add({l->isVolatile(), l->getAlign().value(), static_cast<uint64_t>(l->getOrdering()),
+           l->getSyncScopeID()});
+    } else if (const auto *st = llvm::dyn_cast<llvm::StoreInst>(&i)) {
+      add({st->isVolatile(), st->getAlign().value(), static_cast<uint64_t>(st->getOrdering()),
+           st->getSyncScopeID()});
+    } else if (const auto *rmw = llvm::dyn_cast<llvm::AtomicRMWInst>(&i)) {
+      add({static_cast<uint64_t>(rmw->getOperation()), rmw->isVolatile(), rmw->getAlign().value(),
+           static_cast<uint64_t>(rmw->getOrdering()), rmw->getSyncScopeID()});
+    } else if (const auto *sv = llvm::dyn_cast<llvm::ShuffleVectorInst>(&i)) {
+      words.push_back(sv->getShuffleMask().size());
+      for (int m : sv->getShuffleMask())
+        words.push_back(static_cast<uint64_t>(static_cast<int64_t>(m)));
+    } else if (const auto *ev = llvm::dyn_cast<llvm::ExtractValueInst>(&i)) {
+      words.push_back(ev->getNumIndices());
+      words.insert(words.end(), ev->idx_begin(), ev->idx_end());
+    } else if (const auto *iv = llvm::dyn_cast<llvm::InsertValueInst>(&i)) {
+      words.push_back(iv->getNumIndices());
+      words.insert(words.end(), iv->idx_begin(), iv->idx_end());
+    } else if (const auto *call = llvm::dyn_cast<llvm::CallInst>(&i);
+               call && encodedSpecialState(i)) {
+      add({static_cast<uint64_t>(call->getTailCallKind()), call->getCallingConv(),
+           pointer(call->getAttributes().getRawPointer()), pointer(call->getFunctionType())});
+    }
+    if (!encodedSpecialState(i))
+      unencoded.push_back(&i);
+  }
+};
+
 /// The integer constants of `f` where a run-time value may stand, in the
-/// order of a walk (equivalent functions list them at the same places).
+/// order of a walk (Shape::values lists their values in the same order).
 std::vector<std::pair<Instruction *, unsigned>> integerSlots(llvm::Function &f) {
   std::vector<std::pair<Instruction *, unsigned>> slots;
   for (llvm::BasicBlock &bb : f)
@@ -110,49 +224,6 @@ std::vector<std::pair<Instruction *, unsigned>> integerSlots(llvm::Function &f) 
         if (integerOf(i.getOperand(k)) && runtimeOperand(i, k))
           slots.emplace_back(&i, k);
   return slots;
-}
-
-/// Whether `g` is equivalent to `f` (the file's comment).
-bool equivalent(const llvm::Function &f, const llvm::Function &g) {
-  if (f.getFunctionType() != g.getFunctionType() || f.size() != g.size())
-    return false;
-  llvm::DenseMap<const Value *, const Value *> pair;
-  for (unsigned a = 0; a < f.arg_size(); ++a)
-    pair[f.getArg(a)] = g.getArg(a);
-  std::vector<std::pair<const Instruction *, const Instruction *>> insts;
-  for (auto fb = f.begin(), gb = g.begin(); fb != f.end(); ++fb, ++gb) {
-    if (fb->size() != gb->size())
-      return false;
-    pair[&*fb] = &*gb;
-    for (auto fi = fb->begin(), gi = gb->begin(); fi != fb->end(); ++fi, ++gi) {
-      pair[&*fi] = &*gi;
-      insts.emplace_back(&*fi, &*gi);
-    }
-  }
-  auto same = [&](const Value *a, const Value *b) {
-    if (isLocal(a)) {
-      auto it = pair.find(a);
-      return it != pair.end() && it->second == b;
-    }
-    return a == b;
-  };
-  for (auto [fi, gi] : insts) {
-    if (!fi->isSameOperationAs(gi) ||
-        fi->getRawSubclassOptionalData() != gi->getRawSubclassOptionalData())
-      return false;
-    for (unsigned k = 0; k < fi->getNumOperands(); ++k) {
-      const Value *a = fi->getOperand(k), *b = gi->getOperand(k);
-      if (same(a, b))
-        continue;
-      if (!runtimeOperand(*fi, k) || !integerOf(a) || !integerOf(b) || a->getType() != b->getType())
-        return false;
-    }
-    if (const auto *phi = llvm::dyn_cast<llvm::PHINode>(fi))
-      for (unsigned k = 0; k < phi->getNumIncomingValues(); ++k)
-        if (!same(phi->getIncomingBlock(k), llvm::cast<llvm::PHINode>(gi)->getIncomingBlock(k)))
-          return false;
-  }
-  return true;
 }
 
 /// `call`'s task, if `call` is a call of qd_rt_parallel_for whose function
@@ -172,14 +243,6 @@ std::optional<TaskMerger::Call> taskCall(llvm::CallInst *call) {
   return TaskMerger::Call{call, fn, buf, array->getNumElements()};
 }
 
-/// The value at each of `f`'s integer slots (integerSlots).
-std::vector<int64_t> slotValues(llvm::Function &f) {
-  std::vector<int64_t> values;
-  for (auto [inst, k] : integerSlots(f))
-    values.push_back(integerOf(inst->getOperand(k))->getSExtValue());
-  return values;
-}
-
 } // namespace
 
 /// A class of equivalent tasks: its first, whose function is kept, then the
@@ -188,33 +251,38 @@ std::vector<int64_t> slotValues(llvm::Function &f) {
 struct TaskMerger::Class {
   std::vector<Call> calls;
   std::vector<std::vector<int64_t>> values;
+  Shape shape; // of calls[0]'s function
 };
 
-TaskMerger::TaskMerger() = default;
+TaskMerger::TaskMerger() : scratch_(std::make_unique<Scratch>()) {}
 TaskMerger::~TaskMerger() = default;
 
-void TaskMerger::add(llvm::CallInst *call) {
+bool TaskMerger::add(llvm::CallInst *call) {
   std::optional<TaskMerger::Call> t = taskCall(call);
   if (!t)
-    return;
+    return true;
   ++tasks_;
-  // Candidates by (hash, capture slots); within a bucket, classes by the
-  // walk. Classes in the order of their first task.
-  std::vector<size_t> &bucket = buckets_[llvm::hash_combine(shapeHash(*t->fn), t->slots)];
+  // Candidates by (shape hash, capture slots); within a bucket, classes by
+  // their shapes. Classes in the order of their first task.
+  Shape shape(*t->fn, *scratch_);
+  std::vector<size_t> &bucket = buckets_[llvm::hash_combine(shape.hash, t->slots)];
   auto it = std::find_if(bucket.begin(), bucket.end(), [&](size_t c) {
-    return classes_[c].calls[0].slots == t->slots && equivalent(*classes_[c].calls[0].fn, *t->fn);
+    return classes_[c].calls[0].slots == t->slots &&
+           classes_[c].shape.matches(shape, scratch_->words);
   });
   if (it == bucket.end()) {
     bucket.push_back(classes_.size());
-    classes_.push_back({{*t}, {}});
-    return;
+    shape.words = scratch_->words;
+    classes_.push_back({{*t}, {}, std::move(shape)});
+    return true;
   }
   // The function goes; only its constants are needed, and its body is
   // freed now, while it is in cache.
   Class &c = classes_[*it];
   c.calls.push_back(*t);
-  c.values.push_back(slotValues(*t->fn));
+  c.values.push_back(std::move(shape.values));
   t->fn->deleteBody();
+  return false;
 }
 
 /// Keeps the first task of class `c` for all of them; returns the

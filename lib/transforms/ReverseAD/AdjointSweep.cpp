@@ -35,13 +35,13 @@ Value *zeroAdjoint(IRBuilder &b, ScalarType t) {
 /// zeroing lands then changes no result; on a GPU, a store between an
 /// iteration's forward and reverse loops made the H100 up to 35% slower
 /// (docs/performance.md, "Design decisions").
-std::unordered_set<const Stmt *> deferrableZeroings(ForStmt &task) {
+StmtSet deferrableZeroings(ForStmt &task) {
   std::unordered_map<const Field *, int> uses;
   walk(task.body(), [&](Stmt &s) {
     if (auto *g = dyn_cast<GlobalAccessStmt>(&s); g && g->isField())
       ++uses[g->field()];
   });
-  std::unordered_set<const Stmt *> deferred;
+  StmtSet deferred;
   for (Stmt &s : task.body())
     if (auto *st = dyn_cast<GlobalStoreStmt>(&s); st && st->isField() && uses[st->field()] == 1)
       deferred.insert(st);
@@ -114,17 +114,18 @@ void GradientBuilder::run() {
 //===--- reverse code ----------------------------------------------------===//
 
 AllocaStmt *GradientBuilder::adjointOf(const Value *v) {
-  Frame *owner = owner_.count(cast<Stmt>(v)) ? owner_.at(cast<Stmt>(v)) : nullptr;
+  auto found = owner_.find(cast<Stmt>(v));
+  Frame *owner = found != owner_.end() ? found->second : nullptr;
   if (!owner) {
     internalError_ = "no frame owns " + printStmt(*cast<Stmt>(v));
     return nullptr;
   }
-  AllocaStmt *&a = owner->adj[v];
-  if (!a) { // a local's adjoint has the local's element type
-    IRBuilder top = atTop(*owner);
-    a = top.alloca(v->type().element());
-    top.store(a, zeroAdjoint(top, v->type().element()));
-  }
+  if (auto it = owner->adj.find(v); it != owner->adj.end())
+    return it->second;
+  IRBuilder top = atTop(*owner); // a local's adjoint has the local's element type
+  AllocaStmt *a = top.alloca(v->type().element());
+  top.store(a, zeroAdjoint(top, v->type().element()));
+  owner->adj.emplace(v, a);
   return a;
 }
 

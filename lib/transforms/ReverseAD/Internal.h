@@ -30,6 +30,9 @@
 #include "qd/ir/IRBuilder.h"
 #include "qd/transforms/AutoDiff.h"
 
+#include <absl/container/flat_hash_map.h>
+#include <absl/container/flat_hash_set.h>
+
 #include <algorithm>
 #include <functional>
 #include <optional>
@@ -41,11 +44,18 @@
 
 namespace qd::reverse {
 
+/// Sets of a kernel's values and statements: the planner's sets hold a
+/// large gradient's every statement, where open addressing stays in cache
+/// far better than a node per element. Nothing iterates them in an order
+/// that reaches the output.
+using ValueSet = absl::flat_hash_set<const Value *>;
+using StmtSet = absl::flat_hash_set<const Stmt *>;
+
 //===--- 1. jumps ---------------------------------------------------------===//
 
 /// Lowers the break/continue of every loop of `k` to flags; returns the
 /// loops that may break.
-std::unordered_set<const Stmt *> lowerJumps(Kernel &k);
+StmtSet lowerJumps(Kernel &k);
 
 //===--- 2. needed values -------------------------------------------------===//
 
@@ -62,11 +72,10 @@ public:
   /// are listed in `outside`.
   /// Statements whose derivative factor is taped: the reverse reads
   /// nothing for them (null: none).
-  void setTapedFactors(const std::unordered_set<const Stmt *> *taped) { tapedFactors_ = taped; }
+  void setTapedFactors(const StmtSet *taped) { tapedFactors_ = taped; }
 
-  void compute(const std::vector<Stmt *> &stmts, const std::unordered_set<const Stmt *> *scope,
-               std::unordered_set<const Value *> &values, std::unordered_set<const Value *> &locals,
-               const std::vector<const Value *> &roots = {},
+  void compute(const std::vector<Stmt *> &stmts, const StmtSet *scope, ValueSet &values,
+               ValueSet &locals, const std::vector<const Value *> &roots = {},
                std::vector<const Value *> *outside = nullptr);
 
 private:
@@ -74,11 +83,11 @@ private:
   void needDirectReads(Stmt &s);
 
   const Activity &activity_;
-  const std::unordered_set<const Stmt *> *tapedFactors_ = nullptr;
-  std::unordered_set<const Value *> *target_ = nullptr;
-  const std::unordered_set<const Stmt *> *scope_ = nullptr;
+  const StmtSet *tapedFactors_ = nullptr;
+  ValueSet *target_ = nullptr;
+  const StmtSet *scope_ = nullptr;
   std::vector<const Value *> *outside_ = nullptr;
-  std::unordered_set<const Value *> outsideSeen_;
+  ValueSet outsideSeen_;
   std::vector<const Value *> work_;
 };
 
@@ -101,7 +110,7 @@ struct LoopPlan {
   /// locals `replayLocals` (what the reverse of the body reads), not
   /// everything the forward sweep computes.
   std::vector<const Stmt *> tapedFactors;
-  std::unordered_set<const Value *> replayValues, replayLocals;
+  ValueSet replayValues, replayLocals;
   /// Checkpointed (ReverseADOptions::checkpointLoops; see Checkpointing.cpp):
   /// Record(L) tapes no iteration unless the launch's interval k covers the
   /// trip count; it stores `checkpointState` every k iterations instead, and
@@ -115,7 +124,7 @@ struct LoopPlan {
 /// What the gradient builder keeps of the source kernel.
 struct ReversePlan {
   /// Source values (and locals, through their loads) the reverse needs.
-  std::unordered_set<const Value *> needed, neededLocals;
+  ValueSet needed, neededLocals;
   /// Every non-task loop of the source.
   std::unordered_map<const Stmt *, LoopPlan> loops;
   /// The field checkpointed loops read their interval from (null: none is
@@ -124,15 +133,14 @@ struct ReversePlan {
 };
 
 /// Plans the gradient of `source`. `breaking`: the loops that may break.
-ReversePlan planReverse(Kernel &source, const Activity &activity,
-                        const std::unordered_set<const Stmt *> &breaking,
+ReversePlan planReverse(Kernel &source, const Activity &activity, const StmtSet &breaking,
                         const ReverseADOptions &options);
 
 //===--- 4. the gradient kernel -------------------------------------------===//
 
 struct Frame;
 /// Per source value, the innermost live frame that holds it.
-using FrameIndex = std::unordered_map<const Value *, Frame *>;
+using FrameIndex = absl::flat_hash_map<const Value *, Frame *>;
 
 /// Frames live on the C++ stack, each inside its parent's lifetime, so the
 /// live frames form one chain, and those of a depth at most `f.depth` are
@@ -171,8 +179,8 @@ struct Frame {
   /// reverse frames replay.
   const Stmt *replayLoop = nullptr;
   const LoopPlan *replay = nullptr;
-  std::unordered_map<const Value *, Held> held; // written through setDirect, setBackup
-  std::unordered_map<const Value *, AllocaStmt *> adj;
+  absl::flat_hash_map<const Value *, Held> held; // written through setDirect, setBackup
+  absl::flat_hash_map<const Value *, AllocaStmt *> adj;
 
 private:
   Held &hold(const Value *v) {
@@ -249,7 +257,7 @@ protected:
   Kernel &src_;
   Kernel &grad_;
   const ReversePlan &plan_;
-  std::unordered_map<const Stmt *, Frame *> owner_;
+  absl::flat_hash_map<const Stmt *, Frame *> owner_;
   FrameIndex frames_; // declared before any frame lives
   ReverseADWork *work_ = nullptr;
   std::vector<std::unordered_map<const Value *, Value *>> armScopes_;
@@ -297,7 +305,7 @@ private:
   /// Stores of the task being reversed whose adjoint zeroing waits for the
   /// end of the reversed iteration (deferredZeroings), and the zeroing
   /// stores waiting.
-  std::unordered_set<const Stmt *> deferZeroing_;
+  StmtSet deferZeroing_;
   struct PendingZero {
     GlobalRef ref;
     std::vector<Value *> indices;

@@ -17,7 +17,7 @@ namespace {
 class JumpLowering {
 public:
   /// Lowers the jumps of every loop; returns the loops that may break.
-  std::unordered_set<const Stmt *> run(Kernel &k) {
+  StmtSet run(Kernel &k) {
     std::vector<Stmt *> loops;
     walkPostOrder(k.body(), [&](Stmt &s) {
       if (s.kind() == StmtKind::For || s.kind() == StmtKind::While)
@@ -100,12 +100,12 @@ private:
   }
 
   AllocaStmt *state_ = nullptr;
-  std::unordered_set<const Stmt *> breaking_;
+  StmtSet breaking_;
 };
 
 } // namespace
 
-std::unordered_set<const Stmt *> lowerJumps(Kernel &k) {
+StmtSet lowerJumps(Kernel &k) {
   return JumpLowering().run(k);
 }
 

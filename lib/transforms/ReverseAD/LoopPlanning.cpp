@@ -20,8 +20,8 @@ namespace {
 
 class LoopPlanner {
 public:
-  LoopPlanner(Kernel &source, const Activity &activity,
-              const std::unordered_set<const Stmt *> &breaking, const ReverseADOptions &options)
+  LoopPlanner(Kernel &source, const Activity &activity, const StmtSet &breaking,
+              const ReverseADOptions &options)
       : src_(source), activity_(activity), breaking_(breaking), options_(options),
         needs_(activity) {}
 
@@ -47,7 +47,7 @@ private:
     size_t last = 0; // the last pre-order position inside it
     /// Locals accessed inside, declared outside, by first access.
     std::vector<AllocaStmt *> outsideLocals;
-    std::unordered_set<const Value *> writes; // locals stored inside
+    ValueSet writes; // locals stored inside
     bool hasInnerLoop = false;
   };
 
@@ -56,7 +56,7 @@ private:
   /// of the innermost loop around `block` (null: none). A local accessed
   /// inside a loop is declared outside it exactly when its alloca comes
   /// before the loop: the alloca precedes the access in a block around it.
-  void scan(Block &block, LoopFacts *facts, std::unordered_set<const Value *> *seen) {
+  void scan(Block &block, LoopFacts *facts, ValueSet *seen) {
     auto note = [&](Value *local) {
       if (facts && allocaAt_.at(cast<Stmt>(local)) < facts->at && seen->insert(local).second)
         facts->outsideLocals.push_back(cast<AllocaStmt>(local));
@@ -82,7 +82,7 @@ private:
       }
       LoopFacts inner;
       inner.at = at;
-      std::unordered_set<const Value *> innerSeen;
+      ValueSet innerSeen;
       for (unsigned i = 0; i < s.numBlocks(); ++i)
         scan(s.block(i), &inner, &innerSeen);
       inner.last = order_.size() - 1;
@@ -168,7 +168,7 @@ private:
     // (every iteration pushes each once). Only all of them or none, and
     // only if the loop then pushes no more values per iteration: the
     // locals the reverse no longer reads make room for the factors.
-    std::unordered_set<const Stmt *> factors;
+    StmtSet factors;
     std::vector<const Stmt *> inOrder;
     for (Stmt &t : s.block(0))
       if (ad::hasDerivativeFactor(t) && activity_.isActive(&t) &&
@@ -185,7 +185,7 @@ private:
 
   /// `planLoop` with the factors of `factors` taped (null: none). With
   /// some, the plan also keeps what the loop's reverse frames replay.
-  LoopPlan planLoop(Stmt &s, const std::unordered_set<const Stmt *> *factors) {
+  LoopPlan planLoop(Stmt &s, const StmtSet *factors) {
     std::vector<Stmt *> inside;
     std::vector<const Value *> roots;
     // `boxing`: no untaped loop lies between `s` and `block`. Below an
@@ -217,14 +217,14 @@ private:
     };
     collect(collect, s.block(0), /*boxing=*/true);
     count(inside.size());
-    std::unordered_set<const Stmt *> scope(inside.begin(), inside.end());
-    std::unordered_set<const Value *> neededInside, read;
+    StmtSet scope(inside.begin(), inside.end());
+    ValueSet neededInside, read;
     LoopPlan plan;
     needs_.setTapedFactors(factors);
     needs_.compute(inside, &scope, neededInside, read, roots, &plan.outsideNeeds);
     needs_.setTapedFactors(nullptr);
     const LoopFacts &facts = facts_.at(&s);
-    const std::unordered_set<const Value *> &written = facts.writes;
+    const ValueSet &written = facts.writes;
     // A written local is pushed only if a needed load can see the value it
     // had when the iteration started: not if a store at the top level of
     // the body (which every iteration runs: jumps are flags by now) comes
@@ -236,7 +236,7 @@ private:
     for (Stmt &t : s.block(0))
       if (auto *st = dyn_cast<LocalStoreStmt>(&t))
         firstKill.emplace(st->local(), position.at(&t));
-    std::unordered_set<const Value *> exposed;
+    ValueSet exposed;
     for (Stmt *t : inside)
       if (auto *ld = dyn_cast<LocalLoadStmt>(t); ld && neededInside.count(ld)) {
         auto kill = firstKill.find(ld->local());
@@ -338,7 +338,7 @@ private:
   std::unordered_map<const Value *, std::vector<size_t>> loads_; // per local, ascending
   Kernel &src_;
   const Activity &activity_;
-  const std::unordered_set<const Stmt *> &breaking_;
+  const StmtSet &breaking_;
   ReverseADOptions options_;
   NeededValues needs_;
   ReversePlan plan_;
@@ -346,8 +346,7 @@ private:
 
 } // namespace
 
-ReversePlan planReverse(Kernel &source, const Activity &activity,
-                        const std::unordered_set<const Stmt *> &breaking,
+ReversePlan planReverse(Kernel &source, const Activity &activity, const StmtSet &breaking,
                         const ReverseADOptions &options) {
   return LoopPlanner(source, activity, breaking, options).run();
 }

@@ -76,11 +76,8 @@ void NeededValues::needDirectReads(Stmt &s) {
   }
 }
 
-void NeededValues::compute(const std::vector<Stmt *> &stmts,
-                           const std::unordered_set<const Stmt *> *scope,
-                           std::unordered_set<const Value *> &values,
-                           std::unordered_set<const Value *> &locals,
-                           const std::vector<const Value *> &roots,
+void NeededValues::compute(const std::vector<Stmt *> &stmts, const StmtSet *scope, ValueSet &values,
+                           ValueSet &locals, const std::vector<const Value *> &roots,
                            std::vector<const Value *> *outside) {
   target_ = &values;
   scope_ = scope;

@@ -66,15 +66,19 @@ public:
   TaskMerger &operator=(const TaskMerger &) = delete;
 
   /// A call that is not a task's (mergeEquivalentTasks) is left alone.
-  void add(llvm::CallInst *call);
+  /// Returns whether the call's function stays in the module (false: its
+  /// task is equivalent to an earlier one, and its body was deleted).
+  bool add(llvm::CallInst *call);
   /// Merges the classes found; the merger is empty again afterwards.
   TaskMergeStats finish();
 
   struct Call;
   struct Class;
+  struct Scratch;
 
 private:
   std::vector<Class> classes_;
+  std::unique_ptr<Scratch> scratch_; // reused by every add()
   std::unordered_map<size_t, std::vector<size_t>> buckets_;
   size_t tasks_ = 0;
 };
