@@ -67,7 +67,7 @@ public:
   /// The sizing of the stack printed as `%name`.
   const AdStackSize &stack(std::string_view name, std::string_view kernelName = "k") {
     for (const AdStackSize &s : sizing(kernelName).stacks())
-      if (s.name == name)
+      if (s.name() == name)
         return s;
     ADD_FAILURE() << "no adstack " << name;
     static AdStackSize none;

@@ -377,7 +377,7 @@ TEST(AdStackSizingTest, LongestPathWorkGrowsLinearlyWithNestingDepth) {
     KernelSizing sizing = sizeAdStacks(**grad, options);
     // Every tape is sized by its launch-time product of trip counts.
     for (const AdStackSize &s : sizing.stacks())
-      EXPECT_EQ(s.tier, SizingTier::LaunchTime) << s.name;
+      EXPECT_EQ(s.tier, SizingTier::LaunchTime) << s.name();
     return w;
   };
   SizingWork w25 = work(25), w50 = work(50), w100 = work(100);

@@ -59,7 +59,7 @@ kernel @k(%len: i32, %c: i32, %cap: i32) {
 
 const AdStackSize &named(const KernelSizing &sizing, std::string_view name) {
   for (const AdStackSize &s : sizing.stacks())
-    if (s.name == name)
+    if (s.name() == name)
       return s;
   ADD_FAILURE() << "no adstack " << name;
   static AdStackSize none;
@@ -129,11 +129,11 @@ TEST(SizingReportTest, ReportHasOneLinePerStackInProgramOrder) {
   ASSERT_TRUE(m);
   KernelSizing sizing = sizeAdStacks(*m->findKernel("k"));
   std::string report = sizing.report("k", [](const AdStackSize &s) {
-    return s.name == "%decl" ? std::string("; noted") : std::string();
+    return s.name() == "%decl" ? std::string("; noted") : std::string();
   });
   std::string expected;
   for (const AdStackSize &s : sizing.stacks())
-    expected += "@k: " + sizing.describe(s) + (s.name == "%decl" ? "; noted" : "") + "\n";
+    expected += "@k: " + sizing.describe(s) + (s.name() == "%decl" ? "; noted" : "") + "\n";
   EXPECT_EQ(report, expected);
   EXPECT_EQ(std::count(report.begin(), report.end(), '\n'), 5);
   EXPECT_EQ(report.find("@k: adstack %bal"), 0u);

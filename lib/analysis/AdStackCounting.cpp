@@ -171,7 +171,8 @@ public:
   /// `materialisable`: counted stacks the slice may read by keeping them
   /// (null: none).
   Slicer(const KernelIndex &index, const std::unordered_set<const Value *> &counted,
-         LazyValueNamer &names, const std::unordered_set<const Value *> *materialisable = nullptr)
+         const LazyValueNamer &names,
+         const std::unordered_set<const Value *> *materialisable = nullptr)
       : index_(index), counted_(counted), names_(names), materialisable_(materialisable) {}
 
   /// Adds the slice of `stack` to `kept` and the counted stacks it keeps to
@@ -253,7 +254,7 @@ public:
 private:
   const KernelIndex &index_;
   const std::unordered_set<const Value *> &counted_;
-  LazyValueNamer &names_;
+  const LazyValueNamer &names_;
   const std::unordered_set<const Value *> *materialisable_;
 };
 

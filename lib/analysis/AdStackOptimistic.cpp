@@ -101,7 +101,7 @@ absl::Status refuse(const Kernel &kernel, const std::string &why) {
 /// `names`: of `kernel`, for the refusals that name a stack.
 absl::StatusOr<Split> findSplit(const Kernel &kernel,
                                 std::span<const AdStackAllocaStmt *const> stacks,
-                                LazyValueNamer &names) {
+                                const LazyValueNamer &names) {
   Split split;
   for (const AdStackAllocaStmt *s : stacks) {
     auto *task = dyn_cast<ForStmt>(taskOf(const_cast<AdStackAllocaStmt *>(s)));
@@ -335,7 +335,7 @@ void makeRerunKernel(Kernel &k, ForStmt &task) {
 
 bool variants::mayLaunchOptimistically(const Kernel &kernel,
                                        std::span<const AdStackAllocaStmt *const> stacks,
-                                       LazyValueNamer &names) {
+                                       const LazyValueNamer &names) {
   return !stacks.empty() && findSplit(kernel, stacks, names).ok();
 }
 

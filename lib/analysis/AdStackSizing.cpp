@@ -277,7 +277,7 @@ struct Measurement {
 // counters, where counting them would run their loops once more at every
 // launch. Otherwise the loose ones keep their bounds. Marks the measured
 // stacks in `stacks`.
-Measurement measure(const Kernel &kernel, const SizingOptions &options, LazyValueNamer &namer,
+Measurement measure(const Kernel &kernel, const SizingOptions &options, const LazyValueNamer &namer,
                     const std::vector<size_t> &outside, const std::vector<size_t> &loose,
                     std::vector<AdStackSize> &stacks) {
   auto stacksOf = [&](const std::vector<size_t> &indices) {
@@ -348,7 +348,7 @@ std::vector<std::string> outsideWarnings(const Kernel &kernel, const SizingOptio
           "{}: note: adstack {} in kernel @{} is outside the sizing grammar ({}); its need is "
           "measured before each launch by the counting kernel @{}, which runs the loops that "
           "decide its depth once more",
-          r.stack->loc().str(), r.name, kernel.name(), r.reason, counting.kernel->name()));
+          r.stack->loc().str(), r.name(), kernel.name(), r.reason, counting.kernel->name()));
       continue;
     }
     warnings.push_back(fmt::format(
@@ -356,7 +356,7 @@ std::vector<std::string> outsideWarnings(const Kernel &kernel, const SizingOptio
         "gets the default capacity {}, and a launch that pushes more fails with an "
         "overflow error. Give it an explicit capacity or bound its loops with "
         "arguments, fields or ndarray data the kernel does not write",
-        r.stack->loc().str(), r.name, kernel.name(), r.reason, options.defaultCapacity));
+        r.stack->loc().str(), r.name(), kernel.name(), r.reason, options.defaultCapacity));
   }
   return warnings;
 }
@@ -372,13 +372,13 @@ KernelSizing sizeAdStacks(const Kernel &kernel, const SizingOptions &options) {
   std::unordered_set<const Value *> named(facts.allocas.begin(), facts.allocas.end());
   for (const sizing::KernelFacts::LoopVar &var : facts.loops)
     named.insert(var.loop);
-  LazyValueNamer namer(kernel, std::move(named));
+  auto namer = std::make_shared<const LazyValueNamer>(kernel, std::move(named));
   out.names_ = SizeExprNames::forKernel(kernel);
-  for (const sizing::KernelFacts::LoopVar &var : facts.loops)
-    out.varNames_.push_back(var.dim == 0 ? namer[var.loop]
-                                         : namer.get().bandIndex(*var.loop, var.dim));
-  out.names_.varName = [names = out.varNames_](unsigned v) {
-    return v < names.size() ? names[v] : fmt::format("%v{}", v);
+  out.names_.varName = [namer, vars = facts.loops](unsigned v) -> std::string {
+    if (v >= vars.size())
+      return fmt::format("%v{}", v);
+    return vars[v].dim == 0 ? (*namer)[vars[v].loop]
+                            : namer->get().bandIndex(*vars[v].loop, vars[v].dim);
   };
   static const StaticTiers::Ops none;
   StaticTiers tiers(kernel, facts, options, out.names_);
@@ -386,7 +386,7 @@ KernelSizing sizeAdStacks(const Kernel &kernel, const SizingOptions &options) {
   for (AdStackAllocaStmt *a : facts.allocas) {
     AdStackSize r;
     r.stack = a;
-    r.name = namer[a];
+    r.namer = namer;
     auto opsIt = facts.ops.find(a);
     const StaticTiers::Ops &ops = opsIt == facts.ops.end() ? none : opsIt->second;
     if (tiers.size(*a, ops, r)) {
@@ -405,7 +405,7 @@ KernelSizing sizeAdStacks(const Kernel &kernel, const SizingOptions &options) {
   std::vector<size_t> loose = looseBounds(out.stacks_, options);
   if (outside.empty() && loose.empty())
     return out;
-  Measurement m = measure(kernel, options, namer, outside, loose, out.stacks_);
+  Measurement m = measure(kernel, options, *namer, outside, loose, out.stacks_);
   AdStackCounting &counting = m.counting;
   out.countKernel_ = counting.kernel;
   out.numCounted_ = static_cast<int>(counting.counted.size());

@@ -7,6 +7,11 @@
 
 namespace qd {
 
+const std::string &AdStackSize::name() const {
+  static const std::string none;
+  return namer ? (*namer)[stack] : none;
+}
+
 std::string_view toString(SizingTier tier) {
   switch (tier) {
   case SizingTier::Declared:
@@ -57,7 +62,7 @@ std::string KernelSizing::describe(const AdStackSize &s) const {
                       : s.tier == SizingTier::Measured ? fmt::format("need[{}]", s.countSlot)
                                                        : std::to_string(s.capacity);
   std::string out =
-      fmt::format("adstack {} ({}) at {}: {} [{}] = {}", s.name, toString(s.stack->elementType()),
+      fmt::format("adstack {} ({}) at {}: {} [{}] = {}", s.name(), toString(s.stack->elementType()),
                   s.stack->loc().str(), toString(s.tier), toString(s.method), bound);
   if (s.method != SizingMethod::Declared &&
       (s.tier == SizingTier::Constant || s.tier == SizingTier::LaunchTime ||

@@ -59,6 +59,6 @@ inline std::unordered_map<const Stmt *, Stmt *> cloneMap(const Kernel &source,
 /// building the launch's kernels (`names`: of `kernel`; its refusals name
 /// stacks). Defined in AdStackOptimistic.cpp.
 bool mayLaunchOptimistically(const Kernel &kernel, std::span<const AdStackAllocaStmt *const> stacks,
-                             LazyValueNamer &names);
+                             const LazyValueNamer &names);
 
 } // namespace qd::variants

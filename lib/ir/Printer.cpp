@@ -313,10 +313,11 @@ const std::string &ValueNamer::bandIndex(const ForStmt &task, unsigned dim) cons
   return it == bandNames_.end() || dim >= it->second.size() ? unknown : it->second[dim];
 }
 
-const ValueNamer &LazyValueNamer::get() {
-  if (!names_)
+const ValueNamer &LazyValueNamer::get() const {
+  std::call_once(built_, [&] {
     names_ = some_ ? std::make_unique<ValueNamer>(kernel_, wanted_)
                    : std::make_unique<ValueNamer>(kernel_);
+  });
   return *names_;
 }
 

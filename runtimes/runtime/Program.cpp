@@ -606,7 +606,7 @@ Program::evaluateCapacities(const Kernel &kernel, const KernelSizing &sizing,
             v.status().code(),
             fmt::format("{}: error: cannot size adstack {} of kernel @{} for this launch: its "
                         "bound is {}, and {}",
-                        s.stack->loc().str(), s.name, kernel.name(),
+                        s.stack->loc().str(), s.name(), kernel.name(),
                         printSizeExpr(*s.expr, sizing.names()), std::string(v.status().message())));
       out[s.stack] = std::max<int64_t>(*v, 1);
       break;

@@ -10,6 +10,7 @@
 #pragma once
 
 #include "qd/analysis/SizeExpr.h"
+#include "qd/ir/Printer.h"
 
 #include <cstdint>
 #include <functional>
@@ -43,8 +44,12 @@ std::string_view toString(SizingMethod method);
 
 struct AdStackSize {
   const AdStackAllocaStmt *stack = nullptr;
-  /// The stack's printed name (`%s`).
-  std::string name;
+  /// The stack's printed name (`%s`), made when first asked for (naming
+  /// walks the whole kernel, and most launches print nothing); empty
+  /// without a namer.
+  const std::string &name() const;
+  /// The names of the sized kernel's stacks and loops (sizeAdStacks).
+  std::shared_ptr<const LazyValueNamer> namer;
   SizingTier tier = SizingTier::Default;
   SizingMethod method = SizingMethod::Default;
   /// The capacity for Declared, Constant and Default stacks (and for
@@ -187,7 +192,6 @@ private:
   std::shared_ptr<const OptimisticLaunch> optimistic_;
   std::string optimisticRefusal_;
   SizeExprNames names_;
-  std::vector<std::string> varNames_;
 };
 
 } // namespace qd

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <ostream>
 #include <string>
 #include <unordered_map>
@@ -58,23 +59,27 @@ private:
 };
 
 /// A ValueNamer of `kernel` built on first use: for messages that name
-/// values only on some paths (an error, a refusal), so that the paths that
-/// name nothing do not walk the whole kernel. The kernel must not change
-/// while it is in use.
+/// values only on some paths (an error, a refusal, a report), so that the
+/// paths that name nothing do not walk the whole kernel. The kernel must
+/// not change while it is in use. Threads may share one: the first to ask
+/// builds the names, the others wait for them.
 class LazyValueNamer {
 public:
   explicit LazyValueNamer(const Kernel &kernel) : kernel_(kernel) {}
   /// Names `wanted` only (the ValueNamer constructor of that set).
   LazyValueNamer(const Kernel &kernel, std::unordered_set<const Value *> wanted)
       : kernel_(kernel), wanted_(std::move(wanted)), some_(true) {}
-  const ValueNamer &get();
-  const std::string &operator[](const Value *v) { return get()[v]; }
+  LazyValueNamer(const LazyValueNamer &) = delete;
+  LazyValueNamer &operator=(const LazyValueNamer &) = delete;
+  const ValueNamer &get() const;
+  const std::string &operator[](const Value *v) const { return get()[v]; }
 
 private:
   const Kernel &kernel_;
   std::unordered_set<const Value *> wanted_;
   bool some_ = false;
-  std::unique_ptr<ValueNamer> names_;
+  mutable std::once_flag built_;
+  mutable std::unique_ptr<ValueNamer> names_;
 };
 
 /// Prints a module in the text format of docs/ir.md. The output parses back
