@@ -538,6 +538,10 @@ void checkProperty(void (*property)(), int defaultCases) {
   metadata.description = info->name();
   rc::detail::TestParams params = rc::detail::configuration().testParams;
   params.maxSuccess = caseCount(defaultCases);
+  // Named before the cases run: a run that a time limit stops still says
+  // how to repeat it.
+  std::cout << metadata.id << ": " << params.maxSuccess
+            << " cases; to repeat them: RC_PARAMS=\"seed=" << params.seed << "\"" << std::endl;
   const auto result =
       rc::detail::checkTestable(property, metadata, params, rc::detail::globalTestListener(),
                                 rc::detail::configuration().reproduce);
