@@ -178,7 +178,7 @@ struct CpuBackend::Impl {
     sizings.of(kernel);
     c.times.sizing = watch.lap();
     auto context = std::make_unique<llvm::LLVMContext>();
-    // Nobody reads the JIT's IR (llvmIr emits it again, with names):
+    // Nobody reads the JIT's IR (llvmIR emits it again, with names):
     // naming every value cost 5% of a large kernel's emission.
     context->setDiscardValueNames(true);
     auto module = emitOptimized(kernel, {boundsChecked, stopChecks, distinct}, *context, c.layout,
