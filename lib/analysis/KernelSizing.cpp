@@ -1,6 +1,7 @@
 //===- KernelSizing.cpp - Adstack capacities of a kernel ------------------===//
 #include "qd/analysis/KernelSizing.h"
 
+#include "qd/ir/Printer.h"
 #include "qd/ir/Stmt.h"
 
 #include <fmt/format.h>

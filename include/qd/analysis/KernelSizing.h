@@ -10,7 +10,6 @@
 #pragma once
 
 #include "qd/analysis/SizeExpr.h"
-#include "qd/ir/Printer.h"
 
 #include <cstdint>
 #include <functional>
@@ -26,6 +25,7 @@ class AdStackAllocaStmt;
 class Field;
 class Kernel;
 enum class Component : uint8_t;
+class LazyValueNamer;
 struct SizingOptions;
 
 enum class SizingTier : uint8_t { Declared, Constant, LaunchTime, Measured, Default };
