@@ -39,33 +39,34 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
           qd::bellmanFordDepth(*kernel, *s.stack, qd::NetPathAlgorithm::Structured, &fellBack);
       if (fast != qd::bellmanFordDepth(*kernel, *s.stack, qd::NetPathAlgorithm::BellmanFord) ||
           fellBack)
-        qd::fuzz::fail("adstack " + s.name +
+        qd::fuzz::fail("adstack " + s.name() +
                            (fellBack ? ": the CFG is not reducible"
                                      : ": the CFG tier's two algorithms disagree"),
                        printKernel(*kernel));
       if (fast && qd::pushingCycleIsCertain(*kernel, *s.stack))
         qd::fuzz::fail(
-            "adstack " + s.name +
+            "adstack " + s.name() +
                 ": the CFG tier was skipped for a pushing cycle, but its longest path is " +
                 std::to_string(*fast),
             printKernel(*kernel));
       if (s.tier != qd::SizingTier::LaunchTime) {
         if (s.capacity < 1)
-          qd::fuzz::fail("adstack " + s.name + " got capacity " + std::to_string(s.capacity),
+          qd::fuzz::fail("adstack " + s.name() + " got capacity " + std::to_string(s.capacity),
                          printKernel(*kernel));
         continue;
       }
       if (!s.expr)
-        qd::fuzz::fail("launch-time adstack " + s.name + " has no SizeExpr", printKernel(*kernel));
+        qd::fuzz::fail("launch-time adstack " + s.name() + " has no SizeExpr",
+                       printKernel(*kernel));
       std::string text = qd::printSizeExpr(*s.expr, sizing.names());
       std::vector<uint8_t> bytes = qd::serializeSizeExpr(*s.expr);
       auto back = qd::deserializeSizeExpr(bytes);
       if (!back.ok())
-        qd::fuzz::fail("the SizeExpr of " + s.name + " (" + text +
+        qd::fuzz::fail("the SizeExpr of " + s.name() + " (" + text +
                            ") does not deserialise: " + std::string(back.status().message()),
                        printKernel(*kernel));
       if (!(*back)->equals(*s.expr))
-        qd::fuzz::fail("the SizeExpr of " + s.name + " (" + text +
+        qd::fuzz::fail("the SizeExpr of " + s.name() + " (" + text +
                            ") deserialises to a different expression: " +
                            qd::printSizeExpr(**back, sizing.names()),
                        printKernel(*kernel));
