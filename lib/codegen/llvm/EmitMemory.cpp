@@ -377,8 +377,10 @@ void MemoryLowering::globalAccessLanes(GlobalAccessStmt &g) {
   LV *flat = b.getInt64(0);
   for (unsigned d = 0; d < n; ++d) {
     LV *ext = extents[d], *idx = indices[d];
-    if (idx->getType()->isVectorTy() || flat->getType()->isVectorTy())
-      flat = b.CreateAdd(b.CreateMul(lanes_.splat(flat), lanes_.splat(ext)), lanes_.splat(idx));
+    if (flat->getType()->isVectorTy()) // after a varying dimension
+      flat = b.CreateAdd(b.CreateMul(flat, lanes_.splat(ext)), lanes_.splat(idx));
+    else if (idx->getType()->isVectorTy()) // the first varying one: the uniform part, splat once
+      flat = b.CreateAdd(lanes_.splat(b.CreateMul(flat, ext)), idx);
     else
       flat = b.CreateAdd(b.CreateMul(flat, ext), idx);
   }
