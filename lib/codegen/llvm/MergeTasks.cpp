@@ -87,20 +87,6 @@ uint64_t pointer(const void *p) {
   return reinterpret_cast<uint64_t>(p);
 }
 
-/// Whether everything LLVM's hasSameSpecialState compares for `i` goes into
-/// its shape (Shape::special); the others are compared with
-/// isSameOperationAs against the class's first function.
-bool encodedSpecialState(const Instruction &i) {
-  if (const auto *call = llvm::dyn_cast<llvm::CallInst>(&i))
-    return !call->hasOperandBundles();
-  return llvm::isa<llvm::BinaryOperator, llvm::UnaryOperator, llvm::CastInst, llvm::SelectInst,
-                   llvm::PHINode, llvm::BranchInst, llvm::ReturnInst, llvm::SwitchInst,
-                   llvm::UnreachableInst, llvm::FreezeInst, llvm::ExtractElementInst,
-                   llvm::InsertElementInst, llvm::ShuffleVectorInst, llvm::CmpInst,
-                   llvm::AllocaInst, llvm::LoadInst, llvm::StoreInst, llvm::GetElementPtrInst,
-                   llvm::AtomicRMWInst, llvm::ExtractValueInst, llvm::InsertValueInst>(i);
-}
-
 } // namespace
 
 /// What add() reuses from one task to the next: a large task's words
@@ -154,7 +140,8 @@ struct Shape {
             out.insert(out.end(), {kConstant, pointer(v)});
           }
         }
-        special(i, local, out);
+        if (!encodeSpecial(i, local, out))
+          unencoded.push_back(&i);
       }
     }
     hash = llvm::hash_combine_range(out.begin(), out.end());
@@ -172,9 +159,11 @@ struct Shape {
   }
 
 private:
-  /// What hasSameSpecialState compares for `i`, and a PHI's incoming blocks.
+  /// Adds what LLVM's hasSameSpecialState compares for `i` (and a PHI's
+  /// incoming blocks) to `words`; false where that is not all of it (the
+  /// instruction is then compared with isSameOperationAs).
   template <typename Local>
-  void special(const Instruction &i, Local &local, std::vector<uint64_t> &words) {
+  static bool encodeSpecial(const Instruction &i, Local &local, std::vector<uint64_t> &words) {
     auto add = [&](std::initializer_list<uint64_t> w) { words.insert(words.end(), w); };
     if (const auto *phi = llvm::dyn_cast<llvm::PHINode>(&i)) {
       for (const llvm::BasicBlock *bb : phi->blocks())
@@ -204,13 +193,18 @@ private:
     } else if (const auto *iv = llvm::dyn_cast<llvm::InsertValueInst>(&i)) {
       words.push_back(iv->getNumIndices());
       words.insert(words.end(), iv->idx_begin(), iv->idx_end());
-    } else if (const auto *call = llvm::dyn_cast<llvm::CallInst>(&i);
-               call && encodedSpecialState(i)) {
+    } else if (const auto *call = llvm::dyn_cast<llvm::CallInst>(&i)) {
+      if (call->hasOperandBundles())
+        return false;
       add({static_cast<uint64_t>(call->getTailCallKind()), call->getCallingConv(),
            pointer(call->getAttributes().getRawPointer()), pointer(call->getFunctionType())});
+    } else {
+      // The kinds without special state; any other is compared in full.
+      return llvm::isa<llvm::BinaryOperator, llvm::UnaryOperator, llvm::CastInst, llvm::SelectInst,
+                       llvm::BranchInst, llvm::ReturnInst, llvm::SwitchInst, llvm::UnreachableInst,
+                       llvm::FreezeInst, llvm::ExtractElementInst, llvm::InsertElementInst>(i);
     }
-    if (!encodedSpecialState(i))
-      unencoded.push_back(&i);
+    return true;
   }
 };
 
