@@ -52,10 +52,11 @@ Parsed parse(const std::string &text, const char *kernel = "hidden") {
   return p;
 }
 
-CooperativeTaskPlan plan(const ForStmt &task,
-                         NdarrayAliasing aliasing = NdarrayAliasing::MayAlias) {
+CooperativeTaskPlan plan(const ForStmt &task, NdarrayAliasing aliasing = NdarrayAliasing::MayAlias,
+                         int64_t mostScattering = kDefaultCooperativeScatteringIterations) {
   CooperativeTaskOptions o;
   o.mostTaskIterations = 4096;
+  o.mostScatteringIterations = mostScattering;
   o.aliasing = aliasing;
   return planCooperativeTask(task, o);
 }
@@ -99,9 +100,10 @@ TEST(CooperativeTaskTest, TheGradientSharesItsLoopWhereNdarraysAreDistinct) {
   // shared; each adds into the replayed sum, and the sum's adjoint, which
   // every reverse iteration reads and puts back, is not a sum.
   ASSERT_EQ(d.loops.size(), 2u);
-  // The reverse loop adds into %x.grad[%j]: it scatters, so the
-  // cooperative form pays only for few iterations.
-  EXPECT_EQ(d.mostIterations, 64);
+  // The reverse loop adds into %x.grad[%j]: it scatters, so the bound is
+  // the one for scattering tasks, by default that of every task.
+  EXPECT_EQ(d.mostIterations, kDefaultCooperativeTaskIterations);
+  EXPECT_EQ(plan(*task, NdarrayAliasing::Distinct, 64).mostIterations, 64);
   for (const CooperativeTaskPlan::SharedLoop &l : d.loops)
     EXPECT_EQ(l.sums.size(), 1u);
   // Where %x.grad may be %x, the reverse loop reads what it adds into, so

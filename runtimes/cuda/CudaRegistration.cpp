@@ -19,7 +19,7 @@ absl::Status registerCudaBackend() {
       {"cooperative-tasks", "N",
        "tasks of at most N iterations share their long loops over a block (0: never)"},
       {"cooperative-scatter-tasks", "N",
-       "the same for tasks whose shared loop scatters atomic adds (default 64)"},
+       "the same for tasks whose shared loop scatters atomic adds (default 4096)"},
       {"max-registers", "N", "registers per thread the JIT may use (0: its choice)"},
       {"local-tape-bytes", "N", "adstacks up to N bytes per thread in local memory (0: heap)"},
       {"local-tape-bytes-per-sm", "N", "local tapes resident per multiprocessor (0: no cap)"},

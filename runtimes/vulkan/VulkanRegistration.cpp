@@ -33,7 +33,7 @@ absl::Status registerVulkanBackend() {
       {"cooperative-tasks", "N",
        "tasks of at most N iterations share their long loops over a workgroup (0: never)"},
       {"cooperative-scatter-tasks", "N",
-       "the same for tasks whose shared loop scatters atomic adds (default 64)"},
+       "the same for tasks whose shared loop scatters atomic adds (default 4096)"},
   };
   info.create = [](const BackendOptions &given) -> absl::StatusOr<std::unique_ptr<Backend>> {
     VulkanBackendOptions o;
