@@ -58,8 +58,8 @@ struct Result {
 
 /// The loss and the parameter's gradient of `sim` on `backendName`.
 Result run(std::string_view sim, std::string_view backendName,
-           qd::ScalarType precision = qd::ScalarType::F32) {
-  std::unique_ptr<Simulation> s = makeSimulation(sim, SimSize::Small);
+           qd::ScalarType precision = qd::ScalarType::F32, SimSize size = SimSize::Small) {
+  std::unique_ptr<Simulation> s = makeSimulation(sim, size);
   auto r = SimRun::create(*s, testSteps(sim), precision);
   EXPECT_TRUE(r.ok()) << r.status();
   std::unique_ptr<qd::Backend> b = backend(backendName);
@@ -189,6 +189,27 @@ TEST_P(SimulationsTest, VulkanMatchesTheInterpreter) {
   if (!backend("vulkan"))
     GTEST_SKIP() << "no Vulkan device (set VK_ICD_FILENAMES to lavapipe's ICD)";
   compareWithInterpreter(GetParam(), "vulkan");
+}
+
+TEST_P(SimulationsTest, CudaMatchesTheInterpreter) {
+  if (!backend("cuda"))
+    GTEST_SKIP() << "no CUDA device or driver on this machine";
+  compareWithInterpreter(GetParam(), "cuda");
+}
+
+// At the large size the tasks have hundreds to thousands of iterations, so
+// CUDA takes the forms it takes for real workloads (billiards' collision
+// gradient a block per ball, its shared loop scattering atomic adds; warp
+// sums of the adds to one element): against the CPU backend, as the
+// interpreter would take minutes.
+TEST_P(SimulationsTest, CudaMatchesTheCpuAtTheLargeSize) {
+  if (!backend("cuda"))
+    GTEST_SKIP() << "no CUDA device or driver on this machine";
+  const std::string &sim = GetParam();
+  Result cpu = run(sim, "cpu", qd::ScalarType::F32, SimSize::Large);
+  Result cuda = run(sim, "cuda", qd::ScalarType::F32, SimSize::Large);
+  EXPECT_NEAR(cuda.loss, cpu.loss, kBackendRtol * std::abs(cpu.loss)) << sim;
+  EXPECT_LE(relativeDifference(cuda.grad, cpu.grad), kBackendRtol) << sim;
 }
 
 TEST_P(SimulationsTest, F64GradientMatchesFiniteDifferences) {
