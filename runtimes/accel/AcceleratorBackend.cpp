@@ -61,9 +61,10 @@ void traceLaunch(const Kernel &kernel, const accel::LaunchFrame &frame,
   for (size_t i = 0; i < frame.groups.size(); ++i)
     groups += fmt::format("{}{}{}", i ? "," : "", frame.groups[i],
                           i < frame.cooperative.size() && frame.cooperative[i] ? "c" : "");
-  launchTrace(fmt::format("@{} threads {} groups [{}]{}{}{}: {:.1f} us", kernel.name(),
+  launchTrace(fmt::format("@{} threads {} groups [{}]{}{}{}{}: {:.1f} us", kernel.name(),
                           frame.threads, groups, frame.async ? " async" : "",
-                          frame.groupTable ? " compacted" : "", report.graph ? " graph" : "", us));
+                          frame.groupTable ? " compacted" : "", report.graph ? " graph" : "",
+                          report.fused ? " fused" : "", us));
 }
 
 /// The error an asynchronous launch reported, returned by a later call:

@@ -25,6 +25,7 @@ struct CudaBackend::Impl final : gpu::GpuRuntime {
         arch(options.arch.empty() ? cudaDevice->smArch() : options.arch) {
     cooperativeTaskIterations_ = options.cooperativeTaskIterations;
     cooperativeScatteringIterations_ = options.cooperativeScatteringIterations;
+    fusedLaunchThreads_ = options.fusedLaunchThreads;
     distinctNdarrays_ = options.distinctNdarrays;
     narrowNdarrayOffsets_ = options.narrowNdarrayOffsets;
     gridWaves_ = options.gridWaves;

@@ -20,6 +20,8 @@ absl::Status registerCudaBackend() {
        "tasks of at most N iterations share their long loops over a block (0: never)"},
       {"cooperative-scatter-tasks", "N",
        "the same for tasks whose shared loop scatters atomic adds (default 4096)"},
+      {"fused-launches", "N",
+       "a launch of at most N threads runs its entries in one block (default 1024; 0: never)"},
       {"max-registers", "N", "registers per thread the JIT may use (0: its choice)"},
       {"local-tape-bytes", "N", "adstacks up to N bytes per thread in local memory (0: heap)"},
       {"local-tape-bytes-per-sm", "N", "local tapes resident per multiprocessor (0: no cap)"},
@@ -41,6 +43,7 @@ absl::Status registerCudaBackend() {
     read.integer("grid-waves", o.gridWaves, 0);
     read.integer("cooperative-tasks", o.cooperativeTaskIterations, 0);
     read.integer("cooperative-scatter-tasks", o.cooperativeScatteringIterations, 0);
+    read.integer("fused-launches", o.fusedLaunchThreads, 0);
     read.integer("max-registers", o.maxRegisters, 0, 255);
     read.integer("local-tape-bytes", o.localTapeBytes, 0);
     read.integer("local-tape-bytes-per-sm", o.localTapeBytesPerSm, 0);

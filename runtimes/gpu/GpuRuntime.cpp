@@ -71,6 +71,7 @@ GpuRuntime::compile(const Kernel &kernel, const accel::CompileRequest &request) 
   opts.narrowNdarrayOffsets = request.narrowNdarrayOffsets;
   opts.cooperativeTaskIterations = cooperativeTaskIterations_;
   opts.cooperativeScatteringIterations = cooperativeScatteringIterations_;
+  opts.fusedEntry = fusedLaunchThreads_ > 0;
   opts.localAdStackEntries = request.localAdStackEntries;
   auto module = emitKernel(kernel, context, opts, c->kernelLayout, target());
   if (!module.ok())
@@ -114,6 +115,18 @@ GpuRuntime::compile(const Kernel &kernel, const accel::CompileRequest &request) 
     }
     c->cooperative.push_back(coop);
     c->cooperativeBlockSizes.push_back(coop ? cooperativeBlock(coop) : 0);
+  }
+  if (!layout.fusedFunction.empty()) {
+    auto fn = c->module->entry(layout.fusedFunction);
+    if (!fn.ok())
+      return fn.status();
+    c->fused = *fn;
+    // The largest block the fused code can run, up to the backend's bound.
+    for (int64_t b = std::min<int64_t>(fusedLaunchThreads_, 1024); b >= 32 && !c->fusedThreads;
+         b -= 32)
+      if (absl::StatusOr<int> fits = device_->residentBlocks(*fn, unsigned(b));
+          fits.ok() && *fits > 0)
+        c->fusedThreads = b;
   }
   absl::StatusOr<int64_t> blocks = residentBlocks(*c, request);
   if (!blocks.ok())
@@ -348,7 +361,11 @@ absl::Status GpuRuntime::enqueueWork(GpuKernel &c, const accel::LaunchFrame &fra
       return s;
   uint64_t ctxArg[] = {arena_.base() + work.ctxOff};
   absl::Status launched = timer ? timer->start(stream) : absl::OkStatus();
-  for (size_t i = 0; i < c.kernelLayout.launches.size() && launched.ok(); ++i) {
+  if (launched.ok() && runsFused(c, frame))
+    launched = device_->launch(c.fused, 1, unsigned(frame.threads), ctxArg,
+                               c.kernelLayout.fusedFunction, stream);
+  for (size_t i = 0; i < c.kernelLayout.launches.size() && launched.ok() && !runsFused(c, frame);
+       ++i) {
     if (frame.groups[i] == 0)
       continue;
     bool coop = i < frame.cooperative.size() && frame.cooperative[i];
@@ -362,6 +379,15 @@ absl::Status GpuRuntime::enqueueWork(GpuKernel &c, const accel::LaunchFrame &fra
     launched = device_->copyToHostAsync(staging + work.reportAt, arena_.base() + work.recordOff,
                                         work.reportBytes, stream);
   return launched;
+}
+
+// A launch whose threads fit one block of the fused entry runs it instead of
+// its entries one by one: its tasks are small, and what the launches cost
+// is mostly the wait between them.
+bool GpuRuntime::runsFused(const GpuKernel &c, const accel::LaunchFrame &frame) {
+  return c.fused && frame.threads >= 1 && frame.threads <= c.fusedThreads && !frame.groupTable &&
+         frame.threadOffset == 0 && frame.moreWindows.empty() &&
+         std::ranges::none_of(frame.cooperative, [](bool b) { return b; });
 }
 
 void GpuKernel::dropGraphs() {
@@ -397,7 +423,8 @@ absl::StatusOr<Graph> GpuRuntime::graphFor(GpuKernel &c, const accel::LaunchFram
                           .reportAt = work.reportAt,
                           .reportBytes = work.reportBytes,
                           .groups = frame.groups,
-                          .cooperative = frame.cooperative};
+                          .cooperative = frame.cooperative,
+                          .fused = runsFused(c, frame)};
   GpuKernel::GraphEntry &entry = c.graphs[key];
   if (entry.graph || ++entry.queued < 2)
     return entry.graph;
@@ -491,6 +518,7 @@ absl::Status GpuRuntime::execute(accel::DeviceKernel &kernel, const accel::Launc
   if (!slot.ok())
     return slot.status();
   slotReports_[*slot] = {reportAt, reportBytes - report.needed.size() * 8, report.needed.size()};
+  report.fused = runsFused(c, frame);
   absl::Status s =
       enqueue(c, frame, *slot, ctxOff, slots, recordOff, reportBytes, reportAt, report.graph);
   // The event goes after whatever was queued, so that the staging memory is

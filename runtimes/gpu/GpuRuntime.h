@@ -54,6 +54,10 @@ struct GpuKernel final : accel::DeviceKernel {
   /// cooperativeFunction; null where there is none) and that form's block.
   std::vector<Function> cooperative;
   std::vector<unsigned> cooperativeBlockSizes;
+  /// KernelLayout::fusedFunction (null where there is none) and the most
+  /// threads one block of it may have.
+  Function fused{};
+  int64_t fusedThreads = 0;
   /// The resident grid of every parallel entry (whole blocks).
   int64_t threads = 1;
   bool stopChecks = false;
@@ -75,6 +79,7 @@ struct GpuKernel final : accel::DeviceKernel {
     size_t blockBytes = 0, reportFrom = 0, reportAt = 0, reportBytes = 0;
     std::vector<uint32_t> groups;
     std::vector<bool> cooperative;
+    bool fused = false;
     auto operator<=>(const GraphKey &) const = default;
   };
   struct GraphEntry {
@@ -204,6 +209,8 @@ private:
   };
   /// Queues `work` of `frame` on `stream`; `timer` (or null) brackets the
   /// entries.
+  /// Whether `frame` runs `c`'s fused entry, one block of frame.threads.
+  static bool runsFused(const GpuKernel &c, const accel::LaunchFrame &frame);
   absl::Status enqueueWork(GpuKernel &c, const accel::LaunchFrame &frame, const Work &work,
                            std::byte *staging, StreamTimer *timer, Stream stream);
   /// The graph of enqueueWork for `frame`'s launch shape in `slot`,
@@ -232,6 +239,10 @@ protected:
   /// DeviceLimits::gridWaves (CudaBackendOptions::gridWaves).
   int64_t gridWaves_ = 0;
   int64_t cooperativeScatteringIterations_ = CodegenOptions().cooperativeScatteringIterations;
+  /// The most threads of a launch that runs as one fused block
+  /// (KernelLayout::fusedFunction; docs/runtime.md, "Fused launches"); 0:
+  /// no fused entries are compiled.
+  int64_t fusedLaunchThreads_ = 0;
   /// Whether launches whose ndarray buffers do not overlap get their own
   /// code (compilesDistinctNdarrays).
   bool distinctNdarrays_ = true;

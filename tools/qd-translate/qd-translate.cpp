@@ -68,6 +68,7 @@ struct Options {
   bool boundsCheck = false;
   bool stopChecks = false;
   bool distinctNdarrays = false;
+  bool fusedEntry = false;
   bool narrowOffsets = false;
   bool readOnlyBuffers = false;
   int64_t cooperative = qd::CodegenOptions().cooperativeTaskIterations;
@@ -122,6 +123,9 @@ constexpr const char *kUsage =
     "                         (what the CUDA and HIP backends run when every ndarray\n"
     "                         buffer of a launch has at most 2^31 - 1 elements)\n"
     "  --read-only-buffers    spirv: buffers the kernel never writes are NonWritable\n"
+    "  --fused-entry          nvptx, amdgpu: the entry qd_fused as well, which runs\n"
+    "                         every launch in one group (what the CUDA backend\n"
+    "                         compiles, docs/runtime.md \"Fused launches\")\n"
     "  --cooperative-tasks=N  nvptx, amdgpu, spirv: a parallel task of at most N\n"
     "                         iterations around a long serial loop runs a group\n"
     "                         of threads per iteration (default: 4096; 0: never)\n"
@@ -199,6 +203,8 @@ std::optional<int> parseArgs(int argc, char **argv, Options &opts) {
       opts.narrowOffsets = true;
     } else if (arg == "--read-only-buffers") {
       opts.readOnlyBuffers = true;
+    } else if (arg == "--fused-entry") {
+      opts.fusedEntry = true;
     } else if (auto v = value("--cooperative-tasks")) {
       char *end = nullptr;
       long long n = std::strtoll(v->c_str(), &end, 10);
@@ -407,6 +413,7 @@ std::string emitLlvmOutputs(const Options &opts, qd::CodegenTarget target,
   codegen.boundsChecked = opts.boundsCheck;
   codegen.stopChecks = opts.stopChecks;
   codegen.distinctNdarrays = opts.distinctNdarrays;
+  codegen.fusedEntry = opts.fusedEntry;
   codegen.narrowNdarrayOffsets = opts.narrowOffsets;
   codegen.cooperativeTaskIterations = opts.cooperative;
   codegen.vectorWidth = opts.vectorWidth;

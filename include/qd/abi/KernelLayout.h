@@ -111,6 +111,11 @@ struct KernelLayout {
     int64_t cooperativeLeastLoopIterations = 0;
   };
   std::vector<Launch> launches;
+  /// GPU targets with CodegenOptions::fusedEntry: one entry that runs every
+  /// launch of `launches` in order in a single group of threads, a group
+  /// barrier after each (a serial entry on the group's first thread), for
+  /// launches whose threads fit one group; "" when there is none.
+  std::string fusedFunction;
   /// GPU targets: slots of ctx->values.
   unsigned numValues = 0;
   /// A per-launch value a GPU target reads from the module's constant

@@ -149,6 +149,9 @@ struct LaunchReport {
   /// The frame went as one recorded graph (CudaBackendOptions::
   /// launchGraphs).
   bool graph = false;
+  /// The frame ran the kernel's fused entry, one block
+  /// (KernelLayout::fusedFunction).
+  bool fused = false;
 };
 
 /// How a device bounds a launch.

@@ -59,6 +59,11 @@ struct CudaBackendOptions {
   /// The same for a task whose shared loop adds atomically to elements its
   /// index chooses (CodegenOptions::cooperativeScatteringIterations).
   int64_t cooperativeScatteringIterations = kDefaultCooperativeScatteringIterations;
+  /// A launch of a kernel with several entries and no adstacks whose grid
+  /// is at most this many threads runs as one block of them, its entries
+  /// in order with a barrier between (docs/runtime.md, "Fused launches");
+  /// 0: every entry is its own launch.
+  int64_t fusedLaunchThreads = 1024;
   /// Launches whose ndarray buffers do not overlap run code compiled for
   /// distinct buffers (CodegenOptions::distinctNdarrays); false: every
   /// launch runs the code that lets buffers overlap.

@@ -122,6 +122,9 @@ private:
   /// Splits the kernel into entries and gives a ctx->values slot to every
   /// top-level value a later entry uses.
   void planEntries(EmitContext &c);
+  /// KernelLayout::fusedFunction, where the kernel qualifies
+  /// (CodegenOptions::fusedEntry).
+  void emitFusedEntry(EmitContext &c);
   /// Starts entry function `name` (the current entry's): the error check,
   /// then the values it loads from ctx->values and those it recomputes.
   /// `thread`: its thread index

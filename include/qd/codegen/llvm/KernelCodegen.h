@@ -132,6 +132,12 @@ struct CodegenOptions {
   /// The same bound for a task whose shared loop scatters atomic adds by
   /// its index (CooperativeTaskOptions::mostScatteringIterations).
   int64_t cooperativeScatteringIterations = kDefaultCooperativeScatteringIterations;
+  /// GPU targets: emit KernelLayout::fusedFunction as well (`qd_fused`),
+  /// where the kernel has more than one launch, no adstacks and no
+  /// cooperative task (a task with a cooperative form as well is called in
+  /// its other form): the runtime runs it instead of the launches one by
+  /// one when they are small (docs/runtime.md, "Fused launches").
+  bool fusedEntry = false;
   /// GPU targets: stacks kept in a local array of each thread (`entries`
   /// entries, PTX local memory, which the GPU caches in L1) instead of the
   /// interleaved heap. A launch of such code must give each of them a
