@@ -361,11 +361,11 @@ absl::Status GpuRuntime::enqueueWork(GpuKernel &c, const accel::LaunchFrame &fra
       return s;
   uint64_t ctxArg[] = {arena_.base() + work.ctxOff};
   absl::Status launched = timer ? timer->start(stream) : absl::OkStatus();
-  if (launched.ok() && runsFused(c, frame))
+  const bool fused = runsFused(c, frame);
+  if (launched.ok() && fused)
     launched = device_->launch(c.fused, 1, unsigned(frame.threads), ctxArg,
                                c.kernelLayout.fusedFunction, stream);
-  for (size_t i = 0; i < c.kernelLayout.launches.size() && launched.ok() && !runsFused(c, frame);
-       ++i) {
+  for (size_t i = 0; i < c.kernelLayout.launches.size() && launched.ok() && !fused; ++i) {
     if (frame.groups[i] == 0)
       continue;
     bool coop = i < frame.cooperative.size() && frame.cooperative[i];
